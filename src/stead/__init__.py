@@ -1,0 +1,1 @@
+"""stead: a self-hosted runtime for long-running AI agents."""

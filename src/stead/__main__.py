@@ -1,0 +1,3 @@
+from stead.cli import main
+
+main()

@@ -1,0 +1,88 @@
+"""/v1/agents: create, retrieve (optionally a version), update, list, archive, versions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from anthropic.types.beta import BetaManagedAgentsAgent
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from stead.api import openapi, pagination, wire
+from stead.api.body import json_body
+from stead.api.deps import Caller, caller, services
+from stead.schemas import agents
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+AGENT = {200: {"model": BetaManagedAgentsAgent}}
+
+
+@router.post("", responses=AGENT, openapi_extra=openapi.body("AgentCreateParams"))
+async def create_agent(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    definition = agents.definition_from_create(await json_body(request))
+    record = await services(request).store.create_agent(who.workspace_id, definition)
+    return JSONResponse(wire.agent(record))
+
+
+@router.get("/{agent_id}", responses=AGENT)
+async def retrieve_agent(
+    request: Request,
+    agent_id: str,
+    version: int | None = Query(None, ge=1),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    record = await services(request).store.get_agent(who.workspace_id, agent_id, version)
+    return JSONResponse(wire.agent(record))
+
+
+@router.post("/{agent_id}", responses=AGENT, openapi_extra=openapi.body("AgentUpdateParams"))
+async def update_agent(request: Request, agent_id: str, who: Caller = Depends(caller)) -> JSONResponse:
+    expected, params = agents.parse_update(await json_body(request))
+    record = await services(request).store.update_agent(
+        who.workspace_id, agent_id, expected, lambda current: agents.apply_update(current, params)
+    )
+    return JSONResponse(wire.agent(record))
+
+
+@router.post("/{agent_id}/archive", responses=AGENT)
+async def archive_agent(request: Request, agent_id: str, who: Caller = Depends(caller)) -> JSONResponse:
+    record = await services(request).store.archive_agent(who.workspace_id, agent_id)
+    return JSONResponse(wire.agent(record))
+
+
+@router.get("")
+async def list_agents(
+    request: Request,
+    limit: int = Query(20, ge=1, le=100),
+    page: str | None = Query(None),
+    include_archived: bool = Query(False),
+    created_gte: datetime | None = Query(None, alias="created_at[gte]"),
+    created_lte: datetime | None = Query(None, alias="created_at[lte]"),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    request_page = pagination.page_request("agents", "desc", limit, page)
+    result = await services(request).store.list_agents(
+        who.workspace_id, request_page, include_archived, created_gte, created_lte
+    )
+    return JSONResponse(
+        pagination.page_body(
+            "agents", "desc", result, lambda r: (r.created_at, r.id), wire.agent
+        )
+    )
+
+
+@router.get("/{agent_id}/versions")
+async def list_agent_versions(
+    request: Request,
+    agent_id: str,
+    limit: int = Query(20, ge=1, le=100),
+    page: str | None = Query(None),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    request_page = pagination.page_request("agent_versions", "desc", limit, page)
+    result = await services(request).store.list_agent_versions(
+        who.workspace_id, agent_id, request_page
+    )
+    return JSONResponse(
+        pagination.page_body("agent_versions", "desc", result, lambda r: (r.version,), wire.agent)
+    )

@@ -1,0 +1,93 @@
+"""/v1/environments: create, retrieve, update, list, archive, delete."""
+
+from __future__ import annotations
+
+from anthropic.types.beta import BetaEnvironment, BetaEnvironmentDeleteResponse
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from stead.api import openapi, pagination, wire
+from stead.api.body import json_body
+from stead.api.deps import Caller, caller, services
+from stead.schemas import environments
+from stead.store import EnvironmentRecord
+
+router = APIRouter(prefix="/v1/environments", tags=["environments"])
+ENVIRONMENT = {200: {"model": BetaEnvironment}}
+
+
+def _columns(record: EnvironmentRecord) -> dict[str, object]:
+    return {
+        "name": record.name,
+        "description": record.description,
+        "config": record.config,
+        "metadata": record.metadata,
+        "scope": record.scope,
+    }
+
+
+@router.post("", responses=ENVIRONMENT, openapi_extra=openapi.body("EnvironmentCreateParams"))
+async def create_environment(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    fields = environments.parse_create(await json_body(request))
+    record = await services(request).store.create_environment(who.workspace_id, **fields)
+    return JSONResponse(wire.environment(record))
+
+
+@router.get("/{environment_id}", responses=ENVIRONMENT)
+async def retrieve_environment(
+    request: Request, environment_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    record = await services(request).store.get_environment(who.workspace_id, environment_id)
+    return JSONResponse(wire.environment(record))
+
+
+@router.post(
+    "/{environment_id}",
+    responses=ENVIRONMENT,
+    openapi_extra=openapi.body("EnvironmentUpdateParams"),
+)
+async def update_environment(
+    request: Request, environment_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    params = environments.parse_update(await json_body(request))
+    record = await services(request).store.update_environment(
+        who.workspace_id,
+        environment_id,
+        lambda current: environments.apply_update(_columns(current), params),
+    )
+    return JSONResponse(wire.environment(record))
+
+
+@router.post("/{environment_id}/archive", responses=ENVIRONMENT)
+async def archive_environment(
+    request: Request, environment_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    record = await services(request).store.archive_environment(who.workspace_id, environment_id)
+    return JSONResponse(wire.environment(record))
+
+
+@router.delete("/{environment_id}", responses={200: {"model": BetaEnvironmentDeleteResponse}})
+async def delete_environment(
+    request: Request, environment_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    await services(request).store.delete_environment(who.workspace_id, environment_id)
+    return JSONResponse({"id": environment_id, "type": "environment_deleted"})
+
+
+@router.get("")
+async def list_environments(
+    request: Request,
+    limit: int = Query(20, ge=1, le=100),
+    page: str | None = Query(None),
+    include_archived: bool = Query(False),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    request_page = pagination.page_request("environments", "desc", limit, page)
+    result = await services(request).store.list_environments(
+        who.workspace_id, request_page, include_archived
+    )
+    return JSONResponse(
+        pagination.page_body(
+            "environments", "desc", result, lambda r: (r.created_at, r.id), wire.environment
+        )
+    )

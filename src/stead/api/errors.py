@@ -1,0 +1,133 @@
+"""The one boundary where failures become the Anthropic error envelope.
+
+    ApiError                 raised by routes for HTTP-level problems (auth, size)
+    schemas.RequestError  -> 400 invalid_request_error
+    store.NotFound        -> 404 not_found_error
+    store.Conflict        -> its status (409 unless the spec says 400), x-should-retry: false
+    RequestValidationError-> 400 (query and path parameters)
+    Starlette HTTPException -> 404 unknown route, 405 wrong method
+    anything else         -> 500 api_error, logged with the request id
+
+Every envelope carries ``request_id`` and the response a ``request-id`` header.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from stead.ids import new_id
+from stead.schemas import RequestError
+from stead.store import Conflict, NotFound
+
+log = logging.getLogger("stead.api")
+
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, *, code: str | None = None) -> None:
+        self.status = status
+        self.code = code
+        super().__init__(message)
+
+
+def request_id(request: Request) -> str:
+    state = request.scope.setdefault("state", {})
+    if "request_id" not in state:
+        state["request_id"] = new_id("request")
+    return str(state["request_id"])
+
+
+def error_response(
+    request: Request,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    rid = request_id(request)
+    error: dict[str, Any] = {"type": ERROR_TYPES.get(status, "invalid_request_error"), "message": message}
+    if code:
+        error["details"] = {"error_code": code}
+    return JSONResponse(
+        {"type": "error", "error": error, "request_id": rid},
+        status_code=status,
+        headers={"request-id": rid, **(headers or {})},
+    )
+
+
+def _field_of(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("query", "path", "header", "body")]
+    return ".".join(parts) or "request"
+
+
+async def _request_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestError)
+    return error_response(request, 400, str(exc), code=exc.code)
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(request, exc.status, str(exc), code=exc.code)
+
+
+async def _not_found(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, NotFound)
+    code = f"{exc.kind}_not_found" if exc.kind in ("environment", "thread") else None
+    return error_response(request, 404, str(exc), code=code)
+
+
+async def _conflict(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Conflict)
+    headers = {"x-should-retry": "false"} if exc.status == 409 else None
+    return error_response(request, exc.status, str(exc), code=exc.code, headers=headers)
+
+
+async def _validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    first = exc.errors()[0]
+    return error_response(request, 400, f"{_field_of(first['loc'])}: {first['msg']}")
+
+
+async def _http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 404:
+        message = f"no route for {request.method} {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"method {request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(request, exc.status_code, message)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    rid = request_id(request)
+    log.exception("unhandled error in %s %s (request %s)", request.method, request.url.path, rid)
+    return error_response(request, 500, f"internal error; quote request id {rid} when reporting it")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(RequestError, _request_error)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,123 @@
+"""/v1/sessions/{id}/events: send, list, and the SSE stream."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from anthropic.types.beta.sessions import (
+    BetaManagedAgentsSendSessionEvents,
+    BetaManagedAgentsSessionEventType,
+)
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+from starlette.responses import Response
+
+from stead.api import openapi, pagination, wire
+from stead.api.body import json_body
+from stead.api.deps import Caller, caller, services
+from stead.api.sse import EventStream
+from stead.ids import new_id
+from stead.schemas import RequestError, events
+from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
+from stead.store.base import Json
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["session events"])
+
+
+def new_events(params: Sequence[Json]) -> list[NewEvent]:
+    """Gives each validated client event its id; the body keeps every other field."""
+    created = []
+    for event in params:
+        body = {k: v for k, v in event.items() if k != "type"}
+        if event["type"] == "user.define_outcome":
+            body["outcome_id"] = "outc_" + new_id("event").removeprefix("sevt_")
+        created.append(NewEvent(id=new_id("event"), type=event["type"], body=body))
+    return created
+
+
+def _reference_check(
+    params: list[Json],
+) -> Callable[[SessionRecord, Callable[[str], EventRecord | None]], None]:
+    def validate(_session: SessionRecord, lookup: Callable[[str], EventRecord | None]) -> None:
+        def found(event_id: str) -> tuple[str, Json] | None:
+            record = lookup(event_id)
+            return None if record is None else (record.type, record.body)
+
+        events.check_references(params, found)
+
+    return validate
+
+
+@router.post(
+    "/events",
+    responses={200: {"model": BetaManagedAgentsSendSessionEvents}},
+    openapi_extra=openapi.body("EventSendParams"),
+)
+async def send_events(request: Request, session_id: str, who: Caller = Depends(caller)) -> JSONResponse:
+    app = services(request)
+    params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
+    accepted = await app.store.accept_user_events(
+        who.workspace_id, session_id, new_events(params), _reference_check(params)
+    )
+    app.bus.publish(session_id, accepted.echoes)
+    return JSONResponse({"data": [wire.event(e) for e in accepted.echoes]})
+
+
+@router.get("/events")
+async def list_events(
+    request: Request,
+    session_id: str,
+    limit: int = Query(1000, ge=1, le=1000),
+    order: Literal["asc", "desc"] = Query("asc"),
+    page: str | None = Query(None),
+    types: list[BetaManagedAgentsSessionEventType] | None = Query(None, alias="types[]"),
+    created_gt: datetime | None = Query(None, alias="created_at[gt]"),
+    created_gte: datetime | None = Query(None, alias="created_at[gte]"),
+    created_lt: datetime | None = Query(None, alias="created_at[lt]"),
+    created_lte: datetime | None = Query(None, alias="created_at[lte]"),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    where = EventFilter(
+        types=tuple(types or ()),
+        processed_gt=created_gt,
+        processed_gte=created_gte,
+        processed_lt=created_lt,
+        processed_lte=created_lte,
+    )
+    request_page = pagination.page_request(f"events:{session_id}", order, limit, page)
+    result = await services(request).store.list_events(
+        who.workspace_id, session_id, request_page, where
+    )
+    return JSONResponse(
+        pagination.page_body(f"events:{session_id}", order, result, _event_key, wire.event)
+    )
+
+
+def _event_key(record: EventRecord) -> tuple[int, int]:
+    if record.seq is not None:
+        return (0, record.seq)
+    return (1, record.position or 0)
+
+
+@router.get("/events/stream", response_class=Response)
+async def stream_events(
+    request: Request,
+    session_id: str,
+    event_deltas: list[str] | None = Query(None, alias="event_deltas[]"),
+    after: str | None = Query(None, description="Replay every event after this event id first."),
+    last_event_id: str | None = Header(None, alias="Last-Event-ID"),
+    who: Caller = Depends(caller),
+) -> Any:
+    events.parse_delta_types(event_deltas or [])
+    app = services(request)
+    await app.store.get_session(who.workspace_id, session_id)
+    resume_from = after or last_event_id
+    after_seq: int | None = None
+    if resume_from:
+        after_seq = await app.store.find_event_seq(session_id, resume_from)
+        if after_seq is None:
+            field = "after" if after else "Last-Event-ID"
+            raise RequestError(f"{field}: no event {resume_from[:80]!r} in this session")
+    return EventStream(app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds)

@@ -1,0 +1,137 @@
+"""/v1/sessions: create, retrieve, update, list, archive, delete."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from anthropic.types.beta import BetaManagedAgentsDeletedSession, BetaManagedAgentsSession
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
+
+from stead.api import openapi, pagination, wire
+from stead.api.body import json_body
+from stead.api.deps import Caller, caller, services
+from stead.api.events import new_events
+from stead.ids import new_id
+from stead.schemas import events, sessions
+from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+SESSION = {200: {"model": BetaManagedAgentsSession}}
+Status = Literal["rescheduling", "running", "idle", "terminated"]
+
+
+def _json(record: SessionRecord) -> dict[str, object]:
+    return wire.session(record, datetime.now(UTC))
+
+
+@router.post("", responses=SESSION, openapi_extra=openapi.body("SessionCreateParams"))
+async def create_session(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    spec = sessions.parse_create(await json_body(request))
+    events.check_initial_events(spec.initial_events)
+
+    def build_agent(agent: AgentRecord) -> dict[str, object]:
+        return sessions.snapshot(agent.id, agent.version, agent.definition, spec.overrides)
+
+    app = services(request)
+    record, logged = await app.store.create_session(
+        who.workspace_id,
+        (spec.agent_id, spec.agent_version),
+        build_agent,
+        spec.environment_id,
+        spec.fields,
+        new_events(spec.initial_events),
+    )
+    app.bus.publish(record.id, logged)
+    return JSONResponse(_json(record))
+
+
+@router.get("/{session_id}", responses=SESSION)
+async def retrieve_session(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    return JSONResponse(_json(await services(request).store.get_session(who.workspace_id, session_id)))
+
+
+@router.post("/{session_id}", responses=SESSION, openapi_extra=openapi.body("SessionUpdateParams"))
+async def update_session(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    params = sessions.parse_update(await json_body(request))
+
+    def change(current: SessionRecord) -> dict[str, object]:
+        columns = {"agent": current.agent, "budget": current.budget, "metadata": current.metadata}
+        return sessions.apply_update(columns, params)
+
+    app = services(request)
+    record, event = await app.store.update_session(
+        who.workspace_id, session_id, change, NewEvent(new_id("event"), "session.updated", {})
+    )
+    if event is not None:
+        app.bus.publish(session_id, [event])
+    return JSONResponse(_json(record))
+
+
+@router.post("/{session_id}/archive", responses=SESSION)
+async def archive_session(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    record = await services(request).store.archive_session(who.workspace_id, session_id)
+    return JSONResponse(_json(record))
+
+
+@router.delete("/{session_id}", responses={200: {"model": BetaManagedAgentsDeletedSession}})
+async def delete_session(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    app = services(request)
+    await app.store.delete_session(who.workspace_id, session_id)
+    deleted = EventRecord(
+        session_id=session_id,
+        id=new_id("event"),
+        type="session.deleted",
+        body={},
+        processed_at=datetime.now(UTC),
+    )
+    app.bus.publish_final(session_id, deleted)
+    return JSONResponse({"id": session_id, "type": "session_deleted"})
+
+
+@router.get("")
+async def list_sessions(
+    request: Request,
+    agent_id: str | None = Query(None),
+    agent_version: int | None = Query(None, ge=1),
+    created_gt: datetime | None = Query(None, alias="created_at[gt]"),
+    created_gte: datetime | None = Query(None, alias="created_at[gte]"),
+    created_lt: datetime | None = Query(None, alias="created_at[lt]"),
+    created_lte: datetime | None = Query(None, alias="created_at[lte]"),
+    deployment_id: str | None = Query(None),
+    include_archived: bool = Query(False),
+    limit: int = Query(20, ge=1, le=100),
+    memory_store_id: str | None = Query(None),
+    order: Literal["asc", "desc"] = Query("desc"),
+    page: str | None = Query(None),
+    statuses: list[Status] | None = Query(None, alias="statuses[]"),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    where = SessionFilter(
+        agent_id=agent_id,
+        agent_version=agent_version,
+        created_gt=created_gt,
+        created_gte=created_gte,
+        created_lt=created_lt,
+        created_lte=created_lte,
+        include_archived=include_archived,
+        statuses=tuple(statuses or ()),
+        deployment_id=deployment_id,
+        memory_store_id=memory_store_id,
+    )
+    request_page = pagination.page_request("sessions", order, limit, page)
+    result = await services(request).store.list_sessions(who.workspace_id, request_page, where)
+    return JSONResponse(
+        pagination.page_body(
+            "sessions", order, result, lambda r: (r.created_at, r.id), _json, bidirectional=True
+        )
+    )

@@ -1,0 +1,86 @@
+"""Server-sent events for one session, as a raw ASGI response.
+
+The subscription is made before the response headers go out, so a client that
+has its headers (the SDK returns from ``stream()`` then) misses nothing sent
+afterwards. Frames are ``event: <type>`` + ``data: <json>``; logged events also
+carry ``id: <event id>`` for ``Last-Event-ID`` resumption, pending-queue echoes
+do not (they are not in the log yet). A ping frame goes out whenever the stream
+has been quiet for the heartbeat interval.
+"""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+from starlette.types import Receive, Scope, Send
+
+from stead.api import wire
+from stead.runtime import EventBus, FeedItem, SessionFeed
+from stead.store import Store
+
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+def frame(item: FeedItem) -> bytes:
+    event = item.event
+    data = json.dumps(wire.event(event), separators=(",", ":"), ensure_ascii=False)
+    event_id = f"id: {event.id}\n" if event.seq is not None else ""
+    return f"event: {event.type}\n{event_id}data: {data}\n\n".encode()
+
+
+class EventStream:
+    def __init__(
+        self,
+        store: Store,
+        bus: EventBus,
+        session_id: str,
+        after_seq: int | None,
+        heartbeat_seconds: float,
+    ) -> None:
+        self._store = store
+        self._bus = bus
+        self._session_id = session_id
+        self._after_seq = after_seq
+        self._heartbeat = heartbeat_seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with self._bus.subscribe(self._session_id) as subscription:
+            start = self._after_seq
+            if start is None:
+                start = await self._store.last_seq(self._session_id)
+            feed = SessionFeed(self._store, subscription, self._session_id, start)
+            await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+            await send({"type": "http.response.body", "body": b": stream open\n\n", "more_body": True})
+            async with anyio.create_task_group() as group:
+                group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+                await self._pump(feed, send)
+                group.cancel_scope.cancel()
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _pump(self, feed: SessionFeed, send: Send) -> None:
+        while True:
+            items: list[FeedItem] | None = None
+            # Only the wait is bounded: a send cut short would lose what the feed handed over.
+            with anyio.move_on_after(self._heartbeat):
+                items = await feed.next_batch()
+            if items is None:
+                await send({"type": "http.response.body", "body": PING, "more_body": True})
+                continue
+            body = b"".join(frame(item) for item in items)
+            await send({"type": "http.response.body", "body": body, "more_body": True})
+            if any(item.final for item in items):
+                return
+
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return

@@ -1,0 +1,78 @@
+"""Store records -> the API's JSON objects (shapes of the SDK's response models)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from stead.store import AgentRecord, EnvironmentRecord, EventRecord, SessionRecord
+
+Json = dict[str, Any]
+
+
+def ts(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def agent(record: AgentRecord) -> Json:
+    return {
+        "type": "agent",
+        "id": record.id,
+        **record.definition,
+        "version": record.version,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+        "archived_at": ts(record.archived_at),
+    }
+
+
+def environment(record: EnvironmentRecord) -> Json:
+    return {
+        "type": "environment",
+        "id": record.id,
+        "name": record.name,
+        "description": record.description,
+        "config": record.config,
+        "metadata": record.metadata,
+        "scope": record.scope,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+        "archived_at": ts(record.archived_at),
+    }
+
+
+def session(record: SessionRecord, now: datetime) -> Json:
+    end = record.terminated_at or now
+    return {
+        "type": "session",
+        "id": record.id,
+        "status": record.status,
+        "title": record.title,
+        "environment_id": record.environment_id,
+        "agent": record.agent,
+        "resources": record.resources,
+        "vault_ids": record.vault_ids,
+        "metadata": record.metadata,
+        "budget": record.budget,
+        "usage": record.usage,
+        "stats": {
+            "active_seconds": float(record.usage.get("active_seconds") or 0.0),
+            "duration_seconds": max(0.0, (end - record.created_at).total_seconds()),
+        },
+        "outcome_evaluations": [],
+        "deployment_id": None,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+        "archived_at": ts(record.archived_at),
+    }
+
+
+def event(record: EventRecord) -> Json:
+    return {
+        "type": record.type,
+        "id": record.id,
+        **record.body,
+        "processed_at": ts(record.processed_at),
+    }

@@ -1,0 +1,121 @@
+"""The ``stead`` command: serve the API, manage API keys."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+from rich.console import Console
+
+from stead.config import Settings
+from stead.store import ApiKey, open_store
+
+app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys: each belongs to one workspace.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+console = Console(highlight=False, soft_wrap=True)
+
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="Data directory (env STEAD_DATA_DIR).")
+]
+
+
+def _settings(**given: Any) -> Settings:
+    # Only options the user passed override the environment (STEAD_*).
+    return Settings(**{k: v for k, v in given.items() if v is not None})
+
+
+async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
+    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    try:
+        if await store.count_api_keys():
+            return None
+        workspace = await store.create_workspace("default")
+        return await store.create_api_key(workspace.id, "first key")
+    finally:
+        await store.close()
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind (env STEAD_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (env STEAD_PORT).")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Serve the Managed Agents API on the embedded store."""
+    import uvicorn
+
+    from stead.api import create_app
+
+    settings = _settings(host=host, port=port, data_dir=data_dir)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    created = anyio.run(_first_key, settings)
+    url = f"http://{settings.host}:{settings.port}"
+    console.print(f"stead serves the Managed Agents API at [bold]{url}[/bold]")
+    console.print(f"data directory: {settings.data_dir}")
+    if created is not None:
+        key, secret = created
+        console.print(f"first API key (shown once, store it now): [bold]{secret}[/bold]")
+        console.print(f"  workspace {key.workspace_id}, key {key.id}")
+    else:
+        console.print("make an API key with: stead keys create")
+    console.print(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
+    console.file.flush()
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        log_level=settings.log_level,
+        access_log=False,
+        timeout_graceful_shutdown=3,
+    )
+    uvicorn.Server(config).run()
+
+
+@keys_app.command("create")
+def keys_create(
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "key",
+    workspace: Annotated[
+        str | None, typer.Option(help="Workspace id; default: the first workspace.")
+    ] = None,
+    new_workspace: Annotated[
+        str | None, typer.Option(help="Create a new workspace with this name for the key.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Create an API key and print it (it is shown only once)."""
+    settings = _settings(data_dir=data_dir)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace)
+    if as_json:
+        print(json.dumps({"id": key.id, "workspace_id": key.workspace_id, "key": secret}))
+    else:
+        console.print(f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once)")
+
+
+async def _create_key(
+    settings: Settings, name: str, workspace: str | None, new_workspace: str | None
+) -> tuple[ApiKey, str]:
+    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    try:
+        if new_workspace is not None:
+            workspace = (await store.create_workspace(new_workspace)).id
+        elif workspace is None:
+            existing = await store.list_workspaces()
+            workspace = existing[0].id if existing else (await store.create_workspace("default")).id
+        return await store.create_api_key(workspace, name)
+    finally:
+        await store.close()
+
+
+def main() -> None:
+    app()

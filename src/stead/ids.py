@@ -1,0 +1,36 @@
+"""Public identifiers: ``<prefix>_<24 base58 characters>``, random and opaque to clients."""
+
+from __future__ import annotations
+
+import secrets
+
+_ALPHABET = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
+_BODY_LENGTH = 24
+
+PREFIXES = {
+    "agent": "agent",
+    "environment": "env",
+    "session": "sesn",
+    "event": "sevt",
+    "workspace": "wrkspc",
+    "api_key": "apikey",
+    "request": "req",
+    "run": "run",
+}
+
+
+def new_id(kind: str) -> str:
+    """A fresh id of ``kind`` (a key of ``PREFIXES``)."""
+    body = "".join(secrets.choice(_ALPHABET) for _ in range(_BODY_LENGTH))
+    return f"{PREFIXES[kind]}_{body}"
+
+
+def has_prefix(value: str, kind: str) -> bool:
+    """Whether ``value`` is shaped like an id of ``kind`` (cheap check before a lookup)."""
+    prefix = PREFIXES[kind] + "_"
+    rest = value[len(prefix) :]
+    return (
+        value.startswith(prefix)
+        and 0 < len(rest) <= 64
+        and all(c.isalnum() or c in "_-" for c in rest)
+    )

@@ -1,0 +1,7 @@
+"""The wire vocabulary: request validation derived from the SDK, and the pure rules
+that turn requests into stored definitions. Imports nothing else from stead."""
+
+from stead.schemas import agents, environments, events, sessions
+from stead.schemas.validation import RequestError, StrictParams
+
+__all__ = ["RequestError", "StrictParams", "agents", "environments", "events", "sessions"]

@@ -1,0 +1,253 @@
+"""Agent definitions: request params -> the resolved, stored (wire) form.
+
+A definition holds every versioned field; two definitions are equal exactly
+when an update changed nothing, which is how no-op updates make no version.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from anthropic.types.beta import agent_create_params, agent_update_params
+
+from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.validation import RequestError, StrictParams
+
+Json = dict[str, Any]
+
+CREATE = StrictParams(agent_create_params.AgentCreateParams)
+UPDATE = StrictParams(agent_update_params.AgentUpdateParams)
+
+BUILTIN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
+AGENT_TOOLSET = "agent_toolset_20260401"
+MAX_TOOLS = 256
+MAX_MCP_SERVERS = 20
+CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+DEFAULT_IDENTITY: Json = {"type": "service_account"}
+
+
+def _policy(value: Json | None, default: Json) -> Json:
+    return {"type": value["type"]} if value else dict(default)
+
+
+def resolve_model(model: str | Json) -> Json:
+    if isinstance(model, str):
+        model = {"id": model}
+    effort = model.get("effort")
+    if isinstance(effort, str):
+        effort = {"type": effort}
+    check_length("model.id", model["id"], low=1, high=256)
+    return {
+        "id": model["id"],
+        "effort": effort,
+        "inference_geo": model.get("inference_geo"),
+        "speed": model.get("speed"),
+    }
+
+
+def _resolve_toolset_configs(
+    field: str, configs: list[Json], default: Json, extra_keys: tuple[str, ...]
+) -> list[Json]:
+    seen: set[str] = set()
+    resolved = []
+    for i, cfg in enumerate(configs):
+        name = cfg["name"]
+        if name in seen:
+            raise RequestError(f"{field}.configs.{i}.name: {name!r} is configured twice")
+        seen.add(name)
+        entry: Json = {
+            "name": name,
+            "enabled": default["enabled"] if cfg.get("enabled") is None else cfg["enabled"],
+            "permission_policy": _policy(cfg.get("permission_policy"), default["permission_policy"]),
+        }
+        for key in extra_keys:
+            if cfg.get(key) is not None:
+                entry[key] = cfg[key]
+        resolved.append(entry)
+    return resolved
+
+
+def _resolve_agent_toolset(field: str, tool: Json) -> Json:
+    given = tool.get("default_config") or {}
+    default = {
+        "enabled": True if given.get("enabled") is None else given["enabled"],
+        "permission_policy": _policy(given.get("permission_policy"), {"type": "always_allow"}),
+    }
+    configs = _resolve_toolset_configs(
+        field,
+        list(tool.get("configs") or []),
+        default,
+        ("url_sources", "allowed_domains", "blocked_domains", "max_content_tokens", "user_location"),
+    )
+    for i, cfg in enumerate(configs):
+        cfg["type"] = cfg["name"]
+        if cfg.get("allowed_domains") and cfg.get("blocked_domains"):
+            raise RequestError(
+                f"{field}.configs.{i}: allowed_domains and blocked_domains are mutually exclusive"
+            )
+        for key in ("allowed_domains", "blocked_domains"):
+            if key in cfg:
+                cfg[key] = list(cfg[key])
+                if len(cfg[key]) > 64:
+                    raise RequestError(f"{field}.configs.{i}.{key}: at most 64 entries")
+    return {"type": AGENT_TOOLSET, "default_config": default, "configs": configs}
+
+
+def _resolve_mcp_toolset(field: str, tool: Json) -> Json:
+    given = tool.get("default_config") or {}
+    default = {
+        "enabled": True if given.get("enabled") is None else given["enabled"],
+        "permission_policy": _policy(given.get("permission_policy"), {"type": "always_ask"}),
+    }
+    configs = _resolve_toolset_configs(field, list(tool.get("configs") or []), default, ())
+    return {
+        "type": "mcp_toolset",
+        "mcp_server_name": tool["mcp_server_name"],
+        "default_config": default,
+        "configs": configs,
+    }
+
+
+def _resolve_custom(field: str, tool: Json) -> Json:
+    if not CUSTOM_TOOL_NAME.match(tool["name"]):
+        raise RequestError(f"{field}.name: must be 1-128 characters of A-Z, a-z, 0-9, _ or -")
+    return {
+        "type": "custom",
+        "name": tool["name"],
+        "description": tool["description"],
+        "input_schema": dict(tool["input_schema"]),
+    }
+
+
+def resolve_tools(tools: list[Json], mcp_servers: list[Json], field: str = "tools") -> list[Json]:
+    resolved: list[Json] = []
+    for i, tool in enumerate(tools):
+        where = f"{field}.{i}"
+        if tool["type"] == AGENT_TOOLSET:
+            resolved.append(_resolve_agent_toolset(where, tool))
+        elif tool["type"] == "mcp_toolset":
+            resolved.append(_resolve_mcp_toolset(where, tool))
+        else:
+            resolved.append(_resolve_custom(where, tool))
+    _check_tool_set(resolved, mcp_servers, field)
+    return resolved
+
+
+def _check_tool_set(tools: list[Json], mcp_servers: list[Json], field: str) -> None:
+    if sum(t["type"] == AGENT_TOOLSET for t in tools) > 1:
+        raise RequestError(f"{field}: {AGENT_TOOLSET} may appear only once")
+    count = 0
+    names: set[str] = set(BUILTIN_TOOLS) if any(t["type"] == AGENT_TOOLSET for t in tools) else set()
+    server_names = {s["name"] for s in mcp_servers}
+    referenced: set[str] = set()
+    for i, tool in enumerate(tools):
+        if tool["type"] == AGENT_TOOLSET:
+            count += len(BUILTIN_TOOLS)
+        elif tool["type"] == "mcp_toolset":
+            count += max(1, len(tool["configs"]))
+            server = tool["mcp_server_name"]
+            if server not in server_names:
+                raise RequestError(
+                    f"{field}.{i}.mcp_server_name: no MCP server named {server!r} in mcp_servers"
+                )
+            if server in referenced:
+                raise RequestError(f"{field}.{i}.mcp_server_name: {server!r} has two toolsets")
+            referenced.add(server)
+        else:
+            count += 1
+            if tool["name"] in names:
+                raise RequestError(f"{field}.{i}.name: tool name {tool['name']!r} is already used")
+            names.add(tool["name"])
+    if count > MAX_TOOLS:
+        raise RequestError(f"{field}: at most {MAX_TOOLS} tools across all toolsets, got {count}")
+    unreferenced = server_names - referenced
+    if unreferenced:
+        raise RequestError(
+            f"mcp_servers: every server must be used by an mcp_toolset in {field}; "
+            f"unused: {', '.join(sorted(unreferenced))}"
+        )
+
+
+def resolve_mcp_servers(servers: list[Json], field: str = "mcp_servers") -> list[Json]:
+    if len(servers) > MAX_MCP_SERVERS:
+        raise RequestError(f"{field}: at most {MAX_MCP_SERVERS} servers, got {len(servers)}")
+    seen: set[str] = set()
+    resolved = []
+    for i, server in enumerate(servers):
+        check_length(f"{field}.{i}.name", server["name"], low=1, high=255)
+        if server["name"] in seen:
+            raise RequestError(f"{field}.{i}.name: {server['name']!r} is used twice")
+        seen.add(server["name"])
+        if not server["url"].startswith(("https://", "http://")):
+            raise RequestError(f"{field}.{i}.url: must be an http(s) URL")
+        resolved.append({"type": "url", "name": server["name"], "url": server["url"]})
+    return resolved
+
+
+def resolve_skills(skills: list[Json]) -> list[Json]:
+    return [
+        {"type": s["type"], "skill_id": s["skill_id"], "version": s.get("version") or "latest"}
+        for s in skills
+    ]
+
+
+def _check_multiagent(value: Json | None) -> None:
+    if value is not None:
+        raise RequestError("multiagent: multiagent orchestration is not supported by stead yet")
+
+
+def definition_from_create(body: Any) -> Json:
+    params = CREATE.validate(body)
+    check_length("name", params["name"], low=1, high=256)
+    check_length("description", params.get("description"), high=2048)
+    check_length("system", params.get("system"), high=100_000)
+    check_metadata("metadata", params.get("metadata", {}))
+    _check_multiagent(params.get("multiagent"))
+    servers = resolve_mcp_servers(list(params.get("mcp_servers") or []))
+    return {
+        "name": params["name"],
+        "description": params.get("description"),
+        "system": params.get("system"),
+        "model": resolve_model(params["model"]),
+        "tools": resolve_tools(list(params.get("tools") or []), servers),
+        "mcp_servers": servers,
+        "skills": resolve_skills(list(params.get("skills") or [])),
+        "multiagent": None,
+        "execution_identity": params.get("execution_identity") or dict(DEFAULT_IDENTITY),
+        "metadata": dict(params.get("metadata", {})),
+    }
+
+
+def parse_update(body: Any) -> tuple[int | None, Json]:
+    """Validates an update body; returns (expected version, params)."""
+    params = UPDATE.validate(body)
+    if "name" in params:
+        check_length("name", params["name"], low=1, high=256)
+    check_length("description", params.get("description"), high=2048)
+    check_length("system", params.get("system"), high=100_000)
+    _check_multiagent(params.get("multiagent"))
+    return params.pop("version", None), params
+
+
+def apply_update(current: Json, params: Json) -> Json:
+    """The definition after ``params``; pure, raises RequestError on inconsistency."""
+    new = dict(current)
+    for key in ("name", "description", "system"):
+        if key in params:
+            new[key] = params[key]
+    if "model" in params:
+        new["model"] = resolve_model(params["model"])
+    if "execution_identity" in params:
+        new["execution_identity"] = params["execution_identity"] or dict(DEFAULT_IDENTITY)
+    if "metadata" in params:
+        new["metadata"] = patch_metadata("metadata", current["metadata"], params["metadata"])
+    if "skills" in params:
+        new["skills"] = resolve_skills(list(params["skills"] or []))
+    if "mcp_servers" in params:
+        new["mcp_servers"] = resolve_mcp_servers(list(params["mcp_servers"] or []))
+    if "tools" in params:
+        new["tools"] = resolve_tools(list(params["tools"] or []), new["mcp_servers"])
+    elif "mcp_servers" in params:
+        _check_tool_set(new["tools"], new["mcp_servers"], "tools")
+    return new

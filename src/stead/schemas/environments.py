@@ -1,0 +1,115 @@
+"""Environment configuration: request params -> resolved (wire) form."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from anthropic.types.beta import environment_create_params, environment_update_params
+
+from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.validation import RequestError, StrictParams
+
+Json = dict[str, Any]
+
+CREATE = StrictParams(environment_create_params.EnvironmentCreateParams)
+UPDATE = StrictParams(environment_update_params.EnvironmentUpdateParams)
+
+PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+HOST = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$")
+MAX_ALLOWED_HOSTS = 256
+
+
+def _networking(value: Json | None, field: str) -> Json:
+    if value is None or value["type"] == "unrestricted":
+        return {"type": "unrestricted"}
+    hosts = list(value.get("allowed_hosts") or [])
+    if len(hosts) > MAX_ALLOWED_HOSTS:
+        raise RequestError(f"{field}.allowed_hosts: at most {MAX_ALLOWED_HOSTS} hosts")
+    for i, host in enumerate(hosts):
+        if not HOST.match(host) or len(host) > 253:
+            raise RequestError(f"{field}.allowed_hosts.{i}: {host!r} is not a host name or address")
+    return {
+        "type": "limited",
+        "allowed_hosts": hosts,
+        "allow_mcp_servers": bool(value.get("allow_mcp_servers") or False),
+        "allow_package_managers": bool(value.get("allow_package_managers") or False),
+    }
+
+
+def _packages(value: Json | None, current: Json | None = None) -> Json:
+    base = current or {k: [] for k in PACKAGE_MANAGERS}
+    given = value or {}
+    resolved: Json = {"type": "packages"}
+    for manager in PACKAGE_MANAGERS:
+        chosen = given.get(manager)
+        resolved[manager] = list(chosen) if chosen is not None else list(base[manager])
+        for i, spec in enumerate(resolved[manager]):
+            check_length(f"config.packages.{manager}.{i}", spec, low=1, high=512)
+    return resolved
+
+
+def resolve_config(config: Json | None) -> Json:
+    if config is None:
+        config = {"type": "cloud"}
+    if config["type"] == "self_hosted":
+        return {"type": "self_hosted"}
+    return {
+        "type": "cloud",
+        "networking": _networking(config.get("networking"), "config.networking"),
+        "packages": _packages(config.get("packages")),
+    }
+
+
+def merge_config(current: Json, change: Json | None) -> Json:
+    if change is None:
+        return current
+    if change["type"] != current["type"]:
+        raise RequestError(
+            f"config.type: cannot change an environment from {current['type']} "
+            f"to {change['type']}; create a new environment",
+            code="invalid_config_type_change",
+        )
+    if change["type"] == "self_hosted":
+        return current
+    networking = current["networking"]
+    if "networking" in change:
+        networking = _networking(change["networking"], "config.networking")
+    packages = current["packages"]
+    if "packages" in change:
+        packages = _packages(change["packages"], None if change["packages"] is None else packages)
+    return {"type": "cloud", "networking": networking, "packages": packages}
+
+
+def parse_create(body: Any) -> Json:
+    params = CREATE.validate(body)
+    check_length("name", params["name"], low=1, high=255)
+    check_length("description", params.get("description"), high=2048)
+    check_metadata("metadata", params.get("metadata", {}))
+    return {
+        "name": params["name"],
+        "description": params.get("description"),
+        "config": resolve_config(params.get("config")),
+        "metadata": dict(params.get("metadata", {})),
+        "scope": params.get("scope"),
+    }
+
+
+def parse_update(body: Any) -> Json:
+    params = UPDATE.validate(body)
+    if "name" in params:
+        if params["name"] is None:
+            raise RequestError("name: cannot be cleared")
+        check_length("name", params["name"], low=1, high=255)
+    check_length("description", params.get("description"), high=2048)
+    return params
+
+
+def apply_update(current: Json, params: Json) -> Json:
+    """Changed column values, given the current ones (name, description, config, ...)."""
+    values = {key: params[key] for key in ("name", "description", "scope") if key in params}
+    if "config" in params:
+        values["config"] = merge_config(current["config"], params["config"])
+    if "metadata" in params:
+        values["metadata"] = patch_metadata("metadata", current["metadata"], params["metadata"])
+    return values

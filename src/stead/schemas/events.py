@@ -1,0 +1,123 @@
+"""Session events sent by clients: validation and the rules between events."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from anthropic.types.beta.sessions import event_send_params
+
+from stead.schemas.validation import RequestError, StrictParams
+
+Json = dict[str, Any]
+
+SEND = StrictParams(event_send_params.EventSendParams)
+
+USER_EVENT_TYPES = (
+    "user.message",
+    "user.interrupt",
+    "user.tool_confirmation",
+    "user.custom_tool_result",
+    "user.tool_result",
+    "user.define_outcome",
+    "system.message",
+)
+INITIAL_EVENT_TYPES = ("user.message", "user.define_outcome")
+SYSTEM_FOLLOWS = ("user.message", "user.tool_result", "user.custom_tool_result")
+DELTA_TYPES = ("agent.message", "agent.thinking")
+MAX_DELTA_TYPES = 100
+MAX_RUBRIC = 262_144
+
+REFERENCES = {
+    "user.tool_confirmation": ("tool_use_id", ("agent.tool_use", "agent.mcp_tool_use")),
+    "user.custom_tool_result": ("custom_tool_use_id", ("agent.custom_tool_use",)),
+    "user.tool_result": ("tool_use_id", ("agent.tool_use",)),
+}
+"""Events that answer an earlier agent event: the field naming it and the types it may be."""
+
+
+def parse_send(body: Any, max_events: int) -> list[Json]:
+    events = list(SEND.validate(body)["events"])
+    if not events:
+        raise RequestError("events: send at least one event")
+    if len(events) > max_events:
+        raise RequestError(f"events: at most {max_events} events per request, got {len(events)}")
+    check_events(events, "events")
+    return events
+
+
+def check_events(events: list[Json], field: str) -> None:
+    for i, event in enumerate(events):
+        where = f"{field}.{i}"
+        kind = event["type"]
+        if kind == "user.message" and not event["content"]:
+            raise RequestError(f"{where}.content: must hold at least one block")
+        if kind == "system.message":
+            _check_system_message(events, i, where)
+        if kind == "user.tool_confirmation" and event.get("deny_message") is not None:
+            if event["result"] != "deny":
+                raise RequestError(f"{where}.deny_message: only allowed with result 'deny'")
+        if kind == "user.define_outcome":
+            _check_outcome(event, where)
+
+
+def _check_system_message(events: list[Json], i: int, where: str) -> None:
+    if not 1 <= len(events[i]["content"]) <= 1000:
+        raise RequestError(f"{where}.content: must hold 1 to 1000 text blocks")
+    if i != len(events) - 1:
+        raise RequestError(f"{where}: a system.message must be the last event of the request")
+    if i == 0 or events[i - 1]["type"] not in SYSTEM_FOLLOWS:
+        raise RequestError(
+            f"{where}: a system.message must follow a user.message, user.tool_result "
+            "or user.custom_tool_result in the same request"
+        )
+
+
+def _check_outcome(event: Json, where: str) -> None:
+    iterations = event.get("max_iterations")
+    if iterations is not None and not 1 <= iterations <= 20:
+        raise RequestError(f"{where}.max_iterations: must be between 1 and 20")
+    rubric = event["rubric"]
+    if rubric["type"] == "file":
+        raise RequestError(f"{where}.rubric: file rubrics need the Files API, which stead lacks")
+    if len(rubric["content"]) > MAX_RUBRIC:
+        raise RequestError(f"{where}.rubric.content: at most {MAX_RUBRIC} characters")
+
+
+def check_initial_events(events: list[Json]) -> None:
+    for i, event in enumerate(events):
+        if event["type"] not in INITIAL_EVENT_TYPES:
+            raise RequestError(
+                f"initial_events.{i}.type: only user.message and user.define_outcome are allowed"
+            )
+    check_events(events, "initial_events")
+
+
+def check_references(
+    events: list[Json], lookup: Callable[[str], tuple[str, Json] | None], field: str = "events"
+) -> None:
+    """Checks that answers name an agent event of the right type in this session.
+
+    ``lookup(event_id)`` returns (type, body) of a logged event or None.
+    """
+    for i, event in enumerate(events):
+        rule = REFERENCES.get(event["type"])
+        if rule is None:
+            continue
+        key, allowed = rule
+        found = lookup(event[key])
+        if found is None or found[0] not in allowed:
+            raise RequestError(
+                f"{field}.{i}.{key}: no {' or '.join(allowed)} event {event[key]!r} in this session"
+            )
+
+
+def parse_delta_types(values: list[str]) -> list[str]:
+    if len(values) > MAX_DELTA_TYPES:
+        raise RequestError(f"event_deltas[]: at most {MAX_DELTA_TYPES} values")
+    for value in values:
+        if value not in DELTA_TYPES:
+            raise RequestError(
+                f"event_deltas[]: {value[:80]!r} is not one of {', '.join(DELTA_TYPES)}"
+            )
+    return values

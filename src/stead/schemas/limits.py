@@ -1,0 +1,56 @@
+"""Input limits of the hosted API (spec §1.4) that the SDK's types do not encode."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from stead.schemas.validation import RequestError
+
+METADATA_MAX_PAIRS = 16
+METADATA_MAX_KEY = 64
+METADATA_MAX_VALUE = 512
+
+
+def check_length(field: str, value: str | None, *, low: int = 0, high: int) -> None:
+    if value is None:
+        return
+    if len(value) < low:
+        raise RequestError(f"{field}: must not be empty" if low == 1 else f"{field}: too short")
+    if len(value) > high:
+        raise RequestError(f"{field}: must be at most {high} characters, got {len(value)}")
+
+
+def check_metadata(field: str, metadata: Mapping[str, Any]) -> None:
+    if len(metadata) > METADATA_MAX_PAIRS:
+        raise RequestError(
+            f"{field}: at most {METADATA_MAX_PAIRS} pairs are allowed, got {len(metadata)}",
+            code="invalid_metadata",
+        )
+    for key, value in metadata.items():
+        if not key or len(key) > METADATA_MAX_KEY:
+            raise RequestError(
+                f"{field}: keys must be 1-{METADATA_MAX_KEY} characters, got {key[:80]!r}",
+                code="invalid_metadata",
+            )
+        if isinstance(value, str) and len(value) > METADATA_MAX_VALUE:
+            raise RequestError(
+                f"{field}.{key}: values must be at most {METADATA_MAX_VALUE} characters",
+                code="invalid_metadata",
+            )
+
+
+def patch_metadata(
+    field: str, current: Mapping[str, str], patch: Mapping[str, str | None] | None
+) -> dict[str, str]:
+    """Applies a metadata patch: a string upserts, null (or "") deletes, null patch clears."""
+    if patch is None:
+        return {}
+    merged = dict(current)
+    for key, value in patch.items():
+        if value is None or value == "":
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    check_metadata(field, merged)
+    return merged

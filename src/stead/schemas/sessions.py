@@ -1,0 +1,154 @@
+"""Session requests: the agent reference, overrides, the agent snapshot, updates."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from anthropic.types.beta import session_create_params, session_update_params
+
+from stead.schemas import agents
+from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.validation import RequestError, StrictParams
+
+Json = dict[str, Any]
+
+CREATE = StrictParams(session_create_params.SessionCreateParams)
+UPDATE = StrictParams(session_update_params.SessionUpdateParams)
+MAX_INITIAL_EVENTS = 50
+MAX_VAULTS = 64
+AMOUNT = re.compile(r"^[0-9]{1,15}$")
+
+
+@dataclass(frozen=True)
+class SessionCreate:
+    agent_id: str
+    agent_version: int | None
+    overrides: Json
+    environment_id: str
+    fields: Json
+    initial_events: list[Json]
+
+
+def _budget(value: Json | None, field: str = "budget") -> Json | None:
+    if value is None:
+        return None
+    cost = value["max_list_cost"]
+    if not AMOUNT.match(str(cost["amount"])):
+        raise RequestError(
+            f"{field}.max_list_cost.amount: must be a whole number of cents as a string, "
+            'such as "2500" for $25.00'
+        )
+    return {"type": "limit", "max_list_cost": {"amount": str(cost["amount"]), "currency": "USD"}}
+
+
+def parse_create(body: Any) -> SessionCreate:
+    params = CREATE.validate(body)
+    agent = params["agent"]
+    if isinstance(agent, str):
+        agent_id, version, overrides = agent, None, {}
+    else:
+        agent_id, version = agent["id"], agent.get("version")
+        overrides = {k: v for k, v in agent.items() if k not in ("id", "type", "version")}
+    if version is not None and version < 1:
+        raise RequestError("agent.version: must be 1 or more")
+    check_length("title", params.get("title"), high=512)
+    check_metadata("metadata", params.get("metadata", {}))
+    if params.get("resources"):
+        kinds = sorted({r["type"] for r in params["resources"]})
+        raise RequestError(
+            f"resources: {', '.join(kinds)} resources are not supported by stead yet"
+        )
+    vault_ids = list(params.get("vault_ids", []))
+    if len(vault_ids) > MAX_VAULTS:
+        raise RequestError(f"vault_ids: at most {MAX_VAULTS} vaults")
+    for i, vault_id in enumerate(vault_ids):
+        if not vault_id.startswith("vlt_") or len(vault_id) > 128:
+            raise RequestError(f"vault_ids.{i}: {vault_id[:80]!r} is not a vault id (vlt_...)")
+    initial = list(params.get("initial_events", []))
+    if len(initial) > MAX_INITIAL_EVENTS:
+        raise RequestError(f"initial_events: at most {MAX_INITIAL_EVENTS} events, got {len(initial)}")
+    return SessionCreate(
+        agent_id=agent_id,
+        agent_version=version,
+        overrides=overrides,
+        environment_id=params["environment_id"],
+        fields={
+            "title": params.get("title"),
+            "metadata": dict(params.get("metadata", {})),
+            "vault_ids": vault_ids,
+            "budget": _budget(params.get("budget")),
+            "resources": [],
+        },
+        initial_events=initial,
+    )
+
+
+def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> Json:
+    """The session's frozen copy of an agent version, with overrides applied."""
+    servers = definition["mcp_servers"]
+    if "mcp_servers" in overrides:
+        servers = agents.resolve_mcp_servers(list(overrides["mcp_servers"]), "agent.mcp_servers")
+    tools = definition["tools"]
+    if "tools" in overrides:
+        tools = agents.resolve_tools(list(overrides["tools"]), servers, "agent.tools")
+    elif "mcp_servers" in overrides:
+        agents.resolve_tools(tools, servers, "agent.tools")
+    return {
+        "id": agent_id,
+        "type": "agent",
+        "version": version,
+        "name": definition["name"],
+        "description": definition["description"],
+        "system": overrides.get("system", definition["system"]),
+        "model": agents.resolve_model(overrides["model"]) if "model" in overrides else definition["model"],
+        "tools": tools,
+        "mcp_servers": servers,
+        "skills": agents.resolve_skills(list(overrides["skills"]))
+        if "skills" in overrides
+        else definition["skills"],
+        "multiagent": None,
+        "execution_identity": definition["execution_identity"],
+    }
+
+
+def parse_update(body: Any) -> Json:
+    params = UPDATE.validate(body)
+    if "vault_ids" in params:
+        raise RequestError("vault_ids: vaults are attached when a session is created and cannot change")
+    check_length("title", params.get("title"), high=512)
+    if "budget" in params:
+        params["budget"] = _budget(params["budget"])
+    return params
+
+
+def apply_update(current: Json, params: Json) -> Json:
+    """Changed column values (agent, budget, metadata, title) from the current ones."""
+    values: Json = {}
+    if "title" in params:
+        values["title"] = params["title"]
+    if "metadata" in params:
+        values["metadata"] = patch_metadata("metadata", current["metadata"], params["metadata"])
+    if "budget" in params:
+        if current["budget"] is None and params["budget"] is not None:
+            raise RequestError(
+                "budget: a budget can only be set when the session is created",
+                code="budget_create_only",
+            )
+        values["budget"] = params["budget"]
+    change = params.get("agent")
+    if change:
+        agent = dict(current["agent"])
+        if "mcp_servers" in change:
+            agent["mcp_servers"] = agents.resolve_mcp_servers(
+                list(change["mcp_servers"] or []), "agent.mcp_servers"
+            )
+        if "tools" in change:
+            agent["tools"] = agents.resolve_tools(
+                list(change["tools"] or []), agent["mcp_servers"], "agent.tools"
+            )
+        else:
+            agents.resolve_tools(agent["tools"], agent["mcp_servers"], "agent.tools")
+        values["agent"] = agent
+    return values

@@ -1,0 +1,73 @@
+"""The store room: durable state behind the ``Store`` interface.
+
+Other rooms import only from here. ``open_store`` picks the backend from the
+database URL and brings the schema up to date before returning.
+"""
+
+from __future__ import annotations
+
+from anyio import to_thread
+
+from stead.store import migrate
+from stead.store.base import (
+    LIVE_RUN_STATUSES,
+    AgentRecord,
+    ApiKey,
+    EnvironmentRecord,
+    EventFilter,
+    EventRecord,
+    EventsAccepted,
+    NewEvent,
+    Page,
+    PageRequest,
+    RunStatus,
+    SessionFilter,
+    SessionRecord,
+    Store,
+    Workspace,
+)
+from stead.store.errors import Conflict, NotFound, StoreError
+from stead.store.sql import SqlStore
+from stead.store.sqlite import sqlite_engines
+
+__all__ = [
+    "LIVE_RUN_STATUSES",
+    "AgentRecord",
+    "ApiKey",
+    "Conflict",
+    "EnvironmentRecord",
+    "EventFilter",
+    "EventRecord",
+    "EventsAccepted",
+    "NewEvent",
+    "NotFound",
+    "Page",
+    "PageRequest",
+    "RunStatus",
+    "SessionFilter",
+    "SessionRecord",
+    "SqlStore",
+    "Store",
+    "StoreError",
+    "Workspace",
+    "open_store",
+    "open_store_sync",
+]
+
+READERS = 4
+
+
+def open_store_sync(url: str, sqlite_synchronous: str = "FULL") -> SqlStore:
+    """Opens the store and migrates it; blocking (use from the CLI or a thread)."""
+    if not url.startswith("sqlite"):
+        raise ValueError(
+            f"unsupported database URL {url!r}: this build of stead stores data in SQLite "
+            "(sqlite:///path/to/stead.db)"
+        )
+    writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
+    migrate.upgrade(writer)
+    return SqlStore(writer, reader, readers=READERS)
+
+
+async def open_store(url: str, sqlite_synchronous: str = "FULL") -> SqlStore:
+    return await to_thread.run_sync(open_store_sync, url, sqlite_synchronous)

@@ -1,0 +1,209 @@
+"""The event log and the pending queue of one session.
+
+``seq`` comes from ``sessions.last_seq`` bumped in the same transaction as the
+insert, so a session's log has no gap and no reordering. Pending events get a
+queue position from ``sessions.pending_tail`` the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, delete, insert, select, update
+
+from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
+from stead.store.errors import NotFound
+from stead.store.tables import events, pending, sessions
+
+
+def _logged(row: Row[Any]) -> EventRecord:
+    return EventRecord(
+        session_id=row.session_id,
+        id=row.id,
+        type=row.type,
+        body=row.body,
+        processed_at=row.processed_at,
+        seq=row.seq,
+    )
+
+
+def _queued(row: Row[Any]) -> EventRecord:
+    return EventRecord(
+        session_id=row.session_id,
+        id=row.id,
+        type=row.type,
+        body=row.body,
+        processed_at=None,
+        position=row.position,
+    )
+
+
+def _bump(conn: Connection, session_id: str, column: str, n: int) -> int:
+    col = sessions.c[column]
+    end = conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values({col: col + n})
+        .returning(col)
+    ).scalar_one_or_none()
+    if end is None:
+        raise NotFound("session", session_id)
+    return int(end)
+
+
+def append_log(
+    conn: Connection, now: datetime, session_id: str, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    if not new:
+        return []
+    first = _bump(conn, session_id, "last_seq", len(new)) - len(new) + 1
+    records = [
+        EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i)
+        for i, e in enumerate(new)
+    ]
+    conn.execute(
+        insert(events),
+        [
+            {
+                "session_id": session_id,
+                "seq": r.seq,
+                "id": r.id,
+                "type": r.type,
+                "body": r.body,
+                "processed_at": now,
+            }
+            for r in records
+        ],
+    )
+    return records
+
+
+def enqueue(
+    conn: Connection, now: datetime, session_id: str, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    if not new:
+        return []
+    first = _bump(conn, session_id, "pending_tail", len(new)) - len(new) + 1
+    records = [
+        EventRecord(session_id, e.id, e.type, e.body, None, position=first + i)
+        for i, e in enumerate(new)
+    ]
+    conn.execute(
+        insert(pending),
+        [
+            {
+                "session_id": session_id,
+                "position": r.position,
+                "id": r.id,
+                "type": r.type,
+                "body": r.body,
+                "received_at": now,
+            }
+            for r in records
+        ],
+    )
+    return records
+
+
+def pending_count(conn: Connection, session_id: str) -> int:
+    rows = conn.execute(select(pending.c.position).where(pending.c.session_id == session_id))
+    return len(rows.all())
+
+
+def drain(conn: Connection, now: datetime, session_id: str) -> list[EventRecord]:
+    rows = conn.execute(
+        select(pending).where(pending.c.session_id == session_id).order_by(pending.c.position)
+    ).all()
+    if not rows:
+        return []
+    conn.execute(delete(pending).where(pending.c.session_id == session_id))
+    return append_log(conn, now, session_id, [NewEvent(r.id, r.type, r.body) for r in rows])
+
+
+def find(conn: Connection, session_id: str, event_id: str) -> EventRecord | None:
+    row = conn.execute(
+        select(events).where(events.c.session_id == session_id, events.c.id == event_id)
+    ).first()
+    return None if row is None else _logged(row)
+
+
+def after(conn: Connection, session_id: str, seq: int, limit: int) -> list[EventRecord]:
+    rows = conn.execute(
+        select(events)
+        .where(events.c.session_id == session_id, events.c.seq > seq)
+        .order_by(events.c.seq)
+        .limit(limit)
+    ).all()
+    return [_logged(r) for r in rows]
+
+
+def last_seq(conn: Connection, session_id: str) -> int:
+    value = conn.execute(
+        select(sessions.c.last_seq).where(sessions.c.id == session_id)
+    ).scalar_one_or_none()
+    if value is None:
+        raise NotFound("session", session_id)
+    return int(value)
+
+
+LOG_PHASE, PENDING_PHASE = 0, 1
+
+
+def list_(
+    conn: Connection, session_id: str, page: PageRequest, where: EventFilter
+) -> Page[EventRecord]:
+    """The log in ``seq`` order, then the pending queue (never processed, so it
+    sorts after every processed event). Cursor keys are ``(phase, seq|position)``."""
+    phase, key = page.after if page.after is not None else (None, None)
+    with_pending = not where.has_time_bounds
+    log = select(events).where(events.c.session_id == session_id)
+    queue = select(pending).where(pending.c.session_id == session_id)
+    if where.types:
+        log = log.where(events.c.type.in_(list(where.types)))
+        queue = queue.where(pending.c.type.in_(list(where.types)))
+    for value, op in (
+        (where.processed_gt, "__gt__"),
+        (where.processed_gte, "__ge__"),
+        (where.processed_lt, "__lt__"),
+        (where.processed_lte, "__le__"),
+    ):
+        if value is not None:
+            log = log.where(getattr(events.c.processed_at, op)(value))
+
+    def from_log(room: int) -> list[EventRecord]:
+        stmt = log
+        if phase == LOG_PHASE:
+            stmt = stmt.where(events.c.seq > key if page.order == "asc" else events.c.seq < key)
+        order = events.c.seq.asc() if page.order == "asc" else events.c.seq.desc()
+        return [_logged(r) for r in conn.execute(stmt.order_by(order).limit(room)).all()]
+
+    def from_queue(room: int) -> list[EventRecord]:
+        stmt = queue
+        if phase == PENDING_PHASE:
+            pos = pending.c.position
+            stmt = stmt.where(pos > key if page.order == "asc" else pos < key)
+        order = pending.c.position.asc() if page.order == "asc" else pending.c.position.desc()
+        return [_queued(r) for r in conn.execute(stmt.order_by(order).limit(room)).all()]
+
+    want = page.limit + 1
+    items: list[EventRecord] = []
+    if page.order == "asc":
+        if phase in (None, LOG_PHASE):
+            items += from_log(want)
+        if with_pending and len(items) < want:
+            items += from_queue(want - len(items))
+    else:
+        if with_pending and phase in (None, PENDING_PHASE):
+            items += from_queue(want)
+        if len(items) < want:
+            items += from_log(want - len(items))
+    return Page(items=items[: page.limit], has_next=len(items) > page.limit, has_prev=False)
+
+
+def cursor_key(record: EventRecord) -> tuple[int, int]:
+    if record.seq is not None:
+        return (LOG_PHASE, record.seq)
+    assert record.position is not None
+    return (PENDING_PHASE, record.position)

@@ -1,0 +1,57 @@
+"""Accepting user events: into the log when the session is idle, else into the queue."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from itertools import groupby
+
+from sqlalchemy import Connection
+
+from stead.store import _events, _sessions
+from stead.store.base import EventRecord, EventsAccepted, NewEvent, SessionRecord
+from stead.store.errors import Conflict
+
+QUEUED_TYPES = frozenset({"user.message", "system.message"})
+"""Types that wait for the running turn to end. Everything else (interrupts, tool
+results, confirmations, outcomes) is processed on receipt (spec §3.0)."""
+
+MAX_PENDING = 1000
+
+Validator = Callable[[SessionRecord, Callable[[str], EventRecord | None]], None]
+
+
+def accept(
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    new: Sequence[NewEvent],
+    validate: Validator,
+) -> EventsAccepted:
+    session = _sessions.get(conn, workspace_id, session_id)
+    if session.archived_at is not None:
+        raise Conflict(f"session {session_id} is archived; it accepts no new events")
+    if session.terminated_at is not None:
+        raise Conflict(f"session {session_id} is terminated; it accepts no new events")
+    validate(session, lambda event_id: _events.find(conn, session_id, event_id))
+    busy = session.status != "idle"
+    queued = [e for e in new if busy and e.type in QUEUED_TYPES]
+    if queued and _events.pending_count(conn, session_id) + len(queued) > MAX_PENDING:
+        raise Conflict(
+            f"session {session_id} already has {MAX_PENDING} queued events; "
+            "wait for the running turn to drain them",
+            status=429,
+        )
+    echoes: list[EventRecord] = []
+    logged: list[EventRecord] = []
+    # Keep the request's order: a run of queued events, then a run of logged ones, ...
+    for is_queued, group in groupby(new, key=lambda e: busy and e.type in QUEUED_TYPES):
+        batch = list(group)
+        if is_queued:
+            echoes += _events.enqueue(conn, now, session_id, batch)
+        else:
+            records = _events.append_log(conn, now, session_id, batch)
+            echoes += records
+            logged += records
+    return EventsAccepted(echoes=echoes, logged=logged)

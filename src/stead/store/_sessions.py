@@ -1,0 +1,235 @@
+"""Sessions. Status is derived from ``terminated_at`` and the runs table, never stored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Row,
+    String,
+    case,
+    cast,
+    delete,
+    exists,
+    false,
+    insert,
+    literal,
+    select,
+    update,
+)
+
+from stead.ids import new_id
+from stead.store import _agents, _environments, _events
+from stead.store._paging import fetch_page
+from stead.store.base import (
+    LIVE_RUN_STATUSES,
+    AgentRecord,
+    EventRecord,
+    Json,
+    NewEvent,
+    Page,
+    PageRequest,
+    RunStatus,
+    SessionChange,
+    SessionFilter,
+    SessionRecord,
+)
+from stead.store.errors import Conflict, NotFound
+from stead.store.tables import events, pending, runs, sessions
+
+
+def _run_exists(*statuses: str) -> Any:
+    return exists().where(runs.c.session_id == sessions.c.id, runs.c.status.in_(statuses))
+
+
+STATUS = case(
+    (sessions.c.terminated_at.is_not(None), literal("terminated")),
+    (_run_exists(*LIVE_RUN_STATUSES), literal("running")),
+    (_run_exists(RunStatus.RETRYING), literal("rescheduling")),
+    else_=literal("idle"),
+).label("status")
+
+_SELECT = select(sessions, cast(STATUS, String).label("status"))
+
+
+def _record(row: Row[Any]) -> SessionRecord:
+    return SessionRecord(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        agent=row.agent,
+        environment_id=row.environment_id,
+        title=row.title,
+        metadata=row.metadata,
+        vault_ids=row.vault_ids,
+        budget=row.budget,
+        resources=row.resources,
+        usage=row.usage,
+        status=row.status,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        archived_at=row.archived_at,
+        terminated_at=row.terminated_at,
+    )
+
+
+def get(conn: Connection, workspace_id: str, session_id: str) -> SessionRecord:
+    row = conn.execute(
+        _SELECT.where(sessions.c.id == session_id, sessions.c.workspace_id == workspace_id)
+    ).first()
+    if row is None:
+        raise NotFound("session", session_id)
+    return _record(row)
+
+
+def create(
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    agent_ref: tuple[str, int | None],
+    build_agent: Callable[[AgentRecord], Json],
+    environment_id: str,
+    fields: dict[str, Any],
+    initial_events: Sequence[NewEvent],
+) -> tuple[SessionRecord, list[EventRecord]]:
+    agent_id, version = agent_ref
+    try:
+        agent = _agents.get(conn, workspace_id, agent_id, version)
+    except NotFound as exc:
+        raise NotFound(exc.kind, exc.ident, field="agent") from None
+    if agent.archived_at is not None:
+        raise Conflict(f"agent: agent {agent_id} is archived; new sessions cannot use it", status=400)
+    try:
+        env = _environments.get(conn, workspace_id, environment_id)
+    except NotFound as exc:
+        raise NotFound(exc.kind, exc.ident, field="environment_id") from None
+    if env.archived_at is not None:
+        raise Conflict(
+            f"environment_id: environment {environment_id} is archived; "
+            "new sessions cannot use it",
+            code="environment_archived",
+            status=400,
+        )
+    session_id = new_id("session")
+    conn.execute(
+        insert(sessions).values(
+            id=session_id,
+            workspace_id=workspace_id,
+            agent_id=agent.id,
+            agent_version=agent.version,
+            agent=build_agent(agent),
+            environment_id=environment_id,
+            title=fields.get("title"),
+            metadata=fields.get("metadata", {}),
+            vault_ids=fields.get("vault_ids", []),
+            budget=fields.get("budget"),
+            resources=fields.get("resources", []),
+            usage={},
+            last_seq=0,
+            pending_tail=0,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    logged = _events.append_log(conn, now, session_id, initial_events)
+    return get(conn, workspace_id, session_id), logged
+
+
+def update_(
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    change: SessionChange,
+    event: NewEvent,
+) -> tuple[SessionRecord, EventRecord | None]:
+    current = get(conn, workspace_id, session_id)
+    _check_writable(current)
+    values = change(current)
+    changed = {k: v for k, v in values.items() if getattr(current, k) != v}
+    if not changed:
+        return current, None
+    if "agent" in changed and current.status != "idle":
+        raise Conflict(
+            f"agent: session {session_id} is {current.status}; "
+            "its tools can only change while it is idle"
+        )
+    conn.execute(
+        update(sessions).where(sessions.c.id == session_id).values(**changed, updated_at=now)
+    )
+    body = {**event.body, **changed}
+    [logged] = _events.append_log(conn, now, session_id, [NewEvent(event.id, event.type, body)])
+    return get(conn, workspace_id, session_id), logged
+
+
+def _check_writable(session: SessionRecord) -> None:
+    if session.archived_at is not None:
+        raise Conflict(f"session {session.id} is archived and read-only")
+    if session.terminated_at is not None:
+        raise Conflict(f"session {session.id} is terminated")
+
+
+def archive(conn: Connection, now: datetime, workspace_id: str, session_id: str) -> SessionRecord:
+    current = get(conn, workspace_id, session_id)
+    if current.archived_at is not None:
+        return current
+    if current.status in ("running", "rescheduling"):
+        raise Conflict(f"session {session_id} is {current.status}; interrupt it before archiving")
+    conn.execute(update(sessions).where(sessions.c.id == session_id).values(archived_at=now))
+    return get(conn, workspace_id, session_id)
+
+
+def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
+    current = get(conn, workspace_id, session_id)
+    if current.status in ("running", "rescheduling"):
+        raise Conflict(f"session {session_id} is {current.status}; interrupt it before deleting")
+    for table in (events, pending, runs):
+        conn.execute(delete(table).where(table.c.session_id == session_id))
+    conn.execute(delete(sessions).where(sessions.c.id == session_id))
+
+
+def list_(
+    conn: Connection, workspace_id: str, page: PageRequest, where: SessionFilter
+) -> Page[SessionRecord]:
+    stmt = _SELECT.where(sessions.c.workspace_id == workspace_id)
+    conditions = [
+        (where.agent_id, lambda v: sessions.c.agent_id == v),
+        (where.agent_version, lambda v: sessions.c.agent_version == v),
+        (where.created_gt, lambda v: sessions.c.created_at > v),
+        (where.created_gte, lambda v: sessions.c.created_at >= v),
+        (where.created_lt, lambda v: sessions.c.created_at < v),
+        (where.created_lte, lambda v: sessions.c.created_at <= v),
+    ]
+    for value, condition in conditions:
+        if value is not None:
+            stmt = stmt.where(condition(value))
+    if not where.include_archived:
+        stmt = stmt.where(sessions.c.archived_at.is_(None))
+    if where.statuses:
+        stmt = stmt.where(STATUS.in_(list(where.statuses)))
+    if where.deployment_id is not None or where.memory_store_id is not None:
+        # No session has a deployment or a memory store yet: the filter matches nothing.
+        stmt = stmt.where(false())
+    return fetch_page(conn, stmt, [sessions.c.created_at, sessions.c.id], page, _record)
+
+
+def start_run(conn: Connection, now: datetime, session_id: str) -> str:
+    run_id = new_id("run")
+    conn.execute(
+        insert(runs).values(
+            id=run_id,
+            session_id=session_id,
+            status=RunStatus.QUEUED,
+            attempts=0,
+            epoch=0,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return run_id
+
+
+def finish_run(conn: Connection, now: datetime, run_id: str, status: RunStatus) -> None:
+    conn.execute(update(runs).where(runs.c.id == run_id).values(status=status, updated_at=now))

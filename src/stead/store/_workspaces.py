@@ -1,0 +1,78 @@
+"""Workspaces and API keys. Keys are stored as SHA-256 hashes; the secret is shown once."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime
+
+from sqlalchemy import Connection, func, insert, select
+
+from stead.ids import new_id
+from stead.store.base import ApiKey, Workspace
+from stead.store.errors import NotFound
+from stead.store.tables import api_keys, workspaces
+
+KEY_PREFIX = "sk-stead-"
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_workspace(conn: Connection, now: datetime, name: str) -> Workspace:
+    ws = Workspace(id=new_id("workspace"), name=name, created_at=now)
+    conn.execute(insert(workspaces).values(id=ws.id, name=ws.name, created_at=now))
+    return ws
+
+
+def list_workspaces(conn: Connection) -> list[Workspace]:
+    rows = conn.execute(select(workspaces).order_by(workspaces.c.created_at)).all()
+    return [Workspace(id=r.id, name=r.name, created_at=r.created_at) for r in rows]
+
+
+def create_api_key(
+    conn: Connection, now: datetime, workspace_id: str, name: str
+) -> tuple[ApiKey, str]:
+    if conn.execute(select(workspaces.c.id).where(workspaces.c.id == workspace_id)).first() is None:
+        raise NotFound("workspace", workspace_id)
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey(
+        id=new_id("api_key"),
+        workspace_id=workspace_id,
+        name=name,
+        hint=secret[-4:],
+        created_at=now,
+    )
+    conn.execute(
+        insert(api_keys).values(
+            id=key.id,
+            workspace_id=workspace_id,
+            name=name,
+            key_hash=hash_secret(secret),
+            hint=key.hint,
+            created_at=now,
+        )
+    )
+    return key, secret
+
+
+def authenticate(conn: Connection, secret: str) -> ApiKey | None:
+    row = conn.execute(
+        select(api_keys).where(
+            api_keys.c.key_hash == hash_secret(secret), api_keys.c.revoked_at.is_(None)
+        )
+    ).first()
+    if row is None:
+        return None
+    return ApiKey(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        name=row.name,
+        hint=row.hint,
+        created_at=row.created_at,
+    )
+
+
+def count_api_keys(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(api_keys)).scalar_one())

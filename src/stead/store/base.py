@@ -1,0 +1,290 @@
+"""The Store interface and the records it returns.
+
+Records are frozen dataclasses; JSON-shaped parts (agent definitions, configs,
+event bodies) stay plain dicts in wire form. Every method is async, may raise
+``NotFound`` or ``Conflict`` (see ``errors.py``), and commits before it
+returns: a returned write is durable.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+T = TypeVar("T")
+Json = dict[str, Any]
+Order = Literal["asc", "desc"]
+
+
+class RunStatus(enum.StrEnum):
+    """Lifecycle of one turn. Session status is derived from it (DESIGN rule 2)."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    RETRYING = "retrying"
+    DONE = "done"
+    FAILED = "failed"
+
+
+LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKey:
+    id: str
+    workspace_id: str
+    name: str
+    hint: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    id: str
+    workspace_id: str
+    version: int
+    definition: Json
+    """name, description, system, model, tools, mcp_servers, skills, multiagent,
+    execution_identity, metadata — already in resolved wire form."""
+    created_at: datetime
+    updated_at: datetime
+    archived_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentRecord:
+    id: str
+    workspace_id: str
+    name: str
+    description: str | None
+    config: Json
+    metadata: dict[str, str]
+    scope: str | None
+    created_at: datetime
+    updated_at: datetime
+    archived_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    id: str
+    workspace_id: str
+    agent: Json
+    environment_id: str
+    title: str | None
+    metadata: dict[str, str]
+    vault_ids: list[str]
+    budget: Json | None
+    resources: list[Json]
+    usage: Json
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    archived_at: datetime | None
+    terminated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One session event. ``seq`` is None while the event waits in the pending queue."""
+
+    session_id: str
+    id: str
+    type: str
+    body: Json
+    processed_at: datetime | None
+    seq: int | None = None
+    position: int | None = None
+    """Place in the pending queue while ``seq`` is None."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append; the store assigns ``seq`` and stamps ``processed_at``."""
+
+    id: str
+    type: str
+    body: Json
+
+
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """Keyset paging: ``after``/``before`` are the sort key of the cursor row."""
+
+    limit: int
+    order: Order
+    after: tuple[Any, ...] | None = None
+    before: tuple[Any, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    has_next: bool
+    has_prev: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFilter:
+    agent_id: str | None = None
+    agent_version: int | None = None
+    created_gt: datetime | None = None
+    created_gte: datetime | None = None
+    created_lt: datetime | None = None
+    created_lte: datetime | None = None
+    include_archived: bool = False
+    statuses: Sequence[str] = ()
+    deployment_id: str | None = None
+    memory_store_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    types: Sequence[str] = ()
+    processed_gt: datetime | None = None
+    processed_gte: datetime | None = None
+    processed_lt: datetime | None = None
+    processed_lte: datetime | None = None
+
+    @property
+    def has_time_bounds(self) -> bool:
+        return any(
+            (self.processed_gt, self.processed_gte, self.processed_lt, self.processed_lte)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EventsAccepted:
+    """What ``accept_user_events`` did: the echoes, and which of them went to the log."""
+
+    echoes: list[EventRecord] = field(default_factory=list)
+    logged: list[EventRecord] = field(default_factory=list)
+
+
+AgentChange = Callable[[Json], Json]
+"""Pure function from the latest agent definition to the new one; may raise."""
+EnvironmentChange = Callable[[EnvironmentRecord], dict[str, Any]]
+SessionChange = Callable[[SessionRecord], dict[str, Any]]
+
+
+class Store(Protocol):
+    """Durable state of a stead installation. Safe to share between tasks."""
+
+    async def close(self) -> None: ...
+
+    # workspaces and keys
+    async def create_workspace(self, name: str) -> Workspace: ...
+    async def list_workspaces(self) -> list[Workspace]: ...
+    async def create_api_key(self, workspace_id: str, name: str) -> tuple[ApiKey, str]:
+        """Returns the key record and the secret, which is never stored in clear."""
+        ...
+    async def authenticate(self, secret: str) -> ApiKey | None: ...
+    async def count_api_keys(self) -> int: ...
+
+    # agents
+    async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord: ...
+    async def get_agent(
+        self, workspace_id: str, agent_id: str, version: int | None = None
+    ) -> AgentRecord: ...
+    async def update_agent(
+        self, workspace_id: str, agent_id: str, expected_version: int | None, change: AgentChange
+    ) -> AgentRecord:
+        """Applies ``change`` to the latest version; a no-op change makes no new version.
+        ``expected_version`` mismatch raises Conflict."""
+        ...
+    async def archive_agent(self, workspace_id: str, agent_id: str) -> AgentRecord: ...
+    async def list_agents(
+        self,
+        workspace_id: str,
+        page: PageRequest,
+        include_archived: bool,
+        created_gte: datetime | None,
+        created_lte: datetime | None,
+    ) -> Page[AgentRecord]: ...
+    async def list_agent_versions(
+        self, workspace_id: str, agent_id: str, page: PageRequest
+    ) -> Page[AgentRecord]: ...
+
+    # environments
+    async def create_environment(
+        self,
+        workspace_id: str,
+        name: str,
+        description: str | None,
+        config: Json,
+        metadata: dict[str, str],
+        scope: str | None,
+    ) -> EnvironmentRecord: ...
+    async def get_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord: ...
+    async def update_environment(
+        self, workspace_id: str, env_id: str, change: EnvironmentChange
+    ) -> EnvironmentRecord: ...
+    async def archive_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord: ...
+    async def delete_environment(self, workspace_id: str, env_id: str) -> None: ...
+    async def list_environments(
+        self, workspace_id: str, page: PageRequest, include_archived: bool
+    ) -> Page[EnvironmentRecord]: ...
+
+    # sessions
+    async def create_session(
+        self,
+        workspace_id: str,
+        agent_ref: tuple[str, int | None],
+        build_agent: Callable[[AgentRecord], Json],
+        environment_id: str,
+        fields: dict[str, Any],
+        initial_events: Sequence[NewEvent],
+    ) -> tuple[SessionRecord, list[EventRecord]]:
+        """Resolves the agent reference, snapshots it through ``build_agent`` and
+        appends ``initial_events``, all in one transaction."""
+        ...
+    async def get_session(self, workspace_id: str, session_id: str) -> SessionRecord: ...
+    async def update_session(
+        self, workspace_id: str, session_id: str, change: SessionChange, event: NewEvent
+    ) -> tuple[SessionRecord, EventRecord | None]:
+        """Applies ``change``; when it changed anything, appends ``event`` with the
+        changed columns merged into its body (they are named like the wire fields)."""
+        ...
+    async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord: ...
+    async def delete_session(self, workspace_id: str, session_id: str) -> None: ...
+    async def list_sessions(
+        self, workspace_id: str, page: PageRequest, where: SessionFilter
+    ) -> Page[SessionRecord]: ...
+
+    # events
+    async def accept_user_events(
+        self,
+        workspace_id: str,
+        session_id: str,
+        events: Sequence[NewEvent],
+        validate: Callable[[SessionRecord, Callable[[str], EventRecord | None]], None],
+    ) -> EventsAccepted:
+        """Stores user events: into the log when the session has no live run,
+        else into the pending queue (``processed_at`` None). ``validate`` sees the
+        session and a lookup of logged events by id, inside the transaction."""
+        ...
+    async def append_events(self, session_id: str, events: Sequence[NewEvent]) -> list[EventRecord]:
+        ...
+    async def drain_pending(self, session_id: str) -> list[EventRecord]:
+        """Moves every pending event into the log, in arrival order."""
+        ...
+    async def list_events(
+        self, workspace_id: str, session_id: str, page: PageRequest, where: EventFilter
+    ) -> Page[EventRecord]: ...
+    async def events_after(self, session_id: str, seq: int, limit: int) -> list[EventRecord]: ...
+    async def last_seq(self, session_id: str) -> int: ...
+    async def find_event_seq(self, session_id: str, event_id: str) -> int | None: ...
+
+    # runs (the agent loop owns them; the API only reads status)
+    async def start_run(self, session_id: str) -> str: ...
+    async def finish_run(self, run_id: str, status: RunStatus) -> None: ...

@@ -1,0 +1,34 @@
+"""Store errors. The API turns them into the error envelope in ``api/errors.py`` only.
+
+    StoreError
+    ├── NotFound        no such row in this workspace (other workspaces look the same)
+    └── Conflict        the row exists but its state forbids the change
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error the store raises on purpose."""
+
+
+class NotFound(StoreError):
+    def __init__(self, kind: str, ident: str, field: str | None = None) -> None:
+        self.kind = kind
+        self.ident = ident
+        self.field = field
+        where = f"{field}: " if field else ""
+        super().__init__(f"{where}no {kind} with id {ident!r}")
+
+
+class Conflict(StoreError):
+    """A deterministic state conflict; retrying the same request cannot succeed.
+
+    ``status`` is the HTTP status the API should answer with (409 by default,
+    400 where the hosted API documents a 400 for the same condition).
+    """
+
+    def __init__(self, message: str, *, code: str | None = None, status: int = 409) -> None:
+        self.code = code
+        self.status = status
+        super().__init__(message)

@@ -1,0 +1,257 @@
+"""``SqlStore``: the Store on SQLAlchemy Core, one implementation for every dialect.
+
+Each method runs one whole transaction in a worker thread (one thread hop per
+call, not per statement). Writes are serialised by a capacity-1 limiter, which
+also makes ``seq`` order and commit order the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar
+
+from anyio import CapacityLimiter, to_thread
+from sqlalchemy import Connection, Engine
+
+from stead.store import (
+    _agents,
+    _environments,
+    _events,
+    _inbox,
+    _sessions,
+    _workspaces,
+)
+from stead.store.base import (
+    AgentChange,
+    AgentRecord,
+    ApiKey,
+    EnvironmentChange,
+    EnvironmentRecord,
+    EventFilter,
+    EventRecord,
+    EventsAccepted,
+    Json,
+    NewEvent,
+    Page,
+    PageRequest,
+    RunStatus,
+    SessionChange,
+    SessionFilter,
+    SessionRecord,
+    Workspace,
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SqlStore:
+    def __init__(
+        self,
+        writer: Engine,
+        reader: Engine,
+        *,
+        readers: int = 4,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._writer_engine = writer
+        self._reader_engine = reader
+        self._now = clock
+        self._write_limiter = CapacityLimiter(1)
+        self._read_limiter = CapacityLimiter(readers)
+
+    async def close(self) -> None:
+        await to_thread.run_sync(self._dispose)
+
+    def _dispose(self) -> None:
+        self._writer_engine.dispose()
+        self._reader_engine.dispose()
+
+    async def _write(self, fn: Callable[..., R], *args: Any) -> R:
+        def run() -> R:
+            with self._writer_engine.begin() as conn:
+                # The clock is read under the write lock: processed_at follows seq order.
+                return fn(conn, self._now(), *args)
+
+        return await to_thread.run_sync(run, limiter=self._write_limiter)
+
+    async def _read(self, fn: Callable[..., R], *args: Any) -> R:
+        def run() -> R:
+            with self._reader_engine.begin() as conn:
+                return fn(conn, *args)
+
+        return await to_thread.run_sync(run, limiter=self._read_limiter)
+
+    # workspaces and keys
+    async def create_workspace(self, name: str) -> Workspace:
+        return await self._write(_workspaces.create_workspace, name)
+
+    async def list_workspaces(self) -> list[Workspace]:
+        return await self._read(_workspaces.list_workspaces)
+
+    async def create_api_key(self, workspace_id: str, name: str) -> tuple[ApiKey, str]:
+        return await self._write(_workspaces.create_api_key, workspace_id, name)
+
+    async def authenticate(self, secret: str) -> ApiKey | None:
+        return await self._read(_workspaces.authenticate, secret)
+
+    async def count_api_keys(self) -> int:
+        return await self._read(_workspaces.count_api_keys)
+
+    # agents
+    async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord:
+        return await self._write(_agents.create, workspace_id, definition)
+
+    async def get_agent(
+        self, workspace_id: str, agent_id: str, version: int | None = None
+    ) -> AgentRecord:
+        return await self._read(_agents.get, workspace_id, agent_id, version)
+
+    async def update_agent(
+        self, workspace_id: str, agent_id: str, expected_version: int | None, change: AgentChange
+    ) -> AgentRecord:
+        return await self._write(_agents.update_, workspace_id, agent_id, expected_version, change)
+
+    async def archive_agent(self, workspace_id: str, agent_id: str) -> AgentRecord:
+        return await self._write(_agents.archive, workspace_id, agent_id)
+
+    async def list_agents(
+        self,
+        workspace_id: str,
+        page: PageRequest,
+        include_archived: bool,
+        created_gte: datetime | None,
+        created_lte: datetime | None,
+    ) -> Page[AgentRecord]:
+        return await self._read(
+            _agents.list_, workspace_id, page, include_archived, created_gte, created_lte
+        )
+
+    async def list_agent_versions(
+        self, workspace_id: str, agent_id: str, page: PageRequest
+    ) -> Page[AgentRecord]:
+        return await self._read(_agents.list_versions, workspace_id, agent_id, page)
+
+    # environments
+    async def create_environment(
+        self,
+        workspace_id: str,
+        name: str,
+        description: str | None,
+        config: Json,
+        metadata: dict[str, str],
+        scope: str | None,
+    ) -> EnvironmentRecord:
+        return await self._write(
+            _environments.create, workspace_id, name, description, config, metadata, scope
+        )
+
+    async def get_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
+        return await self._read(_environments.get, workspace_id, env_id)
+
+    async def update_environment(
+        self, workspace_id: str, env_id: str, change: EnvironmentChange
+    ) -> EnvironmentRecord:
+        return await self._write(_environments.update_, workspace_id, env_id, change)
+
+    async def archive_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
+        return await self._write(_environments.archive, workspace_id, env_id)
+
+    async def delete_environment(self, workspace_id: str, env_id: str) -> None:
+        await self._write(lambda conn, _now: _environments.delete_(conn, workspace_id, env_id))
+
+    async def list_environments(
+        self, workspace_id: str, page: PageRequest, include_archived: bool
+    ) -> Page[EnvironmentRecord]:
+        return await self._read(_environments.list_, workspace_id, page, include_archived)
+
+    # sessions
+    async def create_session(
+        self,
+        workspace_id: str,
+        agent_ref: tuple[str, int | None],
+        build_agent: Callable[[AgentRecord], Json],
+        environment_id: str,
+        fields: dict[str, Any],
+        initial_events: Sequence[NewEvent],
+    ) -> tuple[SessionRecord, list[EventRecord]]:
+        return await self._write(
+            _sessions.create,
+            workspace_id,
+            agent_ref,
+            build_agent,
+            environment_id,
+            fields,
+            initial_events,
+        )
+
+    async def get_session(self, workspace_id: str, session_id: str) -> SessionRecord:
+        return await self._read(_sessions.get, workspace_id, session_id)
+
+    async def update_session(
+        self, workspace_id: str, session_id: str, change: SessionChange, event: NewEvent
+    ) -> tuple[SessionRecord, EventRecord | None]:
+        return await self._write(_sessions.update_, workspace_id, session_id, change, event)
+
+    async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord:
+        return await self._write(_sessions.archive, workspace_id, session_id)
+
+    async def delete_session(self, workspace_id: str, session_id: str) -> None:
+        await self._write(lambda conn, _now: _sessions.delete_(conn, workspace_id, session_id))
+
+    async def list_sessions(
+        self, workspace_id: str, page: PageRequest, where: SessionFilter
+    ) -> Page[SessionRecord]:
+        return await self._read(_sessions.list_, workspace_id, page, where)
+
+    # events
+    async def accept_user_events(
+        self,
+        workspace_id: str,
+        session_id: str,
+        events: Sequence[NewEvent],
+        validate: _inbox.Validator,
+    ) -> EventsAccepted:
+        return await self._write(_inbox.accept, workspace_id, session_id, events, validate)
+
+    async def append_events(
+        self, session_id: str, events: Sequence[NewEvent]
+    ) -> list[EventRecord]:
+        return await self._write(_events.append_log, session_id, events)
+
+    async def drain_pending(self, session_id: str) -> list[EventRecord]:
+        return await self._write(_events.drain, session_id)
+
+    async def list_events(
+        self, workspace_id: str, session_id: str, page: PageRequest, where: EventFilter
+    ) -> Page[EventRecord]:
+        def run(conn: Connection) -> Page[EventRecord]:
+            _sessions.get(conn, workspace_id, session_id)
+            return _events.list_(conn, session_id, page, where)
+
+        return await self._read(run)
+
+    async def events_after(self, session_id: str, seq: int, limit: int) -> list[EventRecord]:
+        return await self._read(_events.after, session_id, seq, limit)
+
+    async def last_seq(self, session_id: str) -> int:
+        return await self._read(_events.last_seq, session_id)
+
+    async def find_event_seq(self, session_id: str, event_id: str) -> int | None:
+        def run(conn: Connection) -> int | None:
+            found = _events.find(conn, session_id, event_id)
+            return None if found is None else found.seq
+
+        return await self._read(run)
+
+    # runs
+    async def start_run(self, session_id: str) -> str:
+        return await self._write(_sessions.start_run, session_id)
+
+    async def finish_run(self, run_id: str, status: RunStatus) -> None:
+        await self._write(_sessions.finish_run, run_id, status)

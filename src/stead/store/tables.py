@@ -1,0 +1,173 @@
+"""The schema, written once in SQLAlchemy Core for SQLite and PostgreSQL alike.
+
+Migrations in ``migrations/versions`` create exactly these tables; a test
+checks that the migrated database and this metadata agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Json: Any = JSON().with_variant(JSONB(), "postgresql")
+
+metadata = MetaData()
+
+workspaces = Table(
+    "workspaces",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("hint", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime, nullable=True),
+)
+
+agents = Table(
+    "agents",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("latest_version", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=True),
+    Index("ix_agents_workspace_created", "workspace_id", "created_at", "id"),
+)
+
+agent_versions = Table(
+    "agent_versions",
+    metadata,
+    Column("agent_id", String(64), ForeignKey("agents.id"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("definition", Json, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+environments = Table(
+    "environments",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("description", Text, nullable=True),
+    Column("config", Json, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("scope", String(32), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=True),
+    UniqueConstraint("workspace_id", "name", name="uq_environments_workspace_name"),
+    Index("ix_environments_workspace_created", "workspace_id", "created_at", "id"),
+)
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("agent_id", String(64), nullable=False),
+    Column("agent_version", Integer, nullable=False),
+    Column("agent", Json, nullable=False),
+    Column("environment_id", String(64), nullable=False),
+    Column("title", Text, nullable=True),
+    Column("metadata", Json, nullable=False),
+    Column("vault_ids", Json, nullable=False),
+    Column("budget", Json, nullable=True),
+    Column("resources", Json, nullable=False),
+    Column("usage", Json, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("pending_tail", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=True),
+    Column("terminated_at", UTCDateTime, nullable=True),
+    Index("ix_sessions_workspace_created", "workspace_id", "created_at", "id"),
+    Index("ix_sessions_environment", "environment_id"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("session_id", String(64), ForeignKey("sessions.id"), primary_key=True),
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("type", String(64), nullable=False),
+    Column("body", Json, nullable=False),
+    Column("processed_at", UTCDateTime, nullable=False),
+)
+
+pending = Table(
+    "pending",
+    metadata,
+    Column("session_id", String(64), ForeignKey("sessions.id"), primary_key=True),
+    Column("position", BigInteger, primary_key=True, autoincrement=False),
+    Column("id", String(64), nullable=False, unique=True),
+    Column("type", String(64), nullable=False),
+    Column("body", Json, nullable=False),
+    Column("received_at", UTCDateTime, nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("session_id", String(64), ForeignKey("sessions.id"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("owner", String(128), nullable=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_runs_session_status", "session_id", "status"),
+)
