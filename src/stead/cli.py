@@ -14,7 +14,9 @@ from rich.console import Console
 from stead.config import Settings
 from stead.store import ApiKey, open_store
 
-app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True)
+app = typer.Typer(
+    help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True
+)
 keys_app = typer.Typer(help="API keys: each belongs to one workspace.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 console = Console(highlight=False, soft_wrap=True)
@@ -53,7 +55,9 @@ def serve(
 
     settings = _settings(host=host, port=port, data_dir=data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("alembic").setLevel(logging.WARNING)
     created = anyio.run(_first_key, settings)
     url = f"http://{settings.host}:{settings.port}"

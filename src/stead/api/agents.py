@@ -14,7 +14,7 @@ from stead.api.deps import Caller, caller, services
 from stead.schemas import agents
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
-AGENT = {200: {"model": BetaManagedAgentsAgent}}
+AGENT = openapi.response(BetaManagedAgentsAgent)
 
 
 @router.post("", responses=AGENT, openapi_extra=openapi.body("AgentCreateParams"))
@@ -36,7 +36,9 @@ async def retrieve_agent(
 
 
 @router.post("/{agent_id}", responses=AGENT, openapi_extra=openapi.body("AgentUpdateParams"))
-async def update_agent(request: Request, agent_id: str, who: Caller = Depends(caller)) -> JSONResponse:
+async def update_agent(
+    request: Request, agent_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
     expected, params = agents.parse_update(await json_body(request))
     record = await services(request).store.update_agent(
         who.workspace_id, agent_id, expected, lambda current: agents.apply_update(current, params)
@@ -45,7 +47,9 @@ async def update_agent(request: Request, agent_id: str, who: Caller = Depends(ca
 
 
 @router.post("/{agent_id}/archive", responses=AGENT)
-async def archive_agent(request: Request, agent_id: str, who: Caller = Depends(caller)) -> JSONResponse:
+async def archive_agent(
+    request: Request, agent_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
     record = await services(request).store.archive_agent(who.workspace_id, agent_id)
     return JSONResponse(wire.agent(record))
 
@@ -65,9 +69,7 @@ async def list_agents(
         who.workspace_id, request_page, include_archived, created_gte, created_lte
     )
     return JSONResponse(
-        pagination.page_body(
-            "agents", "desc", result, lambda r: (r.created_at, r.id), wire.agent
-        )
+        pagination.page_body("agents", "desc", result, lambda r: (r.created_at, r.id), wire.agent)
     )
 
 

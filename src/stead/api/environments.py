@@ -13,7 +13,7 @@ from stead.schemas import environments
 from stead.store import EnvironmentRecord
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
-ENVIRONMENT = {200: {"model": BetaEnvironment}}
+ENVIRONMENT = openapi.response(BetaEnvironment)
 
 
 def _columns(record: EnvironmentRecord) -> dict[str, object]:
@@ -66,7 +66,7 @@ async def archive_environment(
     return JSONResponse(wire.environment(record))
 
 
-@router.delete("/{environment_id}", responses={200: {"model": BetaEnvironmentDeleteResponse}})
+@router.delete("/{environment_id}", responses=openapi.response(BetaEnvironmentDeleteResponse))
 async def delete_environment(
     request: Request, environment_id: str, who: Caller = Depends(caller)
 ) -> JSONResponse:

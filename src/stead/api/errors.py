@@ -63,7 +63,10 @@ def error_response(
     headers: dict[str, str] | None = None,
 ) -> JSONResponse:
     rid = request_id(request)
-    error: dict[str, Any] = {"type": ERROR_TYPES.get(status, "invalid_request_error"), "message": message}
+    error: dict[str, Any] = {
+        "type": ERROR_TYPES.get(status, "invalid_request_error"),
+        "message": message,
+    }
     if code:
         error["details"] = {"error_code": code}
     return JSONResponse(

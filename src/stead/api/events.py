@@ -52,10 +52,12 @@ def _reference_check(
 
 @router.post(
     "/events",
-    responses={200: {"model": BetaManagedAgentsSendSessionEvents}},
+    responses=openapi.response(BetaManagedAgentsSendSessionEvents),
     openapi_extra=openapi.body("EventSendParams"),
 )
-async def send_events(request: Request, session_id: str, who: Caller = Depends(caller)) -> JSONResponse:
+async def send_events(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
     app = services(request)
     params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
     accepted = await app.store.accept_user_events(
@@ -120,4 +122,6 @@ async def stream_events(
         if after_seq is None:
             field = "after" if after else "Last-Event-ID"
             raise RequestError(f"{field}: no event {resume_from[:80]!r} in this session")
-    return EventStream(app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds)
+    return EventStream(
+        app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds
+    )

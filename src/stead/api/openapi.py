@@ -23,6 +23,11 @@ REQUEST_BODIES: dict[str, StrictParams] = {
 REF = "#/components/schemas/{model}"
 
 
+def response(model: type[Any]) -> dict[int | str, dict[str, Any]]:
+    """``responses`` for a route answering 200 with ``model`` (an SDK response type)."""
+    return {200: {"model": model}}
+
+
 def body(name: str, *, required: bool = True) -> dict[str, Any]:
     """``openapi_extra`` for a route whose JSON body is validated by ``REQUEST_BODIES[name]``."""
     assert name in REQUEST_BODIES

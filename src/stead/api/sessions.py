@@ -18,7 +18,7 @@ from stead.schemas import events, sessions
 from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
-SESSION = {200: {"model": BetaManagedAgentsSession}}
+SESSION = openapi.response(BetaManagedAgentsSession)
 Status = Literal["rescheduling", "running", "idle", "terminated"]
 
 
@@ -51,7 +51,9 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
 async def retrieve_session(
     request: Request, session_id: str, who: Caller = Depends(caller)
 ) -> JSONResponse:
-    return JSONResponse(_json(await services(request).store.get_session(who.workspace_id, session_id)))
+    return JSONResponse(
+        _json(await services(request).store.get_session(who.workspace_id, session_id))
+    )
 
 
 @router.post("/{session_id}", responses=SESSION, openapi_extra=openapi.body("SessionUpdateParams"))
@@ -81,7 +83,7 @@ async def archive_session(
     return JSONResponse(_json(record))
 
 
-@router.delete("/{session_id}", responses={200: {"model": BetaManagedAgentsDeletedSession}})
+@router.delete("/{session_id}", responses=openapi.response(BetaManagedAgentsDeletedSession))
 async def delete_session(
     request: Request, session_id: str, who: Caller = Depends(caller)
 ) -> JSONResponse:

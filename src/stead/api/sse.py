@@ -13,12 +13,14 @@ from __future__ import annotations
 import json
 
 import anyio
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from stead.api import wire
 from stead.runtime import EventBus, FeedItem, SessionFeed
 from stead.store import Store
 
+OPENED = b": stream open\n\n"
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -34,7 +36,9 @@ def frame(item: FeedItem) -> bytes:
     return f"event: {event.type}\n{event_id}data: {data}\n\n".encode()
 
 
-class EventStream:
+class EventStream(Response):
+    """A Starlette response (so FastAPI passes it through) that writes its own frames."""
+
     def __init__(
         self,
         store: Store,
@@ -43,6 +47,7 @@ class EventStream:
         after_seq: int | None,
         heartbeat_seconds: float,
     ) -> None:
+        super().__init__(media_type="text/event-stream")
         self._store = store
         self._bus = bus
         self._session_id = session_id
@@ -56,7 +61,9 @@ class EventStream:
                 start = await self._store.last_seq(self._session_id)
             feed = SessionFeed(self._store, subscription, self._session_id, start)
             await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-            await send({"type": "http.response.body", "body": b": stream open\n\n", "more_body": True})
+            await send(
+                {"type": "http.response.body", "body": b": stream open\n\n", "more_body": True}
+            )
             async with anyio.create_task_group() as group:
                 group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
                 await self._pump(feed, send)

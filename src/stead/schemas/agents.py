@@ -21,6 +21,13 @@ UPDATE = StrictParams(agent_update_params.AgentUpdateParams)
 
 BUILTIN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 AGENT_TOOLSET = "agent_toolset_20260401"
+WEB_TOOL_KEYS = (
+    "url_sources",
+    "allowed_domains",
+    "blocked_domains",
+    "max_content_tokens",
+    "user_location",
+)
 MAX_TOOLS = 256
 MAX_MCP_SERVERS = 20
 CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -59,7 +66,9 @@ def _resolve_toolset_configs(
         entry: Json = {
             "name": name,
             "enabled": default["enabled"] if cfg.get("enabled") is None else cfg["enabled"],
-            "permission_policy": _policy(cfg.get("permission_policy"), default["permission_policy"]),
+            "permission_policy": _policy(
+                cfg.get("permission_policy"), default["permission_policy"]
+            ),
         }
         for key in extra_keys:
             if cfg.get(key) is not None:
@@ -78,7 +87,7 @@ def _resolve_agent_toolset(field: str, tool: Json) -> Json:
         field,
         list(tool.get("configs") or []),
         default,
-        ("url_sources", "allowed_domains", "blocked_domains", "max_content_tokens", "user_location"),
+        WEB_TOOL_KEYS,
     )
     for i, cfg in enumerate(configs):
         cfg["type"] = cfg["name"]
@@ -138,7 +147,9 @@ def _check_tool_set(tools: list[Json], mcp_servers: list[Json], field: str) -> N
     if sum(t["type"] == AGENT_TOOLSET for t in tools) > 1:
         raise RequestError(f"{field}: {AGENT_TOOLSET} may appear only once")
     count = 0
-    names: set[str] = set(BUILTIN_TOOLS) if any(t["type"] == AGENT_TOOLSET for t in tools) else set()
+    names: set[str] = (
+        set(BUILTIN_TOOLS) if any(t["type"] == AGENT_TOOLSET for t in tools) else set()
+    )
     server_names = {s["name"] for s in mcp_servers}
     referenced: set[str] = set()
     for i, tool in enumerate(tools):

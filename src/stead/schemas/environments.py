@@ -16,7 +16,9 @@ CREATE = StrictParams(environment_create_params.EnvironmentCreateParams)
 UPDATE = StrictParams(environment_update_params.EnvironmentUpdateParams)
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
-HOST = re.compile(r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$")
+HOST = re.compile(
+    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
+)
 MAX_ALLOWED_HOSTS = 256
 
 
@@ -107,7 +109,7 @@ def parse_update(body: Any) -> Json:
 
 def apply_update(current: Json, params: Json) -> Json:
     """Changed column values, given the current ones (name, description, config, ...)."""
-    values = {key: params[key] for key in ("name", "description", "scope") if key in params}
+    values: Json = {key: params[key] for key in ("name", "description", "scope") if key in params}
     if "config" in params:
         values["config"] = merge_config(current["config"], params["config"])
     if "metadata" in params:

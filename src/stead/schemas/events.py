@@ -54,9 +54,13 @@ def check_events(events: list[Json], field: str) -> None:
             raise RequestError(f"{where}.content: must hold at least one block")
         if kind == "system.message":
             _check_system_message(events, i, where)
-        if kind == "user.tool_confirmation" and event.get("deny_message") is not None:
-            if event["result"] != "deny":
-                raise RequestError(f"{where}.deny_message: only allowed with result 'deny'")
+        denied = event.get("result") == "deny"
+        if (
+            kind == "user.tool_confirmation"
+            and event.get("deny_message") is not None
+            and not denied
+        ):
+            raise RequestError(f"{where}.deny_message: only allowed with result 'deny'")
         if kind == "user.define_outcome":
             _check_outcome(event, where)
 

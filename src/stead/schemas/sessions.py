@@ -68,7 +68,9 @@ def parse_create(body: Any) -> SessionCreate:
             raise RequestError(f"vault_ids.{i}: {vault_id[:80]!r} is not a vault id (vlt_...)")
     initial = list(params.get("initial_events", []))
     if len(initial) > MAX_INITIAL_EVENTS:
-        raise RequestError(f"initial_events: at most {MAX_INITIAL_EVENTS} events, got {len(initial)}")
+        raise RequestError(
+            f"initial_events: at most {MAX_INITIAL_EVENTS} events, got {len(initial)}"
+        )
     return SessionCreate(
         agent_id=agent_id,
         agent_version=version,
@@ -102,7 +104,9 @@ def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> 
         "name": definition["name"],
         "description": definition["description"],
         "system": overrides.get("system", definition["system"]),
-        "model": agents.resolve_model(overrides["model"]) if "model" in overrides else definition["model"],
+        "model": agents.resolve_model(overrides["model"])
+        if "model" in overrides
+        else definition["model"],
         "tools": tools,
         "mcp_servers": servers,
         "skills": agents.resolve_skills(list(overrides["skills"]))
@@ -116,7 +120,9 @@ def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> 
 def parse_update(body: Any) -> Json:
     params = UPDATE.validate(body)
     if "vault_ids" in params:
-        raise RequestError("vault_ids: vaults are attached when a session is created and cannot change")
+        raise RequestError(
+            "vault_ids: vaults are attached when a session is created and cannot change"
+        )
     check_length("title", params.get("title"), high=512)
     if "budget" in params:
         params["budget"] = _budget(params["budget"])

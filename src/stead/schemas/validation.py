@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic.json_schema import GenerateJsonSchema
-from pydantic_core import CoreSchema, SchemaValidator
+from pydantic_core import SchemaValidator
 
 Schema = dict[str, Any]
 DISCRIMINATORS = ("type", "name")
@@ -42,14 +42,14 @@ class StrictParams:
     """A validator and a JSON schema for one SDK params type."""
 
     def __init__(self, params_type: Any) -> None:
-        schema = copy.deepcopy(TypeAdapter(params_type).core_schema)
+        schema: Schema = copy.deepcopy(dict(TypeAdapter(params_type).core_schema))
         self._defs = _definitions(schema)
         top = _resolve(schema, self._defs)
         for name in HEADER_PARAMS:
             top.get("fields", {}).pop(name, None)
         _tighten(schema, self._defs)
         self.core_schema: Schema = schema
-        self._validator = SchemaValidator(schema)  # type: ignore[arg-type]
+        self._validator = SchemaValidator(schema)
 
     def validate(self, data: Any, *, prefix: str = "") -> dict[str, Any]:
         try:
@@ -62,7 +62,7 @@ class StrictParams:
 
     def json_schema(self, ref_template: str) -> dict[str, Any]:
         generator = GenerateJsonSchema(ref_template=ref_template)
-        return generator.generate(self.core_schema, mode="validation")  # type: ignore[arg-type]
+        return generator.generate(self.core_schema, mode="validation")
 
     def _describe(self, exc: ValidationError, prefix: str) -> str:
         errors = exc.errors(include_url=False)
@@ -83,9 +83,7 @@ def _resolve(schema: Schema, defs: Mapping[str, Schema]) -> Schema:
         kind = schema.get("type")
         if kind == "definition-ref":
             schema = defs[schema["schema_ref"]]
-        elif kind in ("nullable", "default"):
-            schema = schema["schema"]
-        elif kind == "definitions":
+        elif kind in ("nullable", "default") or kind == "definitions":
             schema = schema["schema"]
         else:
             return schema
@@ -110,7 +108,8 @@ def _tighten(node: Any, defs: Mapping[str, Schema]) -> None:
 
 
 def _choice(choice: Any) -> Schema:
-    return choice[0] if isinstance(choice, tuple | list) else choice  # type: ignore[no-any-return]
+    picked: Schema = choice[0] if isinstance(choice, tuple | list) else choice
+    return picked
 
 
 def _collapse_union(node: Schema, defs: Mapping[str, Schema]) -> None:
@@ -118,7 +117,9 @@ def _collapse_union(node: Schema, defs: Mapping[str, Schema]) -> None:
     resolved = [_resolve(c, defs) for c in choices]
     kinds = {r.get("type") for r in resolved}
     if "str" in kinds and "literal" in kinds:
-        kept = [c for c, r in zip(node["choices"], resolved, strict=True) if r.get("type") != "literal"]
+        kept = [
+            c for c, r in zip(node["choices"], resolved, strict=True) if r.get("type") != "literal"
+        ]
         if len(kept) == 1:
             node.clear()
             node.update(_choice(kept[0]))
@@ -180,13 +181,9 @@ def _child(node: Schema | None, element: Any) -> Schema | None:
     kind = node.get("type")
     if kind == "typed-dict":
         spec = node["fields"].get(element)
-        return None if spec is None else spec["schema"]  # type: ignore[no-any-return]
+        return None if spec is None else spec["schema"]
     if kind in ("list", "tuple", "set"):
         return node.get("items_schema")
     if kind == "dict":
         return node.get("values_schema")
     return None
-
-
-def core_schema_of(params: StrictParams) -> CoreSchema:
-    return params.core_schema  # type: ignore[return-value]

@@ -24,7 +24,7 @@ _JOINED = select(
 ).join(agent_versions, agent_versions.c.agent_id == agents.c.id)
 
 
-def _record(row: Row[Any]) -> AgentRecord:
+def _record(row: Row[Any, Any, Any, Any, Any, Any, Any]) -> AgentRecord:
     return AgentRecord(
         id=row.id,
         workspace_id=row.workspace_id,
@@ -72,9 +72,7 @@ def get(
 
 
 def _exists(conn: Connection, workspace_id: str, agent_id: str) -> bool:
-    stmt = select(agents.c.id).where(
-        agents.c.id == agent_id, agents.c.workspace_id == workspace_id
-    )
+    stmt = select(agents.c.id).where(agents.c.id == agent_id, agents.c.workspace_id == workspace_id)
     return conn.execute(stmt).first() is not None
 
 
@@ -104,13 +102,9 @@ def update_(
         )
     )
     conn.execute(
-        update(agents)
-        .where(agents.c.id == agent_id)
-        .values(latest_version=version, updated_at=now)
+        update(agents).where(agents.c.id == agent_id).values(latest_version=version, updated_at=now)
     )
-    return AgentRecord(
-        agent_id, workspace_id, version, definition, current.created_at, now, None
-    )
+    return AgentRecord(agent_id, workspace_id, version, definition, current.created_at, now, None)
 
 
 def archive(conn: Connection, now: datetime, workspace_id: str, agent_id: str) -> AgentRecord:

@@ -107,9 +107,7 @@ def update_(
     if "name" in changed:
         _check_name_free(conn, workspace_id, changed["name"], except_id=env_id)
     conn.execute(
-        update(environments)
-        .where(environments.c.id == env_id)
-        .values(**changed, updated_at=now)
+        update(environments).where(environments.c.id == env_id).values(**changed, updated_at=now)
     )
     return get(conn, workspace_id, env_id)
 
@@ -127,9 +125,7 @@ def delete_(conn: Connection, workspace_id: str, env_id: str) -> None:
     get(conn, workspace_id, env_id)
     in_use = conn.execute(
         select(
-            exists().where(
-                sessions.c.environment_id == env_id, sessions.c.archived_at.is_(None)
-            )
+            exists().where(sessions.c.environment_id == env_id, sessions.c.archived_at.is_(None))
         )
     ).scalar_one()
     if in_use:

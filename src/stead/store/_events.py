@@ -43,10 +43,7 @@ def _queued(row: Row[Any]) -> EventRecord:
 def _bump(conn: Connection, session_id: str, column: str, n: int) -> int:
     col = sessions.c[column]
     end = conn.execute(
-        update(sessions)
-        .where(sessions.c.id == session_id)
-        .values({col: col + n})
-        .returning(col)
+        update(sessions).where(sessions.c.id == session_id).values({col: col + n}).returning(col)
     ).scalar_one_or_none()
     if end is None:
         raise NotFound("session", session_id)
@@ -60,8 +57,7 @@ def append_log(
         return []
     first = _bump(conn, session_id, "last_seq", len(new)) - len(new) + 1
     records = [
-        EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i)
-        for i, e in enumerate(new)
+        EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i) for i, e in enumerate(new)
     ]
     conn.execute(
         insert(events),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, ColumnElement, Select, tuple_
+from sqlalchemy import ColumnElement, Connection, Select, tuple_
 
 from stead.store.base import Page, PageRequest
 

@@ -100,15 +100,16 @@ def create(
     except NotFound as exc:
         raise NotFound(exc.kind, exc.ident, field="agent") from None
     if agent.archived_at is not None:
-        raise Conflict(f"agent: agent {agent_id} is archived; new sessions cannot use it", status=400)
+        raise Conflict(
+            f"agent: agent {agent_id} is archived; new sessions cannot use it", status=400
+        )
     try:
         env = _environments.get(conn, workspace_id, environment_id)
     except NotFound as exc:
         raise NotFound(exc.kind, exc.ident, field="environment_id") from None
     if env.archived_at is not None:
         raise Conflict(
-            f"environment_id: environment {environment_id} is archived; "
-            "new sessions cannot use it",
+            f"environment_id: environment {environment_id} is archived; new sessions cannot use it",
             code="environment_archived",
             status=400,
         )
@@ -194,7 +195,7 @@ def list_(
     conn: Connection, workspace_id: str, page: PageRequest, where: SessionFilter
 ) -> Page[SessionRecord]:
     stmt = _SELECT.where(sessions.c.workspace_id == workspace_id)
-    conditions = [
+    conditions: list[tuple[object, Callable[[Any], Any]]] = [
         (where.agent_id, lambda v: sessions.c.agent_id == v),
         (where.agent_version, lambda v: sessions.c.agent_version == v),
         (where.created_gt, lambda v: sessions.c.created_at > v),

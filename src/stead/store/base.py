@@ -158,9 +158,7 @@ class EventFilter:
 
     @property
     def has_time_bounds(self) -> bool:
-        return any(
-            (self.processed_gt, self.processed_gte, self.processed_lt, self.processed_lte)
-        )
+        return any((self.processed_gt, self.processed_gte, self.processed_lt, self.processed_lte))
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +186,7 @@ class Store(Protocol):
     async def create_api_key(self, workspace_id: str, name: str) -> tuple[ApiKey, str]:
         """Returns the key record and the secret, which is never stored in clear."""
         ...
+
     async def authenticate(self, secret: str) -> ApiKey | None: ...
     async def count_api_keys(self) -> int: ...
 
@@ -202,6 +201,7 @@ class Store(Protocol):
         """Applies ``change`` to the latest version; a no-op change makes no new version.
         ``expected_version`` mismatch raises Conflict."""
         ...
+
     async def archive_agent(self, workspace_id: str, agent_id: str) -> AgentRecord: ...
     async def list_agents(
         self,
@@ -248,6 +248,7 @@ class Store(Protocol):
         """Resolves the agent reference, snapshots it through ``build_agent`` and
         appends ``initial_events``, all in one transaction."""
         ...
+
     async def get_session(self, workspace_id: str, session_id: str) -> SessionRecord: ...
     async def update_session(
         self, workspace_id: str, session_id: str, change: SessionChange, event: NewEvent
@@ -255,6 +256,7 @@ class Store(Protocol):
         """Applies ``change``; when it changed anything, appends ``event`` with the
         changed columns merged into its body (they are named like the wire fields)."""
         ...
+
     async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord: ...
     async def delete_session(self, workspace_id: str, session_id: str) -> None: ...
     async def list_sessions(
@@ -273,11 +275,14 @@ class Store(Protocol):
         else into the pending queue (``processed_at`` None). ``validate`` sees the
         session and a lookup of logged events by id, inside the transaction."""
         ...
-    async def append_events(self, session_id: str, events: Sequence[NewEvent]) -> list[EventRecord]:
-        ...
+
+    async def append_events(
+        self, session_id: str, events: Sequence[NewEvent]
+    ) -> list[EventRecord]: ...
     async def drain_pending(self, session_id: str) -> list[EventRecord]:
         """Moves every pending event into the log, in arrival order."""
         ...
+
     async def list_events(
         self, workspace_id: str, session_id: str, page: PageRequest, where: EventFilter
     ) -> Page[EventRecord]: ...

@@ -1,8 +1,8 @@
 """Store errors. The API turns them into the error envelope in ``api/errors.py`` only.
 
-    StoreError
-    ├── NotFound        no such row in this workspace (other workspaces look the same)
-    └── Conflict        the row exists but its state forbids the change
+StoreError
+├── NotFound        no such row in this workspace (other workspaces look the same)
+└── Conflict        the row exists but its state forbids the change
 """
 
 from __future__ import annotations

@@ -219,9 +219,7 @@ class SqlStore:
     ) -> EventsAccepted:
         return await self._write(_inbox.accept, workspace_id, session_id, events, validate)
 
-    async def append_events(
-        self, session_id: str, events: Sequence[NewEvent]
-    ) -> list[EventRecord]:
+    async def append_events(self, session_id: str, events: Sequence[NewEvent]) -> list[EventRecord]:
         return await self._write(_events.append_log, session_id, events)
 
     async def drain_pending(self, session_id: str) -> list[EventRecord]:

@@ -1,0 +1,119 @@
+"""A real ``stead serve`` in a subprocess, for tests and benchmarks.
+
+Starts on a free loopback port with its own data directory, waits until the
+API answers, and can be killed with SIGKILL and restarted on the same data.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx2
+
+KEY_PATTERN = re.compile(r"sk-stead-[A-Za-z0-9_-]+")
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    def __init__(self, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.first_key: str | None = None
+        self._env = env or {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self.log_path = data_dir / "serve.log"
+
+    def start(self) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "STEAD_DATA_DIR": str(self.data_dir),
+            "STEAD_PORT": str(self.port),
+            "STEAD_HOST": "127.0.0.1",
+            **self._env,
+        }
+        self._log = self.log_path.open("ab")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "stead", "serve"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self._wait_ready()
+        found = KEY_PATTERN.search(self.log_path.read_text(errors="replace"))
+        if found and self.first_key is None:
+            self.first_key = found.group(0)
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                raise RuntimeError(f"stead serve exited early:\n{self.log_text()}")
+            try:
+                httpx2.get(f"{self.url}/openapi.json", timeout=1.0)
+                return
+            except httpx2.TransportError:
+                time.sleep(0.05)
+        raise RuntimeError(
+            f"stead serve did not answer within {START_TIMEOUT}s:\n{self.log_text()}"
+        )
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait(timeout=30)
+        self._close_log()
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=15)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def create_key(self, *, new_workspace: str | None = None) -> str:
+        """A key made with ``stead keys create`` (in a new workspace if named)."""
+        args = [sys.executable, "-m", "stead", "keys", "create", "--json"]
+        if new_workspace:
+            args += ["--new-workspace", new_workspace]
+        env = {**os.environ, "STEAD_DATA_DIR": str(self.data_dir)}
+        out = subprocess.run(args, env=env, check=True, capture_output=True, timeout=60)
+        found = KEY_PATTERN.search(out.stdout.decode())
+        assert found, out.stdout
+        return found.group(0)

@@ -1,0 +1,37 @@
+"""Small helpers shared by the integration tests."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+
+
+def new_session(client: anthropic.Anthropic) -> str:
+    agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
+    env = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:10]}")
+    return client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
+
+
+def message(text: str) -> dict[str, Any]:
+    return {"type": "user.message", "content": [{"type": "text", "text": text}]}
+
+
+def sse_frames(response: httpx2.Response) -> Iterator[dict[str, Any]]:
+    """Parses an SSE body into frames {"event", "id", "data"} (pings included)."""
+    frame: dict[str, Any] = {}
+    for line in response.iter_lines():
+        if not line:
+            if "data" in frame:
+                yield frame
+            frame = {}
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            frame[field] = json.loads(value) if field == "data" else value

@@ -1,0 +1,74 @@
+"""Agents through the official SDK: versions, no-op updates, archive, list paging."""
+
+from __future__ import annotations
+
+import anthropic
+import pytest
+
+TOOLSET = {"type": "agent_toolset_20260401"}
+
+
+def test_create_retrieve_and_resolved_shape(client: anthropic.Anthropic) -> None:
+    agent = client.beta.agents.create(
+        name="Coder",
+        model="claude-sonnet-4-6",
+        system="Be brief.",
+        tools=[
+            TOOLSET,
+            {
+                "type": "custom",
+                "name": "lookup",
+                "description": "Look a thing up",
+                "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        ],
+        metadata={"team": "infra"},
+    )
+    assert agent.id.startswith("agent_")
+    assert agent.version == 1
+    assert agent.model.id == "claude-sonnet-4-6"
+    toolset = agent.tools[0]
+    assert toolset.type == "agent_toolset_20260401"
+    assert toolset.default_config.permission_policy.type == "always_allow"
+    assert agent.execution_identity.type == "service_account"
+    again = client.beta.agents.retrieve(agent.id)
+    assert again.model_dump() == agent.model_dump()
+
+
+def test_every_change_is_a_new_version_and_noops_are_not(client: anthropic.Anthropic) -> None:
+    agent = client.beta.agents.create(name="v", model="claude-sonnet-4-6", tools=[TOOLSET])
+    same = client.beta.agents.update(agent.id, name="v")
+    assert same.version == 1
+    v2 = client.beta.agents.update(agent.id, system="new prompt", metadata={"k": "1"})
+    assert (v2.version, v2.system, v2.metadata) == (2, "new prompt", {"k": "1"})
+    v3 = client.beta.agents.update(agent.id, metadata={"k": None, "j": "2"}, version=2)
+    assert (v3.version, v3.metadata) == (3, {"j": "2"})
+    assert client.beta.agents.retrieve(agent.id, version=2).system == "new prompt"
+    assert client.beta.agents.retrieve(agent.id, version=1).system is None
+    versions = [a.version for a in client.beta.agents.versions.list(agent.id)]
+    assert versions == [3, 2, 1]
+    with pytest.raises(anthropic.ConflictError) as stale:
+        client.beta.agents.update(agent.id, name="w", version=1)
+    assert stale.value.response.headers["x-should-retry"] == "false"
+    assert client.beta.agents.retrieve(agent.id).version == 3
+
+
+def test_archive_hides_from_list_and_blocks_updates(client: anthropic.Anthropic) -> None:
+    agent = client.beta.agents.create(name="old", model="claude-sonnet-4-6")
+    archived = client.beta.agents.archive(agent.id)
+    assert archived.archived_at is not None
+    listed = {a.id for a in client.beta.agents.list(limit=100)}
+    assert agent.id not in listed
+    with_archived = {a.id for a in client.beta.agents.list(limit=100, include_archived=True)}
+    assert agent.id in with_archived
+    with pytest.raises(anthropic.BadRequestError):
+        client.beta.agents.update(agent.id, name="new")
+
+
+def test_list_pages_through_everything_once(client: anthropic.Anthropic) -> None:
+    made = {client.beta.agents.create(name=f"p{i}", model="m").id for i in range(7)}
+    seen = [a.id for a in client.beta.agents.list(limit=3)]
+    assert len(seen) == len(set(seen))
+    assert made <= set(seen)
+    first = client.beta.agents.list(limit=3)
+    assert len(first.data) == 3 and first.next_page

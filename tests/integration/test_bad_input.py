@@ -1,0 +1,552 @@
+"""Malformed requests over raw HTTP: each gets its 4xx in the error envelope and changes nothing.
+
+``{name}`` in a case's path, headers, query values or (whole) body strings is filled from
+the ids the ``world`` fixture made; ``names`` is text the error message must contain.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from stead.testing import ServerProcess
+
+A, E, S = "/v1/agents", "/v1/environments", "/v1/sessions"
+AG, SE = A + "/{agent}", S + "/{session}"
+EV = SE + "/events"
+MODEL = "claude-sonnet-4-6"
+TOOLSET = {"type": "agent_toolset_20260401"}
+INVALID = "invalid_request_error"
+ERROR_TYPES = {400: INVALID, 401: "authentication_error", 403: "permission_error"}
+ERROR_TYPES |= {404: "not_found_error", 405: INVALID, 409: INVALID, 413: "request_too_large"}
+PLACEHOLDER = re.compile(r"^\{(\w+)\}$")
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    status: int
+    method: str
+    path: str
+    names: str | None = None
+    body: Any = None
+    raw: bytes | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+    auth: bool = True
+
+
+def agent(**fields: Any) -> Json:
+    return {"name": "bad", "model": MODEL, **fields}
+
+
+def custom_tool(**fields: Any) -> Json:
+    return {
+        "type": "custom",
+        "name": "t",
+        "description": "d",
+        "input_schema": {"type": "object"},
+    } | fields
+
+
+def session(**fields: Any) -> Json:
+    return {"agent": "{agent}", "environment_id": "{env}", **fields}
+
+
+def msg(text: str = "hi") -> Json:
+    return {"type": "user.message", "content": [{"type": "text", "text": text}]}
+
+
+def system() -> Json:
+    return {"type": "system.message", "content": [{"type": "text", "text": "be brief"}]}
+
+
+def confirm(**fields: Any) -> Json:
+    return {
+        "type": "user.tool_confirmation",
+        "tool_use_id": "sevt_nope",
+        "result": "allow",
+    } | fields
+
+
+def events(*items: Json) -> Json:
+    return {"events": list(items)}
+
+
+def budget(amount: str) -> Json:
+    return {"type": "limit", "max_list_cost": {"amount": amount, "currency": "USD"}}
+
+
+def forge(payload: Any) -> str:
+    """A cursor in this server's format that it never issued."""
+    return "page_" + base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+META_17 = {f"k{i}": "v" for i in range(17)}
+KEY_65 = {"k" * 65: "v"}
+VALUE_513 = {"k": "v" * 513}
+LIMITED_BAD_HOST = {"type": "limited", "allowed_hosts": ["not a host"]}
+OUTCOME = {
+    "type": "user.define_outcome",
+    "description": "d",
+    "rubric": {"type": "text", "content": "c"},
+}
+HUGE = 10**20
+ARITY_CURSOR = forge({"l": "agents", "o": "desc", "d": "after", "k": [1, 2, 3]})
+
+# fmt: off
+CASES = [
+    # authentication, routing, methods
+    Case("auth-no-key", 401, "GET", A, auth=False),
+    Case("auth-unknown-x-api-key", 401, "GET", A, headers={"x-api-key": "sk-stead-no"}, auth=False),
+    Case("auth-unknown-bearer", 401, "GET", A,
+         headers={"authorization": "Bearer sk-stead-no"}, auth=False),
+    Case("auth-basic-scheme", 401, "GET", A, headers={"authorization": "Basic {key}"}, auth=False),
+    Case("auth-empty-bearer", 401, "GET", A, headers={"authorization": "Bearer"}, auth=False),
+    Case("auth-workspace-header-mismatch", 403, "GET", A, "anthropic-workspace-id",
+         headers={"anthropic-workspace-id": "wrkspc_someone_else"}),
+    Case("route-unknown", 404, "GET", "/v1/agentz"),
+    Case("route-unknown-subresource", 404, "GET", AG + "/nope"),
+    Case("method-delete-agent", 405, "DELETE", AG),
+    Case("method-patch-session", 405, "PATCH", SE, body={"title": "x"}),
+    Case("method-post-stream", 405, "POST", EV + "/stream"),
+    # agents: create
+    Case("agents-create-malformed-json", 400, "POST", A, "body", raw=b'{"name": "x",'),
+    Case("agents-create-invalid-utf8", 400, "POST", A, "body", raw=b'{"name": "\xff"}'),
+    Case("agents-create-deeply-nested-json", 400, "POST", A, "body",
+         raw=b"[" * 50_000 + b"]" * 50_000),
+    Case("agents-create-json-array", 400, "POST", A, "body", raw=b"[1, 2]"),
+    Case("agents-create-json-string", 400, "POST", A, "body", raw=b'"an agent"'),
+    Case("agents-create-empty-body", 400, "POST", A, "body", raw=b""),
+    Case("agents-create-missing-name", 400, "POST", A, "name", body={"model": MODEL}),
+    Case("agents-create-missing-model", 400, "POST", A, "model", body={"name": "n"}),
+    Case("agents-create-empty-name", 400, "POST", A, "name", body=agent(name="")),
+    Case("agents-create-name-not-string", 400, "POST", A, "name", body=agent(name=42)),
+    Case("agents-create-unknown-field", 400, "POST", A, "colour", body=agent(colour="red")),
+    Case("agents-create-unknown-tool-type", 400, "POST", A, "tools.0",
+         body=agent(tools=[{"type": "hammer"}])),
+    Case("agents-create-unknown-permission-policy", 400, "POST", A, "permission_policy",
+         body=agent(tools=[{**TOOLSET, "default_config": {"permission_policy": {"type": "ask"}}}])),
+    Case("agents-create-custom-tool-no-schema", 400, "POST", A, "input_schema",
+         body=agent(tools=[{"type": "custom", "name": "t", "description": "d"}])),
+    Case("agents-create-custom-tool-bad-name", 400, "POST", A, "tools.0.name",
+         body=agent(tools=[custom_tool(name="no spaces!")])),
+    Case("agents-create-unused-mcp-server", 400, "POST", A, "mcp_servers",
+         body=agent(mcp_servers=[{"type": "url", "name": "s", "url": "https://mcp.example"}])),
+    Case("agents-create-metadata-17-pairs", 400, "POST", A, "metadata",
+         body=agent(metadata=META_17)),
+    Case("agents-create-metadata-key-65", 400, "POST", A, "metadata", body=agent(metadata=KEY_65)),
+    Case("agents-create-metadata-value-513", 400, "POST", A, "metadata",
+         body=agent(metadata=VALUE_513)),
+    Case("agents-create-metadata-value-int", 400, "POST", A, "metadata",
+         body=agent(metadata={"k": 1})),
+    # agents: retrieve, update, archive, versions, list
+    Case("agents-retrieve-unknown-id", 404, "GET", A + "/agent_nope", "agent_nope"),
+    Case("agents-retrieve-environment-id", 404, "GET", A + "/{env}", "{env}"),
+    Case("agents-retrieve-other-workspace", 404, "GET", A + "/{other_agent}", "{other_agent}"),
+    Case("agents-retrieve-version-0", 400, "GET", AG, "version", params={"version": 0}),
+    Case("agents-retrieve-version-missing", 404, "GET", AG, "version", params={"version": 99}),
+    Case("agents-retrieve-version-huge", 404, "GET", AG, "version", params={"version": HUGE}),
+    Case("agents-update-stale-version", 409, "POST", AG, "version",
+         body={"version": 1, "name": "x"}),
+    Case("agents-update-archived", 400, "POST", A + "/{agent_archived}", "archived",
+         body={"name": "x"}),
+    Case("agents-update-unknown-field", 400, "POST", AG, "nmae", body={"nmae": "x"}),
+    Case("agents-update-empty-name", 400, "POST", AG, "name", body={"name": ""}),
+    Case("agents-update-null-name", 400, "POST", AG, "name", body={"name": None}),
+    Case("agents-update-version-not-int", 400, "POST", AG, "version", body={"version": "two"}),
+    Case("agents-update-metadata-17-pairs", 400, "POST", AG, "metadata",
+         body={"metadata": META_17}),
+    Case("agents-update-other-workspace", 404, "POST", A + "/{other_agent}", "{other_agent}",
+         body={"name": "x"}),
+    Case("agents-archive-unknown-id", 404, "POST", A + "/agent_nope/archive", "agent_nope"),
+    Case("agents-archive-other-workspace", 404, "POST", A + "/{other_agent}/archive",
+         "{other_agent}"),
+    Case("agents-versions-unknown-id", 404, "GET", A + "/agent_nope/versions", "agent_nope"),
+    Case("agents-versions-limit-0", 400, "GET", AG + "/versions", "limit", params={"limit": 0}),
+    Case("agents-versions-cursor-of-agent-list", 400, "GET", AG + "/versions", "page",
+         params={"page": "{agents_cursor}"}),
+    Case("agents-list-limit-0", 400, "GET", A, "limit", params={"limit": 0}),
+    Case("agents-list-limit-101", 400, "GET", A, "limit", params={"limit": 101}),
+    Case("agents-list-page-garbage", 400, "GET", A, "page", params={"page": "garbage!!"}),
+    Case("agents-list-page-forged-key", 400, "GET", A, "page", params={"page": ARITY_CURSOR}),
+    Case("agents-list-page-environments-cursor", 400, "GET", A, "page",
+         params={"page": "{envs_cursor}"}),
+    Case("agents-list-created-at-not-a-date", 400, "GET", A, "created_at[gte]",
+         params={"created_at[gte]": "yesterday"}),
+    Case("agents-list-created-at-without-offset", 400, "GET", A, "created_at[gte]",
+         params={"created_at[gte]": "2024-01-01T00:00:00"}),
+    Case("agents-list-include-archived-not-bool", 400, "GET", A, "include_archived",
+         params={"include_archived": "maybe"}),
+    # environments
+    Case("envs-create-missing-name", 400, "POST", E, "name", body={"description": "d"}),
+    Case("envs-create-empty-name", 400, "POST", E, "name", body={"name": ""}),
+    Case("envs-create-duplicate-name", 409, "POST", E, "name", body={"name": "{env_name}"}),
+    Case("envs-create-unknown-config-type", 400, "POST", E, "config",
+         body={"name": "n", "config": {"type": "moon"}}),
+    Case("envs-create-unknown-networking-type", 400, "POST", E, "networking",
+         body={"name": "n", "config": {"type": "cloud", "networking": {"type": "sometimes"}}}),
+    Case("envs-create-bad-allowed-host", 400, "POST", E, "allowed_hosts",
+         body={"name": "n", "config": {"type": "cloud", "networking": LIMITED_BAD_HOST}}),
+    Case("envs-create-unknown-scope", 400, "POST", E, "scope", body={"name": "n", "scope": "moon"}),
+    Case("envs-create-unknown-field", 400, "POST", E, "region", body={"name": "n", "region": "eu"}),
+    Case("envs-create-metadata-17-pairs", 400, "POST", E, "metadata",
+         body={"name": "n", "metadata": META_17}),
+    Case("envs-update-archived", 400, "POST", E + "/{env_archived}", "archived",
+         body={"name": "x"}),
+    Case("envs-update-duplicate-name", 409, "POST", E + "/{env2}", "name",
+         body={"name": "{env_name}"}),
+    Case("envs-update-null-name", 400, "POST", E + "/{env}", "name", body={"name": None}),
+    Case("envs-update-config-type-change", 400, "POST", E + "/{env}", "config.type",
+         body={"config": {"type": "self_hosted"}}),
+    Case("envs-update-unknown-id", 404, "POST", E + "/env_nope", "env_nope", body={"name": "x"}),
+    Case("envs-update-other-workspace", 404, "POST", E + "/{other_env}", "{other_env}",
+         body={"name": "x"}),
+    Case("envs-retrieve-session-id", 404, "GET", E + "/{session}", "{session}"),
+    Case("envs-delete-unknown-id", 404, "DELETE", E + "/env_nope", "env_nope"),
+    Case("envs-delete-other-workspace", 404, "DELETE", E + "/{other_env}", "{other_env}"),
+    Case("envs-delete-in-use", 409, "DELETE", E + "/{env}", "{env}"),
+    Case("envs-list-limit-101", 400, "GET", E, "limit", params={"limit": 101}),
+    Case("envs-list-page-garbage", 400, "GET", E, "page", params={"page": "page_%%%"}),
+    # sessions
+    Case("sessions-create-json-array", 400, "POST", S, "body", raw=b'["agent"]'),
+    Case("sessions-create-missing-agent", 400, "POST", S, "agent",
+         body={"environment_id": "{env}"}),
+    Case("sessions-create-missing-environment", 400, "POST", S, "environment_id",
+         body={"agent": "{agent}"}),
+    Case("sessions-create-unknown-environment", 404, "POST", S, "environment_id",
+         body=session(environment_id="env_nope")),
+    Case("sessions-create-agent-id-as-environment", 404, "POST", S, "environment_id",
+         body=session(environment_id="{agent}")),
+    Case("sessions-create-environment-id-as-agent", 404, "POST", S, "agent",
+         body=session(agent="{env}")),
+    Case("sessions-create-other-workspace-agent", 404, "POST", S, "agent",
+         body=session(agent="{other_agent}")),
+    Case("sessions-create-other-workspace-env", 404, "POST", S, "environment_id",
+         body=session(environment_id="{other_env}")),
+    Case("sessions-create-archived-agent", 400, "POST", S, "agent",
+         body=session(agent="{agent_archived}")),
+    Case("sessions-create-archived-environment", 400, "POST", S, "environment_id",
+         body=session(environment_id="{env_archived}")),
+    Case("sessions-create-agent-version-0", 400, "POST", S, "version",
+         body=session(agent={"type": "agent", "id": "{agent}", "version": 0})),
+    Case("sessions-create-agent-version-missing", 404, "POST", S, "version",
+         body=session(agent={"type": "agent", "id": "{agent}", "version": 99})),
+    Case("sessions-create-agent-version-huge", 404, "POST", S, "version",
+         body=session(agent={"type": "agent", "id": "{agent}", "version": HUGE})),
+    Case("sessions-create-unknown-agent-ref-type", 400, "POST", S, "agent",
+         body=session(agent={"type": "robot", "id": "{agent}"})),
+    Case("sessions-create-51-initial-events", 400, "POST", S, "initial_events",
+         body=session(initial_events=[msg()] * 51)),
+    Case("sessions-create-initial-interrupt", 400, "POST", S, "initial_events",
+         body=session(initial_events=[{"type": "user.interrupt"}])),
+    Case("sessions-create-initial-system-message", 400, "POST", S, "initial_events",
+         body=session(initial_events=[msg(), system()])),
+    Case("sessions-create-initial-empty-content", 400, "POST", S, "initial_events.0.content",
+         body=session(initial_events=[{"type": "user.message", "content": []}])),
+    Case("sessions-create-bad-vault-id", 400, "POST", S, "vault_ids",
+         body=session(vault_ids=["{agent}"])),
+    Case("sessions-create-bad-budget-amount", 400, "POST", S, "budget",
+         body=session(budget=budget("12.50"))),
+    Case("sessions-create-metadata-key-65", 400, "POST", S, "metadata",
+         body=session(metadata=KEY_65)),
+    Case("sessions-create-unknown-field", 400, "POST", S, "priority",
+         body=session(priority="high")),
+    Case("sessions-update-archived", 409, "POST", S + "/{session_archived}", "archived",
+         body={"title": "x"}),
+    Case("sessions-update-vault-ids", 400, "POST", SE, "vault_ids", body={"vault_ids": []}),
+    Case("sessions-update-add-budget", 400, "POST", SE, "budget", body={"budget": budget("100")}),
+    Case("sessions-update-unknown-field", 400, "POST", SE, "status", body={"status": "idle"}),
+    Case("sessions-update-unknown-tool-type", 400, "POST", SE, "tools",
+         body={"agent": {"tools": [{"type": "hammer"}]}}),
+    Case("sessions-update-other-workspace", 404, "POST", S + "/{other_session}", "{other_session}",
+         body={"title": "x"}),
+    Case("sessions-retrieve-agent-id", 404, "GET", S + "/{agent}", "{agent}"),
+    Case("sessions-archive-unknown-id", 404, "POST", S + "/sesn_nope/archive", "sesn_nope"),
+    Case("sessions-delete-unknown-id", 404, "DELETE", S + "/sesn_nope", "sesn_nope"),
+    Case("sessions-delete-other-workspace", 404, "DELETE", S + "/{other_session}",
+         "{other_session}"),
+    Case("sessions-list-order-sideways", 400, "GET", S, "order", params={"order": "sideways"}),
+    Case("sessions-list-bogus-status", 400, "GET", S, "statuses[]", params={"statuses[]": "bogus"}),
+    Case("sessions-list-limit-101", 400, "GET", S, "limit", params={"limit": 101}),
+    Case("sessions-list-cursor-of-other-order", 400, "GET", S, "page",
+         params={"page": "{sessions_asc_cursor}"}),
+    Case("sessions-list-created-at-not-a-date", 400, "GET", S, "created_at[lt]",
+         params={"created_at[lt]": "2024-13-45"}),
+    Case("sessions-list-agent-version-0", 400, "GET", S, "agent_version",
+         params={"agent_version": 0}),
+    # session events: send
+    Case("events-send-malformed-json", 400, "POST", EV, "body", raw=b'{"events": [}'),
+    Case("events-send-missing-events", 400, "POST", EV, "events", body={}),
+    Case("events-send-events-not-a-list", 400, "POST", EV, "events", body={"events": msg()}),
+    Case("events-send-empty-list", 400, "POST", EV, "events", body=events()),
+    Case("events-send-1001-events", 400, "POST", EV, "events", body=events(*[msg()] * 1001)),
+    Case("events-send-unknown-type", 400, "POST", EV, "events.0", body=events({"type": "user.x"})),
+    Case("events-send-agent-event-type", 400, "POST", EV, "events.0",
+         body=events({"type": "agent.message", "content": [{"type": "text", "text": "x"}]})),
+    Case("events-send-unknown-content-block", 400, "POST", EV, "events.0.content",
+         body=events({"type": "user.message", "content": [{"type": "hologram"}]})),
+    Case("events-send-empty-content", 400, "POST", EV, "events.0.content",
+         body=events({"type": "user.message", "content": []})),
+    Case("events-send-system-message-not-last", 400, "POST", EV, "events.1",
+         body=events(msg(), system(), msg())),
+    Case("events-send-system-message-alone", 400, "POST", EV, "events.0", body=events(system())),
+    Case("events-send-confirmation-unknown-tool-use", 400, "POST", EV, "tool_use_id",
+         body=events(confirm())),
+    Case("events-send-confirmation-bad-result", 400, "POST", EV, "result",
+         body=events(confirm(result="maybe"))),
+    Case("events-send-deny-message-with-allow", 400, "POST", EV, "deny_message",
+         body=events(confirm(deny_message="no"))),
+    Case("events-send-custom-result-names-user-event", 400, "POST", EV, "custom_tool_use_id",
+         body=events({"type": "user.custom_tool_result", "custom_tool_use_id": "{user_event}"})),
+    Case("events-send-custom-result-id-not-string", 400, "POST", EV, "custom_tool_use_id",
+         body=events({"type": "user.custom_tool_result", "custom_tool_use_id": 42})),
+    Case("events-send-valid-then-invalid", 400, "POST", EV, "events.1.tool_use_id",
+         body=events(msg(), confirm())),
+    Case("events-send-outcome-21-iterations", 400, "POST", EV, "max_iterations",
+         body=events({**OUTCOME, "max_iterations": 21})),
+    Case("events-send-archived-session", 409, "POST", S + "/{session_archived}/events", "archived",
+         body=events(msg())),
+    Case("events-send-unknown-session", 404, "POST", S + "/sesn_nope/events", "sesn_nope",
+         body=events(msg())),
+    Case("events-send-other-workspace", 404, "POST", S + "/{other_session}/events",
+         "{other_session}", body=events(msg())),
+    # session events: list and stream
+    Case("events-list-limit-1001", 400, "GET", EV, "limit", params={"limit": 1001}),
+    Case("events-list-order-sideways", 400, "GET", EV, "order", params={"order": "sideways"}),
+    Case("events-list-bogus-type", 400, "GET", EV, "types[]", params={"types[]": "bogus"}),
+    Case("events-list-created-at-not-a-date", 400, "GET", EV, "created_at[gte]",
+         params={"created_at[gte]": "not-a-date"}),
+    Case("events-list-cursor-of-other-session", 400, "GET", EV, "page",
+         params={"page": "{events_cursor}"}),
+    Case("events-list-page-forged-key", 400, "GET", EV, "page", params={"page": "{events_forged}"}),
+    Case("events-list-unknown-session", 404, "GET", S + "/sesn_nope/events", "sesn_nope"),
+    Case("events-list-other-workspace", 404, "GET", S + "/{other_session}/events",
+         "{other_session}"),
+    Case("events-stream-bogus-delta", 400, "GET", EV + "/stream", "event_deltas[]",
+         params={"event_deltas[]": "bogus"}),
+    Case("events-stream-unknown-after", 400, "GET", EV + "/stream", "after",
+         params={"after": "sevt_nope"}),
+    Case("events-stream-unknown-last-event-id", 400, "GET", EV + "/stream", "Last-Event-ID",
+         headers={"last-event-id": "sevt_nope"}),
+    Case("events-stream-unknown-session", 404, "GET", S + "/sesn_nope/events/stream", "sesn_nope"),
+    Case("events-stream-other-workspace", 404, "GET", S + "/{other_session}/events/stream",
+         "{other_session}"),
+]
+# fmt: on
+
+
+@dataclass
+class World:
+    http: httpx2.Client
+    key: str
+    other_key: str
+    ids: dict[str, str]
+
+
+def fill(value: Any, ids: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        found = PLACEHOLDER.match(value)
+        return ids.get(found.group(1), value) if found else value
+    if isinstance(value, list):
+        return [fill(v, ids) for v in value]
+    if isinstance(value, dict):
+        return {k: fill(v, ids) for k, v in value.items()}
+    return value
+
+
+def send(world: World, case: Case) -> httpx2.Response:
+    ids = world.ids
+    headers = {k: v.format_map(ids) for k, v in case.headers.items()}
+    headers |= {"x-api-key": world.key} if case.auth else {}
+    content = case.raw
+    if content is None and case.body is not None:
+        content = json.dumps(fill(case.body, ids)).encode()
+    headers |= {"content-type": "application/json"} if content is not None else {}
+    params = {k: str(v).format_map(ids) for k, v in case.params.items()}
+    request = world.http.build_request(
+        case.method, case.path.format_map(ids), content=content, params=params, headers=headers
+    )
+    response = world.http.send(request, stream=True)
+    if "text/event-stream" not in response.headers.get("content-type", ""):
+        response.read()  # a wrongly accepted stream is left unread: it would never end
+    response.close()
+    return response
+
+
+def check_error(response: httpx2.Response, status: int, names: str | None = None) -> None:
+    """The status, exactly the error envelope, the request id, and a message that ``names``."""
+    text = response.text if response.is_stream_consumed else "(an event stream)"
+    assert response.status_code == status, f"got {response.status_code}, want {status}: {text}"
+    body = response.json()
+    assert set(body) == {"type", "error", "request_id"} and body["type"] == "error", body
+    error = body["error"]
+    assert error["type"] == ERROR_TYPES[status], body
+    assert isinstance(error["message"], str) and error["message"], body
+    assert set(error) <= {"type", "message", "details"}, body
+    if "details" in error:
+        assert isinstance(error["details"].get("error_code"), str), body
+    assert re.fullmatch(r"req_[A-Za-z0-9]+", body["request_id"]), body
+    assert response.headers.get("request-id") == body["request_id"]
+    if names is not None:
+        assert names in error["message"], f"message does not name {names!r}: {error['message']!r}"
+    if status == 409:
+        assert response.headers.get("x-should-retry") == "false"
+
+
+def ok(response: httpx2.Response) -> Any:
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def list_all(http: httpx2.Client, key: str, path: str, **params: Any) -> list[Json]:
+    items: list[Json] = []
+    while True:
+        body = ok(http.get(path, params=params, headers={"x-api-key": key}))
+        items += body["data"]
+        if not body["next_page"]:
+            return items
+        params["page"] = body["next_page"]
+
+
+def snapshot(world: World) -> Json:
+    """Everything in both workspaces that a rejected request could have changed."""
+    state: Json = {}
+    for name, key in (("main", world.key), ("other", world.other_key)):
+        every = {"limit": 100, "include_archived": "true"}
+        sessions = list_all(world.http, key, S, **every)
+        state[name] = {
+            "agents": list_all(world.http, key, A, **every),
+            "environments": list_all(world.http, key, E, **every),
+            # stats.duration_seconds grows with the clock; nothing else may move
+            "sessions": [{k: v for k, v in s.items() if k != "stats"} for s in sessions],
+            "events": [list_all(world.http, key, f"{S}/{s['id']}/events") for s in sessions],
+        }
+    state["versions"] = list_all(world.http, world.key, AG.format_map(world.ids) + "/versions")
+    return state
+
+
+@pytest.fixture(scope="module")
+def world(server: ServerProcess, api_key: str) -> Iterator[World]:
+    other_key = server.create_key(new_workspace="other")
+    # a fresh connection per request: a server failure must not break the next case
+    limits = httpx2.Limits(max_keepalive_connections=0)
+    with httpx2.Client(base_url=server.url, timeout=30.0, limits=limits) as http:
+
+        def post(path: str, body: Json | None = None, key: str = api_key) -> str:
+            return str(ok(http.post(path, json=body, headers={"x-api-key": key}))["id"])
+
+        def cursor(path: str, **params: Any) -> str:
+            page = ok(http.get(path, params={"limit": 1, **params}, headers={"x-api-key": api_key}))
+            return str(page["next_page"])
+
+        tag = uuid.uuid4().hex[:8]
+        ids = {"key": api_key, "env_name": f"bad-input-{tag}"}
+        tools = [TOOLSET, custom_tool(name="lookup")]
+        ids["agent"] = post(A, agent(tools=tools, metadata={"team": "qa"}))
+        post(AG.format_map(ids), {"system": "version two"})
+        ids["agent_archived"] = post(A, agent())
+        post(A + f"/{ids['agent_archived']}/archive")
+        ids["env"] = post(E, {"name": ids["env_name"]})
+        ids["env2"] = post(E, {"name": f"bad-input-2-{tag}"})
+        ids["env_archived"] = post(E, {"name": f"bad-input-archived-{tag}"})
+        post(E + f"/{ids['env_archived']}/archive")
+        ids["session"] = post(S, fill(session(initial_events=[msg()]), ids))
+        ids["session_archived"] = post(S, fill(session(initial_events=[msg(), msg()]), ids))
+        post(S + f"/{ids['session_archived']}/archive")
+        ids["other_agent"] = post(A, agent(), other_key)
+        ids["other_env"] = post(E, {"name": f"other-{tag}"}, other_key)
+        other = {"agent": ids["other_agent"], "environment_id": ids["other_env"]}
+        ids["other_session"] = post(S, other, other_key)
+        [first] = ok(http.get(EV.format_map(ids), headers={"x-api-key": api_key}))["data"]
+        ids["user_event"] = first["id"]
+        ids["agents_cursor"] = cursor(A, include_archived="true")
+        ids["envs_cursor"] = cursor(E, include_archived="true")
+        ids["sessions_asc_cursor"] = cursor(S, include_archived="true", order="asc")
+        ids["events_cursor"] = cursor(S + f"/{ids['session_archived']}/events")
+        forged = {"l": f"events:{ids['session']}", "o": "asc", "d": "after", "k": ["x"]}
+        ids["events_forged"] = forge(forged)
+        yield World(http=http, key=api_key, other_key=other_key, ids=ids)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_request_gets_its_error_envelope(world: World, case: Case) -> None:
+    names = case.names.format_map(world.ids) if case.names else None
+    check_error(send(world, case), case.status, names)
+
+
+def test_rejected_requests_change_nothing_and_the_server_keeps_answering(world: World) -> None:
+    changed: list[str] = []
+    before = snapshot(world)
+    for case in CASES:
+        send(world, case)
+        after = snapshot(world)
+        if after != before:
+            changed.append(case.id)
+            before = after
+    assert changed == [], f"rejected requests that changed stored data: {changed}"
+    assert ok(world.http.get(A, headers={"authorization": f"Bearer {world.key}"}))["data"]
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    data = tmp_path_factory.mktemp("stead-small")
+    process = ServerProcess(data, env={"STEAD_MAX_REQUEST_BYTES": "4096"}).start()
+    yield process
+    process.stop()
+
+
+def in_chunks(body: bytes) -> Iterator[bytes]:
+    """Sent chunked, with no content-length to check up front."""
+    for start in range(0, len(body), 1000):
+        yield body[start : start + 1000]
+
+
+@pytest.mark.parametrize(
+    ("path", "chunked"),
+    [(A, False), (A, True), (S, False), (S + "/sesn_x/events", False), (E, True)],
+    ids=["agents-length", "agents-chunked", "sessions", "events-send", "envs-chunked"],
+)
+def test_body_over_the_limit_is_413(small_server: ServerProcess, path: str, chunked: bool) -> None:
+    assert small_server.first_key
+    headers = {"x-api-key": small_server.first_key, "content-type": "application/json"}
+    raw = json.dumps(agent(system="x" * 5000)).encode()
+    with httpx2.Client(base_url=small_server.url, timeout=30.0) as http:
+        response = http.post(path, content=in_chunks(raw) if chunked else raw, headers=headers)
+        check_error(response, 413)
+        assert ok(http.get(A, headers=headers))["data"] == []  # answers, and stored nothing
+        assert ok(http.get(E, headers=headers))["data"] == []
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["NaN", "Infinity", "-Infinity", '"\\ud800"'],
+    ids=["NaN", "Infinity", "minus-Infinity", "lone-surrogate"],
+)
+def test_json_the_server_cannot_echo_is_rejected(tmp_path: Path, value: str) -> None:
+    """Not valid JSON text (RFC 8259): if stored, every later list of agents is a 500.
+    On a server of its own, since a failure here poisons the workspace."""
+    process = ServerProcess(tmp_path / "data").start()
+    try:
+        assert process.first_key
+        headers = {"x-api-key": process.first_key, "content-type": "application/json"}
+        tool = custom_tool(input_schema={"type": "object", "default": "@"})
+        raw = json.dumps(agent(tools=[tool])).replace('"@"', value).encode()
+        with httpx2.Client(base_url=process.url, timeout=30.0) as http:
+            response = http.post(A, content=raw, headers=headers)
+            check_error(response, 400)
+            message = response.json()["error"]["message"]
+            assert "body" in message or "input_schema" in message, message
+            assert ok(http.get(A, headers=headers))["data"] == []
+    finally:
+        process.stop()

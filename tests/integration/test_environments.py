@@ -1,0 +1,83 @@
+"""Environments through the official SDK."""
+
+from __future__ import annotations
+
+import uuid
+
+import anthropic
+import pytest
+
+
+def _name() -> str:
+    return f"env-{uuid.uuid4().hex[:8]}"
+
+
+def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
+    env = client.beta.environments.create(name=_name())
+    assert env.id.startswith("env_")
+    assert env.config.type == "cloud"
+    assert env.config.networking.type == "unrestricted"
+    assert env.config.packages.pip == []
+    updated = client.beta.environments.update(
+        env.id,
+        config={
+            "type": "cloud",
+            "networking": {"type": "limited", "allowed_hosts": ["api.example.com"]},
+            "packages": {"pip": ["requests==2.32.3"]},
+        },
+        metadata={"tier": "gold"},
+        description="with requests",
+    )
+    assert updated.config.networking.type == "limited"
+    assert updated.config.networking.allowed_hosts == ["api.example.com"]
+    assert updated.config.networking.allow_package_managers is False
+    assert updated.config.packages.pip == ["requests==2.32.3"]
+    assert updated.metadata == {"tier": "gold"}
+    assert client.beta.environments.retrieve(env.id).model_dump() == updated.model_dump()
+    kept = client.beta.environments.update(env.id, config={"type": "cloud"})
+    assert kept.config.packages.pip == ["requests==2.32.3"]
+
+
+def test_type_change_and_archived_updates_are_rejected(client: anthropic.Anthropic) -> None:
+    env = client.beta.environments.create(name=_name(), config={"type": "self_hosted"})
+    assert env.config.type == "self_hosted"
+    with pytest.raises(anthropic.BadRequestError) as changed:
+        client.beta.environments.update(env.id, config={"type": "cloud"})
+    assert changed.value.body["error"]["details"]["error_code"] == "invalid_config_type_change"
+    client.beta.environments.archive(env.id)
+    with pytest.raises(anthropic.BadRequestError) as archived:
+        client.beta.environments.update(env.id, name=_name())
+    assert archived.value.body["error"]["details"]["error_code"] == "environment_archived"
+
+
+def test_names_are_unique(client: anthropic.Anthropic) -> None:
+    name = _name()
+    client.beta.environments.create(name=name)
+    with pytest.raises(anthropic.ConflictError):
+        client.beta.environments.create(name=name)
+
+
+def test_list_archive_delete(client: anthropic.Anthropic) -> None:
+    keep = client.beta.environments.create(name=_name())
+    gone = client.beta.environments.create(name=_name())
+    old = client.beta.environments.create(name=_name())
+    client.beta.environments.archive(old.id)
+    deleted = client.beta.environments.delete(gone.id)
+    assert (deleted.id, deleted.type) == (gone.id, "environment_deleted")
+    live = {e.id for e in client.beta.environments.list(limit=100)}
+    assert keep.id in live and gone.id not in live and old.id not in live
+    every = {e.id for e in client.beta.environments.list(limit=100, include_archived=True)}
+    assert old.id in every
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.beta.environments.retrieve(gone.id)
+    assert missing.value.body["error"]["details"]["error_code"] == "environment_not_found"
+
+
+def test_delete_refuses_while_sessions_use_it(client: anthropic.Anthropic) -> None:
+    env = client.beta.environments.create(name=_name())
+    agent = client.beta.agents.create(name="a", model="claude-sonnet-4-6")
+    session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    with pytest.raises(anthropic.ConflictError):
+        client.beta.environments.delete(env.id)
+    client.beta.sessions.archive(session.id)
+    client.beta.environments.delete(env.id)
