@@ -33,8 +33,11 @@ from pathlib import Path
 
 import httpx2
 
-from _common import BareServer, median, ms, stead_session, user_message
 from stead.testing import ServerProcess, free_port
+
+# isort: split
+# The shared helpers sit next to this script (sys.path[0] when it is run).
+from _common import BareServer, median, ms, stead_session, user_message
 
 EVENTS = 10_000
 BATCH = 1000

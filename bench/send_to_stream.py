@@ -31,8 +31,11 @@ from pathlib import Path
 
 import httpx2
 
-from _common import BareServer, ms, percentile, stead_session, user_message, verdict
 from stead.testing import ServerProcess, free_port
+
+# isort: split
+# The shared helpers sit next to this script (sys.path[0] when it is run).
+from _common import BareServer, ms, percentile, stead_session, user_message, verdict
 
 SENDS = 300
 ROUNDS = 10

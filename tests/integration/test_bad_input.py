@@ -51,12 +51,8 @@ def agent(**fields: Any) -> Json:
 
 
 def custom_tool(**fields: Any) -> Json:
-    return {
-        "type": "custom",
-        "name": "t",
-        "description": "d",
-        "input_schema": {"type": "object"},
-    } | fields
+    schema = {"type": "object"}
+    return {"type": "custom", "name": "t", "description": "d", "input_schema": schema} | fields
 
 
 def session(**fields: Any) -> Json:
@@ -72,11 +68,8 @@ def system() -> Json:
 
 
 def confirm(**fields: Any) -> Json:
-    return {
-        "type": "user.tool_confirmation",
-        "tool_use_id": "sevt_nope",
-        "result": "allow",
-    } | fields
+    event = {"type": "user.tool_confirmation", "tool_use_id": "sevt_nope", "result": "allow"}
+    return event | fields
 
 
 def events(*items: Json) -> Json:
@@ -96,11 +89,8 @@ META_17 = {f"k{i}": "v" for i in range(17)}
 KEY_65 = {"k" * 65: "v"}
 VALUE_513 = {"k": "v" * 513}
 LIMITED_BAD_HOST = {"type": "limited", "allowed_hosts": ["not a host"]}
-OUTCOME = {
-    "type": "user.define_outcome",
-    "description": "d",
-    "rubric": {"type": "text", "content": "c"},
-}
+RUBRIC = {"type": "text", "content": "c"}
+OUTCOME = {"type": "user.define_outcome", "description": "d", "rubric": RUBRIC}
 HUGE = 10**20
 ARITY_CURSOR = forge({"l": "agents", "o": "desc", "d": "after", "k": [1, 2, 3]})
 

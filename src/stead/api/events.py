@@ -21,8 +21,8 @@ from stead.api.sse import EventStream
 from stead.ids import new_id
 from stead.schemas import RequestError, events
 from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
-from stead.store.base import Json
 
+Json = dict[str, Any]
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["session events"])
 
 

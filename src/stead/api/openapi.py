@@ -8,8 +8,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from stead.schemas import agents, environments, events, sessions
-from stead.schemas.validation import StrictParams
+from stead.schemas import StrictParams, agents, environments, events, sessions
 
 REQUEST_BODIES: dict[str, StrictParams] = {
     "AgentCreateParams": agents.CREATE,

@@ -13,8 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from stead.schemas import RequestError
-from stead.store import Page, PageRequest
-from stead.store.base import Order
+from stead.store import Order, Page, PageRequest
 
 T = TypeVar("T")
 

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stead.store import NewEvent, SqlStore, open_store
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
+    opened = await open_store(f"sqlite:///{tmp_path / 'stead.db'}")
+    yield opened
+    await opened.close()
+
+
+def definition(name: str = "a") -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": None,
+        "system": None,
+        "model": {"id": "m", "effort": None, "inference_geo": None, "speed": None},
+        "tools": [],
+        "mcp_servers": [],
+        "skills": [],
+        "multiagent": None,
+        "execution_identity": {"type": "service_account"},
+        "metadata": {},
+    }
+
+
+async def new_session(store: SqlStore) -> tuple[str, str]:
+    """(workspace id, session id) of a fresh session."""
+    workspace = await store.create_workspace("w")
+    agent = await store.create_agent(workspace.id, definition())
+    env = await store.create_environment(workspace.id, "env", None, {"type": "cloud"}, {}, None)
+    session, _ = await store.create_session(
+        workspace.id, (agent.id, None), lambda a: {"id": a.id}, env.id, {}, []
+    )
+    return workspace.id, session.id
+
+
+def user_message(event_id: str, text: str = "hi") -> NewEvent:
+    return NewEvent(event_id, "user.message", {"content": [{"type": "text", "text": text}]})
