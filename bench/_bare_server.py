@@ -25,12 +25,12 @@ from typing import Any
 import uvicorn
 from starlette.types import Receive, Scope, Send
 
-JSON_HEADERS = [(b"content-type", b"application/json")]
-SSE_HEADERS = [
+JSON_HEADERS = ((b"content-type", b"application/json"),)
+SSE_HEADERS = (
     (b"content-type", b"text/event-stream; charset=utf-8"),
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),
-]
+)
 
 
 async def read_body(receive: Receive) -> bytes:
@@ -64,12 +64,11 @@ class BareApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]
-        route = (method, path)
-        if route == ("GET", "/ping"):
+        if (method, path) == ("GET", "/ping"):
             await respond(send, b"{}")
-        elif route == ("POST", "/events"):
+        elif (method, path) == ("POST", "/events"):
             await self._send_events(receive, send)
-        elif route == ("GET", "/stream"):
+        elif (method, path) == ("GET", "/stream"):
             await self._stream(receive, send)
         elif method == "PUT" and path.startswith("/blobs/"):
             self._blobs[path] = await read_body(receive)

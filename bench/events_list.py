@@ -18,7 +18,7 @@ Baselines, in the same run, interleaved with stead's listings after a warm-up:
   This is the floor for moving those bytes over loopback HTTP and decoding them.
 
 The ratios say how far stead is from each floor and from their sum (the time a
-server that did nothing but read SQLite and send bytes would need at least).
+server that did nothing but read SQLite and send bytes would roughly need).
 """
 
 from __future__ import annotations

@@ -36,6 +36,9 @@ class Settings(BaseSettings):
     sse_subscriber_buffer: int = 4096
     """Live events a slow SSE reader may fall behind before it re-reads from the store."""
 
+    auth_cache_seconds: float = 60.0
+    """How long a verified API key is trusted without asking the store again."""
+
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
-from stead.schemas import agents
+from stead.schemas import MAX_VERSION, agents
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 AGENT = openapi.response(BetaManagedAgentsAgent)
@@ -28,7 +28,7 @@ async def create_agent(request: Request, who: Caller = Depends(caller)) -> JSONR
 async def retrieve_agent(
     request: Request,
     agent_id: str,
-    version: int | None = Query(None, ge=1),
+    version: int | None = Query(None, ge=1, le=MAX_VERSION),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     record = await services(request).store.get_agent(who.workspace_id, agent_id, version)
@@ -64,7 +64,7 @@ async def list_agents(
     created_lte: datetime | None = Query(None, alias="created_at[lte]"),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    request_page = pagination.page_request("agents", "desc", limit, page)
+    request_page = pagination.page_request("agents", "desc", limit, page, pagination.CREATED_KEY)
     result = await services(request).store.list_agents(
         who.workspace_id, request_page, include_archived, created_gte, created_lte
     )
@@ -81,7 +81,9 @@ async def list_agent_versions(
     page: str | None = Query(None),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    request_page = pagination.page_request("agent_versions", "desc", limit, page)
+    request_page = pagination.page_request(
+        "agent_versions", "desc", limit, page, pagination.VERSION_KEY
+    )
     result = await services(request).store.list_agent_versions(
         who.workspace_id, agent_id, request_page
     )

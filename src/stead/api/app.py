@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from stead.api import agents, environments, errors, events, openapi, sessions
-from stead.api.deps import Services
+from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
 from stead.runtime import EventBus
@@ -25,7 +25,10 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             settings.resolved_database_url, settings.sqlite_synchronous
         )
         app.state.services = Services(
-            settings=settings, store=opened, bus=EventBus(settings.sse_subscriber_buffer)
+            settings=settings,
+            store=opened,
+            bus=EventBus(settings.sse_subscriber_buffer),
+            keys=KeyCache(ttl=settings.auth_cache_seconds),
         )
         try:
             yield

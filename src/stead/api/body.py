@@ -27,6 +27,19 @@ async def json_body(request: Request, *, optional: bool = False) -> Any:
             return {}
         raise RequestError("body: a JSON object is required")
     try:
-        return json.loads(chunks)
+        parsed = json.loads(chunks, parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(f"body: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise RequestError("body: JSON nested too deeply") from None
+    try:
+        # Stored text must be valid UTF-8: an escaped lone surrogate would be kept
+        # and then fail every response that echoes it.
+        json.dumps(parsed, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise RequestError("body: a string holds an unpaired UTF-16 surrogate escape") from None
+    return parsed
+
+
+def _reject_constant(name: str) -> Any:
+    raise RequestError(f"body: {name} is not a JSON number")

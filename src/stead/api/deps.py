@@ -2,14 +2,51 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 from fastapi import Request
 
 from stead.api.errors import ApiError
 from stead.config import Settings
 from stead.runtime import EventBus
-from stead.store import Store
+from stead.store import ApiKey, Store
+
+
+class KeyCache:
+    """Keys authenticated in the last ``ttl`` seconds, so most requests skip a store read.
+
+    Entries are keyed by the secret's hash; the cache is bounded and least recently
+    used entries go first.
+    """
+
+    def __init__(self, ttl: float, capacity: int = 4096) -> None:
+        self._ttl = ttl
+        self._capacity = capacity
+        self._entries: OrderedDict[str, tuple[ApiKey, float]] = OrderedDict()
+
+    @staticmethod
+    def _digest(secret: str) -> str:
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+    def get(self, secret: str) -> ApiKey | None:
+        digest = self._digest(secret)
+        entry = self._entries.get(digest)
+        if entry is None:
+            return None
+        if entry[1] < time.monotonic():
+            del self._entries[digest]
+            return None
+        self._entries.move_to_end(digest)
+        return entry[0]
+
+    def put(self, secret: str, key: ApiKey) -> None:
+        self._entries[self._digest(secret)] = (key, time.monotonic() + self._ttl)
+        self._entries.move_to_end(self._digest(secret))
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
 
 
 @dataclass(frozen=True)
@@ -19,6 +56,7 @@ class Services:
     settings: Settings
     store: Store
     bus: EventBus
+    keys: KeyCache = field(default_factory=lambda: KeyCache(ttl=0))
 
 
 @dataclass(frozen=True)
@@ -46,9 +84,13 @@ async def caller(request: Request) -> Caller:
     secret = _presented_key(request)
     if secret is None:
         raise ApiError(401, "send an API key as 'x-api-key' or 'Authorization: Bearer <key>'")
-    key = await services(request).store.authenticate(secret)
+    app = services(request)
+    key = app.keys.get(secret)
     if key is None:
-        raise ApiError(401, "invalid API key")
+        key = await app.store.authenticate(secret)
+        if key is None:
+            raise ApiError(401, "invalid API key")
+        app.keys.put(secret, key)
     workspace = request.headers.get("anthropic-workspace-id")
     if workspace and workspace != key.workspace_id:
         raise ApiError(403, "anthropic-workspace-id: this API key belongs to another workspace")

@@ -82,7 +82,9 @@ async def list_environments(
     include_archived: bool = Query(False),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    request_page = pagination.page_request("environments", "desc", limit, page)
+    request_page = pagination.page_request(
+        "environments", "desc", limit, page, pagination.CREATED_KEY
+    )
     result = await services(request).store.list_environments(
         who.workspace_id, request_page, include_archived
     )

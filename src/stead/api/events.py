@@ -88,7 +88,11 @@ async def list_events(
         processed_lt=created_lt,
         processed_lte=created_lte,
     )
-    request_page = pagination.page_request(f"events:{session_id}", order, limit, page)
+    request_page = pagination.page_request(
+        f"events:{session_id}", order, limit, page, pagination.EVENT_KEY
+    )
+    if request_page.after is not None and request_page.after[0] not in (0, 1):
+        raise RequestError("page: not a cursor issued by this server")
     result = await services(request).store.list_events(
         who.workspace_id, session_id, request_page, where
     )

@@ -16,6 +16,11 @@ from stead.schemas import RequestError
 from stead.store import Order, Page, PageRequest
 
 T = TypeVar("T")
+CREATED_KEY: tuple[type, ...] = (datetime, str)
+"""Rows listed newest or oldest first: (created_at, id)."""
+VERSION_KEY: tuple[type, ...] = (int,)
+EVENT_KEY: tuple[type, ...] = (int, int)
+"""(0, seq) for the log, (1, queue position) for pending events."""
 
 
 def _encode_value(value: Any) -> Any:
@@ -34,7 +39,14 @@ def encode(list_name: str, order: Order, key: tuple[Any, ...], direction: str) -
     return "page_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def page_request(list_name: str, order: Order, limit: int, cursor: str | None) -> PageRequest:
+def page_request(
+    list_name: str,
+    order: Order,
+    limit: int,
+    cursor: str | None,
+    key_types: tuple[type, ...],
+) -> PageRequest:
+    """Decodes ``cursor`` for ``list_name``; its key must have ``key_types``."""
     if not cursor:
         return PageRequest(limit=limit, order=order)
     try:
@@ -42,12 +54,20 @@ def page_request(list_name: str, order: Order, limit: int, cursor: str | None) -
         payload = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         key = tuple(_decode_value(v) for v in payload["k"])
         list_of, order_of, direction = payload["l"], payload["o"], payload["d"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         raise RequestError("page: not a cursor issued by this server") from None
+    shaped = len(key) == len(key_types) and all(
+        isinstance(v, t) and not (t is int and isinstance(v, bool))
+        for v, t in zip(key, key_types, strict=False)
+    )
+    if not shaped or direction not in ("after", "before"):
+        raise RequestError("page: not a cursor issued by this server")
     if list_of != list_name:
         raise RequestError("page: this cursor belongs to another list")
     if order_of != order:
         raise RequestError(f"page: this cursor was issued for order={order_of}, not {order}")
+    if isinstance(key[0], datetime) and key[0].tzinfo is None:
+        raise RequestError("page: not a cursor issued by this server")
     if direction == "before":
         return PageRequest(limit=limit, order=order, before=key)
     return PageRequest(limit=limit, order=order, after=key)

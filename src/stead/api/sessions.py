@@ -14,7 +14,7 @@ from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
 from stead.api.events import new_events
 from stead.ids import new_id
-from stead.schemas import events, sessions
+from stead.schemas import MAX_VERSION, events, sessions
 from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -104,7 +104,7 @@ async def delete_session(
 async def list_sessions(
     request: Request,
     agent_id: str | None = Query(None),
-    agent_version: int | None = Query(None, ge=1),
+    agent_version: int | None = Query(None, ge=1, le=MAX_VERSION),
     created_gt: datetime | None = Query(None, alias="created_at[gt]"),
     created_gte: datetime | None = Query(None, alias="created_at[gte]"),
     created_lt: datetime | None = Query(None, alias="created_at[lt]"),
@@ -130,7 +130,7 @@ async def list_sessions(
         deployment_id=deployment_id,
         memory_store_id=memory_store_id,
     )
-    request_page = pagination.page_request("sessions", order, limit, page)
+    request_page = pagination.page_request("sessions", order, limit, page, pagination.CREATED_KEY)
     result = await services(request).store.list_sessions(who.workspace_id, request_page, where)
     return JSONResponse(
         pagination.page_body(

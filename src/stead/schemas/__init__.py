@@ -2,6 +2,15 @@
 that turn requests into stored definitions. Imports nothing else from stead."""
 
 from stead.schemas import agents, environments, events, sessions
+from stead.schemas.limits import MAX_VERSION
 from stead.schemas.validation import RequestError, StrictParams
 
-__all__ = ["RequestError", "StrictParams", "agents", "environments", "events", "sessions"]
+__all__ = [
+    "MAX_VERSION",
+    "RequestError",
+    "StrictParams",
+    "agents",
+    "environments",
+    "events",
+    "sessions",
+]

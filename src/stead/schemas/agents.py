@@ -11,7 +11,7 @@ from typing import Any
 
 from anthropic.types.beta import agent_create_params, agent_update_params
 
-from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
 Json = dict[str, Any]
@@ -238,7 +238,9 @@ def parse_update(body: Any) -> tuple[int | None, Json]:
     check_length("description", params.get("description"), high=2048)
     check_length("system", params.get("system"), high=100_000)
     _check_multiagent(params.get("multiagent"))
-    return params.pop("version", None), params
+    expected = params.pop("version", None)
+    check_version("version", expected)
+    return expected, params
 
 
 def apply_update(current: Json, params: Json) -> Json:

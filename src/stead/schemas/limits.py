@@ -7,6 +7,8 @@ from typing import Any
 
 from stead.schemas.validation import RequestError
 
+MAX_VERSION = 2**31 - 1
+"""Largest agent version number accepted anywhere (ids and filters stay in 32 bits)."""
 METADATA_MAX_PAIRS = 16
 METADATA_MAX_KEY = 64
 METADATA_MAX_VALUE = 512
@@ -54,3 +56,8 @@ def patch_metadata(
             merged[key] = value
     check_metadata(field, merged)
     return merged
+
+
+def check_version(field: str, value: int | None) -> None:
+    if value is not None and not 1 <= value <= MAX_VERSION:
+        raise RequestError(f"{field}: must be between 1 and {MAX_VERSION}")

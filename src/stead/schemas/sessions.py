@@ -9,7 +9,7 @@ from typing import Any
 from anthropic.types.beta import session_create_params, session_update_params
 
 from stead.schemas import agents
-from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
 Json = dict[str, Any]
@@ -51,8 +51,7 @@ def parse_create(body: Any) -> SessionCreate:
     else:
         agent_id, version = agent["id"], agent.get("version")
         overrides = {k: v for k, v in agent.items() if k not in ("id", "type", "version")}
-    if version is not None and version < 1:
-        raise RequestError("agent.version: must be 1 or more")
+    check_version("agent.version", version)
     check_length("title", params.get("title"), high=512)
     check_metadata("metadata", params.get("metadata", {}))
     if params.get("resources"):

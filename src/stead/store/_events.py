@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, insert, select, update
+from sqlalchemy import Connection, Row, Update, bindparam, delete, insert, select, update
 
+from stead.store._compiled import compiled
 from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
 from stead.store.errors import NotFound
 from stead.store.tables import events, pending, sessions
@@ -40,14 +41,25 @@ def _queued(row: Row[Any]) -> EventRecord:
     )
 
 
-def _bump(conn: Connection, session_id: str, column: str, n: int) -> int:
+def _bump_statement(column: str) -> Update:
     col = sessions.c[column]
-    end = conn.execute(
-        update(sessions).where(sessions.c.id == session_id).values({col: col + n}).returning(col)
-    ).scalar_one_or_none()
-    if end is None:
+    return (
+        update(sessions)
+        .where(sessions.c.id == bindparam("session_id"))
+        .values({col: col + bindparam("n")})
+        .returning(col)
+    )
+
+
+def _bump(conn: Connection, session_id: str, column: str, n: int) -> int:
+    """Reserves ``n`` numbers of ``column`` for ``session_id``; returns the last one."""
+    statement = compiled(conn, f"bump.{column}", lambda: _bump_statement(column))
+    cursor = statement.execute(conn, {"session_id": session_id, "n": n})
+    row = cursor.fetchone()
+    cursor.close()
+    if row is None:
         raise NotFound("session", session_id)
-    return int(end)
+    return int(row[0])
 
 
 def append_log(
@@ -59,8 +71,8 @@ def append_log(
     records = [
         EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i) for i, e in enumerate(new)
     ]
-    conn.execute(
-        insert(events),
+    compiled(conn, "insert.events", lambda: insert(events)).execute_many(
+        conn,
         [
             {
                 "session_id": session_id,
@@ -86,8 +98,8 @@ def enqueue(
         EventRecord(session_id, e.id, e.type, e.body, None, position=first + i)
         for i, e in enumerate(new)
     ]
-    conn.execute(
-        insert(pending),
+    compiled(conn, "insert.pending", lambda: insert(pending)).execute_many(
+        conn,
         [
             {
                 "session_id": session_id,

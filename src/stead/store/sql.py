@@ -1,8 +1,8 @@
 """``SqlStore``: the Store on SQLAlchemy Core, one implementation for every dialect.
 
-Each method runs one whole transaction in a worker thread (one thread hop per
-call, not per statement). Writes are serialised by a capacity-1 limiter, which
-also makes ``seq`` order and commit order the same.
+Each method runs one whole transaction in a thread (one hop per call, not per
+statement). Writes run on the single writer thread (``writer.py``), which also
+makes ``seq`` order and commit order the same; reads run on a bounded pool.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from stead.store.base import (
     SessionRecord,
     Workspace,
 )
+from stead.store.writer import Writer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -62,23 +63,20 @@ class SqlStore:
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
-        self._write_limiter = CapacityLimiter(1)
+        self._writer = Writer(writer)
         self._read_limiter = CapacityLimiter(readers)
 
     async def close(self) -> None:
         await to_thread.run_sync(self._dispose)
 
     def _dispose(self) -> None:
+        self._writer.close()
         self._writer_engine.dispose()
         self._reader_engine.dispose()
 
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
-        def run() -> R:
-            with self._writer_engine.begin() as conn:
-                # The clock is read under the write lock: processed_at follows seq order.
-                return fn(conn, self._now(), *args)
-
-        return await to_thread.run_sync(run, limiter=self._write_limiter)
+        # The clock is read on the writer thread: processed_at follows seq order.
+        return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         def run() -> R:

@@ -29,7 +29,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 
 class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive).
+
+    A naive value (a list filter a client sent without an offset) is taken as UTC.
+    """
 
     impl = DateTime(timezone=True)
     cache_ok = True
@@ -37,9 +40,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to the store")
-        value = value.astimezone(UTC)
+        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
