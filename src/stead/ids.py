@@ -19,10 +19,18 @@ PREFIXES = {
 }
 
 
+_RANDOM_BYTES = 18
+"""144 random bits, more than 24 base58 digits can show, so every digit is uniform."""
+
+
 def new_id(kind: str) -> str:
     """A fresh id of ``kind`` (a key of ``PREFIXES``)."""
-    body = "".join(secrets.choice(_ALPHABET) for _ in range(_BODY_LENGTH))
-    return f"{PREFIXES[kind]}_{body}"
+    number = int.from_bytes(secrets.token_bytes(_RANDOM_BYTES), "big")
+    digits = []
+    for _ in range(_BODY_LENGTH):
+        number, digit = divmod(number, 58)
+        digits.append(_ALPHABET[digit])
+    return f"{PREFIXES[kind]}_{''.join(digits)}"
 
 
 def has_prefix(value: str, kind: str) -> bool:

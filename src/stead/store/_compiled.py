@@ -1,15 +1,17 @@
-"""Statements of the event-append hot path, compiled once per connection and run
-on the DBAPI cursor.
+"""Statements of the hot paths, compiled once per connection and run on the DBAPI cursor.
 
 SQLAlchemy's per-execution work (cache key, parameter coercion, result objects)
-costs more than the SQLite commit itself, and appending events runs a fixed
-pair of statements. They are still written once as Core constructs, compiled
-for the connection's dialect on first use, and the column types' own bind
-processors are applied, so the stored values are exactly what SQLAlchemy writes.
+costs more than the SQLite commit itself, and more than ten times the query
+for the session lookup with its derived status. The hot statements (append an
+event, look a session up, read events after a seq) are still written once as
+Core constructs with bind parameters, compiled for the connection's dialect on
+first use; the column types' own bind and result processors are applied, so
+values are exactly what SQLAlchemy would write and read.
 """
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,15 +30,24 @@ class Compiled:
             list(compiled.positiontup or []) if compiled.positional else None
         )
         self._processors: dict[str, Processor] = {}
+        # Values fixed in the statement itself (literals) are sent with every execution.
+        self._fixed = {name: b.value for name, b in compiled.binds.items() if not b.required}
         for name, bind in compiled.binds.items():
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             if processor is not None:
                 self._processors[bind.key] = processor
                 self._processors[name] = processor
+        columns = list(getattr(statement, "selected_columns", ()))
+        self._row = namedtuple("Row", [c.key for c in columns]) if columns else None
+        self._readers: list[Processor | None] = [
+            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
+        ]
 
     def params(self, values: Mapping[str, Any]) -> Any:
+        processors = self._processors
         processed = {
-            k: (self._processors[k](v) if k in self._processors else v) for k, v in values.items()
+            k: (processors[k](v) if k in processors else v)
+            for k, v in {**self._fixed, **values}.items()
         }
         if self._order is None:
             return processed
@@ -46,6 +57,18 @@ class Compiled:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         cursor.execute(self.sql, self.params(values))
         return cursor
+
+    def fetch(self, conn: Connection, values: Mapping[str, Any]) -> list[Any]:
+        """Rows as named tuples, each value read through its column type."""
+        assert self._row is not None, "fetch needs a SELECT"
+        cursor = self.execute(conn, values)
+        rows = cursor.fetchall()
+        cursor.close()
+        readers = self._readers
+        return [
+            self._row(*[v if r is None else r(v) for r, v in zip(readers, row, strict=True)])
+            for row in rows
+        ]
 
     def execute_many(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]

@@ -130,20 +130,30 @@ def drain(conn: Connection, now: datetime, session_id: str) -> list[EventRecord]
     return append_log(conn, now, session_id, [NewEvent(r.id, r.type, r.body) for r in rows])
 
 
+def _find_statement() -> Any:
+    return select(events).where(
+        events.c.session_id == bindparam("session_id"), events.c.id == bindparam("event_id")
+    )
+
+
 def find(conn: Connection, session_id: str, event_id: str) -> EventRecord | None:
-    row = conn.execute(
-        select(events).where(events.c.session_id == session_id, events.c.id == event_id)
-    ).first()
-    return None if row is None else _logged(row)
+    statement = compiled(conn, "events.find", _find_statement)
+    rows = statement.fetch(conn, {"session_id": session_id, "event_id": event_id})
+    return _logged(rows[0]) if rows else None
+
+
+def _after_statement() -> Any:
+    return (
+        select(events)
+        .where(events.c.session_id == bindparam("session_id"), events.c.seq > bindparam("seq"))
+        .order_by(events.c.seq)
+        .limit(bindparam("limit"))
+    )
 
 
 def after(conn: Connection, session_id: str, seq: int, limit: int) -> list[EventRecord]:
-    rows = conn.execute(
-        select(events)
-        .where(events.c.session_id == session_id, events.c.seq > seq)
-        .order_by(events.c.seq)
-        .limit(limit)
-    ).all()
+    statement = compiled(conn, "events.after", _after_statement)
+    rows = statement.fetch(conn, {"session_id": session_id, "seq": seq, "limit": limit})
     return [_logged(r) for r in rows]
 
 

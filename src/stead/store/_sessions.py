@@ -9,7 +9,9 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Row,
+    Select,
     String,
+    bindparam,
     case,
     cast,
     delete,
@@ -17,12 +19,14 @@ from sqlalchemy import (
     false,
     insert,
     literal,
+    or_,
     select,
     update,
 )
 
 from stead.ids import new_id
 from stead.store import _agents, _environments, _events
+from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import (
     LIVE_RUN_STATUSES,
@@ -42,7 +46,9 @@ from stead.store.tables import events, pending, runs, sessions
 
 
 def _run_exists(*statuses: str) -> Any:
-    return exists().where(runs.c.session_id == sessions.c.id, runs.c.status.in_(statuses))
+    # OR of equalities rather than IN: an IN list is re-expanded on every execution.
+    matches = or_(*(runs.c.status == status for status in statuses))
+    return exists().where(runs.c.session_id == sessions.c.id, matches)
 
 
 STATUS = case(
@@ -75,13 +81,19 @@ def _record(row: Row[Any]) -> SessionRecord:
     )
 
 
+def _get_statement() -> Select[Any]:
+    return _SELECT.where(
+        sessions.c.id == bindparam("session_id"),
+        sessions.c.workspace_id == bindparam("workspace_id"),
+    )
+
+
 def get(conn: Connection, workspace_id: str, session_id: str) -> SessionRecord:
-    row = conn.execute(
-        _SELECT.where(sessions.c.id == session_id, sessions.c.workspace_id == workspace_id)
-    ).first()
-    if row is None:
+    statement = compiled(conn, "sessions.get", _get_statement)
+    rows = statement.fetch(conn, {"session_id": session_id, "workspace_id": workspace_id})
+    if not rows:
         raise NotFound("session", session_id)
-    return _record(row)
+    return _record(rows[0])
 
 
 def create(

@@ -1,8 +1,9 @@
 """``SqlStore``: the Store on SQLAlchemy Core, one implementation for every dialect.
 
-Each method runs one whole transaction in a thread (one hop per call, not per
-statement). Writes run on the single writer thread (``writer.py``), which also
-makes ``seq`` order and commit order the same; reads run on a bounded pool.
+Each method runs one whole transaction on a connection worker (``workers.py``):
+one hop per call, not per statement. All writes run on the single write worker,
+which also makes ``seq`` order and commit order the same; reads run on their own
+workers, each on a snapshot of its own.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, ParamSpec, TypeVar
 
-from anyio import CapacityLimiter, to_thread
+from anyio import to_thread
 from sqlalchemy import Connection, Engine
 
 from stead.store import (
@@ -41,7 +42,7 @@ from stead.store.base import (
     SessionRecord,
     Workspace,
 )
-from stead.store.writer import Writer
+from stead.store.workers import ConnectionWorkers
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,14 +64,15 @@ class SqlStore:
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
-        self._writer = Writer(writer)
-        self._read_limiter = CapacityLimiter(readers)
+        self._writer = ConnectionWorkers(writer, 1, "store-writer")
+        self._readers = ConnectionWorkers(reader, readers, "store-reader")
 
     async def close(self) -> None:
         await to_thread.run_sync(self._dispose)
 
     def _dispose(self) -> None:
         self._writer.close()
+        self._readers.close()
         self._writer_engine.dispose()
         self._reader_engine.dispose()
 
@@ -79,11 +81,7 @@ class SqlStore:
         return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
-        def run() -> R:
-            with self._reader_engine.begin() as conn:
-                return fn(conn, *args)
-
-        return await to_thread.run_sync(run, limiter=self._read_limiter)
+        return await self._readers.run(lambda conn: fn(conn, *args))
 
     # workspaces and keys
     async def create_workspace(self, name: str) -> Workspace:

@@ -1,9 +1,10 @@
-"""The store's writer: one thread that owns the one write connection.
+"""Connection workers: threads that each own one long-lived database connection.
 
-Every write transaction runs here, in submission order. A dedicated thread
-hands work over in a fraction of the time a general worker pool needs, and a
-long-lived connection skips the pool's checkout and reset on every commit.
-The ``SqlStore`` that starts the writer stops it in ``close``.
+The store runs every transaction on one of them: a single worker for writes
+(so writes run one at a time, in submission order) and a few for reads. A
+dedicated thread hands work over in a fraction of the time a general worker
+pool needs, and a long-lived connection skips the pool's checkout and reset on
+every transaction. The ``SqlStore`` that starts the workers stops them in ``close``.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ R = TypeVar("R")
 _STOP = object()
 
 
-class Writer:
-    def __init__(self, engine: Engine) -> None:
+class ConnectionWorkers:
+    def __init__(self, engine: Engine, count: int, name: str) -> None:
         self._engine = engine
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name="stead-store-writer", daemon=True)
-        self._thread.start()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"stead-{name}-{i}", daemon=True)
+            for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     async def run(self, work: Callable[[Connection], R]) -> R:
         """Runs ``work(conn)`` inside one transaction and returns its result.
@@ -40,9 +45,11 @@ class Writer:
         return await future
 
     def close(self) -> None:
-        """Finishes the queued work, then stops the thread (blocking)."""
-        self._queue.put(_STOP)
-        self._thread.join()
+        """Finishes the queued work, then stops the threads (blocking)."""
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for thread in self._threads:
+            thread.join()
 
     def _serve(self) -> None:
         conn: Connection | None = None
