@@ -1,0 +1,76 @@
+"""/openapi.json describes what the server serves and accepts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx2
+
+from stead.testing import ServerProcess
+
+ROUTES = {
+    ("post", "/v1/agents"): "AgentCreateParams",
+    ("get", "/v1/agents"): None,
+    ("get", "/v1/agents/{agent_id}"): None,
+    ("post", "/v1/agents/{agent_id}"): "AgentUpdateParams",
+    ("post", "/v1/agents/{agent_id}/archive"): None,
+    ("get", "/v1/agents/{agent_id}/versions"): None,
+    ("post", "/v1/environments"): "EnvironmentCreateParams",
+    ("get", "/v1/environments"): None,
+    ("get", "/v1/environments/{environment_id}"): None,
+    ("post", "/v1/environments/{environment_id}"): "EnvironmentUpdateParams",
+    ("delete", "/v1/environments/{environment_id}"): None,
+    ("post", "/v1/environments/{environment_id}/archive"): None,
+    ("post", "/v1/sessions"): "SessionCreateParams",
+    ("get", "/v1/sessions"): None,
+    ("get", "/v1/sessions/{session_id}"): None,
+    ("post", "/v1/sessions/{session_id}"): "SessionUpdateParams",
+    ("delete", "/v1/sessions/{session_id}"): None,
+    ("post", "/v1/sessions/{session_id}/archive"): None,
+    ("post", "/v1/sessions/{session_id}/events"): "EventSendParams",
+    ("get", "/v1/sessions/{session_id}/events"): None,
+    ("get", "/v1/sessions/{session_id}/events/stream"): None,
+}
+
+
+def _resolve(document: dict[str, Any], ref: str) -> dict[str, Any]:
+    node: Any = document
+    for part in ref.removeprefix("#/").split("/"):
+        node = node[part]
+    return node  # type: ignore[no-any-return]
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        return found + [r for value in node.values() for r in _refs(value)]
+    if isinstance(node, list):
+        return [r for value in node for r in _refs(value)]
+    return []
+
+
+def test_every_route_and_body_is_described(server: ServerProcess) -> None:
+    document = httpx2.get(f"{server.url}/openapi.json").json()
+    served = {(method, path) for path, item in document["paths"].items() for method in item}
+    assert served == set(ROUTES)
+    for (method, path), body in ROUTES.items():
+        operation = document["paths"][path][method]
+        if body is None:
+            assert "requestBody" not in operation, (method, path)
+            continue
+        schema_ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+        schema = _resolve(document, schema_ref)
+        assert schema_ref.endswith("/" + body)
+        assert schema["type"] == "object"
+        assert schema["additionalProperties"] is False, "unknown fields are rejected"
+    for ref in _refs(document):
+        _resolve(document, ref)  # every reference resolves
+
+
+def test_query_parameters_use_the_wire_names(server: ServerProcess) -> None:
+    document = httpx2.get(f"{server.url}/openapi.json").json()
+    listed = document["paths"]["/v1/sessions"]["get"]["parameters"]
+    names = {p["name"] for p in listed}
+    assert {"statuses[]", "created_at[gte]", "order", "page", "limit"} <= names
+    events = document["paths"]["/v1/sessions/{session_id}/events"]["get"]["parameters"]
+    assert "types[]" in {p["name"] for p in events}
