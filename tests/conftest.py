@@ -6,13 +6,33 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import FakeModel, ServerProcess, echo
+
+
+def loop_env(fake: FakeModel, **extra: str) -> dict[str, str]:
+    """Environment for a ``stead serve`` whose agent loop talks to ``fake``, never a real API."""
+    return {
+        "STEAD_UPSTREAM_BASE_URL": fake.url,
+        "ANTHROPIC_API_KEY": "test-key-for-the-fake-model",
+        "STEAD_SANDBOX": "unsafe_local",
+        **extra,
+    }
 
 
 @pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def fake_model() -> Iterator[FakeModel]:
+    """An upstream that answers every turn by echoing the user's words."""
+    with FakeModel(echo) as fake:
+        yield fake
+
+
+@pytest.fixture(scope="session")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel
+) -> Iterator[ServerProcess]:
     """One real ``stead serve`` shared by the tests that do not kill it."""
-    process = ServerProcess(tmp_path_factory.mktemp("stead-data")).start()
+    data = tmp_path_factory.mktemp("stead-data")
+    process = ServerProcess(data, env=loop_env(fake_model)).start()
     yield process
     process.stop()
 
@@ -41,8 +61,8 @@ def client(server: ServerProcess, api_key: str) -> Iterator[anthropic.Anthropic]
 
 
 @pytest.fixture
-def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
+def fresh_server(tmp_path: Path, fake_model: FakeModel) -> Iterator[ServerProcess]:
     """A server of the test's own, for tests that kill or restart it."""
-    process = ServerProcess(tmp_path / "data").start()
+    process = ServerProcess(tmp_path / "data", env=loop_env(fake_model)).start()
     yield process
     process.kill()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -38,6 +38,29 @@ class Settings(BaseSettings):
 
     auth_cache_seconds: float = 60.0
     """How long a verified API key is trusted without asking the store again."""
+
+    # The agent loop.
+    upstream_base_url: str | None = None
+    """Anthropic Messages API base URL (default: the SDK's, api.anthropic.com)."""
+    anthropic_api_key: str | None = Field(
+        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "STEAD_ANTHROPIC_API_KEY")
+    )
+    openai_models: dict[str, str] = Field(default_factory=dict)
+    """Model name -> base URL of an OpenAI-compatible server (JSON in STEAD_OPENAI_MODELS)."""
+    openai_api_key: str | None = None
+    model_read_timeout_seconds: float = 60.0
+    model_total_timeout_seconds: float = 600.0
+    max_output_tokens: int = 8192
+    upstream_retries: int = 4
+    """Retries of a retryable upstream error before the turn ends with retries_exhausted."""
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
+    lease_seconds: float = 30.0
+    """A run's lease; renewed every third of it while the run makes progress."""
+    reaper_interval_seconds: float = 5.0
+    max_run_attempts: int = 5
+    sandbox: Literal["unsafe_local"] | None = None
+    """Sandbox backend for tools. ``unsafe_local`` isolates nothing and must be named."""
 
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -35,3 +36,21 @@ def sse_frames(response: httpx2.Response) -> Iterator[dict[str, Any]]:
             field, _, value = line.partition(":")
             value = value.removeprefix(" ")
             frame[field] = json.loads(value) if field == "data" else value
+
+
+def wait_idle(client: anthropic.Anthropic, session_id: str, timeout: float = 30.0) -> None:
+    """Waits (bounded) until the agent loop has nothing left to do for the session."""
+    deadline = time.monotonic() + timeout
+    while client.beta.sessions.retrieve(session_id).status != "idle":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"session {session_id} still busy after {timeout}s")
+        time.sleep(0.02)
+
+
+def wait_idle_http(http: httpx2.Client, key: str, session_id: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    url = f"/v1/sessions/{session_id}"
+    while http.get(url, headers={"x-api-key": key}).json()["status"] != "idle":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"session {session_id} still busy after {timeout}s")
+        time.sleep(0.02)

@@ -19,6 +19,7 @@ import httpx2
 import pytest
 
 from stead.testing import ServerProcess
+from tests.integration.helpers import wait_idle_http
 
 A, E, S = "/v1/agents", "/v1/environments", "/v1/sessions"
 AG, SE = A + "/{agent}", S + "/{session}"
@@ -453,12 +454,16 @@ def world(server: ServerProcess, api_key: str) -> Iterator[World]:
         post(E + f"/{ids['env_archived']}/archive")
         ids["session"] = post(S, fill(session(initial_events=[msg()]), ids))
         ids["session_archived"] = post(S, fill(session(initial_events=[msg(), msg()]), ids))
+        for made in ("session", "session_archived"):
+            wait_idle_http(http, api_key, ids[made])
         post(S + f"/{ids['session_archived']}/archive")
         ids["other_agent"] = post(A, agent(), other_key)
         ids["other_env"] = post(E, {"name": f"other-{tag}"}, other_key)
         other = {"agent": ids["other_agent"], "environment_id": ids["other_env"]}
         ids["other_session"] = post(S, other, other_key)
-        [first] = ok(http.get(EV.format_map(ids), headers={"x-api-key": api_key}))["data"]
+        only_user = {"types[]": "user.message"}
+        first = ok(http.get(EV.format_map(ids), params=only_user, headers={"x-api-key": api_key}))
+        first = first["data"][0]
         ids["user_event"] = first["id"]
         ids["agents_cursor"] = cursor(A, include_archived="true")
         ids["envs_cursor"] = cursor(E, include_archived="true")

@@ -45,7 +45,8 @@ def test_two_workspaces_see_only_their_own(server: ServerProcess, api_key: str) 
         with pytest.raises(anthropic.NotFoundError), theirs.beta.sessions.events.stream(session.id):
             pass
         assert mine.beta.agents.retrieve(agent.id).name == "private"
-        assert len(list(mine.beta.sessions.events.list(session.id))) == 1
+        mine_only = mine.beta.sessions.events.list(session.id, types=["user.message"])
+        assert len(list(mine_only)) == 1
 
 
 def test_keys_are_required_and_checked(server: ServerProcess) -> None:

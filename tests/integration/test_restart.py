@@ -10,7 +10,7 @@ import pytest
 
 from stead.testing import ServerProcess
 from tests.conftest import make_client
-from tests.integration.helpers import message, new_session
+from tests.integration.helpers import message, new_session, wait_idle
 
 SENDERS = 4
 
@@ -50,8 +50,10 @@ def test_acknowledged_events_survive_sigkill(fresh_server: ServerProcess) -> Non
     assert killed.is_set()
     fresh_server.start()
     with make_client(fresh_server.url, key) as client:
-        stored = [e.id for e in client.beta.sessions.events.list(session_id)]
-        assert client.beta.sessions.retrieve(session_id).status == "idle"
+        wait_idle(client, session_id, timeout=60)
+        listed = client.beta.sessions.events.list(session_id, types=["user.message"])
+        stored = [e.id for e in listed]
+        assert all(e.processed_at is not None for e in listed)
     missing = set(acknowledged) - set(stored)
     assert not missing, f"{len(missing)} acknowledged events lost"
     assert len(stored) == len(set(stored))

@@ -30,7 +30,9 @@ def _read(
         if opened is not None:
             opened.set()  # the server subscribes before it sends the headers
         for frame in sse_frames(response):
-            if frame["event"] != "user.message":
+            # Only logged events carry an SSE id; queued echoes (processed_at null)
+            # reach live readers too and are followed by their logged form.
+            if frame["event"] != "user.message" or "id" not in frame:
                 continue
             got.append(frame)
             if stop_after is not None and len(got) >= stop_after:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from stead.api import agents, environments, errors, events, openapi, sessions
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
-from stead.runtime import EventBus
+from stead.ids import new_id
+from stead.runtime import (
+    EventBus,
+    LoopDeps,
+    ModelRouter,
+    Runtime,
+    SandboxToolbox,
+    SystemClock,
+    brain_lock,
+)
 from stead.store import Store, open_store
 
 ROUTE_MODULES = (agents, environments, sessions, events)
@@ -19,24 +31,41 @@ ROUTE_MODULES = (agents, environments, sessions, events)
 
 def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
     """The app. With ``store`` given the caller owns it; otherwise the lifespan opens
-    and closes the one ``settings`` names."""
+    the one ``settings`` names, holds the data directory's brain lock while it runs
+    (one brain per embedded store), and closes it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        opened = store or await open_store(
-            settings.resolved_database_url, settings.sqlite_synchronous
-        )
-        app.state.services = Services(
-            settings=settings,
-            store=opened,
-            bus=EventBus(settings.sse_subscriber_buffer),
-            keys=KeyCache(ttl=settings.auth_cache_seconds),
-        )
-        try:
-            yield
-        finally:
-            if store is None:
-                await opened.close()
+        async with AsyncExitStack() as stack:
+            opened = store
+            if opened is None:
+                stack.enter_context(brain_lock(settings.data_dir))
+                opened = await open_store(
+                    settings.resolved_database_url, settings.sqlite_synchronous
+                )
+                stack.push_async_callback(opened.close)
+            bus = EventBus(settings.sse_subscriber_buffer)
+            deps = LoopDeps(
+                settings=settings,
+                store=opened,
+                bus=bus,
+                models=ModelRouter(settings),
+                tools=SandboxToolbox(settings),
+                clock=SystemClock(),
+                owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
+            )
+            runtime = Runtime(deps, exclusive=store is None)
+            app.state.services = Services(
+                settings=settings,
+                store=opened,
+                bus=bus,
+                keys=KeyCache(ttl=settings.auth_cache_seconds),
+                runtime=runtime,
+            )
+            async with anyio.create_task_group() as group:
+                await group.start(runtime.serve)
+                yield
+                group.cancel_scope.cancel()
 
     # The routes go straight onto the app: routers kept nested by include_router
     # are matched again on every request, which cost more than the rest of a call.

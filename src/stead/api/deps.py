@@ -5,13 +5,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fastapi import Request
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import EventBus
+from stead.runtime import EventBus, Runtime
 from stead.store import ApiKey, Store
 
 
@@ -56,7 +56,8 @@ class Services:
     settings: Settings
     store: Store
     bus: EventBus
-    keys: KeyCache = field(default_factory=lambda: KeyCache(ttl=0))
+    keys: KeyCache
+    runtime: Runtime
 
 
 @dataclass(frozen=True)

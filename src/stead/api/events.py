@@ -64,6 +64,10 @@ async def send_events(
         who.workspace_id, session_id, new_events(params), _reference_check(params)
     )
     app.bus.publish(session_id, accepted.echoes)
+    if any(e.type == "user.interrupt" for e in accepted.logged):
+        app.runtime.interrupt(session_id)
+    if accepted.starts_work:
+        app.runtime.wake(session_id)
     return JSONResponse({"data": [wire.event(e) for e in accepted.echoes]})
 
 

@@ -44,6 +44,8 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
         new_events(spec.initial_events),
     )
     app.bus.publish(record.id, logged)
+    if record.status != "idle":
+        app.runtime.wake(record.id)
     return JSONResponse(_json(record))
 
 

@@ -70,9 +70,7 @@ def session(record: SessionRecord, now: datetime) -> Json:
 
 
 def event(record: EventRecord) -> Json:
-    return {
-        "type": record.type,
-        "id": record.id,
-        **record.body,
-        "processed_at": ts(record.processed_at),
-    }
+    """The wire form; keys starting with ``_`` are stead's own (e.g. thinking text kept
+    for replaying the conversation) and never leave the server."""
+    body = {k: v for k, v in record.body.items() if not k.startswith("_")}
+    return {"type": record.type, "id": record.id, **body, "processed_at": ts(record.processed_at)}

@@ -1,7 +1,29 @@
-"""The runtime room: what moves events between the store and their readers
-(and, with the agent loop, the session actors that run turns)."""
+"""The runtime room: the agent loop (session actors, turn runner, recovery) and
+the delivery of committed events to stream readers."""
 
+from stead.runtime.brainlock import DataDirInUse, brain_lock
 from stead.runtime.bus import EventBus, Notice, Subscription
+from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome
 from stead.runtime.feed import FeedItem, SessionFeed
+from stead.runtime.models import ModelRouter
+from stead.runtime.service import Runtime
+from stead.runtime.toolbox import SandboxToolbox
 
-__all__ = ["EventBus", "FeedItem", "Notice", "SessionFeed", "Subscription"]
+__all__ = [
+    "Clock",
+    "DataDirInUse",
+    "EventBus",
+    "FeedItem",
+    "LoopDeps",
+    "ModelRouter",
+    "Notice",
+    "Runtime",
+    "SandboxToolbox",
+    "SessionFeed",
+    "Subscription",
+    "SystemClock",
+    "ToolOutcome",
+    "Toolbox",
+    "brain_lock",
+]

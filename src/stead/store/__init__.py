@@ -18,16 +18,19 @@ from stead.store.base import (
     EventRecord,
     EventsAccepted,
     NewEvent,
+    OpRecord,
     Order,
     Page,
     PageRequest,
+    RunClaim,
     RunStatus,
+    RunWrite,
     SessionFilter,
     SessionRecord,
     Store,
     Workspace,
 )
-from stead.store.errors import Conflict, NotFound, StoreError
+from stead.store.errors import Conflict, LeaseLost, NotFound, StoreError
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 
@@ -40,12 +43,16 @@ __all__ = [
     "EventFilter",
     "EventRecord",
     "EventsAccepted",
+    "LeaseLost",
     "NewEvent",
     "NotFound",
+    "OpRecord",
     "Order",
     "Page",
     "PageRequest",
+    "RunClaim",
     "RunStatus",
+    "RunWrite",
     "SessionFilter",
     "SessionRecord",
     "SqlStore",

@@ -8,13 +8,19 @@ from itertools import groupby
 
 from sqlalchemy import Connection
 
-from stead.store import _events, _sessions
+from stead.store import _events, _runs, _sessions
 from stead.store.base import EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 
 QUEUED_TYPES = frozenset({"user.message", "system.message"})
 """Types that wait for the running turn to end. Everything else (interrupts, tool
 results, confirmations, outcomes) is processed on receipt (spec §3.0)."""
+
+STARTS_WORK = frozenset(
+    {"user.message", "user.custom_tool_result", "user.tool_confirmation", "user.tool_result"}
+)
+"""Logged, these give the agent loop something to do: a run is queued in the same
+transaction, so no crash can leave a message that nothing will answer."""
 
 MAX_PENDING = 1000
 
@@ -54,4 +60,7 @@ def accept(
             records = _events.append_log(conn, now, session_id, batch)
             echoes += records
             logged += records
-    return EventsAccepted(echoes=echoes, logged=logged)
+    starts_work = any(e.type in STARTS_WORK for e in logged)
+    if starts_work:
+        _runs.start(conn, now, session_id)
+    return EventsAccepted(echoes=echoes, logged=logged, starts_work=starts_work)

@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 
 from stead.ids import new_id
-from stead.store import _agents, _environments, _events
+from stead.store import _agents, _environments, _events, _runs
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import (
@@ -42,7 +42,7 @@ from stead.store.base import (
     SessionRecord,
 )
 from stead.store.errors import Conflict, NotFound
-from stead.store.tables import events, pending, runs, sessions
+from stead.store.tables import events, ops, pending, runs, sessions
 
 
 def _run_exists(*statuses: str) -> Any:
@@ -147,6 +147,8 @@ def create(
         )
     )
     logged = _events.append_log(conn, now, session_id, initial_events)
+    if any(e.type == "user.message" for e in initial_events):
+        _runs.start(conn, now, session_id)
     return get(conn, workspace_id, session_id), logged
 
 
@@ -198,7 +200,7 @@ def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
     current = get(conn, workspace_id, session_id)
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before deleting")
-    for table in (events, pending, runs):
+    for table in (events, pending, ops, runs):
         conn.execute(delete(table).where(table.c.session_id == session_id))
     conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
@@ -228,21 +230,8 @@ def list_(
     return fetch_page(conn, stmt, [sessions.c.created_at, sessions.c.id], page, _record)
 
 
-def start_run(conn: Connection, now: datetime, session_id: str) -> str:
-    run_id = new_id("run")
-    conn.execute(
-        insert(runs).values(
-            id=run_id,
-            session_id=session_id,
-            status=RunStatus.QUEUED,
-            attempts=0,
-            epoch=0,
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    return run_id
-
-
-def finish_run(conn: Connection, now: datetime, run_id: str, status: RunStatus) -> None:
-    conn.execute(update(runs).where(runs.c.id == run_id).values(status=status, updated_at=now))
+def snapshot(conn: Connection, session_id: str) -> SessionRecord:
+    row = conn.execute(_SELECT.where(sessions.c.id == session_id)).first()
+    if row is None:
+        raise NotFound("session", session_id)
+    return _record(row)

@@ -118,6 +118,47 @@ class NewEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class RunClaim:
+    """A run this process now owns: every write for it carries ``epoch``."""
+
+    run_id: str
+    session_id: str
+    epoch: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    """One side effect in the ledger: ``started``, or ``completed`` with its result."""
+
+    op_key: str
+    run_id: str
+    kind: str
+    status: str
+    result: Any
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunWrite:
+    """What one fenced transaction of the agent loop writes, all or nothing."""
+
+    events: Sequence[NewEvent] = ()
+    ops_started: Sequence[tuple[str, str]] = ()
+    """(op_key, kind) recorded as started before the side effect runs."""
+    ops_completed: Sequence[tuple[str, Any]] = ()
+    """(op_key, result) recorded with the events that report them."""
+    usage: dict[str, int] | None = None
+    """Added to the session's cumulative usage."""
+    status: RunStatus | None = None
+    """The run's new status (``DONE`` ends it)."""
+    drain_pending: bool = False
+    """Move queued user events into the log (they are processed now)."""
+    answer_drained: bool = True
+    """After a drain, queue a new run to answer what was drained (False flushes them)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PageRequest:
     """Keyset paging: ``after``/``before`` are the sort key of the cursor row."""
 
@@ -167,6 +208,8 @@ class EventsAccepted:
 
     echoes: list[EventRecord] = field(default_factory=list)
     logged: list[EventRecord] = field(default_factory=list)
+    starts_work: bool = False
+    """A run was queued for what was logged: the agent loop has work."""
 
 
 AgentChange = Callable[[Json], Json]
@@ -290,6 +333,34 @@ class Store(Protocol):
     async def last_seq(self, session_id: str) -> int: ...
     async def find_event_seq(self, session_id: str, event_id: str) -> int | None: ...
 
-    # runs (the agent loop owns them; the API only reads status)
-    async def start_run(self, session_id: str) -> str: ...
+    # runs and the side-effect ledger (the agent loop owns them; the API reads status)
+    async def start_run(self, session_id: str) -> str:
+        """The session's live run, or a new queued one (idempotent)."""
+        ...
+
     async def finish_run(self, run_id: str, status: RunStatus) -> None: ...
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> RunClaim | None: ...
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
+    async def requeue_runs(self, *, not_owned_by: str | None = None) -> list[tuple[str, str]]:
+        """(run id, session id) of orphaned runs put back in the queue."""
+        ...
+
+    async def queued_runs(self, session_id: str | None = None) -> list[tuple[str, str]]:
+        """(run id, session id) of queued runs, oldest first (of one session if named)."""
+        ...
+
+    async def run_write(
+        self, claim: RunClaim, write: RunWrite
+    ) -> tuple[list[EventRecord], str | None]:
+        """One fenced transaction for ``claim`` (raises ``LeaseLost`` when stale).
+        Returns the logged events and, after a drain, the id of the next run."""
+        ...
+
+    async def get_op(self, op_key: str) -> OpRecord | None: ...
+    async def session_log(self, session_id: str) -> list[EventRecord]:
+        """Every logged event of the session, in ``seq`` order."""
+        ...
+
+    async def session_snapshot(self, session_id: str) -> SessionRecord:
+        """The session regardless of workspace (the agent loop acts for its owner)."""
+        ...

@@ -32,3 +32,12 @@ class Conflict(StoreError):
         self.code = code
         self.status = status
         super().__init__(message)
+
+
+class LeaseLost(BaseException):
+    """A write on behalf of run ``run_id`` at ``epoch`` was refused: the run moved on."""
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        self.run_id = run_id
+        self.epoch = epoch
+        super().__init__(f"run {run_id} is no longer at epoch {epoch}")

@@ -20,6 +20,7 @@ from stead.store import (
     _environments,
     _events,
     _inbox,
+    _runs,
     _sessions,
     _workspaces,
 )
@@ -34,9 +35,12 @@ from stead.store.base import (
     EventsAccepted,
     Json,
     NewEvent,
+    OpRecord,
     Page,
     PageRequest,
+    RunClaim,
     RunStatus,
+    RunWrite,
     SessionChange,
     SessionFilter,
     SessionRecord,
@@ -243,9 +247,37 @@ class SqlStore:
 
         return await self._read(run)
 
-    # runs
+    # runs and the side-effect ledger
     async def start_run(self, session_id: str) -> str:
-        return await self._write(_sessions.start_run, session_id)
+        return await self._write(_runs.start, session_id)
 
     async def finish_run(self, run_id: str, status: RunStatus) -> None:
-        await self._write(_sessions.finish_run, run_id, status)
+        await self._write(_runs.finish, run_id, status)
+
+    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> RunClaim | None:
+        return await self._write(_runs.claim, run_id, owner, lease_seconds)
+
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
+        return await self._write(_runs.renew, run_id, epoch, lease_seconds)
+
+    async def requeue_runs(self, *, not_owned_by: str | None = None) -> list[tuple[str, str]]:
+        return await self._write(
+            lambda conn, now: _runs.requeue(conn, now, not_owned_by=not_owned_by)
+        )
+
+    async def queued_runs(self, session_id: str | None = None) -> list[tuple[str, str]]:
+        return await self._read(_runs.queued, session_id)
+
+    async def run_write(
+        self, claim: RunClaim, write: RunWrite
+    ) -> tuple[list[EventRecord], str | None]:
+        return await self._write(_runs.write, claim, write)
+
+    async def get_op(self, op_key: str) -> OpRecord | None:
+        return await self._read(_runs.get_op, op_key)
+
+    async def session_log(self, session_id: str) -> list[EventRecord]:
+        return await self._read(_events.after, session_id, 0, 1_000_000_000)
+
+    async def session_snapshot(self, session_id: str) -> SessionRecord:
+        return await self._read(_sessions.snapshot, session_id)

@@ -172,3 +172,18 @@ runs = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_runs_session_status", "session_id", "status"),
 )
+
+ops = Table(
+    "ops",
+    metadata,
+    Column("op_key", String(64), primary_key=True),
+    Column("session_id", String(64), ForeignKey("sessions.id"), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("result", Json, nullable=True),
+    Column("epoch", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_ops_session", "session_id"),
+)

@@ -1,5 +1,61 @@
-"""Test support shipped with stead: used by its tests, benchmarks and demos."""
+"""Test support shipped with stead: used by its tests, benchmarks and demos.
 
+``ServerProcess`` runs a real ``stead serve``; ``FakeModel`` is a scripted
+upstream model server (Anthropic Messages and OpenAI chat completions) with
+injectable faults, so an agent session can run completely offline.
+"""
+
+from stead.testing.fake_model import FakeModel
+from stead.testing.faults import (
+    MAX_FAULT_SECONDS,
+    ChunkDelay,
+    Delay,
+    Disconnect,
+    Fault,
+    FaultRule,
+    HttpError,
+    Stall,
+    StreamError,
+)
+from stead.testing.received import ReceivedRequest
+from stead.testing.scripts import (
+    DONE,
+    Block,
+    Rule,
+    Script,
+    Text,
+    Thinking,
+    ToolCall,
+    Turn,
+    assistant_turns,
+    call_every_tool,
+    echo,
+)
 from stead.testing.server import ServerProcess, free_port
 
-__all__ = ["ServerProcess", "free_port"]
+__all__ = [
+    "DONE",
+    "MAX_FAULT_SECONDS",
+    "Block",
+    "ChunkDelay",
+    "Delay",
+    "Disconnect",
+    "FakeModel",
+    "Fault",
+    "FaultRule",
+    "HttpError",
+    "ReceivedRequest",
+    "Rule",
+    "Script",
+    "ServerProcess",
+    "Stall",
+    "StreamError",
+    "Text",
+    "Thinking",
+    "ToolCall",
+    "Turn",
+    "assistant_turns",
+    "call_every_tool",
+    "echo",
+    "free_port",
+]

@@ -18,6 +18,7 @@ from typing import IO
 
 import httpx2
 
+SCRUBBED = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY"})
 KEY_PATTERN = re.compile(r"sk-stead-[A-Za-z0-9_-]+")
 START_TIMEOUT = 60.0
 
@@ -41,8 +42,13 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        # Inherited model credentials never reach a test server: only what the
+        # caller passes (normally a FakeModel's address) does.
+        inherited = {
+            k: v for k, v in os.environ.items() if k not in SCRUBBED and not k.startswith("STEAD_")
+        }
         env = {
-            **os.environ,
+            **inherited,
             "STEAD_DATA_DIR": str(self.data_dir),
             "STEAD_PORT": str(self.port),
             "STEAD_HOST": "127.0.0.1",

@@ -1,0 +1,39 @@
+"""The harness room: the stateless part of the agent loop.
+
+Log events in, a model request and new events out (DESIGN rule 3). Imports no
+store, sandbox or api: the runtime hands it events and tool definitions.
+"""
+
+from stead.harness.context import build_request, custom_tools, enabled_builtin_tools
+from stead.harness.model import ModelClient, ModelRequest, ModelResponse, UpstreamError
+from stead.harness.parse import response_events
+from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
+from stead.harness.steps import (
+    AwaitInput,
+    CallModel,
+    EndTurn,
+    RunTools,
+    Step,
+    next_step,
+    unresolved_tool_uses,
+)
+
+__all__ = [
+    "AnthropicModel",
+    "AwaitInput",
+    "CallModel",
+    "EndTurn",
+    "ModelClient",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAICompatibleModel",
+    "RunTools",
+    "Step",
+    "UpstreamError",
+    "build_request",
+    "custom_tools",
+    "enabled_builtin_tools",
+    "next_step",
+    "response_events",
+    "unresolved_tool_uses",
+]

@@ -1,0 +1,136 @@
+"""Session log -> Messages API request. Pure: the same log gives the same request.
+
+Tool-use ids in the history are the ``agent.*_tool_use`` event ids, so the
+request needs nothing but the log. Prompt-caching breakpoints go on the system
+prompt, the last tool and the last message block, so each step re-reads the
+whole prefix from the cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stead.harness.model import ModelRequest
+
+Json = dict[str, Any]
+CACHE = {"type": "ephemeral"}
+AGENT_TOOLSET = "agent_toolset_20260401"
+USER_BLOCKS = ("text", "image", "document")
+
+
+def enabled_builtin_tools(agent: Json) -> dict[str, Json]:
+    """Name -> resolved config of every enabled built-in tool of the agent."""
+    enabled: dict[str, Json] = {}
+    for toolset in agent.get("tools", []):
+        if toolset.get("type") != AGENT_TOOLSET:
+            continue
+        default = toolset["default_config"]
+        configs = {c["name"]: c for c in toolset.get("configs", [])}
+        for name in BUILTIN_NAMES:
+            config = configs.get(name, {"name": name, **default})
+            if config.get("enabled", default["enabled"]):
+                enabled[name] = config
+    return enabled
+
+
+BUILTIN_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
+"""Built-in tools stead executes (web_fetch and web_search are not offered yet)."""
+
+
+def custom_tools(agent: Json) -> dict[str, Json]:
+    return {t["name"]: t for t in agent.get("tools", []) if t.get("type") == "custom"}
+
+
+def _tool_definitions(agent: Json, builtin_definitions: Mapping[str, Json]) -> list[Json]:
+    tools = [dict(builtin_definitions[name]) for name in enabled_builtin_tools(agent)]
+    for tool in custom_tools(agent).values():
+        tools.append(
+            {
+                "name": tool["name"],
+                "description": tool["description"],
+                "input_schema": tool["input_schema"],
+            }
+        )
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": CACHE}
+    return tools
+
+
+def _user_blocks(event: Json) -> list[Json]:
+    return [dict(b) for b in event.get("content", []) if b.get("type") in USER_BLOCKS]
+
+
+def _tool_result(event: Json, key: str) -> Json:
+    content = [dict(b) for b in event.get("content") or []]
+    block: Json = {"type": "tool_result", "tool_use_id": event[key], "content": content}
+    if event.get("is_error"):
+        block["is_error"] = True
+    return block
+
+
+def _blocks(event: Json) -> tuple[str, list[Json]] | None:
+    """The message role and content blocks an event contributes, if any."""
+    kind = event["type"]
+    internal = event.get("_internal", {})
+    if kind == "user.message":
+        return "user", _user_blocks(event)
+    if kind == "system.message":
+        text = "\n".join(b["text"] for b in event.get("content", []))
+        return "user", [{"type": "text", "text": f"<system-message>\n{text}\n</system-message>"}]
+    if kind == "agent.thinking" and "thinking" in internal:
+        block = {"type": "thinking", "thinking": internal["thinking"]}
+        return "assistant", [{**block, "signature": internal.get("signature", "")}]
+    if kind == "agent.thinking" and "redacted" in internal:
+        return "assistant", [{"type": "redacted_thinking", "data": internal["redacted"]}]
+    if kind == "agent.message":
+        return "assistant", [dict(b) for b in event.get("content", []) if b.get("type") == "text"]
+    if kind in ("agent.tool_use", "agent.custom_tool_use"):
+        block = {"type": "tool_use", "id": event["id"], "name": event["name"]}
+        return "assistant", [{**block, "input": event.get("input", {})}]
+    if kind in ("agent.tool_result", "user.tool_result"):
+        return "user", [_tool_result(event, "tool_use_id")]
+    if kind == "user.custom_tool_result":
+        return "user", [_tool_result(event, "custom_tool_use_id")]
+    return None
+
+
+def build_messages(events: Sequence[Json]) -> list[Json]:
+    messages: list[Json] = []
+    for event in events:
+        found = _blocks(event)
+        if found is None or not found[1]:
+            continue
+        role, blocks = found
+        if messages and messages[-1]["role"] == role:
+            messages[-1]["content"].extend(blocks)
+        else:
+            messages.append({"role": role, "content": list(blocks)})
+    for message in messages:
+        if message["role"] == "user":
+            # Tool results must lead the user turn that follows the tool uses.
+            content = message["content"]
+            message["content"] = [b for b in content if b["type"] == "tool_result"] + [
+                b for b in content if b["type"] != "tool_result"
+            ]
+    if messages and messages[-1]["content"]:
+        last = messages[-1]["content"]
+        last[-1] = {**last[-1], "cache_control": CACHE}
+    return messages
+
+
+def build_request(
+    agent: Json,
+    events: Sequence[Json],
+    builtin_definitions: Mapping[str, Json],
+    *,
+    max_tokens: int,
+) -> ModelRequest:
+    system = agent.get("system")
+    return ModelRequest(
+        model=agent["model"]["id"],
+        system=[{"type": "text", "text": system, "cache_control": CACHE}] if system else None,
+        tools=_tool_definitions(agent, builtin_definitions),
+        messages=build_messages(events),
+        max_tokens=max_tokens,
+    )

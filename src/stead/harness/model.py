@@ -1,0 +1,76 @@
+"""What the harness exchanges with a model provider: a request, a response, errors.
+
+UpstreamError          the provider failed; ``retryable`` says whether to back off
+                       and try again, ``error_type`` names the ``session.error``
+                       type the spec uses for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """A Messages API request, built deterministically from the session log."""
+
+    model: str
+    system: list[Json] | None
+    tools: list[Json]
+    messages: list[Json]
+    max_tokens: int
+
+    def as_params(self) -> Json:
+        params: Json = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": self.messages,
+        }
+        if self.system:
+            params["system"] = self.system
+        if self.tools:
+            params["tools"] = self.tools
+        return params
+
+
+@dataclass(frozen=True)
+class ModelResponse:
+    """The finished answer: content blocks in Messages API form, why it stopped, usage."""
+
+    content: list[Json]
+    stop_reason: str | None
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class UpstreamError(Exception):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool,
+        retry_after: float | None = None,
+        error_type: str = "model_request_failed_error",
+    ) -> None:
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.error_type = error_type
+        super().__init__(message)
+
+
+class ModelClient(Protocol):
+    """One upstream model endpoint."""
+
+    async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
+        """Runs ``request`` to its end (streaming underneath) and returns the answer.
+
+        Raises ``UpstreamError``. Cancelling the caller closes the upstream
+        stream. ``op_key`` goes to upstreams that accept an idempotency key.
+        """
+        ...
+
+    async def aclose(self) -> None: ...

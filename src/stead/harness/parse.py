@@ -1,0 +1,70 @@
+"""A model's answer -> the session events that record it (buffered, in block order)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stead.harness.context import custom_tools, enabled_builtin_tools
+
+Json = dict[str, Any]
+NewEventSpec = tuple[str, Json]
+"""(event type, body) — the runtime gives each an id."""
+
+
+def _evaluation(policy: Json) -> tuple[str, Json]:
+    kind = policy.get("type", "always_allow")
+    if kind == "always_allow":
+        return "allow", {"type": "always_allow"}
+    if kind == "always_ask":
+        return "ask", {"type": "always_ask"}
+    # stead makes no automatic risk judgement: an `auto` policy asks the user.
+    verdict = {"type": "ask", "reason_code": "no_automatic_evaluation"}
+    return "ask", {"type": "auto", "evaluated_permission": verdict}
+
+
+def _tool_use(block: Json, agent: Json) -> NewEventSpec:
+    name, tool_input = block["name"], block.get("input") or {}
+    if name in custom_tools(agent):
+        return "agent.custom_tool_use", {"name": name, "input": tool_input}
+    config = enabled_builtin_tools(agent).get(name)
+    if config is None:
+        refusal = f"the tool {name!r} is not available to this agent"
+        body = {"name": name, "input": tool_input, "evaluated_permission": "deny"}
+        return "agent.tool_use", {**body, "_internal": {"refusal": refusal}}
+    permission, evaluation = _evaluation(config["permission_policy"])
+    return "agent.tool_use", {
+        "name": name,
+        "input": tool_input,
+        "evaluated_permission": permission,
+        "evaluation": evaluation,
+    }
+
+
+def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
+    events: list[NewEventSpec] = []
+    text: list[Json] = []
+
+    def flush_text() -> None:
+        if text:
+            events.append(("agent.message", {"content": list(text)}))
+            text.clear()
+
+    for block in content:
+        kind = block.get("type")
+        if kind == "text":
+            if block.get("text"):
+                text.append({"type": "text", "text": block["text"]})
+            continue
+        flush_text()
+        if kind == "thinking":
+            internal = {
+                "thinking": block.get("thinking", ""),
+                "signature": block.get("signature", ""),
+            }
+            events.append(("agent.thinking", {"_internal": internal}))
+        elif kind == "redacted_thinking":
+            events.append(("agent.thinking", {"_internal": {"redacted": block.get("data", "")}}))
+        elif kind == "tool_use":
+            events.append(_tool_use(block, agent))
+    flush_text()
+    return events

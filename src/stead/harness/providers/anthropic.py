@@ -1,0 +1,82 @@
+"""The Anthropic Messages API through the official SDK (streaming underneath).
+
+The SDK's own retries are off: the runtime owns retry policy, so it can report
+each retry as ``session.status_rescheduled``. SDK errors become ``UpstreamError``
+here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anthropic
+import anyio
+
+from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+
+RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
+ERROR_TYPES = {429: "model_rate_limited_error", 529: "model_overloaded_error"}
+
+
+def _retry_after(response: Any) -> float | None:
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def map_error(exc: Exception) -> UpstreamError:
+    if isinstance(exc, anthropic.APIStatusError):
+        status = exc.status_code
+        return UpstreamError(
+            f"upstream answered {status}: {exc.message}",
+            status=status,
+            retryable=status in RETRYABLE_STATUS or status >= 500,
+            retry_after=_retry_after(exc.response),
+            error_type=ERROR_TYPES.get(status, "model_request_failed_error"),
+        )
+    if isinstance(exc, anthropic.APITimeoutError):
+        return UpstreamError("upstream timed out", retryable=True)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return UpstreamError(f"upstream connection failed: {exc}", retryable=True)
+    return UpstreamError(f"upstream failed: {exc}", retryable=False)
+
+
+class AnthropicModel:
+    def __init__(
+        self, *, base_url: str | None, api_key: str, read_timeout: float, total_timeout: float
+    ) -> None:
+        self._client = anthropic.AsyncAnthropic(
+            base_url=base_url, api_key=api_key, max_retries=0, timeout=read_timeout
+        )
+        self._total_timeout = total_timeout
+
+    async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
+        params = request.as_params()
+        try:
+            with anyio.fail_after(self._total_timeout):
+                async with self._client.messages.stream(
+                    **params, extra_headers={"idempotency-key": op_key}
+                ) as stream:
+                    message = await stream.get_final_message()
+        except TimeoutError:
+            raise UpstreamError(
+                f"no complete answer within {self._total_timeout:g}s", retryable=True
+            ) from None
+        except anthropic.APIError as exc:
+            raise map_error(exc) from None
+        usage = message.usage
+        return ModelResponse(
+            content=[block.model_dump(mode="json", exclude_none=True) for block in message.content],
+            stop_reason=message.stop_reason,
+            usage={
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+                "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+            },
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()

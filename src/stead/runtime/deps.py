@@ -1,0 +1,60 @@
+"""What the agent loop needs from the rest of stead, passed in, never global."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stead.config import Settings
+from stead.runtime.bus import EventBus
+from stead.runtime.clock import Clock
+from stead.runtime.models import ModelRouter
+from stead.store import Store
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """A tool's answer for the model: tool_result content blocks and the error flag."""
+
+    content: list[Json]
+    is_error: bool
+
+
+class Toolbox(Protocol):
+    """Runs built-in tools in a session's sandbox."""
+
+    @property
+    def definitions(self) -> Mapping[str, Json]:
+        """Tool name -> definition (name, description, input_schema) for the model."""
+        ...
+
+    @property
+    def idempotent(self) -> frozenset[str]:
+        """Tools that may safely run again after a crash (read, glob, grep)."""
+        ...
+
+    async def run(self, session_id: str, name: str, tool_input: Json, op_key: str) -> ToolOutcome:
+        """Never raises for a tool failure (that is an error outcome); cancellation
+        stops the tool and propagates."""
+        ...
+
+    async def reattach(self, session_id: str, name: str, op_key: str) -> ToolOutcome | None:
+        """The recorded outcome of a call that finished under ``op_key``, if the
+        sandbox kept one."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoopDeps:
+    settings: Settings
+    store: Store
+    bus: EventBus
+    models: ModelRouter
+    tools: Toolbox
+    clock: Clock
+    owner: str

@@ -1,0 +1,59 @@
+"""Builders of the session events the agent loop writes (spec §3.3-3.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stead.ids import new_id
+from stead.store import EventRecord, NewEvent
+
+Json = dict[str, Any]
+USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+def new(kind: str, body: Json | None = None) -> NewEvent:
+    return NewEvent(new_id("event"), kind, body or {})
+
+
+def status_idle(stop_reason: Json) -> NewEvent:
+    return new("session.status_idle", {"stop_reason": stop_reason})
+
+
+def session_error(error_type: str, message: str, retry_status: str) -> NewEvent:
+    error = {"type": error_type, "message": message, "retry_status": {"type": retry_status}}
+    return new("session.error", {"error": error})
+
+
+def model_usage(usage: dict[str, int]) -> dict[str, int]:
+    return {key: int(usage.get(key, 0)) for key in USAGE_KEYS}
+
+
+def span_end(start_id: str, usage: dict[str, int], *, is_error: bool = False) -> NewEvent:
+    body: Json = {"model_request_start_id": start_id, "model_usage": model_usage(usage)}
+    if is_error:
+        body["is_error"] = True
+    return new("span.model_request_end", body)
+
+
+def tool_result(tool_use: Json, content: list[Json], is_error: bool) -> NewEvent:
+    body: Json = {"tool_use_id": tool_use["id"], "content": content, "is_error": is_error}
+    return new("agent.tool_result", body)
+
+
+def text(message: str) -> list[Json]:
+    return [{"type": "text", "text": message}]
+
+
+def as_log(record: EventRecord) -> Json:
+    """A logged event as the harness reads it: wire fields plus private ones."""
+    return {"type": record.type, "id": record.id, **record.body, "_seq": record.seq}
+
+
+def session_usage(usage: Json) -> NewEvent:
+    keys = ("input_tokens", "output_tokens", "cache_read_input_tokens")
+    return new("session.usage", {"usage": {k: int(usage.get(k, 0)) for k in keys}})

@@ -1,0 +1,266 @@
+"""One claimed run of a session: agent-loop steps until the turn ends, waits, or fails.
+
+Every step starts from the log (``harness.next_step``), so a run claimed again
+after a crash simply continues. Every write is one fenced transaction
+(``Store.run_write``): a process that lost the run's lease cannot append.
+Side effects are bracketed by the ops ledger (DESIGN rule 5):
+
+* model request: ``started`` with ``span.model_request_start``, ``completed`` with
+  the answer's events. Idempotent: a crash in between re-asks the model.
+* tool call: ``started`` before it runs, ``completed`` with ``agent.tool_result``.
+  After a crash in between, idempotent tools run again; ``bash`` re-attaches to
+  the result the sandbox recorded under the op key; anything else tells the
+  model the call may have run and must be verified, and is never re-run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from stead.harness import (
+    AwaitInput,
+    CallModel,
+    EndTurn,
+    ModelRequest,
+    ModelResponse,
+    RunTools,
+    UpstreamError,
+    build_request,
+    next_step,
+    response_events,
+    unresolved_tool_uses,
+)
+from stead.runtime import events as ev
+from stead.runtime.deps import LoopDeps, ToolOutcome
+from stead.runtime.opkeys import op_key
+from stead.store import EventRecord, LeaseLost, NewEvent, RunClaim, RunStatus, RunWrite
+
+log = logging.getLogger("stead.runtime")
+Json = dict[str, Any]
+MAY_HAVE_RUN = (
+    "This call may have run: stead lost track of it when it restarted, and running it "
+    "again could repeat its effect. Verify its effect before retrying."
+)
+
+
+class TurnOver(Exception):
+    """The run is finished (its final events are written); unwinds the step loop."""
+
+
+@dataclass
+class TurnRunner:
+    deps: LoopDeps
+    claim: RunClaim
+
+    def __post_init__(self) -> None:
+        self._log: list[Json] = []
+        self._last_seq = 0
+        self.next_run: str | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self.claim.session_id
+
+    async def run(self) -> None:
+        """Runs the turn; keeps the lease alive meanwhile. Raises ``LeaseLost``."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._heartbeat)
+            try:
+                with contextlib.suppress(TurnOver):
+                    await self._steps()
+            finally:
+                group.cancel_scope.cancel()
+
+    async def _heartbeat(self) -> None:
+        settings = self.deps.settings
+        while True:
+            await self.deps.clock.sleep(settings.lease_seconds / 3)
+            renewed = await self.deps.store.renew_lease(
+                self.claim.run_id, self.claim.epoch, settings.lease_seconds
+            )
+            if not renewed:
+                raise LeaseLost(self.claim.run_id, self.claim.epoch)
+
+    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> list[EventRecord]:
+        logged, next_run = await self.deps.store.run_write(
+            self.claim, RunWrite(events=events, **change)
+        )
+        # Committed: now, and only now, readers may see it (rule 1).
+        self.deps.bus.publish(self.session_id, logged)
+        if next_run is not None:
+            self.next_run = next_run
+        return logged
+
+    async def _refresh(self) -> list[Json]:
+        fresh = await self.deps.store.events_after(self.session_id, self._last_seq, 1_000_000_000)
+        self._log += [ev.as_log(r) for r in fresh]
+        if fresh:
+            self._last_seq = fresh[-1].seq or self._last_seq
+        return self._log
+
+    async def _steps(self) -> None:
+        settings = self.deps.settings
+        if self.claim.attempts > settings.max_run_attempts:
+            await self._end(
+                [
+                    ev.session_error(
+                        "unknown_error",
+                        f"the turn failed {settings.max_run_attempts} times; giving up",
+                        "exhausted",
+                    )
+                ],
+                {"type": "retries_exhausted"},
+                RunStatus.FAILED,
+                answer_drained=False,
+            )
+        opening = [ev.new("session.status_running")]
+        if self.claim.attempts > 1:
+            opening.insert(0, ev.new("session.status_rescheduled"))
+        await self._write(opening)
+        session = await self.deps.store.session_snapshot(self.session_id)
+        agent = session.agent
+        while True:
+            events = await self._refresh()
+            step = next_step(events)
+            if isinstance(step, CallModel):
+                await self._model_step(agent, events, step.position)
+            elif isinstance(step, RunTools):
+                await self._tools_step(step)
+            elif isinstance(step, AwaitInput):
+                stop = {"type": "requires_action", "event_ids": step.event_ids}
+                await self._end([], stop, RunStatus.DONE, answer_drained=False)
+            else:
+                assert isinstance(step, EndTurn)
+                await self._end([], {"type": "end_turn"}, RunStatus.DONE)
+
+    async def _end(
+        self,
+        events: Sequence[NewEvent],
+        stop_reason: Json,
+        status: RunStatus,
+        *,
+        answer_drained: bool = True,
+    ) -> None:
+        usage = (await self.deps.store.session_snapshot(self.session_id)).usage
+        final = [*events, ev.session_usage(usage), ev.status_idle(stop_reason)]
+        await self._write(final, status=status, drain_pending=True, answer_drained=answer_drained)
+        raise TurnOver
+
+    # model requests
+
+    async def _close_dangling_span(self, events: Sequence[Json]) -> None:
+        """A request started by an attempt that died gets its end, marked as an error."""
+        ended = {
+            e.get("model_request_start_id") for e in events if e["type"] == "span.model_request_end"
+        }
+        starts = [e for e in events if e["type"] == "span.model_request_start"]
+        if starts and starts[-1]["id"] not in ended:
+            await self._write([ev.span_end(starts[-1]["id"], {}, is_error=True)])
+
+    async def _model_step(self, agent: Json, events: list[Json], position: int) -> None:
+        await self._close_dangling_span(events)
+        request = build_request(
+            agent,
+            events,
+            self.deps.tools.definitions,
+            max_tokens=self.deps.settings.max_output_tokens,
+        )
+        key = op_key("model", request.as_params(), self.claim.run_id, position)
+        start = ev.new("span.model_request_start")
+        await self._write([start], ops_started=[(key, "model")])
+        try:
+            response = await self._ask(agent["model"]["id"], request, key)
+        except UpstreamError as exc:
+            failed = [
+                ev.span_end(start.id, {}, is_error=True),
+                ev.session_error(exc.error_type, str(exc), "exhausted"),
+            ]
+            await self._end(
+                failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
+            )
+        answer = [ev.new(kind, body) for kind, body in response_events(response.content, agent)]
+        await self._write(
+            [*answer, ev.span_end(start.id, response.usage)],
+            ops_completed=[(key, {"stop_reason": response.stop_reason})],
+            usage=ev.model_usage(response.usage),
+        )
+
+    async def _ask(self, model: str, request: ModelRequest, key: str) -> ModelResponse:
+        """The model's answer, retrying retryable upstream errors with backoff."""
+        settings = self.deps.settings
+        client = self.deps.models.client_for(model)
+        attempt = 0
+        while True:
+            try:
+                return await client.complete(request, op_key=key)
+            except UpstreamError as exc:
+                if not exc.retryable or attempt >= settings.upstream_retries:
+                    raise
+                attempt += 1
+                delay = min(
+                    settings.retry_max_seconds,
+                    max(
+                        exc.retry_after or 0.0, settings.retry_initial_seconds * 2 ** (attempt - 1)
+                    ),
+                )
+                log.info(
+                    "session %s: upstream error, retry %d in %.1fs: %s",
+                    self.session_id,
+                    attempt,
+                    delay,
+                    exc,
+                )
+                await self._write(
+                    [
+                        ev.session_error(exc.error_type, str(exc), "retrying"),
+                        ev.new("session.status_rescheduled"),
+                    ],
+                    status=RunStatus.RETRYING,
+                )
+                await self.deps.clock.sleep(delay)
+                await self._write([ev.new("session.status_running")], status=RunStatus.RUNNING)
+
+    # tools
+
+    async def _tools_step(self, step: RunTools) -> None:
+        for use, reason in step.refuse:
+            await self._write([ev.tool_result(use, ev.text(reason), True)])
+        for use in step.run:
+            await self._run_tool(use)
+
+    async def _run_tool(self, use: Json) -> None:
+        name, tool_input = use["name"], use.get("input", {})
+        key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
+        tools = self.deps.tools
+        previous = await self.deps.store.get_op(key)
+        outcome: ToolOutcome
+        if previous is None or name in tools.idempotent:
+            if previous is None:
+                await self._write(ops_started=[(key, f"tool:{name}")])
+            outcome = await tools.run(self.session_id, name, tool_input, key)
+        else:
+            recorded = await tools.reattach(self.session_id, name, key)
+            outcome = recorded or ToolOutcome(ev.text(MAY_HAVE_RUN), True)
+        await self._write(
+            [ev.tool_result(use, outcome.content, outcome.is_error)],
+            ops_completed=[(key, {"is_error": outcome.is_error})],
+        )
+
+    # interrupts
+
+    async def finish_interrupted(self) -> None:
+        """After an interrupt: close what is open, answer open tool uses, go idle."""
+        events = await self._refresh()
+        await self._close_dangling_span(events)
+        closing = [
+            ev.tool_result(use, ev.text("interrupted by the user before it finished"), True)
+            for use in unresolved_tool_uses(events)
+        ]
+        with contextlib.suppress(TurnOver):
+            await self._end(closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False)

@@ -1,0 +1,82 @@
+"""Sandbox errors. ``str(error)`` is safe to show the model: it names paths as the
+caller spelled them, never the host's real paths. ``tools/`` turns them into tool
+errors; nothing else in the sandbox room raises on purpose.
+
+SandboxError                 base; ``retryable`` says whether the same call may succeed later
+├── InvalidArgument          a malformed request: NUL in a path, a bad regex, a ``..`` glob
+├── PathOutsideWorkspace     the path resolves outside the workspace (``..``, an absolute
+│                            path elsewhere, or a symlink that leads out)
+├── FileError                a file operation failed; ``reason`` is a short lower-case phrase
+│   ├── FileNotFound         no such file or directory
+│   ├── NotARegularFile      a directory, FIFO, socket or device where a file was expected
+│   ├── FileTooLarge         the file is bigger than the caller's ``max_bytes`` (``size``)
+│   └── RangeTooLarge        the requested lines hold more than ``max_bytes``
+├── ExecInDoubt              an exec under this op key started earlier and its outcome is
+│                            unknown (the process that ran it is gone): verify, do not re-run
+└── SandboxUnavailable       the sandbox is closed or its shell cannot start (retryable)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class SandboxError(Exception):
+    """Base of every error the sandbox raises on purpose."""
+
+    retryable: ClassVar[bool] = False
+
+
+class InvalidArgument(SandboxError):
+    pass
+
+
+class PathOutsideWorkspace(SandboxError):
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"path {path!r} is outside the workspace")
+
+
+class FileError(SandboxError):
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
+
+
+class FileNotFound(FileError):
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "no such file or directory")
+
+
+class NotARegularFile(FileError):
+    def __init__(self, path: str) -> None:
+        super().__init__(path, "not a regular file")
+
+
+class FileTooLarge(FileError):
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(path, f"is {size} bytes, exceeds {limit}-byte limit")
+
+
+class RangeTooLarge(FileError):
+    def __init__(self, path: str, start: int, end: int, limit: int) -> None:
+        self.start = start
+        self.end = end
+        self.limit = limit
+        super().__init__(path, f"lines {start} to {end} exceed {limit}-byte limit")
+
+
+class ExecInDoubt(SandboxError):
+    def __init__(self, op_key: str) -> None:
+        self.op_key = op_key
+        super().__init__(
+            "this command was started earlier and may have run; its outcome is unknown. "
+            "Verify its effects before running it again"
+        )
+
+
+class SandboxUnavailable(SandboxError):
+    retryable: ClassVar[bool] = True

@@ -1,0 +1,135 @@
+"""File primitives on a host workspace: stat, read, read a line range, write.
+
+Blocking: a backend runs them in a worker thread. Each takes the caller's path
+(for messages) and confines it with ``WorkspacePaths`` first. Files are opened
+with ``O_NOFOLLOW`` (the resolved leaf is never a symlink) and ``O_NONBLOCK``
+(a FIFO swapped in cannot hang the open); the type is checked on the open
+descriptor, and every descriptor is closed on every path.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from stead.sandbox.base import FileInfo, FileKind
+from stead.sandbox.errors import FileError, FileTooLarge, NotARegularFile, RangeTooLarge
+from stead.sandbox.paths import WorkspacePaths, file_error
+
+CHUNK = 64 * 1024
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def stat_path(paths: WorkspacePaths, path: str) -> FileInfo:
+    target = paths.resolve(path)
+    try:
+        st = os.stat(target)
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    if stat.S_ISREG(st.st_mode):
+        kind = FileKind.FILE
+    elif stat.S_ISDIR(st.st_mode):
+        kind = FileKind.DIRECTORY
+    else:
+        kind = FileKind.OTHER
+    return FileInfo(paths.show(target), kind, st.st_size, st.st_mtime)
+
+
+def read_file(paths: WorkspacePaths, path: str, max_bytes: int) -> bytes:
+    with _open_regular(paths, path) as (fd, size):
+        if size > max_bytes:
+            raise FileTooLarge(path, size, max_bytes)
+        data = _read_at_most(fd, max_bytes + 1)
+    if len(data) > max_bytes:  # grew after the size check
+        raise FileTooLarge(path, len(data), max_bytes)
+    return data
+
+
+def read_lines(paths: WorkspacePaths, path: str, start: int, end: int, max_bytes: int) -> bytes:
+    """Lines ``start..end`` (1-based, inclusive; ``end <= 0``: to the end), raw.
+
+    Streams the file: lines before the range are skipped without being kept,
+    and reading stops at the end of the range or once it holds ``max_bytes``.
+    """
+    first = max(1, start)
+    last = end if end > 0 else None
+    collected = bytearray()
+    line = 1
+    with _open_regular(paths, path) as (fd, _):
+        while last is None or line <= last:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            pos = 0
+            while pos < len(chunk) and (last is None or line <= last):
+                newline = chunk.find(b"\n", pos)
+                stop = len(chunk) if newline < 0 else newline + 1
+                if line >= first:
+                    collected += chunk[pos:stop]
+                    if len(collected) > max_bytes:
+                        raise RangeTooLarge(path, start, end, max_bytes)
+                if newline < 0:
+                    break
+                line += 1
+                pos = stop
+    return bytes(collected)
+
+
+def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
+    target = paths.resolve(path)
+    try:
+        existing = os.lstat(target)
+    except FileNotFoundError:
+        existing = None
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        if stat.S_ISDIR(existing.st_mode):
+            raise FileError(path, "is a directory")
+        raise NotARegularFile(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(target, _WRITE_FLAGS, 0o666)
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _open_regular(paths: WorkspacePaths, path: str) -> Iterator[tuple[int, int]]:
+    """An open descriptor of the regular file at ``path`` and its size."""
+    target: Path = paths.resolve(path)
+    try:
+        fd = os.open(target, _READ_FLAGS)
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotARegularFile(path)
+        os.set_blocking(fd, True)
+        yield fd, st.st_size
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    finally:
+        os.close(fd)
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    parts: list[bytes] = []
+    left = limit
+    while left > 0 and (chunk := os.read(fd, min(CHUNK, left))):
+        parts.append(chunk)
+        left -= len(chunk)
+    return b"".join(parts)

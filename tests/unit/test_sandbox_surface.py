@@ -1,0 +1,52 @@
+"""The sandbox and tools rooms: explicit surfaces and the direction of imports."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "stead"
+ALLOWED = {"sandbox": {"sandbox"}, "tools": {"tools", "sandbox"}}
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    return names
+
+
+@pytest.mark.parametrize("room", sorted(ALLOWED))
+def test_surface_lists_what_it_has(room: str) -> None:
+    module = importlib.import_module(f"stead.{room}")
+    assert module.__all__
+    missing = [name for name in module.__all__ if not hasattr(module, name)]
+    assert not missing
+
+
+@pytest.mark.parametrize("room", sorted(ALLOWED))
+def test_rooms_import_only_inwards_and_only_through_surfaces(room: str) -> None:
+    problems = []
+    for path in (SRC / room).rglob("*.py"):
+        for name in _imports(path):
+            parts = name.split(".")
+            if parts[0] != "stead":
+                continue
+            if parts[1] not in ALLOWED[room]:
+                problems.append(f"{path.name}: {room} must not import {name}")
+            elif parts[1] != room and len(parts) > 2:
+                problems.append(f"{path.name}: import stead.{parts[1]}, not {name}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_walker_needs_only_the_standard_library() -> None:
+    # It runs as ``python -I -S walker.py``: no site-packages, no stead.
+    roots = {name.split(".")[0] for name in _imports(SRC / "sandbox" / "walker.py")}
+    assert roots <= set(sys.stdlib_module_names) | {"__future__"}
