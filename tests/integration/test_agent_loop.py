@@ -1,0 +1,284 @@
+"""The agent loop through the official SDK, against a real server and the fake model,
+checked event by event: tools, custom tools, confirmations, interrupts, queued messages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import Delay, FakeModel, FaultRule, ServerProcess, Text, ToolCall, Turn
+from stead.testing.scripts import assistant_turns
+from tests.conftest import loop_env, make_client
+
+Json = dict[str, Any]
+SCENARIOS: dict[str, list[Turn]] = {
+    "tools": [
+        Turn(
+            [
+                Text("Writing a note."),
+                ToolCall("write", {"file_path": "notes.txt", "content": "hello world\n"}),
+            ]
+        ),
+        Turn([ToolCall("read", {"file_path": "notes.txt"})]),
+        Turn(
+            [
+                ToolCall(
+                    "edit", {"file_path": "notes.txt", "old_string": "world", "new_string": "stead"}
+                )
+            ]
+        ),
+        Turn([ToolCall("bash", {"command": "cat notes.txt; echo $((6 * 7))"})]),
+        Turn([ToolCall("glob", {"pattern": "*.txt"})]),
+        Turn([ToolCall("grep", {"pattern": "stead"})]),
+        Turn([Text("All done.")]),
+    ],
+    "custom": [Turn([ToolCall("lookup", {"q": "weather"})]), Turn([Text("Thanks.")])],
+    "ask": [
+        Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
+        Turn([Text("Finished.")]),
+    ],
+    "sleep": [Turn([ToolCall("bash", {"command": "sleep 30; echo woke > woke.txt"})])],
+}
+
+
+def _first_user_text(body: Json) -> str:
+    for message in body.get("messages", []):
+        if message["role"] == "user":
+            for block in message["content"]:
+                if block.get("type") == "text":
+                    return str(block["text"])
+    return ""
+
+
+def scripted(body: Json) -> Turn:
+    """Plays the scenario named by the session's first message, step by step."""
+    name = _first_user_text(body).split()[0] if _first_user_text(body) else ""
+    turns = SCENARIOS.get(name)
+    if turns is None:
+        return Turn([Text(f"answer {assistant_turns(body)}")])
+    step = assistant_turns(body)
+    return turns[step] if step < len(turns) else Turn([Text("done")])
+
+
+def _slow_first_answer(request: Any) -> bool:
+    return _first_user_text(request.body).startswith("slow") and assistant_turns(request.body) == 0
+
+
+@pytest.fixture(scope="module")
+def loop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    faults = [FaultRule(Delay(1.5), times=None, when=_slow_first_answer)]
+    with FakeModel(scripted, faults=faults) as fake:
+        process = ServerProcess(tmp_path_factory.mktemp("loop"), env=loop_env(fake)).start()
+        yield process
+        process.stop()
+
+
+@pytest.fixture
+def sdk(loop_server: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    assert loop_server.first_key
+    with make_client(loop_server.url, loop_server.first_key) as client:
+        yield client
+
+
+def new_session(sdk: anthropic.Anthropic, tools: list[Json]) -> str:
+    agent = sdk.beta.agents.create(name="loop", model="claude-sonnet-4-6", tools=tools)  # type: ignore[arg-type]
+    env = sdk.beta.environments.create(name=f"loop-{uuid.uuid4().hex[:8]}")
+    return sdk.beta.sessions.create(agent=agent.id, environment_id=env.id).id
+
+
+def say(text: str) -> Json:
+    return {"type": "user.message", "content": [{"type": "text", "text": text}]}
+
+
+def until_idle(stream: Any, idles: int = 1) -> list[Any]:
+    """Events up to the ``idles``-th ``session.status_idle``."""
+    seen: list[Any] = []
+    for event in stream:
+        seen.append(event)
+        if event.type == "session.status_idle":
+            idles -= 1
+            if idles == 0:
+                return seen
+    raise AssertionError("the stream ended before the session went idle")
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
+TOOLSET = {"type": "agent_toolset_20260401"}
+
+
+def test_a_turn_with_every_builtin_tool(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("tools please")])
+        events = until_idle(stream)
+    step = [
+        "span.model_request_start",
+        "agent.tool_use",
+        "span.model_request_end",
+        "agent.tool_result",
+    ]
+    assert kinds(events) == [
+        "user.message",
+        "session.status_running",
+        "span.model_request_start",
+        "agent.message",
+        "agent.tool_use",
+        "span.model_request_end",
+        "agent.tool_result",
+        *step * 5,
+        "span.model_request_start",
+        "agent.message",
+        "span.model_request_end",
+        "session.usage",
+        "session.status_idle",
+    ]
+    uses = [e for e in events if e.type == "agent.tool_use"]
+    results = {e.tool_use_id: e for e in events if e.type == "agent.tool_result"}
+    assert [u.name for u in uses] == ["write", "read", "edit", "bash", "glob", "grep"]
+    assert all(u.evaluated_permission == "allow" for u in uses)
+    outputs = {u.name: results[u.id].content[0].text for u in uses}
+    assert not any(results[u.id].is_error for u in uses)
+    assert "hello world" in outputs["read"]
+    assert "hello stead" in outputs["bash"] and "42" in outputs["bash"]
+    assert "notes.txt" in outputs["glob"] and "hello stead" in outputs["grep"]
+    ends = [e for e in events if e.type == "span.model_request_end"]
+    starts = [e.id for e in events if e.type == "span.model_request_start"]
+    assert [e.model_request_start_id for e in ends] == starts
+    assert all(e.model_usage.output_tokens > 0 for e in ends)
+    assert events[-1].stop_reason.type == "end_turn"
+    usage = sdk.beta.sessions.retrieve(session_id).usage
+    assert usage.output_tokens == sum(e.model_usage.output_tokens for e in ends)
+    workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
+    assert (workspace / "notes.txt").read_text() == "hello stead\n"
+    listed = [e.id for e in sdk.beta.sessions.events.list(session_id)]
+    assert listed == [e.id for e in events]
+
+
+def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:
+    custom = {
+        "type": "custom",
+        "name": "lookup",
+        "description": "Look something up",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+    session_id = new_session(sdk, [custom])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("custom tool")])
+        first = until_idle(stream)
+        use = next(e for e in first if e.type == "agent.custom_tool_use")
+        assert (use.name, use.input) == ("lookup", {"q": "weather"})
+        idle = first[-1]
+        assert idle.stop_reason.type == "requires_action"
+        assert idle.stop_reason.event_ids == [use.id]
+        assert sdk.beta.sessions.retrieve(session_id).status == "idle"
+        sdk.beta.sessions.events.send(
+            session_id,
+            events=[
+                {
+                    "type": "user.custom_tool_result",
+                    "custom_tool_use_id": use.id,
+                    "content": [{"type": "text", "text": "sunny"}],
+                }
+            ],
+        )
+        second = until_idle(stream)
+    assert kinds(second) == [
+        "user.custom_tool_result",
+        "session.status_running",
+        "span.model_request_start",
+        "agent.message",
+        "span.model_request_end",
+        "session.usage",
+        "session.status_idle",
+    ]
+    assert second[-1].stop_reason.type == "end_turn"
+
+
+@pytest.mark.parametrize("answer", ["allow", "deny"])
+def test_always_ask_waits_for_a_confirmation(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess, answer: str
+) -> None:
+    toolset = {
+        "type": "agent_toolset_20260401",
+        "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}],
+    }
+    session_id = new_session(sdk, [toolset])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("ask first")])
+        first = until_idle(stream)
+        use = next(e for e in first if e.type == "agent.tool_use")
+        assert (use.evaluated_permission, use.evaluation.type) == ("ask", "always_ask")
+        assert first[-1].stop_reason.type == "requires_action"
+        assert first[-1].stop_reason.event_ids == [use.id]
+        confirmation: Json = {
+            "type": "user.tool_confirmation",
+            "tool_use_id": use.id,
+            "result": answer,
+        }
+        if answer == "deny":
+            confirmation["deny_message"] = "not today"
+        sdk.beta.sessions.events.send(session_id, events=[confirmation])
+        second = until_idle(stream)
+    result = next(e for e in second if e.type == "agent.tool_result")
+    written = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace" / "asked.txt"
+    if answer == "allow":
+        assert not result.is_error and written.read_text() == "approved\n"
+    else:
+        assert result.is_error and "not today" in result.content[0].text
+        assert not written.exists()
+    assert second[-1].stop_reason.type == "end_turn"
+
+
+def test_interrupt_stops_a_long_command(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("sleep now")])
+        for event in stream:
+            if event.type == "agent.tool_use":
+                break
+        sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+        rest = until_idle(stream)
+    result = next(e for e in rest if e.type == "agent.tool_result")
+    assert result.is_error
+    assert rest[-1].stop_reason.type == "end_turn"
+    assert sdk.beta.sessions.retrieve(session_id).status == "idle"
+    workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
+    assert not (workspace / "woke.txt").exists()
+
+
+def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(
+    sdk: anthropic.Anthropic,
+) -> None:
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break
+        queued = sdk.beta.sessions.events.send(session_id, events=[say("q1"), say("q2")])
+        assert [e.processed_at for e in queued.data] == [None, None]
+        pending = sdk.beta.sessions.events.list(session_id, order="desc", limit=2)
+        assert [e.id for e in pending.data] == [e.id for e in reversed(queued.data)]
+        events = until_idle(stream, idles=2)
+    ids = [e.id for e in queued.data]
+    echoes = [e for e in events if e.id in ids and e.processed_at is None]
+    logged = [e for e in events if e.id in ids and e.processed_at is not None]
+    assert [e.id for e in echoes] == ids and [e.id for e in logged] == ids
+    first_idle = next(i for i, e in enumerate(events) if e.type == "session.status_idle")
+    assert all(events.index(e) > first_idle for e in logged)
+    history = [e for e in sdk.beta.sessions.events.list(session_id) if e.type == "user.message"]
+    assert [e.content[0].text for e in history] == ["slow start", "q1", "q2"]
+    answers = [e for e in events if e.type == "agent.message"]
+    assert len(answers) == 2
