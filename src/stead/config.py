@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     sandbox: Literal["unsafe_local"] | None = None
     """Sandbox backend for tools. ``unsafe_local`` isolates nothing and must be named."""
 
+    failpoints: str | None = None
+    """Test-only crash injection, see ``stead.failpoints``."""
+
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"

@@ -207,3 +207,23 @@ async def test_bad_arguments_are_refused_before_running(sandbox: UnsafeLocalSand
     with pytest.raises(InvalidArgument):
         await sandbox.exec("echo", op_key="a", timeout=0)
     assert (await sandbox.exec("echo fine", op_key="a", timeout=5)).output == "fine\n"
+
+
+async def test_close_during_a_command_interrupts_it(
+    sandbox: UnsafeLocalSandbox, tmp_path: Path
+) -> None:
+    fifo = tmp_path / "ready"
+    os.mkfifo(fifo)
+    results = []
+
+    async def run() -> None:
+        results.append(await sandbox.exec(f"echo go > {fifo}; sleep 30", op_key="a", timeout=60))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await read_fifo(fifo)
+        with anyio.fail_after(WAIT):
+            await sandbox.close()
+    [result] = results
+    assert result.interrupted and result.exit_code is None
+    assert await sandbox.exec_result("a") == result

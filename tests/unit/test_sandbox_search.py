@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from stead.sandbox import (
     InvalidArgument,
     PathOutsideWorkspace,
     UnsafeLocalSandbox,
+    search,
 )
 from stead.sandbox.walker import translate
 
@@ -153,3 +155,29 @@ async def test_grep_refuses_bad_patterns_and_paths(
         await sandbox.grep("x", "../outside")
     with pytest.raises(FileError, match="no such file"):
         await sandbox.grep("x", "missing")
+
+
+async def test_searches_stop_at_their_budgets(
+    sandbox: UnsafeLocalSandbox, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(10):
+        make(workspace, f"d{i}/f.txt", "hit\n")
+    monkeypatch.setattr(search, "WALK_ENTRY_LIMIT", 5)
+    walked = await sandbox.grep("hit")
+    assert walked.walk_limit_hit and 0 < len(walked.lines) < 10
+    assert (await sandbox.glob("**")).walk_limit_hit
+    monkeypatch.setattr(search, "SEARCH_SECONDS", 0.0)
+    assert (await sandbox.grep("hit")).timed_out
+
+
+async def test_a_runaway_regex_is_killed_at_the_deadline(
+    sandbox: UnsafeLocalSandbox, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make(workspace, "a.txt", "fine\n")
+    make(workspace, "b.txt", "a" * 40 + "!\n")  # (a+)+$ backtracks for hours on this line
+    monkeypatch.setattr(search, "SEARCH_SECONDS", 0.5)
+    monkeypatch.setattr(search, "KILL_GRACE", 0.2)
+    started = time.monotonic()
+    found = await sandbox.grep(r"(fine|(a+)+$)")
+    assert time.monotonic() - started < 5
+    assert found.timed_out and found.lines == (f"{workspace}/a.txt:1:fine",)

@@ -10,8 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from stead.sandbox import SandboxUnavailable, UnsafeLocalSandbox
-from stead.tools import READ_MAX_BYTES, ToolOutcome, run_tool
+from stead.sandbox import ExecResult, SandboxUnavailable, UnsafeLocalSandbox
+from stead.tools import READ_MAX_BYTES, ToolOutcome, bash_outcome, run_tool
 
 pytestmark = pytest.mark.anyio
 
@@ -179,3 +179,12 @@ async def test_a_closed_sandbox_is_not_the_models_problem(sandbox: UnsafeLocalSa
     await sandbox.close()
     with pytest.raises(SandboxUnavailable):
         await call(sandbox, "read", file_path="src/app.py")
+
+
+def test_bash_outcome_of_a_reattached_result() -> None:
+    timed_out = bash_outcome(ExecResult("partial\n", None, timed_out=True))
+    assert timed_out.is_error and text(timed_out).startswith("partial\n[command timed out and")
+    interrupted = bash_outcome(ExecResult("", None, interrupted=True))
+    assert interrupted.is_error and "interrupted" in text(interrupted)
+    exited = bash_outcome(ExecResult("", 0, shell_exited=True))
+    assert not exited.is_error and "shell exited with code 0" in text(exited)

@@ -6,6 +6,7 @@ import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 
 import anyio
 from fastapi import FastAPI
@@ -14,6 +15,7 @@ from stead.api import agents, environments, errors, events, openapi, sessions
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
+from stead.failpoints import FailPoints
 from stead.ids import new_id
 from stead.runtime import (
     EventBus,
@@ -37,11 +39,14 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            failpoints = FailPoints(settings.failpoints)
             opened = store
             if opened is None:
                 stack.enter_context(brain_lock(settings.data_dir))
                 opened = await open_store(
-                    settings.resolved_database_url, settings.sqlite_synchronous
+                    settings.resolved_database_url,
+                    settings.sqlite_synchronous,
+                    partial(failpoints.hit, "store.before_commit") if failpoints.armed else None,
                 )
                 stack.push_async_callback(opened.close)
             bus = EventBus(settings.sse_subscriber_buffer)
@@ -52,6 +57,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 models=ModelRouter(settings),
                 tools=SandboxToolbox(settings),
                 clock=SystemClock(),
+                failpoints=failpoints,
                 owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
             )
             runtime = Runtime(deps, exclusive=store is None)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stead.config import Settings
+from stead.failpoints import FailPoints
 from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock
 from stead.runtime.models import ModelRouter
@@ -58,3 +59,4 @@ class LoopDeps:
     tools: Toolbox
     clock: Clock
     owner: str
+    failpoints: FailPoints

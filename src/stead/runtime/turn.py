@@ -147,6 +147,7 @@ class TurnRunner:
         *,
         answer_drained: bool = True,
     ) -> None:
+        self.deps.failpoints.hit("turn.before_idle")
         usage = (await self.deps.store.session_snapshot(self.session_id)).usage
         final = [*events, ev.session_usage(usage), ev.status_idle(stop_reason)]
         await self._write(final, status=status, drain_pending=True, answer_drained=answer_drained)
@@ -174,6 +175,7 @@ class TurnRunner:
         key = op_key("model", request.as_params(), self.claim.run_id, position)
         start = ev.new("span.model_request_start")
         await self._write([start], ops_started=[(key, "model")])
+        self.deps.failpoints.hit("model.before_request")
         try:
             response = await self._ask(agent["model"]["id"], request, key)
         except UpstreamError as exc:
@@ -184,6 +186,7 @@ class TurnRunner:
             await self._end(
                 failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
             )
+        self.deps.failpoints.hit("model.after_answer")
         answer = [ev.new(kind, body) for kind, body in response_events(response.content, agent)]
         await self._write(
             [*answer, ev.span_end(start.id, response.usage)],
@@ -243,7 +246,9 @@ class TurnRunner:
         if previous is None or name in tools.idempotent:
             if previous is None:
                 await self._write(ops_started=[(key, f"tool:{name}")])
+            self.deps.failpoints.hit("tool.before_run")
             outcome = await tools.run(self.session_id, name, tool_input, key)
+            self.deps.failpoints.hit("tool.after_run")
         else:
             recorded = await tools.reattach(self.session_id, name, key)
             outcome = recorded or ToolOutcome(ev.text(MAY_HAVE_RUN), True)

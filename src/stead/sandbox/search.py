@@ -7,6 +7,7 @@ and keeps the results streamed until then. Cancellation kills it at once.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path, PurePosixPath
@@ -27,7 +28,13 @@ from stead.sandbox.base import (
     GlobResult,
     GrepResult,
 )
-from stead.sandbox.errors import FileError, InvalidArgument, SandboxError
+from stead.sandbox.errors import (
+    FileError,
+    FileNotFound,
+    InvalidArgument,
+    SandboxError,
+    SandboxUnavailable,
+)
 from stead.sandbox.paths import WorkspacePaths
 from stead.sandbox.processes import group
 
@@ -77,7 +84,7 @@ async def _search_root(paths: WorkspacePaths, path: str | None, *, directory: bo
     def check() -> Path:
         root = paths.resolve(spelled)
         if not root.exists():
-            raise FileError(spelled, "no such file or directory")
+            raise FileNotFound(spelled)
         if directory and not root.is_dir():
             raise FileError(spelled, "not a directory")
         return root
@@ -102,9 +109,12 @@ async def _run(
     results: list[str] = []
     status: dict[str, Any] = {"timed_out": True}
     argv = [sys.executable, "-I", "-S", str(WALKER)]
-    async with group(argv, cwd=paths.root, env=_ENV) as process:
-        with anyio.move_on_after(SEARCH_SECONDS + KILL_GRACE):
-            status = await _collect(process, request, results)
+    try:
+        async with group(argv, cwd=paths.root, env=_ENV) as process:
+            with anyio.move_on_after(SEARCH_SECONDS + KILL_GRACE):
+                status = await _collect(process, request, results)
+    except OSError as exc:  # the interpreter could not be started
+        raise SandboxUnavailable(f"cannot start the search: {exc.strerror or exc}") from None
     if "invalid" in status:
         raise InvalidArgument(str(status["invalid"]))
     if "error" in status:
@@ -114,8 +124,10 @@ async def _run(
 
 async def _collect(process: Process, request: dict[str, Any], results: list[str]) -> dict[str, Any]:
     assert process.stdin is not None and process.stdout is not None
-    await process.stdin.send(json.dumps(request).encode())
-    await process.stdin.aclose()
+    # A child that died at once shows up as EOF below.
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await process.stdin.send(json.dumps(request).encode())
+        await process.stdin.aclose()
     stream = BufferedByteReceiveStream(process.stdout)
     budget = GREP_OUTPUT_LIMIT + MAX_RECORD
     while True:

@@ -6,6 +6,8 @@ database URL and brings the schema up to date before returning.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from anyio import to_thread
 
 from stead.store import migrate
@@ -66,8 +68,13 @@ __all__ = [
 READERS = 4
 
 
-def open_store_sync(url: str, sqlite_synchronous: str = "FULL") -> SqlStore:
-    """Opens the store and migrates it; blocking (use from the CLI or a thread)."""
+def open_store_sync(
+    url: str,
+    sqlite_synchronous: str = "FULL",
+    before_commit: Callable[[], None] | None = None,
+) -> SqlStore:
+    """Opens the store and migrates it; blocking (use from the CLI or a thread).
+    ``before_commit`` runs inside every write transaction (crash-test failpoints)."""
     if not url.startswith("sqlite"):
         raise ValueError(
             f"unsupported database URL {url!r}: this build of stead stores data in SQLite "
@@ -75,8 +82,12 @@ def open_store_sync(url: str, sqlite_synchronous: str = "FULL") -> SqlStore:
         )
     writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
     migrate.upgrade(writer)
-    return SqlStore(writer, reader, readers=READERS)
+    return SqlStore(writer, reader, readers=READERS, before_commit=before_commit)
 
 
-async def open_store(url: str, sqlite_synchronous: str = "FULL") -> SqlStore:
-    return await to_thread.run_sync(open_store_sync, url, sqlite_synchronous)
+async def open_store(
+    url: str,
+    sqlite_synchronous: str = "FULL",
+    before_commit: Callable[[], None] | None = None,
+) -> SqlStore:
+    return await to_thread.run_sync(open_store_sync, url, sqlite_synchronous, before_commit)

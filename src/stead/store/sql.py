@@ -64,11 +64,12 @@ class SqlStore:
         *,
         readers: int = 4,
         clock: Callable[[], datetime] = utc_now,
+        before_commit: Callable[[], None] | None = None,
     ) -> None:
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
-        self._writer = ConnectionWorkers(writer, 1, "store-writer")
+        self._writer = ConnectionWorkers(writer, 1, "store-writer", before_commit)
         self._readers = ConnectionWorkers(reader, readers, "store-reader")
 
     async def close(self) -> None:

@@ -23,8 +23,15 @@ _STOP = object()
 
 
 class ConnectionWorkers:
-    def __init__(self, engine: Engine, count: int, name: str) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        count: int,
+        name: str,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
         self._engine = engine
+        self._before_commit = before_commit
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"stead-{name}-{i}", daemon=True)
@@ -61,6 +68,8 @@ class ConnectionWorkers:
                 try:
                     with conn.begin():
                         result = work(conn)
+                        if self._before_commit is not None:
+                            self._before_commit()
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
                     _deliver(loop, future, exc, failed=True)
                 else:

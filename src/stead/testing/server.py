@@ -41,6 +41,16 @@ class ServerProcess:
         self.log_path = data_dir / "serve.log"
 
     def start(self) -> ServerProcess:
+        """Launches the server and waits until the API answers."""
+        self.launch()
+        self._wait_ready()
+        found = KEY_PATTERN.search(self.log_path.read_text(errors="replace"))
+        if found and self.first_key is None:
+            self.first_key = found.group(0)
+        return self
+
+    def launch(self) -> ServerProcess:
+        """Starts the process without waiting for it (it may die at once, on purpose)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         # Inherited model credentials never reach a test server: only what the
         # caller passes (normally a FakeModel's address) does.
@@ -62,10 +72,6 @@ class ServerProcess:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        self._wait_ready()
-        found = KEY_PATTERN.search(self.log_path.read_text(errors="replace"))
-        if found and self.first_key is None:
-            self.first_key = found.group(0)
         return self
 
     def _wait_ready(self) -> None:
@@ -75,7 +81,9 @@ class ServerProcess:
             if self._process.poll() is not None:
                 raise RuntimeError(f"stead serve exited early:\n{self.log_text()}")
             try:
-                httpx2.get(f"{self.url}/openapi.json", timeout=1.0)
+                # Any answer (401 without a key) means the API is up; the OpenAPI
+                # document would cost a second to build on first request.
+                httpx2.get(f"{self.url}/v1/agents", timeout=1.0)
                 return
             except httpx2.TransportError:
                 time.sleep(0.05)
@@ -90,6 +98,15 @@ class ServerProcess:
     def pid(self) -> int:
         assert self._process is not None
         return self._process.pid
+
+    def wait_exit(self, timeout: float) -> bool:
+        """Waits (bounded) for the process to end by itself; True if it did."""
+        assert self._process is not None
+        try:
+            self._process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, as in a crash."""

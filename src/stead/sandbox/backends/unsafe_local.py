@@ -15,6 +15,7 @@ start a session of their own).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -134,12 +135,14 @@ class UnsafeLocalSandbox:
             # killed. Record that, so a recovering caller is not left in doubt.
             self._shell = None
             output, truncated = tail.text()
-            with anyio.CancelScope(shield=True):
+            interrupted = ExecResult(output, None, truncated, interrupted=True)
+            # Failing to record must not replace the exception in flight (a
+            # cancellation above all); unrecorded, the op key stays in doubt.
+            with anyio.CancelScope(shield=True), contextlib.suppress(SandboxUnavailable):
                 await shell.close()
-                interrupted = ExecResult(output, None, truncated, interrupted=True)
                 await self._records.mark_finished(op_key, interrupted)
             raise
-        if self._closed:  # close() killed the shell under the command
+        if self._closed and result.shell_exited:  # close() killed the shell under it
             result = ExecResult(result.output, None, result.truncated, interrupted=True)
         if result.shell_reset:
             self._shell = None
@@ -151,8 +154,12 @@ class UnsafeLocalSandbox:
             return self._shell
         await self._drop_shell()
         self._check_open()
-        self._shell = await Shell.start(self._paths.root, self._env)
-        return self._shell
+        shell = await Shell.start(self._paths.root, self._env)
+        if self._closed:  # close() ran while the shell was starting
+            await shell.close()
+            self._check_open()
+        self._shell = shell
+        return shell
 
     async def _drop_shell(self) -> None:
         shell, self._shell = self._shell, None
