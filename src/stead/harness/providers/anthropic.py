@@ -11,6 +11,7 @@ from typing import Any
 
 import anthropic
 import anyio
+import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 
@@ -26,9 +27,24 @@ def _retry_after(response: Any) -> float | None:
         return None
 
 
+RETRYABLE_KINDS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
+"""Error types in an error body; an ``event: error`` mid-stream arrives with status 200."""
+
+
+def _kind(exc: anthropic.APIStatusError) -> str | None:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and isinstance(error.get("type"), str):
+            return str(error["type"])
+    return None
+
+
 def map_error(exc: Exception) -> UpstreamError:
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
+        if status < 400:
+            status = RETRYABLE_KINDS.get(_kind(exc) or "", 500)
         return UpstreamError(
             f"upstream answered {status}: {exc.message}",
             status=status,
@@ -66,6 +82,11 @@ class AnthropicModel:
             ) from None
         except anthropic.APIError as exc:
             raise map_error(exc) from None
+        except httpx2.TimeoutException:
+            # Mid-stream, the SDK lets the transport's own errors through unwrapped.
+            raise UpstreamError("upstream stopped sending (read timeout)", retryable=True) from None
+        except httpx2.TransportError as exc:
+            raise UpstreamError(f"upstream connection broke: {exc!r}", retryable=True) from None
         usage = message.usage
         return ModelResponse(
             content=[block.model_dump(mode="json", exclude_none=True) for block in message.content],
