@@ -121,5 +121,13 @@ async def _create_key(
         await store.close()
 
 
+@app.command()
+def demo() -> None:
+    """Run one short agent session offline with a scripted model and print its events."""
+    from stead.demo import run_demo
+
+    run_demo(console)
+
+
 def main() -> None:
     app()
