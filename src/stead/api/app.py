@@ -19,6 +19,7 @@ from stead.failpoints import FailPoints
 from stead.ids import new_id
 from stead.runtime import (
     EventBus,
+    LogCache,
     LoopDeps,
     ModelRouter,
     Runtime,
@@ -58,6 +59,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 tools=SandboxToolbox(settings),
                 clock=SystemClock(),
                 failpoints=failpoints,
+                logs=LogCache(opened),
                 owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
             )
             runtime = Runtime(deps, exclusive=store is None)

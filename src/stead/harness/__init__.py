@@ -9,6 +9,7 @@ from stead.harness.model import ModelClient, ModelRequest, ModelResponse, Upstre
 from stead.harness.parse import response_events
 from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
 from stead.harness.steps import (
+    TOOL_USE_TYPES,
     AwaitInput,
     CallModel,
     EndTurn,
@@ -19,6 +20,7 @@ from stead.harness.steps import (
 )
 
 __all__ = [
+    "TOOL_USE_TYPES",
     "AnthropicModel",
     "AwaitInput",
     "CallModel",

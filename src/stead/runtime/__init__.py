@@ -6,6 +6,7 @@ from stead.runtime.bus import EventBus, Notice, Subscription
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome
 from stead.runtime.feed import FeedItem, SessionFeed
+from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.runtime.service import Runtime
 from stead.runtime.toolbox import SandboxToolbox
@@ -15,6 +16,7 @@ __all__ = [
     "DataDirInUse",
     "EventBus",
     "FeedItem",
+    "LogCache",
     "LoopDeps",
     "ModelRouter",
     "Notice",

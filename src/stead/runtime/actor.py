@@ -13,7 +13,7 @@ import logging
 import anyio
 
 from stead.runtime.deps import LoopDeps
-from stead.runtime.turn import TurnRunner
+from stead.runtime.turn import TurnRunner, opening_events
 from stead.store import LeaseLost, RunClaim
 
 log = logging.getLogger("stead.runtime")
@@ -40,15 +40,24 @@ class SessionActor:
         """Until no queued run is left; the caller forgets the actor when this returns."""
         while self._poked:
             self._poked = False
-            for run_id, _ in await self._deps.store.queued_runs(self.session_id):
-                claim = await self._deps.store.claim_run(
-                    run_id, self._deps.owner, self._deps.settings.lease_seconds
-                )
-                if claim is not None:
-                    await self._run_claim(claim)
-                    self._poked = True
+            queue = [run_id for run_id, _ in await self._deps.store.queued_runs(self.session_id)]
+            while queue:
+                # A run that drained queued messages hands over the next one itself.
+                next_run = await self._claim_and_run(queue.pop(0))
+                if next_run is not None:
+                    queue.insert(0, next_run)
 
-    async def _run_claim(self, claim: RunClaim) -> None:
+    async def _claim_and_run(self, run_id: str) -> str | None:
+        claimed = await self._deps.store.claim_run(
+            run_id, self._deps.owner, self._deps.settings.lease_seconds, opening_events
+        )
+        if claimed is None:
+            return None
+        claim, opened = claimed
+        self._deps.bus.publish(self.session_id, opened)
+        return await self._run_claim(claim)
+
+    async def _run_claim(self, claim: RunClaim) -> str | None:
         runner = TurnRunner(self._deps, claim)
         self._interrupted = False
         try:
@@ -57,16 +66,17 @@ class SessionActor:
                 await runner.run()
         except LeaseLost:
             log.warning("session %s: lost the lease of run %s", self.session_id, claim.run_id)
-            return
+            return None
         except Exception:
             log.exception(
                 "session %s: run %s failed; its lease will expire and it will be retried",
                 self.session_id,
                 claim.run_id,
             )
-            return
+            return None
         finally:
             self._scope = None
         if scope.cancelled_caught and self._interrupted:
             with anyio.CancelScope(shield=True):
                 await runner.finish_interrupted()
+        return runner.next_run

@@ -10,6 +10,7 @@ from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock
+from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.store import Store
 
@@ -60,3 +61,4 @@ class LoopDeps:
     clock: Clock
     owner: str
     failpoints: FailPoints
+    logs: LogCache

@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from stead.harness import (
+    TOOL_USE_TYPES,
     AwaitInput,
     CallModel,
     EndTurn,
@@ -49,6 +50,14 @@ MAY_HAVE_RUN = (
 )
 
 
+def opening_events(attempts: int) -> list[NewEvent]:
+    """What a run logs when it is claimed: running, after a cut if this is a retry."""
+    opening = [ev.new("session.status_running")]
+    if attempts > 1:
+        opening.insert(0, ev.new("session.status_rescheduled"))
+    return opening
+
+
 class TurnOver(Exception):
     """The run is finished (its final events are written); unwinds the step loop."""
 
@@ -59,9 +68,8 @@ class TurnRunner:
     claim: RunClaim
 
     def __post_init__(self) -> None:
-        self._log: list[Json] = []
-        self._last_seq = 0
         self.next_run: str | None = None
+        self._usage: dict[str, int] = {}
 
     @property
     def session_id(self) -> str:
@@ -98,11 +106,7 @@ class TurnRunner:
         return logged
 
     async def _refresh(self) -> list[Json]:
-        fresh = await self.deps.store.events_after(self.session_id, self._last_seq, 1_000_000_000)
-        self._log += [ev.as_log(r) for r in fresh]
-        if fresh:
-            self._last_seq = fresh[-1].seq or self._last_seq
-        return self._log
+        return await self.deps.logs.read(self.session_id)
 
     async def _steps(self) -> None:
         settings = self.deps.settings
@@ -119,12 +123,9 @@ class TurnRunner:
                 RunStatus.FAILED,
                 answer_drained=False,
             )
-        opening = [ev.new("session.status_running")]
-        if self.claim.attempts > 1:
-            opening.insert(0, ev.new("session.status_rescheduled"))
-        await self._write(opening)
         session = await self.deps.store.session_snapshot(self.session_id)
         agent = session.agent
+        self._usage = dict(session.usage)
         while True:
             events = await self._refresh()
             step = next_step(events)
@@ -146,11 +147,13 @@ class TurnRunner:
         status: RunStatus,
         *,
         answer_drained: bool = True,
+        **change: Any,
     ) -> None:
         self.deps.failpoints.hit("turn.before_idle")
-        usage = (await self.deps.store.session_snapshot(self.session_id)).usage
-        final = [*events, ev.session_usage(usage), ev.status_idle(stop_reason)]
-        await self._write(final, status=status, drain_pending=True, answer_drained=answer_drained)
+        final = [*events, ev.session_usage(self._usage), ev.status_idle(stop_reason)]
+        await self._write(
+            final, status=status, drain_pending=True, answer_drained=answer_drained, **change
+        )
         raise TurnOver
 
     # model requests
@@ -188,11 +191,21 @@ class TurnRunner:
             )
         self.deps.failpoints.hit("model.after_answer")
         answer = [ev.new(kind, body) for kind, body in response_events(response.content, agent)]
-        await self._write(
-            [*answer, ev.span_end(start.id, response.usage)],
-            ops_completed=[(key, {"stop_reason": response.stop_reason})],
-            usage=ev.model_usage(response.usage),
-        )
+        delta = ev.model_usage(response.usage)
+        for name, value in delta.items():
+            self._usage[name] = self._usage.get(name, 0) + value
+        recorded = [*answer, ev.span_end(start.id, response.usage)]
+        completed = [(key, {"stop_reason": response.stop_reason})]
+        if not any(e.type in TOOL_USE_TYPES for e in answer):
+            # A plain answer ends the turn: record it and go idle in one commit.
+            await self._end(
+                recorded,
+                {"type": "end_turn"},
+                RunStatus.DONE,
+                ops_completed=completed,
+                usage=delta,
+            )
+        await self._write(recorded, ops_completed=completed, usage=delta)
 
     async def _ask(self, model: str, request: ModelRequest, key: str) -> ModelResponse:
         """The model's answer, retrying retryable upstream errors with backoff."""

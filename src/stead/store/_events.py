@@ -120,10 +120,16 @@ def pending_count(conn: Connection, session_id: str) -> int:
     return len(rows.all())
 
 
+def _pending_statement() -> Any:
+    return (
+        select(pending)
+        .where(pending.c.session_id == bindparam("session_id"))
+        .order_by(pending.c.position)
+    )
+
+
 def drain(conn: Connection, now: datetime, session_id: str) -> list[EventRecord]:
-    rows = conn.execute(
-        select(pending).where(pending.c.session_id == session_id).order_by(pending.c.position)
-    ).all()
+    rows = compiled(conn, "pending.all", _pending_statement).fetch(conn, {"session_id": session_id})
     if not rows:
         return []
     conn.execute(delete(pending).where(pending.c.session_id == session_id))

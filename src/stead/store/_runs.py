@@ -4,21 +4,25 @@ A run is claimed by bumping its epoch; every later write on its behalf checks
 that epoch in the same transaction (``check_epoch``), so a process that lost its
 lease cannot append anything (DESIGN rule 4). The ledger (``ops``) records a side
 effect as started before it runs and completed, with its result, in the same
-transaction as the event that reports it (rule 5).
+transaction as the event that reports it (rule 5). The statements of a turn's
+hot path run compiled (``_compiled.py``): a step makes several transactions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
 from stead.store import _events
+from stead.store._compiled import compiled
 from stead.store.base import (
     LIVE_RUN_STATUSES,
     EventRecord,
+    NewEvent,
     OpRecord,
     RunClaim,
     RunStatus,
@@ -28,60 +32,93 @@ from stead.store.errors import LeaseLost
 from stead.store.tables import ops, runs, sessions
 
 OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
+NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
+
+
+def _any_status(statuses: Sequence[str]) -> Any:
+    return or_(*(runs.c.status == s for s in statuses))
+
+
+def _live_statement() -> Any:
+    return (
+        select(runs.c.id)
+        .where(runs.c.session_id == bindparam("session_id"), _any_status(NOT_DONE))
+        .limit(1)
+    )
+
+
+def _insert_run() -> Any:
+    return insert(runs).values(
+        id=bindparam("b_id"),
+        session_id=bindparam("b_session_id"),
+        status=RunStatus.QUEUED,
+        attempts=0,
+        epoch=0,
+        created_at=bindparam("b_now"),
+        updated_at=bindparam("b_now"),
+    )
 
 
 def start(conn: Connection, now: datetime, session_id: str) -> str:
     """The session's live run, or a new queued one (idempotent)."""
-    live = conn.execute(
-        select(runs.c.id)
-        .where(
-            runs.c.session_id == session_id,
-            or_(*(runs.c.status == s for s in (*LIVE_RUN_STATUSES, RunStatus.RETRYING))),
-        )
-        .limit(1)
-    ).scalar_one_or_none()
-    if live is not None:
-        return str(live)
+    live = compiled(conn, "runs.live", _live_statement).fetch(conn, {"session_id": session_id})
+    if live:
+        return str(live[0].id)
     run_id = new_id("run")
-    conn.execute(
-        insert(runs).values(
-            id=run_id,
-            session_id=session_id,
-            status=RunStatus.QUEUED,
-            attempts=0,
-            epoch=0,
-            created_at=now,
-            updated_at=now,
-        )
-    )
+    compiled(conn, "runs.insert", _insert_run).execute(
+        conn, {"b_id": run_id, "b_session_id": session_id, "b_now": now}
+    ).close()
     return run_id
 
 
-def claim(
-    conn: Connection, now: datetime, run_id: str, owner: str, lease_seconds: float
-) -> RunClaim | None:
-    """Takes a queued run: a new epoch, one more attempt, a lease."""
-    row = conn.execute(
+def _claim_statement() -> Any:
+    return (
         update(runs)
-        .where(runs.c.id == run_id, runs.c.status == RunStatus.QUEUED)
+        .where(runs.c.id == bindparam("b_id"), runs.c.status == RunStatus.QUEUED)
         .values(
             status=RunStatus.RUNNING,
-            owner=owner,
+            owner=bindparam("b_owner"),
             epoch=runs.c.epoch + 1,
             attempts=runs.c.attempts + 1,
-            lease_until=now + timedelta(seconds=lease_seconds),
-            updated_at=now,
+            lease_until=bindparam("b_lease_until"),
+            updated_at=bindparam("b_now"),
         )
         .returning(runs.c.session_id, runs.c.epoch, runs.c.attempts)
-    ).first()
+    )
+
+
+def claim(
+    conn: Connection,
+    now: datetime,
+    run_id: str,
+    owner: str,
+    lease_seconds: float,
+    opening: Callable[[int], Sequence[NewEvent]],
+) -> tuple[RunClaim, list[EventRecord]] | None:
+    """Takes a queued run: a new epoch, one more attempt, a lease; and logs the
+    events ``opening(attempts)`` gives for it, in the same transaction."""
+    values = {
+        "b_id": run_id,
+        "b_owner": owner,
+        "b_lease_until": now + timedelta(seconds=lease_seconds),
+        "b_now": now,
+    }
+    cursor = compiled(conn, "runs.claim", _claim_statement).execute(conn, values)
+    row = cursor.fetchone()
+    cursor.close()
     if row is None:
         return None
-    return RunClaim(run_id, row.session_id, int(row.epoch), int(row.attempts))
+    taken = RunClaim(run_id, str(row[0]), int(row[1]), int(row[2]))
+    return taken, _events.append_log(conn, now, taken.session_id, opening(taken.attempts))
+
+
+def _epoch_statement() -> Any:
+    return select(runs.c.epoch, runs.c.status).where(runs.c.id == bindparam("run_id"))
 
 
 def check_epoch(conn: Connection, run_id: str, epoch: int) -> None:
-    row = conn.execute(select(runs.c.epoch, runs.c.status).where(runs.c.id == run_id)).first()
-    if row is None or int(row.epoch) != epoch or row.status not in OWNED:
+    rows = compiled(conn, "runs.epoch", _epoch_statement).fetch(conn, {"run_id": run_id})
+    if not rows or int(rows[0].epoch) != epoch or rows[0].status not in OWNED:
         raise LeaseLost(run_id, epoch)
 
 
@@ -92,11 +129,6 @@ def renew(conn: Connection, now: datetime, run_id: str, epoch: int, lease_second
         .values(lease_until=now + timedelta(seconds=lease_seconds), updated_at=now)
     )
     return result.rowcount == 1
-
-
-def set_status(conn: Connection, now: datetime, run_id: str, epoch: int, status: RunStatus) -> None:
-    check_epoch(conn, run_id, epoch)
-    conn.execute(update(runs).where(runs.c.id == run_id).values(status=status, updated_at=now))
 
 
 def requeue(conn: Connection, now: datetime, *, not_owned_by: str | None) -> list[tuple[str, str]]:
@@ -118,11 +150,22 @@ def requeue(conn: Connection, now: datetime, *, not_owned_by: str | None) -> lis
     return orphans
 
 
+def _queued_statement() -> Any:
+    return (
+        select(runs.c.id, runs.c.session_id)
+        .where(runs.c.status == RunStatus.QUEUED, runs.c.session_id == bindparam("session_id"))
+        .order_by(runs.c.created_at)
+    )
+
+
 def queued(conn: Connection, session_id: str | None) -> list[tuple[str, str]]:
-    stmt = select(runs.c.id, runs.c.session_id).where(runs.c.status == RunStatus.QUEUED)
+    """Queued runs, oldest first; of one session (the hot path, compiled) or all."""
     if session_id is not None:
-        stmt = stmt.where(runs.c.session_id == session_id)
-    rows = conn.execute(stmt.order_by(runs.c.created_at)).all()
+        statement = compiled(conn, "runs.queued", _queued_statement)
+        rows = statement.fetch(conn, {"session_id": session_id})
+    else:
+        stmt = select(runs.c.id, runs.c.session_id).where(runs.c.status == RunStatus.QUEUED)
+        rows = list(conn.execute(stmt.order_by(runs.c.created_at)).all())
     return [(r.id, r.session_id) for r in rows]
 
 
@@ -137,9 +180,13 @@ def _op(row: Any) -> OpRecord:
     )
 
 
+def _get_op_statement() -> Any:
+    return select(ops).where(ops.c.op_key == bindparam("op_key"))
+
+
 def get_op(conn: Connection, op_key: str) -> OpRecord | None:
-    row = conn.execute(select(ops).where(ops.c.op_key == op_key)).first()
-    return None if row is None else _op(row)
+    rows = compiled(conn, "ops.get", _get_op_statement).fetch(conn, {"op_key": op_key})
+    return _op(rows[0]) if rows else None
 
 
 def op_started(
@@ -153,32 +200,44 @@ def op_started(
 ) -> None:
     if get_op(conn, op_key) is not None:
         return
-    conn.execute(
-        insert(ops).values(
-            op_key=op_key,
-            session_id=session_id,
-            run_id=run_id,
-            kind=kind,
-            status="started",
-            result=None,
-            epoch=epoch,
-            created_at=now,
-            updated_at=now,
-        )
+    row = {
+        "op_key": op_key,
+        "session_id": session_id,
+        "run_id": run_id,
+        "kind": kind,
+        "status": "started",
+        "result": None,
+        "epoch": epoch,
+        "created_at": now,
+        "updated_at": now,
+    }
+    compiled(conn, "ops.insert", lambda: insert(ops)).execute_many(conn, [row])
+
+
+def _complete_statement() -> Any:
+    return (
+        update(ops)
+        .where(ops.c.op_key == bindparam("b_op_key"))
+        .values(status="completed", result=bindparam("b_result"), updated_at=bindparam("b_now"))
     )
 
 
 def op_completed(conn: Connection, now: datetime, op_key: str, result: Any) -> None:
-    conn.execute(
-        update(ops)
-        .where(ops.c.op_key == op_key)
-        .values(status="completed", result=result, updated_at=now)
-    )
+    values = {"b_op_key": op_key, "b_result": result, "b_now": now}
+    compiled(conn, "ops.complete", _complete_statement).execute(conn, values).close()
 
 
 def finish(conn: Connection, now: datetime, run_id: str, status: RunStatus) -> None:
     """Sets a run's status without fencing (administrative use and tests)."""
     conn.execute(update(runs).where(runs.c.id == run_id).values(status=status, updated_at=now))
+
+
+def _status_statement() -> Any:
+    return (
+        update(runs)
+        .where(runs.c.id == bindparam("b_id"))
+        .values(status=bindparam("b_status"), updated_at=bindparam("b_now"), lease_until=None)
+    )
 
 
 def write(
@@ -194,11 +253,8 @@ def write(
         add_usage(conn, claim.session_id, change.usage)
     next_run: str | None = None
     if change.status is not None:
-        conn.execute(
-            update(runs)
-            .where(runs.c.id == claim.run_id)
-            .values(status=change.status, updated_at=now, lease_until=None)
-        )
+        values = {"b_id": claim.run_id, "b_status": change.status, "b_now": now}
+        compiled(conn, "runs.status", _status_statement).execute(conn, values).close()
     if change.drain_pending:
         drained = _events.drain(conn, now, claim.session_id)
         logged += drained
@@ -207,11 +263,24 @@ def write(
     return logged, next_run
 
 
+def _usage_statement() -> Any:
+    return select(sessions.c.usage).where(sessions.c.id == bindparam("session_id"))
+
+
+def _set_usage_statement() -> Any:
+    return (
+        update(sessions)
+        .where(sessions.c.id == bindparam("b_id"))
+        .values(usage=bindparam("b_usage"))
+    )
+
+
 def add_usage(conn: Connection, session_id: str, delta: dict[str, int]) -> None:
-    current = conn.execute(
-        select(sessions.c.usage).where(sessions.c.id == session_id)
-    ).scalar_one_or_none()
-    usage = dict(current or {})
+    rows = compiled(conn, "sessions.usage", _usage_statement).fetch(
+        conn, {"session_id": session_id}
+    )
+    usage = dict(rows[0].usage or {}) if rows else {}
     for key, value in delta.items():
         usage[key] = usage.get(key, 0) + value
-    conn.execute(update(sessions).where(sessions.c.id == session_id).values(usage=usage))
+    values = {"b_id": session_id, "b_usage": usage}
+    compiled(conn, "sessions.set_usage", _set_usage_statement).execute(conn, values).close()

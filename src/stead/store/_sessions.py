@@ -231,7 +231,10 @@ def list_(
 
 
 def snapshot(conn: Connection, session_id: str) -> SessionRecord:
-    row = conn.execute(_SELECT.where(sessions.c.id == session_id)).first()
-    if row is None:
+    statement = compiled(
+        conn, "sessions.snapshot", lambda: _SELECT.where(sessions.c.id == bindparam("session_id"))
+    )
+    rows = statement.fetch(conn, {"session_id": session_id})
+    if not rows:
         raise NotFound("session", session_id)
-    return _record(row)
+    return _record(rows[0])

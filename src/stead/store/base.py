@@ -339,7 +339,17 @@ class Store(Protocol):
         ...
 
     async def finish_run(self, run_id: str, status: RunStatus) -> None: ...
-    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> RunClaim | None: ...
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        opening: Callable[[int], Sequence[NewEvent]],
+    ) -> tuple[RunClaim, list[EventRecord]] | None:
+        """Takes a queued run (None if another owner was first) and logs, in the same
+        transaction, the events ``opening(attempts)`` returns for it."""
+        ...
+
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
     async def requeue_runs(self, *, not_owned_by: str | None = None) -> list[tuple[str, str]]:
         """(run id, session id) of orphaned runs put back in the queue."""

@@ -255,8 +255,14 @@ class SqlStore:
     async def finish_run(self, run_id: str, status: RunStatus) -> None:
         await self._write(_runs.finish, run_id, status)
 
-    async def claim_run(self, run_id: str, owner: str, lease_seconds: float) -> RunClaim | None:
-        return await self._write(_runs.claim, run_id, owner, lease_seconds)
+    async def claim_run(
+        self,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        opening: Callable[[int], Sequence[NewEvent]],
+    ) -> tuple[RunClaim, list[EventRecord]] | None:
+        return await self._write(_runs.claim, run_id, owner, lease_seconds, opening)
 
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
         return await self._write(_runs.renew, run_id, epoch, lease_seconds)

@@ -1,0 +1,60 @@
+"""The fake model in a process of its own, so its CPU work does not share the
+GIL with the stead code a benchmark measures. Prints its URL, then serves until
+its stdin closes (the benchmark exits or closes the pipe)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from stead.testing import FakeModel, Text, ToolCall, Turn, assistant_turns, echo
+
+
+def ten_steps(body: dict[str, Any]) -> Turn:
+    """Nine tool calls, then an answer: a ten-step turn."""
+    step = assistant_turns(body)
+    if step < 9:
+        return Turn([ToolCall("glob", {"pattern": f"*.step{step}"})])
+    return Turn([Text("ten steps done")])
+
+
+SCRIPTS = {"echo": echo, "ten_steps": ten_steps}
+
+
+@contextmanager
+def fake_model_process(script: str) -> Iterator[str]:
+    """Starts the fake model in a subprocess and yields its URL."""
+    process = subprocess.Popen(
+        [sys.executable, str(Path(__file__)), script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        if not url.startswith("http"):
+            raise RuntimeError(f"the fake model did not start: {url!r}")
+        yield url
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def main() -> None:
+    with FakeModel(SCRIPTS[sys.argv[1]]) as fake:
+        print(fake.url, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()

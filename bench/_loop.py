@@ -1,0 +1,102 @@
+"""An in-process agent loop for benchmarks: store, bus and runtime on a temp
+directory, talking to a fake model; no HTTP API in between."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+
+from stead.config import Settings
+from stead.failpoints import FailPoints
+from stead.ids import new_id
+from stead.runtime import (
+    EventBus,
+    LogCache,
+    LoopDeps,
+    ModelRouter,
+    Runtime,
+    SandboxToolbox,
+    SystemClock,
+)
+from stead.schemas import agents
+from stead.store import NewEvent, SqlStore, open_store
+
+
+@dataclass
+class Loop:
+    store: SqlStore
+    bus: EventBus
+    runtime: Runtime
+    workspace_id: str
+    agent_id: str
+    environment_id: str
+
+    async def new_session(self) -> str:
+        session, _ = await self.store.create_session(
+            self.workspace_id,
+            (self.agent_id, None),
+            lambda a: {"id": a.id, "type": "agent", "version": a.version, **a.definition},
+            self.environment_id,
+            {},
+            [],
+        )
+        return session.id
+
+    async def turn(self, session_id: str, text: str) -> None:
+        """Sends a message and waits until the session is idle again."""
+        message = NewEvent(
+            new_id("event"), "user.message", {"content": [{"type": "text", "text": text}]}
+        )
+        with self.bus.subscribe(session_id) as subscription:
+            accepted = await self.store.accept_user_events(
+                self.workspace_id, session_id, [message], lambda _s, _l: None
+            )
+            self.bus.publish(session_id, accepted.echoes)
+            self.runtime.wake(session_id)
+            while True:
+                notices, _ = await subscription.take()
+                if any(n.event.type == "session.status_idle" for n in notices):
+                    return
+
+
+@asynccontextmanager
+async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIterator[Loop]:
+    settings = Settings(
+        data_dir=data_dir,
+        upstream_base_url=model_url,
+        anthropic_api_key="bench-key-for-the-fake-model",
+        log_level="warning",
+    )
+    store = await open_store(settings.resolved_database_url)
+    bus = EventBus(settings.sse_subscriber_buffer)
+    deps = LoopDeps(
+        settings=settings,
+        store=store,
+        bus=bus,
+        models=ModelRouter(settings),
+        tools=SandboxToolbox(settings),
+        clock=SystemClock(),
+        owner="bench",
+        failpoints=FailPoints(None),
+        logs=LogCache(store),
+    )
+    runtime = Runtime(deps, exclusive=True)
+    try:
+        async with anyio.create_task_group() as group:
+            await group.start(runtime.serve)
+            workspace = await store.create_workspace("bench")
+            body = {"name": "bench", "model": "claude-sonnet-4-6"}
+            if tools:
+                body["tools"] = [{"type": "agent_toolset_20260401"}]
+            agent = await store.create_agent(workspace.id, agents.definition_from_create(body))
+            env = await store.create_environment(
+                workspace.id, "bench", None, {"type": "cloud"}, {}, None
+            )
+            yield Loop(store, bus, runtime, workspace.id, agent.id, env.id)
+            group.cancel_scope.cancel()
+    finally:
+        await store.close()
