@@ -20,7 +20,13 @@ import time
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
-BENCHMARKS = ("event_append", "send_to_stream", "events_list")
+BENCHMARKS = (
+    "event_append",
+    "send_to_stream",
+    "events_list",
+    "agent_step",
+    "concurrent_sessions",
+)
 TIMEOUT_S = 120.0
 
 
