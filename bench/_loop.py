@@ -11,17 +11,8 @@ from pathlib import Path
 import anyio
 
 from stead.config import Settings
-from stead.failpoints import FailPoints
 from stead.ids import new_id
-from stead.runtime import (
-    EventBus,
-    LogCache,
-    LoopDeps,
-    ModelRouter,
-    Runtime,
-    SandboxToolbox,
-    SystemClock,
-)
+from stead.runtime import EventBus, Runtime, SandboxToolbox, build_loop
 from stead.schemas import agents
 from stead.store import NewEvent, SqlStore, open_store
 
@@ -73,17 +64,7 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
     )
     store = await open_store(settings.resolved_database_url)
     bus = EventBus(settings.sse_subscriber_buffer)
-    deps = LoopDeps(
-        settings=settings,
-        store=store,
-        bus=bus,
-        models=ModelRouter(settings),
-        tools=SandboxToolbox(settings),
-        clock=SystemClock(),
-        owner="bench",
-        failpoints=FailPoints(None),
-        logs=LogCache(store),
-    )
+    deps = build_loop(settings, store, bus, SandboxToolbox(settings))
     runtime = Runtime(deps, exclusive=True)
     try:
         async with anyio.create_task_group() as group:

@@ -62,7 +62,8 @@ def test_initial_events_are_logged_with_the_session(
             {"type": "user.message", "content": [{"type": "text", "text": "two"}]},
         ],
     )
-    texts = [e.content[0].text for e in client.beta.sessions.events.list(session.id)]
+    listed = client.beta.sessions.events.list(session.id, types=["user.message"])
+    texts = [e.content[0].text for e in listed]
     assert texts == ["one", "two"]
 
 

@@ -4,9 +4,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+from stead.sandbox import UnsafeLocalSandbox
 from stead.store import NewEvent, SqlStore, open_store
+
+WAIT = 10.0
+"""Longest a test waits for a process or file it started."""
 
 
 @pytest.fixture
@@ -49,3 +54,15 @@ async def new_session(store: SqlStore) -> tuple[str, str]:
 
 def user_message(event_id: str, text: str = "hi") -> NewEvent:
     return NewEvent(event_id, "user.message", {"content": [{"type": "text", "text": text}]})
+
+
+@pytest.fixture
+async def sandbox(tmp_path: Path) -> AsyncIterator[UnsafeLocalSandbox]:
+    async with UnsafeLocalSandbox(tmp_path / "ws", tmp_path / "state") as opened:
+        yield opened
+
+
+async def read_fifo(path: Path) -> str:
+    """Blocks (off the loop, bounded) until a command writes a line to ``path``."""
+    with anyio.fail_after(WAIT):
+        return await anyio.to_thread.run_sync(path.read_text, abandon_on_cancel=True)

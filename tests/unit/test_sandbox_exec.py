@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -16,21 +15,9 @@ from stead.sandbox import (
     SandboxUnavailable,
     UnsafeLocalSandbox,
 )
+from tests.unit.conftest import WAIT, read_fifo
 
 pytestmark = pytest.mark.anyio
-WAIT = 10.0
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[UnsafeLocalSandbox]:
-    async with UnsafeLocalSandbox(tmp_path / "ws", tmp_path / "state") as opened:
-        yield opened
-
-
-async def read_fifo(path: Path) -> str:
-    """Blocks (off the loop, bounded) until a command writes a line to ``path``."""
-    with anyio.fail_after(WAIT):
-        return await anyio.to_thread.run_sync(path.read_text, abandon_on_cancel=True)
 
 
 def process_gone(pid: int) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
 
@@ -13,20 +12,9 @@ import pytest
 
 from stead.sandbox import ExecInDoubt, ExecResult, ExecStatus, UnsafeLocalSandbox
 from stead.sandbox.oprecords import OpRecords
+from tests.unit.conftest import WAIT, read_fifo
 
 pytestmark = pytest.mark.anyio
-WAIT = 10.0
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[UnsafeLocalSandbox]:
-    async with UnsafeLocalSandbox(tmp_path / "ws", tmp_path / "state") as opened:
-        yield opened
-
-
-async def read_fifo(path: Path) -> str:
-    with anyio.fail_after(WAIT):
-        return await anyio.to_thread.run_sync(path.read_text, abandon_on_cancel=True)
 
 
 async def test_exec_result_returns_what_exec_returned(sandbox: UnsafeLocalSandbox) -> None:

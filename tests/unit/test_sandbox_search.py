@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,12 +22,6 @@ from stead.sandbox import (
 from stead.sandbox.walker import translate
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[UnsafeLocalSandbox]:
-    async with UnsafeLocalSandbox(tmp_path / "ws", tmp_path / "state") as opened:
-        yield opened
 
 
 @pytest.fixture

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,12 +25,6 @@ SDK_INPUTS = {
     "glob": beta.BetaManagedAgentsAgentToolset20260401GlobInput,
     "grep": beta.BetaManagedAgentsAgentToolset20260401GrepInput,
 }
-
-
-@pytest.fixture
-async def sandbox(tmp_path: Path) -> AsyncIterator[UnsafeLocalSandbox]:
-    async with UnsafeLocalSandbox(tmp_path / "ws", tmp_path / "state") as opened:
-        yield opened
 
 
 @pytest.mark.parametrize("definition", TOOL_DEFINITIONS, ids=lambda d: str(d["name"]))

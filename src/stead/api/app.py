@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -16,17 +14,7 @@ from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
-from stead.ids import new_id
-from stead.runtime import (
-    EventBus,
-    LogCache,
-    LoopDeps,
-    ModelRouter,
-    Runtime,
-    SandboxToolbox,
-    SystemClock,
-    brain_lock,
-)
+from stead.runtime import EventBus, Runtime, SandboxToolbox, brain_lock, build_loop
 from stead.store import Store, open_store
 
 ROUTE_MODULES = (agents, environments, sessions, events)
@@ -51,17 +39,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 )
                 stack.push_async_callback(opened.close)
             bus = EventBus(settings.sse_subscriber_buffer)
-            deps = LoopDeps(
-                settings=settings,
-                store=opened,
-                bus=bus,
-                models=ModelRouter(settings),
-                tools=SandboxToolbox(settings),
-                clock=SystemClock(),
-                failpoints=failpoints,
-                logs=LogCache(opened),
-                owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
-            )
+            deps = build_loop(settings, opened, bus, SandboxToolbox(settings), failpoints)
             runtime = Runtime(deps, exclusive=store is None)
             app.state.services = Services(
                 settings=settings,

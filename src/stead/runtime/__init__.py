@@ -4,7 +4,7 @@ the delivery of committed events to stream readers."""
 from stead.runtime.brainlock import DataDirInUse, brain_lock
 from stead.runtime.bus import EventBus, Notice, Subscription
 from stead.runtime.clock import Clock, SystemClock
-from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome
+from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
@@ -28,4 +28,5 @@ __all__ = [
     "ToolOutcome",
     "Toolbox",
     "brain_lock",
+    "build_loop",
 ]

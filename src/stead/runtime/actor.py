@@ -9,6 +9,7 @@ attempt limit) and other sessions never notice.
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 import anyio
 
@@ -48,8 +49,10 @@ class SessionActor:
                     queue.insert(0, next_run)
 
     async def _claim_and_run(self, run_id: str) -> str | None:
+        settings = self._deps.settings
+        opening = partial(opening_events, max_attempts=settings.max_run_attempts)
         claimed = await self._deps.store.claim_run(
-            run_id, self._deps.owner, self._deps.settings.lease_seconds, opening_events
+            run_id, self._deps.owner, settings.lease_seconds, opening
         )
         if claimed is None:
             return None

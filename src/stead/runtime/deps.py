@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from stead.config import Settings
 from stead.failpoints import FailPoints
+from stead.ids import new_id
 from stead.runtime.bus import EventBus
-from stead.runtime.clock import Clock
+from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.store import Store
@@ -62,3 +65,24 @@ class LoopDeps:
     owner: str
     failpoints: FailPoints
     logs: LogCache
+
+
+def build_loop(
+    settings: Settings,
+    store: Store,
+    bus: EventBus,
+    tools: Toolbox,
+    failpoints: FailPoints | None = None,
+) -> LoopDeps:
+    """The agent loop's dependencies from settings, for a process that owns runs."""
+    return LoopDeps(
+        settings=settings,
+        store=store,
+        bus=bus,
+        models=ModelRouter(settings),
+        tools=tools,
+        clock=SystemClock(),
+        owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
+        failpoints=failpoints or FailPoints(None),
+        logs=LogCache(store),
+    )

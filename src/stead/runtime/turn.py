@@ -50,8 +50,11 @@ MAY_HAVE_RUN = (
 )
 
 
-def opening_events(attempts: int) -> list[NewEvent]:
-    """What a run logs when it is claimed: running, after a cut if this is a retry."""
+def opening_events(attempts: int, *, max_attempts: int) -> list[NewEvent]:
+    """What a run logs when it is claimed: running, after a cut if this is a retry;
+    nothing past the attempt limit, where the run only gives up."""
+    if attempts > max_attempts:
+        return []
     opening = [ev.new("session.status_running")]
     if attempts > 1:
         opening.insert(0, ev.new("session.status_rescheduled"))
