@@ -53,13 +53,24 @@ def fill(client: httpx2.Client, url: str, headers: dict[str, str]) -> None:
         ]
         response = client.post(url, json={"events": events}, headers=headers)
         response.raise_for_status()
+        wait_idle(client, url.removesuffix("/events"), headers)
+
+
+def wait_idle(client: httpx2.Client, session_url: str, headers: dict[str, str]) -> None:
+    """Each batch starts a turn; the next waits for it, as the pending queue is bounded."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while client.get(session_url, headers=headers).json()["status"] != "idle":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the session stayed busy")
+        time.sleep(0.01)
 
 
 def list_stead(client: httpx2.Client, url: str, headers: dict[str, str]) -> list[bytes]:
     """Every page of the log, as raw bodies; each is also parsed, as a client would."""
     pages: list[bytes] = []
     count = 0
-    params: dict[str, str | int] = {"limit": PAGE}
+    # Only the benchmark's own messages: the agent loop adds its events to the session.
+    params: dict[str, str | int] = {"limit": PAGE, "types[]": "user.message"}
     while True:
         response = client.get(url, params=params, headers=headers)
         response.raise_for_status()
@@ -68,7 +79,7 @@ def list_stead(client: httpx2.Client, url: str, headers: dict[str, str]) -> list
         count += len(body["data"])
         if not body["next_page"]:
             break
-        params = {"limit": PAGE, "page": body["next_page"]}
+        params = {"limit": PAGE, "types[]": "user.message", "page": body["next_page"]}
     if count != EVENTS:
         raise RuntimeError(f"listed {count} events, expected {EVENTS}")
     return pages
@@ -77,7 +88,7 @@ def list_stead(client: httpx2.Client, url: str, headers: dict[str, str]) -> list
 def list_sqlite(conn: sqlite3.Connection, session_id: str) -> None:
     rows = conn.execute(
         "SELECT session_id, seq, id, type, body, processed_at FROM events "
-        "WHERE session_id = ? ORDER BY seq",
+        "WHERE session_id = ? AND type = 'user.message' ORDER BY seq",
         (session_id,),
     ).fetchall()
     bodies = [json.loads(row[4]) for row in rows]
