@@ -31,14 +31,3 @@ def new_id(kind: str) -> str:
         number, digit = divmod(number, 58)
         digits.append(_ALPHABET[digit])
     return f"{PREFIXES[kind]}_{''.join(digits)}"
-
-
-def has_prefix(value: str, kind: str) -> bool:
-    """Whether ``value`` is shaped like an id of ``kind`` (cheap check before a lookup)."""
-    prefix = PREFIXES[kind] + "_"
-    rest = value[len(prefix) :]
-    return (
-        value.startswith(prefix)
-        and 0 < len(rest) <= 64
-        and all(c.isalnum() or c in "_-" for c in rest)
-    )

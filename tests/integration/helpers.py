@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -38,19 +38,22 @@ def sse_frames(response: httpx2.Response) -> Iterator[dict[str, Any]]:
             frame[field] = json.loads(value) if field == "data" else value
 
 
-def wait_idle(client: anthropic.Anthropic, session_id: str, timeout: float = 30.0) -> None:
-    """Waits (bounded) until the agent loop has nothing left to do for the session."""
+def _wait_until_idle(status: Callable[[], str], session_id: str, timeout: float) -> None:
+    """Polls ``status`` (bounded) until the agent loop has nothing left to do."""
     deadline = time.monotonic() + timeout
-    while client.beta.sessions.retrieve(session_id).status != "idle":
+    while status() != "idle":
         if time.monotonic() > deadline:
             raise TimeoutError(f"session {session_id} still busy after {timeout}s")
         time.sleep(0.02)
+
+
+def wait_idle(client: anthropic.Anthropic, session_id: str, timeout: float = 30.0) -> None:
+    _wait_until_idle(lambda: client.beta.sessions.retrieve(session_id).status, session_id, timeout)
 
 
 def wait_idle_http(http: httpx2.Client, key: str, session_id: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
     url = f"/v1/sessions/{session_id}"
-    while http.get(url, headers={"x-api-key": key}).json()["status"] != "idle":
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"session {session_id} still busy after {timeout}s")
-        time.sleep(0.02)
+    headers = {"x-api-key": key}
+    _wait_until_idle(
+        lambda: str(http.get(url, headers=headers).json()["status"]), session_id, timeout
+    )

@@ -43,8 +43,9 @@ class KeyCache:
         return entry[0]
 
     def put(self, secret: str, key: ApiKey) -> None:
-        self._entries[self._digest(secret)] = (key, time.monotonic() + self._ttl)
-        self._entries.move_to_end(self._digest(secret))
+        digest = self._digest(secret)
+        self._entries[digest] = (key, time.monotonic() + self._ttl)
+        self._entries.move_to_end(digest)
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
 

@@ -34,6 +34,3 @@ class LogCache:
         while len(self._logs) > self._capacity:
             self._logs.popitem(last=False)
         return log
-
-    def forget(self, session_id: str) -> None:
-        self._logs.pop(session_id, None)

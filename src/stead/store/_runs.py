@@ -35,14 +35,16 @@ OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
 NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
 
 
-def _any_status(statuses: Sequence[str]) -> Any:
+def status_in(statuses: Sequence[str]) -> Any:
+    """Run status is one of ``statuses``, as an OR of equalities: an IN list would be
+    re-expanded on every execution of a cached statement."""
     return or_(*(runs.c.status == s for s in statuses))
 
 
 def _live_statement() -> Any:
     return (
         select(runs.c.id)
-        .where(runs.c.session_id == bindparam("session_id"), _any_status(NOT_DONE))
+        .where(runs.c.session_id == bindparam("session_id"), status_in(NOT_DONE))
         .limit(1)
     )
 

@@ -19,7 +19,6 @@ from sqlalchemy import (
     false,
     insert,
     literal,
-    or_,
     select,
     update,
 )
@@ -46,9 +45,7 @@ from stead.store.tables import events, ops, pending, runs, sessions
 
 
 def _run_exists(*statuses: str) -> Any:
-    # OR of equalities rather than IN: an IN list is re-expanded on every execution.
-    matches = or_(*(runs.c.status == status for status in statuses))
-    return exists().where(runs.c.session_id == sessions.c.id, matches)
+    return exists().where(runs.c.session_id == sessions.c.id, _runs.status_in(statuses))
 
 
 STATUS = case(

@@ -367,9 +367,6 @@ class Store(Protocol):
         ...
 
     async def get_op(self, op_key: str) -> OpRecord | None: ...
-    async def session_log(self, session_id: str) -> list[EventRecord]:
-        """Every logged event of the session, in ``seq`` order."""
-        ...
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         """The session regardless of workspace (the agent loop acts for its owner)."""

@@ -283,8 +283,5 @@ class SqlStore:
     async def get_op(self, op_key: str) -> OpRecord | None:
         return await self._read(_runs.get_op, op_key)
 
-    async def session_log(self, session_id: str) -> list[EventRecord]:
-        return await self._read(_events.after, session_id, 0, 1_000_000_000)
-
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         return await self._read(_sessions.snapshot, session_id)
