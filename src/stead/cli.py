@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -119,6 +120,42 @@ async def _create_key(
         return await store.create_api_key(workspace, name)
     finally:
         await store.close()
+
+
+@app.command("sandbox-host")
+def sandbox_host(data_dir: DataDir = None) -> None:
+    """Run the sandbox host: owns every sandbox on this machine, outlives `stead serve`.
+
+    `stead serve` starts one by itself when none answers; run it yourself to
+    keep it under a service manager or to serve a remote brain
+    (STEAD_SANDBOX_HOST_LISTEN_TCP with STEAD_SANDBOX_HOST_TOKEN).
+    """
+    from stead.runtime.sandbox_host import host_options
+    from stead.sandbox import HostAlreadyRunning, serve_host
+
+    settings = _settings(data_dir=data_dir)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = host_options(settings)
+
+    async def run() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
+            await serve_host(options)
+
+    try:
+        anyio.run(run, backend_options={"use_uvloop": True})
+    except HostAlreadyRunning as exc:
+        console.print(f"stead sandbox-host: {exc}")
+        raise typer.Exit(1) from None
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 @app.command()

@@ -59,8 +59,45 @@ class Settings(BaseSettings):
     """A run's lease; renewed every third of it while the run makes progress."""
     reaper_interval_seconds: float = 5.0
     max_run_attempts: int = 5
-    sandbox: Literal["unsafe_local"] | None = None
-    """Sandbox backend for tools. ``unsafe_local`` isolates nothing and must be named."""
+    sandbox: Literal["bwrap", "unsafe_local", "off"] = "bwrap"
+    """Sandbox backend for tools: ``bwrap`` (isolated, in the sandbox host),
+    ``unsafe_local`` (no isolation; only when named), ``off`` (no built-in tools)."""
+    sandbox_host: str | None = None
+    """Address of the sandbox host: a Unix socket path (default
+    ``<data_dir>/sandbox-host/host.sock``) or ``tcp://host:port`` with a token."""
+    sandbox_host_token: str | None = None
+    sandbox_host_autostart: bool = True
+    """Start a local sandbox host (detached) when none answers at the address."""
+    sandbox_host_state_dir: Path | None = None
+    """The sandbox host's own directory; default ``<data_dir>/sandbox-host``."""
+    sandbox_work_dir: Path | None = None
+    """Workspaces and installed packages; every directory above it must be
+    searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
+    sandbox_host_listen_tcp: str | None = None
+    """``host:port`` on which the sandbox host also serves a remote brain (needs the token)."""
+    sandbox_uid_base: int = 2_000_000
+    """Sandbox ``n`` runs as host uid ``uid_base + n``; keep that range unused."""
+    sandbox_memory_mb: int = 2048
+    sandbox_pids: int = 512
+    sandbox_cpus: float = 1.0
+    sandbox_sleep_after_seconds: float = 300.0
+    """Default idle time before a sandbox snapshots its workspace and stops."""
+    sandbox_lease_seconds: float = 24 * 3600.0
+    """A sandbox lease's TTL, renewed by every tool call."""
+    sandbox_sweep_interval_seconds: float = 60.0
+    sandbox_idle_check_seconds: float = 5.0
+    snapshot_ttl_seconds: float = 7 * 24 * 3600.0
+    blob_url: str | None = None
+    """``file:///dir`` (default ``<data_dir>/blobs``) or ``s3://bucket/prefix``."""
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    pip_index_url: str | None = None
+    """A PyPI mirror for environment packages; its host is allowed while installing."""
+    npm_registry: str | None = None
+    package_hosts: list[str] = Field(default_factory=list)
+    """More hosts the package installers may reach (mirrors, private indexes)."""
 
     failpoints: str | None = None
     """Test-only crash injection, see ``stead.failpoints``."""
@@ -68,6 +105,14 @@ class Settings(BaseSettings):
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"
+
+    @property
+    def resolved_sandbox_host_state_dir(self) -> Path:
+        return self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
+
+    @property
+    def resolved_blob_url(self) -> str:
+        return self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}"
 
     @property
     def resolved_database_url(self) -> str:

@@ -14,10 +14,19 @@ from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
-from stead.runtime import EventBus, Runtime, SandboxToolbox, brain_lock, build_loop
+from stead.runtime import (
+    EventBus,
+    LeaseSweeper,
+    Runtime,
+    SandboxToolbox,
+    brain_lock,
+    build_loop,
+)
 from stead.store import Store, open_store
 
 ROUTE_MODULES = (agents, environments, sessions, events)
+SWEEP_DESTROY_SECONDS = 600.0
+"""A destroy takes a final snapshot of the workspace; give a large one time."""
 
 
 def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
@@ -39,7 +48,8 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 )
                 stack.push_async_callback(opened.close)
             bus = EventBus(settings.sse_subscriber_buffer)
-            deps = build_loop(settings, opened, bus, SandboxToolbox(settings), failpoints)
+            toolbox = SandboxToolbox(settings, opened)
+            deps = build_loop(settings, opened, bus, toolbox, failpoints)
             runtime = Runtime(deps, exclusive=store is None)
             app.state.services = Services(
                 settings=settings,
@@ -50,6 +60,14 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
+                if settings.sandbox == "bwrap":
+                    sweeper = LeaseSweeper(
+                        opened,
+                        toolbox.destroy,
+                        interval=settings.sandbox_sweep_interval_seconds,
+                        destroy_timeout=SWEEP_DESTROY_SECONDS,
+                    )
+                    group.start_soon(sweeper.serve)
                 yield
                 group.cancel_scope.cancel()
 

@@ -6,6 +6,7 @@ from stead.runtime.bus import EventBus, Notice, Subscription
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
+from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.runtime.service import Runtime
@@ -16,6 +17,7 @@ __all__ = [
     "DataDirInUse",
     "EventBus",
     "FeedItem",
+    "LeaseSweeper",
     "LogCache",
     "LoopDeps",
     "ModelRouter",
@@ -24,6 +26,7 @@ __all__ = [
     "SandboxToolbox",
     "SessionFeed",
     "Subscription",
+    "SweepRound",
     "SystemClock",
     "ToolOutcome",
     "Toolbox",

@@ -1,12 +1,15 @@
 """The built-in toolset running in per-session sandboxes (``stead.tools`` over
-``stead.sandbox``). Owns the sandboxes it opens and closes them in ``aclose``.
+``stead.sandbox``).
 
-Sandboxes exist only when a backend is named in settings (``STEAD_SANDBOX``):
-``unsafe_local`` isolates nothing, so stead never picks it by itself (rule 7).
+``STEAD_SANDBOX`` picks where: ``bwrap`` (the default) runs each session's
+sandbox in the sandbox host, isolated, under a lease (rule 9) whose id is the
+session id; ``unsafe_local`` isolates nothing, so stead never picks it by
+itself (rule 7); ``off`` runs no built-in tools.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,20 +18,37 @@ import anyio
 from stead import tools
 from stead.config import Settings
 from stead.runtime.deps import ToolOutcome
-from stead.sandbox import Sandbox, UnsafeLocalSandbox
+from stead.runtime.sandbox_host import connect_host, sandbox_config
+from stead.sandbox import (
+    HostClient,
+    HostSandbox,
+    Sandbox,
+    SandboxError,
+    UnsafeLocalSandbox,
+)
+from stead.store import SandboxLease, SandboxLeaseEnded, Store
+
+log = logging.getLogger("stead.runtime.toolbox")
 
 Json = dict[str, Any]
 NO_SANDBOX = (
     "No sandbox is configured on this stead server, so built-in tools cannot run. "
-    "The operator can set STEAD_SANDBOX=unsafe_local (no isolation) to enable them."
+    "The operator can set STEAD_SANDBOX=bwrap (isolated) to enable them."
 )
+LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
+
+
+class NoSandbox(Exception):
+    """The session has no sandbox to run tools in; the message says why."""
 
 
 class SandboxToolbox:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, store: Store) -> None:
         self._settings = settings
+        self._store = store
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
+        self._host: HostClient | None = None
 
     @property
     def definitions(self) -> Mapping[str, Json]:
@@ -38,37 +58,97 @@ class SandboxToolbox:
     def idempotent(self) -> frozenset[str]:
         return tools.IDEMPOTENT_TOOLS
 
-    async def _sandbox(self, session_id: str) -> Sandbox | None:
-        if self._settings.sandbox != "unsafe_local":
-            return None
+    async def _sandbox(self, session_id: str) -> Sandbox:
+        mode = self._settings.sandbox
+        if mode == "off":
+            raise NoSandbox(NO_SANDBOX)
+        if mode == "bwrap":
+            # Every call renews the lease; one that ended stops the tools here.
+            await self._lease(session_id)
         async with self._lock:
             found = self._sandboxes.get(session_id)
             if found is None:
-                root = self._settings.data_dir / "sandboxes" / session_id
-                found = UnsafeLocalSandbox(workspace=root / "workspace", state_dir=root / "state")
+                found = await self._open(session_id)
                 self._sandboxes[session_id] = found
             return found
 
+    async def _open(self, session_id: str) -> Sandbox:
+        if self._settings.sandbox == "unsafe_local":
+            root = self._settings.data_dir / "sandboxes" / session_id
+            return UnsafeLocalSandbox(workspace=root / "workspace", state_dir=root / "state")
+        session = await self._store.session_snapshot(session_id)
+        environment = await self._store.get_environment(
+            session.workspace_id, session.environment_id
+        )
+        config = sandbox_config(self._settings, environment.config)
+        return HostSandbox(await self._client(), session_id, config)
+
+    async def _lease(self, session_id: str) -> SandboxLease:
+        session = await self._store.session_snapshot(session_id)
+        try:
+            return await self._store.acquire_sandbox_lease(
+                session_id,
+                workspace_id=session.workspace_id,
+                session_id=session_id,
+                environment_id=session.environment_id,
+                agent_id=session.agent.get("id"),
+                ttl_seconds=self._settings.sandbox_lease_seconds,
+            )
+        except SandboxLeaseEnded:
+            raise NoSandbox(LEASE_ENDED) from None
+
+    async def _client(self) -> HostClient:
+        if self._host is None:
+            self._host = await connect_host(self._settings)
+        return self._host
+
     async def run(self, session_id: str, name: str, tool_input: Json, op_key: str) -> ToolOutcome:
-        sandbox = await self._sandbox(session_id)
-        if sandbox is None:
-            return ToolOutcome([{"type": "text", "text": NO_SANDBOX}], True)
+        try:
+            sandbox = await self._sandbox(session_id)
+        except NoSandbox as exc:
+            return ToolOutcome([{"type": "text", "text": str(exc)}], True)
+        except SandboxError as exc:
+            text = f"The sandbox is unavailable: {exc}"
+            return ToolOutcome([{"type": "text", "text": text}], True)
         outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
         return ToolOutcome(outcome.content, outcome.is_error)
 
     async def reattach(self, session_id: str, name: str, op_key: str) -> ToolOutcome | None:
         if name != "bash":
             return None
-        sandbox = await self._sandbox(session_id)
-        if sandbox is None:
+        try:
+            sandbox = await self._sandbox(session_id)
+            result = await sandbox.exec_result(op_key)
+        except (NoSandbox, SandboxError):
             return None
-        result = await sandbox.exec_result(op_key)
         if result is None:
             return None
         outcome = tools.bash_outcome(result)
         return ToolOutcome(outcome.content, outcome.is_error)
 
+    async def destroy(self, lease: SandboxLease) -> None:
+        """Destroys an expired lease's sandbox in the host and books its active
+        time as usage (the lease sweeper calls this)."""
+        async with self._lock:
+            sandbox = self._sandboxes.pop(lease.sandbox_id, None)
+        if sandbox is not None:
+            await sandbox.close()
+        total = await (await self._client()).destroy(lease.sandbox_id)
+        booked = await self._store.sandbox_active_seconds(lease.sandbox_id)
+        if total is not None and total > booked:
+            # The host counts all wakes of the sandbox (also before an earlier
+            # destroy and revival); the store gets what it has not seen yet.
+            await self._store.add_sandbox_active_seconds(
+                lease.sandbox_id,
+                session_id=lease.session_id,
+                workspace_id=lease.workspace_id,
+                seconds=total - booked,
+            )
+
     async def aclose(self) -> None:
         sandboxes, self._sandboxes = list(self._sandboxes.values()), {}
         for sandbox in sandboxes:
             await sandbox.close()
+        if self._host is not None:
+            await self._host.aclose()
+            self._host = None

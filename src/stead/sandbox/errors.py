@@ -13,7 +13,17 @@ SandboxError                 base; ``retryable`` says whether the same call may 
 │   └── RangeTooLarge        the requested lines hold more than ``max_bytes``
 ├── ExecInDoubt              an exec under this op key started earlier and its outcome is
 │                            unknown (the process that ran it is gone): verify, do not re-run
+├── WorkspaceUnavailable     the saved workspace is missing, corrupt or expired; never
+│                            replaced by an empty one (rule 6). Not retryable
 └── SandboxUnavailable       the sandbox is closed or its shell cannot start (retryable)
+    ├── IsolationUnavailable the machine cannot isolate sandboxes (no bubblewrap, no user
+    │                        namespaces, no writable cgroups, not root); ``reason`` says
+    │                        what is missing and how to fix it. Not retryable: an operator
+    │                        must act (DESIGN rule 7)
+    ├── PackagesUnavailable  the environment's packages could not be installed; the
+    │                        message carries the installer's last output. Not retryable
+    └── SandboxNotFound      the sandbox host has no such sandbox (destroyed, or the host
+                             lost it); the client acquires it again
 """
 
 from __future__ import annotations
@@ -80,3 +90,33 @@ class ExecInDoubt(SandboxError):
 
 class SandboxUnavailable(SandboxError):
     retryable: ClassVar[bool] = True
+
+
+class IsolationUnavailable(SandboxUnavailable):
+    """The host refuses to start sandboxes: isolation cannot be provided (rule 7).
+
+    Meant for the operator as much as the caller, so ``reason`` may name host paths
+    such as a cgroup directory; it never names a workspace path.
+    """
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class SandboxNotFound(SandboxUnavailable):
+    """The sandbox host has no such sandbox (never acquired, or destroyed)."""
+
+
+class WorkspaceUnavailable(SandboxError):
+    """The sandbox's saved workspace cannot be restored: its snapshot is missing,
+    corrupt or expired. Never papered over with an empty workspace (rule 6)."""
+
+
+class PackagesUnavailable(SandboxUnavailable):
+    """The environment's ``packages`` could not be installed. A package list that
+    failed once fails again, so the caller reports it instead of retrying."""
+
+    retryable: ClassVar[bool] = False

@@ -20,6 +20,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import anyio
 from anyio.abc import Process
@@ -64,8 +65,57 @@ class OutputTail:
         return data.decode("utf-8", errors="replace"), truncated
 
 
-class Shell:
+class ShellProcess(Protocol):
+    """The shell's process as the shell needs it: a local child, or a process
+    inside an isolating sandbox reached through its supervisor."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def send(self, data: bytes) -> None:
+        """Writes to stdin; raises anyio's Broken/ClosedResourceError if it is gone."""
+        ...
+
+    async def receive(self, max_bytes: int) -> bytes:
+        """Reads stdout (stderr merged); ``anyio.EndOfStream`` at its end."""
+        ...
+
+    async def dispose(self) -> None:
+        """Kills the process group and reaps; never raises, survives cancellation."""
+        ...
+
+
+class LocalShellProcess:
+    """A shell that is a plain child of this process (``unsafe_local``)."""
+
     def __init__(self, process: Process) -> None:
+        self._process = process
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    async def send(self, data: bytes) -> None:
+        assert self._process.stdin is not None
+        await self._process.stdin.send(data)
+
+    async def receive(self, max_bytes: int) -> bytes:
+        assert self._process.stdout is not None
+        return await self._process.stdout.receive(max_bytes)
+
+    async def dispose(self) -> None:
+        await dispose(self._process)
+
+
+class Shell:
+    def __init__(self, process: ShellProcess) -> None:
         self._process = process
 
     @classmethod
@@ -74,7 +124,7 @@ class Shell:
             process = await spawn(argv, cwd=cwd, env=env, stderr_to_stdout=True)
         except OSError as exc:
             raise SandboxUnavailable(f"cannot start the shell: {exc.strerror or exc}") from None
-        return cls(process)
+        return cls(LocalShellProcess(process))
 
     @property
     def pid(self) -> int:
@@ -98,14 +148,14 @@ class Shell:
                 await self._send(framed)
                 code = await self._read_until(marker.encode(), tail)
         except BaseException:
-            await dispose(self._process)
+            await self._process.dispose()
             raise
         if deadline.cancelled_caught:
-            await dispose(self._process)
+            await self._process.dispose()
             output, truncated = tail.text()
             return ExecResult(output, None, truncated, timed_out=True)
         if code is None:  # the shell ended before the marker
-            await dispose(self._process)
+            await self._process.dispose()
             output, truncated = tail.text()
             status = self._process.returncode
             exit_code = status if status is None or status >= 0 else 128 - status
@@ -115,23 +165,20 @@ class Shell:
         return ExecResult(output, exit_code, truncated)
 
     async def close(self) -> None:
-        await dispose(self._process)
+        await self._process.dispose()
 
     async def _send(self, data: bytes) -> None:
-        assert self._process.stdin is not None
         # If the shell is gone, reading finds EOF and reports it.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await self._process.stdin.send(data)
+            await self._process.send(data)
 
     async def _read_until(self, marker: bytes, tail: OutputTail) -> tuple[int, int] | None:
         """(end of the command's output in ``tail.buffer``, exit code), or None at EOF."""
-        assert self._process.stdout is not None
-        stream = self._process.stdout
         pattern = re.compile(rb"\n" + re.escape(marker) + rb"(\d{1,3})\n")
         searched = 0  # absolute offset (including dropped bytes) already searched
         while True:
             try:
-                chunk = await stream.receive(READ_CHUNK)
+                chunk = await self._process.receive(READ_CHUNK)
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return None
             tail.feed(chunk)

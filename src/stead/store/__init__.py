@@ -19,6 +19,7 @@ from stead.store.base import (
     EventFilter,
     EventRecord,
     EventsAccepted,
+    LeaseExpiry,
     NewEvent,
     OpRecord,
     Order,
@@ -27,12 +28,14 @@ from stead.store.base import (
     RunClaim,
     RunStatus,
     RunWrite,
+    SandboxLease,
+    SandboxLeaseStatus,
     SessionFilter,
     SessionRecord,
     Store,
     Workspace,
 )
-from stead.store.errors import Conflict, LeaseLost, NotFound, StoreError
+from stead.store.errors import Conflict, LeaseLost, NotFound, SandboxLeaseEnded, StoreError
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 
@@ -45,6 +48,7 @@ __all__ = [
     "EventFilter",
     "EventRecord",
     "EventsAccepted",
+    "LeaseExpiry",
     "LeaseLost",
     "NewEvent",
     "NotFound",
@@ -55,6 +59,9 @@ __all__ = [
     "RunClaim",
     "RunStatus",
     "RunWrite",
+    "SandboxLease",
+    "SandboxLeaseEnded",
+    "SandboxLeaseStatus",
     "SessionFilter",
     "SessionRecord",
     "SqlStore",

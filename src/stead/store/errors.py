@@ -3,6 +3,7 @@
 StoreError
 ├── NotFound        no such row in this workspace (other workspaces look the same)
 └── Conflict        the row exists but its state forbids the change
+    └── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ class Conflict(StoreError):
         self.code = code
         self.status = status
         super().__init__(message)
+
+
+class SandboxLeaseEnded(Conflict):
+    """Acquire refused: the sandbox's session was terminated or deleted, or its
+    environment archived or deleted. ``reason`` is a ``LeaseExpiry`` value."""
+
+    def __init__(self, sandbox_id: str, reason: str) -> None:
+        self.sandbox_id = sandbox_id
+        self.reason = reason
+        super().__init__(
+            f"sandbox {sandbox_id}: its lease has ended ({reason}); it cannot be acquired again",
+            code="sandbox_lease_ended",
+        )
 
 
 class LeaseLost(BaseException):

@@ -20,6 +20,7 @@ from stead.store import (
     _environments,
     _events,
     _inbox,
+    _leases,
     _runs,
     _sessions,
     _workspaces,
@@ -34,6 +35,7 @@ from stead.store.base import (
     EventRecord,
     EventsAccepted,
     Json,
+    LeaseExpiry,
     NewEvent,
     OpRecord,
     Page,
@@ -41,6 +43,7 @@ from stead.store.base import (
     RunClaim,
     RunStatus,
     RunWrite,
+    SandboxLease,
     SessionChange,
     SessionFilter,
     SessionRecord,
@@ -84,6 +87,12 @@ class SqlStore:
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
         # The clock is read on the writer thread: processed_at follows seq order.
         return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
+
+    async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
+        """``_write`` at a time the caller chose (None: the store's clock)."""
+        if now is None:
+            return await self._write(fn, *args)
+        return await self._writer.run(lambda conn: fn(conn, now, *args))
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         return await self._readers.run(lambda conn: fn(conn, *args))
@@ -285,3 +294,63 @@ class SqlStore:
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         return await self._read(_sessions.snapshot, session_id)
+
+    # sandbox leases and usage
+    async def acquire_sandbox_lease(
+        self,
+        sandbox_id: str,
+        *,
+        workspace_id: str,
+        session_id: str | None,
+        environment_id: str,
+        agent_id: str | None,
+        ttl_seconds: float,
+        now: datetime | None = None,
+    ) -> SandboxLease:
+        return await self._write_at(
+            now,
+            _leases.acquire,
+            sandbox_id,
+            workspace_id,
+            session_id,
+            environment_id,
+            agent_id,
+            ttl_seconds,
+        )
+
+    async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
+        return await self._write_at(now, _leases.renew, sandbox_id)
+
+    async def expire_sandbox_leases(self, *, now: datetime | None = None) -> list[SandboxLease]:
+        return await self._write_at(now, _leases.expire_all)
+
+    async def expire_sandbox_lease(
+        self,
+        sandbox_id: str,
+        *,
+        reason: LeaseExpiry = LeaseExpiry.EXPLICIT,
+        now: datetime | None = None,
+    ) -> bool:
+        return await self._write_at(now, _leases.expire_one, sandbox_id, reason)
+
+    async def leases_to_destroy(self) -> list[SandboxLease]:
+        return await self._read(_leases.to_destroy)
+
+    async def mark_sandbox_destroyed(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
+        return await self._write_at(now, _leases.mark_destroyed, sandbox_id)
+
+    async def add_sandbox_active_seconds(
+        self,
+        sandbox_id: str,
+        *,
+        session_id: str | None,
+        workspace_id: str,
+        seconds: float,
+        now: datetime | None = None,
+    ) -> None:
+        await self._write_at(
+            now, _leases.add_active_seconds, sandbox_id, session_id, workspace_id, seconds
+        )
+
+    async def sandbox_active_seconds(self, sandbox_id: str) -> float:
+        return await self._read(_leases.active_seconds, sandbox_id)

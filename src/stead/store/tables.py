@@ -15,6 +15,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -186,4 +187,37 @@ ops = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_ops_session", "session_id"),
+)
+
+sandbox_leases = Table(
+    "sandbox_leases",
+    metadata,
+    # Deterministic: the session id, or "{agent_id}::{environment_id}" for a shared sandbox.
+    # No foreign key to sessions or environments: a lease outlives a deleted session or
+    # environment until the sweeper has destroyed its sandbox.
+    Column("sandbox_id", String(160), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("session_id", String(64), nullable=True),
+    Column("environment_id", String(64), nullable=False),
+    Column("agent_id", String(64), nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("expiry_reason", String(32), nullable=True),
+    Column("ttl_seconds", Float, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("last_activity_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Column("expired_at", UTCDateTime, nullable=True),
+    Column("destroyed_at", UTCDateTime, nullable=True),
+    Index("ix_sandbox_leases_status_expires", "status", "expires_at"),
+)
+
+sandbox_usage = Table(
+    "sandbox_usage",
+    metadata,
+    Column("sandbox_id", String(160), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("session_id", String(64), nullable=True),
+    Column("active_seconds", Float, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_sandbox_usage_session", "session_id"),
 )

@@ -18,6 +18,7 @@ from stead.testing.faults import (
     StreamError,
 )
 from stead.testing.received import ReceivedRequest
+from stead.testing.sandbox_host import HostProcess
 from stead.testing.scripts import (
     DONE,
     Block,
@@ -43,6 +44,7 @@ __all__ = [
     "FakeModel",
     "Fault",
     "FaultRule",
+    "HostProcess",
     "HttpError",
     "ReceivedRequest",
     "Rule",

@@ -62,6 +62,8 @@ class ServerProcess:
             "STEAD_DATA_DIR": str(self.data_dir),
             "STEAD_PORT": str(self.port),
             "STEAD_HOST": "127.0.0.1",
+            # A test names the sandbox host it wants; none is started behind its back.
+            "STEAD_SANDBOX_HOST_AUTOSTART": "false",
             **self._env,
         }
         self._log = self.log_path.open("ab")

@@ -1,0 +1,320 @@
+"""``BlobStore``: named immutable objects in a local directory or an S3 bucket.
+
+One class over obstore serves every backend (``file://``, ``s3://`` and, for
+tests, ``memory://``); the URL picks the backend in ``open_blob_store``. Every
+call is bounded by the configured timeout, and obstore's exceptions become the
+``BlobError`` family in ``map_store_errors`` only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import AsyncIterable, AsyncIterator, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
+
+import anyio
+import obstore
+from obstore.exceptions import (
+    BaseError,
+    GenericError,
+    InvalidPathError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+)
+from obstore.store import LocalStore, MemoryStore, S3Store
+
+from stead.blobs.errors import (
+    BlobAccessDenied,
+    BlobError,
+    BlobNotFound,
+    BlobUnavailable,
+    InvalidBlobKey,
+)
+
+if TYPE_CHECKING:
+    from obstore import BytesStream, ObjectMeta
+    from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config
+
+PART_BYTES = 8 * 1024 * 1024
+"""Size of one part of a streamed upload (S3 needs at least 5 MiB per part)."""
+UPLOAD_CONCURRENCY = 4
+"""Parts of one streamed upload in flight at once."""
+STREAM_CHUNK_BYTES = 1024 * 1024
+"""Smallest chunk a streamed download yields (the last one may be shorter)."""
+REQUEST_CEILING = timedelta(hours=1)
+"""Longest one HTTP request may last in total, a whole streamed download
+included; progress within it is bounded by ``timeout_seconds``."""
+MAX_RETRIES = 2
+"""Retries of a failed request (transient errors only) inside one call."""
+MAX_KEY_LENGTH = 1024
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# The local backend keeps an upload in progress at ``<key>#<n>`` and refuses
+# such names, while S3 accepts them: banned everywhere so a key means the same
+# on every backend.
+_UPLOAD_SUFFIX = re.compile(r"#\d+$")
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+
+
+@dataclass(frozen=True, slots=True)
+class BlobConfig:
+    """Where blobs live and how long the store may take to answer.
+
+    ``url`` is ``file:///absolute/dir`` (created if missing), ``s3://bucket`` or
+    ``s3://bucket/prefix``, or ``memory://`` (a process-local store for tests).
+    For S3, ``s3_endpoint`` names an S3-compatible server (plain ``http://`` only
+    on a loopback address); the access key id and secret go together, and when
+    both are absent obstore's usual credential chain (``AWS_*`` variables,
+    instance metadata) applies.
+    """
+
+    url: str
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    timeout_seconds: float = 30.0
+    """Longest the store may go without progress: to connect, to answer one
+    request, or between two chunks of a stream."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    """What the store says about one object."""
+
+    key: str
+    size: int
+    last_modified: datetime
+
+
+def open_blob_store(config: BlobConfig) -> BlobStore:
+    """A ``BlobStore`` for ``config.url``. Raises ``ValueError`` for a URL or option
+    it cannot use. Opens no connection: a wrong endpoint shows on the first call."""
+    if config.timeout_seconds <= 0:
+        raise ValueError("timeout_seconds must be positive")
+    parts = urlsplit(config.url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise ValueError(f"blob URL {config.url!r}: expected file:///absolute/dir")
+        # The path is percent-encoded in the URL (``file:///srv/my%20blobs``).
+        root = unquote(parts.path)
+        store: ObjectStore = LocalStore(prefix=root, mkdir=True, automatic_cleanup=True)
+    elif parts.scheme == "s3":
+        store = _s3_store(config, parts.netloc, parts.path.strip("/"))
+    elif parts.scheme == "memory":
+        store = MemoryStore()
+    else:
+        raise ValueError(f"blob URL {config.url!r}: expected a file://, s3:// or memory:// URL")
+    return BlobStore(store, timeout_seconds=config.timeout_seconds)
+
+
+def _s3_store(config: BlobConfig, bucket: str, prefix: str) -> S3Store:
+    if not bucket:
+        raise ValueError(f"blob URL {config.url!r}: no bucket")
+    if (config.s3_access_key_id is None) != (config.s3_secret_access_key is None):
+        raise ValueError("s3_access_key_id and s3_secret_access_key go together")
+    timeout = timedelta(seconds=config.timeout_seconds)
+    client: ClientConfig = {
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        "timeout": max(REQUEST_CEILING, timeout),
+    }
+    retry: RetryConfig = {
+        "max_retries": MAX_RETRIES,
+        "retry_timeout": timeout,
+        "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timeout},
+    }
+    options: S3Config = {}
+    if config.s3_endpoint is not None:
+        endpoint = urlsplit(config.s3_endpoint)
+        if endpoint.scheme == "http":
+            if not _is_loopback(endpoint.hostname or ""):
+                raise ValueError("a plain http:// S3 endpoint must be a loopback address")
+            client["allow_http"] = True
+        elif endpoint.scheme != "https":
+            raise ValueError(f"S3 endpoint {config.s3_endpoint!r}: expected http(s)://")
+        options["endpoint"] = config.s3_endpoint
+    if config.s3_region is not None:
+        options["region"] = config.s3_region
+    if config.s3_access_key_id is not None and config.s3_secret_access_key is not None:
+        options["access_key_id"] = config.s3_access_key_id
+        options["secret_access_key"] = config.s3_secret_access_key
+    return S3Store(
+        bucket,
+        prefix=prefix or None,
+        config=options,
+        client_options=client,
+        retry_config=retry,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class BlobStore:
+    """Async access to one store. Keys are ``/``-separated relative paths
+    (``snapshots/sbx_1/abc.tar.zst``); writing a key replaces its object whole,
+    and no reader ever sees a partly written object.
+
+    Every method raises the ``BlobError`` family: ``BlobUnavailable`` when the
+    store does not answer within ``timeout_seconds`` (or fails). If the awaiting
+    task is cancelled the request is dropped; an upload that did not finish
+    leaves no object behind.
+    """
+
+    def __init__(self, store: ObjectStore, *, timeout_seconds: float) -> None:
+        self._store = store
+        self._timeout = timeout_seconds
+
+    @property
+    def timeout_seconds(self) -> float:
+        return self._timeout
+
+    async def put_stream(self, key: str, chunks: AsyncIterable[bytes]) -> BlobInfo:
+        """Uploads the chunks as one object (multipart for large ones), holding at
+        most ``UPLOAD_CONCURRENCY`` parts in memory. Each store call is bounded by
+        the timeout; producing the chunks is the caller's time. If ``chunks``
+        raises, the upload is abandoned and the error propagates unchanged."""
+        _check_key(key)
+        writer = obstore.open_writer_async(
+            self._store, key, buffer_size=PART_BYTES, max_concurrency=UPLOAD_CONCURRENCY
+        )
+        async for chunk in chunks:
+            if chunk:
+                with map_store_errors(key), anyio.fail_after(self._timeout):
+                    await writer.write(chunk)
+        # Only a closed writer commits the object; on any error above it is
+        # dropped unclosed, which abandons the upload.
+        with map_store_errors(key), anyio.fail_after(self._timeout):
+            await writer.close()
+        return await self._head_required(key)
+
+    async def get_stream(self, key: str) -> AsyncIterator[bytes]:
+        """The object's bytes in chunks of at least ``STREAM_CHUNK_BYTES``. Raises
+        ``BlobNotFound`` here, before the first chunk; each chunk is bounded by
+        the timeout. Stopping early is fine: the request ends when the iterator
+        is dropped."""
+        _check_key(key)
+        with map_store_errors(key), anyio.fail_after(self._timeout):
+            result = await obstore.get_async(self._store, key)
+        return _Chunks(key, result.stream(min_chunk_size=STREAM_CHUNK_BYTES), self._timeout)
+
+    async def put_bytes(self, key: str, data: bytes) -> BlobInfo:
+        """Stores ``data`` as one object. For payloads that move within the
+        timeout; stream anything larger with ``put_stream``."""
+        _check_key(key)
+        with map_store_errors(key), anyio.fail_after(self._timeout):
+            await obstore.put_async(self._store, key, data)
+        return await self._head_required(key)
+
+    async def get_bytes(self, key: str) -> bytes:
+        """The whole object, read within the timeout. ``BlobNotFound`` if missing."""
+        _check_key(key)
+        with map_store_errors(key), anyio.fail_after(self._timeout):
+            result = await obstore.get_async(self._store, key)
+            return bytes(await result.bytes_async())
+
+    async def head(self, key: str) -> BlobInfo | None:
+        """The object's size and modification time, or None if there is none."""
+        _check_key(key)
+        try:
+            return await self._head_required(key)
+        except BlobNotFound:
+            return None
+
+    async def delete(self, key: str) -> None:
+        """Removes the object; a missing one is not an error."""
+        _check_key(key)
+        try:
+            with map_store_errors(key), anyio.fail_after(self._timeout):
+                await obstore.delete_async(self._store, key)
+        except BlobNotFound:
+            pass
+
+    async def list(self, prefix: str = "") -> list[BlobInfo]:
+        """Every object under ``prefix``, matched segment by segment: ``a/b`` holds
+        ``a/b/c`` but not ``a/bc``. ``""`` lists everything. Order is unspecified."""
+        if prefix:
+            _check_key(prefix)
+        with map_store_errors(prefix), anyio.fail_after(self._timeout):
+            found = await obstore.list(self._store, prefix or None).collect_async()
+        return [_info(meta) for meta in found]
+
+    async def _head_required(self, key: str) -> BlobInfo:
+        with map_store_errors(key), anyio.fail_after(self._timeout):
+            return _info(await obstore.head_async(self._store, key))
+
+
+class _Chunks:
+    """An object's bytes as an async iterator, each chunk bounded in time."""
+
+    def __init__(self, key: str, stream: BytesStream, timeout: float) -> None:
+        self._key = key
+        self._stream = stream
+        self._timeout = timeout
+
+    def __aiter__(self) -> _Chunks:
+        return self
+
+    async def __anext__(self) -> bytes:
+        with map_store_errors(self._key), anyio.fail_after(self._timeout):
+            return await self._stream.__anext__()
+
+
+@contextmanager
+def map_store_errors(key: str) -> Iterator[None]:
+    """The one place obstore's exceptions and the room's timeouts become
+    ``BlobError``s. Only the first line of obstore's message is kept: the rest
+    is a debug dump that can run to pages."""
+    try:
+        yield
+    except TimeoutError as exc:
+        raise BlobUnavailable(f"blob store did not answer in time ({key!r})") from exc
+    except (FileNotFoundError, NotFoundError) as exc:
+        # obstore raises the builtin FileNotFoundError for a missing object.
+        raise BlobNotFound(key) from exc
+    except InvalidPathError as exc:
+        raise InvalidBlobKey(key, _first_line(exc)) from exc
+    except (PermissionError, PermissionDeniedError, UnauthenticatedError) as exc:
+        raise BlobAccessDenied(f"blob store refused access to {key!r}: {_first_line(exc)}") from exc
+    except (GenericError, OSError) as exc:
+        raise BlobUnavailable(f"blob store failed on {key!r}: {_first_line(exc)}") from exc
+    except BaseError as exc:
+        raise BlobError(f"blob store error on {key!r}: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _check_key(key: str) -> None:
+    if not key:
+        raise InvalidBlobKey(key, "empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidBlobKey(key, f"longer than {MAX_KEY_LENGTH} characters")
+    if _CONTROL.search(key):
+        raise InvalidBlobKey(key, "control character")
+    if "\\" in key:
+        # S3-compatible servers differ: SeaweedFS reads it as '/', AWS keeps it.
+        raise InvalidBlobKey(key, "backslash")
+    segments = key.split("/")
+    if any(segment in ("", ".", "..") for segment in segments):
+        raise InvalidBlobKey(key, "empty, '.' or '..' segment (or a leading or trailing '/')")
+    if any(_UPLOAD_SUFFIX.search(segment) for segment in segments):
+        raise InvalidBlobKey(key, "a segment ends in '#' and digits")
+
+
+def _info(meta: ObjectMeta) -> BlobInfo:
+    return BlobInfo(key=meta["path"], size=meta["size"], last_modified=meta["last_modified"])

@@ -1,0 +1,416 @@
+"""The sandbox host daemon: RPC over a Unix socket (0600 in a 0700 directory:
+the socket's permissions are the authentication) and, for a remote brain, TCP
+with a shared token.
+
+One connection carries one call at a time (``protocol.py``). A call keeps
+running when its caller goes away: an exec whose brain was killed finishes and
+records its result under its op key, which the restarted brain collects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hmac
+import logging
+import os
+import shutil
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+import anyio
+from anyio import to_thread
+from anyio.abc import ByteStream, TaskStatus
+
+from stead.blobs import open_blob_store
+from stead.sandbox.backends.bwrap import INSIDE
+from stead.sandbox.cgroups import Cgroups, detect_cgroups
+from stead.sandbox.errors import (
+    InvalidArgument,
+    IsolationUnavailable,
+    SandboxError,
+    SandboxUnavailable,
+)
+from stead.sandbox.host.catalogue import Catalogue
+from stead.sandbox.host.config import HostOptions, SandboxConfig
+from stead.sandbox.host.lifecycle import HostedSandbox
+from stead.sandbox.host.manager import SandboxManager
+from stead.sandbox.host.protocol import (
+    PROTOCOL_VERSION,
+    FrameStream,
+    Json,
+    ProtocolError,
+    decode_bytes,
+    encode_bytes,
+    error_frame,
+)
+from stead.sandbox.selfcheck import check_isolation
+
+log = logging.getLogger("stead.sandbox.host")
+
+HELLO_SECONDS = 10.0
+
+
+class HostAlreadyRunning(Exception):
+    """Another sandbox host holds this state directory."""
+
+
+async def serve_host(
+    options: HostOptions, *, task_status: TaskStatus[SandboxManager] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """Runs the sandbox host until cancelled; bodies are stopped on the way out."""
+    options.state_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(options.state_dir, 0o700)
+    with (
+        _single_instance(options),
+        contextlib.closing(Catalogue.open(options.state_dir / "catalogue.sqlite3")) as catalogue,
+    ):
+        blobs = open_blob_store(options.blobs)
+        cgroups, problem = await to_thread.run_sync(_check, options)
+        async with anyio.create_task_group() as tasks:
+            manager = SandboxManager(
+                options,
+                catalogue=catalogue,
+                blobs=blobs,
+                cgroups=cgroups,
+                isolation_problem=problem,
+                tasks=tasks,
+            )
+            try:
+                await manager.load()
+                tasks.start_soon(manager.sleep_idle, name="idle sleeper")
+                tasks.start_soon(manager.collect_snapshots, name="snapshot collector")
+                rpc = HostRpc(manager, token=options.token)
+                async with _listeners(options) as listeners:
+                    for listener, tcp in listeners:
+                        tasks.start_soon(_serve_listener, listener, rpc, tcp, tasks)
+                    log.info("sandbox host ready on %s", options.socket_path)
+                    task_status.started(manager)
+                    await anyio.sleep_forever()
+            finally:
+                await manager.aclose()
+                tasks.cancel_scope.cancel()
+                if cgroups is not None:
+                    cgroups.release()
+
+
+def _check(options: HostOptions) -> tuple[Cgroups | None, str | None]:
+    """The cgroups to use and why isolation is impossible (None: it works)."""
+    # Each host's cgroups live under a parent of its own, so two hosts on one
+    # machine (a test's and an operator's) never sweep each other's sandboxes.
+    try:
+        _prepare_work_dir(options)
+        cgroups = detect_cgroups(parent=f"stead-{options.host_tag}")
+        report = check_isolation(options.bwrap, probe_uid=options.probe_uid, cgroups=cgroups)
+        report.raise_if_unusable()
+    except IsolationUnavailable as exc:
+        log.error("sandboxes refused: %s", exc.reason)
+        return None, exc.reason
+    removed = cgroups.sweep_stale()
+    if removed:
+        log.info("removed %d stale sandbox cgroups", len(removed))
+    return cgroups, None
+
+
+def _prepare_work_dir(options: HostOptions) -> None:
+    """Makes the work directory and puts the supervisor's code in it; refuses
+    one that sandbox uids could not reach."""
+    work = options.work_dir
+    work.mkdir(parents=True, exist_ok=True)
+    os.chmod(work, 0o711)
+    for parent in [work, *work.parents]:
+        if not parent.stat().st_mode & 0o001:
+            raise IsolationUnavailable(
+                f"the sandbox work directory {work} is not reachable by sandbox users: "
+                f"{parent} is not searchable by others (chmod o+x {parent}, or set "
+                "STEAD_SANDBOX_WORK_DIR to a directory under /var/lib)"
+            )
+    lib = work / "lib"
+    shutil.rmtree(lib, ignore_errors=True)
+    lib.mkdir(mode=0o755)
+    for source in INSIDE.glob("*.py"):
+        shutil.copyfile(source, lib / source.name)
+        os.chmod(lib / source.name, 0o644)
+    os.chmod(lib, 0o755)
+    for name in ("sandboxes", "packages"):
+        (work / name).mkdir(exist_ok=True)
+        os.chmod(work / name, 0o711)
+
+
+@contextlib.contextmanager
+def _single_instance(options: HostOptions) -> Any:
+    path = options.state_dir / "host.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HostAlreadyRunning(
+                f"another sandbox host is running on {options.state_dir}"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.asynccontextmanager
+async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool]]]:
+    path = options.socket_path
+    path.unlink(missing_ok=True)  # left by a host that died; we hold the lock now
+    old_umask = os.umask(0o177)
+    try:
+        unix = await anyio.create_unix_listener(path)
+    finally:
+        os.umask(old_umask)
+    listeners: list[tuple[Any, bool]] = [(unix, False)]
+    try:
+        if options.listen_tcp:
+            if not options.token:
+                raise ValueError("a TCP listener needs a token")
+            host, _, port = options.listen_tcp.rpartition(":")
+            tcp = await anyio.create_tcp_listener(
+                local_host=host or "127.0.0.1", local_port=int(port)
+            )
+            listeners.append((tcp, True))
+        yield listeners
+    finally:
+        with anyio.CancelScope(shield=True):
+            for listener, _ in listeners:
+                await listener.aclose()
+        path.unlink(missing_ok=True)
+
+
+async def _serve_listener(listener: Any, rpc: HostRpc, tcp: bool, tasks: Any) -> None:
+    async def handle(stream: ByteStream) -> None:
+        await rpc.serve_connection(FrameStream(stream), needs_hello=tcp)
+
+    await listener.serve(handle, task_group=tasks)
+
+
+# -- the calls ---------------------------------------------------------------------
+
+
+class HostRpc:
+    def __init__(self, manager: SandboxManager, *, token: str | None) -> None:
+        self._manager = manager
+        self._token = token
+        self._ops: dict[str, Callable[[Json, FrameStream], Awaitable[Json]]] = {
+            "ping": self._ping,
+            "acquire": self._acquire,
+            "exec": self._exec,
+            "exec_status": self._exec_status,
+            "exec_result": self._exec_result,
+            "restart_shell": self._restart_shell,
+            "stat": self._stat,
+            "read_file": self._read_file,
+            "read_lines": self._read_lines,
+            "write_file": self._write_file,
+            "glob": self._glob,
+            "grep": self._grep,
+            "start_process": self._start_process,
+            "list_processes": self._list_processes,
+            "read_process": self._read_process,
+            "kill_process": self._kill_process,
+            "sleep": self._sleep,
+            "destroy": self._destroy,
+            "status": self._status,
+        }
+
+    async def serve_connection(self, frames: FrameStream, *, needs_hello: bool) -> None:
+        try:
+            if needs_hello and not await self._hello(frames):
+                return
+            while True:
+                try:
+                    request = await frames.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
+                    return
+                reply = await self.call(request, frames)
+                await frames.send(reply)
+        except ProtocolError as exc:
+            with contextlib.suppress(Exception):
+                await frames.send({"error": "InvalidArgument", "message": str(exc)})
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            pass  # the caller went away; what it started has finished or goes on
+        finally:
+            with contextlib.suppress(Exception):
+                await frames.aclose()
+
+    async def _hello(self, frames: FrameStream) -> bool:
+        with anyio.move_on_after(HELLO_SECONDS):
+            hello = await frames.receive()
+            token = hello.get("token")
+            if (
+                hello.get("op") == "hello"
+                and isinstance(token, str)
+                and self._token is not None
+                and hmac.compare_digest(token.encode(), self._token.encode())
+            ):
+                await frames.send({"result": {"version": PROTOCOL_VERSION}})
+                return True
+            await frames.send({"error": "InvalidArgument", "message": "bad or missing token"})
+        return False
+
+    async def call(self, request: Json, frames: FrameStream) -> Json:
+        op = request.get("op")
+        handler = self._ops.get(op) if isinstance(op, str) else None
+        try:
+            if handler is None:
+                raise InvalidArgument(f"op: unknown operation {op!r}")
+            return {"result": await handler(request, frames)}
+        except SandboxError as exc:
+            return error_frame(exc)
+        except ProtocolError as exc:
+            return error_frame(InvalidArgument(str(exc)))
+        except Exception as exc:
+            log.exception("sandbox host call %s failed", op)
+            return error_frame(SandboxUnavailable(f"the sandbox host failed: {exc}"))
+
+    async def _sandbox(self, request: Json) -> HostedSandbox:
+        sandbox_id = request.get("sandbox_id")
+        config = request.get("config")
+        if config is None:
+            return await self._manager.get(sandbox_id)  # type: ignore[arg-type]
+        try:
+            parsed = SandboxConfig.from_json(config)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"config: {exc}") from None
+        return await self._manager.acquire(sandbox_id, parsed)  # type: ignore[arg-type]
+
+    async def _ping(self, request: Json, frames: FrameStream) -> Json:
+        return {"version": PROTOCOL_VERSION, "pid": os.getpid(), **self._manager.status()}
+
+    async def _acquire(self, request: Json, frames: FrameStream) -> Json:
+        if request.get("config") is None:
+            request = {**request, "config": {}}
+        sandbox = await self._sandbox(request)
+        if request.get("wake", False):
+            async with sandbox.activity():
+                pass
+        return sandbox.status()
+
+    async def _exec(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        result = await sandbox.exec(
+            _str(request, "command"),
+            op_key=_str(request, "op_key"),
+            timeout=_number(request, "timeout"),
+        )
+        return asdict(result)
+
+    async def _exec_status(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        op_key = _str(request, "op_key")
+        status, _ = await sandbox.exec_record(op_key)
+        return {"status": status.value, "running": sandbox.exec_running(op_key)}
+
+    async def _exec_result(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        op_key = _str(request, "op_key")
+        if request.get("wait"):
+            await sandbox.exec_settled(op_key)
+        _, result = await sandbox.exec_record(op_key)
+        return {"result": asdict(result) if result is not None else None}
+
+    async def _restart_shell(self, request: Json, frames: FrameStream) -> Json:
+        await (await self._sandbox(request)).restart_shell()
+        return {}
+
+    async def _stat(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        return asdict(await sandbox.stat(_str(request, "path")))
+
+    async def _read_file(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        data = await sandbox.read_file(_str(request, "path"), max_bytes=_int(request, "max_bytes"))
+        return {"data_b64": encode_bytes(data)}
+
+    async def _read_lines(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        data = await sandbox.read_lines(
+            _str(request, "path"),
+            _int(request, "start"),
+            _int(request, "end"),
+            max_bytes=_int(request, "max_bytes"),
+        )
+        return {"data_b64": encode_bytes(data)}
+
+    async def _write_file(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        await sandbox.write_file(_str(request, "path"), decode_bytes(request.get("data_b64")))
+        return {}
+
+    async def _glob(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        return asdict(await sandbox.glob(_str(request, "pattern"), _opt_str(request, "path")))
+
+    async def _grep(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        return asdict(await sandbox.grep(_str(request, "pattern"), _opt_str(request, "path")))
+
+    async def _start_process(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        process = await sandbox.start_process(
+            _str(request, "command"), name=_opt_str(request, "name")
+        )
+        return process.describe()
+
+    async def _list_processes(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        return {"processes": [p.describe() for p in sandbox.processes.values()]}
+
+    async def _read_process(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        process = sandbox.process(_str(request, "process_id"))
+        data, start = process.ring.read(_int(request, "offset", 0))
+        return {"data_b64": encode_bytes(data), "offset": start, "end": start + len(data)}
+
+    async def _kill_process(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        signum = _int(request, "signal", int(signal.SIGKILL))
+        if signum not in signal.valid_signals():
+            raise InvalidArgument(f"signal: {signum} is not a signal")
+        await sandbox.kill_process(_str(request, "process_id"), signum)
+        return {}
+
+    async def _sleep(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        return {"slept": await sandbox.sleep(force=bool(request.get("force", True)))}
+
+    async def _destroy(self, request: Json, frames: FrameStream) -> Json:
+        seconds = await self._manager.destroy(_str(request, "sandbox_id"))
+        return {"destroyed": seconds is not None, "active_seconds": seconds or 0.0}
+
+    async def _status(self, request: Json, frames: FrameStream) -> Json:
+        if request.get("sandbox_id") is None:
+            return self._manager.status()
+        return (await self._manager.get(_str(request, "sandbox_id"))).status()
+
+
+def _str(request: Json, name: str) -> str:
+    value = request.get(name)
+    if not isinstance(value, str):
+        raise InvalidArgument(f"{name}: expected a string")
+    return value
+
+
+def _opt_str(request: Json, name: str) -> str | None:
+    return None if request.get(name) is None else _str(request, name)
+
+
+def _int(request: Json, name: str, default: int | None = None) -> int:
+    value = request.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{name}: expected an integer")
+    return value
+
+
+def _number(request: Json, name: str) -> float:
+    value = request.get(name)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise InvalidArgument(f"{name}: expected a number")
+    return float(value)

@@ -1,0 +1,288 @@
+"""Sandbox leases (DESIGN rule 9) and each sandbox's cumulative active time.
+
+A lease binds a deterministic sandbox id to what the sandbox serves. Acquire
+inserts with ON CONFLICT DO NOTHING and then reads the row under a row lock, so
+any number of concurrent acquires of one id, from any connection or process,
+leave exactly one row. Expiry conditions are read from the sessions and
+environments rows themselves (``terminated_at``, a deleted row, ``archived_at``),
+never copied into the lease, so they cannot go stale.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Table, and_, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from stead.store.base import (
+    REPLACEABLE_EXPIRIES,
+    LeaseExpiry,
+    SandboxLease,
+    SandboxLeaseStatus,
+)
+from stead.store.errors import Conflict, SandboxLeaseEnded
+from stead.store.tables import environments, sandbox_leases, sandbox_usage, sessions
+
+ACTIVE = SandboxLeaseStatus.ACTIVE
+EXPIRED = SandboxLeaseStatus.EXPIRED
+leases = sandbox_leases.c
+
+
+def _insert(conn: Connection, table: Table) -> Any:
+    """An INSERT that can carry the dialect's ON CONFLICT clause (both dialects have one)."""
+    dialect: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
+def _check_amount(name: str, value: float, *, allow_zero: bool) -> None:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = "zero or more" if allow_zero else "above zero"
+        raise ValueError(f"{name} must be a finite number {bound}, not {value!r}")
+
+
+def _record(row: Any) -> SandboxLease:
+    return SandboxLease(
+        sandbox_id=row.sandbox_id,
+        workspace_id=row.workspace_id,
+        session_id=row.session_id,
+        environment_id=row.environment_id,
+        agent_id=row.agent_id,
+        status=SandboxLeaseStatus(row.status),
+        expiry_reason=None if row.expiry_reason is None else LeaseExpiry(row.expiry_reason),
+        ttl_seconds=float(row.ttl_seconds),
+        created_at=row.created_at,
+        last_activity_at=row.last_activity_at,
+        expires_at=row.expires_at,
+        expired_at=row.expired_at,
+        destroyed_at=row.destroyed_at,
+    )
+
+
+def _locked(conn: Connection, sandbox_id: str) -> SandboxLease | None:
+    """The lease, row-locked until commit on PostgreSQL (SQLite's write lock covers it)."""
+    stmt = select(sandbox_leases).where(leases.sandbox_id == sandbox_id).with_for_update()
+    row = conn.execute(stmt).first()
+    return None if row is None else _record(row)
+
+
+def _ended_reason(
+    conn: Connection, workspace_id: str, session_id: str | None, environment_id: str
+) -> LeaseExpiry | None:
+    """The condition that rules the sandbox out now, if one holds."""
+    if session_id is not None:
+        session = conn.execute(
+            select(sessions.c.terminated_at).where(
+                sessions.c.id == session_id, sessions.c.workspace_id == workspace_id
+            )
+        ).first()
+        if session is None:
+            return LeaseExpiry.SESSION_DELETED
+        if session.terminated_at is not None:
+            return LeaseExpiry.SESSION_TERMINATED
+    environment = conn.execute(
+        select(environments.c.archived_at).where(
+            environments.c.id == environment_id, environments.c.workspace_id == workspace_id
+        )
+    ).first()
+    if environment is None or environment.archived_at is not None:
+        return LeaseExpiry.ENVIRONMENT_ARCHIVED
+    return None
+
+
+def _fresh(now: datetime, ttl_seconds: float) -> dict[str, Any]:
+    """The columns of a lease that starts now."""
+    return {
+        "status": ACTIVE,
+        "expiry_reason": None,
+        "ttl_seconds": ttl_seconds,
+        "created_at": now,
+        "last_activity_at": now,
+        "expires_at": now + timedelta(seconds=ttl_seconds),
+        "expired_at": None,
+        "destroyed_at": None,
+    }
+
+
+def acquire(
+    conn: Connection,
+    now: datetime,
+    sandbox_id: str,
+    workspace_id: str,
+    session_id: str | None,
+    environment_id: str,
+    agent_id: str | None,
+    ttl_seconds: float,
+) -> SandboxLease:
+    """Renews the active lease, creates it, or replaces one that ended by TTL or
+    explicitly; raises ``SandboxLeaseEnded`` (writing nothing) otherwise."""
+    _check_amount("ttl_seconds", ttl_seconds, allow_zero=False)
+    ended = _ended_reason(conn, workspace_id, session_id, environment_id)
+    if ended is not None:
+        raise SandboxLeaseEnded(sandbox_id, ended)
+    owner = {
+        "workspace_id": workspace_id,
+        "session_id": session_id,
+        "environment_id": environment_id,
+        "agent_id": agent_id,
+    }
+    insert = _insert(conn, sandbox_leases).values(
+        sandbox_id=sandbox_id, **owner, **_fresh(now, ttl_seconds)
+    )
+    inserted = conn.execute(insert.on_conflict_do_nothing(index_elements=["sandbox_id"]))
+    current = _locked(conn, sandbox_id)
+    assert current is not None, "inserted or already there"
+    if inserted.rowcount == 1:
+        return current
+    if current.workspace_id != workspace_id:
+        raise Conflict(f"sandbox {sandbox_id} belongs to another workspace")
+    if current.status == ACTIVE:
+        values: dict[str, Any] = {
+            "ttl_seconds": ttl_seconds,
+            "last_activity_at": now,
+            "expires_at": now + timedelta(seconds=ttl_seconds),
+        }
+    elif current.expiry_reason in REPLACEABLE_EXPIRIES:
+        values = {**owner, **_fresh(now, ttl_seconds)}
+    else:
+        raise SandboxLeaseEnded(sandbox_id, str(current.expiry_reason))
+    conn.execute(update(sandbox_leases).where(leases.sandbox_id == sandbox_id).values(**values))
+    return dataclasses.replace(current, **values)
+
+
+def renew(conn: Connection, now: datetime, sandbox_id: str) -> bool:
+    current = _locked(conn, sandbox_id)
+    if current is None or current.status != ACTIVE:
+        return False
+    conn.execute(
+        update(sandbox_leases)
+        .where(leases.sandbox_id == sandbox_id)
+        .values(last_activity_at=now, expires_at=now + timedelta(seconds=current.ttl_seconds))
+    )
+    return True
+
+
+def _expiry(row: Any) -> LeaseExpiry:
+    """Why a lease that ``expire_all`` selected has ended; named conditions before TTL."""
+    if row.session_id is not None and row.live_session is None:
+        return LeaseExpiry.SESSION_DELETED
+    if row.session_id is not None and row.terminated_at is not None:
+        return LeaseExpiry.SESSION_TERMINATED
+    if row.live_environment is None or row.archived_at is not None:
+        return LeaseExpiry.ENVIRONMENT_ARCHIVED
+    return LeaseExpiry.TTL
+
+
+def expire_all(conn: Connection, now: datetime) -> list[SandboxLease]:
+    """Expires every active lease whose TTL passed or whose condition holds."""
+    joined = sandbox_leases.outerjoin(
+        sessions,
+        and_(sessions.c.id == leases.session_id, sessions.c.workspace_id == leases.workspace_id),
+    ).outerjoin(
+        environments,
+        and_(
+            environments.c.id == leases.environment_id,
+            environments.c.workspace_id == leases.workspace_id,
+        ),
+    )
+    session_gone = and_(
+        leases.session_id.is_not(None),
+        or_(sessions.c.id.is_(None), sessions.c.terminated_at.is_not(None)),
+    )
+    stmt = (
+        select(
+            sandbox_leases,
+            sessions.c.id.label("live_session"),
+            sessions.c.terminated_at,
+            environments.c.id.label("live_environment"),
+            environments.c.archived_at,
+        )
+        .select_from(joined)
+        .where(
+            leases.status == ACTIVE,
+            or_(
+                leases.expires_at <= now,
+                session_gone,
+                environments.c.id.is_(None),
+                environments.c.archived_at.is_not(None),
+            ),
+        )
+        .order_by(leases.sandbox_id)
+        .with_for_update(of=sandbox_leases)
+    )
+    expired = []
+    for row in conn.execute(stmt).all():
+        reason = _expiry(row)
+        if _set_expired(conn, now, row.sandbox_id, reason):
+            lease = dataclasses.replace(
+                _record(row), status=EXPIRED, expiry_reason=reason, expired_at=now
+            )
+            expired.append(lease)
+    return expired
+
+
+def _set_expired(conn: Connection, now: datetime, sandbox_id: str, reason: LeaseExpiry) -> bool:
+    result = conn.execute(
+        update(sandbox_leases)
+        .where(leases.sandbox_id == sandbox_id, leases.status == ACTIVE)
+        .values(status=EXPIRED, expiry_reason=reason, expired_at=now)
+    )
+    return result.rowcount == 1
+
+
+def expire_one(conn: Connection, now: datetime, sandbox_id: str, reason: LeaseExpiry) -> bool:
+    return _set_expired(conn, now, sandbox_id, LeaseExpiry(reason))
+
+
+def to_destroy(conn: Connection) -> list[SandboxLease]:
+    stmt = (
+        select(sandbox_leases)
+        .where(leases.status == EXPIRED)
+        .order_by(leases.expired_at, leases.sandbox_id)
+    )
+    return [_record(row) for row in conn.execute(stmt).all()]
+
+
+def mark_destroyed(conn: Connection, now: datetime, sandbox_id: str) -> bool:
+    result = conn.execute(
+        update(sandbox_leases)
+        .where(leases.sandbox_id == sandbox_id, leases.status == EXPIRED)
+        .values(status=SandboxLeaseStatus.DESTROYED, destroyed_at=now)
+    )
+    return result.rowcount == 1
+
+
+def add_active_seconds(
+    conn: Connection,
+    now: datetime,
+    sandbox_id: str,
+    session_id: str | None,
+    workspace_id: str,
+    seconds: float,
+) -> None:
+    _check_amount("seconds", seconds, allow_zero=True)
+    insert = _insert(conn, sandbox_usage).values(
+        sandbox_id=sandbox_id,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        active_seconds=seconds,
+        updated_at=now,
+    )
+    conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=["sandbox_id"],
+            set_={
+                "active_seconds": sandbox_usage.c.active_seconds + insert.excluded.active_seconds,
+                "updated_at": insert.excluded.updated_at,
+            },
+        )
+    )
+
+
+def active_seconds(conn: Connection, sandbox_id: str) -> float:
+    stmt = select(sandbox_usage.c.active_seconds).where(sandbox_usage.c.sandbox_id == sandbox_id)
+    found = conn.execute(stmt).scalar_one_or_none()
+    return 0.0 if found is None else float(found)

@@ -1,0 +1,147 @@
+"""A real ``stead sandbox-host`` in a subprocess, for tests and benchmarks.
+
+Each has its own state directory and uid range, so hosts started by different
+tests never share a sandbox uid or a cgroup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import IO, Any
+
+START_TIMEOUT = 60.0
+
+
+def random_uid_base() -> int:
+    """A uid range of 10 000 ids, well away from real users and from other tests."""
+    return 2_000_000 + secrets.randbelow(90_000) * 10_000
+
+
+class HostProcess:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        blob_url: str | None = None,
+        uid_base: int | None = None,
+        work_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.state_dir = state_dir
+        self.uid_base = uid_base if uid_base is not None else random_uid_base()
+        self.blob_url = blob_url or f"file://{(state_dir.parent / 'blobs').resolve()}"
+        self.socket_path = state_dir / "host.sock"
+        if work_dir is None:
+            # Under /tmp, not the test's own (0700) directory: sandbox uids must reach it.
+            work_dir = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
+            os.chmod(work_dir, 0o711)
+        self.work_dir = work_dir
+        self.log_path = state_dir.parent / f"{state_dir.name}.log"
+        self._env = env or {}
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def settings_env(self) -> dict[str, str]:
+        """What a ``stead serve`` needs to use this host."""
+        return {
+            "STEAD_SANDBOX": "bwrap",
+            "STEAD_SANDBOX_HOST": str(self.socket_path),
+            "STEAD_SANDBOX_HOST_AUTOSTART": "false",
+        }
+
+    def start(self) -> HostProcess:
+        self.state_dir.parent.mkdir(parents=True, exist_ok=True)
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+        env = {
+            **inherited,
+            "STEAD_DATA_DIR": str(self.state_dir.parent),
+            "STEAD_SANDBOX_HOST_STATE_DIR": str(self.state_dir),
+            "STEAD_SANDBOX_UID_BASE": str(self.uid_base),
+            "STEAD_BLOB_URL": self.blob_url,
+            "STEAD_SANDBOX_WORK_DIR": str(self.work_dir),
+            **self._env,
+        }
+        self._log = self.log_path.open("ab")
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "stead", "sandbox-host"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"sandbox host exited:\n{self.log_text()}")
+            try:
+                self.call({"op": "ping"})
+                return self
+            except OSError:
+                time.sleep(0.05)
+        self.kill()
+        raise RuntimeError(f"sandbox host did not start:\n{self.log_text()}")
+
+    def call(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        """One blocking RPC (for test set-up and checks; the brain uses ``HostClient``)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(self.socket_path))
+            data = json.dumps(request).encode()
+            sock.sendall(struct.pack(">I", len(data)) + data)
+            header = _exactly(sock, 4)
+            reply: dict[str, Any] = json.loads(_exactly(sock, struct.unpack(">I", header)[0]))
+            return reply
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        """SIGKILL: the host's sandboxes die with it (``--die-with-parent``)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGKILL)
+            self._process.wait(timeout=30)
+        self._close_log()
+
+    def stop(self) -> None:
+        """SIGTERM, then removes the work directory (workspaces and packages)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=15)
+        self._close_log()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def _exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the sandbox host closed the connection")
+        data += chunk
+    return data

@@ -1,0 +1,80 @@
+"""A real sandbox host (bubblewrap, cgroups, the blob store) for the sandbox tests.
+
+Every test gets a fresh sandbox id, so tests sharing the module's host never
+see each other's workspace. The host runs as root, as it must: it needs to
+create cgroups and start sandboxes under their own uids.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
+from stead.testing import HostProcess
+
+WAIT = 30.0
+"""Longest a test waits for something the host does in the background."""
+
+
+def isolation_missing() -> str | None:
+    if os.geteuid() != 0:
+        return "the sandbox host must run as root"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (./scripts/setup installs it)"
+    return None
+
+
+requires_isolation = pytest.mark.skipif(
+    isolation_missing() is not None, reason=str(isolation_missing())
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    root = tmp_path_factory.mktemp("host")
+    process = HostProcess(root / "state", env={"STEAD_SANDBOX_IDLE_CHECK_SECONDS": "0.2"}).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+async def client(host: HostProcess) -> AsyncIterator[HostClient]:
+    opened = HostClient(HostAddress(unix_path=host.socket_path))
+    yield opened
+    await opened.aclose()
+
+
+def config(**given: Any) -> SandboxConfig:
+    defaults: dict[str, Any] = {"memory_bytes": 512 * 1024**2, "pids": 256, "sleep_after": 600}
+    return SandboxConfig.from_json(defaults | given)
+
+
+def new_id() -> str:
+    return f"sbx_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def sandbox(client: HostClient) -> AsyncIterator[HostSandbox]:
+    opened = HostSandbox(client, new_id(), config())
+    yield opened
+    await client.destroy(opened.sandbox_id)
+
+
+def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:
+    return host.work_dir / "sandboxes" / sandbox_id / "workspace"
+
+
+def client_of(process: HostProcess) -> HostClient:
+    return HostClient(HostAddress(unix_path=process.socket_path))

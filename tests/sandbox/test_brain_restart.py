@@ -1,0 +1,74 @@
+"""The brain dies, the body lives on (rules 5 and 6): ``stead serve`` is killed
+with SIGKILL while its sandbox runs a long command; the command keeps running
+in the sandbox host, and the restarted brain collects its result by op key
+instead of running it again. Driven through the official SDK."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing.scripts import assistant_turns
+from tests.conftest import loop_env, make_client
+from tests.integration.helpers import message, wait_idle
+from tests.sandbox.conftest import WAIT, requires_isolation, workspace_on_host
+
+pytestmark = requires_isolation
+
+# Waits for a file the test creates on the host while the brain is dead, so the
+# command provably outlives the brain; appends to a ledger each time it runs.
+COMMAND = (
+    "touch started; while [ ! -e go ]; do sleep 0.05; done; "
+    "echo ran >> ledger; echo finished after the restart"
+)
+
+
+def script(body: dict[str, Any]) -> Turn:
+    if assistant_turns(body) == 0:
+        return Turn([ToolCall("bash", {"command": COMMAND})])
+    return Turn([Text("done")])
+
+
+def wait_for(path: Path) -> None:
+    deadline = time.monotonic() + WAIT
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def test_a_command_survives_the_brain_and_is_collected_not_rerun(
+    host: HostProcess, tmp_path: Path
+) -> None:
+    with FakeModel(script) as fake:
+        env = loop_env(fake, **host.settings_env)
+        server = ServerProcess(tmp_path / "data", env=env).start()
+        key = server.first_key
+        assert key, server.log_text()
+        with make_client(server.url, key) as client:
+            agent = client.beta.agents.create(
+                name="restart",
+                model="claude-sonnet-4-6",
+                tools=[{"type": "agent_toolset_20260401"}],
+            )
+            environment = client.beta.environments.create(name="restart")
+            session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+            client.beta.sessions.events.send(session.id, events=[message("go")])
+        workspace = workspace_on_host(host, session.id)
+        wait_for(workspace / "started")
+        server.kill()
+
+        (workspace / "go").touch()  # the command finishes while no brain runs
+        wait_for(workspace / "ledger")
+        server = ServerProcess(tmp_path / "data", env=env).start()
+        try:
+            with make_client(server.url, key) as client:
+                wait_idle(client, session.id, timeout=60)
+                events = list(client.beta.sessions.events.list(session.id))
+        finally:
+            server.stop()
+    (result,) = [e for e in events if e.type == "agent.tool_result"]
+    assert not result.is_error, result
+    assert "finished after the restart" in result.content[0].text  # type: ignore[union-attr]
+    assert (workspace / "ledger").read_text() == "ran\n"

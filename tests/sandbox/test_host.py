@@ -1,0 +1,174 @@
+"""The sandbox host through its client: exec at most once per op key, files,
+background processes, idempotent acquire, and the host's own restart."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+from stead.sandbox import (
+    ExecInDoubt,
+    ExecStatus,
+    FileKind,
+    HostClient,
+    HostSandbox,
+    InvalidArgument,
+)
+from stead.testing import HostProcess
+from tests.sandbox.conftest import (
+    WAIT,
+    client_of,
+    config,
+    new_id,
+    requires_isolation,
+    workspace_on_host,
+)
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+
+async def test_exec_runs_as_the_sandbox_user_in_a_persistent_shell(sandbox: HostSandbox) -> None:
+    first = await sandbox.exec("id -u; pwd; export MARK=kept; cd /tmp", op_key="a", timeout=10)
+    assert first.exit_code == 0
+    assert first.output.split() == ["1000", "/workspace"]
+    second = await sandbox.exec('echo "$MARK"; pwd; hostname', op_key="b", timeout=10)
+    assert second.output.split() == ["kept", "/tmp", "sandbox"]
+
+
+async def test_an_op_key_runs_once_and_its_result_is_kept(sandbox: HostSandbox) -> None:
+    command = "echo run >> /workspace/count; wc -l < /workspace/count"
+    first = await sandbox.exec(command, op_key="once", timeout=10)
+    again = await sandbox.exec(command, op_key="once", timeout=10)
+    assert first == again
+    assert first.output.strip() == "1"
+    assert await sandbox.exec_status("once") is ExecStatus.FINISHED
+    assert await sandbox.exec_result("once") == first
+    assert await sandbox.exec_result("never") is None
+    assert await sandbox.exec_status("never") is ExecStatus.UNKNOWN
+
+
+async def test_a_timeout_is_a_result_and_the_next_exec_gets_a_fresh_shell(
+    sandbox: HostSandbox,
+) -> None:
+    slow = await sandbox.exec("export GONE=1; sleep 30", op_key="slow", timeout=0.5)
+    assert slow.timed_out
+    after = await sandbox.exec('echo "[$GONE]"', op_key="after", timeout=10)
+    assert after.output.strip() == "[]"
+
+
+async def test_files_written_by_the_host_belong_to_the_sandbox(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    await sandbox.write_file("src/deep/app.py", b"print('hi')\nneedle here\n")
+    info = await sandbox.stat("src/deep/app.py")
+    assert info.kind is FileKind.FILE
+    assert await sandbox.read_file("src/deep/app.py", max_bytes=100) == (
+        b"print('hi')\nneedle here\n"
+    )
+    assert await sandbox.read_lines("src/deep/app.py", 2, 2, max_bytes=100) == b"needle here\n"
+    owners = await sandbox.exec(
+        "stat -c %u src src/deep src/deep/app.py && echo more >> src/deep/app.py",
+        op_key="own",
+        timeout=10,
+    )
+    assert owners.exit_code == 0, owners.output
+    assert owners.output.split() == ["1000", "1000", "1000"]
+    assert (await sandbox.glob("**/*.py")).paths == ("/workspace/src/deep/app.py",)
+    assert (await sandbox.grep("needle")).lines == ("/workspace/src/deep/app.py:2:needle here",)
+    on_host = workspace_on_host(host, sandbox.sandbox_id) / "src/deep/app.py"
+    assert on_host.stat().st_uid != 0
+
+
+async def test_background_processes_keep_their_output(sandbox: HostSandbox) -> None:
+    started = await sandbox.start_process("echo hello; echo oops >&2; exit 3", name="short")
+    with anyio.fail_after(WAIT):
+        while True:
+            (listed,) = [p for p in await sandbox.list_processes() if p["id"] == started["id"]]
+            if not listed["running"]:
+                break
+            await anyio.sleep(0.05)
+    assert listed["exit_code"] == 3
+    output, offset = await sandbox.read_process(started["id"])
+    assert offset == 0
+    assert output == b"hello\noops\n"
+
+    long = await sandbox.start_process("sleep 600", name="long")
+    await sandbox.kill_process(long["id"], signal.SIGTERM)
+    with anyio.fail_after(WAIT):
+        while await still_running(sandbox, long["id"]):  # noqa: ASYNC110 - another process
+            await anyio.sleep(0.05)
+    with pytest.raises(InvalidArgument):
+        await sandbox.kill_process("proc_missing")
+
+
+async def test_concurrent_acquires_of_one_id_make_one_sandbox(client: HostClient) -> None:
+    sandbox_id = new_id()
+    uids: list[int] = []
+
+    async def acquire() -> None:
+        status = await HostSandbox(client, sandbox_id, config()).acquire()
+        uids.append(status["uid"])
+
+    async with anyio.create_task_group() as tasks:
+        for _ in range(100):
+            tasks.start_soon(acquire)
+    assert len(uids) == 100
+    assert len(set(uids)) == 1
+    assert await client.destroy(sandbox_id) is not None
+    assert await client.destroy(sandbox_id) is None
+
+
+async def test_bad_requests_get_clear_errors(client: HostClient) -> None:
+    with pytest.raises(InvalidArgument, match="sandbox_id"):
+        await client.call("acquire", sandbox_id="../etc", config={})
+    with pytest.raises(InvalidArgument, match="memory_bytes"):
+        await client.call("acquire", sandbox_id=new_id(), config={"memory_bytes": "lots"})
+    with pytest.raises(InvalidArgument, match="op"):
+        await client.call("explode")
+    with pytest.raises(InvalidArgument, match="timeout"):
+        await client.call(
+            "exec", sandbox_id=new_id(), config={}, command="true", op_key="k", timeout="soon"
+        )
+
+
+async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_doubt(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path
+    process = HostProcess(root / "state").start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sandbox.exec("echo kept > note", op_key="write", timeout=10)
+        async with anyio.create_task_group() as tasks:
+
+            async def run_long() -> None:
+                with pytest.raises(Exception):  # noqa: B017 - the host dies under the call
+                    await sandbox.exec("sleep 600", op_key="long", timeout=900)
+
+            tasks.start_soon(run_long)
+            with anyio.fail_after(WAIT):
+                while await sandbox.exec_status("long") is not ExecStatus.STARTED:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            process.kill()
+        await client.aclose()
+        process = HostProcess(
+            root / "state", uid_base=process.uid_base, work_dir=process.work_dir
+        ).start()
+        client = client_of(process)
+        sandbox = HostSandbox(client, sandbox.sandbox_id, config())
+        assert (await sandbox.read_file("note", max_bytes=100)) == b"kept\n"
+        with pytest.raises(ExecInDoubt):
+            await sandbox.exec("sleep 600", op_key="long", timeout=900)
+        assert (await sandbox.exec("cat note", op_key="read", timeout=10)).output == "kept\n"
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()
+
+
+async def still_running(sandbox: HostSandbox, process_id: str) -> bool:
+    return any(p["running"] for p in await sandbox.list_processes() if p["id"] == process_id)

@@ -1,0 +1,133 @@
+"""Environment packages (pip) are installed once per package set, inside a
+sandbox of their own, through the egress proxy, from a package index on
+loopback; a second sandbox with the same packages reuses them."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import threading
+import zipfile
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from stead.sandbox import HostSandbox, PackagesUnavailable
+from stead.testing import HostProcess
+from tests.sandbox.conftest import client_of, config, new_id, requires_isolation
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+WHEEL = "steadprobe-1.0-py3-none-any.whl"
+
+
+def build_wheel() -> bytes:
+    files = {
+        "steadprobe.py": b"VALUE = 42\n",
+        "steadprobe-1.0.dist-info/METADATA": (
+            b"Metadata-Version: 2.1\nName: steadprobe\nVersion: 1.0\n"
+        ),
+        "steadprobe-1.0.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: stead-tests\nRoot-Is-Purelib: true\n"
+            b"Tag: py3-none-any\n"
+        ),
+    }
+    record = ""
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{name},sha256={digest},{len(data)}\n"
+    record += "steadprobe-1.0.dist-info/RECORD,,\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as wheel:
+        for name, data in files.items():
+            wheel.writestr(name, data)
+        wheel.writestr("steadprobe-1.0.dist-info/RECORD", record)
+    return buffer.getvalue()
+
+
+class Index:
+    def __init__(self, root: Path) -> None:
+        wheel = build_wheel()
+        (root / "files").mkdir(parents=True)
+        (root / "files" / WHEEL).write_bytes(wheel)
+        (root / "simple" / "steadprobe").mkdir(parents=True)
+        digest = hashlib.sha256(wheel).hexdigest()
+        (root / "simple" / "steadprobe" / "index.html").write_text(
+            f'<a href="../../files/{WHEEL}#sha256={digest}">{WHEEL}</a>\n'
+        )
+        self.requests: list[str] = []
+        requests = self.requests
+
+        class Handler(SimpleHTTPRequestHandler):
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, directory=str(root), **kwargs)  # type: ignore[arg-type]
+
+            def do_GET(self) -> None:
+                requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Index]:
+    served = Index(tmp_path_factory.mktemp("index"))
+    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
+    thread.start()
+    yield served
+    served.server.shutdown()
+    served.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def package_host(tmp_path_factory: pytest.TempPathFactory, index: Index) -> Iterator[HostProcess]:
+    process = HostProcess(
+        tmp_path_factory.mktemp("package-host") / "state",
+        env={"STEAD_PIP_INDEX_URL": index.url},
+    ).start()
+    yield process
+    process.stop()
+
+
+async def test_pip_packages_install_once_per_package_set(
+    package_host: HostProcess, index: Index
+) -> None:
+    client = client_of(package_host)
+    wanted = config(packages={"pip": ["steadprobe==1.0"]})
+    first, second = (HostSandbox(client, new_id(), wanted) for _ in range(2))
+    try:
+        probe = "python -c 'import steadprobe; print(steadprobe.VALUE)'"
+        result = await first.exec(probe, op_key="probe", timeout=30)
+        assert (result.exit_code, result.output) == (0, "42\n")
+        fetched = list(index.requests)
+        assert any(WHEEL in path for path in fetched)
+        result = await second.exec(probe, op_key="probe", timeout=30)
+        assert (result.exit_code, result.output) == (0, "42\n")
+        assert index.requests == fetched  # the second sandbox installed nothing
+        denied = await first.exec("touch /opt/stead/x", op_key="ro", timeout=10)
+        assert denied.exit_code != 0  # installed packages are read-only in sandboxes
+    finally:
+        for sandbox in (first, second):
+            await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+
+
+async def test_a_package_that_cannot_install_is_a_clear_error(package_host: HostProcess) -> None:
+    client = client_of(package_host)
+    sandbox = HostSandbox(client, new_id(), config(packages={"pip": ["no-such-package-x"]}))
+    try:
+        with pytest.raises(PackagesUnavailable, match="no-such-package-x"):
+            await sandbox.exec("true", op_key="k", timeout=10)
+        refused = HostSandbox(client, new_id(), config(packages={"cargo": ["ripgrep"]}))
+        with pytest.raises(PackagesUnavailable, match="cargo"):
+            await refused.exec("true", op_key="k", timeout=10)
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()

@@ -1,0 +1,161 @@
+"""Sleep and wake (rule 6): the workspace goes to the blob store as a verified
+snapshot and comes back byte for byte; a snapshot that cannot be restored is
+an error, never an empty workspace. Against a local blob directory and a real
+S3-compatible server."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from stead.blobs import BlobConfig, open_blob_store
+from stead.sandbox import HostClient, HostSandbox, WorkspaceUnavailable
+from stead.testing import HostProcess
+from stead.testing.seaweed import S3Server, seaweed_s3
+from tests.sandbox.conftest import (
+    WAIT,
+    client_of,
+    config,
+    new_id,
+    requires_isolation,
+    workspace_on_host,
+)
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+MAKE_TREE = """
+set -e
+mkdir -p tree/a/b tree/empty
+printf 'hello\\n' > tree/hello.txt
+ln -s hello.txt tree/link
+chmod 750 tree/a
+for i in $(seq 1 50); do head -c 1000000 /dev/urandom > tree/a/b/blob$i; done
+echo '#!/bin/sh' > tree/run.sh && chmod +x tree/run.sh
+"""
+DIGEST = (
+    "cd tree && find . -printf '%y %m %p %l\\n' | sort && find . -type f | sort | xargs sha256sum"
+)
+
+
+async def tree_digest(sandbox: HostSandbox) -> str:
+    result = await sandbox.exec(DIGEST, op_key=new_id(), timeout=60)
+    assert result.exit_code == 0, result.output
+    return hashlib.sha256(result.output.encode()).hexdigest()
+
+
+async def sleep_and_wake_round_trip(sandbox: HostSandbox, host: HostProcess) -> None:
+    made = await sandbox.exec(MAKE_TREE, op_key=new_id(), timeout=120)
+    assert made.exit_code == 0, made.output
+    before = await tree_digest(sandbox)
+    assert await sandbox.sleep()
+    status = await sandbox.status()
+    assert status["state"] == "cold"
+    assert not workspace_on_host(host, sandbox.sandbox_id).exists()
+    after = await tree_digest(sandbox)  # wakes it
+    assert after == before
+    assert (await sandbox.status())["state"] == "active"
+
+
+async def test_sleep_and_wake_keep_the_workspace_in_a_local_blob_dir(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    await sleep_and_wake_round_trip(sandbox, host)
+    blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+    assert [p.name.endswith(".tar.zst") for p in blobs.iterdir()] == [True]
+
+
+async def test_a_second_sleep_replaces_the_older_snapshot_only_once_verified(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    await sandbox.write_file("one", b"1")
+    assert await sandbox.sleep()
+    await sandbox.write_file("two", b"2")
+    assert await sandbox.sleep()
+    blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+    assert len(list(blobs.iterdir())) == 1
+    assert await sandbox.read_file("one", max_bytes=10) == b"1"
+    assert await sandbox.read_file("two", max_bytes=10) == b"2"
+
+
+async def test_a_corrupt_snapshot_is_an_error_not_an_empty_workspace(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    await sandbox.write_file("precious", b"data")
+    assert await sandbox.sleep()
+    blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+    (snapshot,) = blobs.iterdir()
+    snapshot.write_bytes(b"not a snapshot")
+    for _ in range(2):
+        with pytest.raises(WorkspaceUnavailable):
+            await sandbox.exec("ls", op_key=new_id(), timeout=10)
+    assert not workspace_on_host(host, sandbox.sandbox_id).exists()
+    assert "corrupt" in (await sandbox.status())["last_error"]
+
+
+async def test_an_idle_sandbox_sleeps_by_itself_unless_a_process_runs(
+    client: HostClient, host: HostProcess
+) -> None:
+    sandbox = HostSandbox(client, new_id(), config(sleep_after=0.5))
+    try:
+        started = await sandbox.start_process("sleep 600")
+        await sandbox.write_file("kept", b"yes")
+        # Many idle checks pass while the process runs; none puts it to sleep.
+        for _ in range(10):
+            await anyio.sleep(0.2)
+            assert (await sandbox.status())["state"] == "active"
+        await sandbox.kill_process(started["id"])
+        with anyio.fail_after(WAIT):
+            while (await sandbox.status())["state"] != "cold":  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+        assert not workspace_on_host(host, sandbox.sandbox_id).exists()
+        assert await sandbox.read_file("kept", max_bytes=10) == b"yes"
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with seaweed_s3() as server:
+        yield server
+
+
+def s3_env(s3: S3Server) -> dict[str, str]:
+    return {
+        "STEAD_S3_ENDPOINT": s3.endpoint,
+        "STEAD_S3_REGION": s3.region,
+        "STEAD_S3_ACCESS_KEY_ID": s3.access_key_id,
+        "STEAD_S3_SECRET_ACCESS_KEY": s3.secret_access_key,
+    }
+
+
+async def test_sleep_and_wake_against_an_s3_compatible_server(s3: S3Server, tmp_path: Path) -> None:
+    process = HostProcess(
+        tmp_path / "state",
+        blob_url=s3.url("snapshots"),
+        env=s3_env(s3),
+    ).start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sleep_and_wake_round_trip(sandbox, process)
+        assert await process_blobs(s3, sandbox.sandbox_id)
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()
+
+
+async def process_blobs(s3: S3Server, sandbox_id: str) -> list[str]:
+    config = BlobConfig(
+        url=s3.url("snapshots"),
+        s3_endpoint=s3.endpoint,
+        s3_region=s3.region,
+        s3_access_key_id=s3.access_key_id,
+        s3_secret_access_key=s3.secret_access_key,
+    )
+    store = open_blob_store(config)
+    return [info.key for info in await store.list(f"sandboxes/{sandbox_id}")]

@@ -1,0 +1,161 @@
+"""The lease sweeper on a real SQLite store: one round, failing destroys, the loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from stead.runtime.leases import LeaseSweeper, SweepRound
+from stead.store import LeaseExpiry, SandboxLease, SqlStore
+from tests.unit.conftest import WAIT, new_session
+
+pytestmark = pytest.mark.anyio
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+class StepClock:
+    """A clock the test moves: each ``sleep`` reports itself, then waits for a tick."""
+
+    def __init__(self) -> None:
+        self.current = T0
+        self.slept_send: MemoryObjectSendStream[float]
+        self.slept: MemoryObjectReceiveStream[float]
+        self.tick_send: MemoryObjectSendStream[None]
+        self.tick: MemoryObjectReceiveStream[None]
+        self.slept_send, self.slept = anyio.create_memory_object_stream[float](1)
+        self.tick_send, self.tick = anyio.create_memory_object_stream[None](1)
+
+    def now(self) -> datetime:
+        return self.current
+
+    async def sleep(self, seconds: float) -> None:
+        await self.slept_send.send(seconds)
+        await self.tick.receive()
+        self.current += timedelta(seconds=seconds)
+
+    async def aclose(self) -> None:
+        for stream in (self.slept_send, self.slept, self.tick_send, self.tick):
+            await stream.aclose()
+
+
+@pytest.fixture
+async def clock() -> AsyncIterator[StepClock]:
+    made = StepClock()
+    yield made
+    await made.aclose()
+
+
+class Destroyer:
+    """Records destroys; fails or hangs for the ids it is told to."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.failing: set[str] = set()
+        self.hanging: set[str] = set()
+
+    async def __call__(self, lease: SandboxLease) -> None:
+        sandbox_id = lease.sandbox_id
+        self.calls.append(sandbox_id)
+        if sandbox_id in self.hanging:
+            await anyio.sleep_forever()
+        if sandbox_id in self.failing:
+            raise RuntimeError(f"sandbox host refused to destroy {sandbox_id}")
+
+
+async def session_sandbox(store: SqlStore, ttl: float) -> tuple[str, str]:
+    """(workspace id, sandbox id) of a leased session sandbox."""
+    workspace_id, session_id = await new_session(store)
+    session = await store.get_session(workspace_id, session_id)
+    await store.acquire_sandbox_lease(
+        session_id,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        environment_id=session.environment_id,
+        agent_id=session.agent["id"],
+        ttl_seconds=ttl,
+        now=T0,
+    )
+    return workspace_id, session_id
+
+
+def sweeper(store: SqlStore, destroy: Destroyer, clock: StepClock) -> LeaseSweeper:
+    return LeaseSweeper(store, destroy, interval=30, destroy_timeout=0.05, clock=clock)
+
+
+async def test_one_round_expires_destroys_and_records(store: SqlStore, clock: StepClock) -> None:
+    _, short = await session_sandbox(store, ttl=10)
+    workspace_id, deleted = await session_sandbox(store, ttl=1000)
+    _, live = await session_sandbox(store, ttl=1000)
+    await store.delete_session(workspace_id, deleted)
+    clock.current = T0 + timedelta(seconds=20)
+    destroy = Destroyer()
+
+    done = await sweeper(store, destroy, clock).sweep()
+
+    assert {lease.sandbox_id: lease.expiry_reason for lease in done.expired} == {
+        short: LeaseExpiry.TTL,
+        deleted: LeaseExpiry.SESSION_DELETED,
+    }
+    assert sorted(destroy.calls) == sorted(done.destroyed) == sorted([short, deleted])
+    assert done.failed == []
+    assert await store.leases_to_destroy() == []
+    assert await store.renew_sandbox_lease(live, now=clock.current)
+    assert await sweeper(store, destroy, clock).sweep() == SweepRound()
+
+
+async def test_a_failed_or_stuck_destroy_is_retried_next_round(
+    store: SqlStore, clock: StepClock
+) -> None:
+    _, failing = await session_sandbox(store, ttl=10)
+    _, stuck = await session_sandbox(store, ttl=10)
+    _, fine = await session_sandbox(store, ttl=10)
+    clock.current = T0 + timedelta(seconds=20)
+    destroy = Destroyer()
+    destroy.failing.add(failing)
+    destroy.hanging.add(stuck)
+    sweeping = sweeper(store, destroy, clock)
+
+    first = await sweeping.sweep()
+    assert sorted(first.failed) == sorted([failing, stuck])
+    assert first.destroyed == [fine]
+    assert sorted(lease.sandbox_id for lease in await store.leases_to_destroy()) == sorted(
+        [failing, stuck]
+    )
+
+    destroy.failing.clear()
+    destroy.hanging.clear()
+    second = await sweeping.sweep()
+    assert second.expired == [] and second.failed == []
+    assert sorted(second.destroyed) == sorted([failing, stuck])
+    assert await store.leases_to_destroy() == []
+
+
+async def test_the_loop_survives_failing_rounds_and_stops_when_cancelled(
+    store: SqlStore, clock: StepClock
+) -> None:
+    _, sandbox_id = await session_sandbox(store, ttl=10)
+    destroy = Destroyer()
+    destroy.failing.add(sandbox_id)
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as group:
+            await group.start(sweeper(store, destroy, clock).serve)
+            assert await clock.slept.receive() == 30  # round one at start: nothing due
+            assert destroy.calls == []
+            await clock.tick_send.send(None)  # 30 s later the TTL has passed
+            await clock.slept.receive()
+            assert destroy.calls == [sandbox_id]  # failed, and the loop went on
+            destroy.failing.clear()
+            await clock.tick_send.send(None)
+            await clock.slept.receive()
+            assert destroy.calls == [sandbox_id, sandbox_id]
+            assert await store.leases_to_destroy() == []
+            group.cancel_scope.cancel()
+
+
+async def test_the_sweeper_refuses_nonsense_settings(store: SqlStore) -> None:
+    with pytest.raises(ValueError):
+        LeaseSweeper(store, Destroyer(), interval=0, destroy_timeout=1)
