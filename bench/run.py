@@ -26,6 +26,9 @@ BENCHMARKS = (
     "events_list",
     "agent_step",
     "concurrent_sessions",
+    "sandbox_start",
+    "sandbox_exec",
+    "sandbox_density",
 )
 TIMEOUT_S = 120.0
 

@@ -5,6 +5,7 @@ instead of running it again. Driven through the official SDK."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -72,3 +73,57 @@ def test_a_command_survives_the_brain_and_is_collected_not_rerun(
     assert not result.is_error, result
     assert "finished after the restart" in result.content[0].text  # type: ignore[union-attr]
     assert (workspace / "ledger").read_text() == "ran\n"
+
+
+def test_an_expired_lease_destroys_the_sandbox_and_books_its_active_time(
+    host: HostProcess, tmp_path: Path
+) -> None:
+    def quick(body: dict[str, Any]) -> Turn:
+        if assistant_turns(body) == 0:
+            return Turn([ToolCall("bash", {"command": "echo hi > note"})])
+        return Turn([Text("done")])
+
+    with FakeModel(quick) as fake:
+        env = loop_env(
+            fake,
+            STEAD_SANDBOX_LEASE_SECONDS="1",
+            STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.2",
+            **host.settings_env,
+        )
+        server = ServerProcess(tmp_path / "data", env=env).start()
+        try:
+            assert server.first_key
+            with make_client(server.url, server.first_key) as client:
+                agent = client.beta.agents.create(
+                    name="lease",
+                    model="claude-sonnet-4-6",
+                    tools=[{"type": "agent_toolset_20260401"}],
+                )
+                environment = client.beta.environments.create(name="lease")
+                session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+                client.beta.sessions.events.send(session.id, events=[message("go")])
+                wait_idle(client, session.id, timeout=60)
+            database = tmp_path / "data" / "stead.db"
+            deadline = time.monotonic() + WAIT
+            while (booked := active_seconds(database, session.id)) is None:
+                assert time.monotonic() < deadline, "the sandbox was never destroyed"
+                time.sleep(0.1)
+        finally:
+            server.stop()
+    assert booked > 0
+    assert not workspace_on_host(host, session.id).exists()
+    status = host.call({"op": "status", "sandbox_id": session.id})
+    assert status["error"] == "SandboxNotFound"
+
+
+def active_seconds(database: Path, session_id: str) -> float | None:
+    with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
+        destroyed = db.execute(
+            "SELECT destroyed_at FROM sandbox_leases WHERE sandbox_id = ?", (session_id,)
+        ).fetchone()
+        if destroyed is None or destroyed[0] is None:
+            return None
+        row = db.execute(
+            "SELECT active_seconds FROM sandbox_usage WHERE sandbox_id = ?", (session_id,)
+        ).fetchone()
+        return float(row[0]) if row else 0.0

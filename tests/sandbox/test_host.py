@@ -172,3 +172,29 @@ async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_do
 
 async def still_running(sandbox: HostSandbox, process_id: str) -> bool:
     return any(p["running"] for p in await sandbox.list_processes() if p["id"] == process_id)
+
+
+async def test_exec_output_streams_while_the_command_runs(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    seen: list[bytes] = []
+    gate = workspace_on_host(host, sandbox.sandbox_id) / "gate"
+    await sandbox.exec("true", op_key="wake", timeout=10)
+
+    async def open_gate_after_first_output() -> None:
+        with anyio.fail_after(WAIT):
+            # Only the last 64 bytes are held back (they may hold the end marker).
+            while not b"".join(seen).startswith(b"x" * 100):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        gate.touch()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(open_gate_after_first_output)
+        result = await sandbox.exec(
+            "printf 'x%.0s' $(seq 200); while [ ! -e gate ]; do sleep 0.02; done; echo; echo end",
+            op_key="stream",
+            timeout=30,
+            on_output=seen.append,
+        )
+    assert result.output == "x" * 200 + "\nend\n"
+    assert result.output.encode().startswith(b"".join(seen))

@@ -159,3 +159,27 @@ async def process_blobs(s3: S3Server, sandbox_id: str) -> list[str]:
     )
     store = open_blob_store(config)
     return [info.key for info in await store.list(f"sandboxes/{sandbox_id}")]
+
+
+async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
+    tmp_path: Path,
+) -> None:
+    process = HostProcess(
+        tmp_path / "state",
+        env={"STEAD_SNAPSHOT_TTL_SECONDS": "0.5", "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "0.2"},
+    ).start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sandbox.write_file("old", b"data")
+        assert await sandbox.sleep()
+        blobs = Path(process.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+        with anyio.fail_after(WAIT):
+            while blobs.exists() and any(blobs.iterdir()):  # noqa: ASYNC110 - the host deletes it
+                await anyio.sleep(0.1)
+        with pytest.raises(WorkspaceUnavailable, match="expired"):
+            await sandbox.read_file("old", max_bytes=10)
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()

@@ -1,4 +1,5 @@
-"""The sandbox and tools rooms: explicit surfaces and the direction of imports."""
+"""The body's rooms (sandbox, tools, blobs, egress): explicit surfaces and the
+direction of imports."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "stead"
-ALLOWED = {"sandbox": {"sandbox"}, "tools": {"tools", "sandbox"}}
+ALLOWED = {
+    "blobs": {"blobs"},
+    "egress": {"egress"},
+    "sandbox": {"sandbox", "blobs", "egress"},
+    "tools": {"tools", "sandbox"},
+}
 
 
 def _imports(path: Path) -> list[str]:
@@ -46,7 +52,9 @@ def test_rooms_import_only_inwards_and_only_through_surfaces(room: str) -> None:
     assert not problems, "\n".join(problems)
 
 
-def test_the_walker_needs_only_the_standard_library() -> None:
-    # It runs as ``python -I -S walker.py``: no site-packages, no stead.
-    roots = {name.split(".")[0] for name in _imports(SRC / "sandbox" / "walker.py")}
-    assert roots <= set(sys.stdlib_module_names) | {"__future__"}
+@pytest.mark.parametrize("script", ["walker.py", "inside/init.py", "inside/forward.py"])
+def test_scripts_run_with_python_dash_s_need_only_the_standard_library(script: str) -> None:
+    # They run as ``python -I -S``: no site-packages, no stead.
+    roots = {name.split(".")[0] for name in _imports(SRC / "sandbox" / script)}
+    siblings = {path.stem for path in (SRC / "sandbox" / script).parent.glob("*.py")}
+    assert roots <= set(sys.stdlib_module_names) | {"__future__"} | siblings

@@ -52,6 +52,7 @@ def host_options(settings: Settings) -> HostOptions:
         ),
         uid_base=settings.sandbox_uid_base,
         snapshot_ttl_seconds=settings.snapshot_ttl_seconds,
+        gc_interval_seconds=settings.snapshot_gc_interval_seconds,
         idle_check_seconds=settings.sandbox_idle_check_seconds,
         listen_tcp=settings.sandbox_host_listen_tcp,
         token=settings.sandbox_host_token,
@@ -68,20 +69,16 @@ def host_address(settings: Settings) -> HostAddress:
 
 
 def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfig:
-    """The sandbox's config from its environment's: ``networking`` and
-    ``packages`` as the API defines them, and stead's own ``limits``
-    (``memory_mb``, ``pids``, ``cpus``) and ``sleep_after_seconds``, each
-    defaulting to the server's settings."""
-    limits = environment_config.get("limits") or {}
+    """The sandbox's config: ``networking`` and ``packages`` from its
+    environment, as the API defines them; limits and ``sleep_after`` from the
+    server's settings (the API's environment config has no fields for them)."""
     packages = environment_config.get("packages") or {}
     return SandboxConfig.from_json(
         {
-            "memory_bytes": int(limits.get("memory_mb", settings.sandbox_memory_mb)) * 1024**2,
-            "pids": limits.get("pids", settings.sandbox_pids),
-            "cpus": limits.get("cpus", settings.sandbox_cpus),
-            "sleep_after": environment_config.get(
-                "sleep_after_seconds", settings.sandbox_sleep_after_seconds
-            ),
+            "memory_bytes": settings.sandbox_memory_mb * 1024**2,
+            "pids": settings.sandbox_pids,
+            "cpus": settings.sandbox_cpus,
+            "sleep_after": settings.sandbox_sleep_after_seconds,
             "networking": environment_config.get("networking") or {"type": "unrestricted"},
             "packages": {k: v for k, v in packages.items() if k != "type" and v},
         }
@@ -141,6 +138,7 @@ HOST_SETTINGS = (
     "sandbox_uid_base",
     "sandbox_idle_check_seconds",
     "snapshot_ttl_seconds",
+    "snapshot_gc_interval_seconds",
     "blob_url",
     "s3_endpoint",
     "s3_region",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -34,16 +34,32 @@ READ_CHUNK = 64 * 1024
 
 
 class OutputTail:
-    """The last ``limit`` bytes of a stream, trimmed in amortised O(1) per byte."""
+    """The last ``limit`` bytes of a stream, trimmed in amortised O(1) per byte.
 
-    def __init__(self, limit: int) -> None:
+    ``on_output``, when given, sees the output as it arrives, except the last
+    ``STREAM_HOLD_BACK`` bytes until more follow: the end of a command's output
+    carries the shell's end marker, which must not be shown as output. The
+    result's ``output`` is the authoritative copy."""
+
+    STREAM_HOLD_BACK = 64
+
+    def __init__(self, limit: int, on_output: Callable[[bytes], None] | None = None) -> None:
         self.limit = limit
         self.buffer = bytearray()
         self.dropped = 0
         """Bytes dropped from the front so far."""
+        self._on_output = on_output
+        self._streamed = 0
 
     def feed(self, chunk: bytes) -> None:
         self.buffer += chunk
+        if self._on_output is not None:
+            upto = self.dropped + len(self.buffer) - self.STREAM_HOLD_BACK
+            if upto > self._streamed:
+                self._on_output(
+                    bytes(self.buffer[self._streamed - self.dropped : upto - self.dropped])
+                )
+                self._streamed = upto
         # Keep room for the marker line beyond the limit; trim only at 2x so a
         # long output costs one copy per ``limit`` bytes, not one per chunk.
         if len(self.buffer) > 2 * self.limit + 256:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,10 +71,18 @@ class HostClient:
         self._idle: list[FrameStream] = []
         self._closed = False
 
-    async def call(self, op: str, *, seconds: float | None = None, **args: Any) -> Json:
+    async def call(
+        self,
+        op: str,
+        *,
+        seconds: float | None = None,
+        on_output: Callable[[bytes], None] | None = None,
+        **args: Any,
+    ) -> Json:
         """Sends one request and returns its result; raises the host's
         ``SandboxError`` as is, ``SandboxUnavailable`` when the host cannot be
-        reached or does not answer within ``seconds``."""
+        reached or does not answer within ``seconds``. ``output`` frames before
+        the result (a streaming exec) go to ``on_output``."""
         if self._closed:
             raise SandboxUnavailable("the sandbox host client is closed")
         deadline = seconds if seconds is not None else self.timeouts.call
@@ -82,7 +91,10 @@ class HostClient:
         try:
             with anyio.fail_after(deadline):
                 await frames.send({"op": op, **args})
-                reply = await frames.receive()
+                while "output_b64" in (frame := await frames.receive()):
+                    if on_output is not None:
+                        on_output(decode_bytes(frame["output_b64"]))
+                reply = frame
         except TimeoutError:
             raise SandboxUnavailable(
                 f"the sandbox host did not answer {op} within {deadline:g} s"
@@ -170,7 +182,14 @@ class HostSandbox:
     def workspace_path(self) -> str:
         return WORKSPACE
 
-    async def _call(self, op: str, *, seconds: float | None = None, **args: Any) -> Json:
+    async def _call(
+        self,
+        op: str,
+        *,
+        seconds: float | None = None,
+        on_output: Callable[[bytes], None] | None = None,
+        **args: Any,
+    ) -> Json:
         if self._closed:
             raise SandboxUnavailable("the sandbox is closed")
         timeouts = self._client.timeouts
@@ -180,18 +199,30 @@ class HostSandbox:
             sandbox_id=self.sandbox_id,
             config=self.config.to_json(),
             seconds=budget,
+            on_output=on_output,
             **args,
         )
 
     async def acquire(self, *, wake: bool = False) -> Json:
         return await self._call("acquire", wake=wake)
 
-    async def exec(self, command: str, *, op_key: str, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def exec(
+        self,
+        command: str,
+        *,
+        op_key: str,
+        timeout: float,  # noqa: ASYNC109 - the command's own limit, a result
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> ExecResult:
+        """``Sandbox.exec``; with ``on_output``, the output also streams to it as
+        the command runs (the result stays the authoritative copy)."""
         result = await self._call(
             "exec",
             command=command,
             op_key=op_key,
             timeout=timeout,
+            stream=on_output is not None,
+            on_output=on_output,
             seconds=timeout + self._client.timeouts.call,
         )
         return ExecResult(**result)

@@ -26,7 +26,7 @@ import shutil
 import signal
 import time
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -360,7 +360,16 @@ class HostedSandbox:
 
     # -- exec ---------------------------------------------------------------------
 
-    async def exec(self, command: str, *, op_key: str, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def exec(
+        self,
+        command: str,
+        *,
+        op_key: str,
+        timeout: float,  # noqa: ASYNC109 - the command's own limit, a result
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> ExecResult:
+        """At most once per op key (rule 5). ``on_output`` sees the output as it
+        arrives when this call runs the command (not when it re-attaches)."""
         if "\x00" in command:
             raise InvalidArgument("the command contains a NUL byte")
         if not timeout > 0:
@@ -376,7 +385,7 @@ class HostedSandbox:
             if status is ExecStatus.STARTED:
                 raise ExecInDoubt(op_key)
             async with self.activity(), self._exec_lock:
-                return await self._run(command, op_key, time_limit=timeout)
+                return await self._run(command, op_key, time_limit=timeout, on_output=on_output)
         finally:
             del self._running[op_key]
             done.set()
@@ -398,9 +407,16 @@ class HostedSandbox:
             return ExecStatus.FINISHED, ExecResult(**json.loads(result))
         return ExecStatus.STARTED, None
 
-    async def _run(self, command: str, op_key: str, *, time_limit: float) -> ExecResult:
+    async def _run(
+        self,
+        command: str,
+        op_key: str,
+        *,
+        time_limit: float,
+        on_output: Callable[[bytes], None] | None,
+    ) -> ExecResult:
         shell = await self._live_shell()
-        tail = OutputTail(EXEC_OUTPUT_LIMIT)
+        tail = OutputTail(EXEC_OUTPUT_LIMIT, on_output)
         oom_before = await self._oom_kills()
         try:
             await self._catalogue.put_exec(self.id, op_key, RUNNING, None)

@@ -295,11 +295,19 @@ class HostRpc:
 
     async def _exec(self, request: Json, frames: FrameStream) -> Json:
         sandbox = await self._sandbox(request)
-        result = await sandbox.exec(
-            _str(request, "command"),
-            op_key=_str(request, "op_key"),
-            timeout=_number(request, "timeout"),
-        )
+        command, op_key = _str(request, "command"), _str(request, "op_key")
+        timeout = _number(request, "timeout")
+        if not request.get("stream"):
+            return asdict(await sandbox.exec(command, op_key=op_key, timeout=timeout))
+        stream = OutputForwarder(frames)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(stream.forward)
+            try:
+                result = await sandbox.exec(
+                    command, op_key=op_key, timeout=timeout, on_output=stream.write
+                )
+            finally:
+                stream.close()
         return asdict(result)
 
     async def _exec_status(self, request: Json, frames: FrameStream) -> Json:
@@ -389,6 +397,47 @@ class HostRpc:
         if request.get("sandbox_id") is None:
             return self._manager.status()
         return (await self._manager.get(_str(request, "sandbox_id"))).status()
+
+
+class OutputForwarder:
+    """Sends a streaming exec's output as ``output`` frames without ever
+    slowing the command: a slow caller loses the oldest buffered output (the
+    result still carries the tail), and one that went away loses it all."""
+
+    LIMIT = 1024 * 1024
+
+    def __init__(self, frames: FrameStream) -> None:
+        self._frames = frames
+        self._buffer = bytearray()
+        self._dropped = 0
+        self._ready = anyio.Event()
+        self._closed = False
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) > self.LIMIT:
+            excess = len(self._buffer) - self.LIMIT
+            del self._buffer[:excess]
+            self._dropped += excess
+        self._ready.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self._ready.set()
+
+    async def forward(self) -> None:
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            while True:
+                await self._ready.wait()
+                self._ready = anyio.Event()
+                if self._buffer:
+                    data, self._buffer = bytes(self._buffer), bytearray()
+                    frame: Json = {"output_b64": encode_bytes(data)}
+                    if self._dropped:
+                        frame["dropped"], self._dropped = self._dropped, 0
+                    await self._frames.send(frame)
+                if self._closed and not self._buffer:
+                    return
 
 
 def _str(request: Json, name: str) -> str:
