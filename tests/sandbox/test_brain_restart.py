@@ -5,12 +5,17 @@ instead of running it again. Driven through the official SDK."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing.sandbox_host import random_uid_base
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
@@ -127,3 +132,54 @@ def active_seconds(database: Path, session_id: str) -> float | None:
             "SELECT active_seconds FROM sandbox_usage WHERE sandbox_id = ?", (session_id,)
         ).fetchone()
         return float(row[0]) if row else 0.0
+
+
+def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path) -> None:
+    work = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
+    os.chmod(work, 0o711)
+    with FakeModel(script) as fake:
+        env = loop_env(
+            fake,
+            STEAD_SANDBOX="bwrap",
+            STEAD_SANDBOX_HOST_AUTOSTART="true",
+            STEAD_SANDBOX_WORK_DIR=str(work),
+            STEAD_SANDBOX_UID_BASE=str(random_uid_base()),
+        )
+        server = ServerProcess(tmp_path / "data", env=env).start()
+        lock = tmp_path / "data" / "sandbox-host" / "host.lock"
+        host_pid = None
+        try:
+            assert server.first_key
+            with make_client(server.url, server.first_key) as client:
+                agent = client.beta.agents.create(
+                    name="auto",
+                    model="claude-sonnet-4-6",
+                    tools=[{"type": "agent_toolset_20260401"}],
+                )
+                environment = client.beta.environments.create(name="auto")
+                session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+                client.beta.sessions.events.send(session.id, events=[message("go")])
+                workspace = work / "sandboxes" / session.id / "workspace"
+                wait_for(workspace / "started")
+                host_pid = int(lock.read_text())
+                (workspace / "go").touch()
+                wait_idle(client, session.id, timeout=60)
+            server.kill()
+            os.kill(host_pid, 0)  # still there: the host is not the server's to stop
+        finally:
+            server.kill()
+            if host_pid is not None:
+                stop_process(host_pid)
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def stop_process(pid: int) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)

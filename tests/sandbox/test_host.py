@@ -16,8 +16,10 @@ from stead.sandbox import (
     HostClient,
     HostSandbox,
     InvalidArgument,
+    SandboxUnavailable,
+    parse_address,
 )
-from stead.testing import HostProcess
+from stead.testing import HostProcess, free_port
 from tests.sandbox.conftest import (
     WAIT,
     client_of,
@@ -198,3 +200,26 @@ async def test_exec_output_streams_while_the_command_runs(
         )
     assert result.output == "x" * 200 + "\nend\n"
     assert result.output.encode().startswith(b"".join(seen))
+
+
+async def test_a_remote_brain_needs_the_token(tmp_path: Path) -> None:
+    port = free_port()
+    process = HostProcess(
+        tmp_path / "state",
+        env={
+            "STEAD_SANDBOX_HOST_LISTEN_TCP": f"127.0.0.1:{port}",
+            "STEAD_SANDBOX_HOST_TOKEN": "s3cret-token",
+        },
+    ).start()
+    try:
+        remote = HostClient(parse_address(f"tcp://127.0.0.1:{port}", "s3cret-token"))
+        sandbox = HostSandbox(remote, new_id(), config())
+        assert (await sandbox.exec("echo far", op_key="k", timeout=10)).output == "far\n"
+        await remote.destroy(sandbox.sandbox_id)
+        await remote.aclose()
+        intruder = HostClient(parse_address(f"tcp://127.0.0.1:{port}", "guess"))
+        with pytest.raises(SandboxUnavailable, match="refused"):
+            await intruder.ping()
+        await intruder.aclose()
+    finally:
+        process.stop()
