@@ -11,6 +11,7 @@ Start it once per test session: it takes about a second.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -107,11 +108,12 @@ def _launch(
     root: Path, ports: dict[str, int], bucket: str, log_path: Path
 ) -> subprocess.Popen[bytes]:
     config = root / "s3.json"
-    config.write_text(
-        '{"identities": [{"name": "stead", "credentials": [{"accessKey": "%s", "secretKey": "%s"}],'
-        ' "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}'
-        % (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
-    )
+    identity = {
+        "name": "stead",
+        "credentials": [{"accessKey": ACCESS_KEY_ID, "secretKey": SECRET_ACCESS_KEY}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    config.write_text(json.dumps({"identities": [identity]}))
     data = root / "data"
     data.mkdir()
     argv = [

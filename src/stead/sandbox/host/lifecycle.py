@@ -35,7 +35,7 @@ import anyio
 from anyio import to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
-from stead.blobs import BlobStore
+from stead.blobs import BlobError, BlobStore
 from stead.egress import EgressPolicy, EgressProxy
 from stead.sandbox import files, search
 from stead.sandbox.backends.bwrap import (
@@ -289,6 +289,9 @@ class HostedSandbox:
                 raise WorkspaceUnavailable(
                     f"the sandbox's saved workspace cannot be restored: {exc}"
                 ) from None
+            except BlobError as exc:  # an outage, not a lost workspace: try again later
+                self.last_error = str(exc)
+                raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
         await to_thread.run_sync(self._warm_marker.touch)
 
     def _make_empty_workspace(self) -> None:
