@@ -80,6 +80,17 @@ class SessionActor:
         finally:
             self._scope = None
         if scope.cancelled_caught and self._interrupted:
-            with anyio.CancelScope(shield=True):
-                await runner.finish_interrupted()
+            # Whatever goes wrong here stays with this session: an exception
+            # out of an actor would end every session's runtime.
+            try:
+                with anyio.CancelScope(shield=True):
+                    await runner.finish_interrupted()
+            except LeaseLost:
+                log.warning("session %s: lost the lease of run %s", self.session_id, claim.run_id)
+                return None
+            except Exception:
+                log.exception(
+                    "session %s: closing interrupted run %s failed", self.session_id, claim.run_id
+                )
+                return None
         return runner.next_run
