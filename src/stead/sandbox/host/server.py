@@ -31,6 +31,7 @@ from stead.sandbox.errors import (
     InvalidArgument,
     IsolationUnavailable,
     SandboxError,
+    SandboxNotFound,
     SandboxUnavailable,
 )
 from stead.sandbox.host.catalogue import Catalogue
@@ -285,9 +286,10 @@ class HostRpc:
         return {"version": PROTOCOL_VERSION, "pid": os.getpid(), **self._manager.status()}
 
     async def _acquire(self, request: Json, frames: FrameStream) -> Json:
-        if request.get("config") is None:
-            request = {**request, "config": {}}
-        sandbox = await self._sandbox(request)
+        try:
+            sandbox = await self._sandbox(request)
+        except SandboxNotFound:  # new, and no config given: the defaults
+            sandbox = await self._sandbox({**request, "config": {}})
         if request.get("wake", False):
             async with sandbox.activity():
                 pass
