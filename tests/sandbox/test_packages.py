@@ -1,4 +1,4 @@
-"""Environment packages (pip) are installed once per package set, inside a
+"""Environment packages (pip, npm) are installed once per package set, inside a
 sandbox of their own, through the egress proxy, from a package index on
 loopback; a second sandbox with the same packages reuses them."""
 
@@ -7,10 +7,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
+import tarfile
 import threading
 import zipfile
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -128,6 +130,102 @@ async def test_a_package_that_cannot_install_is_a_clear_error(package_host: Host
         refused = HostSandbox(client, new_id(), config(packages={"cargo": ["ripgrep"]}))
         with pytest.raises(PackagesUnavailable, match="cargo"):
             await refused.exec("true", op_key="k", timeout=10)
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+
+
+def npm_tarball() -> bytes:
+    files = {
+        "package/package.json": json.dumps(
+            {"name": NPM_NAME, "version": "1.0.0", "bin": {"steadprobe": "cli.js"}}
+        ).encode(),
+        "package/cli.js": b"#!/usr/bin/env node\nconsole.log(6 * 7);\n",
+    }
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+NPM_NAME = "steadprobe-npm"
+
+
+class NpmRegistry:
+    """The two documents npm fetches: the package's metadata and its tarball."""
+
+    def __init__(self) -> None:
+        tarball = npm_tarball()
+        self.requests: list[str] = []
+        requests = self.requests
+        integrity = "sha512-" + base64.b64encode(hashlib.sha512(tarball).digest()).decode()
+        holder: dict[str, bytes] = {}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                requests.append(self.path)
+                body = holder.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        tarball_path = f"/{NPM_NAME}/-/{NPM_NAME}-1.0.0.tgz"
+        holder[tarball_path] = tarball
+        holder[f"/{NPM_NAME}"] = json.dumps(
+            {
+                "name": NPM_NAME,
+                "dist-tags": {"latest": "1.0.0"},
+                "versions": {
+                    "1.0.0": {
+                        "name": NPM_NAME,
+                        "version": "1.0.0",
+                        "bin": {"steadprobe": "cli.js"},
+                        "dist": {
+                            "tarball": self.url.rstrip("/") + tarball_path,
+                            "shasum": hashlib.sha1(tarball).hexdigest(),
+                            "integrity": integrity,
+                        },
+                    }
+                },
+            }
+        ).encode()
+
+
+@pytest.fixture(scope="module")
+def npm_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostProcess, NpmRegistry]]:
+    registry = NpmRegistry()
+    thread = threading.Thread(target=registry.server.serve_forever, daemon=True)
+    thread.start()
+    process = HostProcess(
+        tmp_path_factory.mktemp("npm-host") / "state",
+        env={"STEAD_NPM_REGISTRY": registry.url},
+    ).start()
+    yield process, registry
+    process.stop()
+    registry.server.shutdown()
+    registry.server.server_close()
+
+
+async def test_npm_packages_install_with_their_commands_on_path(
+    npm_host: tuple[HostProcess, NpmRegistry],
+) -> None:
+    process, registry = npm_host
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config(packages={"npm": [NPM_NAME]}))
+    try:
+        result = await sandbox.exec("steadprobe", op_key="probe", timeout=30)
+        assert (result.exit_code, result.output) == (0, "42\n")
+        assert f"/{NPM_NAME}" in registry.requests
     finally:
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()

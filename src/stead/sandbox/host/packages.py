@@ -31,6 +31,7 @@ from anyio import to_thread
 
 from stead.egress import EgressPolicy, EgressProxy
 from stead.sandbox.backends.bwrap import (
+    PROXY_URL,
     BodySpec,
     SandboxedProcess,
     run_body,
@@ -195,7 +196,14 @@ def _install_script(config: SandboxConfig) -> str:
 
 
 def _installer_env(options: HostOptions) -> dict[str, str]:
-    env = {"npm_config_cache": "/workspace/.npm", "PIP_NO_COLOR": "1"}
+    # npm reads its proxy from its own config first; say it there too.
+    env = {
+        "npm_config_cache": "/workspace/.npm",
+        "npm_config_proxy": PROXY_URL,
+        "npm_config_https_proxy": PROXY_URL,
+        "npm_config_update_notifier": "false",
+        "PIP_NO_COLOR": "1",
+    }
     if options.pip_index_url:
         env["PIP_INDEX_URL"] = options.pip_index_url
     if options.npm_registry:
