@@ -98,6 +98,8 @@ class Settings(BaseSettings):
     pip_index_url: str | None = None
     """A PyPI mirror for environment packages; its host is allowed while installing."""
     npm_registry: str | None = None
+    apt_sources: str | None = None
+    """sources.list lines for environment apt packages (default: the machine's sources)."""
     package_hosts: list[str] = Field(default_factory=list)
     """More hosts the package installers may reach (mirrors, private indexes)."""
 

@@ -1,4 +1,4 @@
-"""Environment packages (pip, npm) are installed once per package set, inside a
+"""Environment packages (pip, npm, apt) are installed once per package set, inside a
 sandbox of their own, through the egress proxy, from a package index on
 loopback; a second sandbox with the same packages reuses them."""
 
@@ -8,6 +8,7 @@ import base64
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
 import threading
 import zipfile
@@ -229,3 +230,58 @@ async def test_npm_packages_install_with_their_commands_on_path(
     finally:
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()
+
+
+def apt_repository(root: Path) -> str:
+    """A flat apt repository holding one package with one command; its sources line."""
+    tree = root / "build"
+    (tree / "DEBIAN").mkdir(parents=True)
+    (tree / "usr" / "bin").mkdir(parents=True)
+    (tree / "DEBIAN" / "control").write_text(
+        "Package: steadprobe-apt\nVersion: 1.0\nArchitecture: all\n"
+        "Maintainer: stead tests <tests@stead.invalid>\nDescription: a probe\n"
+    )
+    command = tree / "usr" / "bin" / "steadprobe-apt"
+    command.write_text("#!/bin/sh\necho from apt\n")
+    command.chmod(0o755)
+    repo = root / "repo"
+    repo.mkdir()
+    deb = repo / "steadprobe-apt_1.0_all.deb"
+    subprocess.run(
+        ["dpkg-deb", "--build", "--root-owner-group", str(tree), str(deb)],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    data = deb.read_bytes()
+    control = (tree / "DEBIAN" / "control").read_text()
+    (repo / "Packages").write_text(
+        control
+        + f"Filename: ./{deb.name}\nSize: {len(data)}\n"
+        + f"SHA256: {hashlib.sha256(data).hexdigest()}\n\n"
+    )
+    return f"deb [trusted=yes] copy:{repo} ./"
+
+
+async def test_apt_packages_are_unpacked_without_touching_the_machine(tmp_path: Path) -> None:
+    process = HostProcess(
+        tmp_path / "state", env={"STEAD_APT_SOURCES": apt_repository(tmp_path)}
+    ).start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config(packages={"apt": ["steadprobe-apt"]}))
+    try:
+        result = await sandbox.exec("steadprobe-apt", op_key="probe", timeout=30)
+        assert (result.exit_code, result.output) == (0, "from apt\n")
+        assert not machine_has("steadprobe-apt")
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()
+
+
+def machine_has(package: str) -> bool:
+    """Whether the machine itself has the package: its file, or dpkg's record of it."""
+    if Path("/usr/bin", package).exists():
+        return True
+    query = subprocess.run(["dpkg-query", "-W", package], capture_output=True, timeout=30)
+    return query.returncode == 0

@@ -59,6 +59,7 @@ def host_options(settings: Settings) -> HostOptions:
         pip_index_url=settings.pip_index_url,
         npm_registry=settings.npm_registry,
         package_hosts=tuple(settings.package_hosts),
+        apt_sources=settings.apt_sources,
     )
 
 
@@ -147,6 +148,7 @@ HOST_SETTINGS = (
     "pip_index_url",
     "npm_registry",
     "package_hosts",
+    "apt_sources",
     "log_level",
 )
 

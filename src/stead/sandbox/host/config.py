@@ -97,6 +97,8 @@ class HostOptions:
     package_hosts: tuple[str, ...] = ()
     """Hosts the package installers may reach besides the public registries
     (a mirror named in ``pip_index_url`` or ``npm_registry`` is added itself)."""
+    apt_sources: str | None = None
+    """sources.list lines apt packages come from instead of the machine's."""
     install_timeout_seconds: float = 900.0
     proxy_connect_timeout: float = 10.0
     proxy_idle_timeout: float = 600.0

@@ -78,7 +78,8 @@ class PackageCache:
             await to_thread.run_sync(self._fresh, home)
             partial = home / "partial"
             if config.packages.get("apt"):
-                await to_thread.run_sync(_unpack_apt, list(config.packages["apt"]), partial)
+                names = list(config.packages["apt"])
+                await to_thread.run_sync(_unpack_apt, names, partial, self._options)
             if config.packages.get("pip") or config.packages.get("npm"):
                 await self._install_in_body(config, home, partial, key)
             await to_thread.run_sync(self._publish, home, partial, content)
@@ -219,22 +220,28 @@ def _mirror_hosts(options: HostOptions) -> list[str]:
     return hosts
 
 
-def _unpack_apt(names: list[str], partial: Path) -> None:
+def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:
     """Downloads the packages (and what they need that the host lacks) with the
     host's apt, then unpacks them under ``/opt/stead/apt`` without running any
-    maintainer script."""
+    maintainer script. With ``apt_sources`` set, apt reads those sources and
+    keeps its package lists in the work directory, never the machine's."""
     with tempfile.TemporaryDirectory(prefix="stead-apt-") as tmp:
-        archives = Path(tmp)
-        (archives / "partial").mkdir()
-        command = [
+        archives = Path(tmp) / "archives"
+        (archives / "partial").mkdir(parents=True)
+        settings = ["-o", f"Dir::Cache::archives={archives}", "-o", "Debug::NoLocking=1"]
+        if options.apt_sources is not None:
+            settings += _private_sources(options, Path(tmp))
+        fetch = [
             "apt-get", "install", "--download-only", "--yes", "--no-install-recommends",
-            "-o", f"Dir::Cache::archives={archives}", "-o", "Debug::NoLocking=1",
-            "--", *names,
+            *settings, "--", *names,
         ]  # fmt: skip
-        result = _run(command)
+        update = ["apt-get", "update", *settings]
+        if options.apt_sources is not None:
+            _run(update)
+        result = _run(fetch)
         if result.returncode != 0 and "Unable to locate package" in result.stdout:
-            _run(["apt-get", "update"])
-            result = _run(command)
+            _run(update)
+            result = _run(fetch)
         if result.returncode != 0:
             raise PackagesUnavailable(f"apt-get could not fetch {names}: {result.stdout[-1000:]}")
         target = partial / "apt"
@@ -246,6 +253,20 @@ def _unpack_apt(names: list[str], partial: Path) -> None:
         owner = partial.stat()
         for path in [target, *target.rglob("*")]:
             os.lchown(path, owner.st_uid, owner.st_gid)
+
+
+def _private_sources(options: HostOptions, tmp: Path) -> list[str]:
+    assert options.apt_sources is not None
+    sources = tmp / "sources.list"
+    sources.write_text(options.apt_sources.strip() + "\n")
+    (tmp / "sources.list.d").mkdir()
+    lists = options.work_dir / "apt" / "lists"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    return [
+        "-o", f"Dir::Etc::SourceList={sources}",
+        "-o", f"Dir::Etc::SourceParts={tmp / 'sources.list.d'}",
+        "-o", f"Dir::State::Lists={lists}",
+    ]  # fmt: skip
 
 
 def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
