@@ -112,8 +112,8 @@ class HostClient:
             raise SandboxUnavailable(f"the sandbox host sent a malformed answer to {op}")
         return result
 
-    async def _connection(self) -> FrameStream:
-        if self._idle:
+    async def _connection(self, *, fresh: bool = False) -> FrameStream:
+        if self._idle and not fresh:
             return self._idle.pop()
         try:
             with anyio.fail_after(self.timeouts.connect):
@@ -144,6 +144,21 @@ class HostClient:
         else:
             self._idle.append(frames)
 
+    async def open_terminal(self, request: Json) -> HostTerminal:
+        """A connection of its own, attached to a terminal: it lasts as long as
+        the attachment, with no deadline of its own (keepalives are the
+        caller's), and is closed after it."""
+        if self._closed:
+            raise SandboxUnavailable("the sandbox host client is closed")
+        frames = await self._connection(fresh=True)
+        try:
+            with anyio.fail_after(self.timeouts.call):
+                await frames.send({"op": "terminal", **request})
+        except BaseException:
+            await _discard(frames)
+            raise
+        return HostTerminal(frames)
+
     async def ping(self) -> Json:
         return await self.call("ping")
 
@@ -167,6 +182,93 @@ class HostClient:
 async def _discard(frames: FrameStream) -> None:
     with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
         await frames.aclose()
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalOutput:
+    channel: int
+    """1 stdout (all of a PTY's output), 2 stderr."""
+    offset: int
+    """Absolute offset of ``data``'s first byte in the terminal's output."""
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalReplayed:
+    """The scrollback replay ended; what follows is live."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalExited:
+    exit_code: int
+
+
+@dataclass(frozen=True, slots=True)
+class TerminalEnded:
+    """The host ended the attachment: ``reason`` is ``exited``, ``detached``,
+    ``too_slow`` or ``gone``, or the error it sent."""
+
+    reason: str
+    error: str | None = None
+
+
+TerminalEvent = TerminalOutput | TerminalReplayed | TerminalExited | TerminalEnded
+
+
+class HostTerminal:
+    """One attachment to a terminal in the sandbox host (``host/attach.py``)."""
+
+    def __init__(self, frames: FrameStream) -> None:
+        self._frames = frames
+        self._send_lock = anyio.Lock()
+        self.ended = False
+
+    async def receive(self) -> TerminalEvent:
+        """The next event; ``TerminalEnded`` last (then the connection is closed)."""
+        if self.ended:
+            return TerminalEnded("gone")
+        try:
+            frame = await self._frames.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ProtocolError):
+            await self.aclose()
+            return TerminalEnded("gone")
+        if "data_b64" in frame:
+            return TerminalOutput(
+                int(frame.get("channel", 1)), int(frame["offset"]), decode_bytes(frame["data_b64"])
+            )
+        if frame.get("replayed"):
+            return TerminalReplayed(int(frame["offset"]))
+        if "exit" in frame:
+            return TerminalExited(int(frame["exit"]))
+        await self.aclose()
+        if "error" in frame:
+            return TerminalEnded("error", str(frame.get("message") or frame.get("fields") or ""))
+        result = frame.get("result") or {}
+        reason = next(
+            (k for k in ("exited", "too_slow", "gone", "detached") if result.get(k)), "gone"
+        )
+        return TerminalEnded(reason)
+
+    async def send_input(self, data: bytes) -> None:
+        await self._send({"input_b64": encode_bytes(data)})
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._send({"resize": {"rows": rows, "cols": cols}})
+
+    async def detach(self) -> None:
+        await self._send({"detach": True})
+
+    async def _send(self, frame: Json) -> None:
+        # A failed send means the attachment ended; receive() says how.
+        async with self._send_lock:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await self._frames.send(frame)
+
+    async def aclose(self) -> None:
+        self.ended = True
+        await _discard(self._frames)
 
 
 class HostSandbox:
@@ -284,6 +386,33 @@ class HostSandbox:
 
     async def status(self) -> Json:
         return await self._call("status")
+
+    async def terminal(
+        self,
+        terminal_id: str,
+        *,
+        kind: str = "pty",
+        command: str | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        offset: int = 0,
+    ) -> HostTerminal:
+        """Starts the terminal if new (waking the sandbox) and attaches to it,
+        replaying its scrollback from ``offset``."""
+        if self._closed:
+            raise SandboxUnavailable("the sandbox is closed")
+        return await self._client.open_terminal(
+            {
+                "sandbox_id": self.sandbox_id,
+                "config": self.config.to_json(),
+                "terminal_id": terminal_id,
+                "kind": kind,
+                "command": command,
+                "rows": rows,
+                "cols": cols,
+                "offset": offset,
+            }
+        )
 
     async def close(self) -> None:
         """Forgets the sandbox on this side; it lives on in the host (rule 6)."""

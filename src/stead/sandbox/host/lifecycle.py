@@ -63,7 +63,12 @@ from stead.sandbox.errors import (
 from stead.sandbox.host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox.host.config import HostOptions, SandboxConfig
 from stead.sandbox.host.packages import PackageCache
-from stead.sandbox.host.processes import BackgroundProcess
+from stead.sandbox.host.processes import (
+    BackgroundProcess,
+    Kind,
+    check_size,
+    check_terminal_id,
+)
 from stead.sandbox.paths import WorkspacePaths
 from stead.sandbox.shell import BASH, OutputTail, Shell
 from stead.sandbox.snapshots import (
@@ -116,6 +121,7 @@ class HostedSandbox:
         self.state = State.COLD
         self._transition = anyio.Lock()
         self._exec_lock = anyio.Lock()
+        self._terminal_lock = anyio.Lock()
         self._running: dict[str, anyio.Event] = {}
         self._body: BwrapBody | None = None
         self._cgroup: SandboxCgroup | None = None
@@ -143,6 +149,10 @@ class HostedSandbox:
         finally:
             self._busy -= 1
             self._last_activity = time.monotonic()
+
+    def touch(self) -> None:
+        """Counts as activity now (a terminal client just left)."""
+        self._last_activity = time.monotonic()
 
     def idle_seconds(self) -> float | None:
         """Seconds since the last activity; None while anything is going on."""
@@ -521,6 +531,36 @@ class HostedSandbox:
             background = BackgroundProcess.start(process, command, name, self._tasks)
             self.processes[background.id] = background
             return background
+
+    async def terminal(
+        self, terminal_id: str, *, kind: Kind, command: str | None, rows: int, cols: int
+    ) -> BackgroundProcess:
+        """The terminal with this id, started if new: an exec of ``command``
+        (stdout and stderr apart) or a PTY running ``command`` or a login bash."""
+        check_terminal_id(terminal_id)
+        async with self._terminal_lock:
+            found = self.processes.get(terminal_id)
+            if found is not None:
+                return found
+            if kind is Kind.EXEC and not command:
+                raise InvalidArgument("command: an exec terminal needs a command")
+            if command is not None and "\x00" in command:
+                raise InvalidArgument("command: contains a NUL byte")
+            check_size(rows, cols)
+            async with self.activity():
+                body = self._require_body()
+                env = sandbox_environment(self.config.env, network=True)
+                argv = ["/bin/bash", "-c", command] if command else ["/bin/bash", "-l"]
+                if kind is Kind.PTY:
+                    env["TERM"] = "xterm-256color"
+                    process = await body.spawn(argv, env, pty=(rows, cols))
+                else:
+                    process = await body.spawn(argv, env, stderr="pipe")
+                started = BackgroundProcess.start(
+                    process, command or "bash -l", None, self._tasks, kind=kind, id=terminal_id
+                )
+                self.processes[terminal_id] = started
+                return started
 
     def process(self, process_id: str) -> BackgroundProcess:
         found = self.processes.get(process_id)

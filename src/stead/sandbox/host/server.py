@@ -34,10 +34,12 @@ from stead.sandbox.errors import (
     SandboxNotFound,
     SandboxUnavailable,
 )
+from stead.sandbox.host.attach import attach
 from stead.sandbox.host.catalogue import Catalogue
 from stead.sandbox.host.config import HostOptions, SandboxConfig
 from stead.sandbox.host.lifecycle import HostedSandbox
 from stead.sandbox.host.manager import SandboxManager
+from stead.sandbox.host.processes import Kind
 from stead.sandbox.host.protocol import (
     PROTOCOL_VERSION,
     FrameStream,
@@ -219,6 +221,7 @@ class HostRpc:
             "sleep": self._sleep,
             "destroy": self._destroy,
             "status": self._status,
+            "terminal": self._terminal,
         }
 
     async def serve_connection(self, frames: FrameStream, *, needs_hello: bool) -> None:
@@ -232,6 +235,8 @@ class HostRpc:
                     return
                 reply = await self.call(request, frames)
                 await frames.send(reply)
+                if request.get("op") == "terminal":
+                    return  # the client may still be sending input: start afresh
         except ProtocolError as exc:
             with contextlib.suppress(Exception):
                 await frames.send({"error": "InvalidArgument", "message": str(exc)})
@@ -386,6 +391,25 @@ class HostRpc:
             raise InvalidArgument(f"signal: {signum} is not a signal")
         await sandbox.kill_process(_str(request, "process_id"), signum)
         return {}
+
+    async def _terminal(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        try:
+            kind = Kind(request.get("kind", "pty"))
+        except ValueError:
+            raise InvalidArgument("kind: expected 'pty' or 'exec'") from None
+        if kind is Kind.BACKGROUND:
+            raise InvalidArgument("kind: expected 'pty' or 'exec'")
+        terminal = await sandbox.terminal(
+            _str(request, "terminal_id"),
+            kind=kind,
+            command=_opt_str(request, "command"),
+            rows=_int(request, "rows", 24),
+            cols=_int(request, "cols", 80),
+        )
+        if terminal.kind is not kind:
+            raise InvalidArgument(f"terminal_id: {terminal.id!r} is a {terminal.kind} terminal")
+        return await attach(sandbox, terminal, frames, _int(request, "offset", 0))
 
     async def _sleep(self, request: Json, frames: FrameStream) -> Json:
         sandbox = await self._sandbox(request)

@@ -1,0 +1,134 @@
+"""Terminals in the sandbox host (rule 10): PTYs and execs that keep running
+while nobody is attached, with a 1 MiB scrollback replayed on attach."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from stead.sandbox import HostSandbox
+from stead.sandbox.host.client import (
+    HostTerminal,
+    TerminalEnded,
+    TerminalEvent,
+    TerminalExited,
+    TerminalOutput,
+    TerminalReplayed,
+)
+from tests.sandbox.conftest import WAIT, requires_isolation
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+
+async def read_until(terminal: HostTerminal, text: bytes) -> list[TerminalEvent]:
+    """Events until the output so far contains ``text`` (bounded)."""
+    events: list[TerminalEvent] = []
+    seen = b""
+    with anyio.fail_after(WAIT):
+        while text not in seen:
+            event = await terminal.receive()
+            events.append(event)
+            assert not isinstance(event, TerminalEnded), events
+            if isinstance(event, TerminalOutput):
+                seen += event.data
+    return events
+
+
+async def read_to_end(terminal: HostTerminal) -> list[TerminalEvent]:
+    events: list[TerminalEvent] = []
+    with anyio.fail_after(WAIT):
+        while not isinstance(event := await terminal.receive(), TerminalEnded):
+            events.append(event)
+    events.append(event)
+    return events
+
+
+def output(events: list[TerminalEvent], channel: int | None = None) -> bytes:
+    return b"".join(
+        e.data
+        for e in events
+        if isinstance(e, TerminalOutput) and (channel is None or e.channel == channel)
+    )
+
+
+async def test_an_exec_sends_output_one_replay_marker_and_one_exit(sandbox: HostSandbox) -> None:
+    terminal = await sandbox.terminal(
+        "exec-1", kind="exec", command="echo out; echo err >&2; exit 3"
+    )
+    events = await read_to_end(terminal)
+    assert output(events, 1) == b"out\n"
+    assert output(events, 2) == b"err\n"
+    assert sum(isinstance(e, TerminalReplayed) for e in events) == 1
+    assert [e.exit_code for e in events if isinstance(e, TerminalExited)] == [3]
+    assert events[-1] == TerminalEnded("exited")
+    # Attaching again after the exit: the whole output again, then the exit once.
+    again = await read_to_end(await sandbox.terminal("exec-1", kind="exec"))
+    assert output(again) == output(events)
+    assert [e.exit_code for e in again if isinstance(e, TerminalExited)] == [3]
+
+
+async def test_two_ptys_are_independent_and_two_clients_see_one_pty(
+    sandbox: HostSandbox,
+) -> None:
+    first = await sandbox.terminal("pty-a")
+    second = await sandbox.terminal("pty-b")
+    await first.send_input(b"export MARK=only-a; echo set-$MARK\n")
+    await read_until(first, b"set-only-a")
+    await second.send_input(b"echo mark=[$MARK]\n")
+    await read_until(second, b"mark=[]")
+
+    watcher = await sandbox.terminal("pty-a")
+    await first.send_input(b"echo shared-$((6*7))\n")
+    await read_until(first, b"shared-42")
+    await read_until(watcher, b"shared-42")
+    for terminal in (first, second, watcher):
+        await terminal.aclose()
+
+
+async def test_output_made_while_detached_is_replayed_once(sandbox: HostSandbox) -> None:
+    terminal = await sandbox.terminal("pty-replay")
+    # Markers the shell computes, so the terminal's echo of the input never matches.
+    await terminal.send_input(b"echo $((20+1))-ready\n")
+    events = await read_until(terminal, b"21-ready")
+    resume = max(e.offset + len(e.data) for e in events if isinstance(e, TerminalOutput))
+    await terminal.send_input(b"sleep 0.5; echo $((1+1))-away\n")
+    await terminal.detach()
+    await read_to_end(terminal)
+    await anyio.sleep(1.0)  # the command prints while nobody is attached
+
+    again = await sandbox.terminal("pty-replay", offset=resume)
+    events = []
+    with anyio.fail_after(WAIT):
+        while not isinstance(event := await again.receive(), TerminalReplayed):
+            events.append(event)
+    replayed = output(events)
+    assert b"21-ready" not in replayed  # already seen: not sent twice
+    assert replayed.count(b"2-away") == 1
+    assert event.offset == resume + len(replayed)
+    await again.aclose()
+
+
+async def test_the_scrollback_keeps_the_last_mebibyte(sandbox: HostSandbox) -> None:
+    terminal = await sandbox.terminal(
+        "exec-big", kind="exec", command="head -c 3000000 /dev/zero | tr '\\0' x; echo; echo tail"
+    )
+    live = await read_to_end(terminal)
+    # A client that keeps up sees every byte: the exec runs at its pace.
+    assert live[-1] == TerminalEnded("exited")
+    assert len(output(live)) == 3000000 + 6
+    events = await read_to_end(await sandbox.terminal("exec-big", kind="exec"))
+    replay = output(events)
+    assert len(replay) == 1024 * 1024
+    assert replay.endswith(b"tail\n")
+    first = next(e for e in events if isinstance(e, TerminalOutput))
+    assert first.offset == 3000000 + 6 - 1024 * 1024
+
+
+async def test_resize_reaches_the_pty(sandbox: HostSandbox) -> None:
+    terminal = await sandbox.terminal("pty-size", rows=30, cols=90)
+    await terminal.send_input(b"stty size\n")
+    await read_until(terminal, b"30 90")
+    await terminal.resize(40, 100)
+    await terminal.send_input(b"stty size\n")
+    await read_until(terminal, b"40 100")
+    await terminal.aclose()
