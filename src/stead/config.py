@@ -33,6 +33,8 @@ class Settings(BaseSettings):
     """FULL makes every acknowledged commit survive power loss, not only a process crash."""
 
     sse_heartbeat_seconds: float = 15.0
+    keepalive_seconds: float = 30.0
+    """Empty frames on a terminal WebSocket when nothing else was sent."""
     sse_subscriber_buffer: int = 4096
     """Live events a slow SSE reader may fall behind before it re-reads from the store."""
 

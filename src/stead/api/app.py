@@ -9,7 +9,7 @@ from functools import partial
 import anyio
 from fastapi import FastAPI
 
-from stead.api import agents, environments, errors, events, openapi, sessions
+from stead.api import agents, environments, errors, events, openapi, sessions, terminals
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
@@ -24,7 +24,7 @@ from stead.runtime import (
 )
 from stead.store import Store, open_store
 
-ROUTE_MODULES = (agents, environments, sessions, events)
+ROUTE_MODULES = (agents, environments, sessions, events, terminals)
 SWEEP_DESTROY_SECONDS = 600.0
 """A destroy takes a final snapshot of the workspace; give a large one time."""
 
@@ -57,6 +57,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 bus=bus,
                 keys=KeyCache(ttl=settings.auth_cache_seconds),
                 runtime=runtime,
+                sandboxes=toolbox,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)

@@ -8,10 +8,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from fastapi import Request
+from starlette.requests import HTTPConnection
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import EventBus, Runtime
+from stead.runtime import EventBus, Runtime, SandboxToolbox
 from stead.store import ApiKey, Store
 
 
@@ -59,6 +60,7 @@ class Services:
     bus: EventBus
     keys: KeyCache
     runtime: Runtime
+    sandboxes: SandboxToolbox
 
 
 @dataclass(frozen=True)
@@ -67,11 +69,11 @@ class Caller:
     key_id: str
 
 
-def services(request: Request) -> Services:
+def services(request: HTTPConnection) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
-def _presented_key(request: Request) -> str | None:
+def _presented_key(request: HTTPConnection) -> str | None:
     header = request.headers.get("x-api-key")
     if header:
         return header.strip()
@@ -83,6 +85,11 @@ def _presented_key(request: Request) -> str | None:
 
 
 async def caller(request: Request) -> Caller:
+    return await authenticate(request)
+
+
+async def authenticate(request: HTTPConnection) -> Caller:
+    """The caller of an HTTP request or a WebSocket, from its API key header."""
     secret = _presented_key(request)
     if secret is None:
         raise ApiError(401, "send an API key as 'x-api-key' or 'Authorization: Bearer <key>'")

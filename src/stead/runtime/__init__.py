@@ -10,7 +10,7 @@ from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.runtime.service import Runtime
-from stead.runtime.toolbox import SandboxToolbox
+from stead.runtime.toolbox import NoSandbox, SandboxToolbox
 
 __all__ = [
     "Clock",
@@ -21,6 +21,7 @@ __all__ = [
     "LogCache",
     "LoopDeps",
     "ModelRouter",
+    "NoSandbox",
     "Notice",
     "Runtime",
     "SandboxToolbox",

@@ -58,6 +58,18 @@ class SandboxToolbox:
     def idempotent(self) -> frozenset[str]:
         return tools.IDEMPOTENT_TOOLS
 
+    async def host_sandbox(self, session_id: str) -> HostSandbox:
+        """The session's sandbox in the sandbox host (terminals live there);
+        ``NoSandbox`` when this server does not use the sandbox host."""
+        if self._settings.sandbox != "bwrap":
+            raise NoSandbox(
+                "terminals need the sandbox host: this server runs "
+                f"STEAD_SANDBOX={self._settings.sandbox}"
+            )
+        found = await self._sandbox(session_id)
+        assert isinstance(found, HostSandbox)
+        return found
+
     async def _sandbox(self, session_id: str) -> Sandbox:
         mode = self._settings.sandbox
         if mode == "off":

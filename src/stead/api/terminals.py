@@ -1,0 +1,218 @@
+"""/v1/sessions/{id}/sandbox/exec and /pty: terminals over WebSocket (rule 10).
+
+The exec or PTY lives in the sandbox host under a stable id (``?id=``, made
+up and announced when absent); this gateway only relays, so a client that
+lost its connection, or a restarted ``stead serve``, attaches again and
+nothing ran twice. Wire format (DESIGN §5): binary frames whose first byte is
+the channel, ``0x00`` stdin, ``0x01`` stdout, ``0x02`` stderr, ``0x03`` +
+int32 exit code (once, on a real exit, then close 1000), ``0x04`` end of the
+scrollback replay; text frames are JSON control messages (``resize``,
+``ping``; the server sends ``attached``, then ``offset`` (the absolute offset
+of the next output byte) before the first output and ``replayed`` with the
+offset at the end of the replay, so a client that counts bytes and reattaches
+with ``?offset=`` sees each byte once). Empty frames are keepalives, both ways, every 30 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import struct
+
+import anyio
+from fastapi import APIRouter, WebSocket
+from starlette.websockets import WebSocketDisconnect
+
+from stead.api.deps import authenticate, services
+from stead.api.errors import ApiError
+from stead.runtime import NoSandbox
+from stead.sandbox import (
+    HostTerminal,
+    SandboxError,
+    TerminalEnded,
+    TerminalExited,
+    TerminalOutput,
+    TerminalReplayed,
+)
+from stead.store import NotFound
+
+router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["terminals"])
+
+STDIN, EXIT, REPLAYED = 0x00, 0x03, 0x04
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+"""The sandbox host connection ended under us: redial."""
+CLOSE_TRY_AGAIN = 1013
+CLOSE_UNAUTHORIZED = 4401
+CLOSE_NOT_FOUND = 4404
+CLOSE_BAD_REQUEST = 4400
+CLOSE_TOO_SLOW = 4408
+"""This client fell more than the scrollback behind and was dropped."""
+CLOSE_NO_SANDBOX = 4503
+
+
+@router.websocket("/exec")
+async def exec_terminal(websocket: WebSocket, session_id: str) -> None:
+    await _serve(websocket, session_id, "exec")
+
+
+@router.websocket("/pty")
+async def pty_terminal(websocket: WebSocket, session_id: str) -> None:
+    await _serve(websocket, session_id, "pty")
+
+
+class Refused(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+
+
+async def _serve(websocket: WebSocket, session_id: str, kind: str) -> None:
+    await websocket.accept()
+    try:
+        terminal, terminal_id = await _open(websocket, session_id, kind)
+    except Refused as refused:
+        await websocket.close(refused.code, refused.reason[:120])
+        return
+    try:
+        await websocket.send_text(json.dumps({"type": "attached", "id": terminal_id, "kind": kind}))
+        code, reason = await _relay(websocket, terminal)
+    except (WebSocketDisconnect, RuntimeError):
+        code, reason = None, ""
+    finally:
+        with anyio.CancelScope(shield=True):
+            await terminal.aclose()
+    if code is not None:
+        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+            await websocket.close(code, reason)
+
+
+async def _open(websocket: WebSocket, session_id: str, kind: str) -> tuple[HostTerminal, str]:
+    try:
+        who = await authenticate(websocket)
+    except ApiError as exc:
+        raise Refused(CLOSE_UNAUTHORIZED, str(exc)) from None
+    app = services(websocket)
+    try:
+        await app.store.get_session(who.workspace_id, session_id)
+    except NotFound:
+        raise Refused(CLOSE_NOT_FOUND, f"no session {session_id}") from None
+    query = websocket.query_params
+    terminal_id = query.get("id") or f"{kind}_{secrets.token_hex(8)}"
+    try:
+        offset, rows, cols = (
+            int(query.get(k, d)) for k, d in (("offset", 0), ("rows", 24), ("cols", 80))
+        )
+    except ValueError:
+        raise Refused(CLOSE_BAD_REQUEST, "offset, rows and cols must be integers") from None
+    command = query.get("command")
+    if kind == "exec" and command is None and "id" not in query:
+        command = await _first_command(websocket)
+    try:
+        sandbox = await app.sandboxes.host_sandbox(session_id)
+        terminal = await sandbox.terminal(
+            terminal_id, kind=kind, command=command, rows=rows, cols=cols, offset=offset
+        )
+    except NoSandbox as exc:
+        raise Refused(CLOSE_NO_SANDBOX, str(exc)) from None
+    except SandboxError as exc:
+        raise Refused(CLOSE_TRY_AGAIN if exc.retryable else CLOSE_BAD_REQUEST, str(exc)) from None
+    return terminal, terminal_id
+
+
+async def _first_command(websocket: WebSocket) -> str:
+    """An exec's command from its first control message, when not in the query."""
+    with anyio.move_on_after(services(websocket).settings.keepalive_seconds):
+        message = await websocket.receive_text()
+        try:
+            start = json.loads(message)
+        except ValueError:
+            start = None
+        if isinstance(start, dict) and isinstance(start.get("command"), str):
+            return str(start["command"])
+        raise Refused(CLOSE_BAD_REQUEST, 'send {"type": "start", "command": "..."} first')
+    raise Refused(CLOSE_BAD_REQUEST, "no command arrived")
+
+
+async def _relay(websocket: WebSocket, terminal: HostTerminal) -> tuple[int, str]:
+    ended: tuple[int, str] = (CLOSE_GOING_AWAY, "the sandbox host connection ended")
+    async with anyio.create_task_group() as tasks:
+
+        async def outward() -> None:
+            nonlocal ended
+            ended = await _send_output(websocket, terminal)
+            tasks.cancel_scope.cancel()
+
+        async def inward() -> None:
+            await _take_input(websocket, terminal)
+            tasks.cancel_scope.cancel()
+
+        tasks.start_soon(outward)
+        tasks.start_soon(inward)
+        tasks.start_soon(_keepalive, websocket, services(websocket).settings.keepalive_seconds)
+    return ended
+
+
+async def _send_output(websocket: WebSocket, terminal: HostTerminal) -> tuple[int, str]:
+    announced = False
+    while True:
+        event = await terminal.receive()
+        if isinstance(event, TerminalOutput):
+            if not announced:  # where the bytes that follow start: the client counts on
+                await websocket.send_text(json.dumps({"type": "offset", "offset": event.offset}))
+                announced = True
+            await websocket.send_bytes(bytes([event.channel]) + event.data)
+        elif isinstance(event, TerminalReplayed):
+            await websocket.send_text(json.dumps({"type": "replayed", "offset": event.offset}))
+            await websocket.send_bytes(bytes([REPLAYED]))
+        elif isinstance(event, TerminalExited):
+            await websocket.send_bytes(bytes([EXIT]) + struct.pack(">i", event.exit_code))
+        elif isinstance(event, TerminalEnded):
+            if event.reason == "exited":
+                return CLOSE_NORMAL, "exited"
+            if event.reason == "too_slow":
+                return CLOSE_TOO_SLOW, "fell behind the scrollback"
+            if event.reason == "error":
+                return CLOSE_BAD_REQUEST, (event.error or "refused")[:120]
+            return CLOSE_GOING_AWAY, "the sandbox host connection ended"
+
+
+async def _take_input(websocket: WebSocket, terminal: HostTerminal) -> None:
+    with contextlib.suppress(WebSocketDisconnect):
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            if data:
+                if data[0] == STDIN and len(data) > 1:
+                    await terminal.send_input(data[1:])
+                continue
+            text = message.get("text")
+            if text:
+                await _control(websocket, terminal, text)
+
+
+async def _control(websocket: WebSocket, terminal: HostTerminal, text: str) -> None:
+    try:
+        control = json.loads(text)
+    except ValueError:
+        control = None
+    if not isinstance(control, dict):
+        await websocket.send_text(json.dumps({"type": "error", "message": "not a JSON object"}))
+        return
+    if control.get("type") == "resize":
+        rows, cols = control.get("rows"), control.get("cols")
+        if isinstance(rows, int) and isinstance(cols, int):
+            await terminal.resize(rows, cols)
+            return
+        await websocket.send_text(json.dumps({"type": "error", "message": "resize: rows, cols"}))
+    elif control.get("type") == "ping":
+        await websocket.send_text(json.dumps({"type": "pong"}))
+
+
+async def _keepalive(websocket: WebSocket, seconds: float) -> None:
+    while True:
+        await anyio.sleep(seconds)
+        await websocket.send_bytes(b"")

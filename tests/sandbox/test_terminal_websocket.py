@@ -1,0 +1,167 @@
+"""Terminals over stead serve's WebSocket (rule 10, DESIGN §5), with a real
+sandbox host, a real ``stead serve`` and the ``stead.client.Terminal``."""
+
+from __future__ import annotations
+
+import json
+import struct
+import urllib.parse
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import pytest
+import websockets
+
+from stead.client import Output, Terminal, TerminalError
+from stead.sandbox import HostSandbox
+from stead.testing import FakeModel, HostProcess, ServerProcess, Text, Turn
+from tests.conftest import loop_env, make_client
+from tests.sandbox.conftest import WAIT, client_of, config, requires_isolation
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+
+def quiet(body: dict[str, Any]) -> Turn:
+    return Turn([Text("ok")])
+
+
+@pytest.fixture(scope="module")
+def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with FakeModel(quiet) as fake:
+        env = loop_env(
+            fake,
+            STEAD_KEEPALIVE_SECONDS="0.3",
+            STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5",
+            **host.settings_env,
+        )
+        server = ServerProcess(tmp_path_factory.mktemp("gateway") / "data", env=env).start()
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def session_id(gateway: ServerProcess) -> str:
+    assert gateway.first_key
+    with make_client(gateway.url, gateway.first_key) as client:
+        agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
+        environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
+        return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+def terminal(gateway: ServerProcess, session_id: str, **options: Any) -> Terminal:
+    assert gateway.first_key
+    return Terminal(gateway.url, gateway.first_key, session_id, backoff_initial=0.05, **options)
+
+
+async def read_until(outputs: AsyncIterator[Output], text: bytes) -> bytes:
+    seen = b""
+    with anyio.move_on_after(WAIT):
+        async for item in outputs:
+            seen += item.data
+            if text in seen:
+                return seen
+    raise AssertionError(f"no {text!r} in {seen!r}")
+
+
+async def test_an_exec_streams_both_channels_and_exits_once(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    assert gateway.first_key
+    url = gateway.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/exec"
+    command = "echo out; echo err >&2; exit 3"
+    frames: list[bytes] = []
+    query = urllib.parse.urlencode({"command": command})
+    async with websockets.connect(
+        f"{url}?{query}", additional_headers={"x-api-key": gateway.first_key}
+    ) as socket:
+        with anyio.fail_after(WAIT):
+            async for message in socket:
+                if isinstance(message, bytes) and message:
+                    frames.append(message)
+        assert socket.close_code == 1000
+    assert b"".join(f[1:] for f in frames if f[0] == 1) == b"out\n"
+    assert b"".join(f[1:] for f in frames if f[0] == 2) == b"err\n"
+    assert [f for f in frames if f[0] == 4] == [b"\x04"]
+    assert [f for f in frames if f[0] == 3] == [b"\x03" + struct.pack(">i", 3)]
+    assert frames[-1][0] == 3
+
+
+async def test_stead_exec_client_reports_the_exit_code(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    async with terminal(gateway, session_id, kind="exec", command="printf hi; exit 7") as term:
+        got = b"".join([item.data async for item in term.output()])
+    assert (got, term.exit_code) == (b"hi", 7)
+
+
+async def test_a_pty_survives_the_server_being_killed(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    async with terminal(gateway, session_id) as term:
+        outputs = term.output()
+        await term.send(b"export KEPT=yes; echo pid=$$-$((1+1))\n")
+        before = await read_until(outputs, b"-2\r\n")
+        pid = before.split(b"pid=")[-1].split(b"-")[0]
+        await term.send(b"sleep 1.5; echo $((3*4))-meanwhile\n")
+        await read_until(outputs, b"$((3*4))-meanwhile")  # the shell has the line
+        gateway.kill()
+        await anyio.sleep(2.0)  # the line prints while no server runs
+        gateway.start()
+        seen = await read_until(outputs, b"12-meanwhile")
+        await term.send(b"echo again=$$-$KEPT-$((2+2))\n")
+        seen += await read_until(outputs, b"-4\r\n")
+    assert term.redial_count >= 1
+    assert seen.count(b"12-meanwhile") == 1  # delivered once across the redial
+    assert f"again={pid.decode()}-yes-4".encode() in seen
+
+
+async def test_an_idle_pty_stays_open_and_keeps_the_sandbox_awake(
+    gateway: ServerProcess, session_id: str, host: HostProcess
+) -> None:
+    async with terminal(gateway, session_id, keepalive_seconds=0.3) as term:
+        outputs = term.output()
+        await term.send(b"echo $((5*5))-first\n")
+        await read_until(outputs, b"25-first")
+        await anyio.sleep(3.0)  # many keepalives and idle checks pass
+        status = host.call({"op": "status", "sandbox_id": session_id})["result"]
+        assert status["state"] == "active"
+        await term.send(b"echo $((6*6))-after\n")
+        await read_until(outputs, b"36-after")
+    assert term.redial_count == 0
+
+
+async def test_a_sleeping_sandbox_wakes_for_a_terminal(
+    gateway: ServerProcess, session_id: str, host: HostProcess
+) -> None:
+    client = client_of(host)
+    sandbox = HostSandbox(client, session_id, config())
+    await sandbox.write_file("left-behind", b"still here")
+    assert await sandbox.sleep()
+    await client.aclose()
+    async with terminal(gateway, session_id, kind="exec", command="cat left-behind") as term:
+        got = b"".join([item.data async for item in term.output()])
+    assert got == b"still here"
+
+
+async def test_a_bad_key_is_refused_not_redialled(gateway: ServerProcess, session_id: str) -> None:
+    term = Terminal(gateway.url, "sk-stead-wrong", session_id)
+    with pytest.raises(TerminalError, match="refused"):
+        async with term:
+            pass
+
+
+async def test_the_flap_breaker_gives_up_on_a_line_that_keeps_dropping() -> None:
+    async def flapping(socket: Any) -> None:
+        await socket.send(json.dumps({"type": "attached", "id": "pty_x", "kind": "pty"}))
+        await socket.close(1011, "broken")
+
+    async with websockets.serve(flapping, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        term = Terminal(f"http://127.0.0.1:{port}", "key", "sesn_x", backoff_initial=0.01)
+        async with term:
+            with pytest.raises(TerminalError, match="keeps dropping"):
+                async for _ in term.output():
+                    pass
+    assert term.redial_count == 3
