@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import signal
 from pathlib import Path
 from typing import Annotated, Any
@@ -156,6 +157,59 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
         async for _ in signals:
             scope.cancel()
             return
+
+
+Url = Annotated[
+    str, typer.Option("--url", envvar="STEAD_URL", help="The stead server (env STEAD_URL).")
+]
+ApiKeyOption = Annotated[
+    str, typer.Option("--api-key", envvar="STEAD_API_KEY", help="API key (env STEAD_API_KEY).")
+]
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_command(
+    session_id: Annotated[str, typer.Argument(help="The session whose sandbox runs it.")],
+    command: Annotated[list[str], typer.Argument(help="The command, after --.")],
+    url: Url = "http://127.0.0.1:8787",
+    api_key: ApiKeyOption = "",
+) -> None:
+    """Run a command in a session's sandbox, stream its output, exit with its code."""
+    from stead.client.console import run_exec
+
+    code = _run_client(run_exec, url, api_key, session_id, shlex.join(command))
+    raise typer.Exit(code)
+
+
+@app.command()
+def shell(
+    session_id: Annotated[str, typer.Argument(help="The session whose sandbox to enter.")],
+    terminal_id: Annotated[
+        str | None, typer.Option("--id", help="Attach to this shell again (it outlives you).")
+    ] = None,
+    url: Url = "http://127.0.0.1:8787",
+    api_key: ApiKeyOption = "",
+) -> None:
+    """An interactive shell in a session's sandbox that survives disconnects."""
+    from stead.client.console import run_shell
+
+    raise typer.Exit(_run_client(run_shell, url, api_key, session_id, terminal_id))
+
+
+def _run_client(function: Any, url: str, api_key: str, *args: Any) -> int:
+    from stead.client import TerminalError
+
+    if not api_key:
+        console.print("stead: give an API key with --api-key or STEAD_API_KEY", style="red")
+        return 2
+    try:
+        return int(anyio.run(function, url, api_key, *args))
+    except TerminalError as exc:
+        console.print(f"stead: {exc}", style="red")
+        return 1
+    except OSError as exc:
+        console.print(f"stead: cannot reach {url}: {exc}", style="red")
+        return 1
 
 
 @app.command()

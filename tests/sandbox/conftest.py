@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
-from stead.testing import HostProcess
+from stead.testing import FakeModel, HostProcess, ServerProcess, Text, Turn
+from tests.conftest import loop_env, make_client
 
 WAIT = 30.0
 """Longest a test waits for something the host does in the background."""
@@ -78,3 +79,32 @@ def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:
 
 def client_of(process: HostProcess) -> HostClient:
     return HostClient(HostAddress(unix_path=process.socket_path))
+
+
+def quiet(body: dict[str, Any]) -> Turn:
+    return Turn([Text("ok")])
+
+
+@pytest.fixture(scope="module")
+def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real ``stead serve`` using the module's sandbox host, with short keepalives."""
+    with FakeModel(quiet) as fake:
+        env = loop_env(
+            fake,
+            STEAD_KEEPALIVE_SECONDS="0.3",
+            STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5",
+            **host.settings_env,
+        )
+        server = ServerProcess(tmp_path_factory.mktemp("gateway") / "data", env=env).start()
+        yield server
+        server.stop()
+
+
+@pytest.fixture
+def session_id(gateway: ServerProcess) -> str:
+    """A new session on the gateway (its sandbox is made on first use)."""
+    assert gateway.first_key
+    with make_client(gateway.url, gateway.first_key) as client:
+        agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
+        environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
+        return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id

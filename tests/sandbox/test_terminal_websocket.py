@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 import struct
 import urllib.parse
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -16,38 +15,10 @@ import websockets
 
 from stead.client import Output, Terminal, TerminalError
 from stead.sandbox import HostSandbox
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, Turn
-from tests.conftest import loop_env, make_client
+from stead.testing import HostProcess, ServerProcess
 from tests.sandbox.conftest import WAIT, client_of, config, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
-
-
-def quiet(body: dict[str, Any]) -> Turn:
-    return Turn([Text("ok")])
-
-
-@pytest.fixture(scope="module")
-def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with FakeModel(quiet) as fake:
-        env = loop_env(
-            fake,
-            STEAD_KEEPALIVE_SECONDS="0.3",
-            STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5",
-            **host.settings_env,
-        )
-        server = ServerProcess(tmp_path_factory.mktemp("gateway") / "data", env=env).start()
-        yield server
-        server.stop()
-
-
-@pytest.fixture
-def session_id(gateway: ServerProcess) -> str:
-    assert gateway.first_key
-    with make_client(gateway.url, gateway.first_key) as client:
-        agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
-        environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
-        return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
 
 
 def terminal(gateway: ServerProcess, session_id: str, **options: Any) -> Terminal:

@@ -1,0 +1,87 @@
+"""``stead exec`` and ``stead shell``: a session's sandbox in the user's own
+terminal, through ``Terminal`` (so both survive a dropped line)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import termios
+import tty
+
+import anyio
+
+from stead.client.terminal import STDOUT, Terminal
+
+READ_CHUNK = 65536
+
+
+async def run_exec(url: str, api_key: str, session_id: str, command: str) -> int:
+    """Streams the command's stdout and stderr to ours; its exit code (1 if
+    it never reported one)."""
+    async with Terminal(url, api_key, session_id, kind="exec", command=command) as term:
+        async for item in term.output():
+            out = sys.stdout.buffer if item.channel == STDOUT else sys.stderr.buffer
+            out.write(item.data)
+            out.flush()
+    return term.exit_code if term.exit_code is not None else 1
+
+
+async def run_shell(url: str, api_key: str, session_id: str, terminal_id: str | None) -> int:
+    """An interactive PTY in the user's tty (raw mode, resized on SIGWINCH);
+    the shell's exit code when it exits. Leaving (closing the window) leaves
+    the shell running: ``--id`` attaches to it again."""
+    stdin = sys.stdin.fileno()
+    rows, cols = _size()
+    saved = termios.tcgetattr(stdin) if os.isatty(stdin) else None
+    async with Terminal(
+        url, api_key, session_id, kind="pty", terminal_id=terminal_id, rows=rows, cols=cols
+    ) as term:
+        sys.stderr.write(f"stead: attached to {term.terminal_id}\r\n")
+        sys.stderr.flush()
+        try:
+            if saved is not None:
+                tty.setraw(stdin)
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(_forward_keys, term, stdin)
+                tasks.start_soon(_forward_resizes, term)
+                async for item in term.output():
+                    sys.stdout.buffer.write(item.data)
+                    sys.stdout.buffer.flush()
+                tasks.cancel_scope.cancel()
+        finally:
+            if saved is not None:
+                termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+    return term.exit_code if term.exit_code is not None else 0
+
+
+async def _forward_keys(term: Terminal, stdin: int) -> None:
+    os.set_blocking(stdin, False)
+    try:
+        while True:
+            await anyio.wait_readable(stdin)
+            try:
+                data = os.read(stdin, READ_CHUNK)
+            except BlockingIOError:
+                continue
+            if not data:
+                return  # stdin closed: leave, the shell goes on
+            await term.send(data)
+    finally:
+        with contextlib.suppress(OSError):
+            os.set_blocking(stdin, True)
+
+
+async def _forward_resizes(term: Terminal) -> None:
+    with anyio.open_signal_receiver(signal.SIGWINCH) as signals:
+        async for _ in signals:
+            await term.resize(*_size())
+
+
+def _size() -> tuple[int, int]:
+    try:
+        size = os.get_terminal_size(sys.stdout.fileno())
+    except OSError:
+        return 24, 80
+    return size.lines, size.columns
