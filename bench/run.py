@@ -29,6 +29,7 @@ BENCHMARKS = (
     "sandbox_start",
     "sandbox_exec",
     "sandbox_density",
+    "terminal",
     "snapshot",
 )
 TIMEOUT_S = 120.0
