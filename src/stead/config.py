@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     sse_heartbeat_seconds: float = 15.0
     keepalive_seconds: float = 30.0
     """Empty frames on a terminal WebSocket when nothing else was sent."""
+    terminal_send_timeout_seconds: float = 30.0
+    """A terminal client that cannot take output for this long is dropped (too slow)."""
     sse_subscriber_buffer: int = 4096
     """Live events a slow SSE reader may fall behind before it re-reads from the store."""
 

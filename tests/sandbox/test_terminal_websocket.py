@@ -3,6 +3,7 @@ sandbox host, a real ``stead serve`` and the ``stead.client.Terminal``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
 import urllib.parse
@@ -10,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import anyio.abc
 import pytest
 import websockets
 
@@ -88,10 +90,55 @@ async def test_a_pty_survives_the_server_being_killed(
     assert f"again={pid.decode()}-yes-4".encode() in seen
 
 
+class IdleProxy:
+    """A TCP proxy that cuts a connection after ``idle`` seconds without a
+    byte either way, as load balancers and NAT boxes do."""
+
+    def __init__(self, target_port: int, idle: float) -> None:
+        self.target_port = target_port
+        self.idle = idle
+        self.cuts = 0
+
+    async def handle(self, client: anyio.abc.SocketStream) -> None:
+        async with client, await anyio.connect_tcp("127.0.0.1", self.target_port) as upstream:
+            last = [anyio.current_time()]
+
+            async def pipe(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) -> None:
+                with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                    while True:
+                        await sink.send(await source.receive())
+                        last[0] = anyio.current_time()
+                tasks.cancel_scope.cancel()  # closed by an end: not a cut
+
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(pipe, client, upstream)
+                tasks.start_soon(pipe, upstream, client)
+                while anyio.current_time() - last[0] < self.idle:  # noqa: ASYNC110 - a clock, not an event
+                    await anyio.sleep(0.05)
+                self.cuts += 1
+                tasks.cancel_scope.cancel()
+
+
 async def test_an_idle_pty_stays_open_and_keeps_the_sandbox_awake(
     gateway: ServerProcess, session_id: str, host: HostProcess
 ) -> None:
-    async with terminal(gateway, session_id, keepalive_seconds=0.3) as term:
+    proxy = IdleProxy(gateway.port, idle=1.0)
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+    port = listener.extra(anyio.abc.SocketAttribute.local_port)
+    assert gateway.first_key
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(listener.serve, proxy.handle)
+        term = Terminal(
+            f"http://127.0.0.1:{port}", gateway.first_key, session_id, keepalive_seconds=0.3
+        )
+        await idle_then_type(term, session_id, host)
+        tasks.cancel_scope.cancel()
+    await listener.aclose()
+    assert proxy.cuts == 0
+
+
+async def idle_then_type(term: Terminal, session_id: str, host: HostProcess) -> None:
+    async with term:
         outputs = term.output()
         await term.send(b"echo $((5*5))-first\n")
         await read_until(outputs, b"25-first")

@@ -3,6 +3,8 @@ while nobody is attached, with a 1 MiB scrollback replayed on attach."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
 
@@ -15,7 +17,8 @@ from stead.sandbox.host.client import (
     TerminalOutput,
     TerminalReplayed,
 )
-from tests.sandbox.conftest import WAIT, requires_isolation
+from stead.testing import HostProcess
+from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -132,3 +135,29 @@ async def test_resize_reaches_the_pty(sandbox: HostSandbox) -> None:
     await terminal.send_input(b"stty size\n")
     await read_until(terminal, b"40 100")
     await terminal.aclose()
+
+
+async def test_a_slow_client_is_dropped_without_holding_back_a_fast_one(tmp_path: Path) -> None:
+    process = HostProcess(
+        tmp_path / "state", env={"STEAD_TERMINAL_SEND_TIMEOUT_SECONDS": "1"}
+    ).start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sandbox.exec("true", op_key="wake", timeout=30)
+        # Output waits for input, so both clients are attached before it flows.
+        command = "read go; head -c 30000000 /dev/zero; echo done"
+        fast = await sandbox.terminal("exec-flood", kind="exec", command=command)
+        slow = await sandbox.terminal("exec-flood", kind="exec")
+        await fast.send_input(b"go\n")
+        events = await read_to_end(fast)  # the slow one never reads meanwhile
+        assert events[-1] == TerminalEnded("exited")
+        assert len(output(events)) == 30000000 + 5
+        with anyio.fail_after(WAIT):
+            while not isinstance(event := await slow.receive(), TerminalEnded):
+                pass
+        assert event == TerminalEnded("too_slow")
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()

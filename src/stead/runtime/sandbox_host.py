@@ -60,6 +60,7 @@ def host_options(settings: Settings) -> HostOptions:
         npm_registry=settings.npm_registry,
         package_hosts=tuple(settings.package_hosts),
         apt_sources=settings.apt_sources,
+        terminal_send_seconds=settings.terminal_send_timeout_seconds,
     )
 
 
@@ -149,6 +150,7 @@ HOST_SETTINGS = (
     "npm_registry",
     "package_hosts",
     "apt_sources",
+    "terminal_send_timeout_seconds",
     "log_level",
 )
 

@@ -24,8 +24,6 @@ from stead.sandbox.host.lifecycle import HostedSandbox
 from stead.sandbox.host.processes import BackgroundProcess
 from stead.sandbox.host.protocol import FrameStream, Json, ProtocolError, decode_bytes, encode_bytes
 
-SEND_SECONDS = 30.0
-"""Longest one frame may take to go out before the client counts as stalled."""
 MAX_FRAME_DATA = 64 * 1024
 
 
@@ -34,69 +32,82 @@ class TooSlow(Exception):
 
 
 async def attach(
-    sandbox: HostedSandbox, terminal: BackgroundProcess, frames: FrameStream, offset: int
+    sandbox: HostedSandbox,
+    terminal: BackgroundProcess,
+    frames: FrameStream,
+    offset: int,
+    *,
+    send_seconds: float,
 ) -> Json:
+    """``send_seconds``: longest one frame may take to go out before the
+    client counts as stalled (too slow)."""
+    sender = _Sender(frames, send_seconds)
     """Serves one attachment until the process exits, the client detaches or
     goes away; returns the final answer."""
     terminal.attached += 1
     sandbox.terminals += 1
-    reader = id(frames)
-    terminal.reader_at(reader, max(offset, terminal.ring.start))
+    terminal.reader_at(sender.reader, max(offset, terminal.ring.start))
     outcome: Json = {"detached": True}
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_take_input, terminal, frames, tasks.cancel_scope)
             try:
-                exit_code = await _send_output(terminal, frames, offset)
+                exit_code = await _send_output(terminal, sender, offset)
                 outcome = {"exited": True, "exit_code": exit_code}
-            except TooSlow:
+            except (TooSlow, TimeoutError):
                 outcome = {"too_slow": True}
-            except (TimeoutError, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 outcome = {"gone": True}
             tasks.cancel_scope.cancel()
     finally:
-        terminal.reader_at(reader, None)
+        terminal.reader_at(sender.reader, None)
         terminal.attached -= 1
         sandbox.terminals -= 1
         sandbox.touch()
     return outcome
 
 
-async def _send_output(terminal: BackgroundProcess, frames: FrameStream, offset: int) -> int | None:
+async def _send_output(terminal: BackgroundProcess, sender: _Sender, offset: int) -> int | None:
     ring = terminal.ring
     position = max(offset, ring.start)
-    position = await _send_chunks(terminal, frames, position, id(frames), replay=True)
-    await _send(frames, {"replayed": True, "offset": position})
+    position = await _send_chunks(terminal, sender, position, replay=True)
+    await sender.send({"replayed": True, "offset": position})
     while True:
         await ring.wait_beyond(position)
         if ring.start > position:
             raise TooSlow
-        position = await _send_chunks(terminal, frames, position, id(frames), replay=False)
+        position = await _send_chunks(terminal, sender, position, replay=False)
         if ring.closed and position >= ring.end:
             await terminal.exited.wait()
             if terminal.exit_code is not None:
-                await _send(frames, {"exit": terminal.exit_code})
+                await sender.send({"exit": terminal.exit_code})
             return terminal.exit_code
 
 
 async def _send_chunks(
-    terminal: BackgroundProcess, frames: FrameStream, position: int, reader: int, *, replay: bool
+    terminal: BackgroundProcess, sender: _Sender, position: int, *, replay: bool
 ) -> int:
     for start, channel, data in terminal.ring.chunks(position):
         for cut in range(0, len(data), MAX_FRAME_DATA):
             piece = data[cut : cut + MAX_FRAME_DATA]
             frame = {"data_b64": encode_bytes(piece), "channel": channel, "offset": start + cut}
-            await _send(frames, frame)
+            await sender.send(frame)
         position = start + len(data)
-        terminal.reader_at(reader, position)
+        terminal.reader_at(sender.reader, position)
         if not replay and terminal.ring.start > position:
             raise TooSlow
     return position
 
 
-async def _send(frames: FrameStream, frame: Json) -> None:
-    with anyio.fail_after(SEND_SECONDS):
-        await frames.send(frame)
+class _Sender:
+    def __init__(self, frames: FrameStream, seconds: float) -> None:
+        self.frames = frames
+        self.seconds = seconds
+        self.reader = id(frames)
+
+    async def send(self, frame: Json) -> None:
+        with anyio.fail_after(self.seconds):
+            await self.frames.send(frame)
 
 
 async def _take_input(

@@ -100,6 +100,8 @@ class HostOptions:
     apt_sources: str | None = None
     """sources.list lines apt packages come from instead of the machine's."""
     install_timeout_seconds: float = 900.0
+    terminal_send_seconds: float = 30.0
+    """A terminal client that takes longer to accept one frame is dropped as too slow."""
     proxy_connect_timeout: float = 10.0
     proxy_idle_timeout: float = 600.0
 

@@ -52,6 +52,10 @@ class SandboxManager:
         self._locks: dict[str, anyio.Lock] = {}
 
     @property
+    def options(self) -> HostOptions:
+        return self._options
+
+    @property
     def isolation_problem(self) -> str | None:
         """Why this host refuses to start sandboxes; None when it can."""
         return self._isolation_problem

@@ -234,9 +234,13 @@ class HostRpc:
                 except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                     return
                 reply = await self.call(request, frames)
-                await frames.send(reply)
                 if request.get("op") == "terminal":
-                    return  # the client may still be sending input: start afresh
+                    # A stalled client gets no more than a bounded wait; and it
+                    # may still be sending input, so its connection ends here.
+                    with anyio.move_on_after(self._manager.options.terminal_send_seconds):
+                        await frames.send(reply)
+                    return
+                await frames.send(reply)
         except ProtocolError as exc:
             with contextlib.suppress(Exception):
                 await frames.send({"error": "InvalidArgument", "message": str(exc)})
@@ -409,7 +413,13 @@ class HostRpc:
         )
         if terminal.kind is not kind:
             raise InvalidArgument(f"terminal_id: {terminal.id!r} is a {terminal.kind} terminal")
-        return await attach(sandbox, terminal, frames, _int(request, "offset", 0))
+        return await attach(
+            sandbox,
+            terminal,
+            frames,
+            _int(request, "offset", 0),
+            send_seconds=self._manager.options.terminal_send_seconds,
+        )
 
     async def _sleep(self, request: Json, frames: FrameStream) -> Json:
         sandbox = await self._sandbox(request)
