@@ -183,3 +183,16 @@ async def test_the_flap_breaker_gives_up_on_a_line_that_keeps_dropping() -> None
                 async for _ in term.output():
                     pass
     assert term.redial_count == 3
+
+
+async def test_two_clients_on_one_pty_and_two_ptys_apart(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    async with terminal(gateway, session_id) as first, terminal(gateway, session_id) as other:  # noqa: SIM117 - the watcher needs the id
+        async with terminal(gateway, session_id, terminal_id=first.terminal_id) as watcher:
+            mine, theirs, watched = first.output(), other.output(), watcher.output()
+            await first.send(b"export ONLY=first; echo $((2*21))-$ONLY\n")
+            await read_until(mine, b"42-first")
+            await read_until(watched, b"42-first")  # a second client sees it all
+            await other.send(b"echo [$ONLY]-$((3*3))\n")
+            assert b"[]-9" in await read_until(theirs, b"-9")  # another PTY: its own shell
