@@ -1,7 +1,7 @@
 """One sandbox in the host: cold -> warming -> active -> stopping -> cold (rule 6).
 
-Waking restores the workspace (unless the warm marker says the directory on
-disk is current), installs nothing twice (``packages.py`` caches per package
+Waking restores the workspace (``workspace.py``; unless the warm marker says
+the directory on disk is current), installs nothing twice (``packages.py`` caches per package
 set), creates the cgroup, starts the egress proxy and the bwrap body under a
 keeper task that owns them. Sleeping stops the body, snapshots the workspace
 to the blob store, verifies the snapshot, and only then drops the older
@@ -11,7 +11,7 @@ reported as ``WorkspaceUnavailable``, never replaced by an empty workspace.
 
 Activity (what keeps a sandbox awake): a call in progress, a process the
 agent left running in the sandbox, a background process, an attached
-terminal. ``idle_since`` is None while any of them is present.
+terminal. ``idle_seconds`` is None while any of them is present.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import anyio
 from anyio import to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
-from stead.blobs import BlobError, BlobStore
+from stead.blobs import BlobStore
 from stead.egress import EgressPolicy, EgressProxy
 from stead.sandbox import files, search
 from stead.sandbox.backends.bwrap import (
@@ -60,7 +60,7 @@ from stead.sandbox.errors import (
     SandboxUnavailable,
     WorkspaceUnavailable,
 )
-from stead.sandbox.host.catalogue import Catalogue, SandboxRow, SnapshotRow
+from stead.sandbox.host.catalogue import Catalogue, SandboxRow
 from stead.sandbox.host.config import HostOptions, SandboxConfig
 from stead.sandbox.host.packages import PackageCache
 from stead.sandbox.host.processes import (
@@ -69,14 +69,9 @@ from stead.sandbox.host.processes import (
     check_size,
     check_terminal_id,
 )
+from stead.sandbox.host.workspace import SavedWorkspace
 from stead.sandbox.paths import WorkspacePaths
 from stead.sandbox.shell import BASH, OutputTail, Shell
-from stead.sandbox.snapshots import (
-    SnapshotError,
-    SnapshotInfo,
-    restore_snapshot,
-    take_snapshot,
-)
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -114,8 +109,15 @@ class HostedSandbox:
         self._packages = packages
         self._tasks = tasks
         self.root = options.work_dir / "sandboxes" / urllib.parse.quote(row.id, safe="")
-        self.workspace = self.root / "workspace"
-        self._warm_marker = self.root / "warm"
+        self.workspace = self.root / "workspace"  # SavedWorkspace.directory
+        self.saved = SavedWorkspace(
+            row.id,
+            row.uid,
+            self.root,
+            catalogue=catalogue,
+            blobs=blobs,
+            snapshot_ttl_seconds=options.snapshot_ttl_seconds,
+        )
         self._egress_dir = self.root / "egress"
         self.paths = WorkspacePaths(self.workspace, WORKSPACE)
         self.state = State.COLD
@@ -178,7 +180,7 @@ class HostedSandbox:
     @property
     def needs_snapshot(self) -> bool:
         """Cold with a workspace that no snapshot holds yet (a failed sleep)."""
-        return self.state is State.COLD and self._warm_marker.exists()
+        return self.state is State.COLD and self.saved.is_warm
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -202,7 +204,11 @@ class HostedSandbox:
             self._last_activity = time.monotonic()
 
     async def _wake(self) -> None:
-        await self._prepare_workspace()
+        try:
+            await self.saved.prepare()
+        except (WorkspaceUnavailable, SandboxUnavailable) as exc:
+            self.last_error = str(exc)
+            raise
         packages_dir = await self._packages.ensure(self.config)
         limits = CgroupLimits(self.config.memory_bytes, self.config.pids, self.config.cpus)
         cgroup = await to_thread.run_sync(self._cgroups.create, self._cgroup_name, limits)
@@ -278,39 +284,6 @@ class HostedSandbox:
             with anyio.CancelScope(shield=True):
                 await self._catalogue.add_active_seconds(self.id, seconds)
 
-    async def _prepare_workspace(self) -> None:
-        if await to_thread.run_sync(self._warm_marker.exists):
-            return
-        latest = await self._catalogue.latest_snapshot(self.id)
-        if latest is None:
-            await to_thread.run_sync(self._make_empty_workspace)
-        elif latest.deleted_at is not None:
-            raise WorkspaceUnavailable(
-                "the sandbox's saved workspace expired and was deleted; it cannot be restored"
-            )
-        else:
-            try:
-                info = SnapshotInfo(latest.blob_key, latest.size, latest.sha256)
-                await restore_snapshot(
-                    self._blobs, info, self.workspace, owner=(self.uid, self.uid)
-                )
-            except SnapshotError as exc:
-                self.last_error = str(exc)
-                raise WorkspaceUnavailable(
-                    f"the sandbox's saved workspace cannot be restored: {exc}"
-                ) from None
-            except BlobError as exc:  # an outage, not a lost workspace: try again later
-                self.last_error = str(exc)
-                raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
-        await to_thread.run_sync(self._warm_marker.touch)
-
-    def _make_empty_workspace(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.root, 0o711)
-        self.workspace.mkdir(exist_ok=True)
-        os.chown(self.workspace, self.uid, self.uid)
-        os.chmod(self.workspace, 0o755)
-
     async def sleep(self, *, force: bool = False) -> bool:
         """Stops the sandbox and snapshots its workspace. False if it was busy
         (and not forced) or is already asleep with its workspace saved."""
@@ -323,37 +296,10 @@ class HostedSandbox:
                     await self._stop_body()
                 finally:
                     self.state = State.COLD
-            if not await to_thread.run_sync(self._warm_marker.exists):
+            if not await to_thread.run_sync(lambda: self.saved.is_warm):
                 return False
-            await self._save_workspace()
+            await self.saved.save()
             return True
-
-    async def _save_workspace(self) -> None:
-        snapshot_id = f"snap_{time.time_ns():x}"
-        key = f"sandboxes/{urllib.parse.quote(self.id, safe='')}/{snapshot_id}.tar.zst"
-        info = await take_snapshot(self.workspace, self._blobs, key)
-        now = time.time()
-        row = SnapshotRow(
-            snapshot_id,
-            self.id,
-            info.key,
-            info.size,
-            info.sha256,
-            now,
-            now + self._options.snapshot_ttl_seconds,
-            None,
-        )
-        await self._catalogue.add_snapshot(row)
-        # Only a verified newer snapshot makes the older ones replaceable.
-        for old in await self._catalogue.replaceable_snapshots(self.id, keep=snapshot_id):
-            with contextlib.suppress(Exception):
-                await self._blobs.delete(old.blob_key)
-            await self._catalogue.mark_snapshot_deleted(old.id, now=now)
-        await to_thread.run_sync(self._drop_workspace)
-
-    def _drop_workspace(self) -> None:
-        self._warm_marker.unlink(missing_ok=True)
-        shutil.rmtree(self.workspace, ignore_errors=True)
 
     async def stop(self) -> None:
         """Stops the body without a snapshot; the warm marker keeps the files."""
@@ -368,7 +314,7 @@ class HostedSandbox:
         """Final snapshot, then every trace of the sandbox on this machine."""
         await self.sleep(force=True)
         async with self._transition:
-            await to_thread.run_sync(lambda: shutil.rmtree(self.root, ignore_errors=True))
+            await to_thread.run_sync(self.saved.remove)
             await self._catalogue.mark_destroyed(self.id, now=time.time())
 
     # -- exec ---------------------------------------------------------------------
