@@ -84,15 +84,22 @@ async def test_another_sandboxs_workspace_is_out_of_reach(
     sandbox: HostSandbox, client: HostClient, host: HostProcess
 ) -> None:
     other = HostSandbox(client, new_id(), config())
+    # A name found nowhere else: searching every directory for it by name covers
+    # the whole tree, where reading every file (grep -r /) takes minutes on a
+    # cold cache.
+    name = f"secret-{new_id()}.txt"
     try:
-        await other.write_file("secret.txt", b"other's secret")
+        await other.write_file(name, b"other's secret")
         path = workspace_on_host(host, other.sandbox_id)
         _, output = await run(
             sandbox,
-            f"cat {path}/secret.txt; ls {host.state_dir}; "
-            'grep -rs "other\'s secret" / --exclude-dir=proc --exclude-dir=sys; echo done',
+            f"cat {path}/{name}; ls {host.state_dir}; "
+            f"find / -path /proc -prune -o -path /sys -prune -o -name {name} -print 2>/dev/null;"
+            " echo done",
+            limit=120,
         )
         assert "other's secret" not in output
+        assert name not in output.replace(f"{path}/{name}", "")
         assert output.endswith("done\n")
     finally:
         await client.destroy(other.sandbox_id)

@@ -55,6 +55,10 @@ KILL_SECONDS = 5.0
 FREEZE_SECONDS = 1.0
 """A task in uninterruptible sleep can hold a cgroup in FREEZING; kill anyway after this."""
 POLL_SECONDS = 0.01
+FIRST_POLL_SECONDS = 0.0002
+"""Killed tasks usually leave within a millisecond: polls start this short and
+double up to ``POLL_SECONDS``, so a sandbox's teardown waits for its tasks, not
+for a fixed tick."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,7 @@ class SandboxCgroup:
             self._freeze_and_kill(deadline)
         # Catches whatever forked before the freeze or cgroup.kill took hold, and
         # processes a partial add() left in some hierarchies only.
+        pause = FIRST_POLL_SECONDS
         while pids := self._members():
             if time.monotonic() >= deadline:
                 raise OSError(
@@ -126,7 +131,7 @@ class SandboxCgroup:
                     f"cgroup {self.name}: {len(pids)} process(es) survived SIGKILL",
                 )
             _sigkill(pids)
-            time.sleep(POLL_SECONDS)
+            pause = _pause(pause)
 
     def destroy(self) -> None:
         self.kill_all()
@@ -142,8 +147,9 @@ class SandboxCgroup:
         try:
             _write(state, "FROZEN")
             until = min(deadline, time.monotonic() + FREEZE_SECONDS)
+            pause = FIRST_POLL_SECONDS
             while _read(state) != "FROZEN" and time.monotonic() < until:
-                time.sleep(POLL_SECONDS)
+                pause = _pause(pause)
             # Frozen tasks cannot fork, so this one pass sees them all; the kill
             # lands when they thaw.
             _sigkill(self._members())
@@ -394,6 +400,7 @@ def _apply_limits(cgroup: SandboxCgroup, limits: CgroupLimits) -> None:
 
 def _remove_tree(top: Path, deadline: float) -> None:
     for directory, _, _ in os.walk(top, topdown=False):
+        pause = FIRST_POLL_SECONDS
         while True:
             try:
                 os.rmdir(directory)
@@ -405,7 +412,13 @@ def _remove_tree(top: Path, deadline: float) -> None:
                 # cgroup.procs.
                 if exc.errno != errno.EBUSY or time.monotonic() >= deadline:
                     raise
-                time.sleep(POLL_SECONDS)
+                pause = _pause(pause)
+
+
+def _pause(seconds: float) -> float:
+    """Sleeps ``seconds``; returns the next, longer pause."""
+    time.sleep(seconds)
+    return min(seconds * 2, POLL_SECONDS)
 
 
 def _sigkill(pids: Iterable[int]) -> None:

@@ -7,14 +7,17 @@ read-only, ``/workspace`` is the sandbox's directory, ``/tmp`` is private, and
 the only way out of the empty network namespace is the egress proxy's Unix
 socket under ``/run/stead/egress``.
 
-Start-up order matters: a launcher shell waits on a pipe while the host, still
-root, puts it in the cgroup; only then does it drop to the sandbox uid and exec
+Start-up order matters: a launcher shell, still root, moves itself into the
+sandbox's cgroup; only then does it drop to the sandbox uid and exec
 bubblewrap, so every sandbox process is born limited. Paths reach bubblewrap as
 open fds (``--bind-fd``), so the sandbox uid needs no search
 permission on the host's state directory.
 
 Every process the host starts inside goes through the supervisor, which hands
-back its pipe or PTY fds; ``SandboxedProcess`` reads and writes them here.
+back its pipe or PTY fds; ``SandboxedProcess`` reads and writes them here. The
+host's requests go to it ``marshal``-encoded (built into the interpreter, so
+the supervisor starts without importing ``json``); what it sends back is JSON,
+parsed here as untrusted input.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from __future__ import annotations
 import array
 import contextlib
 import json
+import marshal
 import os
 import signal
 import socket
@@ -49,6 +53,15 @@ CALL_SECONDS = 10.0
 STOP_SECONDS = 5.0
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 4
+MARSHAL_VERSION = 4
+"""Read by every Python 3 the sandbox may have, whatever the host's default."""
+LAUNCHER = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do'
+    ' echo 0 >"$1" || { echo "cannot join the sandbox cgroup at $1" >&2; exit 125; };'
+    ' shift; n=$((n - 1)); done; exec "$@"'
+)
+"""Runs ``N FILE... COMMAND...``: moves itself into the cgroup through each of
+the N files, then execs the command; exits 125 without running it otherwise."""
 PROXY_URL = "http://127.0.0.1:3128"
 PACKAGE_PATH = "/opt/stead/venv/bin:/opt/stead/node/bin:/opt/stead/apt/usr/bin"
 """Where the environment's packages put their commands (``host/packages.py``)."""
@@ -165,7 +178,7 @@ class SupervisorChannel:
         return self._exits.get(pid)
 
     async def _send(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message).encode()
+        data = marshal.dumps(_plain(message), MARSHAL_VERSION)
         while True:
             try:
                 self._sock.send(data)
@@ -202,7 +215,7 @@ class SupervisorChannel:
             message = json.loads(data)
             if not isinstance(message, dict):
                 raise ValueError
-        except ValueError:
+        except (ValueError, RecursionError):  # "[[[[..." nested past the C stack limit
             message = {}
         event = message.get("event")
         if event == "ready":
@@ -362,36 +375,33 @@ async def run_body(spec: BodySpec, cgroup: SandboxCgroup) -> AsyncIterator[Bwrap
     host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     host_end.setblocking(False)
     opened = _open_paths(spec)
-    go_read, go_write = os.pipe()
     process: Process | None = None
     try:
         fds = dict(opened)
         passed = [*fds.values(), sandbox_end.fileno()]
         argv = bwrap_argv(spec, fds, sandbox_end.fileno())
         # uvloop's spawn cannot change users, so the launcher drops to the
-        # sandbox uid itself, after the go signal, with setpriv (util-linux).
-        launcher = ["/bin/sh", "-c", 'read -r _ && exec "$@"', "stead-sandbox"]
+        # sandbox uid itself, with setpriv (util-linux), once it is in the cgroup.
+        launcher = ["/bin/sh", "-c", LAUNCHER, "stead-sandbox", *_cgroup_joins(cgroup)]
         launcher += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups"]
         process = await anyio.open_process(
             launcher + argv,
-            stdin=go_read,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             env={},
             pass_fds=passed,
             start_new_session=True,
         )
-        await to_thread.run_sync(cgroup.add, process.pid)
-        os.write(go_write, b"go\n")
     except BaseException:
-        for fd in (go_read, go_write, *opened.values()):
+        for fd in opened.values():
             os.close(fd)
         sandbox_end.close()
         host_end.close()
         if process is not None:
             await _reap(process, cgroup)
         raise
-    for fd in (go_read, go_write, *opened.values()):
+    for fd in opened.values():
         os.close(fd)
     sandbox_end.close()
     channel = SupervisorChannel(host_end)
@@ -407,6 +417,20 @@ async def run_body(spec: BodySpec, cgroup: SandboxCgroup) -> AsyncIterator[Bwrap
     finally:
         host_end.close()
         await _reap(process, cgroup)
+
+
+def _cgroup_joins(cgroup: SandboxCgroup) -> list[str]:
+    """The launcher's arguments that move it into ``cgroup``.
+
+    Writing 0 makes the writer join. On cgroup v1 it writes to ``tasks``, which
+    moves one thread (the shell has no other), so the kernel skips its global
+    threadgroup lock; moving a process by pid (``cgroup.procs``, as
+    ``SandboxCgroup.add`` does) takes that lock and waits out an RCU grace
+    period, some 5-15 ms of every sandbox start. v2 has only ``cgroup.procs``.
+    """
+    name = "tasks" if cgroup.version == 1 else "cgroup.procs"
+    files = [str(directory / name) for directory in cgroup.hierarchies]
+    return [str(len(files)), *files]
 
 
 async def _await_ready(process: Process, channel: SupervisorChannel) -> None:
@@ -455,6 +479,27 @@ def _fds_from(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
             usable = len(data) - len(data) % 4
             fds.extend(array.array("i", data[:usable]))
     return fds
+
+
+def _plain(value: object) -> Any:
+    """``value`` with builtin types only, which is all marshal takes (an IntEnum
+    signal number is an int here); refuses, as JSON would, anything else."""
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        plain = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"keys must be str, not {type(key).__name__}")
+            plain[str(key)] = _plain(item)
+        return plain
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 async def _first(*waits: Any) -> None:
