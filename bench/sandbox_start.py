@@ -22,7 +22,7 @@ from pathlib import Path
 
 import anyio
 
-from stead.sandbox.backends.bwrap import BodySpec, run_body
+from stead.sandbox.backends.bwrap import BodySpec, install_supervisor, run_body
 from stead.sandbox.cgroups import CgroupLimits, detect_cgroups
 
 # isort: split
@@ -54,7 +54,8 @@ def prepare() -> tuple[Path, BodySpec]:
     workspace.mkdir()
     os.chown(workspace, UID, UID)
     lib = work / "lib"
-    shutil.copytree(Path(__file__).resolve().parents[1] / "src/stead/sandbox/inside", lib)
+    lib.mkdir()
+    install_supervisor(lib)
     return work, BodySpec(uid=UID, workspace=workspace, lib_dir=lib)
 
 

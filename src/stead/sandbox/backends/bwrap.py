@@ -25,8 +25,10 @@ from __future__ import annotations
 import array
 import contextlib
 import json
+import logging
 import marshal
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -45,6 +47,8 @@ from stead.sandbox.errors import SandboxUnavailable
 if TYPE_CHECKING:
     from stead.sandbox.cgroups import SandboxCgroup
 
+log = logging.getLogger(__name__)
+
 INSIDE = Path(__file__).resolve().parent.parent / "inside"
 SANDBOX_UID = 1000
 """The uid (and gid) the sandbox's processes see themselves as."""
@@ -53,6 +57,11 @@ CALL_SECONDS = 10.0
 STOP_SECONDS = 5.0
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 4
+COMPILE_SECONDS = 30.0
+SANDBOX_PYTHON = "/usr/bin/python3"
+"""The interpreter the supervisor runs on: the system's, seen read-only inside."""
+BOOT = "import sys; sys.path.insert(0, '/run/stead/lib'); import init; init.main()"
+"""Imports the supervisor, so its precompiled bytecode is used (``install_supervisor``)."""
 MARSHAL_VERSION = 4
 """Read by every Python 3 the sandbox may have, whatever the host's default."""
 LAUNCHER = (
@@ -126,8 +135,36 @@ def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[
     # and the egress socket's directory are mounts of their own and stay writable.
     argv += ["--remount-ro", "/"]
     argv += ["--chdir", WORKSPACE, "--clearenv", "--setenv", "PATH", "/usr/bin:/bin"]
-    argv += ["/usr/bin/python3", "-I", "-S", "/run/stead/lib/init.py", str(control_fd)]
+    argv += [SANDBOX_PYTHON, "-I", "-S", "-c", BOOT, str(control_fd)]
     return argv
+
+
+def install_supervisor(lib: Path) -> None:
+    """Puts the supervisor's code in ``lib`` (which must exist), readable by every
+    sandbox uid, with bytecode compiled by the sandbox's own interpreter.
+
+    A script run by path is compiled on every start, and the sandbox cannot
+    write a cache into its read-only lib; imported with its bytecode in place,
+    the supervisor starts some 5 ms sooner. If compiling fails the sources still
+    work, only slower, so that is logged, not raised.
+    """
+    for source in INSIDE.glob("*.py"):
+        shutil.copyfile(source, lib / source.name)
+        os.chmod(lib / source.name, 0o644)
+    os.chmod(lib, 0o755)
+    compile_ = [SANDBOX_PYTHON, "-I", "-S", "-m", "compileall", "-q", "-l", str(lib)]
+    try:
+        done = subprocess.run(compile_, capture_output=True, timeout=COMPILE_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("sandbox supervisor not precompiled: %s", exc)
+        return
+    if done.returncode != 0:
+        log.warning("sandbox supervisor not precompiled: %s", done.stdout + done.stderr)
+        return
+    cache = lib / "__pycache__"
+    os.chmod(cache, 0o755)
+    for compiled in cache.iterdir():
+        os.chmod(compiled, 0o644)
 
 
 class SupervisorChannel:

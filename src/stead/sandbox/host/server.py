@@ -25,7 +25,7 @@ from anyio import to_thread
 from anyio.abc import ByteStream, TaskStatus
 
 from stead.blobs import open_blob_store
-from stead.sandbox.backends.bwrap import INSIDE
+from stead.sandbox.backends.bwrap import install_supervisor
 from stead.sandbox.cgroups import Cgroups, detect_cgroups
 from stead.sandbox.errors import (
     InvalidArgument,
@@ -133,10 +133,7 @@ def _prepare_work_dir(options: HostOptions) -> None:
     lib = work / "lib"
     shutil.rmtree(lib, ignore_errors=True)
     lib.mkdir(mode=0o755)
-    for source in INSIDE.glob("*.py"):
-        shutil.copyfile(source, lib / source.name)
-        os.chmod(lib / source.name, 0o644)
-    os.chmod(lib, 0o755)
+    install_supervisor(lib)
     for name in ("sandboxes", "packages"):
         (work / name).mkdir(exist_ok=True)
         os.chmod(work / name, 0o711)

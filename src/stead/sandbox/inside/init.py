@@ -1,16 +1,17 @@
 """The supervisor: the first process inside a sandbox, the host's hands there.
 
-Runs as ``python3 -I -S /run/stead/lib/init.py CONTROL_FD`` under bubblewrap,
-as the sandbox's own unprivileged user, with the standard library only. The
-host daemon talks to it over a SOCK_SEQPACKET socket, one message per packet:
-the host's requests are ``marshal``-encoded dicts (the host is trusted, and
-``marshal`` is built in), the supervisor's replies and events are JSON (the
-host parses what comes out of a sandbox strictly). It starts processes on
-request and hands their pipe or PTY fds back to the host with SCM_RIGHTS, so
-the host reads and writes a sandboxed command's streams directly, as it would a
-local child's; it sends the host signals on request and reports each child's
-exit. It also starts the egress forwarder (127.0.0.1:3128 -> the proxy's Unix
-socket) when that socket exists.
+Runs under bubblewrap as ``python3 -I -S -c "...import init; init.main()"
+CONTROL_FD`` (imported, not run as a script, so the bytecode the host compiled
+is used; ``bwrap.BOOT``), as the sandbox's own unprivileged user, with the
+standard library only. The host daemon talks to it over a SOCK_SEQPACKET
+socket, one message per packet: the host's requests are ``marshal``-encoded
+dicts (the host is trusted, and ``marshal`` is built in), the supervisor's
+replies and events are JSON (the host parses what comes out of a sandbox
+strictly). It starts processes on request and hands their pipe or PTY fds back
+to the host with SCM_RIGHTS, so the host reads and writes a sandboxed command's
+streams directly, as it would a local child's; it sends the host signals on
+request and reports each child's exit. It also starts the egress forwarder
+(127.0.0.1:3128 -> the proxy's Unix socket) when that socket exists.
 
 Requests: ``{"op": "spawn", "id", "argv", "env", "cwd", "pty": None | {"rows",
 "cols"}, "stderr": "stdout" | "pipe" | "null"}`` -> ``{"id", "pid"}`` plus fds
