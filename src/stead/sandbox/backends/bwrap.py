@@ -35,7 +35,7 @@ import subprocess
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
 from anyio import to_thread
@@ -174,6 +174,8 @@ class SupervisorChannel:
         self._sock = sock
         self._next_id = 0
         self._replies: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._running: set[int] = set()
+        """Pids the supervisor said it spawned and has not reported gone."""
         self._exits: dict[int, int] = {}
         self._exit_events: dict[int, anyio.Event] = {}
         self.ready = anyio.Event()
@@ -257,12 +259,20 @@ class SupervisorChannel:
         event = message.get("event")
         if event == "ready":
             self.ready.set()
-        elif event == "exit" and isinstance(message.get("pid"), int):
-            pid, code = message["pid"], message.get("code")
+        elif event == "exit" and _is_int(pid := message.get("pid")) and pid in self._running:
+            # Only a pid it spawned: exits made up for others would grow
+            # _exits without bound.
+            code = message.get("code")
+            self._running.discard(pid)
             self._exits[pid] = code if isinstance(code, int) else -signal.SIGKILL
             if (waiter := self._exit_events.pop(pid, None)) is not None:
                 waiter.set()
         elif isinstance(ident := message.get("id"), int) and ident in self._replies:
+            if _is_int(pid := message.get("pid")) and "error" not in message:
+                # A pid the sandbox reuses after many processes starts afresh:
+                # the exit recorded for its previous holder is not this one's.
+                self._exits.pop(pid, None)
+                self._running.add(pid)
             waiter, slot = self._replies[ident]
             slot += [message, fds]
             waiter.set()
@@ -516,6 +526,10 @@ def _fds_from(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
             usable = len(data) - len(data) % 4
             fds.extend(array.array("i", data[:usable]))
     return fds
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _plain(value: object) -> Any:
