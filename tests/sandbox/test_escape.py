@@ -160,11 +160,17 @@ async def test_the_proxy_refuses_the_hosts_loopback_when_unrestricted(
     assert code != 0 and "403" in output
 
 
-async def test_a_fork_bomb_hits_the_pids_limit(limited: HostSandbox, client: HostClient) -> None:
+async def test_a_fork_bomb_hits_the_pids_limit(
+    limited: HostSandbox, sandbox: HostSandbox, client: HostClient
+) -> None:
     result = await limited.exec(
         "bomb() { bomb | bomb & }; bomb; sleep 3", op_key=new_id(), timeout=5
     )
     assert result.timed_out or result.exit_code is not None
+    await assert_healthy(client, sandbox)  # the neighbour never noticed
+    # The bomb may outlive its command as the shell's background jobs, as any
+    # job would; restarting the shell (the bash tool's restart) ends them.
+    await limited.restart_shell()
     await assert_healthy(client, limited)
 
 

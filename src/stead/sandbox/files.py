@@ -1,7 +1,8 @@
 """File primitives on a host workspace: stat, read, read a line range, write.
 
 Blocking: a backend runs them in a worker thread. Each takes the caller's path
-(for messages) and confines it with ``WorkspacePaths`` first. Files are opened
+(for messages), confines it with ``WorkspacePaths`` first, and acts with the
+rights of the workspace's user (``WorkspacePaths.uid``), never root's. Files are opened
 with ``O_NOFOLLOW`` (the resolved leaf is never a symlink) and ``O_NONBLOCK``
 (a FIFO swapped in cannot hang the open); the type is checked on the open
 descriptor, and every descriptor is closed on every path.
@@ -11,10 +12,13 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import update_wrapper
 from pathlib import Path
+from typing import Concatenate, ParamSpec, TypeVar
 
+from stead.sandbox.actas import acting_as
 from stead.sandbox.base import FileInfo, FileKind
 from stead.sandbox.errors import FileError, FileTooLarge, NotARegularFile, RangeTooLarge
 from stead.sandbox.paths import WorkspacePaths, file_error
@@ -23,7 +27,25 @@ CHUNK = 64 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
 
+P = ParamSpec("P")
+T = TypeVar("T")
 
+
+def _as_owner(
+    operation: Callable[Concatenate[WorkspacePaths, P], T],
+) -> Callable[Concatenate[WorkspacePaths, P], T]:
+    """Runs ``operation`` with the rights of ``paths.uid`` (what it creates is
+    that user's too)."""
+
+    def run(paths: WorkspacePaths, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        with acting_as(paths.uid):
+            return operation(paths, *args, **kwargs)
+
+    update_wrapper(run, operation)
+    return run
+
+
+@_as_owner
 def stat_path(paths: WorkspacePaths, path: str) -> FileInfo:
     target = paths.resolve(path)
     try:
@@ -39,6 +61,7 @@ def stat_path(paths: WorkspacePaths, path: str) -> FileInfo:
     return FileInfo(paths.show(target), kind, st.st_size, st.st_mtime)
 
 
+@_as_owner
 def read_file(paths: WorkspacePaths, path: str, max_bytes: int) -> bytes:
     with _open_regular(paths, path) as (fd, size):
         if size > max_bytes:
@@ -49,6 +72,7 @@ def read_file(paths: WorkspacePaths, path: str, max_bytes: int) -> bytes:
     return data
 
 
+@_as_owner
 def read_lines(paths: WorkspacePaths, path: str, start: int, end: int, max_bytes: int) -> bytes:
     """Lines ``start..end`` (1-based, inclusive; ``end <= 0``: to the end), raw.
 
@@ -79,6 +103,7 @@ def read_lines(paths: WorkspacePaths, path: str, start: int, end: int, max_bytes
     return bytes(collected)
 
 
+@_as_owner
 def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
     target = paths.resolve(path)
     try:

@@ -35,11 +35,17 @@ class WorkspacePaths:
     """The workspace root as the sandbox's processes see it."""
     alias: str = WORKSPACE
     """Another absolute name of the root that callers may use."""
+    uid: int | None = None
+    """The host uid whose rights file operations use (``actas.py``): the
+    sandbox's, so a tree changed after ``resolve`` leads nowhere its own user
+    could not go. None: the caller's own rights."""
 
     @classmethod
-    def open(cls, root: Path, shown_as: str | None = None) -> WorkspacePaths:
+    def open(
+        cls, root: Path, shown_as: str | None = None, *, uid: int | None = None
+    ) -> WorkspacePaths:
         real = Path(os.path.realpath(root))
-        return cls(real, shown_as if shown_as is not None else str(real))
+        return cls(real, shown_as if shown_as is not None else str(real), uid=uid)
 
     def resolve(self, path: str) -> Path:
         """The canonical host path for ``path``; raises ``PathOutsideWorkspace``,

@@ -18,6 +18,7 @@ from anyio import to_thread
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from stead.sandbox.actas import acting_as, argv_as
 from stead.sandbox.base import (
     GLOB_RESULT_LIMIT,
     GREP_LINE_SCAN_LIMIT,
@@ -82,12 +83,13 @@ async def _search_root(paths: WorkspacePaths, path: str | None, *, directory: bo
     spelled = path or "."
 
     def check() -> Path:
-        root = paths.resolve(spelled)
-        if not root.exists():
-            raise FileNotFound(spelled)
-        if directory and not root.is_dir():
-            raise FileError(spelled, "not a directory")
-        return root
+        with acting_as(paths.uid):
+            root = paths.resolve(spelled)
+            if not root.exists():
+                raise FileNotFound(spelled)
+            if directory and not root.is_dir():
+                raise FileError(spelled, "not a directory")
+            return root
 
     return await to_thread.run_sync(check)
 
@@ -108,7 +110,9 @@ async def _run(
     }
     results: list[str] = []
     status: dict[str, Any] = {"timed_out": True}
-    argv = [sys.executable, "-I", "-S", str(WALKER)]
+    # The walker opens what it finds by path: with the workspace user's rights,
+    # a tree changed under it reaches nothing that user could not.
+    argv = argv_as(paths.uid, [sys.executable, "-I", "-S", str(WALKER)])
     try:
         async with group(argv, cwd=paths.root, env=_ENV) as process:
             with anyio.move_on_after(SEARCH_SECONDS + KILL_GRACE):

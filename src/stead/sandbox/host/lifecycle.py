@@ -119,7 +119,7 @@ class HostedSandbox:
             snapshot_ttl_seconds=options.snapshot_ttl_seconds,
         )
         self._egress_dir = self.root / "egress"
-        self.paths = WorkspacePaths(self.workspace, WORKSPACE)
+        self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
         self.state = State.COLD
         self._transition = anyio.Lock()
         self._exec_lock = anyio.Lock()
@@ -445,17 +445,8 @@ class HostedSandbox:
 
     async def write_file(self, path: str, data: bytes) -> None:
         async with self.activity():
-            await to_thread.run_sync(self._write_owned, path, data)
-
-    def _write_owned(self, path: str, data: bytes) -> None:
-        files.write_file(self.paths, path, data)
-        # The host writes as root; hand what it created to the sandbox's user.
-        target = self.paths.resolve(path)
-        node = target
-        while node != self.workspace and node.is_relative_to(self.workspace):
-            if os.lstat(node).st_uid == 0:
-                os.lchown(node, self.uid, self.uid)
-            node = node.parent
+            # As the sandbox's user (WorkspacePaths.uid): what it creates is theirs.
+            await to_thread.run_sync(files.write_file, self.paths, path, data)
 
     async def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         async with self.activity():
