@@ -16,6 +16,7 @@ import pytest
 import websockets
 
 from stead.client import Output, Terminal, TerminalError
+from stead.client.terminal import EXIT, STDOUT
 from stead.sandbox import HostSandbox
 from stead.testing import HostProcess, ServerProcess
 from tests.sandbox.conftest import WAIT, client_of, config, requires_isolation
@@ -183,6 +184,37 @@ async def test_the_flap_breaker_gives_up_on_a_line_that_keeps_dropping() -> None
                 async for _ in term.output():
                     pass
     assert term.redial_count == 3
+
+
+async def test_a_client_dropped_as_too_slow_redials_and_resumes_where_output_goes_on() -> None:
+    offsets: list[str] = []
+
+    async def serve(socket: Any) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(socket.request.path).query)
+        offsets.append(query["offset"][0])
+        await socket.send(json.dumps({"type": "attached", "id": "exec_x", "kind": "exec"}))
+        if len(offsets) == 1:
+            await socket.send(json.dumps({"type": "offset", "offset": 0}))
+            await socket.send(bytes([STDOUT]) + b"abc")
+            await socket.close(4408, "fell behind the scrollback")
+            return
+        # The scrollback lost bytes 3-9 meanwhile: output resumes at 10.
+        await socket.send(json.dumps({"type": "offset", "offset": 10}))
+        await socket.send(bytes([STDOUT]) + b"xyz")
+        await socket.send(bytes([EXIT]) + struct.pack(">i", 0))
+        await socket.close(1000, "exited")
+
+    async with websockets.serve(serve, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        term = Terminal(
+            f"http://127.0.0.1:{port}", "key", "sesn_x", kind="exec", command="x",
+            backoff_initial=0.01,
+        )  # fmt: skip
+        async with term:
+            got = b"".join([item.data async for item in term.output()])
+    assert got == b"abcxyz"
+    assert offsets == ["0", "3"]
+    assert (term.exit_code, term.redial_count) == (0, 1)
 
 
 async def test_two_clients_on_one_pty_and_two_ptys_apart(

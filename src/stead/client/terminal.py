@@ -6,7 +6,9 @@ reattaching to the same terminal id from the offset of the last byte it
 delivered, so every byte is delivered once however often the line drops. A
 flap breaker ends it with ``TerminalError`` when the connection keeps
 dropping (more than ``flap_limit`` redials within ``flap_window`` seconds);
-a refusal (bad key, unknown session, no sandbox) ends it at once.
+a refusal (bad key, unknown session, no sandbox) ends it at once. A client
+that fell too far behind redials like any other and skips what the server's
+scrollback dropped meanwhile.
 """
 
 from __future__ import annotations
@@ -26,8 +28,11 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 STDIN, STDOUT, STDERR, EXIT, REPLAYED = 0, 1, 2, 3, 4
-REFUSALS = range(4400, 4500)
-"""Close codes the server uses for "this will not work by trying again"."""
+TOO_SLOW = 4408
+REFUSALS = frozenset(range(4400, 4500)) - {TOO_SLOW}
+"""Close codes the server uses for "this will not work by trying again". A
+client dropped as too slow is not refused: it redials from its offset, and the
+server says where output resumes if the scrollback no longer reaches back."""
 CONNECT_SECONDS = 10.0
 
 
