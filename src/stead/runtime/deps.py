@@ -26,6 +26,11 @@ class ToolOutcome:
 
     content: list[Json]
     is_error: bool
+    session_error: str | None = None
+    """Set when the session's sandbox cannot serve it any more and no retry
+    will change that (its saved workspace is lost, its packages cannot be
+    installed, the machine cannot isolate): the turn ends with a
+    ``session.error`` carrying this message instead of going on."""
 
 
 class Toolbox(Protocol):

@@ -24,7 +24,9 @@ from stead.sandbox import (
     HostSandbox,
     Sandbox,
     SandboxError,
+    SandboxUnavailable,
     UnsafeLocalSandbox,
+    WorkspaceUnavailable,
 )
 from stead.store import SandboxLease, SandboxLeaseEnded, Store
 
@@ -120,9 +122,16 @@ class SandboxToolbox:
         except NoSandbox as exc:
             return ToolOutcome([{"type": "text", "text": str(exc)}], True)
         except SandboxError as exc:
+            if not exc.retryable:
+                return _broken(name, exc)
             text = f"The sandbox is unavailable: {exc}"
             return ToolOutcome([{"type": "text", "text": text}], True)
-        outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
+        try:
+            outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
+        except (SandboxUnavailable, WorkspaceUnavailable) as exc:
+            if exc.retryable:
+                raise  # the run fails and is retried once the sandbox is back
+            return _broken(name, exc)
         return ToolOutcome(outcome.content, outcome.is_error)
 
     async def reattach(self, session_id: str, name: str, op_key: str) -> ToolOutcome | None:
@@ -164,3 +173,10 @@ class SandboxToolbox:
         if self._host is not None:
             await self._host.aclose()
             self._host = None
+
+
+def _broken(name: str, exc: SandboxError) -> ToolOutcome:
+    """The outcome of a call that found the sandbox unable to serve the session
+    for good: an error for the model and a ``session.error`` for the turn."""
+    message = f"the session's sandbox cannot be used: {exc}"
+    return ToolOutcome([{"type": "text", "text": f"{name}: {message}"}], True, message)

@@ -250,10 +250,10 @@ class TurnRunner:
     async def _tools_step(self, step: RunTools) -> None:
         for use, reason in step.refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
-        for use in step.run:
-            await self._run_tool(use)
+        for index, use in enumerate(step.run):
+            await self._run_tool(use, not_run=step.run[index + 1 :])
 
-    async def _run_tool(self, use: Json) -> None:
+    async def _run_tool(self, use: Json, *, not_run: Sequence[Json] = ()) -> None:
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
         tools = self.deps.tools
@@ -268,9 +268,30 @@ class TurnRunner:
         else:
             recorded = await tools.reattach(self.session_id, name, key)
             outcome = recorded or ToolOutcome(ev.text(MAY_HAVE_RUN), True)
-        await self._write(
-            [ev.tool_result(use, outcome.content, outcome.is_error)],
-            ops_completed=[(key, {"is_error": outcome.is_error})],
+        result = ev.tool_result(use, outcome.content, outcome.is_error)
+        completed = [(key, {"is_error": outcome.is_error})]
+        if outcome.session_error is not None:
+            await self._end_for_broken_sandbox(result, completed, not_run, outcome.session_error)
+        await self._write([result], ops_completed=completed)
+
+    async def _end_for_broken_sandbox(
+        self,
+        result: NewEvent,
+        completed: list[tuple[str, Json]],
+        not_run: Sequence[Json],
+        message: str,
+    ) -> None:
+        """Every later call would fail the same way: answer the step's other
+        tool uses unrun and end the turn with a ``session.error`` (one commit)."""
+        skipped = ev.text(f"not run: {message}")
+        events = [result, *(ev.tool_result(use, skipped, True) for use in not_run)]
+        events.append(ev.session_error("unknown_error", message, "exhausted"))
+        await self._end(
+            events,
+            {"type": "retries_exhausted"},
+            RunStatus.FAILED,
+            answer_drained=False,
+            ops_completed=completed,
         )
 
     # interrupts

@@ -3,7 +3,9 @@
 ``run_tool`` never raises for anything the model can fix: bad input and
 ``SandboxError``s become ``is_error`` outcomes whose text says what went wrong.
 It does raise ``SandboxUnavailable`` (the sandbox is down: the run failed, the
-model did nothing wrong) and lets cancellation through untouched.
+model did nothing wrong) and ``WorkspaceUnavailable`` (the saved workspace is
+lost: nothing the model does can bring it back), and lets cancellation through
+untouched.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from stead.sandbox import (
     Sandbox,
     SandboxError,
     SandboxUnavailable,
+    WorkspaceUnavailable,
 )
 from stead.tools.definitions import (
     BASH_DEFAULT_TIMEOUT,
@@ -65,7 +68,7 @@ async def run_tool(name: str, input: object, sandbox: Sandbox, *, op_key: str) -
         return await runner(parsed, sandbox, op_key)
     except InputError as exc:
         return ToolOutcome.error(str(exc))
-    except SandboxUnavailable:
+    except (SandboxUnavailable, WorkspaceUnavailable):
         raise
     except SandboxError as exc:
         return ToolOutcome.error(f"{name}: {exc}")
