@@ -92,7 +92,9 @@ class Settings(BaseSettings):
     sandbox_idle_check_seconds: float = 5.0
     snapshot_ttl_seconds: float = 7 * 24 * 3600.0
     snapshot_gc_interval_seconds: float = 600.0
-    """How often the sandbox host deletes expired snapshots."""
+    """How often the sandbox host deletes expired snapshots and exec records."""
+    sandbox_exec_record_seconds: float = 7 * 24 * 3600.0
+    """How long the sandbox host keeps an exec's result for its op key."""
     blob_url: str | None = None
     """``file:///dir`` (default ``<data_dir>/blobs``) or ``s3://bucket/prefix``."""
     s3_endpoint: str | None = None

@@ -4,6 +4,7 @@ background processes, idempotent acquire, and the host's own restart."""
 from __future__ import annotations
 
 import signal
+from functools import partial
 from pathlib import Path
 
 import anyio
@@ -166,6 +167,35 @@ async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_do
         with pytest.raises(ExecInDoubt):
             await sandbox.exec("sleep 600", op_key="long", timeout=900)
         assert (await sandbox.exec("cat note", op_key="read", timeout=10)).output == "kept\n"
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()
+
+
+async def test_old_exec_records_are_pruned_but_never_a_running_one(tmp_path: Path) -> None:
+    process = HostProcess(
+        tmp_path / "state",
+        env={
+            "STEAD_SANDBOX_EXEC_RECORD_SECONDS": "0.3",
+            "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "0.1",
+        },
+    ).start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sandbox.exec("true", op_key="quick", timeout=10)
+        wait_for_go = "while [ ! -e go ]; do sleep 0.05; done; echo went"
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(partial(sandbox.exec, wait_for_go, op_key="slow", timeout=60))
+            with anyio.fail_after(WAIT):
+                while await sandbox.exec_status("slow") is not ExecStatus.STARTED:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+                while await sandbox.exec_status("quick") is not ExecStatus.UNKNOWN:  # noqa: ASYNC110
+                    await anyio.sleep(0.1)
+            await anyio.sleep(0.5)  # several collections, all past the slow one's retention
+            assert await sandbox.exec_status("slow") is ExecStatus.STARTED
+            await sandbox.write_file("go", b"")
     finally:
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()

@@ -25,6 +25,7 @@ from stead.sandbox.snapshots import (
     SnapshotCorrupt,
     SnapshotInfo,
     SnapshotMissing,
+    remove_stale_staging,
     restore_snapshot,
     take_snapshot,
 )
@@ -486,3 +487,16 @@ async def test_round_trip_through_s3(tmp_path: Path, s3_server: S3Server, outsid
 
     assert describe(tmp_path / "restored") == without_special(before)
     assert owners(tmp_path / "restored") == {OWNER}
+
+
+def test_staging_left_by_a_killed_restore_is_removed_and_nothing_else(tmp_path: Path) -> None:
+    workspace = tmp_path / "workspace"
+    (workspace / "keep").mkdir(parents=True)
+    for name in (".restore-a1", ".restore-b2"):
+        (tmp_path / name / "deep").mkdir(parents=True)
+        (tmp_path / name / "deep" / "file").write_bytes(b"half extracted")
+        os.symlink(workspace, tmp_path / name / "link")  # followed, it would remove keep
+    (tmp_path / "restore-not-staging").mkdir()
+    assert remove_stale_staging(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["restore-not-staging", "workspace"]
+    assert (workspace / "keep").is_dir()

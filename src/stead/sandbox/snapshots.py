@@ -287,6 +287,17 @@ def _extract(source: _ChunkSource, staging: Path, owner: tuple[int, int] | None,
     source.verify()
 
 
+def remove_stale_staging(parent: Path) -> int:
+    """Removes restores' staging directories left in ``parent`` by a process
+    killed mid-restore; call only while no restore there can be running.
+    Returns how many there were."""
+    removed = 0
+    for staging in parent.glob(f"{STAGING_PREFIX}*"):
+        shutil.rmtree(staging, ignore_errors=True)
+        removed += 1
+    return removed
+
+
 def _make_staging(target: Path) -> str:
     return tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=target.parent)
 

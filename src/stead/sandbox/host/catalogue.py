@@ -28,7 +28,7 @@ from anyio import to_thread
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -55,9 +55,19 @@ CREATE TABLE IF NOT EXISTS execs (
     op_key TEXT NOT NULL,
     state TEXT NOT NULL,
     result TEXT,
+    updated_at REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (sandbox_id, op_key)
 );
+CREATE INDEX IF NOT EXISTS execs_by_age ON execs (updated_at);
 """
+MIGRATIONS = {
+    # version 1 -> 2: exec records get an age, so old ones can be pruned;
+    # existing ones count from the upgrade.
+    2: [
+        "ALTER TABLE execs ADD COLUMN updated_at REAL NOT NULL DEFAULT 0",
+        "UPDATE execs SET updated_at = strftime('%s', 'now')",
+    ],
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +104,7 @@ class Catalogue:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=5000")
-        db.executescript(SCHEMA)
-        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        _migrate(db)
         return cls(db)
 
     def close(self) -> None:
@@ -278,15 +287,57 @@ class Catalogue:
 
         return await self._run(read)
 
-    async def put_exec(self, sandbox_id: str, op_key: str, state: str, result: str | None) -> None:
+    async def put_exec(
+        self, sandbox_id: str, op_key: str, state: str, result: str | None, *, now: float
+    ) -> None:
         await self._run(
             lambda db: db.execute(
-                "INSERT INTO execs (sandbox_id, op_key, state, result) VALUES (?,?,?,?) "
-                "ON CONFLICT (sandbox_id, op_key) DO UPDATE SET state=excluded.state, "
-                "result=excluded.result",
-                (sandbox_id, op_key, state, result),
+                "INSERT INTO execs (sandbox_id, op_key, state, result, updated_at) "
+                "VALUES (?,?,?,?,?) ON CONFLICT (sandbox_id, op_key) DO UPDATE SET "
+                "state=excluded.state, result=excluded.result, updated_at=excluded.updated_at",
+                (sandbox_id, op_key, state, result, now),
             )
         )
+
+    async def prune_execs(self, *, before: float, keep: set[tuple[str, str]]) -> int:
+        """Deletes exec records last written before ``before``, except the
+        ``(sandbox_id, op_key)`` pairs in ``keep`` (execs still running)."""
+
+        def prune(db: sqlite3.Connection) -> int:
+            rows = db.execute(
+                "SELECT sandbox_id, op_key FROM execs WHERE updated_at < ?", (before,)
+            ).fetchall()
+            stale = [(row[0], row[1]) for row in rows if (row[0], row[1]) not in keep]
+            db.executemany("DELETE FROM execs WHERE sandbox_id=? AND op_key=?", stale)
+            return len(stale)
+
+        return await self._run(prune)
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Brings a catalogue of any earlier version to ``SCHEMA_VERSION``; a new one
+    is made at the newest."""
+    version = db.execute("PRAGMA user_version").fetchone()[0]
+    fresh = not db.execute("SELECT 1 FROM sqlite_master WHERE name='sandboxes'").fetchone()
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the sandbox catalogue is at version {version}, newer than this stead "
+            f"({SCHEMA_VERSION}): upgrade stead or use another STEAD_SANDBOX_HOST_STATE_DIR"
+        )
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if not fresh:
+            for step in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                for statement in MIGRATIONS[step]:
+                    db.execute(statement)
+        for statement in SCHEMA.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 SNAPSHOT_COLUMNS = "id, sandbox_id, blob_key, size, sha256, created_at, expires_at, deleted_at"

@@ -87,6 +87,10 @@ class HostOptions:
     """Sandbox ``n`` runs as host uid ``uid_base + n``; keep the range unused."""
     bwrap: str = "bwrap"
     snapshot_ttl_seconds: float = 7 * 24 * 3600.0
+    exec_record_seconds: float = 7 * 24 * 3600.0
+    """How long an exec's result stays collectable by its op key. A brain that
+    asks later finds the op key unknown and reports the call in doubt, never
+    runs it again."""
     idle_check_seconds: float = 5.0
     gc_interval_seconds: float = 600.0
     listen_tcp: str | None = None

@@ -352,6 +352,9 @@ class HostedSandbox:
     def exec_running(self, op_key: str) -> bool:
         return op_key in self._running
 
+    def running_op_keys(self) -> list[str]:
+        return list(self._running)
+
     async def exec_settled(self, op_key: str) -> None:
         """Returns once no exec under ``op_key`` is running here."""
         while (running := self._running.get(op_key)) is not None:
@@ -378,7 +381,7 @@ class HostedSandbox:
         tail = OutputTail(EXEC_OUTPUT_LIMIT, on_output)
         oom_before = await self._oom_kills()
         try:
-            await self._catalogue.put_exec(self.id, op_key, RUNNING, None)
+            await self._catalogue.put_exec(self.id, op_key, RUNNING, None, now=time.time())
             result = await shell.run(command, time_limit=time_limit, tail=tail)
         except BaseException:
             self._shell = None
@@ -397,7 +400,8 @@ class HostedSandbox:
         return result
 
     async def _record(self, op_key: str, result: ExecResult) -> None:
-        await self._catalogue.put_exec(self.id, op_key, FINISHED, json.dumps(asdict(result)))
+        result_json = json.dumps(asdict(result))
+        await self._catalogue.put_exec(self.id, op_key, FINISHED, result_json, now=time.time())
 
     async def _oom_kills(self) -> int:
         if self._cgroup is None:

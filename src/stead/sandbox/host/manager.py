@@ -4,7 +4,8 @@
 one ``HostedSandbox`` (a per-id lock around the catalogue row and the object).
 Two loops run for the host's lifetime: the idle sleeper, which puts sandboxes
 to sleep after their ``sleep_after`` without activity (and retries a snapshot
-that failed), and the snapshot collector, which deletes expired snapshots.
+that failed), and the garbage collector, which deletes expired snapshots and
+exec records older than ``exec_record_seconds``.
 """
 
 from __future__ import annotations
@@ -158,11 +159,22 @@ class SandboxManager:
                     sandbox.last_error = f"sleep failed: {exc}"
                     log.exception("sandbox %s could not sleep", sandbox.id)
 
-    async def collect_snapshots(self) -> None:
-        """Runs forever: deletes snapshots past their expiry."""
+    async def collect_garbage(self) -> None:
+        """Runs forever: deletes snapshots past their expiry and old exec records."""
         while True:
-            await self.collect_once(now=time.time())
+            now = time.time()
+            await self.collect_once(now=now)
+            await self.prune_exec_records(now=now)
             await anyio.sleep(self._options.gc_interval_seconds)
+
+    async def prune_exec_records(self, *, now: float) -> int:
+        running = {
+            (sandbox.id, op_key)
+            for sandbox in self._sandboxes.values()
+            for op_key in sandbox.running_op_keys()
+        }
+        before = now - self._options.exec_record_seconds
+        return await self._catalogue.prune_execs(before=before, keep=running)
 
     async def collect_once(self, *, now: float) -> int:
         deleted = 0

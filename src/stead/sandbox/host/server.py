@@ -50,6 +50,7 @@ from stead.sandbox.host.protocol import (
     error_frame,
 )
 from stead.sandbox.selfcheck import check_isolation
+from stead.sandbox.snapshots import remove_stale_staging
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -84,7 +85,7 @@ async def serve_host(
             try:
                 await manager.load()
                 tasks.start_soon(manager.sleep_idle, name="idle sleeper")
-                tasks.start_soon(manager.collect_snapshots, name="snapshot collector")
+                tasks.start_soon(manager.collect_garbage, name="garbage collector")
                 rpc = HostRpc(manager, token=options.token)
                 async with _listeners(options) as listeners:
                     for listener, tcp in listeners:
@@ -137,6 +138,11 @@ def _prepare_work_dir(options: HostOptions) -> None:
     for name in ("sandboxes", "packages"):
         (work / name).mkdir(exist_ok=True)
         os.chmod(work / name, 0o711)
+    # No restore runs before this host serves: any staging tree is a killed
+    # host's, and would otherwise stay on disk for the sandbox's lifetime.
+    stale = sum(remove_stale_staging(sandbox) for sandbox in (work / "sandboxes").iterdir())
+    if stale:
+        log.info("removed %d restores left unfinished by an earlier host", stale)
 
 
 @contextlib.contextmanager
