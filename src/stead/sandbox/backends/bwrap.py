@@ -57,6 +57,7 @@ CALL_SECONDS = 10.0
 STOP_SECONDS = 5.0
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 4
+STDERR_LOG_BYTES = 16 * 1024
 COMPILE_SECONDS = 30.0
 SANDBOX_PYTHON = "/usr/bin/python3"
 """The interpreter the supervisor runs on: the system's, seen read-only inside."""
@@ -457,6 +458,7 @@ async def run_body(spec: BodySpec, cgroup: SandboxCgroup) -> AsyncIterator[Bwrap
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(channel.read_forever)
             await _await_ready(process, channel)
+            tasks.start_soon(_drain_stderr, process)
             try:
                 yield body
             finally:
@@ -490,6 +492,22 @@ async def _await_ready(process: Process, channel: SupervisorChannel) -> None:
         with anyio.move_on_after(1.0), contextlib.suppress(anyio.EndOfStream, OSError):
             detail = (await process.stderr.receive(4096)).decode(errors="replace").strip()
     raise SandboxUnavailable(f"the sandbox did not start: {detail or 'no answer'}")
+
+
+async def _drain_stderr(process: Process) -> None:
+    """Logs what bubblewrap and the supervisor write to stderr after the start,
+    up to ``STDERR_LOG_BYTES``, and discards the rest: a full pipe would block
+    the supervisor, and the sandbox must not be able to flood the host's log."""
+    if process.stderr is None:
+        return
+    logged = 0
+    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+        while True:
+            data = await process.stderr.receive(4096)
+            if logged < STDERR_LOG_BYTES:
+                text = data[: STDERR_LOG_BYTES - logged].decode(errors="replace").rstrip()
+                log.warning("sandbox body %d stderr: %s", process.pid, text)
+                logged += len(data)
 
 
 async def _reap(process: Process, cgroup: SandboxCgroup) -> None:
