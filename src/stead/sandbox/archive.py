@@ -1,6 +1,7 @@
 """The tar + zstd format of workspace snapshots, written and read as streams.
 
-Blocking; ``snapshots.py`` runs both directions in a worker thread. Writing
+Blocking; ``snapshots.py`` runs both directions in a worker thread. Written
+with ``tarfile`` (PAX format), read with ``tarstream.py``. Writing
 never follows a symlink: every entry is opened relative to its parent's open
 descriptor with ``O_NOFOLLOW``. Reading trusts nothing in the archive (its
 content comes from untrusted sandbox code): names must be plain relative paths,
@@ -21,6 +22,17 @@ from typing import IO, Protocol, cast
 
 import zstandard
 
+from stead.sandbox.tarstream import (
+    BLOCK_DEVICE,
+    CHAR_DEVICE,
+    DIRECTORY,
+    FIFO,
+    HARD_LINK,
+    Member,
+    TarFormatError,
+    TarStream,
+)
+
 CHUNK_BYTES = 1024 * 1024
 ZSTD_LEVEL = 1
 """Fast: a snapshot is taken on every sleep, and restore speed barely depends on it."""
@@ -37,10 +49,10 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 # overwrites an entry, or writes under a directory it did not create.
 _UNSAFE_ERRNOS = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.ENOENT, errno.EISDIR})
 _KINDS = {
-    tarfile.LNKTYPE: "a hard link",
-    tarfile.CHRTYPE: "a character device",
-    tarfile.BLKTYPE: "a block device",
-    tarfile.FIFOTYPE: "a FIFO",
+    HARD_LINK: "a hard link",
+    CHAR_DEVICE: "a character device",
+    BLOCK_DEVICE: "a block device",
+    FIFO: "a FIFO",
 }
 
 
@@ -193,12 +205,8 @@ def extract_archive(source: Readable, root: Path, owner: tuple[int, int] | None)
         # read() calls are bounded, so a small archive of a huge file cannot
         # decompress into memory all at once.
         reader = zstandard.ZstdDecompressor().stream_reader(cast(IO[bytes], source))
-        # The reader seeks forward (by reading), all a TarFile in "r" mode
-        # needs when members are taken in order; open()'s "r|" stream would
-        # copy its whole buffer on every header it reads.
-        with tarfile.TarFile(fileobj=reader, mode="r") as tar:
-            _Extractor(root_fd, owner, reader).run(tar)
-    except (zstandard.ZstdError, tarfile.TarError) as exc:
+        _Extractor(root_fd, owner, TarStream(reader)).run()
+    except (zstandard.ZstdError, TarFormatError) as exc:
         raise ArchiveError(f"not a tar.zst snapshot: {exc}") from None
     finally:
         os.close(root_fd)
@@ -210,21 +218,16 @@ class _Extractor:
     and mtimes are set last, deepest first, so a read-only directory is filled
     before it is closed and its mtime is not disturbed by its children."""
 
-    def __init__(self, root_fd: int, owner: tuple[int, int] | None, data: IO[bytes]) -> None:
+    def __init__(self, root_fd: int, owner: tuple[int, int] | None, tar: TarStream) -> None:
         self._root_fd = root_fd
         self._owner = owner
-        self._data = data
-        self._dirs: list[tuple[tuple[str, ...], tarfile.TarInfo]] = []
+        self._tar = tar
+        self._dirs: list[tuple[tuple[str, ...], Member]] = []
         self._parent: tuple[tuple[str, ...], int] | None = None
 
-    def run(self, tar: tarfile.TarFile) -> None:
-        # TarFile remembers every member it has read (for hard links, which
-        # are refused here): forgotten as it goes, or a workspace of a million
-        # files would sit in memory. The attribute is missing from the stubs.
-        seen: list[tarfile.TarInfo] = tar.members  # type: ignore[attr-defined]
+    def run(self) -> None:
         try:
-            while (member := tar.next()) is not None:
-                seen.clear()
+            for member in self._tar.members():
                 try:
                     self._extract(member)
                 except OSError as exc:
@@ -236,8 +239,7 @@ class _Extractor:
         finally:
             self._drop_parent()
         if not any(not parts for parts, _ in self._dirs):
-            root = tarfile.TarInfo(ROOT)
-            root.mode, root.mtime = 0o755, int(os.stat(self._root_fd).st_mtime)
+            root = Member(ROOT, DIRECTORY, 0o755, 0, os.stat(self._root_fd).st_mtime_ns)
             self._dirs.insert(0, ((), root))
         for parts, member in reversed(self._dirs):
             fd = self._open_dir(parts)
@@ -246,40 +248,38 @@ class _Extractor:
             finally:
                 os.close(fd)
 
-    def _extract(self, member: tarfile.TarInfo) -> None:
+    def _extract(self, member: Member) -> None:
         parts = _parts(member.name)
         if not parts:
-            if not member.isdir():
+            if not member.is_dir:
                 raise ArchiveError(f"{member.name!r}: the root is not a directory")
             self._dirs.append((parts, member))
             return
         parent, leaf = self._parent_fd(parts[:-1]), parts[-1]
-        if member.isreg() and not member.issparse():
+        if member.is_file:
             fd = os.open(leaf, _CREATE_FLAGS, 0o600, dir_fd=parent)
             try:
                 self._copy(member, fd)
                 self._set_attributes(fd, member)
             finally:
                 os.close(fd)
-        elif member.isdir():
+        elif member.is_dir:
             os.mkdir(leaf, 0o700, dir_fd=parent)
             self._dirs.append((parts, member))
-        elif member.issym():
+        elif member.is_symlink:
             os.symlink(member.linkname, leaf, dir_fd=parent)
             if self._owner is not None:
                 os.chown(leaf, *self._owner, dir_fd=parent, follow_symlinks=False)
-            os.utime(leaf, ns=_mtime_ns(member), dir_fd=parent, follow_symlinks=False)
+            os.utime(leaf, ns=_times(member), dir_fd=parent, follow_symlinks=False)
         else:
             kind = _KINDS.get(member.type, f"of type {member.type!r}")
             raise ArchiveError(f"{member.name!r}: is {kind}, which a snapshot never holds")
 
-    def _copy(self, member: tarfile.TarInfo, fd: int) -> None:
-        """The member's bytes, read straight from the decompressed stream: the
-        TarFile reads only headers and seeks past what was taken here."""
-        self._data.seek(member.offset_data)
+    def _copy(self, member: Member, fd: int) -> None:
+        """The member's bytes, read straight from the decompressed stream."""
         left = member.size
         while left:
-            chunk = self._data.read(min(left, CHUNK_BYTES))
+            chunk = self._tar.read(min(left, CHUNK_BYTES))
             if not chunk:
                 raise ArchiveError(f"{member.name!r}: the archive ends inside it")
             left -= len(chunk)
@@ -287,12 +287,12 @@ class _Extractor:
             while view:
                 view = view[os.write(fd, view) :]
 
-    def _set_attributes(self, fd: int, member: tarfile.TarInfo) -> None:
+    def _set_attributes(self, fd: int, member: Member) -> None:
         # chown before chmod: chown clears mode bits.
         if self._owner is not None:
             os.fchown(fd, *self._owner)
         os.fchmod(fd, member.mode & 0o777)
-        os.utime(fd, ns=_mtime_ns(member))
+        os.utime(fd, ns=_times(member))
 
     def _parent_fd(self, parts: tuple[str, ...]) -> int:
         """The open parent directory; kept while members share it (most do)."""
@@ -328,12 +328,6 @@ def _parts(name: str) -> tuple[str, ...]:
     return parts
 
 
-def _mtime_ns(member: tarfile.TarInfo) -> tuple[int, int]:
-    """(atime, mtime) in nanoseconds, exact when the PAX record is there."""
-    exact = member.pax_headers.get("mtime")
-    if exact is None:
-        nanos = int(member.mtime) * 1_000_000_000
-    else:
-        seconds, _, fraction = exact.partition(".")
-        nanos = int(seconds) * 1_000_000_000 + int(fraction[:9].ljust(9, "0"))
-    return nanos, nanos
+def _times(member: Member) -> tuple[int, int]:
+    """(atime, mtime) in nanoseconds, for ``os.utime``."""
+    return member.mtime_ns, member.mtime_ns
