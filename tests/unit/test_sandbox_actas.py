@@ -106,6 +106,21 @@ def test_a_raced_read_or_write_reaches_no_root_file(root_only: Path, workspace: 
     assert not (root_only.parent / "planted").exists()
 
 
+def test_a_directory_swapped_for_a_symlink_after_the_check_fails_the_open(
+    root_only: Path, workspace: Path
+) -> None:
+    # As resolve() saw it: a plain directory "d". Then the sandbox swapped it.
+    (workspace / "d").symlink_to(root_only.parent)
+    raced = RacedPaths(workspace, "/workspace", escape=workspace / "d" / root_only.name)
+    for operation in (
+        lambda: files.read_file(raced, "d/secret", 1000),
+        lambda: files.write_file(raced, "d/secret", b"overwritten"),
+    ):
+        with pytest.raises(FileError, match="symbolic links"):
+            operation()  # as root, too: the open itself refuses the detour
+    assert root_only.read_bytes() == b"root's secret\n"
+
+
 def test_what_the_host_writes_belongs_to_the_sandbox_user(workspace: Path) -> None:
     paths = WorkspacePaths.open(workspace, "/workspace", uid=UID)
     files.write_file(paths, "deep/er/file.txt", b"data")

@@ -8,7 +8,8 @@ such operation runs as the sandbox's uid: a thread switches its file-system
 uid and gid (``setfsuid``/``setfsgid`` change the calling thread only, and
 drop root's file capabilities while they are not 0), and a helper process is
 started through ``setpriv``. A race won then reaches only what the sandbox's
-own user could reach on the host, never root's files.
+own user could reach on the host, never root's files; reads and writes are
+opened with ``paths.open_beneath``, which refuses the detour outright.
 """
 
 from __future__ import annotations

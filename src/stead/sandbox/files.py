@@ -21,7 +21,7 @@ from typing import Concatenate, ParamSpec, TypeVar
 from stead.sandbox.actas import acting_as
 from stead.sandbox.base import FileInfo, FileKind
 from stead.sandbox.errors import FileError, FileTooLarge, NotARegularFile, RangeTooLarge
-from stead.sandbox.paths import WorkspacePaths, file_error
+from stead.sandbox.paths import WorkspacePaths, file_error, open_beneath
 
 CHUNK = 64 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -118,7 +118,7 @@ def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
         raise NotARegularFile(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, _WRITE_FLAGS, 0o666)
+        fd = open_beneath(paths.root, target, _WRITE_FLAGS, 0o666)
     except OSError as exc:
         raise file_error(path, exc) from None
     try:
@@ -136,7 +136,7 @@ def _open_regular(paths: WorkspacePaths, path: str) -> Iterator[tuple[int, int]]
     """An open descriptor of the regular file at ``path`` and its size."""
     target: Path = paths.resolve(path)
     try:
-        fd = os.open(target, _READ_FLAGS)
+        fd = open_beneath(paths.root, target, _READ_FLAGS)
     except OSError as exc:
         raise file_error(path, exc) from None
     try:

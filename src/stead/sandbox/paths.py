@@ -4,17 +4,22 @@
 operate on: ``.``/``..`` collapsed, every symlink followed (a dangling one too),
 the result checked to lie inside the workspace. The returned path contains no
 symlinks, so the operation cannot follow one out afterwards unless the tree
-changes in between; callers open the leaf with ``O_NOFOLLOW`` to narrow that.
+changes in between: ``open_beneath`` opens it so that such a change fails the
+open, and ``actas.py`` limits what any other use of the path can reach.
 Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import os
 import stat
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from stead.sandbox.base import WORKSPACE
 from stead.sandbox.errors import (
@@ -126,6 +131,91 @@ def canonical(path: Path) -> Path:
             current = Path("/")
         pending.extend(reversed([p for p in target.parts if p != "/"]))
     return current.joinpath(*missing)
+
+
+def open_beneath(root: Path, target: Path, flags: int, mode: int = 0) -> int:
+    """Opens ``target``, a path ``resolve`` returned, only if it still leads
+    there: relative to ``root`` with no symlink and no ``..`` on the way
+    (``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``), so a
+    directory swapped for a symlink since the check fails the open (ELOOP)
+    instead of leading elsewhere. Falls back to a plain ``open`` on kernels
+    before 5.6, where the caller's acting uid (``actas.py``) is the guard."""
+    if not within(target, root):
+        raise OSError(errno.EXDEV, "outside the workspace")
+    relative = str(target.relative_to(root)) if target != root else "."
+    root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _openat2(root_fd, relative, flags | os.O_CLOEXEC, mode)
+    except _NoOpenat2:
+        return os.open(target, flags | os.O_CLOEXEC, mode)
+    finally:
+        os.close(root_fd)
+
+
+class _NoOpenat2(Exception):
+    pass
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (
+        ("flags", ctypes.c_uint64),
+        ("mode", ctypes.c_uint64),
+        ("resolve", ctypes.c_uint64),
+    )
+
+
+_SYS_OPENAT2 = 437  # the same number on every architecture (added after the table merge)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+
+
+@cache
+def _syscall() -> Any:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    function = libc.syscall
+    function.restype = ctypes.c_long
+    return function
+
+
+def _openat2(dir_fd: int, path: str, flags: int, mode: int) -> int:
+    how = _OpenHow(
+        flags, mode if flags & os.O_CREAT else 0,
+        _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+    )  # fmt: skip
+    for _ in range(3):  # EAGAIN: a rename elsewhere raced the lookup; try again
+        fd = _syscall()(
+            ctypes.c_long(_SYS_OPENAT2),
+            ctypes.c_int(dir_fd),
+            ctypes.c_char_p(os.fsencode(path)),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+        )
+        if fd >= 0:
+            return int(fd)
+        code = ctypes.get_errno()
+        if code != errno.EAGAIN:
+            break
+    if code in (errno.ENOSYS, errno.EPERM) and not _openat2_works():
+        raise _NoOpenat2
+    raise OSError(code, os.strerror(code))
+
+
+@cache
+def _openat2_works() -> bool:
+    """Whether this kernel (and any seccomp filter around us) has openat2."""
+    how = _OpenHow(os.O_RDONLY | os.O_CLOEXEC, 0, 0)
+    fd = _syscall()(
+        ctypes.c_long(_SYS_OPENAT2),
+        ctypes.c_int(-100),  # AT_FDCWD
+        ctypes.c_char_p(b"/"),
+        ctypes.byref(how),
+        ctypes.c_size_t(ctypes.sizeof(how)),
+    )
+    if fd >= 0:
+        os.close(fd)
+        return True
+    return False
 
 
 def file_error(path: str, exc: OSError) -> FileError:
