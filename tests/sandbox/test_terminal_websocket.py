@@ -214,7 +214,7 @@ async def test_a_client_dropped_as_too_slow_redials_and_resumes_where_output_goe
             got = b"".join([item.data async for item in term.output()])
     assert got == b"abcxyz"
     assert offsets == ["0", "3"]
-    assert (term.exit_code, term.redial_count) == (0, 1)
+    assert (term.exit_code, term.redial_count, term.skipped_bytes) == (0, 1, 7)
 
 
 async def test_two_clients_on_one_pty_and_two_ptys_apart(

@@ -25,6 +25,7 @@ async def run_exec(url: str, api_key: str, session_id: str, command: str) -> int
             out = sys.stdout.buffer if item.channel == STDOUT else sys.stderr.buffer
             out.write(item.data)
             out.flush()
+    _report_skipped(term)
     return term.exit_code if term.exit_code is not None else 1
 
 
@@ -53,7 +54,16 @@ async def run_shell(url: str, api_key: str, session_id: str, terminal_id: str | 
         finally:
             if saved is not None:
                 termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+    _report_skipped(term)
     return term.exit_code if term.exit_code is not None else 0
+
+
+def _report_skipped(term: Terminal) -> None:
+    if term.skipped_bytes:
+        sys.stderr.write(
+            f"stead: {term.skipped_bytes} bytes of output were lost while reconnecting\n"
+        )
+        sys.stderr.flush()
 
 
 async def _forward_keys(term: Terminal, stdin: int) -> None:

@@ -85,6 +85,9 @@ class Terminal:
         self._redials: list[float] = []
         self.exit_code: int | None = None
         self.redial_count = 0
+        self.skipped_bytes = 0
+        """Output lost across redials: produced and dropped from the server's
+        scrollback while this client was away or too slow."""
 
     async def __aenter__(self) -> Terminal:
         await self._connect()
@@ -157,7 +160,11 @@ class Terminal:
             if isinstance(message, str):
                 control = json.loads(message)
                 if control.get("type") in ("offset", "replayed"):
-                    self._offset = int(control["offset"])
+                    offset = int(control["offset"])
+                    if self.redial_count and offset > self._offset:
+                        # The scrollback dropped these while the line was down.
+                        self.skipped_bytes += offset - self._offset
+                    self._offset = offset
                 continue
             if not message:
                 continue  # the server's keepalive
