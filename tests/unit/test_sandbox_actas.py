@@ -112,13 +112,17 @@ def test_a_directory_swapped_for_a_symlink_after_the_check_fails_the_open(
     # As resolve() saw it: a plain directory "d". Then the sandbox swapped it.
     (workspace / "d").symlink_to(root_only.parent)
     raced = RacedPaths(workspace, "/workspace", escape=workspace / "d" / root_only.name)
+    below = RacedPaths(workspace, "/workspace", escape=workspace / "d" / "new" / "file")
     for operation in (
         lambda: files.read_file(raced, "d/secret", 1000),
         lambda: files.write_file(raced, "d/secret", b"overwritten"),
+        lambda: files.stat_path(raced, "d/secret"),
+        lambda: files.write_file(below, "d/new/file", b"planted"),
     ):
         with pytest.raises(FileError, match="symbolic links"):
             operation()  # as root, too: the open itself refuses the detour
     assert root_only.read_bytes() == b"root's secret\n"
+    assert sorted(p.name for p in root_only.parent.iterdir()) == ["secret"]
 
 
 def test_what_the_host_writes_belongs_to_the_sandbox_user(workspace: Path) -> None:

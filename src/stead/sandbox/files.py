@@ -10,6 +10,7 @@ descriptor, and every descriptor is closed on every path.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -21,11 +22,18 @@ from typing import Concatenate, ParamSpec, TypeVar
 from stead.sandbox.actas import acting_as
 from stead.sandbox.base import FileInfo, FileKind
 from stead.sandbox.errors import FileError, FileTooLarge, NotARegularFile, RangeTooLarge
-from stead.sandbox.paths import WorkspacePaths, file_error, open_beneath
+from stead.sandbox.paths import (
+    WorkspacePaths,
+    file_error,
+    make_parents_beneath,
+    open_beneath,
+)
 
 CHUNK = 64 * 1024
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+# No O_TRUNC: the file is checked to be a regular one first (O_NONBLOCK: a
+# FIFO swapped in cannot hang the open), then truncated.
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -49,7 +57,11 @@ def _as_owner(
 def stat_path(paths: WorkspacePaths, path: str) -> FileInfo:
     target = paths.resolve(path)
     try:
-        st = os.stat(target)
+        fd = open_beneath(paths.root, target, os.O_PATH)
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise file_error(path, exc) from None
     if stat.S_ISREG(st.st_mode):
@@ -107,21 +119,19 @@ def read_lines(paths: WorkspacePaths, path: str, start: int, end: int, max_bytes
 def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
     target = paths.resolve(path)
     try:
-        existing = os.lstat(target)
-    except FileNotFoundError:
-        existing = None
-    except OSError as exc:
-        raise file_error(path, exc) from None
-    if existing is not None and not stat.S_ISREG(existing.st_mode):
-        if stat.S_ISDIR(existing.st_mode):
-            raise FileError(path, "is a directory")
-        raise NotARegularFile(path)
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_parents_beneath(paths.root, target)
         fd = open_beneath(paths.root, target, _WRITE_FLAGS, 0o666)
+    except IsADirectoryError:
+        raise FileError(path, "is a directory") from None
     except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise NotARegularFile(path) from None
         raise file_error(path, exc) from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotARegularFile(path)
+        os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

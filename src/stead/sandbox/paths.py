@@ -11,6 +11,7 @@ Blocking: call from a worker thread.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -150,6 +151,35 @@ def open_beneath(root: Path, target: Path, flags: int, mode: int = 0) -> int:
         return os.open(target, flags | os.O_CLOEXEC, mode)
     finally:
         os.close(root_fd)
+
+
+def make_parents_beneath(root: Path, target: Path) -> None:
+    """Creates ``target``'s missing parent directories below ``root``, each
+    looked up relative to the one before with ``open_beneath``'s rules: a
+    component swapped for a symlink fails (ELOOP) instead of being followed."""
+    if not within(target, root):
+        raise OSError(errno.EXDEV, "outside the workspace")
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in target.parent.relative_to(root).parts:
+            try:
+                child = _open_below(fd, name)
+            except FileNotFoundError:
+                with contextlib.suppress(FileExistsError):  # made meanwhile: fine
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                child = _open_below(fd, name)
+            os.close(fd)
+            fd = child
+    finally:
+        os.close(fd)
+
+
+def _open_below(dir_fd: int, name: str) -> int:
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    try:
+        return _openat2(dir_fd, name, flags, 0)
+    except _NoOpenat2:
+        return os.open(name, flags | os.O_NOFOLLOW, dir_fd=dir_fd)
 
 
 class _NoOpenat2(Exception):
