@@ -17,6 +17,7 @@ from stead.sandbox import (
     HostClient,
     HostSandbox,
     InvalidArgument,
+    PathOutsideWorkspace,
     SandboxUnavailable,
     parse_address,
 )
@@ -83,6 +84,25 @@ async def test_files_written_by_the_host_belong_to_the_sandbox(
     assert (await sandbox.grep("needle")).lines == ("/workspace/src/deep/app.py:2:needle here",)
     on_host = workspace_on_host(host, sandbox.sandbox_id) / "src/deep/app.py"
     assert on_host.stat().st_uid != 0
+
+
+async def test_a_directory_lists_through_the_host(sandbox: HostSandbox) -> None:
+    made = await sandbox.exec(
+        "mkdir -p d/sub && printf abc > d/file && ln -s /etc/shadow d/link", op_key="mk", timeout=10
+    )
+    assert made.exit_code == 0, made.output
+    listing = await sandbox.list_dir("/workspace/d")
+    assert listing.path == "/workspace/d" and listing.total == 3
+    assert [
+        (e.name, e.kind, e.size) for e in listing.entries if e.kind is not FileKind.DIRECTORY
+    ] == [
+        ("file", FileKind.FILE, 3),
+        ("link", FileKind.SYMLINK, len("/etc/shadow")),
+    ]
+    with pytest.raises(PathOutsideWorkspace):
+        await sandbox.list_dir("d/link")  # followed, it leads out
+    with pytest.raises(PathOutsideWorkspace):
+        await sandbox.list_dir("/etc")
 
 
 async def test_background_processes_keep_their_output(sandbox: HostSandbox) -> None:

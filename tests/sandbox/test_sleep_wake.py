@@ -183,3 +183,44 @@ async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()
         process.stop()
+
+
+async def test_a_live_snapshot_keeps_the_sandbox_running_and_replaces_older_ones(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    assert await sandbox.snapshot() is None  # never had a workspace
+    job = await sandbox.start_process("sleep 600")
+    await sandbox.write_file("state", b"first")
+    first = await sandbox.snapshot()
+    assert first is not None and first["size"] > 0
+    await sandbox.write_file("state", b"second")
+    second = await sandbox.snapshot()
+    assert second is not None and second["id"] != first["id"]
+    status = await sandbox.status()
+    assert status["state"] == "active"
+    assert [p["running"] for p in status["processes"] if p["id"] == job["id"]] == [True]
+    blobs = Path(host.blob_url.removeprefix("file://"))
+    assert not (blobs / first["blob_key"]).exists()
+    stored = (blobs / second["blob_key"]).read_bytes()
+    assert hashlib.sha256(stored).hexdigest() == second["sha256"]
+    # Asleep, the sandbox's snapshot is the one that holds it; asking wakes nothing.
+    await sandbox.kill_process(job["id"])
+    assert await sandbox.sleep()
+    slept = await sandbox.snapshot()
+    assert slept is not None and slept["id"] not in (first["id"], second["id"])
+    assert (await sandbox.snapshot()) == slept
+    assert (await sandbox.status())["state"] == "cold"
+    assert await sandbox.read_file("state", max_bytes=10) == b"second"
+
+
+async def test_a_destroyed_sandbox_acquired_again_gets_its_final_snapshot(
+    client: HostClient, host: HostProcess
+) -> None:
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sandbox.write_file("note", b"kept")
+        assert await client.destroy(sandbox.sandbox_id) is not None
+        assert not workspace_on_host(host, sandbox.sandbox_id).exists()
+        assert await sandbox.read_file("note", max_bytes=10) == b"kept"
+    finally:
+        await client.destroy(sandbox.sandbox_id)

@@ -113,7 +113,9 @@ def test_a_directory_swapped_for_a_symlink_after_the_check_fails_the_open(
     (workspace / "d").symlink_to(root_only.parent)
     raced = RacedPaths(workspace, "/workspace", escape=workspace / "d" / root_only.name)
     below = RacedPaths(workspace, "/workspace", escape=workspace / "d" / "new" / "file")
+    listed = RacedPaths(workspace, "/workspace", escape=workspace / "d")
     for operation in (
+        lambda: files.list_dir(listed, "d"),
         lambda: files.read_file(raced, "d/secret", 1000),
         lambda: files.write_file(raced, "d/secret", b"overwritten"),
         lambda: files.stat_path(raced, "d/secret"),
@@ -143,3 +145,27 @@ async def test_search_walks_with_the_sandbox_users_rights(workspace: Path) -> No
     paths = WorkspacePaths.open(workspace, "/workspace", uid=UID)
     found = await search.grep(paths, "needle", None)
     assert [line.split(":", 1)[0] for line in found.lines] == ["/workspace/visible.txt"]
+
+
+def test_a_listing_shows_entries_as_they_are_by_name(workspace: Path) -> None:
+    paths = WorkspacePaths.open(workspace, "/workspace", uid=UID)
+    files.write_file(paths, "b.txt", b"12345")
+    files.write_file(paths, "sub/inner.txt", b"")
+    (workspace / "a-link").symlink_to("/etc/shadow")  # listed, never followed
+    os.mkfifo(workspace / "pipe")
+    listing = files.list_dir(paths, "/workspace")
+    assert listing.path == "/workspace" and listing.total == 4
+    assert [(e.name, e.kind.value) for e in listing.entries] == [
+        ("a-link", "symlink"),
+        ("b.txt", "file"),
+        ("pipe", "other"),
+        ("sub", "directory"),
+    ]
+    assert listing.entries[1].size == 5
+    assert files.list_dir(paths, "sub").path == "/workspace/sub"
+    capped = files.list_dir(paths, ".", limit=2)
+    assert ([e.name for e in capped.entries], capped.total) == (["a-link", "b.txt"], 4)
+    with pytest.raises(FileError, match="not a directory"):
+        files.list_dir(paths, "b.txt")
+    with pytest.raises(FileError, match="no such file"):
+        files.list_dir(paths, "missing")

@@ -38,6 +38,8 @@ GLOB_RESULT_LIMIT = 200
 """Paths one glob returns, newest first."""
 WALK_ENTRY_LIMIT = 50_000
 """Directory entries one glob or grep visits before it stops."""
+LIST_ENTRY_LIMIT = 1000
+"""Entries one directory listing returns, by name; ``total`` counts them all."""
 
 
 class ExecStatus(enum.StrEnum):
@@ -79,6 +81,8 @@ class ExecResult:
 class FileKind(enum.StrEnum):
     FILE = "file"
     DIRECTORY = "directory"
+    SYMLINK = "symlink"
+    """Only in listings: ``stat`` follows links."""
     OTHER = "other"
 
 
@@ -89,6 +93,25 @@ class FileInfo:
     kind: FileKind
     size: int
     mtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class DirEntry:
+    name: str
+    kind: FileKind
+    """The entry itself: a symlink is ``SYMLINK``, never what it points to."""
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True, slots=True)
+class DirListing:
+    path: str
+    """The directory as the sandbox's processes see it."""
+    entries: tuple[DirEntry, ...]
+    """Sorted by name, at most ``LIST_ENTRY_LIMIT``."""
+    total: int
+    """How many entries the directory holds; more than ``len(entries)`` when capped."""
 
 
 @dataclass(frozen=True, slots=True)

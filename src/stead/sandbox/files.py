@@ -1,4 +1,4 @@
-"""File primitives on a host workspace: stat, read, read a line range, write.
+"""File primitives on a host workspace: stat, list, read, read a line range, write.
 
 Blocking: a backend runs them in a worker thread. Each takes the caller's path
 (for messages), confines it with ``WorkspacePaths`` first, and acts with the
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from stead.sandbox.actas import acting_as
-from stead.sandbox.base import FileInfo, FileKind
+from stead.sandbox.base import LIST_ENTRY_LIMIT, DirEntry, DirListing, FileInfo, FileKind
 from stead.sandbox.errors import FileError, FileTooLarge, NotARegularFile, RangeTooLarge
 from stead.sandbox.paths import (
     WorkspacePaths,
@@ -64,13 +64,44 @@ def stat_path(paths: WorkspacePaths, path: str) -> FileInfo:
             os.close(fd)
     except OSError as exc:
         raise file_error(path, exc) from None
-    if stat.S_ISREG(st.st_mode):
-        kind = FileKind.FILE
-    elif stat.S_ISDIR(st.st_mode):
-        kind = FileKind.DIRECTORY
-    else:
-        kind = FileKind.OTHER
-    return FileInfo(paths.show(target), kind, st.st_size, st.st_mtime)
+    return FileInfo(paths.show(target), _kind(st.st_mode), st.st_size, st.st_mtime)
+
+
+@_as_owner
+def list_dir(paths: WorkspacePaths, path: str, limit: int = LIST_ENTRY_LIMIT) -> DirListing:
+    """The directory's entries by name, the first ``limit`` of them; symlinks
+    are listed as such, never followed."""
+    target = paths.resolve(path)
+    try:
+        fd = open_beneath(paths.root, target, os.O_RDONLY | os.O_DIRECTORY)
+    except NotADirectoryError:
+        raise FileError(path, "not a directory") from None
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    entries: list[DirEntry] = []
+    try:
+        names = sorted(os.listdir(fd))
+        for name in names[:limit]:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:  # removed since the listing
+                continue
+            entries.append(DirEntry(name, _kind(st.st_mode), st.st_size, st.st_mtime))
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    finally:
+        os.close(fd)
+    return DirListing(paths.show(target), tuple(entries), len(names))
+
+
+def _kind(mode: int) -> FileKind:
+    if stat.S_ISREG(mode):
+        return FileKind.FILE
+    if stat.S_ISDIR(mode):
+        return FileKind.DIRECTORY
+    if stat.S_ISLNK(mode):
+        return FileKind.SYMLINK
+    return FileKind.OTHER
 
 
 @_as_owner

@@ -22,6 +22,8 @@ from anyio.abc import ByteStream
 
 from stead.sandbox.base import (
     WORKSPACE,
+    DirEntry,
+    DirListing,
     ExecResult,
     ExecStatus,
     FileInfo,
@@ -29,7 +31,7 @@ from stead.sandbox.base import (
     GlobResult,
     GrepResult,
 )
-from stead.sandbox.errors import InvalidArgument, SandboxUnavailable
+from stead.sandbox.errors import InvalidArgument, SandboxNotFound, SandboxUnavailable
 from stead.sandbox.host.config import SandboxConfig
 from stead.sandbox.host.protocol import (
     FrameStream,
@@ -161,6 +163,14 @@ class HostClient:
 
     async def ping(self) -> Json:
         return await self.call("ping")
+
+    async def sandbox_status(self, sandbox_id: str) -> Json | None:
+        """The sandbox's state, activity and processes, without acquiring or
+        waking it; None if the host has no such sandbox (never made, or destroyed)."""
+        try:
+            return await self.call("status", sandbox_id=sandbox_id)
+        except SandboxNotFound:
+            return None
 
     async def destroy(self, sandbox_id: str) -> float | None:
         """Destroys the sandbox (after a final snapshot); its active seconds, or
@@ -347,6 +357,13 @@ class HostSandbox:
         result = await self._call("stat", path=path)
         return FileInfo(**{**result, "kind": FileKind(result["kind"])})
 
+    async def list_dir(self, path: str) -> DirListing:
+        result = await self._call("list_dir", path=path)
+        entries = tuple(
+            DirEntry(**{**entry, "kind": FileKind(entry["kind"])}) for entry in result["entries"]
+        )
+        return DirListing(result["path"], entries, result["total"])
+
     async def read_file(self, path: str, *, max_bytes: int) -> bytes:
         result = await self._call("read_file", path=path, max_bytes=max_bytes)
         return decode_bytes(result.get("data_b64"))
@@ -380,6 +397,13 @@ class HostSandbox:
 
     async def kill_process(self, process_id: str, signum: int = signal.SIGKILL) -> None:
         await self._call("kill_process", process_id=process_id, signal=int(signum))
+
+    async def snapshot(self) -> Json | None:
+        """Saves the workspace now without stopping the sandbox; the snapshot
+        that holds it (``id``, ``blob_key``, ``size``, ``sha256``,
+        ``created_at``, ``expires_at``), None if it never had a workspace."""
+        found = (await self._call("snapshot"))["snapshot"]
+        return found if isinstance(found, dict) else None
 
     async def sleep(self) -> bool:
         return bool((await self._call("sleep", force=True))["slept"])

@@ -47,6 +47,7 @@ from stead.sandbox.backends.bwrap import (
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     WORKSPACE,
+    DirListing,
     ExecResult,
     ExecStatus,
     FileInfo,
@@ -60,7 +61,7 @@ from stead.sandbox.errors import (
     SandboxUnavailable,
     WorkspaceUnavailable,
 )
-from stead.sandbox.host.catalogue import Catalogue, SandboxRow
+from stead.sandbox.host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox.host.config import HostOptions, SandboxConfig
 from stead.sandbox.host.packages import PackageCache
 from stead.sandbox.host.processes import (
@@ -142,11 +143,13 @@ class HostedSandbox:
     # -- activity -----------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def activity(self) -> AsyncIterator[None]:
-        """Marks a call in progress; the sandbox is awake inside the block."""
+    async def activity(self, *, wake: bool = True) -> AsyncIterator[None]:
+        """Marks a call in progress; with ``wake``, the sandbox is awake inside
+        the block."""
         self._busy += 1
         try:
-            await self.ensure_active()
+            if wake:
+                await self.ensure_active()
             yield
         finally:
             self._busy -= 1
@@ -301,6 +304,17 @@ class HostedSandbox:
             await self.saved.save()
             return True
 
+    async def snapshot(self) -> SnapshotRow | None:
+        """Saves the workspace now, without stopping or waking the sandbox, and
+        returns the snapshot that holds it: a new one when the directory on
+        disk is current, else the latest (a sleeping sandbox's). None if the
+        sandbox never had a workspace; ``WorkspaceUnavailable`` if its saved
+        workspace expired."""
+        async with self.activity(wake=False), self._transition:
+            if await to_thread.run_sync(lambda: self.saved.is_warm):
+                return await self.saved.checkpoint()
+            return await self.saved.latest()
+
     async def stop(self) -> None:
         """Stops the body without a snapshot; the warm marker keeps the files."""
         async with self._transition:
@@ -436,6 +450,10 @@ class HostedSandbox:
     async def stat(self, path: str) -> FileInfo:
         async with self.activity():
             return await to_thread.run_sync(files.stat_path, self.paths, path)
+
+    async def list_dir(self, path: str) -> DirListing:
+        async with self.activity():
+            return await to_thread.run_sync(files.list_dir, self.paths, path)
 
     async def read_file(self, path: str, *, max_bytes: int) -> bytes:
         async with self.activity():

@@ -212,6 +212,7 @@ class HostRpc:
             "exec_result": self._exec_result,
             "restart_shell": self._restart_shell,
             "stat": self._stat,
+            "list_dir": self._list_dir,
             "read_file": self._read_file,
             "read_lines": self._read_lines,
             "write_file": self._write_file,
@@ -221,6 +222,7 @@ class HostRpc:
             "list_processes": self._list_processes,
             "read_process": self._read_process,
             "kill_process": self._kill_process,
+            "snapshot": self._snapshot,
             "sleep": self._sleep,
             "destroy": self._destroy,
             "status": self._status,
@@ -346,6 +348,10 @@ class HostRpc:
         sandbox = await self._sandbox(request)
         return asdict(await sandbox.stat(_str(request, "path")))
 
+    async def _list_dir(self, request: Json, frames: FrameStream) -> Json:
+        sandbox = await self._sandbox(request)
+        return asdict(await sandbox.list_dir(_str(request, "path")))
+
     async def _read_file(self, request: Json, frames: FrameStream) -> Json:
         sandbox = await self._sandbox(request)
         data = await sandbox.read_file(_str(request, "path"), max_bytes=_int(request, "max_bytes"))
@@ -423,6 +429,10 @@ class HostRpc:
             _int(request, "offset", 0),
             send_seconds=self._manager.options.terminal_send_seconds,
         )
+
+    async def _snapshot(self, request: Json, frames: FrameStream) -> Json:
+        snapshot = await (await self._sandbox(request)).snapshot()
+        return {"snapshot": asdict(snapshot) if snapshot is not None else None}
 
     async def _sleep(self, request: Json, frames: FrameStream) -> Json:
         sandbox = await self._sandbox(request)

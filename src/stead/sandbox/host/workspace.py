@@ -53,20 +53,19 @@ class SavedWorkspace:
 
     @property
     def is_warm(self) -> bool:
-        """The directory on disk holds the workspace (no snapshot has it yet)."""
+        """The directory on disk is the current workspace (a snapshot may hold
+        an older state, or, after a checkpoint, the same)."""
         return self._marker.exists()
 
     async def prepare(self) -> None:
         """Makes the directory current: as it is, restored, or new and empty."""
         if await to_thread.run_sync(self._marker.exists):
             return
-        latest = await self._catalogue.latest_snapshot(self._id)
+        latest = await self.latest()
+        # A destroyed sandbox comes back without its directory on this machine.
+        await to_thread.run_sync(self._make_root)
         if latest is None:
             await to_thread.run_sync(self._make_empty)
-        elif latest.deleted_at is not None:
-            raise WorkspaceUnavailable(
-                "the sandbox's saved workspace expired and was deleted; it cannot be restored"
-            )
         else:
             info = SnapshotInfo(latest.blob_key, latest.size, latest.sha256)
             try:
@@ -81,9 +80,11 @@ class SavedWorkspace:
                 raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
         await to_thread.run_sync(self._marker.touch)
 
-    def _make_empty(self) -> None:
+    def _make_root(self) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
         os.chmod(self._root, 0o711)
+
+    def _make_empty(self) -> None:
         self.directory.mkdir(exist_ok=True)
         os.chown(self.directory, self._uid, self._uid)
         os.chmod(self.directory, 0o755)
@@ -91,6 +92,12 @@ class SavedWorkspace:
     async def save(self) -> None:
         """Snapshots the directory, then drops it. Raises if the snapshot could
         not be taken and verified; the directory and the marker then stay."""
+        await self.checkpoint()
+        await to_thread.run_sync(self._drop)
+
+    async def checkpoint(self) -> SnapshotRow:
+        """Snapshots the directory as it is and keeps it: the new snapshot, once
+        verified and recorded, replaces the older ones."""
         snapshot_id = f"snap_{time.time_ns():x}"
         key = f"sandboxes/{urllib.parse.quote(self._id, safe='')}/{snapshot_id}.tar.zst"
         info = await take_snapshot(self.directory, self._blobs, key)
@@ -104,7 +111,17 @@ class SavedWorkspace:
             with contextlib.suppress(Exception):
                 await self._blobs.delete(old.blob_key)
             await self._catalogue.mark_snapshot_deleted(old.id, now=now)
-        await to_thread.run_sync(self._drop)
+        return row
+
+    async def latest(self) -> SnapshotRow | None:
+        """The snapshot that holds the workspace; None if there never was one.
+        ``WorkspaceUnavailable`` if the newest one expired and was deleted."""
+        latest = await self._catalogue.latest_snapshot(self._id)
+        if latest is not None and latest.deleted_at is not None:
+            raise WorkspaceUnavailable(
+                "the sandbox's saved workspace expired and was deleted; it cannot be restored"
+            )
+        return latest
 
     def _drop(self) -> None:
         self._marker.unlink(missing_ok=True)
