@@ -43,6 +43,12 @@ def api_key(server: ServerProcess) -> str:
     return server.first_key
 
 
+def sdk_of(server: ServerProcess) -> anthropic.Anthropic:
+    """The SDK as the server's first key (printed at its first start)."""
+    assert server.first_key, server.log_text()
+    return make_client(server.url, server.first_key)
+
+
 def make_client(url: str, key: str, **options: object) -> anthropic.Anthropic:
     return anthropic.Anthropic(
         base_url=url,

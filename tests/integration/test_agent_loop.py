@@ -13,7 +13,7 @@ import pytest
 
 from stead.testing import Delay, FakeModel, FaultRule, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, make_client
+from tests.conftest import loop_env, sdk_of
 
 Json = dict[str, Any]
 SCENARIOS: dict[str, list[Turn]] = {
@@ -80,8 +80,7 @@ def loop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProc
 
 @pytest.fixture
 def sdk(loop_server: ServerProcess) -> Iterator[anthropic.Anthropic]:
-    assert loop_server.first_key
-    with make_client(loop_server.url, loop_server.first_key) as client:
+    with sdk_of(loop_server) as client:
         yield client
 
 

@@ -24,7 +24,7 @@ from stead.testing import (
     Turn,
     assistant_turns,
 )
-from tests.conftest import loop_env, make_client
+from tests.conftest import loop_env, sdk_of
 
 Json = dict[str, Any]
 
@@ -78,8 +78,7 @@ def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
 
 @pytest.fixture
 def sdk(fault_server: ServerProcess) -> Iterator[anthropic.Anthropic]:
-    assert fault_server.first_key
-    with make_client(fault_server.url, fault_server.first_key) as client:
+    with sdk_of(fault_server) as client:
         yield client
 
 

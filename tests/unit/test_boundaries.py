@@ -9,13 +9,33 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "stead"
-ROOMS = ("api", "runtime", "schemas", "store", "testing")
-SHARED = {"config", "ids"}
+ROOMS = (
+    "api",
+    "blobs",
+    "client",
+    "egress",
+    "harness",
+    "runtime",
+    "sandbox",
+    "schemas",
+    "store",
+    "testing",
+    "tools",
+)
+SHARED = {"config", "ids", "failpoints"}
+INNER = {"api", "runtime", "harness", "tools", "client", "testing"}
+"""Rooms that sit above the sandbox and what it stands on (DESIGN §2)."""
 FORBIDDEN = {
-    "schemas": {"api", "runtime", "store", "testing"},
-    "store": {"api", "runtime", "testing"},
+    "schemas": {"api", "runtime", "store", "testing", "sandbox", "tools", "harness"},
+    "store": {"api", "runtime", "testing", "sandbox", "tools", "harness"},
     "runtime": {"api", "testing"},
     "api": {"testing"},
+    "harness": {"api", "runtime", "store", "sandbox", "tools", "testing"},
+    "tools": {"api", "runtime", "store", "harness", "testing"},
+    "sandbox": INNER | {"store", "schemas"},
+    "egress": INNER | {"store", "schemas", "sandbox"},
+    "blobs": INNER | {"store", "schemas", "sandbox", "egress"},
+    "client": {"api", "runtime", "store", "harness", "tools", "testing"},
 }
 SQL_DRIVERS = {"sqlalchemy", "sqlite3", "psycopg", "alembic"}
 
