@@ -11,7 +11,8 @@ stream, then restarted on the same data directory. For every kill point:
 * the log has no gap in ``seq``, no duplicate id, and a consistent order (every
   tool use answered once, after it; every span closed once, after it opened);
 * every bash call that completed appended its line exactly once, none twice;
-* a non-idempotent call cut short was answered "may have run", never silently re-run;
+* a non-idempotent call cut short was answered "may have run", never silently re-run,
+  except a bash command that never reached the sandbox: it runs, once;
 * the user's message is there.
 """
 
@@ -214,6 +215,10 @@ class Lane:
         read = next(u for u in events if u["type"] == "agent.tool_use" and u["name"] == "read")
         read_result = results[read["id"]]
         first_bash = results[next(u["id"] for u in events if u.get("name") == "bash")]
+        if point == "tool.before_run:1":
+            # Started in the ledger, never sent to the sandbox: the sandbox has no
+            # record of its op key, so recovery runs it, and only then.
+            assert not first_bash["is_error"], f"{point}: {first_bash}"
         if MAY_HAVE_RUN not in first_bash["content"][0]["text"]:
             # The file the first command wrote is there for the read, crash or not.
             assert token in read_result["content"][0]["text"], f"{point}: read saw {read_result}"

@@ -30,6 +30,8 @@ ROUTES = {
     ("post", "/v1/sessions/{session_id}/events"): "EventSendParams",
     ("get", "/v1/sessions/{session_id}/events"): None,
     ("get", "/v1/sessions/{session_id}/events/stream"): None,
+    ("get", "/v1/sessions/{session_id}/sandbox"): None,
+    ("delete", "/v1/sessions/{session_id}/sandbox"): None,
 }
 
 

@@ -156,6 +156,22 @@ async def test_the_loop_survives_failing_rounds_and_stops_when_cancelled(
             group.cancel_scope.cancel()
 
 
+async def test_a_poke_sweeps_at_once(store: SqlStore, clock: StepClock) -> None:
+    _, sandbox_id = await session_sandbox(store, ttl=1000)
+    destroy = Destroyer()
+    sweeping = sweeper(store, destroy, clock)
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as group:
+            await group.start(sweeping.serve)
+            assert await clock.slept.receive() == 30
+            assert await store.expire_sandbox_lease(sandbox_id, now=clock.current)
+            sweeping.poke()  # the clock never ticks: only the poke ends the wait
+            assert await clock.slept.receive() == 30
+            assert destroy.calls == [sandbox_id]
+            assert await store.leases_to_destroy() == []
+            group.cancel_scope.cancel()
+
+
 async def test_the_sweeper_refuses_nonsense_settings(store: SqlStore) -> None:
     with pytest.raises(ValueError):
         LeaseSweeper(store, Destroyer(), interval=0, destroy_timeout=1)

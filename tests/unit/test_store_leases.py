@@ -331,6 +331,13 @@ async def test_destroy_bookkeeping(db: Db) -> None:
     assert await store.mark_sandbox_destroyed(second.session_id, now=at(23))
     assert await store.leases_to_destroy() == []
     assert not await store.mark_sandbox_destroyed("no-such-sandbox", now=at(24))
+    gone = await store.sandbox_lease(second.session_id)
+    assert gone is not None
+    assert (gone.status, gone.expiry_reason) == (SandboxLeaseStatus.DESTROYED, LeaseExpiry.EXPLICIT)
+    assert (gone.expired_at, gone.destroyed_at) == (at(20), at(23))
+    held = await store.sandbox_lease(live.session_id)
+    assert held is not None and held.status == SandboxLeaseStatus.ACTIVE
+    assert await store.sandbox_lease("no-such-sandbox") is None
 
 
 async def test_active_seconds_accumulate(db: Db) -> None:

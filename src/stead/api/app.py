@@ -9,7 +9,16 @@ from functools import partial
 import anyio
 from fastapi import FastAPI
 
-from stead.api import agents, environments, errors, events, openapi, sessions, terminals
+from stead.api import (
+    agents,
+    environments,
+    errors,
+    events,
+    openapi,
+    sandbox,
+    sessions,
+    terminals,
+)
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
@@ -24,7 +33,7 @@ from stead.runtime import (
 )
 from stead.store import Store, open_store
 
-ROUTE_MODULES = (agents, environments, sessions, events, terminals)
+ROUTE_MODULES = (agents, environments, sessions, events, sandbox, terminals)
 SWEEP_DESTROY_SECONDS = 600.0
 """A destroy takes a final snapshot of the workspace; give a large one time."""
 
@@ -51,6 +60,14 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             toolbox = SandboxToolbox(settings, opened)
             deps = build_loop(settings, opened, bus, toolbox, failpoints)
             runtime = Runtime(deps, exclusive=store is None)
+            sweeper = None
+            if settings.sandbox == "bwrap":
+                sweeper = LeaseSweeper(
+                    opened,
+                    toolbox.destroy,
+                    interval=settings.sandbox_sweep_interval_seconds,
+                    destroy_timeout=SWEEP_DESTROY_SECONDS,
+                )
             app.state.services = Services(
                 settings=settings,
                 store=opened,
@@ -58,16 +75,11 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 keys=KeyCache(ttl=settings.auth_cache_seconds),
                 runtime=runtime,
                 sandboxes=toolbox,
+                sweeper=sweeper,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
-                if settings.sandbox == "bwrap":
-                    sweeper = LeaseSweeper(
-                        opened,
-                        toolbox.destroy,
-                        interval=settings.sandbox_sweep_interval_seconds,
-                        destroy_timeout=SWEEP_DESTROY_SECONDS,
-                    )
+                if sweeper is not None:
                     group.start_soon(sweeper.serve)
                 yield
                 group.cancel_scope.cancel()

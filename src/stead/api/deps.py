@@ -12,7 +12,7 @@ from starlette.requests import HTTPConnection
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import EventBus, Runtime, SandboxToolbox
+from stead.runtime import EventBus, LeaseSweeper, Runtime, SandboxToolbox
 from stead.store import ApiKey, Store
 
 
@@ -61,6 +61,8 @@ class Services:
     keys: KeyCache
     runtime: Runtime
     sandboxes: SandboxToolbox
+    sweeper: LeaseSweeper | None
+    """None when this server runs no sandbox host (``STEAD_SANDBOX`` is not bwrap)."""
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.runtime.service import Runtime
-from stead.runtime.toolbox import NoSandbox, SandboxToolbox
+from stead.runtime.toolbox import NoSandbox, SandboxToolbox, SandboxView
 
 __all__ = [
     "Clock",
@@ -25,6 +25,7 @@ __all__ = [
     "Notice",
     "Runtime",
     "SandboxToolbox",
+    "SandboxView",
     "SessionFeed",
     "Subscription",
     "SweepRound",

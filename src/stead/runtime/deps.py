@@ -51,9 +51,10 @@ class Toolbox(Protocol):
         stops the tool and propagates."""
         ...
 
-    async def reattach(self, session_id: str, name: str, op_key: str) -> ToolOutcome | None:
-        """The recorded outcome of a call that finished under ``op_key``, if the
-        sandbox kept one."""
+    @property
+    def resumable(self) -> frozenset[str]:
+        """Tools the sandbox runs at most once per op key (bash): after a crash a
+        call is made again with the same op key and the sandbox sorts it out."""
         ...
 
     async def aclose(self) -> None: ...

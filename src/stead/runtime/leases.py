@@ -57,14 +57,28 @@ class LeaseSweeper:
         self._destroy_timeout = destroy_timeout
         self._clock = clock or SystemClock()
         self._limit = anyio.CapacityLimiter(concurrency)
+        self._poked = False
+        self._waiting: anyio.CancelScope | None = None
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Runs rounds until cancelled, the first at once (leases a previous process
-        left). A store error ends the loop, as it ends the run reaper."""
+        left), the next after ``interval`` or at once when poked. A store error
+        ends the loop, as it ends the run reaper."""
         task_status.started()
         while True:
+            self._poked = False
             await self.sweep()
-            await self._clock.sleep(self._interval)
+            if self._poked:  # during the round: what it asked for may be newer
+                continue
+            with anyio.CancelScope() as self._waiting:
+                await self._clock.sleep(self._interval)
+            self._waiting = None
+
+    def poke(self) -> None:
+        """Asks for a round now (a lease was just expired on purpose)."""
+        self._poked = True
+        if self._waiting is not None:
+            self._waiting.cancel()
 
     async def sweep(self) -> SweepRound:
         """One round: expire, then destroy what is expired and not yet destroyed."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -28,7 +29,13 @@ from stead.sandbox import (
     UnsafeLocalSandbox,
     WorkspaceUnavailable,
 )
-from stead.store import SandboxLease, SandboxLeaseEnded, Store
+from stead.store import (
+    LeaseExpiry,
+    SandboxLease,
+    SandboxLeaseEnded,
+    SandboxLeaseStatus,
+    Store,
+)
 
 log = logging.getLogger("stead.runtime.toolbox")
 
@@ -42,6 +49,22 @@ LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cann
 
 class NoSandbox(Exception):
     """The session has no sandbox to run tools in; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxView:
+    """A session's sandbox as its owner sees it."""
+
+    lease: SandboxLease | None
+    """None until the session's first tool call or terminal."""
+    host: Json | None
+    """The sandbox host's status of it (``state``, ``idle_seconds``,
+    ``processes``, ``terminals``, ``last_error``); None when the host holds no
+    such sandbox (never made, or destroyed) or could not be asked."""
+    active_seconds: float
+    """Awake time, all wakes together."""
+    error: str | None = None
+    """Why the host could not be asked."""
 
 
 class SandboxToolbox:
@@ -59,6 +82,10 @@ class SandboxToolbox:
     @property
     def idempotent(self) -> frozenset[str]:
         return tools.IDEMPOTENT_TOOLS
+
+    @property
+    def resumable(self) -> frozenset[str]:
+        return tools.RESUMABLE_TOOLS
 
     async def host_sandbox(self, session_id: str) -> HostSandbox:
         """The session's sandbox in the sandbox host (terminals live there);
@@ -134,18 +161,26 @@ class SandboxToolbox:
             return _broken(name, exc)
         return ToolOutcome(outcome.content, outcome.is_error)
 
-    async def reattach(self, session_id: str, name: str, op_key: str) -> ToolOutcome | None:
-        if name != "bash":
-            return None
+    async def describe(self, session_id: str) -> SandboxView:
+        """The session's lease and its sandbox's state, without renewing,
+        acquiring or waking anything."""
+        lease = await self._store.sandbox_lease(session_id)
+        booked = await self._store.sandbox_active_seconds(session_id)
+        if lease is None or lease.status is SandboxLeaseStatus.DESTROYED:
+            return SandboxView(lease, None, booked)
         try:
-            sandbox = await self._sandbox(session_id)
-            result = await sandbox.exec_result(op_key)
-        except (NoSandbox, SandboxError):
-            return None
-        if result is None:
-            return None
-        outcome = tools.bash_outcome(result)
-        return ToolOutcome(outcome.content, outcome.is_error)
+            host = await (await self._client()).sandbox_status(session_id)
+        except SandboxError as exc:
+            return SandboxView(lease, None, booked, f"the sandbox host cannot be asked: {exc}")
+        active = max(booked, float(host["active_seconds"])) if host else booked
+        return SandboxView(lease, host, active)
+
+    async def release(self, session_id: str) -> bool:
+        """Ends the session's sandbox lease now (explicitly): the lease sweeper
+        then destroys the sandbox after a final snapshot. The session's next
+        tool call or terminal takes a new lease and gets its workspace back from
+        that snapshot. False if no lease was active."""
+        return await self._store.expire_sandbox_lease(session_id, reason=LeaseExpiry.EXPLICIT)
 
     async def destroy(self, lease: SandboxLease) -> None:
         """Destroys an expired lease's sandbox in the host and books its active

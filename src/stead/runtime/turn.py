@@ -8,9 +8,11 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
 * model request: ``started`` with ``span.model_request_start``, ``completed`` with
   the answer's events. Idempotent: a crash in between re-asks the model.
 * tool call: ``started`` before it runs, ``completed`` with ``agent.tool_result``.
-  After a crash in between, idempotent tools run again; ``bash`` re-attaches to
-  the result the sandbox recorded under the op key; anything else tells the
-  model the call may have run and must be verified, and is never re-run.
+  After a crash in between, idempotent tools run again; ``bash`` is asked of the
+  sandbox again under the same op key, which runs it at most once (re-attaching
+  to a recorded or running command, running one that never reached it);
+  anything else tells the model the call may have run and must be verified,
+  and is never re-run.
 """
 
 from __future__ import annotations
@@ -259,15 +261,14 @@ class TurnRunner:
         tools = self.deps.tools
         previous = await self.deps.store.get_op(key)
         outcome: ToolOutcome
-        if previous is None or name in tools.idempotent:
+        if previous is None or name in tools.idempotent or name in tools.resumable:
             if previous is None:
                 await self._write(ops_started=[(key, f"tool:{name}")])
             self.deps.failpoints.hit("tool.before_run")
             outcome = await tools.run(self.session_id, name, tool_input, key)
             self.deps.failpoints.hit("tool.after_run")
         else:
-            recorded = await tools.reattach(self.session_id, name, key)
-            outcome = recorded or ToolOutcome(ev.text(MAY_HAVE_RUN), True)
+            outcome = ToolOutcome(ev.text(MAY_HAVE_RUN), True)
         result = ev.tool_result(use, outcome.content, outcome.is_error)
         completed = [(key, {"is_error": outcome.is_error})]
         if outcome.session_error is not None:

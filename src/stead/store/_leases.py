@@ -237,6 +237,11 @@ def expire_one(conn: Connection, now: datetime, sandbox_id: str, reason: LeaseEx
     return _set_expired(conn, now, sandbox_id, LeaseExpiry(reason))
 
 
+def get(conn: Connection, sandbox_id: str) -> SandboxLease | None:
+    row = conn.execute(select(sandbox_leases).where(leases.sandbox_id == sandbox_id)).first()
+    return None if row is None else _record(row)
+
+
 def to_destroy(conn: Connection) -> list[SandboxLease]:
     stmt = (
         select(sandbox_leases)

@@ -457,6 +457,10 @@ class Store(Protocol):
         """Expires one active lease with ``reason``; False if it was not active."""
         ...
 
+    async def sandbox_lease(self, sandbox_id: str) -> SandboxLease | None:
+        """The sandbox's lease in any status; None if it never had one."""
+        ...
+
     async def leases_to_destroy(self) -> list[SandboxLease]:
         """Expired leases whose sandbox is not yet destroyed, oldest expiry first."""
         ...

@@ -333,6 +333,9 @@ class SqlStore:
     ) -> bool:
         return await self._write_at(now, _leases.expire_one, sandbox_id, reason)
 
+    async def sandbox_lease(self, sandbox_id: str) -> SandboxLease | None:
+        return await self._read(_leases.get, sandbox_id)
+
     async def leases_to_destroy(self) -> list[SandboxLease]:
         return await self._read(_leases.to_destroy)
 

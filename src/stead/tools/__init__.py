@@ -2,7 +2,8 @@
 
 Other rooms import only from here. ``run_tool`` executes one call and returns
 what the model sees; ``TOOL_DEFINITIONS`` is what the model is told;
-``IDEMPOTENT_TOOLS`` is what the op ledger needs to know (DESIGN rule 5).
+``IDEMPOTENT_TOOLS`` and ``RESUMABLE_TOOLS`` are what the op ledger needs to
+know (DESIGN rule 5).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from stead.tools.definitions import (
     EDIT_MAX_BYTES,
     IDEMPOTENT_TOOLS,
     READ_MAX_BYTES,
+    RESUMABLE_TOOLS,
     TOOL_DEFINITIONS,
     TOOL_NAMES,
     tool_definitions,
@@ -28,6 +30,7 @@ __all__ = [
     "EDIT_MAX_BYTES",
     "IDEMPOTENT_TOOLS",
     "READ_MAX_BYTES",
+    "RESUMABLE_TOOLS",
     "TOOL_DEFINITIONS",
     "TOOL_NAMES",
     "ToolOutcome",

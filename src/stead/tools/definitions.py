@@ -38,6 +38,12 @@ IDEMPOTENT_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
 """Tools the op ledger may simply run again when a call is in doubt (DESIGN
 rule 5). ``bash``, ``write`` and ``edit`` change the workspace: a call that may
 have run is reported to the model instead of being repeated."""
+RESUMABLE_TOOLS: frozenset[str] = frozenset({"bash"})
+"""Tools whose calls the sandbox itself runs at most once per op key, keeping
+the result: a call in doubt is simply made again with the same op key. The
+sandbox then returns the recorded result, waits for the command still running,
+runs a command that never reached it, or says that one it started may have run
+(``ExecInDoubt``), never running anything twice."""
 
 _STRING = {"type": "string"}
 

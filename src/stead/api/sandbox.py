@@ -1,0 +1,76 @@
+"""/v1/sessions/{id}/sandbox: a session's sandbox, stead's own addition to the API.
+
+``GET`` shows its lease (rule 9) and its state in the sandbox host without
+renewing, acquiring or waking anything. ``DELETE`` releases it: the lease ends
+explicitly and the sweeper destroys the sandbox after a final snapshot; the
+session's next tool call or terminal takes a new lease and gets its workspace
+back. A running session is refused (409): its tools are using the sandbox.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from stead.api.deps import Caller, caller, services
+from stead.api.errors import ApiError
+from stead.api.wire import ts
+from stead.runtime import SandboxView
+
+router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["sandbox"])
+
+BUSY = ("running", "rescheduling")
+
+
+@router.get("")
+async def retrieve_sandbox(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    app = services(request)
+    await app.store.get_session(who.workspace_id, session_id)  # 404 for another workspace
+    return JSONResponse(_json(session_id, await app.sandboxes.describe(session_id)))
+
+
+@router.delete("")
+async def release_sandbox(
+    request: Request, session_id: str, who: Caller = Depends(caller)
+) -> JSONResponse:
+    app = services(request)
+    session = await app.store.get_session(who.workspace_id, session_id)
+    if session.status in BUSY:
+        raise ApiError(
+            409,
+            f"session {session_id} is {session.status}: its tools are using the sandbox; "
+            "interrupt it or wait until it is idle",
+        )
+    if await app.sandboxes.release(session_id) and app.sweeper is not None:
+        app.sweeper.poke()
+    return JSONResponse(_json(session_id, await app.sandboxes.describe(session_id)))
+
+
+def _json(session_id: str, view: SandboxView) -> dict[str, Any]:
+    lease, host = view.lease, view.host or {}
+    return {
+        "type": "session_sandbox",
+        "session_id": session_id,
+        "lease": None
+        if lease is None
+        else {
+            "status": lease.status.value,
+            "expiry_reason": None if lease.expiry_reason is None else lease.expiry_reason.value,
+            "ttl_seconds": lease.ttl_seconds,
+            "created_at": ts(lease.created_at),
+            "last_activity_at": ts(lease.last_activity_at),
+            "expires_at": ts(lease.expires_at),
+            "expired_at": ts(lease.expired_at),
+            "destroyed_at": ts(lease.destroyed_at),
+        },
+        "state": host.get("state"),
+        "active_seconds": round(view.active_seconds, 3),
+        "idle_seconds": host.get("idle_seconds"),
+        "processes": host.get("processes", []),
+        "terminals": host.get("terminals", 0),
+        "last_error": view.error or host.get("last_error"),
+    }

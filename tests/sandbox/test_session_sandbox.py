@@ -1,0 +1,136 @@
+"""A session's sandbox through /v1/sessions/{id}/sandbox (rule 9): its lease
+and state are visible, and releasing it destroys the sandbox after a final
+snapshot; the session's next tool call gets its workspace back. Driven
+through the official SDK against a real ``stead serve`` and sandbox host."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import (
+    Delay,
+    FakeModel,
+    FaultRule,
+    HostProcess,
+    ServerProcess,
+    Text,
+    ToolCall,
+    Turn,
+)
+from tests.conftest import loop_env, sdk_of
+from tests.integration.helpers import message, wait_idle
+from tests.sandbox.conftest import WAIT, requires_isolation, workspace_on_host
+
+pytestmark = requires_isolation
+
+Json = dict[str, Any]
+
+
+def shell(body: Json) -> Turn:
+    """Runs a user message that starts with ``$ `` as a bash command, once."""
+    last = body["messages"][-1]
+    answered = isinstance(last["content"], list) and any(
+        block.get("type") == "tool_result" for block in last["content"]
+    )
+    text = "".join(b.get("text", "") for b in last["content"]) if not answered else ""
+    if text.startswith("$ "):
+        return Turn([ToolCall("bash", {"command": text[2:]})])
+    return Turn([Text("ok")])
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeModel]:
+    with FakeModel(shell) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def server(
+    host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    # The sweep interval is long: only the release's own poke can make it prompt.
+    env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600", **host.settings_env)
+    started = ServerProcess(tmp_path_factory.mktemp("sandbox-api") / "data", env=env).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(server) as opened:
+        yield opened
+
+
+def new_session(client: anthropic.Anthropic) -> str:
+    agent = client.beta.agents.create(
+        name="t", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = client.beta.environments.create(name=f"t-{time.monotonic_ns()}")
+    return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+def sandbox_of(client: anthropic.Anthropic, session_id: str) -> Json:
+    found: Json = client.get(f"/v1/sessions/{session_id}/sandbox", cast_to=object)  # type: ignore[assignment]
+    return found
+
+
+def run(client: anthropic.Anthropic, session_id: str, command: str) -> str:
+    client.beta.sessions.events.send(session_id, events=[message(f"$ {command}")])
+    wait_idle(client, session_id, timeout=60)
+    results = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    return results[-1].content[0].text  # type: ignore[union-attr,no-any-return]
+
+
+def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
+    client: anthropic.Anthropic, host: HostProcess
+) -> None:
+    session_id = new_session(client)
+    unused = sandbox_of(client, session_id)
+    assert (unused["type"], unused["lease"], unused["state"]) == ("session_sandbox", None, None)
+
+    assert run(client, session_id, "printf kept > note; cat note") == "kept"
+    held = sandbox_of(client, session_id)
+    assert held["lease"]["status"] == "active"
+    assert held["state"] in ("active", "cold")
+    assert held["active_seconds"] > 0
+
+    released = client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+    assert released["lease"]["expiry_reason"] == "explicit"  # type: ignore[index]
+    deadline = time.monotonic() + WAIT
+    while (view := sandbox_of(client, session_id))["lease"]["status"] != "destroyed":
+        assert time.monotonic() < deadline, f"never destroyed: {view}"
+        time.sleep(0.1)
+    assert view["state"] is None and view["active_seconds"] > 0
+    assert not workspace_on_host(host, session_id).exists()
+
+    assert run(client, session_id, "cat note") == "kept"  # from the final snapshot
+    again = sandbox_of(client, session_id)
+    assert again["lease"]["status"] == "active"
+    assert again["lease"]["created_at"] > view["lease"]["created_at"]
+
+
+def test_a_running_session_keeps_its_sandbox(client: anthropic.Anthropic, fake: FakeModel) -> None:
+    session_id = new_session(client)
+    fake.add_fault(FaultRule(Delay(3.0)))
+    client.beta.sessions.events.send(session_id, events=[message("hello")])
+    with pytest.raises(anthropic.ConflictError, match="running"):
+        client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+    wait_idle(client, session_id, timeout=60)
+    idle = client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+    assert idle["lease"] is None  # type: ignore[index]  # nothing was ever leased
+
+
+def test_another_workspaces_session_is_not_found(
+    client: anthropic.Anthropic, server: ServerProcess
+) -> None:
+    with pytest.raises(anthropic.NotFoundError):
+        sandbox_of(client, "sesn_missing")
+    with pytest.raises(anthropic.NotFoundError):
+        client.delete("/v1/sessions/sesn_missing/sandbox", cast_to=object)
