@@ -224,3 +224,14 @@ async def test_a_destroyed_sandbox_acquired_again_gets_its_final_snapshot(
         assert await sandbox.read_file("note", max_bytes=10) == b"kept"
     finally:
         await client.destroy(sandbox.sandbox_id)
+
+
+async def test_only_awake_time_counts_as_active(sandbox: HostSandbox) -> None:
+    await sandbox.write_file("note", b"1")  # wakes it
+    assert await sandbox.sleep()
+    asleep = (await sandbox.status())["active_seconds"]
+    assert asleep > 0
+    await anyio.sleep(0.5)  # time passes while it sleeps ...
+    assert (await sandbox.status())["active_seconds"] == asleep  # ... and is not counted
+    await sandbox.read_file("note", max_bytes=10)  # awake again: counting again
+    assert (await sandbox.status())["active_seconds"] > asleep
