@@ -7,6 +7,7 @@ as ``_common`` (their own directory is first on ``sys.path`` when run as scripts
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +21,16 @@ from stead.testing import ServerProcess
 
 BENCH_DIR = Path(__file__).resolve().parent
 START_TIMEOUT_S = 30.0
+
+
+def size(name: str, default: int, smoke: int) -> int:
+    """A benchmark's size: ``BENCH_<NAME>`` when set; else ``smoke`` under
+    ``BENCH_SMOKE=1`` (the test suite runs every benchmark that small, only to
+    prove it still works); else ``default``."""
+    given = os.environ.get(f"BENCH_{name}")
+    if given is not None:
+        return int(given)
+    return smoke if os.environ.get("BENCH_SMOKE") == "1" else default
 
 
 def percentile(samples: Sequence[float], pct: float) -> float:

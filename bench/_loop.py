@@ -61,10 +61,13 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
         upstream_base_url=model_url,
         anthropic_api_key="bench-key-for-the-fake-model",
         log_level="warning",
+        # Tool calls are answered without a sandbox: the loop is measured, not
+        # the sandboxes (bench/sandbox_*.py measure those).
+        sandbox="off",
     )
     store = await open_store(settings.resolved_database_url)
     bus = EventBus(settings.sse_subscriber_buffer)
-    deps = build_loop(settings, store, bus, SandboxToolbox(settings))
+    deps = build_loop(settings, store, bus, SandboxToolbox(settings, store))
     runtime = Runtime(deps, exclusive=True)
     try:
         async with anyio.create_task_group() as group:

@@ -22,12 +22,12 @@ import anyio
 from stead.harness import AnthropicModel, ModelRequest
 
 # isort: split
-from _common import ms, percentile, verdict
+from _common import ms, percentile, size, verdict
 from _fake_server import fake_model_process
 from _loop import running_loop
 
-TURNS = 300
-WARMUP = 20
+TURNS = size("TURNS", 300, 5)
+WARMUP = size("WARMUP", 20, 1)
 PER_SESSION = 1
 BUDGET_MS = 2.0
 

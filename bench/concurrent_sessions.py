@@ -21,10 +21,11 @@ import anyio
 from stead.harness import AnthropicModel, ModelRequest
 
 # isort: split
+from _common import size
 from _fake_server import fake_model_process
 from _loop import running_loop
 
-SESSIONS = 100
+SESSIONS = size("SESSIONS", 100, 3)
 STEPS = 10
 
 

@@ -39,10 +39,10 @@ from stead.store.sqlite import BUSY_TIMEOUT_MS
 
 # isort: split
 # The shared helpers sit next to this script (sys.path[0] when it is run).
-from _common import percentile, us, verdict
+from _common import percentile, size, us, verdict
 
-APPENDS = 2000
-WARMUP = 100
+APPENDS = size("APPENDS", 2000, 50)
+WARMUP = size("WARMUP", 100, 5)
 TIME_LIMIT_S = 30.0
 """Stop early (and report the smaller n) if a slow or busy disk makes fsyncs crawl."""
 BUDGET_RATIO = 2.0

@@ -37,19 +37,20 @@ from stead.testing import ServerProcess, free_port
 
 # isort: split
 # The shared helpers sit next to this script (sys.path[0] when it is run).
-from _common import BareServer, median, ms, stead_session, user_message
+from _common import BareServer, median, ms, size, stead_session, user_message
 
-EVENTS = 10_000
-BATCH = 1000
-PAGE = 1000
-REPEATS = 5
+EVENTS = size("EVENTS", 10_000, 200)
+BATCH = min(1000, EVENTS)
+PAGE = min(1000, EVENTS)
+REPEATS = size("REPEATS", 5, 1)
 TIMEOUT_S = 30.0
 
 
 def fill(client: httpx2.Client, url: str, headers: dict[str, str]) -> None:
     for start in range(0, EVENTS, BATCH):
         events = [
-            user_message(f"event {i}: a short user message") for i in range(start, start + BATCH)
+            user_message(f"event {i}: a short user message")
+            for i in range(start, min(start + BATCH, EVENTS))
         ]
         response = client.post(url, json={"events": events}, headers=headers)
         response.raise_for_status()

@@ -12,7 +12,6 @@ process: the least a shell an agent can type into costs, with no isolation.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,9 +22,10 @@ import anyio
 from stead.sandbox import HostSandbox
 
 # isort: split
+from _common import size
 from _sandbox import bench_config, client_of, sandbox_host
 
-SANDBOXES = int(os.environ.get("BENCH_SANDBOXES", "50"))
+SANDBOXES = size("SANDBOXES", 50, 3)
 
 
 def pss_kib(pid: int) -> int:

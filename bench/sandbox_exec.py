@@ -13,7 +13,6 @@ time, after a warm-up. DESIGN budget: stead's p50 at most 1.5x the baseline's.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -23,10 +22,10 @@ import anyio
 from stead.sandbox import HostSandbox
 
 # isort: split
-from _common import median, ms, percentile, verdict
+from _common import median, ms, percentile, size, verdict
 from _sandbox import bench_config, client_of, sandbox_host
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "300"))
+ROUNDS = size("ROUNDS", 300, 5)
 BUDGET = 1.5
 
 

@@ -26,10 +26,10 @@ from stead.sandbox.backends.bwrap import BodySpec, install_supervisor, run_body
 from stead.sandbox.cgroups import CgroupLimits, detect_cgroups
 
 # isort: split
-from _common import median, ms, percentile, verdict
+from _common import median, ms, percentile, size, verdict
 from _sandbox import require_root
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "40"))
+ROUNDS = size("ROUNDS", 40, 3)
 UID = 2_999_000
 BUDGET_S = 0.030
 BARE = [

@@ -35,11 +35,11 @@ from stead.testing import ServerProcess, free_port
 
 # isort: split
 # The shared helpers sit next to this script (sys.path[0] when it is run).
-from _common import BareServer, ms, percentile, stead_session, user_message, verdict
+from _common import BareServer, ms, percentile, size, stead_session, user_message, verdict
 
-SENDS = 300
-ROUNDS = 10
-WARMUP = 20
+SENDS = size("SENDS", 300, 10)
+ROUNDS = size("ROUNDS", 10, 1)
+WARMUP = size("WARMUP", 20, 2)
 BUDGET_ADDED_S = 0.001
 WAIT_S = 10.0
 STOP_TEXT = "bench: stop reading"

@@ -30,10 +30,10 @@ from stead.blobs import BlobConfig, BlobStore, open_blob_store
 from stead.sandbox.snapshots import restore_snapshot, take_snapshot
 
 # isort: split
-from _common import median, verdict
+from _common import median, size, verdict
 
-RUNS = int(os.environ.get("BENCH_SNAPSHOT_RUNS", "3"))
-WORKSPACE_MB = int(os.environ.get("BENCH_SNAPSHOT_MB", "200"))
+RUNS = size("SNAPSHOT_RUNS", 3, 1)
+WORKSPACE_MB = size("SNAPSHOT_MB", 200, 4)
 WORK_DIR = os.environ.get("BENCH_SNAPSHOT_DIR") or None
 """Where the trees and blobs go (default: the system's temporary directory).
 A tmpfs such as /dev/shm takes the disk out of the comparison."""

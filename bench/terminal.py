@@ -14,7 +14,6 @@ What is measured, with a real sandbox host and a real ``stead serve``:
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -33,11 +32,11 @@ from stead.sandbox import (
 from stead.testing import FakeModel, ServerProcess, Text, Turn
 
 # isort: split
-from _common import median, ms, percentile
+from _common import median, ms, percentile, size
 from _sandbox import bench_config, client_of, sandbox_host
 
-KEYS = int(os.environ.get("BENCH_KEYS", "300"))
-MEGABYTES = int(os.environ.get("BENCH_MEGABYTES", "100"))
+KEYS = size("KEYS", 300, 10)
+MEGABYTES = size("MEGABYTES", 100, 2)
 
 
 def session(server: ServerProcess) -> str:
