@@ -183,3 +183,69 @@ def stop_process(pid: int) -> None:
             return
         time.sleep(0.05)
     os.kill(pid, signal.SIGKILL)
+
+
+def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """The body dies instead: the turn waits for the sandbox host to come back
+    (retrying with backoff, not failing its run), then asks again under the same
+    op key, and the host, which saw the command start, says it may have run."""
+
+    def long_command(body: dict[str, Any]) -> Turn:
+        if assistant_turns(body) == 0:
+            return Turn([ToolCall("bash", {"command": "touch started; sleep 600"})])
+        return Turn([Text("done")])
+
+    state = tmp_path / "host" / "state"
+    host = HostProcess(state).start()
+    try:
+        with FakeModel(long_command) as fake:
+            env = loop_env(
+                fake,
+                STEAD_RETRY_INITIAL_SECONDS="0.2",
+                STEAD_RETRY_MAX_SECONDS="1",
+                STEAD_UPSTREAM_RETRIES="30",
+                # A run left to its lease would take longer than the test may.
+                STEAD_LEASE_SECONDS="600",
+                **host.settings_env,
+            )
+            server = ServerProcess(tmp_path / "data", env=env).start()
+            assert server.first_key
+            try:
+                with make_client(server.url, server.first_key) as client:
+                    agent = client.beta.agents.create(
+                        name="host-restart",
+                        model="claude-sonnet-4-6",
+                        tools=[{"type": "agent_toolset_20260401"}],
+                    )
+                    environment = client.beta.environments.create(name="host-restart")
+                    session = client.beta.sessions.create(
+                        agent=agent.id, environment_id=environment.id
+                    )
+                    client.beta.sessions.events.send(session.id, events=[message("go")])
+                    wait_for(workspace_on_host(host, session.id) / "started")
+                    host.kill()
+                    deadline = time.monotonic() + WAIT
+                    while not any(
+                        e.type == "session.error"
+                        for e in client.beta.sessions.events.list(session.id)
+                    ):
+                        assert time.monotonic() < deadline, "the turn never said it was retrying"
+                        time.sleep(0.1)
+                    host = HostProcess(
+                        state, uid_base=host.uid_base, work_dir=host.work_dir
+                    ).start()
+                    wait_idle(client, session.id, timeout=60)
+                    events = list(client.beta.sessions.events.list(session.id))
+            finally:
+                server.stop()
+    finally:
+        host.stop()
+    errors = [e for e in events if e.type == "session.error"]
+    assert all(e.error.retry_status.type == "retrying" for e in errors)  # type: ignore[union-attr]
+    assert "sandbox is unavailable" in errors[0].error.message  # type: ignore[union-attr]
+    (result,) = [e for e in events if e.type == "agent.tool_result"]
+    assert result.is_error and "may have run" in result.content[0].text  # type: ignore[union-attr]
+    assert events[-1].type == "session.status_idle"
+    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]

@@ -4,7 +4,7 @@ the delivery of committed events to stream readers."""
 from stead.runtime.brainlock import DataDirInUse, brain_lock
 from stead.runtime.bus import EventBus, Notice, Subscription
 from stead.runtime.clock import Clock, SystemClock
-from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome, build_loop
+from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome, ToolsUnavailable, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
@@ -31,6 +31,7 @@ __all__ = [
     "SweepRound",
     "SystemClock",
     "ToolOutcome",
+    "ToolsUnavailable",
     "Toolbox",
     "brain_lock",
     "build_loop",

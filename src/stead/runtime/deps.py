@@ -33,6 +33,12 @@ class ToolOutcome:
     ``session.error`` carrying this message instead of going on."""
 
 
+class ToolsUnavailable(Exception):
+    """The session's sandbox cannot be reached right now (its host is
+    restarting, the blob store is down on a wake); a later try may succeed.
+    Whether the call reached the sandbox is unknown."""
+
+
 class Toolbox(Protocol):
     """Runs built-in tools in a session's sandbox."""
 
@@ -47,8 +53,9 @@ class Toolbox(Protocol):
         ...
 
     async def run(self, session_id: str, name: str, tool_input: Json, op_key: str) -> ToolOutcome:
-        """Never raises for a tool failure (that is an error outcome); cancellation
-        stops the tool and propagates."""
+        """Never raises for a tool failure (that is an error outcome); raises
+        ``ToolsUnavailable`` when the sandbox is down for now; cancellation stops
+        the tool and propagates."""
         ...
 
     @property

@@ -18,7 +18,7 @@ import anyio
 
 from stead import tools
 from stead.config import Settings
-from stead.runtime.deps import ToolOutcome
+from stead.runtime.deps import ToolOutcome, ToolsUnavailable
 from stead.runtime.sandbox_host import connect_host, sandbox_config
 from stead.sandbox import (
     HostClient,
@@ -157,7 +157,7 @@ class SandboxToolbox:
             outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
         except (SandboxUnavailable, WorkspaceUnavailable) as exc:
             if exc.retryable:
-                raise  # the run fails and is retried once the sandbox is back
+                raise ToolsUnavailable(str(exc)) from exc
             return _broken(name, exc)
         return ToolOutcome(outcome.content, outcome.is_error)
 

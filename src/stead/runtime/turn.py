@@ -40,7 +40,7 @@ from stead.harness import (
     unresolved_tool_uses,
 )
 from stead.runtime import events as ev
-from stead.runtime.deps import LoopDeps, ToolOutcome
+from stead.runtime.deps import LoopDeps, ToolOutcome, ToolsUnavailable
 from stead.runtime.opkeys import op_key
 from stead.store import EventRecord, LeaseLost, NewEvent, RunClaim, RunStatus, RunWrite
 
@@ -224,28 +224,26 @@ class TurnRunner:
                 if not exc.retryable or attempt >= settings.upstream_retries:
                     raise
                 attempt += 1
-                delay = min(
-                    settings.retry_max_seconds,
-                    max(
-                        exc.retry_after or 0.0, settings.retry_initial_seconds * 2 ** (attempt - 1)
-                    ),
-                )
-                log.info(
-                    "session %s: upstream error, retry %d in %.1fs: %s",
-                    self.session_id,
-                    attempt,
-                    delay,
-                    exc,
-                )
-                await self._write(
-                    [
-                        ev.session_error(exc.error_type, str(exc), "retrying"),
-                        ev.new("session.status_rescheduled"),
-                    ],
-                    status=RunStatus.RETRYING,
-                )
-                await self.deps.clock.sleep(delay)
-                await self._write([ev.new("session.status_running")], status=RunStatus.RUNNING)
+                await self._pause_for_retry(attempt, exc.error_type, str(exc), exc.retry_after)
+
+    async def _pause_for_retry(
+        self, attempt: int, error_type: str, message: str, retry_after: float | None = None
+    ) -> None:
+        """Says the turn is retrying (``session.error`` ``retrying``, rescheduled),
+        backs off exponentially, and says it runs again."""
+        settings = self.deps.settings
+        backoff = settings.retry_initial_seconds * 2 ** (attempt - 1)
+        delay = min(settings.retry_max_seconds, max(retry_after or 0.0, backoff))
+        log.info("session %s: retry %d in %.1fs: %s", self.session_id, attempt, delay, message)
+        await self._write(
+            [
+                ev.session_error(error_type, message, "retrying"),
+                ev.new("session.status_rescheduled"),
+            ],
+            status=RunStatus.RETRYING,
+        )
+        await self.deps.clock.sleep(delay)
+        await self._write([ev.new("session.status_running")], status=RunStatus.RUNNING)
 
     # tools
 
@@ -253,7 +251,24 @@ class TurnRunner:
         for use, reason in step.refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
         for index, use in enumerate(step.run):
-            await self._run_tool(use, not_run=step.run[index + 1 :])
+            await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+
+    async def _run_tool_until_reached(self, use: Json, *, not_run: Sequence[Json]) -> None:
+        """Runs the call, waiting with backoff while the sandbox is down for a
+        moment; each new try follows the ledger's rules for a call in doubt
+        (the lost try may have reached the sandbox). After the last try the
+        run fails and is retried once its lease expires."""
+        attempt = 0
+        while True:
+            try:
+                return await self._run_tool(use, not_run=not_run)
+            except ToolsUnavailable as exc:
+                if attempt >= self.deps.settings.upstream_retries:
+                    raise
+                attempt += 1
+                await self._pause_for_retry(
+                    attempt, "unknown_error", f"the sandbox is unavailable: {exc}"
+                )
 
     async def _run_tool(self, use: Json, *, not_run: Sequence[Json] = ()) -> None:
         name, tool_input = use["name"], use.get("input", {})
