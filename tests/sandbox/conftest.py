@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import pytest
 
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
@@ -79,6 +80,15 @@ def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:
 
 def client_of(process: HostProcess) -> HostClient:
     return HostClient(HostAddress(unix_path=process.socket_path))
+
+
+def tool_session(client: anthropic.Anthropic, name: str = "t") -> str:
+    """A new session whose agent has the built-in toolset, in an environment of its own."""
+    agent = client.beta.agents.create(
+        name=name, model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = client.beta.environments.create(name=f"{name}-{uuid.uuid4().hex[:8]}")
+    return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
 
 
 def quiet(body: dict[str, Any]) -> Turn:

@@ -19,7 +19,7 @@ from stead.testing.sandbox_host import random_uid_base
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
-from tests.sandbox.conftest import WAIT, requires_isolation, workspace_on_host
+from tests.sandbox.conftest import WAIT, requires_isolation, tool_session, workspace_on_host
 
 pytestmark = requires_isolation
 
@@ -53,15 +53,9 @@ def test_a_command_survives_the_brain_and_is_collected_not_rerun(
         key = server.first_key
         assert key, server.log_text()
         with make_client(server.url, key) as client:
-            agent = client.beta.agents.create(
-                name="restart",
-                model="claude-sonnet-4-6",
-                tools=[{"type": "agent_toolset_20260401"}],
-            )
-            environment = client.beta.environments.create(name="restart")
-            session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-            client.beta.sessions.events.send(session.id, events=[message("go")])
-        workspace = workspace_on_host(host, session.id)
+            session_id = tool_session(client, "restart")
+            client.beta.sessions.events.send(session_id, events=[message("go")])
+        workspace = workspace_on_host(host, session_id)
         wait_for(workspace / "started")
         server.kill()
 
@@ -70,8 +64,8 @@ def test_a_command_survives_the_brain_and_is_collected_not_rerun(
         server = ServerProcess(tmp_path / "data", env=env).start()
         try:
             with make_client(server.url, key) as client:
-                wait_idle(client, session.id, timeout=60)
-                events = list(client.beta.sessions.events.list(session.id))
+                wait_idle(client, session_id, timeout=60)
+                events = list(client.beta.sessions.events.list(session_id))
         finally:
             server.stop()
     (result,) = [e for e in events if e.type == "agent.tool_result"]
@@ -99,25 +93,19 @@ def test_an_expired_lease_destroys_the_sandbox_and_books_its_active_time(
         try:
             assert server.first_key
             with make_client(server.url, server.first_key) as client:
-                agent = client.beta.agents.create(
-                    name="lease",
-                    model="claude-sonnet-4-6",
-                    tools=[{"type": "agent_toolset_20260401"}],
-                )
-                environment = client.beta.environments.create(name="lease")
-                session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-                client.beta.sessions.events.send(session.id, events=[message("go")])
-                wait_idle(client, session.id, timeout=60)
+                session_id = tool_session(client, "lease")
+                client.beta.sessions.events.send(session_id, events=[message("go")])
+                wait_idle(client, session_id, timeout=60)
             database = tmp_path / "data" / "stead.db"
             deadline = time.monotonic() + WAIT
-            while (booked := active_seconds(database, session.id)) is None:
+            while (booked := active_seconds(database, session_id)) is None:
                 assert time.monotonic() < deadline, "the sandbox was never destroyed"
                 time.sleep(0.1)
         finally:
             server.stop()
     assert booked > 0
-    assert not workspace_on_host(host, session.id).exists()
-    status = host.call({"op": "status", "sandbox_id": session.id})
+    assert not workspace_on_host(host, session_id).exists()
+    status = host.call({"op": "status", "sandbox_id": session_id})
     assert status["error"] == "SandboxNotFound"
 
 
@@ -151,19 +139,13 @@ def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path) -> None:
         try:
             assert server.first_key
             with make_client(server.url, server.first_key) as client:
-                agent = client.beta.agents.create(
-                    name="auto",
-                    model="claude-sonnet-4-6",
-                    tools=[{"type": "agent_toolset_20260401"}],
-                )
-                environment = client.beta.environments.create(name="auto")
-                session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-                client.beta.sessions.events.send(session.id, events=[message("go")])
-                workspace = work / "sandboxes" / session.id / "workspace"
+                session_id = tool_session(client, "auto")
+                client.beta.sessions.events.send(session_id, events=[message("go")])
+                workspace = work / "sandboxes" / session_id / "workspace"
                 wait_for(workspace / "started")
                 host_pid = int(lock.read_text())
                 (workspace / "go").touch()
-                wait_idle(client, session.id, timeout=60)
+                wait_idle(client, session_id, timeout=60)
             server.kill()
             os.kill(host_pid, 0)  # still there: the host is not the server's to stop
         finally:
@@ -214,30 +196,22 @@ def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_dou
             assert server.first_key
             try:
                 with make_client(server.url, server.first_key) as client:
-                    agent = client.beta.agents.create(
-                        name="host-restart",
-                        model="claude-sonnet-4-6",
-                        tools=[{"type": "agent_toolset_20260401"}],
-                    )
-                    environment = client.beta.environments.create(name="host-restart")
-                    session = client.beta.sessions.create(
-                        agent=agent.id, environment_id=environment.id
-                    )
-                    client.beta.sessions.events.send(session.id, events=[message("go")])
-                    wait_for(workspace_on_host(host, session.id) / "started")
+                    session_id = tool_session(client, "host-restart")
+                    client.beta.sessions.events.send(session_id, events=[message("go")])
+                    wait_for(workspace_on_host(host, session_id) / "started")
                     host.kill()
                     deadline = time.monotonic() + WAIT
                     while not any(
                         e.type == "session.error"
-                        for e in client.beta.sessions.events.list(session.id)
+                        for e in client.beta.sessions.events.list(session_id)
                     ):
                         assert time.monotonic() < deadline, "the turn never said it was retrying"
                         time.sleep(0.1)
                     host = HostProcess(
                         state, uid_base=host.uid_base, work_dir=host.work_dir
                     ).start()
-                    wait_idle(client, session.id, timeout=60)
-                    events = list(client.beta.sessions.events.list(session.id))
+                    wait_idle(client, session_id, timeout=60)
+                    events = list(client.beta.sessions.events.list(session_id))
             finally:
                 server.stop()
     finally:

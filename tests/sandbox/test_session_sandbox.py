@@ -24,7 +24,7 @@ from stead.testing import (
 )
 from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
-from tests.sandbox.conftest import WAIT, requires_isolation, workspace_on_host
+from tests.sandbox.conftest import WAIT, requires_isolation, tool_session, workspace_on_host
 
 pytestmark = requires_isolation
 
@@ -66,14 +66,6 @@ def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
         yield opened
 
 
-def new_session(client: anthropic.Anthropic) -> str:
-    agent = client.beta.agents.create(
-        name="t", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
-    )
-    environment = client.beta.environments.create(name=f"t-{time.monotonic_ns()}")
-    return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
-
-
 def sandbox_of(client: anthropic.Anthropic, session_id: str) -> Json:
     found: Json = client.get(f"/v1/sessions/{session_id}/sandbox", cast_to=object)  # type: ignore[assignment]
     return found
@@ -91,7 +83,7 @@ def run(client: anthropic.Anthropic, session_id: str, command: str) -> str:
 def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
     client: anthropic.Anthropic, host: HostProcess
 ) -> None:
-    session_id = new_session(client)
+    session_id = tool_session(client)
     unused = sandbox_of(client, session_id)
     assert (unused["type"], unused["lease"], unused["state"]) == ("session_sandbox", None, None)
 
@@ -117,7 +109,7 @@ def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
 
 
 def test_a_running_session_keeps_its_sandbox(client: anthropic.Anthropic, fake: FakeModel) -> None:
-    session_id = new_session(client)
+    session_id = tool_session(client)
     fake.add_fault(FaultRule(Delay(3.0)))
     client.beta.sessions.events.send(session_id, events=[message("hello")])
     with pytest.raises(anthropic.ConflictError, match="running"):

@@ -12,7 +12,7 @@ from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall,
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message
-from tests.sandbox.conftest import WAIT, requires_isolation
+from tests.sandbox.conftest import WAIT, requires_isolation, tool_session
 
 pytestmark = requires_isolation
 
@@ -51,24 +51,18 @@ def test_a_lost_workspace_ends_the_turn_with_a_session_error(
         try:
             assert server.first_key, server.log_text()
             with make_client(server.url, server.first_key) as client:
-                agent = client.beta.agents.create(
-                    name="lost",
-                    model="claude-sonnet-4-6",
-                    tools=[{"type": "agent_toolset_20260401"}],
-                )
-                environment = client.beta.environments.create(name="lost")
-                session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-                client.beta.sessions.events.send(session.id, events=[message("write it")])
-                idle_events(client, session.id, 1)
+                session_id = tool_session(client, "lost")
+                client.beta.sessions.events.send(session_id, events=[message("write it")])
+                idle_events(client, session_id, 1)
 
-                slept = host.call({"op": "sleep", "sandbox_id": session.id, "force": True})
+                slept = host.call({"op": "sleep", "sandbox_id": session_id, "force": True})
                 assert slept == {"result": {"slept": True}}, slept
-                blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / session.id
+                blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / session_id
                 (snapshot,) = blobs.iterdir()
                 snapshot.write_bytes(b"not a snapshot")
 
-                client.beta.sessions.events.send(session.id, events=[message("read it")])
-                events = idle_events(client, session.id, 2)
+                client.beta.sessions.events.send(session_id, events=[message("read it")])
+                events = idle_events(client, session_id, 2)
         finally:
             server.stop()
     asked = [i for i, e in enumerate(events) if e.type == "user.message"]
@@ -81,5 +75,5 @@ def test_a_lost_workspace_ends_the_turn_with_a_session_error(
     assert "cannot be restored" in error.error.message
     assert error.error.retry_status.type == "exhausted"
     assert second_turn[-1].stop_reason.type == "retries_exhausted"
-    status = host.call({"op": "status", "sandbox_id": session.id})
+    status = host.call({"op": "status", "sandbox_id": session_id})
     assert "corrupt" in status["result"]["last_error"]
