@@ -31,8 +31,8 @@ __all__ = [
     "SweepRound",
     "SystemClock",
     "ToolOutcome",
-    "ToolsUnavailable",
     "Toolbox",
+    "ToolsUnavailable",
     "brain_lock",
     "build_loop",
 ]
