@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import anthropic
+
 from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
 from stead.testing.sandbox_host import random_uid_base
 from stead.testing.scripts import assistant_turns
@@ -109,6 +111,13 @@ def test_an_expired_lease_destroys_the_sandbox_and_books_its_active_time(
     assert status["error"] == "SandboxNotFound"
 
 
+def wait_for_event(client: anthropic.Anthropic, session_id: str, kind: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not any(e.type == kind for e in client.beta.sessions.events.list(session_id)):
+        assert time.monotonic() < deadline, f"no {kind} in session {session_id}"
+        time.sleep(0.1)
+
+
 def active_seconds(database: Path, session_id: str) -> float | None:
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
         destroyed = db.execute(
@@ -200,13 +209,7 @@ def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_dou
                     client.beta.sessions.events.send(session_id, events=[message("go")])
                     wait_for(workspace_on_host(host, session_id) / "started")
                     host.kill()
-                    deadline = time.monotonic() + WAIT
-                    while not any(
-                        e.type == "session.error"
-                        for e in client.beta.sessions.events.list(session_id)
-                    ):
-                        assert time.monotonic() < deadline, "the turn never said it was retrying"
-                        time.sleep(0.1)
+                    wait_for_event(client, session_id, "session.error")
                     host = HostProcess(
                         state, uid_base=host.uid_base, work_dir=host.work_dir
                     ).start()
@@ -223,3 +226,47 @@ def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_dou
     assert result.is_error and "may have run" in result.content[0].text  # type: ignore[union-attr]
     assert events[-1].type == "session.status_idle"
     assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
+
+
+def test_a_call_made_while_the_host_is_down_waits_for_it_and_then_runs(tmp_path: Path) -> None:
+    """A write surely not sent (no connection to the host could be made) is not
+    'may have run': once the host is back, it runs."""
+
+    def write_note(body: dict[str, Any]) -> Turn:
+        if assistant_turns(body) == 0:
+            return Turn([ToolCall("write", {"file_path": "note", "content": "written"})])
+        return Turn([Text("done")])
+
+    state = tmp_path / "host" / "state"
+    host = HostProcess(state).start()
+    try:
+        with FakeModel(write_note) as fake:
+            env = loop_env(
+                fake,
+                STEAD_RETRY_INITIAL_SECONDS="0.2",
+                STEAD_RETRY_MAX_SECONDS="1",
+                STEAD_UPSTREAM_RETRIES="30",
+                STEAD_LEASE_SECONDS="600",
+                **host.settings_env,
+            )
+            server = ServerProcess(tmp_path / "data", env=env).start()
+            assert server.first_key
+            try:
+                with make_client(server.url, server.first_key) as client:
+                    session_id = tool_session(client, "host-down")
+                    host.kill()
+                    client.beta.sessions.events.send(session_id, events=[message("go")])
+                    wait_for_event(client, session_id, "session.error")
+                    host = HostProcess(
+                        state, uid_base=host.uid_base, work_dir=host.work_dir
+                    ).start()
+                    wait_idle(client, session_id, timeout=60)
+                    events = list(client.beta.sessions.events.list(session_id))
+                    note = workspace_on_host(host, session_id) / "note"
+                    assert note.read_text() == "written"
+            finally:
+                server.stop()
+    finally:
+        host.stop()
+    (result,) = [e for e in events if e.type == "agent.tool_result"]
+    assert not result.is_error, result

@@ -35,8 +35,13 @@ class ToolOutcome:
 
 class ToolsUnavailable(Exception):
     """The session's sandbox cannot be reached right now (its host is
-    restarting, the blob store is down on a wake); a later try may succeed.
-    Whether the call reached the sandbox is unknown."""
+    restarting, the blob store is down on a wake); a later try may succeed."""
+
+    def __init__(self, message: str, *, reached: bool) -> None:
+        super().__init__(message)
+        self.reached = reached
+        """False when the call surely never reached the sandbox (it could not
+        even be opened); True when it may have."""
 
 
 class Toolbox(Protocol):

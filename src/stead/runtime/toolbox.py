@@ -23,6 +23,7 @@ from stead.runtime.sandbox_host import connect_host, sandbox_config
 from stead.sandbox import (
     HostClient,
     HostSandbox,
+    HostUnreachable,
     Sandbox,
     SandboxError,
     SandboxUnavailable,
@@ -151,13 +152,13 @@ class SandboxToolbox:
         except SandboxError as exc:
             if not exc.retryable:
                 return _broken(name, exc)
-            text = f"The sandbox is unavailable: {exc}"
-            return ToolOutcome([{"type": "text", "text": text}], True)
+            raise ToolsUnavailable(str(exc), reached=False) from exc
         try:
             outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
         except (SandboxUnavailable, WorkspaceUnavailable) as exc:
             if exc.retryable:
-                raise ToolsUnavailable(str(exc)) from exc
+                reached = not isinstance(exc, HostUnreachable)
+                raise ToolsUnavailable(str(exc), reached=reached) from exc
             return _broken(name, exc)
         return ToolOutcome(outcome.content, outcome.is_error)
 

@@ -255,14 +255,18 @@ class TurnRunner:
 
     async def _run_tool_until_reached(self, use: Json, *, not_run: Sequence[Json]) -> None:
         """Runs the call, waiting with backoff while the sandbox is down for a
-        moment; each new try follows the ledger's rules for a call in doubt
-        (the lost try may have reached the sandbox). After the last try the
-        run fails and is retried once its lease expires."""
+        moment. A new try follows the ledger's rules for a call in doubt, unless
+        no try so far can have reached the sandbox. After the last try the run
+        fails and is retried once its lease expires."""
         attempt = 0
+        reached = False
         while True:
             try:
-                return await self._run_tool(use, not_run=not_run)
+                return await self._run_tool(
+                    use, not_run=not_run, unsent=attempt > 0 and not reached
+                )
             except ToolsUnavailable as exc:
+                reached = reached or exc.reached
                 if attempt >= self.deps.settings.upstream_retries:
                     raise
                 attempt += 1
@@ -270,13 +274,17 @@ class TurnRunner:
                     attempt, "unknown_error", f"the sandbox is unavailable: {exc}"
                 )
 
-    async def _run_tool(self, use: Json, *, not_run: Sequence[Json] = ()) -> None:
+    async def _run_tool(
+        self, use: Json, *, not_run: Sequence[Json] = (), unsent: bool = False
+    ) -> None:
+        """``unsent``: the ledger says started, but the last try surely never
+        reached the sandbox, so any tool may run."""
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
         tools = self.deps.tools
         previous = await self.deps.store.get_op(key)
         outcome: ToolOutcome
-        if previous is None or name in tools.idempotent or name in tools.resumable:
+        if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
             if previous is None:
                 await self._write(ops_started=[(key, f"tool:{name}")])
             self.deps.failpoints.hit("tool.before_run")

@@ -22,8 +22,10 @@ SandboxError                 base; ``retryable`` says whether the same call may 
     │                        must act (DESIGN rule 7)
     ├── PackagesUnavailable  the environment's packages could not be installed; the
     │                        message carries the installer's last output. Not retryable
-    └── SandboxNotFound      the sandbox host has no such sandbox (destroyed, or the host
-                             lost it); the client acquires it again
+    ├── SandboxNotFound      the sandbox host has no such sandbox (destroyed, or the host
+    │                        lost it); the client acquires it again
+    └── HostUnreachable      no connection to the sandbox host could be made, so nothing
+                             of the call was sent (raised by the brain's client only)
 """
 
 from __future__ import annotations
@@ -90,6 +92,10 @@ class ExecInDoubt(SandboxError):
 
 class SandboxUnavailable(SandboxError):
     retryable: ClassVar[bool] = True
+
+
+class HostUnreachable(SandboxUnavailable):
+    pass
 
 
 class IsolationUnavailable(SandboxUnavailable):

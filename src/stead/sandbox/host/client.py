@@ -31,7 +31,12 @@ from stead.sandbox.base import (
     GlobResult,
     GrepResult,
 )
-from stead.sandbox.errors import InvalidArgument, SandboxNotFound, SandboxUnavailable
+from stead.sandbox.errors import (
+    HostUnreachable,
+    InvalidArgument,
+    SandboxNotFound,
+    SandboxUnavailable,
+)
 from stead.sandbox.host.config import SandboxConfig
 from stead.sandbox.host.protocol import (
     FrameStream,
@@ -129,7 +134,7 @@ class HostClient:
                         raise SandboxUnavailable(f"the sandbox host refused us: {hello}")
                 return frames
         except (TimeoutError, OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-            raise SandboxUnavailable(
+            raise HostUnreachable(
                 f"cannot reach the sandbox host at {self.address}: {exc!r}"
             ) from None
 
