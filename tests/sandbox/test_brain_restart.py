@@ -5,12 +5,14 @@ instead of running it again. Driven through the official SDK."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import sqlite3
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ import anthropic
 from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
 from stead.testing.sandbox_host import random_uid_base
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, make_client
+from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import WAIT, requires_isolation, tool_session, workspace_on_host
 
@@ -176,49 +178,69 @@ def stop_process(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+class KillableHost:
+    """A sandbox host of the test's own, to kill and start again on its state."""
+
+    def __init__(self, state: Path) -> None:
+        self.process = HostProcess(state).start()
+
+    def restart(self) -> None:
+        old = self.process
+        self.process = HostProcess(
+            old.state_dir, uid_base=old.uid_base, work_dir=old.work_dir
+        ).start()
+
+
+@contextlib.contextmanager
+def brain_on_a_killable_host(
+    tmp_path: Path, script: Any
+) -> Iterator[tuple[anthropic.Anthropic, KillableHost]]:
+    """A ``stead serve`` whose tool calls wait for a lost host with quick backoff;
+    a run left to its lease would take longer than the test may."""
+    host = KillableHost(tmp_path / "host" / "state")
+    try:
+        with FakeModel(script) as fake:
+            env = loop_env(
+                fake,
+                STEAD_RETRY_INITIAL_SECONDS="0.2",
+                STEAD_RETRY_MAX_SECONDS="1",
+                STEAD_UPSTREAM_RETRIES="30",
+                STEAD_LEASE_SECONDS="600",
+                **host.process.settings_env,
+            )
+            server = ServerProcess(tmp_path / "data", env=env).start()
+            try:
+                with sdk_of(server) as client:
+                    yield client, host
+            finally:
+                server.stop()
+    finally:
+        host.process.stop()
+
+
+def first_turn(call: ToolCall) -> Any:
+    def script(body: dict[str, Any]) -> Turn:
+        return Turn([call]) if assistant_turns(body) == 0 else Turn([Text("done")])
+
+    return script
+
+
 def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_doubt(
     tmp_path: Path,
 ) -> None:
     """The body dies instead: the turn waits for the sandbox host to come back
     (retrying with backoff, not failing its run), then asks again under the same
     op key, and the host, which saw the command start, says it may have run."""
-
-    def long_command(body: dict[str, Any]) -> Turn:
-        if assistant_turns(body) == 0:
-            return Turn([ToolCall("bash", {"command": "touch started; sleep 600"})])
-        return Turn([Text("done")])
-
-    state = tmp_path / "host" / "state"
-    host = HostProcess(state).start()
-    try:
-        with FakeModel(long_command) as fake:
-            env = loop_env(
-                fake,
-                STEAD_RETRY_INITIAL_SECONDS="0.2",
-                STEAD_RETRY_MAX_SECONDS="1",
-                STEAD_UPSTREAM_RETRIES="30",
-                # A run left to its lease would take longer than the test may.
-                STEAD_LEASE_SECONDS="600",
-                **host.settings_env,
-            )
-            server = ServerProcess(tmp_path / "data", env=env).start()
-            assert server.first_key
-            try:
-                with make_client(server.url, server.first_key) as client:
-                    session_id = tool_session(client, "host-restart")
-                    client.beta.sessions.events.send(session_id, events=[message("go")])
-                    wait_for(workspace_on_host(host, session_id) / "started")
-                    host.kill()
-                    wait_for_event(client, session_id, "session.error")
-                    host = HostProcess(
-                        state, uid_base=host.uid_base, work_dir=host.work_dir
-                    ).start()
-                    wait_idle(client, session_id, timeout=60)
-                    events = list(client.beta.sessions.events.list(session_id))
-            finally:
-                server.stop()
-    finally:
-        host.stop()
+    long_command = first_turn(ToolCall("bash", {"command": "touch started; sleep 600"}))
+    with brain_on_a_killable_host(tmp_path, long_command) as (client, host):
+        session_id = tool_session(client, "host-restart")
+        client.beta.sessions.events.send(session_id, events=[message("go")])
+        wait_for(workspace_on_host(host.process, session_id) / "started")
+        host.process.kill()
+        wait_for_event(client, session_id, "session.error")
+        host.restart()
+        wait_idle(client, session_id, timeout=60)
+        events = list(client.beta.sessions.events.list(session_id))
     errors = [e for e in events if e.type == "session.error"]
     assert all(e.error.retry_status.type == "retrying" for e in errors)  # type: ignore[union-attr]
     assert "sandbox is unavailable" in errors[0].error.message  # type: ignore[union-attr]
@@ -231,42 +253,16 @@ def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_dou
 def test_a_call_made_while_the_host_is_down_waits_for_it_and_then_runs(tmp_path: Path) -> None:
     """A write surely not sent (no connection to the host could be made) is not
     'may have run': once the host is back, it runs."""
-
-    def write_note(body: dict[str, Any]) -> Turn:
-        if assistant_turns(body) == 0:
-            return Turn([ToolCall("write", {"file_path": "note", "content": "written"})])
-        return Turn([Text("done")])
-
-    state = tmp_path / "host" / "state"
-    host = HostProcess(state).start()
-    try:
-        with FakeModel(write_note) as fake:
-            env = loop_env(
-                fake,
-                STEAD_RETRY_INITIAL_SECONDS="0.2",
-                STEAD_RETRY_MAX_SECONDS="1",
-                STEAD_UPSTREAM_RETRIES="30",
-                STEAD_LEASE_SECONDS="600",
-                **host.settings_env,
-            )
-            server = ServerProcess(tmp_path / "data", env=env).start()
-            assert server.first_key
-            try:
-                with make_client(server.url, server.first_key) as client:
-                    session_id = tool_session(client, "host-down")
-                    host.kill()
-                    client.beta.sessions.events.send(session_id, events=[message("go")])
-                    wait_for_event(client, session_id, "session.error")
-                    host = HostProcess(
-                        state, uid_base=host.uid_base, work_dir=host.work_dir
-                    ).start()
-                    wait_idle(client, session_id, timeout=60)
-                    events = list(client.beta.sessions.events.list(session_id))
-                    note = workspace_on_host(host, session_id) / "note"
-                    assert note.read_text() == "written"
-            finally:
-                server.stop()
-    finally:
-        host.stop()
+    write_note = first_turn(ToolCall("write", {"file_path": "note", "content": "written"}))
+    with brain_on_a_killable_host(tmp_path, write_note) as (client, host):
+        session_id = tool_session(client, "host-down")
+        host.process.kill()
+        client.beta.sessions.events.send(session_id, events=[message("go")])
+        wait_for_event(client, session_id, "session.error")
+        host.restart()
+        wait_idle(client, session_id, timeout=60)
+        events = list(client.beta.sessions.events.list(session_id))
+        note = workspace_on_host(host.process, session_id) / "note"
+        assert note.read_text() == "written"
     (result,) = [e for e in events if e.type == "agent.tool_result"]
     assert not result.is_error, result
