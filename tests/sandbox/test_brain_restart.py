@@ -35,10 +35,16 @@ COMMAND = (
 )
 
 
-def script(body: dict[str, Any]) -> Turn:
-    if assistant_turns(body) == 0:
-        return Turn([ToolCall("bash", {"command": COMMAND})])
-    return Turn([Text("done")])
+def first_turn(call: ToolCall) -> Any:
+    """A model that makes ``call`` on its first step, then says ``done``."""
+
+    def script(body: dict[str, Any]) -> Turn:
+        return Turn([call]) if assistant_turns(body) == 0 else Turn([Text("done")])
+
+    return script
+
+
+script = first_turn(ToolCall("bash", {"command": COMMAND}))
 
 
 def wait_for(path: Path) -> None:
@@ -81,12 +87,7 @@ def test_a_command_survives_the_brain_and_is_collected_not_rerun(
 def test_an_expired_lease_destroys_the_sandbox_and_books_its_active_time(
     host: HostProcess, tmp_path: Path
 ) -> None:
-    def quick(body: dict[str, Any]) -> Turn:
-        if assistant_turns(body) == 0:
-            return Turn([ToolCall("bash", {"command": "echo hi > note"})])
-        return Turn([Text("done")])
-
-    with FakeModel(quick) as fake:
+    with FakeModel(first_turn(ToolCall("bash", {"command": "echo hi > note"}))) as fake:
         env = loop_env(
             fake,
             STEAD_SANDBOX_LEASE_SECONDS="1",
@@ -216,13 +217,6 @@ def brain_on_a_killable_host(
                 server.stop()
     finally:
         host.process.stop()
-
-
-def first_turn(call: ToolCall) -> Any:
-    def script(body: dict[str, Any]) -> Turn:
-        return Turn([call]) if assistant_turns(body) == 0 else Turn([Text("done")])
-
-    return script
 
 
 def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_doubt(

@@ -277,7 +277,7 @@ class TurnRunner:
     async def _run_tool(
         self, use: Json, *, not_run: Sequence[Json] = (), unsent: bool = False
     ) -> None:
-        """``unsent``: the ledger says started, but the last try surely never
+        """``unsent``: the ledger says started, but no try so far can have
         reached the sandbox, so any tool may run."""
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
