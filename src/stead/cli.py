@@ -1,4 +1,4 @@
-"""The ``stead`` command: serve the API, manage API keys."""
+"""The ``stead`` command: serve the API, manage API keys, check the database."""
 
 from __future__ import annotations
 
@@ -7,21 +7,26 @@ import logging
 import os
 import shlex
 import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import anyio
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 
-from stead.config import Settings
-from stead.store import ApiKey, open_store
+from stead.config import Settings, settings_errors
+from stead.store import ApiKey, IntegrityFinding, Store, open_store
 
 app = typer.Typer(
     help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True
 )
 keys_app = typer.Typer(help="API keys: each belongs to one workspace.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
+db_app = typer.Typer(help="The data directory's database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
 console = Console(highlight=False, soft_wrap=True)
 
 DataDir = Annotated[
@@ -31,18 +36,30 @@ DataDir = Annotated[
 
 def _settings(**given: Any) -> Settings:
     # Only options the user passed override the environment (STEAD_*).
-    return Settings(**{k: v for k, v in given.items() if v is not None})
+    try:
+        return Settings(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        for line in settings_errors(exc):
+            typer.echo(f"stead: {line}", err=True)
+        raise typer.Exit(2) from None
+
+
+@asynccontextmanager
+async def _opened(settings: Settings) -> AsyncIterator[Store]:
+    """The store ``settings`` name, migrated, for one command; closed on every path."""
+    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    try:
+        yield store
+    finally:
+        await store.close()
 
 
 async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
-    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
-    try:
+    async with _opened(settings) as store:
         if await store.count_api_keys():
             return None
         workspace = await store.create_workspace("default")
         return await store.create_api_key(workspace.id, "first key")
-    finally:
-        await store.close()
 
 
 @app.command()
@@ -112,16 +129,42 @@ def keys_create(
 async def _create_key(
     settings: Settings, name: str, workspace: str | None, new_workspace: str | None
 ) -> tuple[ApiKey, str]:
-    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
-    try:
+    async with _opened(settings) as store:
         if new_workspace is not None:
             workspace = (await store.create_workspace(new_workspace)).id
         elif workspace is None:
             existing = await store.list_workspaces()
             workspace = existing[0].id if existing else (await store.create_workspace("default")).id
         return await store.create_api_key(workspace, name)
-    finally:
-        await store.close()
+
+
+@db_app.command("check")
+def db_check(
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Rewrite the stored values it can repair.")
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Check the database: the engine's integrity checks and stored values no read can render.
+
+    Exits 1 if a problem remains (with --repair: one it could not repair).
+    """
+    settings = _settings(data_dir=data_dir)
+    findings = anyio.run(_check_store, settings, repair)
+    for finding in findings:
+        console.print(str(finding))
+    left = [f for f in findings if not f.repaired]
+    if not findings:
+        console.print(f"{settings.resolved_database_url}: no problems found")
+    elif left:
+        hint = "" if repair else " (run again with --repair to fix stored values)"
+        console.print(f"{len(left)} problem(s) left{hint}")
+        raise typer.Exit(1)
+
+
+async def _check_store(settings: Settings, repair: bool) -> list[IntegrityFinding]:
+    async with _opened(settings) as store:
+        return await store.check_integrity(repair)
 
 
 @app.command("sandbox-host")

@@ -9,8 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LAST_UID = 2**31 - 2
+"""The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
+MAX_UID_COUNT = 2**31 - 1 - 2_000_000
+"""The most uids one host may claim: all the registry hands out."""
 
 
 def default_data_dir() -> Path:
@@ -79,8 +84,15 @@ class Settings(BaseSettings):
     searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
     sandbox_host_listen_tcp: str | None = None
     """``host:port`` on which the sandbox host also serves a remote brain (needs the token)."""
-    sandbox_uid_base: int = 2_000_000
-    """Sandbox ``n`` runs as host uid ``uid_base + n``; keep that range unused."""
+    sandbox_uid_count: int = Field(default=100_000, ge=3, le=MAX_UID_COUNT)
+    """How many uids the sandbox host's range holds: its sandboxes, the
+    package installer and the start-up probe."""
+    sandbox_uid_base: int | None = Field(default=None, ge=65_536)
+    """First host uid of the sandbox host's range, set by the operator; unset,
+    the host claims a free range in ``sandbox_uid_registry``. Below 65536 are
+    the machine's own users and groups."""
+    sandbox_uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
+    """Where every sandbox host on the machine records the uid range it holds."""
     sandbox_memory_mb: int = 2048
     sandbox_pids: int = 512
     sandbox_cpus: float = 1.0
@@ -116,6 +128,16 @@ class Settings(BaseSettings):
     max_events_per_request: int = 1000
     log_level: str = "info"
 
+    @field_validator("sandbox_uid_base")
+    @classmethod
+    def _range_fits(cls, base: int | None, info: ValidationInfo) -> int | None:
+        count = info.data.get("sandbox_uid_count")
+        if base is not None and count is not None and base + count - 1 > LAST_UID:
+            raise ValueError(
+                f"{base} + STEAD_SANDBOX_UID_COUNT ({count}) - 1 is past uid {LAST_UID}"
+            )
+        return base
+
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:
         return self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
@@ -129,3 +151,13 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir / 'stead.db'}"
+
+
+def settings_errors(error: ValidationError) -> list[str]:
+    """One line per bad setting, named as the operator sets it (``STEAD_*``)."""
+    lines = []
+    for found in error.errors():
+        name = str(found["loc"][0]) if found["loc"] else "settings"
+        variable = name if name.isupper() else f"STEAD_{name.upper()}"
+        lines.append(f"{variable}: {found['msg'].removeprefix('Value error, ')}")
+    return lines

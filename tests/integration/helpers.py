@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx2
+
+
+def db_check(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``stead db check`` on ``data_dir`` (the server may be running)."""
+    return subprocess.run(
+        [sys.executable, "-m", "stead", "db", "check", "--data-dir", str(data_dir), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 def new_session(client: anthropic.Anthropic) -> str:

@@ -76,3 +76,27 @@ def test_query_parameters_use_the_wire_names(server: ServerProcess) -> None:
     assert {"statuses[]", "created_at[gte]", "order", "page", "limit"} <= names
     events = document["paths"]["/v1/sessions/{session_id}/events"]["get"]["parameters"]
     assert "types[]" in {p["name"] for p in events}
+
+
+def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
+    server: ServerProcess,
+) -> None:
+    document = httpx2.get(f"{server.url}/openapi.json").json()
+    assert document["components"]["securitySchemes"]["ApiKey"] == {
+        "type": "apiKey",
+        "in": "header",
+        "name": "x-api-key",
+    }
+    assert {"ApiKey": []} in document["security"]
+    for method, path in ROUTES:
+        answers = document["paths"][path][method]["responses"]
+        assert "422" not in answers, (method, path)
+        expected = {"400", "401", "403"} | ({"404"} if "{" in path else set())
+        expected |= {"413", "415"} if ROUTES[method, path] else set()
+        assert expected <= set(answers), (method, path, sorted(answers))
+        for status, answer in answers.items():
+            if status.startswith("4"):
+                schema = answer["content"]["application/json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
+    assert "409" in document["paths"]["/v1/sessions/{session_id}"]["delete"]["responses"]
+    assert "404" in document["paths"]["/v1/sessions"]["post"]["responses"]

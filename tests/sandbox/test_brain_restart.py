@@ -19,7 +19,6 @@ from typing import Any
 import anthropic
 
 from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
-from stead.testing.sandbox_host import random_uid_base
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, wait_idle
@@ -143,7 +142,6 @@ def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path) -> None:
             STEAD_SANDBOX="bwrap",
             STEAD_SANDBOX_HOST_AUTOSTART="true",
             STEAD_SANDBOX_WORK_DIR=str(work),
-            STEAD_SANDBOX_UID_BASE=str(random_uid_base()),
         )
         server = ServerProcess(tmp_path / "data", env=env).start()
         lock = tmp_path / "data" / "sandbox-host" / "host.lock"
@@ -187,9 +185,7 @@ class KillableHost:
 
     def restart(self) -> None:
         old = self.process
-        self.process = HostProcess(
-            old.state_dir, uid_base=old.uid_base, work_dir=old.work_dir
-        ).start()
+        self.process = HostProcess(old.state_dir, work_dir=old.work_dir).start()
 
 
 @contextlib.contextmanager

@@ -178,9 +178,7 @@ async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_do
                     await anyio.sleep(0.05)
             process.kill()
         await client.aclose()
-        process = HostProcess(
-            root / "state", uid_base=process.uid_base, work_dir=process.work_dir
-        ).start()
+        process = HostProcess(root / "state", work_dir=process.work_dir).start()
         client = client_of(process)
         sandbox = HostSandbox(client, sandbox.sandbox_id, config())
         assert (await sandbox.read_file("note", max_bytes=100)) == b"kept\n"

@@ -22,7 +22,7 @@ ROOMS = (
     "testing",
     "tools",
 )
-SHARED = {"config", "ids", "failpoints"}
+SHARED = {"config", "ids", "failpoints", "jsonvalues"}
 INNER = {"api", "runtime", "harness", "tools", "client", "testing"}
 """Rooms that sit above the sandbox and what it stands on (DESIGN §2)."""
 FORBIDDEN = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from stead.harness import (
     AwaitInput,
     CallModel,
@@ -152,3 +154,13 @@ def test_answers_become_events_with_policies_applied() -> None:
     write = produced[2][1]
     assert (write["evaluated_permission"], write["evaluation"]) == ("ask", {"type": "always_ask"})
     assert produced[4][1]["evaluated_permission"] == "deny"
+
+
+@pytest.mark.parametrize("arguments", ['{"n": 1e400}', '{"n": NaN}', '{"n": ' + "9" * 5000 + "}"])
+def test_tool_arguments_no_read_could_render_are_kept_as_unparsed_text(arguments: str) -> None:
+    from stead.harness.providers.openai import from_chat
+
+    call = {"id": "c1", "function": {"name": "bash", "arguments": arguments}}
+    answer = {"choices": [{"message": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}
+    (block,) = from_chat(answer).content
+    assert block["input"] == {"_unparsed_arguments": arguments}

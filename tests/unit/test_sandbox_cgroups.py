@@ -24,7 +24,7 @@ from stead.sandbox.selfcheck import check_isolation
 
 MIB = 1024**2
 PROBE_UID = 1_999_998
-"""The host's default probe uid (``uid_base - 2``): unused on test machines."""
+"""Below every range a sandbox host claims (``stead.sandbox.host.uids``)."""
 WAIT = 10.0
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")

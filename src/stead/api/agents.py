@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from anthropic.types.beta import BetaManagedAgentsAgent
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
 
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
+from stead.api.params import AgentId, Timestamp
+from stead.api.wire import JSONResponse
 from stead.schemas import MAX_VERSION, agents
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 AGENT = openapi.response(BetaManagedAgentsAgent)
+AGENT_OR_CONFLICT = openapi.response(BetaManagedAgentsAgent, 409)
 
 
 @router.post("", responses=AGENT, openapi_extra=openapi.body("AgentCreateParams"))
@@ -27,7 +27,7 @@ async def create_agent(request: Request, who: Caller = Depends(caller)) -> JSONR
 @router.get("/{agent_id}", responses=AGENT)
 async def retrieve_agent(
     request: Request,
-    agent_id: str,
+    agent_id: AgentId,
     version: int | None = Query(None, ge=1, le=MAX_VERSION),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
@@ -35,9 +35,11 @@ async def retrieve_agent(
     return JSONResponse(wire.agent(record))
 
 
-@router.post("/{agent_id}", responses=AGENT, openapi_extra=openapi.body("AgentUpdateParams"))
+@router.post(
+    "/{agent_id}", responses=AGENT_OR_CONFLICT, openapi_extra=openapi.body("AgentUpdateParams")
+)
 async def update_agent(
-    request: Request, agent_id: str, who: Caller = Depends(caller)
+    request: Request, agent_id: AgentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     expected, params = agents.parse_update(await json_body(request))
     record = await services(request).store.update_agent(
@@ -48,7 +50,7 @@ async def update_agent(
 
 @router.post("/{agent_id}/archive", responses=AGENT)
 async def archive_agent(
-    request: Request, agent_id: str, who: Caller = Depends(caller)
+    request: Request, agent_id: AgentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     record = await services(request).store.archive_agent(who.workspace_id, agent_id)
     return JSONResponse(wire.agent(record))
@@ -60,33 +62,33 @@ async def list_agents(
     limit: int = Query(20, ge=1, le=100),
     page: str | None = Query(None),
     include_archived: bool = Query(False),
-    created_gte: datetime | None = Query(None, alias="created_at[gte]"),
-    created_lte: datetime | None = Query(None, alias="created_at[lte]"),
+    created_gte: Timestamp | None = Query(None, alias="created_at[gte]"),
+    created_lte: Timestamp | None = Query(None, alias="created_at[lte]"),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    request_page = pagination.page_request("agents", "desc", limit, page, pagination.CREATED_KEY)
+    listing = pagination.listing(request, who, "agents")
+    request_page = pagination.page_request(listing, "desc", limit, page, pagination.CREATED_KEY)
     result = await services(request).store.list_agents(
         who.workspace_id, request_page, include_archived, created_gte, created_lte
     )
     return JSONResponse(
-        pagination.page_body("agents", "desc", result, lambda r: (r.created_at, r.id), wire.agent)
+        pagination.page_body(listing, "desc", result, lambda r: (r.created_at, r.id), wire.agent)
     )
 
 
 @router.get("/{agent_id}/versions")
 async def list_agent_versions(
     request: Request,
-    agent_id: str,
+    agent_id: AgentId,
     limit: int = Query(20, ge=1, le=100),
     page: str | None = Query(None),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    request_page = pagination.page_request(
-        "agent_versions", "desc", limit, page, pagination.VERSION_KEY
-    )
+    listing = pagination.listing(request, who, f"agent_versions:{agent_id}")
+    request_page = pagination.page_request(listing, "desc", limit, page, pagination.VERSION_KEY)
     result = await services(request).store.list_agent_versions(
         who.workspace_id, agent_id, request_page
     )
     return JSONResponse(
-        pagination.page_body("agent_versions", "desc", result, lambda r: (r.version,), wire.agent)
+        pagination.page_body(listing, "desc", result, lambda r: (r.version,), wire.agent)
     )

@@ -34,6 +34,8 @@ from stead.runtime import (
 from stead.store import Store, open_store
 
 ROUTE_MODULES = (agents, environments, sessions, events, sandbox, terminals)
+CURSOR_SECRET = "page_cursors"
+"""Made by migration 0004."""
 SWEEP_DESTROY_SECONDS = 600.0
 """A destroy takes a final snapshot of the workspace; give a large one time."""
 
@@ -76,6 +78,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 runtime=runtime,
                 sandboxes=toolbox,
                 sweeper=sweeper,
+                cursor_secret=await opened.installation_secret(CURSOR_SECRET),
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)

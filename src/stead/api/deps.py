@@ -63,6 +63,8 @@ class Services:
     sandboxes: SandboxToolbox
     sweeper: LeaseSweeper | None
     """None when this server runs no sandbox host (``STEAD_SANDBOX`` is not bwrap)."""
+    cursor_secret: bytes
+    """The installation's key for page cursors (``pagination.py``)."""
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from anthropic.types.beta import BetaEnvironment, BetaEnvironmentDeleteResponse
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
 
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
+from stead.api.params import EnvironmentId
+from stead.api.wire import JSONResponse
 from stead.schemas import environments
 from stead.store import EnvironmentRecord
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
 ENVIRONMENT = openapi.response(BetaEnvironment)
+ENVIRONMENT_OR_CONFLICT = openapi.response(BetaEnvironment, 409)
 
 
 def _columns(record: EnvironmentRecord) -> dict[str, object]:
@@ -26,7 +28,9 @@ def _columns(record: EnvironmentRecord) -> dict[str, object]:
     }
 
 
-@router.post("", responses=ENVIRONMENT, openapi_extra=openapi.body("EnvironmentCreateParams"))
+@router.post(
+    "", responses=ENVIRONMENT_OR_CONFLICT, openapi_extra=openapi.body("EnvironmentCreateParams")
+)
 async def create_environment(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
     fields = environments.parse_create(await json_body(request))
     record = await services(request).store.create_environment(who.workspace_id, **fields)
@@ -35,7 +39,7 @@ async def create_environment(request: Request, who: Caller = Depends(caller)) ->
 
 @router.get("/{environment_id}", responses=ENVIRONMENT)
 async def retrieve_environment(
-    request: Request, environment_id: str, who: Caller = Depends(caller)
+    request: Request, environment_id: EnvironmentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     record = await services(request).store.get_environment(who.workspace_id, environment_id)
     return JSONResponse(wire.environment(record))
@@ -43,11 +47,11 @@ async def retrieve_environment(
 
 @router.post(
     "/{environment_id}",
-    responses=ENVIRONMENT,
+    responses=ENVIRONMENT_OR_CONFLICT,
     openapi_extra=openapi.body("EnvironmentUpdateParams"),
 )
 async def update_environment(
-    request: Request, environment_id: str, who: Caller = Depends(caller)
+    request: Request, environment_id: EnvironmentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     params = environments.parse_update(await json_body(request))
     record = await services(request).store.update_environment(
@@ -60,15 +64,15 @@ async def update_environment(
 
 @router.post("/{environment_id}/archive", responses=ENVIRONMENT)
 async def archive_environment(
-    request: Request, environment_id: str, who: Caller = Depends(caller)
+    request: Request, environment_id: EnvironmentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     record = await services(request).store.archive_environment(who.workspace_id, environment_id)
     return JSONResponse(wire.environment(record))
 
 
-@router.delete("/{environment_id}", responses=openapi.response(BetaEnvironmentDeleteResponse))
+@router.delete("/{environment_id}", responses=openapi.response(BetaEnvironmentDeleteResponse, 409))
 async def delete_environment(
-    request: Request, environment_id: str, who: Caller = Depends(caller)
+    request: Request, environment_id: EnvironmentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     await services(request).store.delete_environment(who.workspace_id, environment_id)
     return JSONResponse({"id": environment_id, "type": "environment_deleted"})
@@ -82,14 +86,13 @@ async def list_environments(
     include_archived: bool = Query(False),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    request_page = pagination.page_request(
-        "environments", "desc", limit, page, pagination.CREATED_KEY
-    )
+    listing = pagination.listing(request, who, "environments")
+    request_page = pagination.page_request(listing, "desc", limit, page, pagination.CREATED_KEY)
     result = await services(request).store.list_environments(
         who.workspace_id, request_page, include_archived
     )
     return JSONResponse(
         pagination.page_body(
-            "environments", "desc", result, lambda r: (r.created_at, r.id), wire.environment
+            listing, "desc", result, lambda r: (r.created_at, r.id), wire.environment
         )
     )

@@ -3,9 +3,10 @@
     ApiError                 raised by routes for HTTP-level problems (auth, size)
     schemas.RequestError  -> 400 invalid_request_error
     store.NotFound        -> 404 not_found_error
+    store.InvalidValue    -> 400 (a value the store refused: nothing was written)
     store.Conflict        -> its status (409 unless the spec says 400), x-should-retry: false
     RequestValidationError-> 400 (query and path parameters)
-    Starlette HTTPException -> 404 unknown route, 405 wrong method
+    Starlette HTTPException -> 404 unknown route, 405 wrong method (with ``Allow``)
     anything else         -> 500 api_error, logged with the request id
 
 Every envelope carries ``request_id`` and the response a ``request-id`` header.
@@ -18,12 +19,13 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
+from stead.api.wire import JSONResponse
 from stead.ids import new_id
 from stead.schemas import RequestError
-from stead.store import Conflict, NotFound
+from stead.store import Conflict, InvalidValue, NotFound
 
 log = logging.getLogger("stead.api")
 
@@ -35,6 +37,7 @@ ERROR_TYPES = {
     405: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "api_error",
 }
@@ -97,6 +100,11 @@ async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, 404, str(exc), code=code)
 
 
+async def _invalid_value(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidValue)
+    return error_response(request, 400, str(exc))
+
+
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Conflict)
     headers = {"x-should-retry": "false"} if exc.status == 409 else None
@@ -106,18 +114,32 @@ async def _conflict(request: Request, exc: Exception) -> JSONResponse:
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
-    return error_response(request, 400, f"{_field_of(first['loc'])}: {first['msg']}")
+    message = str(first["msg"]).removeprefix("Value error, ")
+    return error_response(request, 400, f"{_field_of(first['loc'])}: {message}")
 
 
 async def _http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    headers = None
     if exc.status_code == 404:
         message = f"no route for {request.method} {request.url.path}"
     elif exc.status_code == 405:
         message = f"method {request.method} is not allowed on {request.url.path}"
+        headers = {"allow": ", ".join(_allowed_methods(request))}
     else:
         message = str(exc.detail)
-    return error_response(request, exc.status_code, message)
+    return error_response(request, exc.status_code, message, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route answers on this path. Routes sit straight on the app,
+    one per method, so the 405 Starlette raises names only the first one's."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -130,6 +152,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestError, _request_error)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(NotFound, _not_found)
+    app.add_exception_handler(InvalidValue, _invalid_value)
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)

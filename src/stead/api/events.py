@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 from typing import Any, Literal
 
 from anthropic.types.beta.sessions import (
@@ -11,13 +10,14 @@ from anthropic.types.beta.sessions import (
     BetaManagedAgentsSessionEventType,
 )
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
+from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.sse import EventStream
+from stead.api.wire import JSONResponse
 from stead.ids import new_id
 from stead.schemas import RequestError, events
 from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
@@ -52,11 +52,11 @@ def _reference_check(
 
 @router.post(
     "/events",
-    responses=openapi.response(BetaManagedAgentsSendSessionEvents),
+    responses=openapi.response(BetaManagedAgentsSendSessionEvents, 409),
     openapi_extra=openapi.body("EventSendParams"),
 )
 async def send_events(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     app = services(request)
     params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
@@ -74,15 +74,15 @@ async def send_events(
 @router.get("/events")
 async def list_events(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     limit: int = Query(1000, ge=1, le=1000),
     order: Literal["asc", "desc"] = Query("asc"),
     page: str | None = Query(None),
     types: list[BetaManagedAgentsSessionEventType] | None = Query(None, alias="types[]"),
-    created_gt: datetime | None = Query(None, alias="created_at[gt]"),
-    created_gte: datetime | None = Query(None, alias="created_at[gte]"),
-    created_lt: datetime | None = Query(None, alias="created_at[lt]"),
-    created_lte: datetime | None = Query(None, alias="created_at[lte]"),
+    created_gt: Timestamp | None = Query(None, alias="created_at[gt]"),
+    created_gte: Timestamp | None = Query(None, alias="created_at[gte]"),
+    created_lt: Timestamp | None = Query(None, alias="created_at[lt]"),
+    created_lte: Timestamp | None = Query(None, alias="created_at[lte]"),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     where = EventFilter(
@@ -92,17 +92,14 @@ async def list_events(
         processed_lt=created_lt,
         processed_lte=created_lte,
     )
-    request_page = pagination.page_request(
-        f"events:{session_id}", order, limit, page, pagination.EVENT_KEY
-    )
+    listing = pagination.listing(request, who, f"events:{session_id}")
+    request_page = pagination.page_request(listing, order, limit, page, pagination.EVENT_KEY)
     if request_page.after is not None and request_page.after[0] not in (0, 1):
-        raise RequestError("page: not a cursor issued by this server")
+        raise RequestError(pagination.NOT_OURS)
     result = await services(request).store.list_events(
         who.workspace_id, session_id, request_page, where
     )
-    return JSONResponse(
-        pagination.page_body(f"events:{session_id}", order, result, _event_key, wire.event)
-    )
+    return JSONResponse(pagination.page_body(listing, order, result, _event_key, wire.event))
 
 
 def _event_key(record: EventRecord) -> tuple[int, int]:
@@ -114,9 +111,11 @@ def _event_key(record: EventRecord) -> tuple[int, int]:
 @router.get("/events/stream", response_class=Response)
 async def stream_events(
     request: Request,
-    session_id: str,
+    session_id: SessionId,
     event_deltas: list[str] | None = Query(None, alias="event_deltas[]"),
-    after: str | None = Query(None, description="Replay every event after this event id first."),
+    after: ResourceId | None = Query(
+        None, description="Replay every event after this event id first."
+    ),
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     who: Caller = Depends(caller),
 ) -> Any:

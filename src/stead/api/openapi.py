@@ -1,8 +1,18 @@
-"""The OpenAPI document: FastAPI's, plus the request-body schemas the routes
-validate against (derived from the SDK params, see ``schemas/validation.py``)."""
+"""The OpenAPI document: FastAPI's, plus what FastAPI cannot know about stead.
+
+* The request-body schemas the routes validate against (derived from the SDK
+  params, see ``schemas/validation.py``).
+* The statuses each route really answers, all with the error envelope: 400 (a
+  body, query or path value refused; never FastAPI's 422), 401 and 403 (the API
+  key), 404 where a path names a resource, 413 and 415 where it reads a body,
+  and what the route declares besides (``response(Model, 404, 409)``: a body
+  that names another resource, a state conflict).
+* The API-key security schemes (``x-api-key`` or ``Authorization: Bearer``).
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from fastapi import FastAPI
@@ -20,11 +30,48 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "EventSendParams": events.SEND,
 }
 REF = "#/components/schemas/{model}"
+ERROR = "Error"
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "error", "request_id"],
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "required": ["type", "message"],
+            "properties": {
+                "type": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        },
+        "request_id": {"type": "string"},
+    },
+}
+STATUS_TEXT = {
+    400: "The request is malformed: the message names the field",
+    401: "No API key, or not a valid one",
+    403: "The API key belongs to another workspace than anthropic-workspace-id",
+    404: "No such resource in this workspace",
+    409: "The resource's state forbids this change",
+    413: "The body is larger than the server accepts",
+    415: "The body is not application/json in UTF-8",
+}
+SECURITY_SCHEMES = {
+    "ApiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
+    "Bearer": {"type": "http", "scheme": "bearer"},
+}
 
 
-def response(model: type[Any]) -> dict[int | str, dict[str, Any]]:
-    """``responses`` for a route answering 200 with ``model`` (an SDK response type)."""
-    return {200: {"model": model}}
+def response(model: type[Any], *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses`` for a route answering 200 with ``model`` (an SDK response type), and
+    the error ``statuses`` it can answer beyond those every route of its shape can."""
+    return {200: {"model": model}, **errors(*statuses)}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses`` naming error ``statuses`` a route can answer (see ``response``)."""
+    return {status: _error(status) for status in statuses}
 
 
 def body(name: str, *, required: bool = True) -> dict[str, Any]:
@@ -38,18 +85,55 @@ def body(name: str, *, required: bool = True) -> dict[str, Any]:
     }
 
 
+def _error(status: int) -> dict[str, Any]:
+    return {
+        "description": STATUS_TEXT[status],
+        "content": {"application/json": {"schema": {"$ref": REF.format(model=ERROR)}}},
+    }
+
+
+def _statuses(path: str, operation: dict[str, Any]) -> list[int]:
+    found = [400, 401, 403]
+    if "{" in path:
+        found.append(404)
+    if "requestBody" in operation:
+        found += [413, 415]
+    return found
+
+
+def _document(app: FastAPI) -> dict[str, Any]:
+    # Copies: FastAPI's document shares dicts with the (module-level) routes, and a
+    # reader that changes its document (a fuzzer injecting links) must not change
+    # the next app's.
+    document = copy.deepcopy(
+        get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
+    )
+    components = document.setdefault("components", {})
+    schemas = components.setdefault("schemas", {})
+    for name, params in REQUEST_BODIES.items():
+        schema = params.json_schema(REF)
+        schemas.update(schema.pop("$defs", {}))
+        schemas[name] = schema
+    schemas[ERROR] = copy.deepcopy(ERROR_SCHEMA)
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    components["securitySchemes"] = copy.deepcopy(SECURITY_SCHEMES)
+    document["security"] = [{name: []} for name in SECURITY_SCHEMES]
+    for path, operations in document.get("paths", {}).items():
+        for operation in operations.values():
+            answers = operation.setdefault("responses", {})
+            answers.pop("422", None)
+            for status in _statuses(path, operation):
+                answers.setdefault(str(status), _error(status))
+    return document
+
+
 def install(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            document = get_openapi(
-                title=app.title, version=app.version, description=app.description, routes=app.routes
-            )
-            schemas = document.setdefault("components", {}).setdefault("schemas", {})
-            for name, params in REQUEST_BODIES.items():
-                schema = params.json_schema(REF)
-                schemas.update(schema.pop("$defs", {}))
-                schemas[name] = schema
-            app.openapi_schema = document
+            app.openapi_schema = _document(app)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

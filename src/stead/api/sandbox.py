@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
+from stead.api import openapi
 from stead.api.deps import Caller, caller, services
 from stead.api.errors import ApiError
-from stead.api.wire import ts
+from stead.api.params import SessionId
+from stead.api.wire import JSONResponse, ts
 from stead.runtime import SandboxView
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["sandbox"])
@@ -26,16 +27,16 @@ BUSY = ("running", "rescheduling")
 
 @router.get("")
 async def retrieve_sandbox(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     app = services(request)
     await app.store.get_session(who.workspace_id, session_id)  # 404 for another workspace
     return JSONResponse(_json(session_id, await app.sandboxes.describe(session_id)))
 
 
-@router.delete("")
+@router.delete("", responses=openapi.errors(409))
 async def release_sandbox(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     app = services(request)
     session = await app.store.get_session(who.workspace_id, session_id)

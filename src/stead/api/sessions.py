@@ -7,18 +7,22 @@ from typing import Literal
 
 from anthropic.types.beta import BetaManagedAgentsDeletedSession, BetaManagedAgentsSession
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse
 
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
 from stead.api.events import new_events
+from stead.api.params import ResourceId, SessionId, Timestamp
+from stead.api.wire import JSONResponse
 from stead.ids import new_id
 from stead.schemas import MAX_VERSION, events, sessions
 from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SESSION = openapi.response(BetaManagedAgentsSession)
+SESSION_OR_CONFLICT = openapi.response(BetaManagedAgentsSession, 409)
+NEW_SESSION = openapi.response(BetaManagedAgentsSession, 404, 409)
+"""Its agent and environment are named in the body."""
 Status = Literal["rescheduling", "running", "idle", "terminated"]
 
 
@@ -26,7 +30,7 @@ def _json(record: SessionRecord) -> dict[str, object]:
     return wire.session(record, datetime.now(UTC))
 
 
-@router.post("", responses=SESSION, openapi_extra=openapi.body("SessionCreateParams"))
+@router.post("", responses=NEW_SESSION, openapi_extra=openapi.body("SessionCreateParams"))
 async def create_session(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
     spec = sessions.parse_create(await json_body(request))
     events.check_initial_events(spec.initial_events)
@@ -51,16 +55,20 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
 
 @router.get("/{session_id}", responses=SESSION)
 async def retrieve_session(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     return JSONResponse(
         _json(await services(request).store.get_session(who.workspace_id, session_id))
     )
 
 
-@router.post("/{session_id}", responses=SESSION, openapi_extra=openapi.body("SessionUpdateParams"))
+@router.post(
+    "/{session_id}",
+    responses=SESSION_OR_CONFLICT,
+    openapi_extra=openapi.body("SessionUpdateParams"),
+)
 async def update_session(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     params = sessions.parse_update(await json_body(request))
 
@@ -77,17 +85,17 @@ async def update_session(
     return JSONResponse(_json(record))
 
 
-@router.post("/{session_id}/archive", responses=SESSION)
+@router.post("/{session_id}/archive", responses=SESSION_OR_CONFLICT)
 async def archive_session(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     record = await services(request).store.archive_session(who.workspace_id, session_id)
     return JSONResponse(_json(record))
 
 
-@router.delete("/{session_id}", responses=openapi.response(BetaManagedAgentsDeletedSession))
+@router.delete("/{session_id}", responses=openapi.response(BetaManagedAgentsDeletedSession, 409))
 async def delete_session(
-    request: Request, session_id: str, who: Caller = Depends(caller)
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_session(who.workspace_id, session_id)
@@ -105,16 +113,16 @@ async def delete_session(
 @router.get("")
 async def list_sessions(
     request: Request,
-    agent_id: str | None = Query(None),
+    agent_id: ResourceId | None = Query(None),
     agent_version: int | None = Query(None, ge=1, le=MAX_VERSION),
-    created_gt: datetime | None = Query(None, alias="created_at[gt]"),
-    created_gte: datetime | None = Query(None, alias="created_at[gte]"),
-    created_lt: datetime | None = Query(None, alias="created_at[lt]"),
-    created_lte: datetime | None = Query(None, alias="created_at[lte]"),
-    deployment_id: str | None = Query(None),
+    created_gt: Timestamp | None = Query(None, alias="created_at[gt]"),
+    created_gte: Timestamp | None = Query(None, alias="created_at[gte]"),
+    created_lt: Timestamp | None = Query(None, alias="created_at[lt]"),
+    created_lte: Timestamp | None = Query(None, alias="created_at[lte]"),
+    deployment_id: ResourceId | None = Query(None),
     include_archived: bool = Query(False),
     limit: int = Query(20, ge=1, le=100),
-    memory_store_id: str | None = Query(None),
+    memory_store_id: ResourceId | None = Query(None),
     order: Literal["asc", "desc"] = Query("desc"),
     page: str | None = Query(None),
     statuses: list[Status] | None = Query(None, alias="statuses[]"),
@@ -132,10 +140,16 @@ async def list_sessions(
         deployment_id=deployment_id,
         memory_store_id=memory_store_id,
     )
-    request_page = pagination.page_request("sessions", order, limit, page, pagination.CREATED_KEY)
+    listing = pagination.listing(request, who, "sessions")
+    request_page = pagination.page_request(listing, order, limit, page, pagination.CREATED_KEY)
     result = await services(request).store.list_sessions(who.workspace_id, request_page, where)
     return JSONResponse(
         pagination.page_body(
-            "sessions", order, result, lambda r: (r.created_at, r.id), _json, bidirectional=True
+            listing,
+            order,
+            result,
+            lambda r: (r.created_at, r.id),
+            _json,
+            bidirectional=True,
         )
     )

@@ -10,8 +10,6 @@ has been quiet for the heartbeat interval.
 
 from __future__ import annotations
 
-import json
-
 import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -31,9 +29,9 @@ HEADERS = [
 
 def frame(item: FeedItem) -> bytes:
     event = item.event
-    data = json.dumps(wire.event(event), separators=(",", ":"), ensure_ascii=False)
     event_id = f"id: {event.id}\n" if event.seq is not None else ""
-    return f"event: {event.type}\n{event_id}data: {data}\n\n".encode()
+    head = f"event: {event.type}\n{event_id}data: ".encode()
+    return head + wire.encoded(wire.event(event)) + b"\n\n"
 
 
 class EventStream(Response):

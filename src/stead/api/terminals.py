@@ -26,6 +26,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from stead.api.deps import authenticate, services
 from stead.api.errors import ApiError
+from stead.jsonvalues import JsonValueError, loads
 from stead.runtime import NoSandbox
 from stead.sandbox import (
     HostTerminal,
@@ -126,8 +127,8 @@ async def _first_command(websocket: WebSocket) -> str:
     with anyio.move_on_after(services(websocket).settings.keepalive_seconds):
         message = await websocket.receive_text()
         try:
-            start = json.loads(message)
-        except ValueError:
+            start = loads(message, root="message")
+        except JsonValueError:
             start = None
         if isinstance(start, dict) and isinstance(start.get("command"), str):
             return str(start["command"])
@@ -196,8 +197,8 @@ async def _take_input(websocket: WebSocket, terminal: HostTerminal) -> None:
 
 async def _control(websocket: WebSocket, terminal: HostTerminal, text: str) -> None:
     try:
-        control = json.loads(text)
-    except ValueError:
+        control = loads(text, root="message")
+    except JsonValueError:
         control = None
     if not isinstance(control, dict):
         await websocket.send_text(json.dumps({"type": "error", "message": "not a JSON object"}))

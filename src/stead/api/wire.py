@@ -1,13 +1,41 @@
-"""Store records -> the API's JSON objects (shapes of the SDK's response models)."""
+"""Store records -> the API's JSON objects (shapes of the SDK's response models),
+and the one way they are rendered to bytes."""
 
 from __future__ import annotations
 
+import json
+import logging
 from datetime import datetime
 from typing import Any
 
+from starlette.responses import JSONResponse as StarletteJSONResponse
+
+from stead.jsonvalues import repaired
 from stead.store import AgentRecord, EnvironmentRecord, EventRecord, SessionRecord
 
 Json = dict[str, Any]
+log = logging.getLogger("stead.api")
+
+
+def encoded(content: Any) -> bytes:
+    """Strict JSON of ``content`` in UTF-8. A value an earlier version of stead stored
+    that cannot be rendered (a non-finite number, an unpaired surrogate) is shown
+    repaired, never as a 500; ``stead db check --repair`` heals the row itself."""
+    try:
+        return json.dumps(
+            content, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+        ).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
+        log.warning("a stored value is not valid JSON; rendered repaired (see stead db check)")
+        healed = json.dumps(repaired(content), ensure_ascii=False, separators=(",", ":"))
+        return healed.encode("utf-8")
+
+
+class JSONResponse(StarletteJSONResponse):
+    """Every JSON answer of the API: rendered by ``encoded``."""
+
+    def render(self, content: Any) -> bytes:
+        return encoded(content)
 
 
 def ts(value: datetime | None) -> str | None:

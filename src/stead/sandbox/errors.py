@@ -17,7 +17,8 @@ SandboxError                 base; ``retryable`` says whether the same call may 
 │                            replaced by an empty one (rule 6). Not retryable
 └── SandboxUnavailable       the sandbox is closed or its shell cannot start (retryable)
     ├── IsolationUnavailable the machine cannot isolate sandboxes (no bubblewrap, no user
-    │                        namespaces, no writable cgroups, not root); ``reason`` says
+    │                        namespaces, no writable cgroups, not root, no uid range of the
+    │                        host's own or none left in it); ``reason`` says
     │                        what is missing and how to fix it. Not retryable: an operator
     │                        must act (DESIGN rule 7)
     ├── PackagesUnavailable  the environment's packages could not be installed; the

@@ -19,6 +19,7 @@ from stead.store.base import (
     EventFilter,
     EventRecord,
     EventsAccepted,
+    IntegrityFinding,
     LeaseExpiry,
     NewEvent,
     OpRecord,
@@ -35,7 +36,14 @@ from stead.store.base import (
     Store,
     Workspace,
 )
-from stead.store.errors import Conflict, LeaseLost, NotFound, SandboxLeaseEnded, StoreError
+from stead.store.errors import (
+    Conflict,
+    InvalidValue,
+    LeaseLost,
+    NotFound,
+    SandboxLeaseEnded,
+    StoreError,
+)
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 
@@ -48,6 +56,8 @@ __all__ = [
     "EventFilter",
     "EventRecord",
     "EventsAccepted",
+    "IntegrityFinding",
+    "InvalidValue",
     "LeaseExpiry",
     "LeaseLost",
     "NewEvent",

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, func, insert, select
 from stead.ids import new_id
 from stead.store.base import ApiKey, Workspace
 from stead.store.errors import NotFound
-from stead.store.tables import api_keys, workspaces
+from stead.store.tables import api_keys, installation_secrets, workspaces
 
 KEY_PREFIX = "sk-stead-"
 
@@ -76,3 +76,23 @@ def authenticate(conn: Connection, secret: str) -> ApiKey | None:
 
 def count_api_keys(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(api_keys)).scalar_one())
+
+
+def find_installation_secret(conn: Connection, name: str) -> bytes | None:
+    found = conn.execute(
+        select(installation_secrets.c.value).where(installation_secrets.c.name == name)
+    ).scalar_one_or_none()
+    return None if found is None else bytes(found)
+
+
+def installation_secret(conn: Connection, now: datetime, name: str) -> bytes:
+    """The installation's secret ``name`` (32 random bytes), made on first use.
+
+    Runs on the single writer, so two first uses cannot both insert.
+    """
+    found = find_installation_secret(conn, name)
+    if found is not None:
+        return found
+    value = secrets.token_bytes(32)
+    conn.execute(insert(installation_secrets).values(name=name, value=value, created_at=now))
+    return value

@@ -263,6 +263,19 @@ EnvironmentChange = Callable[[EnvironmentRecord], dict[str, Any]]
 SessionChange = Callable[[SessionRecord], dict[str, Any]]
 
 
+@dataclass(frozen=True, slots=True)
+class IntegrityFinding:
+    """One problem ``stead db check`` found: where, what (``repaired``: rewritten by this run)."""
+
+    where: str
+    problem: str
+    repaired: bool = False
+
+    def __str__(self) -> str:
+        done = " (repaired)" if self.repaired else ""
+        return f"{self.where}: {self.problem}{done}"
+
+
 class Store(Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
@@ -277,6 +290,14 @@ class Store(Protocol):
 
     async def authenticate(self, secret: str) -> ApiKey | None: ...
     async def count_api_keys(self) -> int: ...
+    async def installation_secret(self, name: str) -> bytes:
+        """32 random bytes kept for this installation under ``name`` (made on first use),
+        the same for every process that opens the store."""
+        ...
+
+    async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
+        """What ``stead db check`` reports; with ``repair``, unrenderable JSON is rewritten."""
+        ...
 
     # agents
     async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord: ...

@@ -2,6 +2,7 @@
 
 StoreError
 ├── NotFound        no such row in this workspace (other workspaces look the same)
+├── InvalidValue    a value the store's own reads could not render; nothing was written
 └── Conflict        the row exists but its state forbids the change
     └── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
 """
@@ -20,6 +21,16 @@ class NotFound(StoreError):
         self.field = field
         where = f"{field}: " if field else ""
         super().__init__(f"{where}no {kind} with id {ident!r}")
+
+
+class InvalidValue(StoreError):
+    """A JSON value the store refused to write (see ``stead.jsonvalues``): a
+    non-finite number or an unpaired surrogate. The transaction was rolled back."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")
 
 
 class Conflict(StoreError):

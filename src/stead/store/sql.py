@@ -20,6 +20,7 @@ from stead.store import (
     _environments,
     _events,
     _inbox,
+    _integrity,
     _leases,
     _runs,
     _sessions,
@@ -34,6 +35,7 @@ from stead.store.base import (
     EventFilter,
     EventRecord,
     EventsAccepted,
+    IntegrityFinding,
     Json,
     LeaseExpiry,
     NewEvent,
@@ -112,6 +114,18 @@ class SqlStore:
 
     async def count_api_keys(self) -> int:
         return await self._read(_workspaces.count_api_keys)
+
+    async def installation_secret(self, name: str) -> bytes:
+        # Read first: the ones stead uses are made by migrations, and a start that
+        # writes would shift the commit count the crash tests kill at.
+        found: bytes | None = await self._read(_workspaces.find_installation_secret, name)
+        if found is not None:
+            return found
+        made: bytes = await self._write(_workspaces.installation_secret, name)
+        return made
+
+    async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
+        return await self._write(lambda conn, _now: _integrity.check(conn, repair=repair))
 
     # agents
     async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord:

@@ -17,6 +17,8 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 
+from stead.jsonvalues import dumps_checked
+
 BUSY_TIMEOUT_MS = 10_000
 
 
@@ -40,6 +42,8 @@ def _engine(url: str, synchronous: str, begin: str, pool_size: int) -> Engine:
         pool_size=pool_size,
         max_overflow=0,
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        # What is written must render back: a refused value rolls the transaction back.
+        json_serializer=dumps_checked,
     )
     event.listen(engine, "connect", _configure(synchronous))
     # Straight to the driver: the same statement without SQLAlchemy's per-execution work.

@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -220,4 +221,12 @@ sandbox_usage = Table(
     Column("active_seconds", Float, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Index("ix_sandbox_usage_session", "session_id"),
+)
+
+installation_secrets = Table(
+    "installation_secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
 )

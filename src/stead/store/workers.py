@@ -17,6 +17,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import StatementError
+
+from stead.jsonvalues import JsonValueError
+from stead.store.errors import InvalidValue
 
 R = TypeVar("R")
 _STOP = object()
@@ -71,12 +75,21 @@ class ConnectionWorkers:
                         if self._before_commit is not None:
                             self._before_commit()
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
-                    _deliver(loop, future, exc, failed=True)
+                    _deliver(loop, future, _refusal(exc) or exc, failed=True)
                 else:
                     _deliver(loop, future, result, failed=False)
         finally:
             if conn is not None:
                 conn.close()
+
+
+def _refusal(exc: BaseException) -> InvalidValue | None:
+    """The store's serialiser refused a value (raised straight from a compiled
+    statement, or wrapped by SQLAlchemy): an ``InvalidValue`` the API answers with 400."""
+    cause = exc.orig if isinstance(exc, StatementError) else exc
+    if isinstance(cause, JsonValueError):
+        return InvalidValue(cause.path, cause.reason)
+    return None
 
 
 def _deliver(

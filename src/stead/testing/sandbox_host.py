@@ -1,14 +1,14 @@
 """A real ``stead sandbox-host`` in a subprocess, for tests and benchmarks.
 
-Each has its own state directory and uid range, so hosts started by different
-tests never share a sandbox uid or a cgroup.
+Each has its own state directory, and so its own cgroups and its own uid
+range, claimed in the machine's registry like any sandbox host's: hosts
+started by different tests, or beside an operator's, never share either.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import signal
 import socket
@@ -23,23 +23,16 @@ from typing import IO, Any
 START_TIMEOUT = 60.0
 
 
-def random_uid_base() -> int:
-    """A uid range of 10 000 ids, well away from real users and from other tests."""
-    return 2_000_000 + secrets.randbelow(90_000) * 10_000
-
-
 class HostProcess:
     def __init__(
         self,
         state_dir: Path,
         *,
         blob_url: str | None = None,
-        uid_base: int | None = None,
         work_dir: Path | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
         self.state_dir = state_dir
-        self.uid_base = uid_base if uid_base is not None else random_uid_base()
         self.blob_url = blob_url or f"file://{(state_dir.parent / 'blobs').resolve()}"
         self.socket_path = state_dir / "host.sock"
         if work_dir is None:
@@ -68,7 +61,6 @@ class HostProcess:
             **inherited,
             "STEAD_DATA_DIR": str(self.state_dir.parent),
             "STEAD_SANDBOX_HOST_STATE_DIR": str(self.state_dir),
-            "STEAD_SANDBOX_UID_BASE": str(self.uid_base),
             "STEAD_BLOB_URL": self.blob_url,
             "STEAD_SANDBOX_WORK_DIR": str(self.work_dir),
             **self._env,

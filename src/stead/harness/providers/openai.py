@@ -12,6 +12,7 @@ from typing import Any
 import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+from stead.jsonvalues import JsonValueError, loads
 
 Json = dict[str, Any]
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
@@ -76,8 +77,10 @@ def from_chat(answer: Json) -> ModelResponse:
         content.append({"type": "text", "text": message["content"]})
     for call in message.get("tool_calls") or []:
         try:
-            arguments = json.loads(call["function"].get("arguments") or "{}")
-        except json.JSONDecodeError:
+            # The same rules as a request body: a model's 1e400 or NaN must not
+            # reach the log, where no read could render it.
+            arguments = loads(call["function"].get("arguments") or "{}", root="arguments")
+        except JsonValueError:
             arguments = {"_unparsed_arguments": call["function"].get("arguments")}
         content.append(
             {

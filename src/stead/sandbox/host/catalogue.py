@@ -26,6 +26,8 @@ from typing import Any, TypeVar
 import anyio
 from anyio import to_thread
 
+from stead.sandbox.host.uids import UidRange
+
 T = TypeVar("T")
 
 SCHEMA_VERSION = 2
@@ -131,10 +133,11 @@ class Catalogue:
         return await self._run(read)
 
     async def create_sandbox(
-        self, sandbox_id: str, config: dict[str, Any], *, uid_base: int, now: float
+        self, sandbox_id: str, config: dict[str, Any], *, uids: UidRange, now: float
     ) -> SandboxRow:
-        """The sandbox's row, created with the next free uid if missing; a
-        destroyed sandbox comes back with its uid and the new config."""
+        """The sandbox's row, created with the next free uid of ``uids`` if
+        missing (``IsolationUnavailable`` when none is left); a destroyed
+        sandbox comes back with its uid and the new config."""
 
         def create(db: sqlite3.Connection) -> SandboxRow:
             db.execute("BEGIN IMMEDIATE")
@@ -145,8 +148,11 @@ class Catalogue:
                     (sandbox_id,),
                 ).fetchone()
                 if row is None:
-                    (top,) = db.execute("SELECT MAX(uid) FROM sandboxes").fetchone()
-                    uid = max(uid_base, (top or 0) + 1)
+                    (top,) = db.execute(
+                        "SELECT MAX(uid) FROM sandboxes WHERE uid BETWEEN ? AND ?",
+                        (uids.base, uids.last),
+                    ).fetchone()
+                    uid = uids.sandbox_uid_after(top)
                     db.execute(
                         "INSERT INTO sandboxes (id, uid, config, created_at) VALUES (?,?,?,?)",
                         (sandbox_id, uid, json.dumps(config), now),
@@ -167,6 +173,15 @@ class Catalogue:
             return _sandbox(found)
 
         return await self._run(create)
+
+    async def uid_span(self) -> tuple[int, int] | None:
+        """The lowest and highest uid any sandbox ever had here; None for none."""
+
+        def read(db: sqlite3.Connection) -> tuple[int, int] | None:
+            low, high = db.execute("SELECT MIN(uid), MAX(uid) FROM sandboxes").fetchone()
+            return (low, high) if low is not None else None
+
+        return await self._run(read)
 
     async def set_config(self, sandbox_id: str, config: dict[str, Any]) -> None:
         await self._run(

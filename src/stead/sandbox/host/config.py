@@ -83,8 +83,13 @@ class HostOptions:
     one must be searchable by other users (``/var/lib/stead/...`` is; ``/root``
     is not); the host checks at start and refuses if not."""
     blobs: BlobConfig
-    uid_base: int = 2_000_000
-    """Sandbox ``n`` runs as host uid ``uid_base + n``; keep the range unused."""
+    uid_base: int | None = None
+    """First uid of this host's range as the operator set it; None: the
+    machine's registry picks a free range (``uids.py``)."""
+    uid_count: int = 100_000
+    """How many uids the range holds: its sandboxes, the installer and the probe."""
+    uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
+    """The registry every sandbox host on the machine claims its range in."""
     bwrap: str = "bwrap"
     snapshot_ttl_seconds: float = 7 * 24 * 3600.0
     exec_record_seconds: float = 7 * 24 * 3600.0
@@ -117,16 +122,6 @@ class HostOptions:
     def host_tag(self) -> str:
         """Names this host's cgroups apart from any other host's on the machine."""
         return host_tag(self.state_dir)
-
-    @property
-    def installer_uid(self) -> int:
-        """Runs the package installers; owns the installed package sets."""
-        return self.uid_base - 1
-
-    @property
-    def probe_uid(self) -> int:
-        """Runs the start-up isolation self-check."""
-        return self.uid_base - 2
 
 
 def host_tag(state_dir: Path) -> str:

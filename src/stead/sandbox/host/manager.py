@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -25,10 +26,19 @@ from stead.sandbox.host.catalogue import Catalogue
 from stead.sandbox.host.config import HostOptions, SandboxConfig
 from stead.sandbox.host.lifecycle import HostedSandbox, State
 from stead.sandbox.host.packages import PackageCache
+from stead.sandbox.host.uids import UidRange
 
 log = logging.getLogger("stead.sandbox.host")
 
 SANDBOX_ID_MAX = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """What a host that can isolate sandboxes starts them with."""
+
+    cgroups: Cgroups
+    uids: UidRange
 
 
 class SandboxManager:
@@ -38,17 +48,22 @@ class SandboxManager:
         *,
         catalogue: Catalogue,
         blobs: BlobStore,
-        cgroups: Cgroups | None,
+        isolation: Isolation | None,
         isolation_problem: str | None,
         tasks: TaskGroup,
     ) -> None:
         self._options = options
         self._catalogue = catalogue
         self._blobs = blobs
-        self._cgroups = cgroups
+        self._isolation = isolation
+        self._cgroups = isolation.cgroups if isolation is not None else None
         self._isolation_problem = isolation_problem
         self._tasks = tasks
-        self._packages = PackageCache(options, cgroups) if cgroups is not None else None
+        self._packages = (
+            PackageCache(options, isolation.cgroups, installer_uid=isolation.uids.installer_uid)
+            if isolation is not None
+            else None
+        )
         self._sandboxes: dict[str, HostedSandbox] = {}
         self._locks: dict[str, anyio.Lock] = {}
 
@@ -65,9 +80,9 @@ class SandboxManager:
         """The sandbox, created if new (or destroyed before); its config follows
         the latest acquire, applied at its next wake."""
         _check_id(sandbox_id)
-        if self._isolation_problem is not None or self._cgroups is None:
+        if self._isolation_problem is not None or self._isolation is None:
             raise IsolationUnavailable(self._isolation_problem or "no cgroups")
-        assert self._packages is not None
+        assert self._packages is not None and self._cgroups is not None
         async with self._lock(sandbox_id):
             found = self._sandboxes.get(sandbox_id)
             if found is not None:
@@ -78,7 +93,7 @@ class SandboxManager:
             row = await self._catalogue.create_sandbox(
                 sandbox_id,
                 config.to_json(),
-                uid_base=self._options.uid_base,
+                uids=self._isolation.uids,
                 now=time.time(),
             )
             sandbox = HostedSandbox(
@@ -130,6 +145,7 @@ class SandboxManager:
             "sandboxes": counts,
             "isolation_problem": self._isolation_problem,
             "cgroups": self._cgroups.describe() if self._cgroups is not None else None,
+            "uids": self._isolation.uids.describe() if self._isolation is not None else None,
         }
 
     async def load(self) -> None:

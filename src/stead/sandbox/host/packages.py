@@ -55,9 +55,10 @@ APT_SECONDS = 600.0
 
 
 class PackageCache:
-    def __init__(self, options: HostOptions, cgroups: Cgroups) -> None:
+    def __init__(self, options: HostOptions, cgroups: Cgroups, *, installer_uid: int) -> None:
         self._options = options
         self._cgroups = cgroups
+        self._installer_uid = installer_uid
         self._root = options.work_dir / "packages"
         self._locks: dict[str, anyio.Lock] = {}
 
@@ -90,7 +91,7 @@ class PackageCache:
         for path in (home, home / "partial", home / "work", home / "egress"):
             path.mkdir(parents=True, exist_ok=True)
             os.chmod(path, 0o755)
-        uid = self._options.installer_uid
+        uid = self._installer_uid
         for name in ("partial", "work"):
             os.chown(home / name, uid, uid)
 
@@ -114,7 +115,7 @@ class PackageCache:
             extra_hosts=_mirror_hosts(options),
         )
         spec = BodySpec(
-            uid=options.installer_uid,
+            uid=self._installer_uid,
             workspace=home / "work",
             egress_dir=home / "egress",
             packages_dir=partial,

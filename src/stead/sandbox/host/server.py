@@ -26,7 +26,7 @@ from anyio.abc import ByteStream, TaskStatus
 
 from stead.blobs import open_blob_store
 from stead.sandbox.backends.bwrap import install_supervisor
-from stead.sandbox.cgroups import Cgroups, detect_cgroups
+from stead.sandbox.cgroups import detect_cgroups
 from stead.sandbox.errors import (
     InvalidArgument,
     IsolationUnavailable,
@@ -38,7 +38,7 @@ from stead.sandbox.host.attach import attach
 from stead.sandbox.host.catalogue import Catalogue
 from stead.sandbox.host.config import HostOptions, SandboxConfig
 from stead.sandbox.host.lifecycle import HostedSandbox
-from stead.sandbox.host.manager import SandboxManager
+from stead.sandbox.host.manager import Isolation, SandboxManager
 from stead.sandbox.host.processes import Kind
 from stead.sandbox.host.protocol import (
     PROTOCOL_VERSION,
@@ -49,6 +49,7 @@ from stead.sandbox.host.protocol import (
     encode_bytes,
     error_frame,
 )
+from stead.sandbox.host.uids import UidRange, UidRegistry
 from stead.sandbox.selfcheck import check_isolation
 from stead.sandbox.snapshots import remove_stale_staging
 
@@ -72,13 +73,15 @@ async def serve_host(
         contextlib.closing(Catalogue.open(options.state_dir / "catalogue.sqlite3")) as catalogue,
     ):
         blobs = open_blob_store(options.blobs)
-        cgroups, problem = await to_thread.run_sync(_check, options)
+        span = await catalogue.uid_span()
+        isolation, problem = await to_thread.run_sync(_check, options, span)
+        cgroups = isolation.cgroups if isolation is not None else None
         async with anyio.create_task_group() as tasks:
             manager = SandboxManager(
                 options,
                 catalogue=catalogue,
                 blobs=blobs,
-                cgroups=cgroups,
+                isolation=isolation,
                 isolation_problem=problem,
                 tasks=tasks,
             )
@@ -100,22 +103,57 @@ async def serve_host(
                     cgroups.release()
 
 
-def _check(options: HostOptions) -> tuple[Cgroups | None, str | None]:
-    """The cgroups to use and why isolation is impossible (None: it works)."""
-    # Each host's cgroups live under a parent of its own, so two hosts on one
-    # machine (a test's and an operator's) never sweep each other's sandboxes.
+def _check(
+    options: HostOptions, span: tuple[int, int] | None
+) -> tuple[Isolation | None, str | None]:
+    """The cgroups and uids to use, or why isolation is impossible. ``span``
+    is the lowest and highest uid the catalogue's sandboxes have."""
+    # Each host's cgroups live under a parent of its own, and its uids in a
+    # range of its own, so two hosts on one machine (a test's and an
+    # operator's) never sweep each other's sandboxes nor share a uid.
+    cgroups = None
     try:
         _prepare_work_dir(options)
+        uids = _claim_uids(options, span)
         cgroups = detect_cgroups(parent=f"stead-{options.host_tag}")
-        report = check_isolation(options.bwrap, probe_uid=options.probe_uid, cgroups=cgroups)
+        report = check_isolation(options.bwrap, probe_uid=uids.probe_uid, cgroups=cgroups)
         report.raise_if_unusable()
     except IsolationUnavailable as exc:
+        if cgroups is not None:
+            cgroups.release()
         log.error("sandboxes refused: %s", exc.reason)
         return None, exc.reason
     removed = cgroups.sweep_stale()
     if removed:
         log.info("removed %d stale sandbox cgroups", len(removed))
-    return cgroups, None
+    return Isolation(cgroups, uids), None
+
+
+def _claim_uids(options: HostOptions, span: tuple[int, int] | None) -> UidRange:
+    """This host's uid range from the machine's registry; a host new to the
+    registry whose catalogue has sandboxes asks for the block holding them."""
+    registry = UidRegistry(options.uid_registry)
+    prefer = span[0] if span is not None else None
+    try:
+        uids = registry.claim(
+            options.state_dir, count=options.uid_count, base=options.uid_base, prefer=prefer
+        )
+    except OSError as exc:
+        raise IsolationUnavailable(
+            f"cannot claim sandbox uids in {registry.path} ({exc}): "
+            "set STEAD_SANDBOX_UID_REGISTRY to a file root may write"
+        ) from None
+    log.info("sandbox uids %d-%d (registry %s)", uids.base, uids.last, registry.path)
+    if span is not None and not (span[0] in uids and span[1] in uids):
+        # Sandboxes made before this range was claimed keep their uids, so
+        # that they still own their files.
+        log.warning(
+            "sandboxes of this host have uids %d-%d, outside its range %d-%d",
+            *span,
+            uids.base,
+            uids.last,
+        )
+    return uids
 
 
 def _prepare_work_dir(options: HostOptions) -> None:

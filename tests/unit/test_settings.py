@@ -1,0 +1,32 @@
+"""Bad settings stop the ``stead`` command before it starts anything, with one
+line per bad setting that names it as the operator sets it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from stead.cli import app
+
+
+@pytest.mark.parametrize(
+    ("env", "line"),
+    [
+        ({"STEAD_SANDBOX_UID_BASE": "1000"}, "STEAD_SANDBOX_UID_BASE: Input should be greater"),
+        ({"STEAD_SANDBOX_UID_COUNT": "many"}, "STEAD_SANDBOX_UID_COUNT: Input should be a valid"),
+        (
+            {"STEAD_SANDBOX_UID_BASE": "2147000000", "STEAD_SANDBOX_UID_COUNT": "1000000"},
+            "STEAD_SANDBOX_UID_BASE: 2147000000 + STEAD_SANDBOX_UID_COUNT (1000000) - 1 is past",
+        ),
+    ],
+)
+def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
+    env: dict[str, str], line: str, tmp_path: Path
+) -> None:
+    # A data directory of the test's own, should the settings ever pass.
+    result = CliRunner().invoke(app, ["sandbox-host", "--data-dir", str(tmp_path)], env=env)
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"stead: {line}")
+    assert result.stderr.count("\n") == 1
