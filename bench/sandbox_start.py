@@ -22,8 +22,8 @@ from pathlib import Path
 
 import anyio
 
-from stead.sandbox.backends.bwrap import BodySpec, install_supervisor, run_body
-from stead.sandbox.cgroups import CgroupLimits, detect_cgroups
+from stead.sandbox_host.bwrap import BodySpec, install_supervisor, run_body
+from stead.sandbox_host.cgroups import CgroupLimits, detect_cgroups
 
 # isort: split
 from _common import median, ms, percentile, size, verdict

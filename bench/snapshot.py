@@ -27,7 +27,7 @@ from pathlib import Path
 import anyio
 
 from stead.blobs import BlobConfig, BlobStore, open_blob_store
-from stead.sandbox.snapshots import restore_snapshot, take_snapshot
+from stead.sandbox_host.snapshots import restore_snapshot, take_snapshot
 
 # isort: split
 from _common import median, size, verdict

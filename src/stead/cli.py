@@ -10,15 +10,18 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import anyio
 import typer
 from pydantic import ValidationError
+from pydantic_settings import BaseSettings
 from rich.console import Console
 
 from stead.config import Settings, settings_errors
 from stead.store import ApiKey, IntegrityFinding, Store, open_store
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
 app = typer.Typer(
     help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True
@@ -35,9 +38,13 @@ DataDir = Annotated[
 
 
 def _settings(**given: Any) -> Settings:
+    return _validated(Settings, **given)
+
+
+def _validated(kind: type[SettingsT], **given: Any) -> SettingsT:
     # Only options the user passed override the environment (STEAD_*).
     try:
-        return Settings(**{k: v for k, v in given.items() if v is not None})
+        return kind(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         for line in settings_errors(exc):
             typer.echo(f"stead: {line}", err=True)
@@ -74,6 +81,12 @@ def serve(
     from stead.api import create_app
 
     settings = _settings(host=host, port=port, data_dir=data_dir)
+    if settings.sandbox == "bwrap" and settings.sandbox_host_autostart:
+        # The host this server may start reads the same variables; bad ones
+        # stop start-up here, not later in the host's log.
+        from stead.sandbox_host.settings import HostSettings
+
+        _validated(HostSettings, data_dir=data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
@@ -175,17 +188,17 @@ def sandbox_host(data_dir: DataDir = None) -> None:
     keep it under a service manager or to serve a remote brain
     (STEAD_SANDBOX_HOST_LISTEN_TCP with STEAD_SANDBOX_HOST_TOKEN).
     """
-    from stead.runtime.sandbox_host import host_options
-    from stead.sandbox import HostAlreadyRunning, serve_host
+    from stead.sandbox_host.server import HostAlreadyRunning, serve_host
+    from stead.sandbox_host.settings import HostSettings
 
-    settings = _settings(data_dir=data_dir)
+    settings = _validated(HostSettings, data_dir=data_dir)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    options = host_options(settings)
+    options = settings.options()
     if os.geteuid() == 0:
         # Root's groups would count in the file checks the host makes as a
-        # sandbox's user (stead.sandbox.actas); it needs none of them.
+        # sandbox's user (stead.sandbox.local.actas); it needs none of them.
         os.setgroups([])
 
     async def run() -> None:

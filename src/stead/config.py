@@ -9,13 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
-
-LAST_UID = 2**31 - 2
-"""The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
-MAX_UID_COUNT = 2**31 - 1 - 2_000_000
-"""The most uids one host may claim: all the registry hands out."""
 
 
 def default_data_dir() -> Path:
@@ -40,8 +35,6 @@ class Settings(BaseSettings):
     sse_heartbeat_seconds: float = 15.0
     keepalive_seconds: float = 30.0
     """Empty frames on a terminal WebSocket when nothing else was sent."""
-    terminal_send_timeout_seconds: float = 30.0
-    """A terminal client that cannot take output for this long is dropped (too slow)."""
     sse_subscriber_buffer: int = 4096
     """Live events a slow SSE reader may fall behind before it re-reads from the store."""
 
@@ -79,20 +72,6 @@ class Settings(BaseSettings):
     """Start a local sandbox host (detached) when none answers at the address."""
     sandbox_host_state_dir: Path | None = None
     """The sandbox host's own directory; default ``<data_dir>/sandbox-host``."""
-    sandbox_work_dir: Path | None = None
-    """Workspaces and installed packages; every directory above it must be
-    searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
-    sandbox_host_listen_tcp: str | None = None
-    """``host:port`` on which the sandbox host also serves a remote brain (needs the token)."""
-    sandbox_uid_count: int = Field(default=100_000, ge=3, le=MAX_UID_COUNT)
-    """How many uids the sandbox host's range holds: its sandboxes, the
-    package installer and the start-up probe."""
-    sandbox_uid_base: int | None = Field(default=None, ge=65_536)
-    """First host uid of the sandbox host's range, set by the operator; unset,
-    the host claims a free range in ``sandbox_uid_registry``. Below 65536 are
-    the machine's own users and groups."""
-    sandbox_uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
-    """Where every sandbox host on the machine records the uid range it holds."""
     sandbox_memory_mb: int = 2048
     sandbox_pids: int = 512
     sandbox_cpus: float = 1.0
@@ -101,25 +80,9 @@ class Settings(BaseSettings):
     sandbox_lease_seconds: float = 24 * 3600.0
     """A sandbox lease's TTL, renewed by every tool call."""
     sandbox_sweep_interval_seconds: float = 60.0
-    sandbox_idle_check_seconds: float = 5.0
-    snapshot_ttl_seconds: float = 7 * 24 * 3600.0
-    snapshot_gc_interval_seconds: float = 600.0
-    """How often the sandbox host deletes expired snapshots and exec records."""
-    sandbox_exec_record_seconds: float = 7 * 24 * 3600.0
-    """How long the sandbox host keeps an exec's result for its op key."""
-    blob_url: str | None = None
-    """``file:///dir`` (default ``<data_dir>/blobs``) or ``s3://bucket/prefix``."""
-    s3_endpoint: str | None = None
-    s3_region: str | None = None
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
-    pip_index_url: str | None = None
-    """A PyPI mirror for environment packages; its host is allowed while installing."""
-    npm_registry: str | None = None
-    apt_sources: str | None = None
-    """sources.list lines for environment apt packages (default: the machine's sources)."""
-    package_hosts: list[str] = Field(default_factory=list)
-    """More hosts the package installers may reach (mirrors, private indexes)."""
+    # The sandbox host reads its own settings (stead.sandbox_host.settings)
+    # from the same STEAD_* variables: a host started by `stead serve`
+    # inherits this process's environment.
 
     failpoints: str | None = None
     """Test-only crash injection, see ``stead.failpoints``."""
@@ -128,23 +91,9 @@ class Settings(BaseSettings):
     max_events_per_request: int = 1000
     log_level: str = "info"
 
-    @field_validator("sandbox_uid_base")
-    @classmethod
-    def _range_fits(cls, base: int | None, info: ValidationInfo) -> int | None:
-        count = info.data.get("sandbox_uid_count")
-        if base is not None and count is not None and base + count - 1 > LAST_UID:
-            raise ValueError(
-                f"{base} + STEAD_SANDBOX_UID_COUNT ({count}) - 1 is past uid {LAST_UID}"
-            )
-        return base
-
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:
         return self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
-
-    @property
-    def resolved_blob_url(self) -> str:
-        return self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}"
 
     @property
     def resolved_database_url(self) -> str:

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from stead.sandbox import HostSandbox
-from stead.sandbox.host.client import (
+from stead.sandbox.client import (
     HostTerminal,
     TerminalEnded,
     TerminalEvent,

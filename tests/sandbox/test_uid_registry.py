@@ -1,4 +1,4 @@
-"""The machine's registry of sandbox uid ranges (``stead.sandbox.host.uids``).
+"""The machine's registry of sandbox uid ranges (``stead.sandbox_host.uids``).
 
 Each test keeps a registry of its own under ``tmp_path``: these tests are
 about the registry itself (they exhaust it, corrupt it and fill it from many
@@ -19,14 +19,14 @@ from pathlib import Path
 import pytest
 
 from stead.sandbox import IsolationUnavailable
-from stead.sandbox.host.uids import Holder, UidRegistry, taken_by_machine
+from stead.sandbox_host.uids import Holder, UidRegistry, taken_by_machine
 
 COUNT = 1000
 
 CLAIM = """
 import sys
 from pathlib import Path
-from stead.sandbox.host.uids import UidRegistry
+from stead.sandbox_host.uids import UidRegistry
 print("ready", flush=True)
 sys.stdin.read()  # every claimant waits here until the test lets all go at once
 found = UidRegistry(Path(sys.argv[1])).claim(Path(sys.argv[2]), count=int(sys.argv[3]))

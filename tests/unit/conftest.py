@@ -7,7 +7,7 @@ from typing import Any
 import anyio
 import pytest
 
-from stead.sandbox import UnsafeLocalSandbox
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from stead.store import NewEvent, SqlStore, open_store
 
 WAIT = 10.0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,10 @@ ROOMS = (
     "api",
     "blobs",
     "client",
-    "egress",
     "harness",
     "runtime",
     "sandbox",
+    "sandbox_host",
     "schemas",
     "store",
     "testing",
@@ -33,10 +35,17 @@ FORBIDDEN = {
     "harness": {"api", "runtime", "store", "sandbox", "tools", "testing"},
     "tools": {"api", "runtime", "store", "harness", "testing"},
     "sandbox": INNER | {"store", "schemas"},
-    "egress": INNER | {"store", "schemas", "sandbox"},
-    "blobs": INNER | {"store", "schemas", "sandbox", "egress"},
+    "sandbox_host": INNER | {"store", "schemas"},
+    "blobs": INNER | {"store", "schemas", "sandbox"},
     "client": {"api", "runtime", "store", "harness", "tools", "testing"},
 }
+BRAIN = set(ROOMS) - {"sandbox_host"}
+"""No brain room imports the body: they meet only through the host protocol."""
+for room in BRAIN:
+    FORBIDDEN[room] = FORBIDDEN.get(room, set()) | {"sandbox_host"}
+BODY_SURFACES = {"stead.sandbox.local", "stead.sandbox.protocol"}
+"""What the body shares with the brain besides ``stead.sandbox`` itself: the
+workspace code and the host protocol's frames."""
 SQL_DRIVERS = {"sqlalchemy", "sqlite3", "psycopg", "alembic"}
 
 
@@ -69,6 +78,8 @@ def test_rooms_import_others_only_through_their_surface(room: str) -> None:
                 continue
             if parts[1] in FORBIDDEN.get(room, set()):
                 problems.append(f"{path.name}: {room} must not import {name}")
+            elif room == "sandbox_host" and ".".join(parts[:3]) in BODY_SURFACES:
+                continue
             elif len(parts) > 2:
                 problems.append(f"{path.name}: import {'.'.join(parts[:2])}, not {name}")
     assert not problems, "\n".join(problems)
@@ -78,3 +89,22 @@ def test_api_touches_no_sql() -> None:
     for path in (SRC / "api").rglob("*.py"):
         used = {name.split(".")[0] for name in _imports(path)} & SQL_DRIVERS
         assert not used, f"{path.name} imports {used}"
+
+
+def test_the_app_factory_loads_no_body_module() -> None:
+    """A brain that serves the API loads nothing of the sandbox host, nor the
+    in-process workspace of ``unsafe_local`` until that provider is chosen."""
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, stead.api.app, stead.cli, stead.tools, stead.runtime; "
+            "print(sorted(m for m in sys.modules if m.startswith("
+            "('stead.sandbox_host', 'stead.sandbox.local', 'obstore'))))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert found.stdout.strip() == "[]"

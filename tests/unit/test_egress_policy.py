@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from stead.egress import (
+from stead.sandbox_host.egress import (
     PACKAGE_MANAGER_HOSTS,
     Denied,
     EgressPolicy,

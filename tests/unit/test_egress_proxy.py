@@ -19,7 +19,7 @@ import h11
 import pytest
 from anyio.abc import SocketStream
 
-from stead.egress import EgressPolicy, EgressProxy
+from stead.sandbox_host.egress import EgressPolicy, EgressProxy
 
 pytestmark = pytest.mark.anyio
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from stead.sandbox import FileError, files, search
-from stead.sandbox.actas import acting_as
-from stead.sandbox.paths import WorkspacePaths
+from stead.sandbox import FileError
+from stead.sandbox.local import files, search
+from stead.sandbox.local.actas import acting_as
+from stead.sandbox.local.paths import WorkspacePaths
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
 

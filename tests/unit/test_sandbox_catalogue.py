@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stead.sandbox.host.catalogue import SCHEMA_VERSION, Catalogue
+from stead.sandbox_host.catalogue import SCHEMA_VERSION, Catalogue
 
 pytestmark = pytest.mark.anyio
 

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from stead.sandbox.cgroups import CgroupLimits, Cgroups, SandboxCgroup, detect_cgroups
 from stead.sandbox.errors import IsolationUnavailable
-from stead.sandbox.selfcheck import check_isolation
+from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup, detect_cgroups
+from stead.sandbox_host.selfcheck import check_isolation
 
 MIB = 1024**2
 PROBE_UID = 1_999_998
-"""Below every range a sandbox host claims (``stead.sandbox.host.uids``)."""
+"""Below every range a sandbox host claims (``stead.sandbox_host.uids``)."""
 WAIT = 10.0
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")

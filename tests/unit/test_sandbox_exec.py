@@ -9,12 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from stead.sandbox import (
-    EXEC_OUTPUT_LIMIT,
-    InvalidArgument,
-    SandboxUnavailable,
-    UnsafeLocalSandbox,
-)
+from stead.sandbox import EXEC_OUTPUT_LIMIT, InvalidArgument, SandboxUnavailable
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from tests.unit.conftest import WAIT, read_fifo
 
 pytestmark = pytest.mark.anyio

@@ -17,8 +17,8 @@ from stead.sandbox import (
     NotARegularFile,
     PathOutsideWorkspace,
     RangeTooLarge,
-    UnsafeLocalSandbox,
 )
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 
 pytestmark = pytest.mark.anyio
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from stead.sandbox import ExecInDoubt, ExecResult, ExecStatus, UnsafeLocalSandbox
-from stead.sandbox.oprecords import OpRecords
+from stead.sandbox import ExecInDoubt, ExecResult, ExecStatus
+from stead.sandbox.local.oprecords import OpRecords
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from tests.unit.conftest import WAIT, read_fifo
 
 pytestmark = pytest.mark.anyio

@@ -16,10 +16,10 @@ from stead.sandbox import (
     FileError,
     InvalidArgument,
     PathOutsideWorkspace,
-    UnsafeLocalSandbox,
-    search,
 )
-from stead.sandbox.walker import translate
+from stead.sandbox.local import search
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
+from stead.sandbox.local.walker import translate
 
 pytestmark = pytest.mark.anyio
 

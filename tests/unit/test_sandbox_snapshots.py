@@ -21,7 +21,7 @@ from obstore.store import LocalStore
 
 from stead.blobs import BlobConfig, BlobInfo, BlobStore, open_blob_store
 from stead.sandbox import SandboxError
-from stead.sandbox.snapshots import (
+from stead.sandbox_host.snapshots import (
     SnapshotCorrupt,
     SnapshotInfo,
     SnapshotMissing,

@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from stead.sandbox.tarstream import TarFormatError, TarStream
+from stead.sandbox_host.tarstream import TarFormatError, TarStream
 
 
 def archive(members: list[tuple[tarfile.TarInfo, bytes]], fmt: int = tarfile.PAX_FORMAT) -> bytes:

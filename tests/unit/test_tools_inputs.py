@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from anthropic.types import beta
 
-from stead.sandbox import UnsafeLocalSandbox
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from stead.tools import (
     DEFINITIONS,
     IDEMPOTENT_TOOLS,

@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from stead.sandbox import ExecResult, SandboxUnavailable, UnsafeLocalSandbox
+from stead.sandbox import ExecResult, SandboxUnavailable
+from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from stead.tools import READ_MAX_BYTES, ToolOutcome, bash_outcome, run_tool
 
 pytestmark = pytest.mark.anyio

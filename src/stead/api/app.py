@@ -31,6 +31,7 @@ from stead.runtime import (
     brain_lock,
     build_loop,
 )
+from stead.sandbox import open_provider
 from stead.store import Store, open_store
 
 ROUTE_MODULES = (agents, environments, sessions, events, sandbox, terminals)
@@ -59,11 +60,11 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 )
                 stack.push_async_callback(opened.close)
             bus = EventBus(settings.sse_subscriber_buffer)
-            toolbox = SandboxToolbox(settings, opened)
+            toolbox = SandboxToolbox(settings, opened, open_provider(settings))
             deps = build_loop(settings, opened, bus, toolbox, failpoints)
             runtime = Runtime(deps, exclusive=store is None)
             sweeper = None
-            if settings.sandbox == "bwrap":
+            if toolbox.leased:
                 sweeper = LeaseSweeper(
                     opened,
                     toolbox.destroy,

@@ -27,14 +27,16 @@ from starlette.websockets import WebSocketDisconnect
 from stead.api.deps import authenticate, services
 from stead.api.errors import ApiError
 from stead.jsonvalues import JsonValueError, loads
-from stead.runtime import NoSandbox
 from stead.sandbox import (
-    HostTerminal,
+    NoSandbox,
     SandboxError,
+    Terminal,
     TerminalEnded,
     TerminalExited,
+    TerminalKind,
     TerminalOutput,
     TerminalReplayed,
+    TerminalRequest,
 )
 from stead.store import NotFound
 
@@ -69,7 +71,7 @@ class Refused(Exception):
         self.reason = reason
 
 
-async def _serve(websocket: WebSocket, session_id: str, kind: str) -> None:
+async def _serve(websocket: WebSocket, session_id: str, kind: TerminalKind) -> None:
     await websocket.accept()
     try:
         terminal, terminal_id = await _open(websocket, session_id, kind)
@@ -89,7 +91,7 @@ async def _serve(websocket: WebSocket, session_id: str, kind: str) -> None:
             await websocket.close(code, reason)
 
 
-async def _open(websocket: WebSocket, session_id: str, kind: str) -> tuple[HostTerminal, str]:
+async def _open(websocket: WebSocket, session_id: str, kind: TerminalKind) -> tuple[Terminal, str]:
     try:
         who = await authenticate(websocket)
     except ApiError as exc:
@@ -111,10 +113,8 @@ async def _open(websocket: WebSocket, session_id: str, kind: str) -> tuple[HostT
     if kind == "exec" and command is None and "id" not in query:
         command = await _first_command(websocket)
     try:
-        sandbox = await app.sandboxes.host_sandbox(session_id)
-        terminal = await sandbox.terminal(
-            terminal_id, kind=kind, command=command, rows=rows, cols=cols, offset=offset
-        )
+        request = TerminalRequest(terminal_id, kind, command, rows, cols, offset)
+        terminal = await app.sandboxes.terminal(session_id, request)
     except NoSandbox as exc:
         raise Refused(CLOSE_NO_SANDBOX, str(exc)) from None
     except SandboxError as exc:
@@ -136,7 +136,7 @@ async def _first_command(websocket: WebSocket) -> str:
     raise Refused(CLOSE_BAD_REQUEST, "no command arrived")
 
 
-async def _relay(websocket: WebSocket, terminal: HostTerminal) -> tuple[int, str]:
+async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
     ended: tuple[int, str] = (CLOSE_GOING_AWAY, "the sandbox host connection ended")
     async with anyio.create_task_group() as tasks:
 
@@ -155,7 +155,7 @@ async def _relay(websocket: WebSocket, terminal: HostTerminal) -> tuple[int, str
     return ended
 
 
-async def _send_output(websocket: WebSocket, terminal: HostTerminal) -> tuple[int, str]:
+async def _send_output(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
     announced = False
     while True:
         event = await terminal.receive()
@@ -179,7 +179,7 @@ async def _send_output(websocket: WebSocket, terminal: HostTerminal) -> tuple[in
             return CLOSE_GOING_AWAY, "the sandbox host connection ended"
 
 
-async def _take_input(websocket: WebSocket, terminal: HostTerminal) -> None:
+async def _take_input(websocket: WebSocket, terminal: Terminal) -> None:
     with contextlib.suppress(WebSocketDisconnect):
         while True:
             message = await websocket.receive()
@@ -195,7 +195,7 @@ async def _take_input(websocket: WebSocket, terminal: HostTerminal) -> None:
                 await _control(websocket, terminal, text)
 
 
-async def _control(websocket: WebSocket, terminal: HostTerminal, text: str) -> None:
+async def _control(websocket: WebSocket, terminal: Terminal, text: str) -> None:
     try:
         control = loads(text, root="message")
     except JsonValueError:

@@ -9,8 +9,9 @@ from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
+from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
-from stead.runtime.toolbox import NoSandbox, SandboxToolbox, SandboxView
+from stead.runtime.toolbox import SandboxToolbox, SandboxView
 
 __all__ = [
     "Clock",
@@ -21,7 +22,6 @@ __all__ = [
     "LogCache",
     "LoopDeps",
     "ModelRouter",
-    "NoSandbox",
     "Notice",
     "Runtime",
     "SandboxToolbox",
@@ -35,4 +35,5 @@ __all__ = [
     "ToolsUnavailable",
     "brain_lock",
     "build_loop",
+    "sandbox_config",
 ]

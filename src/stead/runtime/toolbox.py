@@ -1,10 +1,9 @@
 """The built-in toolset running in per-session sandboxes (``stead.tools`` over
-``stead.sandbox``).
+a ``SandboxProvider``, chosen once at start by ``stead.sandbox.open_provider``).
 
-``STEAD_SANDBOX`` picks where: ``bwrap`` (the default) runs each session's
-sandbox in the sandbox host, isolated, under a lease (rule 9) whose id is the
-session id; ``unsafe_local`` isolates nothing, so stead never picks it by
-itself (rule 7); ``off`` runs no built-in tools.
+A session's sandbox id is the session id. A provider whose sandboxes outlive
+the process (``leased``) binds each to a lease (rule 9): every call renews it,
+and a call after it ended stops the tools there.
 """
 
 from __future__ import annotations
@@ -19,15 +18,17 @@ import anyio
 from stead import tools
 from stead.config import Settings
 from stead.runtime.deps import ToolOutcome, ToolsUnavailable
-from stead.runtime.sandbox_host import connect_host, sandbox_config
+from stead.runtime.sandboxconfig import sandbox_config
 from stead.sandbox import (
-    HostClient,
-    HostSandbox,
     HostUnreachable,
+    NoSandbox,
     Sandbox,
+    SandboxConfig,
     SandboxError,
+    SandboxProvider,
     SandboxUnavailable,
-    UnsafeLocalSandbox,
+    Terminal,
+    TerminalRequest,
     WorkspaceUnavailable,
 )
 from stead.store import (
@@ -41,15 +42,7 @@ from stead.store import (
 log = logging.getLogger("stead.runtime.toolbox")
 
 Json = dict[str, Any]
-NO_SANDBOX = (
-    "No sandbox is configured on this stead server, so built-in tools cannot run. "
-    "The operator can set STEAD_SANDBOX=bwrap (isolated) to enable them."
-)
 LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
-
-
-class NoSandbox(Exception):
-    """The session has no sandbox to run tools in; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,12 +62,17 @@ class SandboxView:
 
 
 class SandboxToolbox:
-    def __init__(self, settings: Settings, store: Store) -> None:
+    def __init__(self, settings: Settings, store: Store, provider: SandboxProvider) -> None:
         self._settings = settings
         self._store = store
+        self._provider = provider
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
-        self._host: HostClient | None = None
+
+    @property
+    def leased(self) -> bool:
+        """Sandboxes outlive this process under leases the sweeper ends."""
+        return self._provider.leased
 
     @property
     def definitions(self) -> Mapping[str, Json]:
@@ -88,47 +86,36 @@ class SandboxToolbox:
     def resumable(self) -> frozenset[str]:
         return tools.RESUMABLE_TOOLS
 
-    async def host_sandbox(self, session_id: str) -> HostSandbox:
-        """The session's sandbox in the sandbox host (terminals live there);
-        ``NoSandbox`` when this server does not use the sandbox host."""
-        if self._settings.sandbox != "bwrap":
-            raise NoSandbox(
-                "terminals need the sandbox host: this server runs "
-                f"STEAD_SANDBOX={self._settings.sandbox}"
-            )
-        found = await self._sandbox(session_id)
-        assert isinstance(found, HostSandbox)
-        return found
+    async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
+        """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
+        this server's provider has none."""
+        await self._renew(session_id)
+        return await self._provider.terminal(session_id, await self._config(session_id), request)
 
     async def _sandbox(self, session_id: str) -> Sandbox:
-        mode = self._settings.sandbox
-        if mode == "off":
-            raise NoSandbox(NO_SANDBOX)
-        if mode == "bwrap":
-            # Every call renews the lease; one that ended stops the tools here.
-            await self._lease(session_id)
+        await self._renew(session_id)
         async with self._lock:
             found = self._sandboxes.get(session_id)
             if found is None:
-                found = await self._open(session_id)
+                config = await self._config(session_id)
+                found = await self._provider.acquire(session_id, config)
                 self._sandboxes[session_id] = found
             return found
 
-    async def _open(self, session_id: str) -> Sandbox:
-        if self._settings.sandbox == "unsafe_local":
-            root = self._settings.data_dir / "sandboxes" / session_id
-            return UnsafeLocalSandbox(workspace=root / "workspace", state_dir=root / "state")
+    async def _config(self, session_id: str) -> SandboxConfig:
         session = await self._store.session_snapshot(session_id)
         environment = await self._store.get_environment(
             session.workspace_id, session.environment_id
         )
-        config = sandbox_config(self._settings, environment.config)
-        return HostSandbox(await self._client(), session_id, config)
+        return sandbox_config(self._settings, environment.config)
 
-    async def _lease(self, session_id: str) -> SandboxLease:
+    async def _renew(self, session_id: str) -> None:
+        """Every call renews the lease; one that ended stops the tools here."""
+        if not self._provider.leased:
+            return
         session = await self._store.session_snapshot(session_id)
         try:
-            return await self._store.acquire_sandbox_lease(
+            await self._store.acquire_sandbox_lease(
                 session_id,
                 workspace_id=session.workspace_id,
                 session_id=session_id,
@@ -138,11 +125,6 @@ class SandboxToolbox:
             )
         except SandboxLeaseEnded:
             raise NoSandbox(LEASE_ENDED) from None
-
-    async def _client(self) -> HostClient:
-        if self._host is None:
-            self._host = await connect_host(self._settings)
-        return self._host
 
     async def run(self, session_id: str, name: str, tool_input: Json, op_key: str) -> ToolOutcome:
         try:
@@ -170,7 +152,7 @@ class SandboxToolbox:
         if lease is None or lease.status is SandboxLeaseStatus.DESTROYED:
             return SandboxView(lease, None, booked)
         try:
-            host = await (await self._client()).sandbox_status(session_id)
+            host = await self._provider.status(session_id)
         except SandboxError as exc:
             return SandboxView(lease, None, booked, f"the sandbox host cannot be asked: {exc}")
         active = max(booked, float(host["active_seconds"])) if host else booked
@@ -190,7 +172,7 @@ class SandboxToolbox:
             sandbox = self._sandboxes.pop(lease.sandbox_id, None)
         if sandbox is not None:
             await sandbox.close()
-        total = await (await self._client()).destroy(lease.sandbox_id)
+        total = await self._provider.release(lease.sandbox_id)
         booked = await self._store.sandbox_active_seconds(lease.sandbox_id)
         if total is not None and total > booked:
             # The host counts all wakes of the sandbox (also before an earlier
@@ -206,9 +188,7 @@ class SandboxToolbox:
         sandboxes, self._sandboxes = list(self._sandboxes.values()), {}
         for sandbox in sandboxes:
             await sandbox.close()
-        if self._host is not None:
-            await self._host.aclose()
-            self._host = None
+        await self._provider.aclose()
 
 
 def _broken(name: str, exc: SandboxError) -> ToolOutcome:

@@ -1,13 +1,15 @@
-"""The sandbox room: an agent's workspace and shell behind the ``Sandbox`` protocol.
+"""The brain's side of the body: the ``Sandbox`` protocol, its records and
+errors, ``SandboxConfig``, the typed host protocol and its client.
 
-Other rooms import only from here. The sandbox knows nothing of sessions,
-models or tools (DESIGN §2): it runs commands and touches files inside one
-workspace, and records each exec under its op key (DESIGN rule 5).
+Other brain rooms import only from here; none imports ``stead.sandbox_host``
+(the body), which they reach only through the host protocol. ``local/`` is the
+workspace itself (files, search, the shell, exec records): the sandbox host
+runs it inside each isolated body's reach, and the ``unsafe_local`` provider
+runs it in the brain's own process.
 """
 
 from __future__ import annotations
 
-from stead.sandbox.backends import UnsafeLocalSandbox
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     GLOB_RESULT_LIMIT,
@@ -16,6 +18,8 @@ from stead.sandbox.base import (
     SEARCH_SECONDS,
     WALK_ENTRY_LIMIT,
     WORKSPACE,
+    DirEntry,
+    DirListing,
     ExecResult,
     ExecStatus,
     FileInfo,
@@ -24,6 +28,15 @@ from stead.sandbox.base import (
     GrepResult,
     Sandbox,
 )
+from stead.sandbox.client import (
+    ClientTimeouts,
+    HostAddress,
+    HostClient,
+    HostSandbox,
+    HostTerminal,
+    parse_address,
+)
+from stead.sandbox.config import PACKAGE_MANAGERS, SUPPORTED_PACKAGE_MANAGERS, SandboxConfig
 from stead.sandbox.errors import (
     ExecInDoubt,
     FileError,
@@ -32,6 +45,7 @@ from stead.sandbox.errors import (
     HostUnreachable,
     InvalidArgument,
     IsolationUnavailable,
+    NoSandbox,
     NotARegularFile,
     PackagesUnavailable,
     PathOutsideWorkspace,
@@ -39,33 +53,37 @@ from stead.sandbox.errors import (
     SandboxError,
     SandboxNotFound,
     SandboxUnavailable,
+    SecretsOutdated,
+    VersionMismatch,
     WorkspaceUnavailable,
 )
-from stead.sandbox.host.client import (
-    ClientTimeouts,
-    HostAddress,
-    HostClient,
-    HostSandbox,
-    HostTerminal,
+from stead.sandbox.provider import EgressCredential, SandboxProvider
+from stead.sandbox.providers import open_provider
+from stead.sandbox.terminals import (
+    Terminal,
     TerminalEnded,
     TerminalEvent,
     TerminalExited,
+    TerminalKind,
     TerminalOutput,
     TerminalReplayed,
-    parse_address,
+    TerminalRequest,
 )
-from stead.sandbox.host.config import HostOptions, SandboxConfig, default_work_dir
-from stead.sandbox.host.server import HostAlreadyRunning, serve_host
 
 __all__ = [
     "EXEC_OUTPUT_LIMIT",
     "GLOB_RESULT_LIMIT",
     "GREP_MAX_LINE_LENGTH",
     "GREP_OUTPUT_LIMIT",
+    "PACKAGE_MANAGERS",
     "SEARCH_SECONDS",
+    "SUPPORTED_PACKAGE_MANAGERS",
     "WALK_ENTRY_LIMIT",
     "WORKSPACE",
     "ClientTimeouts",
+    "DirEntry",
+    "DirListing",
+    "EgressCredential",
     "ExecInDoubt",
     "ExecResult",
     "ExecStatus",
@@ -77,14 +95,13 @@ __all__ = [
     "GlobResult",
     "GrepResult",
     "HostAddress",
-    "HostAlreadyRunning",
     "HostClient",
-    "HostOptions",
     "HostSandbox",
     "HostTerminal",
     "HostUnreachable",
     "InvalidArgument",
     "IsolationUnavailable",
+    "NoSandbox",
     "NotARegularFile",
     "PackagesUnavailable",
     "PathOutsideWorkspace",
@@ -93,15 +110,19 @@ __all__ = [
     "SandboxConfig",
     "SandboxError",
     "SandboxNotFound",
+    "SandboxProvider",
     "SandboxUnavailable",
+    "SecretsOutdated",
+    "Terminal",
     "TerminalEnded",
     "TerminalEvent",
     "TerminalExited",
+    "TerminalKind",
     "TerminalOutput",
     "TerminalReplayed",
-    "UnsafeLocalSandbox",
+    "TerminalRequest",
+    "VersionMismatch",
     "WorkspaceUnavailable",
-    "default_work_dir",
+    "open_provider",
     "parse_address",
-    "serve_host",
 ]

@@ -15,6 +15,12 @@ SandboxError                 base; ``retryable`` says whether the same call may 
 │                            unknown (the process that ran it is gone): verify, do not re-run
 ├── WorkspaceUnavailable     the saved workspace is missing, corrupt or expired; never
 │                            replaced by an empty one (rule 6). Not retryable
+├── NoSandbox                this server's provider gives sessions no sandbox (``off``),
+│                            or cannot do what was asked (terminals without the host)
+├── SecretsOutdated          the host holds older credentials for the sandbox than the
+│                            call expects (it restarted): the client sends them again
+├── VersionMismatch          the brain and the sandbox host speak different protocol
+│                            versions; the message names both. Not retryable
 └── SandboxUnavailable       the sandbox is closed or its shell cannot start (retryable)
     ├── IsolationUnavailable the machine cannot isolate sandboxes (no bubblewrap, no user
     │                        namespaces, no writable cgroups, not root, no uid range of the
@@ -115,6 +121,22 @@ class IsolationUnavailable(SandboxUnavailable):
 
 class SandboxNotFound(SandboxUnavailable):
     """The sandbox host has no such sandbox (never acquired, or destroyed)."""
+
+
+class NoSandbox(SandboxError):
+    """The provider has no sandbox for this: the message says why and what the
+    operator can change."""
+
+
+class SecretsOutdated(SandboxError):
+    """The host's credentials for this sandbox are not the generation the call
+    expects (the host restarted, and holds secrets in memory only)."""
+
+    retryable: ClassVar[bool] = True
+
+
+class VersionMismatch(SandboxError):
+    """The peer speaks another version of the host protocol."""
 
 
 class WorkspaceUnavailable(SandboxError):

@@ -1,0 +1,27 @@
+"""An environment turned into a sandbox's config."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stead.config import Settings
+from stead.sandbox import SandboxConfig
+
+Json = dict[str, Any]
+
+
+def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfig:
+    """The sandbox's config: ``networking`` and ``packages`` from its
+    environment, as the API defines them; limits and ``sleep_after`` from the
+    server's settings (the API's environment config has no fields for them)."""
+    packages = environment_config.get("packages") or {}
+    return SandboxConfig.from_json(
+        {
+            "memory_bytes": settings.sandbox_memory_mb * 1024**2,
+            "pids": settings.sandbox_pids,
+            "cpus": settings.sandbox_cpus,
+            "sleep_after": settings.sandbox_sleep_after_seconds,
+            "networking": environment_config.get("networking") or {"type": "unrestricted"},
+            "packages": {k: v for k, v in packages.items() if k != "type" and v},
+        }
+    )

@@ -1,0 +1,81 @@
+"""The sandbox-provider seam: where sessions' sandboxes live.
+
+The brain chooses one provider at start (``providers.open_provider``) and
+never asks which it is: the sandbox host (isolated, ``host.py``),
+``unsafe_local`` (no isolation, in-process) and ``off`` (no built-in tools)
+sit behind this interface, and later remote ones (Kubernetes agent-sandbox,
+E2B) plug in here. Every provider passes the conformance suite in
+``tests/unit/test_sandbox_providers.py``; ``stead.testing.MemoryProvider`` is
+the in-memory fake that passes it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stead.sandbox.base import Sandbox
+from stead.sandbox.config import SandboxConfig
+from stead.sandbox.terminals import Terminal, TerminalRequest
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EgressCredential:
+    """A credential the sandbox's egress proxy may add to requests for ``host``
+    (rule 8). Travels only through ``SandboxProvider.set_secrets``: never in a
+    ``SandboxConfig``, never written to disk by the host."""
+
+    host: str
+    """The host name requests must be for (no port; matched exactly, lower case)."""
+    header: str
+    """The header the proxy sets, for example ``authorization``."""
+    value: str
+
+    def __repr__(self) -> str:  # never the value, in any traceback or log line
+        return f"EgressCredential(host={self.host!r}, header={self.header!r}, value=<hidden>)"
+
+
+class SandboxProvider(Protocol):
+    @property
+    def leased(self) -> bool:
+        """Sandboxes outlive this process and are bound by leases (rule 9): the
+        brain renews a lease on every use and the sweeper destroys expired ones."""
+        ...
+
+    async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
+        """The sandbox of this id, made if new; idempotent. It need not be awake:
+        its first call wakes it. Raises ``NoSandbox`` when this provider gives
+        none."""
+        ...
+
+    async def status(self, sandbox_id: str) -> Json | None:
+        """Its state (``state``, ``idle_seconds``, ``active_seconds``,
+        ``processes``, ``terminals``, ``last_error``) without making or waking
+        it; None if there is no such sandbox."""
+        ...
+
+    async def terminal(
+        self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
+    ) -> Terminal:
+        """Attaches to a terminal (started if new, waking the sandbox); raises
+        ``NoSandbox`` if this provider has no terminals."""
+        ...
+
+    async def set_secrets(
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+    ) -> None:
+        """Replaces the credentials the sandbox's egress proxy may inject; they
+        are held in memory only and sent again whenever the sandbox's host
+        lost them. Raises ``NoSandbox`` if this provider cannot keep them out
+        of the sandbox."""
+        ...
+
+    async def release(self, sandbox_id: str) -> float | None:
+        """Destroys the sandbox (a durable provider snapshots it first); its
+        active seconds, or None if there was no such sandbox."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,39 @@
+"""The providers behind ``SandboxProvider``: the sandbox host, ``unsafe_local``
+and ``off``. ``open_provider`` is the one place ``STEAD_SANDBOX`` is read; it
+imports only the provider chosen, so a brain never loads the others."""
+
+from __future__ import annotations
+
+from stead.config import Settings
+from stead.sandbox.provider import SandboxProvider
+
+
+def open_provider(settings: Settings) -> SandboxProvider:
+    """The provider ``settings.sandbox`` names; each is imported only when chosen."""
+    if settings.sandbox == "off":
+        from stead.sandbox.providers.off import OffProvider
+
+        return OffProvider()
+    if settings.sandbox == "unsafe_local":
+        from stead.sandbox.providers.unsafe_local import UnsafeLocalProvider
+
+        return UnsafeLocalProvider(settings.data_dir / "sandboxes")
+    from stead.sandbox.client import HostAddress, parse_address
+    from stead.sandbox.providers.host import HostLauncher, HostProvider
+
+    state_dir = settings.resolved_sandbox_host_state_dir
+    if settings.sandbox_host:
+        address = parse_address(settings.sandbox_host, settings.sandbox_host_token)
+    else:
+        address = HostAddress(unix_path=state_dir / "host.sock")
+    launcher = None
+    if settings.sandbox_host_autostart:
+        launcher = HostLauncher(
+            state_dir,
+            {
+                "STEAD_DATA_DIR": str(settings.data_dir),
+                "STEAD_SANDBOX_HOST_STATE_DIR": str(state_dir),
+                "STEAD_LOG_LEVEL": settings.log_level,
+            },
+        )
+    return HostProvider(address, launcher)

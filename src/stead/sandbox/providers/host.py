@@ -1,0 +1,127 @@
+"""The sandbox host as a provider: isolated sandboxes in a process of their
+own that outlives the brain (rule 6), reached over the host protocol.
+
+With a ``HostLauncher``, a local host that does not answer is started
+detached: its own session, no stdin, output appended to ``host.log``, and the
+brain's environment, so it reads the same ``STEAD_*`` settings itself
+(``stead.sandbox_host.settings``). A later brain finds it by its socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from stead.sandbox.base import Sandbox
+from stead.sandbox.client import HostAddress, HostClient, HostSandbox
+from stead.sandbox.config import SandboxConfig
+from stead.sandbox.errors import SandboxUnavailable
+from stead.sandbox.provider import EgressCredential, Json
+from stead.sandbox.terminals import Terminal, TerminalRequest
+
+log = logging.getLogger("stead.sandbox.host")
+
+START_SECONDS = 60.0
+"""How long a freshly started host may take to pass its self-check and listen."""
+PROBE_INTERVAL = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class HostLauncher:
+    """How to start a local host when none answers."""
+
+    state_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    """Set over this process's environment: what the brain resolved itself
+    (its data and state directories), so the host serves the same ones."""
+
+    def launch(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.state_dir, 0o700)
+        with open(self.state_dir / "host.log", "ab") as output:
+            subprocess.Popen(
+                [sys.executable, "-m", "stead", "sandbox-host"],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+                close_fds=True,
+            )
+        log.info("started a sandbox host in %s", self.state_dir)
+
+
+class HostProvider:
+    leased = True
+
+    def __init__(self, address: HostAddress, launcher: HostLauncher | None = None) -> None:
+        self._address = address
+        self._launcher = launcher
+        self._client: HostClient | None = None
+        self._lock = anyio.Lock()
+
+    async def client(self) -> HostClient:
+        async with self._lock:
+            if self._client is None:
+                self._client = await self._connect()
+            return self._client
+
+    async def _connect(self) -> HostClient:
+        client = HostClient(self._address)
+        try:
+            await client.ping()
+            return client
+        except SandboxUnavailable:
+            if self._launcher is None or client.address.unix_path is None:
+                await client.aclose()
+                raise
+        self._launcher.launch()
+        with anyio.move_on_after(START_SECONDS):
+            while True:
+                try:
+                    await client.ping()
+                    return client
+                except SandboxUnavailable:
+                    await anyio.sleep(PROBE_INTERVAL)
+        await client.aclose()
+        log_path = self._launcher.state_dir / "host.log"
+        raise SandboxUnavailable(f"the sandbox host did not start; see {log_path}")
+
+    async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
+        return HostSandbox(await self.client(), sandbox_id, config)
+
+    async def status(self, sandbox_id: str) -> Json | None:
+        return await (await self.client()).sandbox_status(sandbox_id)
+
+    async def terminal(
+        self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
+    ) -> Terminal:
+        sandbox = HostSandbox(await self.client(), sandbox_id, config)
+        return await sandbox.terminal(
+            request.terminal_id,
+            kind=request.kind,
+            command=request.command,
+            rows=request.rows,
+            cols=request.cols,
+            offset=request.offset,
+        )
+
+    async def set_secrets(
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+    ) -> None:
+        raise NotImplementedError
+
+    async def release(self, sandbox_id: str) -> float | None:
+        return await (await self.client()).destroy(sandbox_id)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

@@ -1,0 +1,43 @@
+"""``off``: no sandbox at all, so built-in tools and terminals are refused
+with a message that says how to turn them on."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stead.sandbox.base import Sandbox
+from stead.sandbox.config import SandboxConfig
+from stead.sandbox.errors import NoSandbox
+from stead.sandbox.provider import EgressCredential, Json
+from stead.sandbox.terminals import Terminal, TerminalRequest
+
+NO_SANDBOX = (
+    "No sandbox is configured on this stead server, so built-in tools cannot run. "
+    "The operator can set STEAD_SANDBOX=bwrap (isolated) to enable them."
+)
+
+
+class OffProvider:
+    leased = False
+
+    async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
+        raise NoSandbox(NO_SANDBOX)
+
+    async def status(self, sandbox_id: str) -> Json | None:
+        return None
+
+    async def terminal(
+        self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
+    ) -> Terminal:
+        raise NoSandbox(NO_SANDBOX)
+
+    async def set_secrets(
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+    ) -> None:
+        raise NoSandbox(NO_SANDBOX)
+
+    async def release(self, sandbox_id: str) -> float | None:
+        return None
+
+    async def aclose(self) -> None:
+        pass

@@ -1,0 +1,600 @@
+"""``bwrap``: a sandbox body under bubblewrap, one per active sandbox (rule 7).
+
+The body is one ``bwrap`` process running the supervisor (``inside/init.py``)
+as the sandbox's own unprivileged host uid, in new user, pid, mount, ipc, uts
+and net namespaces, inside the sandbox's cgroup. System directories are
+read-only, ``/workspace`` is the sandbox's directory, ``/tmp`` is private, and
+the only way out of the empty network namespace is the egress proxy's Unix
+socket under ``/run/stead/egress``.
+
+Start-up order matters: a launcher shell, still root, moves itself into the
+sandbox's cgroup; only then does it drop to the sandbox uid and exec
+bubblewrap, so every sandbox process is born limited. Paths reach bubblewrap as
+open fds (``--bind-fd``), so the sandbox uid needs no search
+permission on the host's state directory.
+
+Every process the host starts inside goes through the supervisor, which hands
+back its pipe or PTY fds; ``SandboxedProcess`` reads and writes them here. The
+host's requests go to it ``marshal``-encoded (built into the interpreter, so
+the supervisor starts without importing ``json``); what it sends back is JSON,
+parsed here as untrusted input.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import logging
+import marshal
+import os
+import shutil
+import signal
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+import anyio
+from anyio import to_thread
+from anyio.abc import Process
+
+from stead.sandbox import WORKSPACE, SandboxUnavailable
+
+if TYPE_CHECKING:
+    from stead.sandbox_host.cgroups import SandboxCgroup
+
+log = logging.getLogger(__name__)
+
+INSIDE = Path(__file__).resolve().parent / "inside"
+SANDBOX_UID = 1000
+"""The uid (and gid) the sandbox's processes see themselves as."""
+START_SECONDS = 10.0
+CALL_SECONDS = 10.0
+STOP_SECONDS = 5.0
+MAX_MESSAGE = 1 << 20
+MAX_FDS = 4
+STDERR_LOG_BYTES = 16 * 1024
+COMPILE_SECONDS = 30.0
+SANDBOX_PYTHON = "/usr/bin/python3"
+"""The interpreter the supervisor runs on: the system's, seen read-only inside."""
+BOOT = "import sys; sys.path.insert(0, '/run/stead/lib'); import init; init.main()"
+"""Imports the supervisor, so its precompiled bytecode is used (``install_supervisor``)."""
+MARSHAL_VERSION = 4
+"""Read by every Python 3 the sandbox may have, whatever the host's default."""
+LAUNCHER = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do'
+    ' echo 0 >"$1" || { echo "cannot join the sandbox cgroup at $1" >&2; exit 125; };'
+    ' shift; n=$((n - 1)); done; exec "$@"'
+)
+"""Runs ``N FILE... COMMAND...``: moves itself into the cgroup through each of
+the N files, then execs the command; exits 125 without running it otherwise."""
+PROXY_URL = "http://127.0.0.1:3128"
+PACKAGE_PATH = "/opt/stead/venv/bin:/opt/stead/node/bin:/opt/stead/apt/usr/bin"
+"""Where the environment's packages put their commands (``host/packages.py``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BodySpec:
+    uid: int
+    """The host uid (and gid) the sandbox runs as; owns the workspace."""
+    workspace: Path
+    egress_dir: Path | None = None
+    """Host directory holding the egress proxy's ``proxy.sock``; None: no network."""
+    packages_dir: Path | None = None
+    """Host directory of the environment's installed packages, at /opt/stead."""
+    packages_writable: bool = False
+    """Only while the packages are being installed, never for an agent's body."""
+    hostname: str = "sandbox"
+    bwrap: str = "bwrap"
+    lib_dir: Path = INSIDE
+    """The supervisor's code, mounted read-only at /run/stead/lib; the host
+    copies ``inside/`` where every sandbox uid can reach it."""
+
+
+def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[str]:
+    argv = [
+        spec.bwrap,
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--uid", str(SANDBOX_UID),
+        "--gid", str(SANDBOX_UID),
+        "--hostname", spec.hostname,
+        "--ro-bind", "/usr", "/usr",
+        "--ro-bind", "/etc", "/etc",
+        "--proc", "/proc",
+        "--dev", "/dev",
+        "--tmpfs", "/tmp",
+        "--dir", "/var",
+        "--symlink", "../tmp", "/var/tmp",
+        "--dir", "/home",
+        "--bind-fd", str(fds["workspace"]), WORKSPACE,
+        "--ro-bind-fd", str(fds["lib"]), "/run/stead/lib",
+    ]  # fmt: skip
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        target = os.readlink(f"/{name}") if os.path.islink(f"/{name}") else None
+        if target is not None:
+            argv += ["--symlink", target, f"/{name}"]
+        elif os.path.isdir(f"/{name}"):
+            argv += ["--ro-bind", f"/{name}", f"/{name}"]
+    if "egress" in fds:
+        argv += ["--bind-fd", str(fds["egress"]), "/run/stead/egress"]
+    if "packages" in fds:
+        mount = "--bind-fd" if spec.packages_writable else "--ro-bind-fd"
+        argv += [mount, str(fds["packages"]), "/opt/stead"]
+    # Last: the root bwrap built (a tmpfs) becomes read-only; /workspace, /tmp
+    # and the egress socket's directory are mounts of their own and stay writable.
+    argv += ["--remount-ro", "/"]
+    argv += ["--chdir", WORKSPACE, "--clearenv", "--setenv", "PATH", "/usr/bin:/bin"]
+    argv += [SANDBOX_PYTHON, "-I", "-S", "-c", BOOT, str(control_fd)]
+    return argv
+
+
+def install_supervisor(lib: Path) -> None:
+    """Puts the supervisor's code in ``lib`` (which must exist), readable by every
+    sandbox uid, with bytecode compiled by the sandbox's own interpreter.
+
+    A script run by path is compiled on every start, and the sandbox cannot
+    write a cache into its read-only lib; imported with its bytecode in place,
+    the supervisor starts some 5 ms sooner. If compiling fails the sources still
+    work, only slower, so that is logged, not raised.
+    """
+    for source in INSIDE.glob("*.py"):
+        shutil.copyfile(source, lib / source.name)
+        os.chmod(lib / source.name, 0o644)
+    os.chmod(lib, 0o755)
+    compile_ = [SANDBOX_PYTHON, "-I", "-S", "-m", "compileall", "-q", "-l", str(lib)]
+    try:
+        done = subprocess.run(compile_, capture_output=True, timeout=COMPILE_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("sandbox supervisor not precompiled: %s", exc)
+        return
+    if done.returncode != 0:
+        log.warning("sandbox supervisor not precompiled: %s", done.stdout + done.stderr)
+        return
+    cache = lib / "__pycache__"
+    os.chmod(cache, 0o755)
+    for compiled in cache.iterdir():
+        os.chmod(compiled, 0o644)
+
+
+class SupervisorChannel:
+    """Requests to the supervisor and its events, over one SOCK_SEQPACKET socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._next_id = 0
+        self._replies: dict[int, tuple[anyio.Event, list[Any]]] = {}
+        self._running: set[int] = set()
+        """Pids the supervisor said it spawned and has not reported gone."""
+        self._exits: dict[int, int] = {}
+        self._exit_events: dict[int, anyio.Event] = {}
+        self.ready = anyio.Event()
+        self.closed = anyio.Event()
+
+    async def request(self, message: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+        self._next_id += 1
+        ident = self._next_id
+        waiter = anyio.Event()
+        slot: list[Any] = []
+        self._replies[ident] = (waiter, slot)
+        try:
+            await self._send(message | {"id": ident})
+            with anyio.fail_after(CALL_SECONDS):
+                await _first(waiter.wait, self.closed.wait)
+        except TimeoutError:
+            raise SandboxUnavailable("the sandbox did not answer") from None
+        finally:
+            self._replies.pop(ident, None)
+        if not slot:
+            raise SandboxUnavailable("the sandbox stopped")
+        reply, fds = slot[0], slot[1]
+        if "error" in reply:
+            for fd in fds:
+                os.close(fd)
+            raise SandboxUnavailable(f"the sandbox refused: {reply['error']}")
+        return reply, fds
+
+    async def wait_exit(self, pid: int) -> int | None:
+        """The child's exit code (negative: killed by that signal); None if the
+        sandbox stopped first."""
+        if pid in self._exits:
+            return self._exits[pid]
+        event = self._exit_events.setdefault(pid, anyio.Event())
+        await _first(event.wait, self.closed.wait)
+        return self._exits.get(pid)
+
+    def exit_code(self, pid: int) -> int | None:
+        return self._exits.get(pid)
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        data = marshal.dumps(_plain(message), MARSHAL_VERSION)
+        while True:
+            try:
+                self._sock.send(data)
+                return
+            except BlockingIOError:
+                await anyio.wait_writable(self._sock)
+            except OSError as exc:
+                raise SandboxUnavailable(f"the sandbox is gone: {exc.strerror}") from None
+
+    async def read_forever(self) -> None:
+        try:
+            while True:
+                try:
+                    data, ancdata, _, _ = self._sock.recvmsg(
+                        MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * 4)
+                    )
+                except BlockingIOError:
+                    await anyio.wait_readable(self._sock)
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                self._dispatch(data, _fds_from(ancdata))
+        finally:
+            self.closed.set()
+            for event in self._exit_events.values():
+                event.set()
+
+    def _dispatch(self, data: bytes, fds: list[int]) -> None:
+        # The supervisor runs as the sandbox user, which may have taken it over:
+        # treat what it says as untrusted input.
+        try:
+            message = json.loads(data)
+            if not isinstance(message, dict):
+                raise ValueError
+        except (ValueError, RecursionError):  # "[[[[..." nested past the C stack limit
+            message = {}
+        event = message.get("event")
+        if event == "ready":
+            self.ready.set()
+        elif event == "exit" and _is_int(pid := message.get("pid")) and pid in self._running:
+            # Only a pid it spawned: exits made up for others would grow
+            # _exits without bound.
+            code = message.get("code")
+            self._running.discard(pid)
+            self._exits[pid] = code if isinstance(code, int) else -signal.SIGKILL
+            if (waiter := self._exit_events.pop(pid, None)) is not None:
+                waiter.set()
+        elif isinstance(ident := message.get("id"), int) and ident in self._replies:
+            if _is_int(pid := message.get("pid")) and "error" not in message:
+                # A pid the sandbox reuses after many processes starts afresh:
+                # the exit recorded for its previous holder is not this one's.
+                self._exits.pop(pid, None)
+                self._running.add(pid)
+            waiter, slot = self._replies[ident]
+            slot += [message, fds]
+            waiter.set()
+            return
+        for fd in fds:
+            os.close(fd)
+
+
+class FdStream:
+    """One non-blocking pipe or PTY fd as an async byte stream."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd: int | None = fd
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while True:
+            if self.fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(self.fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self.fd)
+                continue
+            except OSError:  # EIO: a PTY whose last child closed it
+                raise anyio.EndOfStream from None
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self.fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                view = view[os.write(self.fd, view) :]
+            except BlockingIOError:
+                await anyio.wait_writable(self.fd)
+            except OSError:
+                raise anyio.BrokenResourceError from None
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+class SandboxedProcess:
+    """A process inside a sandbox, started by its supervisor. ``pid`` is the
+    process's pid inside the sandbox; it leads its own process group there."""
+
+    def __init__(self, body: BwrapBody, pid: int, fds: list[int], *, pty: bool) -> None:
+        self._body = body
+        self.pid = pid
+        self.pty = pty
+        streams = [FdStream(fd) for fd in fds]
+        self.stdin: FdStream | None = streams[0] if streams else None
+        self.stdout: FdStream | None = (
+            streams[0] if pty else (streams[1] if len(streams) > 1 else None)
+        )
+        self.stderr: FdStream | None = streams[2] if len(streams) > 2 else None
+        self._streams = streams
+
+    @property
+    def returncode(self) -> int | None:
+        code = self._body.channel.exit_code(self.pid)
+        if code is None and self._body.channel.closed.is_set():
+            return -signal.SIGKILL
+        return code
+
+    async def send(self, data: bytes) -> None:
+        assert self.stdin is not None
+        await self.stdin.send(data)
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        assert self.stdout is not None
+        return await self.stdout.receive(max_bytes)
+
+    async def wait(self) -> int | None:
+        return await self._body.channel.wait_exit(self.pid)
+
+    async def signal(self, signum: int) -> None:
+        await self._body.signal(self.pid, signum)
+
+    async def dispose(self) -> None:
+        """SIGKILLs the process group, closes the fds, waits for the exit
+        report; never raises, finishes even under cancellation."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_SECONDS):
+            with contextlib.suppress(SandboxUnavailable):
+                await self._body.signal(self.pid, signal.SIGKILL)
+            self.close_streams()
+            await self.wait()
+        self.close_streams()
+
+    def close_streams(self) -> None:
+        for stream in self._streams:
+            stream.close()
+
+
+class BwrapBody:
+    """A running sandbox: the bwrap process and the channel to its supervisor."""
+
+    def __init__(self, process: Process, channel: SupervisorChannel, cgroup: SandboxCgroup) -> None:
+        self.process = process
+        self.channel = channel
+        self.cgroup = cgroup
+
+    @property
+    def alive(self) -> bool:
+        return self.process.returncode is None and not self.channel.closed.is_set()
+
+    async def spawn(
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        *,
+        cwd: str = WORKSPACE,
+        pty: tuple[int, int] | None = None,
+        stderr: str = "stdout",
+    ) -> SandboxedProcess:
+        message: dict[str, Any] = {
+            "op": "spawn",
+            "argv": list(argv),
+            "env": dict(env),
+            "cwd": cwd,
+            "stderr": stderr,
+            "pty": {"rows": pty[0], "cols": pty[1]} if pty else None,
+        }
+        reply, fds = await self.channel.request(message)
+        pid = reply.get("pid")
+        if not isinstance(pid, int) or len(fds) > MAX_FDS:
+            for fd in fds:
+                os.close(fd)
+            raise SandboxUnavailable("the sandbox gave a malformed answer")
+        return SandboxedProcess(self, pid, fds, pty=pty is not None)
+
+    async def signal(self, pid: int, signum: int) -> None:
+        await self.channel.request({"op": "signal", "pid": pid, "signal": signum})
+
+
+@contextlib.asynccontextmanager
+async def run_body(spec: BodySpec, cgroup: SandboxCgroup) -> AsyncIterator[BwrapBody]:
+    """Starts the sandbox and yields it; on exit (or failure) every process in
+    it is killed and the bwrap process reaped."""
+    host_end, sandbox_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    host_end.setblocking(False)
+    opened = _open_paths(spec)
+    process: Process | None = None
+    try:
+        fds = dict(opened)
+        passed = [*fds.values(), sandbox_end.fileno()]
+        argv = bwrap_argv(spec, fds, sandbox_end.fileno())
+        # uvloop's spawn cannot change users, so the launcher drops to the
+        # sandbox uid itself, with setpriv (util-linux), once it is in the cgroup.
+        launcher = ["/bin/sh", "-c", LAUNCHER, "stead-sandbox", *_cgroup_joins(cgroup)]
+        launcher += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups"]
+        process = await anyio.open_process(
+            launcher + argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env={},
+            pass_fds=passed,
+            start_new_session=True,
+        )
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        sandbox_end.close()
+        host_end.close()
+        if process is not None:
+            await _reap(process, cgroup)
+        raise
+    for fd in opened.values():
+        os.close(fd)
+    sandbox_end.close()
+    channel = SupervisorChannel(host_end)
+    body = BwrapBody(process, channel, cgroup)
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(channel.read_forever)
+            await _await_ready(process, channel)
+            tasks.start_soon(_drain_stderr, process)
+            try:
+                yield body
+            finally:
+                tasks.cancel_scope.cancel()
+    finally:
+        host_end.close()
+        await _reap(process, cgroup)
+
+
+def _cgroup_joins(cgroup: SandboxCgroup) -> list[str]:
+    """The launcher's arguments that move it into ``cgroup``.
+
+    Writing 0 makes the writer join. On cgroup v1 it writes to ``tasks``, which
+    moves one thread (the shell has no other), so the kernel skips its global
+    threadgroup lock; moving a process by pid (``cgroup.procs``, as
+    ``SandboxCgroup.add`` does) takes that lock and waits out an RCU grace
+    period, some 5-15 ms of every sandbox start. v2 has only ``cgroup.procs``.
+    """
+    name = "tasks" if cgroup.version == 1 else "cgroup.procs"
+    files = [str(directory / name) for directory in cgroup.hierarchies]
+    return [str(len(files)), *files]
+
+
+async def _await_ready(process: Process, channel: SupervisorChannel) -> None:
+    with anyio.move_on_after(START_SECONDS):
+        await _first(channel.ready.wait, channel.closed.wait)
+    if channel.ready.is_set():
+        return
+    detail = ""
+    if process.stderr is not None:
+        with anyio.move_on_after(1.0), contextlib.suppress(anyio.EndOfStream, OSError):
+            detail = (await process.stderr.receive(4096)).decode(errors="replace").strip()
+    raise SandboxUnavailable(f"the sandbox did not start: {detail or 'no answer'}")
+
+
+async def _drain_stderr(process: Process) -> None:
+    """Logs what bubblewrap and the supervisor write to stderr after the start,
+    up to ``STDERR_LOG_BYTES``, and discards the rest: a full pipe would block
+    the supervisor, and the sandbox must not be able to flood the host's log."""
+    if process.stderr is None:
+        return
+    logged = 0
+    with contextlib.suppress(anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+        while True:
+            data = await process.stderr.receive(4096)
+            if logged < STDERR_LOG_BYTES:
+                text = data[: STDERR_LOG_BYTES - logged].decode(errors="replace").rstrip()
+                log.warning("sandbox body %d stderr: %s", process.pid, text)
+                logged += len(data)
+
+
+async def _reap(process: Process, cgroup: SandboxCgroup) -> None:
+    with anyio.CancelScope(shield=True):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await to_thread.run_sync(cgroup.kill_all)
+        with anyio.move_on_after(STOP_SECONDS):
+            await process.aclose()
+
+
+def _open_paths(spec: BodySpec) -> dict[str, int]:
+    paths = {"workspace": spec.workspace, "lib": spec.lib_dir}
+    if spec.egress_dir is not None:
+        paths["egress"] = spec.egress_dir
+    if spec.packages_dir is not None:
+        paths["packages"] = spec.packages_dir
+    opened: dict[str, int] = {}
+    try:
+        for name, path in paths.items():
+            opened[name] = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        for fd in opened.values():
+            os.close(fd)
+        raise SandboxUnavailable(f"cannot open the sandbox's {name}: {exc.strerror}") from None
+    return opened
+
+
+def _fds_from(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(data) - len(data) % 4
+            fds.extend(array.array("i", data[:usable]))
+    return fds
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _plain(value: object) -> Any:
+    """``value`` with builtin types only, which is all marshal takes (an IntEnum
+    signal number is an int here); refuses, as JSON would, anything else."""
+    if value is None or isinstance(value, bool | float):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        plain = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"keys must be str, not {type(key).__name__}")
+            plain[str(key)] = _plain(item)
+        return plain
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+async def _first(*waits: Any) -> None:
+    """Returns when the first of the given async callables returns."""
+    async with anyio.create_task_group() as tasks:
+
+        async def run(wait: Any) -> None:
+            await wait()
+            tasks.cancel_scope.cancel()
+
+        for wait in waits:
+            tasks.start_soon(run, wait)
+
+
+def sandbox_environment(extra: Mapping[str, str] | None, *, network: bool) -> dict[str, str]:
+    """The environment of processes in a bwrap sandbox: fixed, never the host's."""
+    env = {
+        "PATH": PACKAGE_PATH + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "NODE_PATH": "/opt/stead/node/lib/node_modules",
+        "HOME": WORKSPACE,
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "USER": "sandbox",
+        "TMPDIR": "/tmp",
+    }
+    if network:
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+            env[name] = PROXY_URL
+        env["NO_PROXY"] = env["no_proxy"] = ""
+    return env | dict(extra or {})

@@ -1,0 +1,70 @@
+"""The sandbox host's own options, built once at its edge and passed in."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from stead.blobs import BlobConfig
+
+
+@dataclass(frozen=True, slots=True)
+class HostOptions:
+    state_dir: Path
+    """The catalogue, the lock and the RPC socket; root only (0700)."""
+    work_dir: Path
+    """Workspaces, egress sockets, installed packages and the supervisor's code.
+    bubblewrap opens them as the sandbox's uid, so every directory above this
+    one must be searchable by other users (``/var/lib/stead/...`` is; ``/root``
+    is not); the host checks at start and refuses if not."""
+    blobs: BlobConfig
+    uid_base: int | None = None
+    """First uid of this host's range as the operator set it; None: the
+    machine's registry picks a free range (``uids.py``)."""
+    uid_count: int = 100_000
+    """How many uids the range holds: its sandboxes, the installer and the probe."""
+    uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
+    """The registry every sandbox host on the machine claims its range in."""
+    bwrap: str = "bwrap"
+    snapshot_ttl_seconds: float = 7 * 24 * 3600.0
+    exec_record_seconds: float = 7 * 24 * 3600.0
+    """How long an exec's result stays collectable by its op key. A brain that
+    asks later finds the op key unknown and reports the call in doubt, never
+    runs it again."""
+    idle_check_seconds: float = 5.0
+    gc_interval_seconds: float = 600.0
+    listen_tcp: str | None = None
+    """``host:port`` for a remote brain; requires ``token``."""
+    token: str | None = None
+    pip_index_url: str | None = None
+    npm_registry: str | None = None
+    package_hosts: tuple[str, ...] = ()
+    """Hosts the package installers may reach besides the public registries
+    (a mirror named in ``pip_index_url`` or ``npm_registry`` is added itself)."""
+    apt_sources: str | None = None
+    """sources.list lines apt packages come from instead of the machine's."""
+    install_timeout_seconds: float = 900.0
+    terminal_send_seconds: float = 30.0
+    """A terminal client that takes longer to accept one frame is dropped as too slow."""
+    proxy_connect_timeout: float = 10.0
+    proxy_idle_timeout: float = 600.0
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_dir / "host.sock"
+
+    @property
+    def host_tag(self) -> str:
+        """Names this host's cgroups apart from any other host's on the machine."""
+        return host_tag(self.state_dir)
+
+
+def host_tag(state_dir: Path) -> str:
+    return hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:10]
+
+
+def default_work_dir(state_dir: Path) -> Path:
+    """``/var/lib/stead/host-<tag>``: searchable by the sandbox uids wherever
+    the state directory is (a root home directory is not)."""
+    return Path("/var/lib/stead") / f"host-{host_tag(state_dir)}"

@@ -1,0 +1,235 @@
+"""One sandbox's egress proxy: an HTTP/1.1 proxy on a Unix socket that enforces the
+environment's ``EgressPolicy`` (DESIGN rule 7: egress is enforced at the network
+namespace, since this socket is the sandbox's only way out).
+
+Each connection carries one request: ``CONNECT host:port`` becomes a byte tunnel,
+an absolute ``http://`` request is forwarded (``origin.py``). The client is
+untrusted: the head is bounded in size and time, connections are bounded in
+number, and every wait on either peer has a timeout. The proxy owns one task
+group; closing it cancels every connection, closes both ends of every tunnel and
+unlinks the socket.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import stat
+from contextlib import AsyncExitStack
+from http import HTTPStatus
+from pathlib import Path
+from types import TracebackType
+
+import anyio
+import h11
+from anyio.abc import SocketStream, TaskGroup
+
+from stead.sandbox_host.egress.dial import Resolver, dial, system_resolver
+from stead.sandbox_host.egress.errors import Denied, EgressError
+from stead.sandbox_host.egress.origin import forward
+from stead.sandbox_host.egress.policy import EgressPolicy
+from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Kind, parse_target, read_request
+from stead.sandbox_host.egress.splice import splice
+from stead.sandbox_host.egress.unix import UnixStream, accept, close_listener, listen_unix
+
+log = logging.getLogger("stead.sandbox_host.egress")
+
+HEAD_TIMEOUT = 10.0
+"""Default limit on receiving a whole request head (slowloris)."""
+
+MAX_CONNECTIONS = 256
+"""Default limit on one proxy's concurrent client connections."""
+
+ACCEPT_BACKOFF = 0.1
+"""Pause after a failed ``accept`` (out of file descriptors) before the next one."""
+
+SOCKET_MODE = 0o666
+# Anyone who can reach the socket may use it: it is bind-mounted from a directory
+# that only this sandbox's mount namespace sees, and the sandbox runs as its own
+# uid, which a narrower mode would have to match. The policy, not the mode, is
+# the access control.
+
+_CONNECTED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
+
+
+class EgressProxy:
+    """``async with EgressProxy(path, policy, connect_timeout=..., idle_timeout=...)``
+    serves until the block ends.
+
+    ``connect_timeout`` bounds resolving and, separately, connecting upstream;
+    ``idle_timeout`` ends a tunnel or a forwarded exchange after that long with no
+    byte either way; ``head_timeout`` bounds receiving a request head. ``resolver``
+    maps a name to addresses (default: the system's ``getaddrinfo``). ``policy`` may
+    be replaced while serving; it applies to requests that arrive afterwards, and
+    open tunnels keep running.
+
+    Counters: ``active_connections`` (client connections open now), ``allowed``
+    (requests that reached an upstream), ``denied`` (requests answered 403).
+    """
+
+    def __init__(
+        self,
+        socket_path: str | os.PathLike[str],
+        policy: EgressPolicy,
+        *,
+        connect_timeout: float,
+        idle_timeout: float,
+        resolver: Resolver | None = None,
+        head_timeout: float = HEAD_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
+        self.socket_path = Path(socket_path)
+        self.policy = policy
+        self.connect_timeout = connect_timeout
+        self.idle_timeout = idle_timeout
+        self.head_timeout = head_timeout
+        self.max_connections = max_connections
+        self._resolver: Resolver = resolver or system_resolver
+        self._active = 0
+        self._allowed = 0
+        self._denied = 0
+        self._stack: AsyncExitStack | None = None
+
+    @property
+    def active_connections(self) -> int:
+        return self._active
+
+    @property
+    def allowed(self) -> int:
+        return self._allowed
+
+    @property
+    def denied(self) -> int:
+        return self._denied
+
+    async def __aenter__(self) -> EgressProxy:
+        if self._stack is not None:
+            raise RuntimeError("the egress proxy is already serving")
+        _remove_stale_socket(self.socket_path)
+        async with AsyncExitStack() as stack:
+            listener = listen_unix(self.socket_path, mode=SOCKET_MODE, backlog=self.max_connections)
+            # Unwound in reverse: cancel, wait for the connections, close, unlink.
+            stack.callback(self._unlink)
+            stack.callback(close_listener, listener)
+            tasks = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tasks.cancel_scope.cancel)
+            tasks.start_soon(self._accept_loop, listener, tasks)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, traceback)
+
+    def _unlink(self) -> None:
+        self.socket_path.unlink(missing_ok=True)
+
+    async def _accept_loop(self, listener: socket.socket, tasks: TaskGroup) -> None:
+        while True:
+            try:
+                client = await accept(listener)
+            except OSError as exc:  # EMFILE and the like: the proxy outlives them
+                log.warning("egress proxy %s: accept failed: %s", self.socket_path, exc)
+                await anyio.sleep(ACCEPT_BACKOFF)
+                continue
+            if self._active >= self.max_connections:
+                tasks.start_soon(self._refuse, client)
+                continue
+            self._active += 1
+            tasks.start_soon(self._serve, client)
+
+    async def _refuse(self, client: UnixStream) -> None:
+        async with client:
+            await _answer(client, 503, "too many connections", self.head_timeout)
+
+    async def _serve(self, client: UnixStream) -> None:
+        try:
+            async with client:
+                await self._exchange(client)
+        except Exception:  # one connection's bug must not cancel every other tunnel
+            log.exception("egress proxy %s: connection failed", self.socket_path)
+        finally:
+            self._active -= 1
+
+    async def _exchange(self, client: UnixStream) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        try:
+            with anyio.fail_after(self.head_timeout):
+                request = await read_request(client, conn)
+            if request is None:
+                return
+            target = parse_target(request)
+            upstream = await dial(
+                target.host,
+                target.port,
+                self.policy,
+                resolver=self._resolver,
+                connect_timeout=self.connect_timeout,
+            )
+        except TimeoutError:
+            await _answer(client, 408, "timed out reading the request head", self.head_timeout)
+            return
+        except EgressError as exc:
+            if isinstance(exc, Denied):
+                self._denied += 1
+                log.info("egress proxy %s: %s", self.socket_path, exc)
+            await _answer(client, exc.status, str(exc), self.head_timeout)
+            return
+        self._allowed += 1
+        async with upstream:
+            if target.kind is Kind.CONNECT:
+                await self._tunnel(client, upstream, conn)
+                return
+            try:
+                await forward(
+                    client, conn, request, target, upstream, idle_timeout=self.idle_timeout
+                )
+            except EgressError as exc:
+                await _answer(client, exc.status, str(exc), self.head_timeout)
+
+    async def _tunnel(
+        self, client: UnixStream, upstream: SocketStream, conn: h11.Connection
+    ) -> None:
+        early, _ = conn.trailing_data  # bytes sent right behind the CONNECT head
+        if await _send_quietly(client, _CONNECTED, self.idle_timeout):
+            await splice(client, upstream, idle_timeout=self.idle_timeout, a_to_b_first=early)
+
+
+async def _answer(client: UnixStream, status: int, text: str, seconds: float) -> None:
+    """Sends a short ``text/plain`` error response; a client that is gone or not
+    reading is left alone (the caller closes the connection next)."""
+    body = (text + "\n").encode("utf-8", "replace")
+    head = (
+        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    )
+    await _send_quietly(client, head.encode() + body, seconds)
+
+
+async def _send_quietly(client: UnixStream, data: bytes, seconds: float) -> bool:
+    with anyio.move_on_after(seconds):
+        try:
+            await client.send(data)
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            return False
+        return True
+    return False
+
+
+def _remove_stale_socket(path: Path) -> None:
+    """Unlinks a socket left by a host that died; anything else at ``path`` stays and
+    makes binding fail."""
+    try:
+        if stat.S_ISSOCK(path.lstat().st_mode):
+            path.unlink()
+    except FileNotFoundError:
+        pass

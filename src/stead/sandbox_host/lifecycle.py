@@ -1,0 +1,557 @@
+"""One sandbox in the host: cold -> warming -> active -> stopping -> cold (rule 6).
+
+Waking restores the workspace (``workspace.py``; unless the warm marker says
+the directory on disk is current), installs nothing twice (``packages.py`` caches per package
+set), creates the cgroup, starts the egress proxy and the bwrap body under a
+keeper task that owns them. Sleeping stops the body, snapshots the workspace
+to the blob store, verifies the snapshot, and only then drops the older
+snapshots, the warm marker and the directory. A snapshot that cannot be taken
+leaves the directory and the marker in place; one that cannot be restored is
+reported as ``WorkspaceUnavailable``, never replaced by an empty workspace.
+
+Activity (what keeps a sandbox awake): a call in progress, a process the
+agent left running in the sandbox, a background process, an attached
+terminal. ``idle_seconds`` is None while any of them is present.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio import to_thread
+from anyio.abc import TaskGroup, TaskStatus
+
+from stead.blobs import BlobStore
+from stead.sandbox import (
+    EXEC_OUTPUT_LIMIT,
+    WORKSPACE,
+    DirListing,
+    ExecInDoubt,
+    ExecResult,
+    ExecStatus,
+    FileInfo,
+    GlobResult,
+    GrepResult,
+    InvalidArgument,
+    SandboxConfig,
+    SandboxUnavailable,
+    WorkspaceUnavailable,
+)
+from stead.sandbox.local import files, search
+from stead.sandbox.local.paths import WorkspacePaths
+from stead.sandbox.local.shell import BASH, OutputTail, Shell
+from stead.sandbox_host.bwrap import (
+    BodySpec,
+    BwrapBody,
+    run_body,
+    sandbox_environment,
+)
+from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
+from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
+from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+from stead.sandbox_host.packages import PackageCache
+from stead.sandbox_host.processes import (
+    BackgroundProcess,
+    Kind,
+    check_size,
+    check_terminal_id,
+)
+from stead.sandbox_host.workspace import SavedWorkspace
+
+log = logging.getLogger("stead.sandbox.host")
+
+RUNNING = "running"
+FINISHED = "finished"
+
+
+class State(enum.StrEnum):
+    COLD = "cold"
+    WARMING = "warming"
+    ACTIVE = "active"
+    STOPPING = "stopping"
+
+
+class HostedSandbox:
+    def __init__(
+        self,
+        row: SandboxRow,
+        config: SandboxConfig,
+        *,
+        options: HostOptions,
+        catalogue: Catalogue,
+        blobs: BlobStore,
+        cgroups: Cgroups,
+        packages: PackageCache,
+        tasks: TaskGroup,
+    ) -> None:
+        self.id = row.id
+        self.uid = row.uid
+        self.config = config
+        self._options = options
+        self._catalogue = catalogue
+        self._blobs = blobs
+        self._cgroups = cgroups
+        self._packages = packages
+        self._tasks = tasks
+        self.root = options.work_dir / "sandboxes" / urllib.parse.quote(row.id, safe="")
+        self.workspace = self.root / "workspace"  # SavedWorkspace.directory
+        self.saved = SavedWorkspace(
+            row.id,
+            row.uid,
+            self.root,
+            catalogue=catalogue,
+            blobs=blobs,
+            snapshot_ttl_seconds=options.snapshot_ttl_seconds,
+        )
+        self._egress_dir = self.root / "egress"
+        self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
+        self.state = State.COLD
+        self._transition = anyio.Lock()
+        self._exec_lock = anyio.Lock()
+        self._terminal_lock = anyio.Lock()
+        self._running: dict[str, anyio.Event] = {}
+        self._body: BwrapBody | None = None
+        self._cgroup: SandboxCgroup | None = None
+        self._keeper: anyio.CancelScope | None = None
+        self._keeper_done: anyio.Event | None = None
+        self._shell: Shell | None = None
+        self._baseline_pids = 0
+        self.processes: dict[str, BackgroundProcess] = {}
+        self.terminals = 0
+        self._busy = 0
+        self._last_activity = time.monotonic()
+        self._active_since: float | None = None
+        self._active_recorded = row.active_seconds
+        self.last_error: str | None = None
+
+    # -- activity -----------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def activity(self, *, wake: bool = True) -> AsyncIterator[None]:
+        """Marks a call in progress; with ``wake``, the sandbox is awake inside
+        the block."""
+        self._busy += 1
+        try:
+            if wake:
+                await self.ensure_active()
+            yield
+        finally:
+            self._busy -= 1
+            self._last_activity = time.monotonic()
+
+    def touch(self) -> None:
+        """Counts as activity now (a terminal client just left)."""
+        self._last_activity = time.monotonic()
+
+    def idle_seconds(self) -> float | None:
+        """Seconds since the last activity; None while anything is going on."""
+        if self._busy or self.terminals:
+            return None
+        if any(p.running for p in self.processes.values()):
+            return None
+        if self.state is State.ACTIVE and self._agent_processes() > 0:
+            self._last_activity = time.monotonic()
+            return None
+        return time.monotonic() - self._last_activity
+
+    def _agent_processes(self) -> int:
+        if self._cgroup is None:
+            return 0
+        try:
+            current = self._cgroup.pids_current()
+        except OSError:
+            return 0
+        shell = 1 if self._shell is not None and self._shell.alive else 0
+        return current - self._baseline_pids - shell
+
+    @property
+    def needs_snapshot(self) -> bool:
+        """Cold with a workspace that no snapshot holds yet (a failed sleep)."""
+        return self.state is State.COLD and self.saved.is_warm
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def ensure_active(self) -> None:
+        if self.state is State.ACTIVE and self._body is not None and self._body.alive:
+            return
+        async with self._transition:
+            if self.state is State.ACTIVE and self._body is not None and self._body.alive:
+                return
+            await self._stop_body()
+            self.state = State.WARMING
+            try:
+                await self._wake()
+            except BaseException:
+                self.state = State.COLD
+                with anyio.CancelScope(shield=True):
+                    await self._stop_body()
+                raise
+            self.state = State.ACTIVE
+            self._active_since = time.monotonic()
+            self._last_activity = time.monotonic()
+
+    async def _wake(self) -> None:
+        try:
+            await self.saved.prepare()
+        except (WorkspaceUnavailable, SandboxUnavailable) as exc:
+            self.last_error = str(exc)
+            raise
+        packages_dir = await self._packages.ensure(self.config)
+        limits = CgroupLimits(self.config.memory_bytes, self.config.pids, self.config.cpus)
+        cgroup = await to_thread.run_sync(self._cgroups.create, self._cgroup_name, limits)
+        self._cgroup = cgroup
+        spec = BodySpec(
+            uid=self.uid,
+            workspace=self.workspace,
+            egress_dir=self._egress_dir,
+            packages_dir=packages_dir,
+            lib_dir=self._options.work_dir / "lib",
+            bwrap=self._options.bwrap,
+        )
+        self._keeper_done = anyio.Event()
+        self._body = await self._tasks.start(self._keep, spec, cgroup, self._keeper_done)
+        self._baseline_pids = await to_thread.run_sync(cgroup.pids_current)
+
+    @property
+    def _cgroup_name(self) -> str:
+        return f"sbx-{self.uid}"
+
+    async def _keep(
+        self,
+        spec: BodySpec,
+        cgroup: SandboxCgroup,
+        done: anyio.Event,
+        *,
+        task_status: TaskStatus[BwrapBody],
+    ) -> None:
+        """Owns the body and its egress proxy until stopped or the body dies."""
+        policy = EgressPolicy.from_config(self.config.networking)
+        try:
+            with anyio.CancelScope() as scope:
+                self._keeper = scope
+                await to_thread.run_sync(_fresh_dir, self._egress_dir)
+                async with (
+                    EgressProxy(
+                        self._egress_dir / "proxy.sock",
+                        policy,
+                        connect_timeout=self._options.proxy_connect_timeout,
+                        idle_timeout=self._options.proxy_idle_timeout,
+                    ),
+                    run_body(spec, cgroup) as body,
+                ):
+                    task_status.started(body)
+                    await body.channel.closed.wait()
+                    log.warning("sandbox %s stopped on its own", self.id)
+        finally:
+            self._keeper = None
+            if self._body is not None and self.state is State.ACTIVE:
+                self.state = State.COLD  # died under us; the warm marker keeps the files
+            self._body = None
+            self._shell = None
+            done.set()
+
+    async def _stop_body(self) -> None:
+        if self._keeper is not None:
+            self._keeper.cancel()
+        if self._keeper_done is not None:
+            with anyio.CancelScope(shield=True):
+                await self._keeper_done.wait()
+        self._keeper_done = None
+        processes, self.processes = self.processes, {}
+        for process in processes.values():
+            process.forget()
+        if self._cgroup is not None:
+            cgroup, self._cgroup = self._cgroup, None
+            with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+                await to_thread.run_sync(cgroup.destroy)
+        if self._active_since is not None:
+            seconds = time.monotonic() - self._active_since
+            self._active_since = None
+            self._active_recorded += seconds
+            with anyio.CancelScope(shield=True):
+                await self._catalogue.add_active_seconds(self.id, seconds)
+
+    async def sleep(self, *, force: bool = False) -> bool:
+        """Stops the sandbox and snapshots its workspace. False if it was busy
+        (and not forced) or is already asleep with its workspace saved."""
+        async with self._transition:
+            if not force and self.idle_seconds() is None:
+                return False
+            if self.state is State.ACTIVE or self._body is not None:
+                self.state = State.STOPPING
+                try:
+                    await self._stop_body()
+                finally:
+                    self.state = State.COLD
+            if not await to_thread.run_sync(lambda: self.saved.is_warm):
+                return False
+            await self.saved.save()
+            return True
+
+    async def snapshot(self) -> SnapshotRow | None:
+        """Saves the workspace now, without stopping or waking the sandbox, and
+        returns the snapshot that holds it: a new one when the directory on
+        disk is current, else the latest (a sleeping sandbox's). None if the
+        sandbox never had a workspace; ``WorkspaceUnavailable`` if its saved
+        workspace expired."""
+        async with self.activity(wake=False), self._transition:
+            if await to_thread.run_sync(lambda: self.saved.is_warm):
+                return await self.saved.checkpoint()
+            return await self.saved.latest()
+
+    async def stop(self) -> None:
+        """Stops the body without a snapshot; the warm marker keeps the files."""
+        async with self._transition:
+            self.state = State.STOPPING
+            try:
+                await self._stop_body()
+            finally:
+                self.state = State.COLD
+
+    async def destroy(self) -> None:
+        """Final snapshot, then every trace of the sandbox on this machine."""
+        await self.sleep(force=True)
+        async with self._transition:
+            await to_thread.run_sync(self.saved.remove)
+            await self._catalogue.mark_destroyed(self.id, now=time.time())
+
+    # -- exec ---------------------------------------------------------------------
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        op_key: str,
+        timeout: float,  # noqa: ASYNC109 - the command's own limit, a result
+        on_output: Callable[[bytes], None] | None = None,
+    ) -> ExecResult:
+        """At most once per op key (rule 5). ``on_output`` sees the output as it
+        arrives when this call runs the command (not when it re-attaches)."""
+        if "\x00" in command:
+            raise InvalidArgument("the command contains a NUL byte")
+        if not timeout > 0:
+            raise InvalidArgument(f"timeout must be positive, got {timeout}")
+        if (running := self._running.get(op_key)) is not None:
+            await running.wait()  # re-attach: the same op key is running here
+            return await self.exec(command, op_key=op_key, timeout=timeout)
+        done = self._running[op_key] = anyio.Event()
+        try:
+            status, recorded = await self.exec_record(op_key)
+            if recorded is not None:
+                return recorded
+            if status is ExecStatus.STARTED:
+                raise ExecInDoubt(op_key)
+            async with self.activity(), self._exec_lock:
+                return await self._run(command, op_key, time_limit=timeout, on_output=on_output)
+        finally:
+            del self._running[op_key]
+            done.set()
+
+    def exec_running(self, op_key: str) -> bool:
+        return op_key in self._running
+
+    def running_op_keys(self) -> list[str]:
+        return list(self._running)
+
+    async def exec_settled(self, op_key: str) -> None:
+        """Returns once no exec under ``op_key`` is running here."""
+        while (running := self._running.get(op_key)) is not None:
+            await running.wait()
+
+    async def exec_record(self, op_key: str) -> tuple[ExecStatus, ExecResult | None]:
+        record = await self._catalogue.exec_record(self.id, op_key)
+        if record is None:
+            return ExecStatus.UNKNOWN, None
+        state, result = record
+        if state == FINISHED and result is not None:
+            return ExecStatus.FINISHED, ExecResult(**json.loads(result))
+        return ExecStatus.STARTED, None
+
+    async def _run(
+        self,
+        command: str,
+        op_key: str,
+        *,
+        time_limit: float,
+        on_output: Callable[[bytes], None] | None,
+    ) -> ExecResult:
+        shell = await self._live_shell()
+        tail = OutputTail(EXEC_OUTPUT_LIMIT, on_output)
+        oom_before = await self._oom_kills()
+        try:
+            await self._catalogue.put_exec(self.id, op_key, RUNNING, None, now=time.time())
+            result = await shell.run(command, time_limit=time_limit, tail=tail)
+        except BaseException:
+            self._shell = None
+            output, truncated = tail.text()
+            interrupted = ExecResult(output, None, truncated, interrupted=True)
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await shell.close()
+                await self._record(op_key, interrupted)
+            raise
+        if result.shell_reset:
+            self._shell = None
+        if await self._oom_kills() > oom_before:
+            note = "\n[stead: the sandbox ran out of memory; the kernel killed a process]"
+            result = dataclasses.replace(result, output=result.output + note)
+        await self._record(op_key, result)
+        return result
+
+    async def _record(self, op_key: str, result: ExecResult) -> None:
+        result_json = json.dumps(asdict(result))
+        await self._catalogue.put_exec(self.id, op_key, FINISHED, result_json, now=time.time())
+
+    async def _oom_kills(self) -> int:
+        if self._cgroup is None:
+            return 0
+        with contextlib.suppress(OSError):
+            return await to_thread.run_sync(self._cgroup.oom_kills)
+        return 0
+
+    async def _live_shell(self) -> Shell:
+        if self._shell is not None and self._shell.alive:
+            return self._shell
+        body = self._require_body()
+        env = sandbox_environment(self.config.env, network=True)
+        process = await body.spawn(BASH, env)
+        self._shell = Shell(process)
+        return self._shell
+
+    def _require_body(self) -> BwrapBody:
+        if self._body is None or not self._body.alive:
+            raise SandboxUnavailable("the sandbox stopped")
+        return self._body
+
+    async def restart_shell(self) -> None:
+        async with self.activity(), self._exec_lock:
+            shell, self._shell = self._shell, None
+            if shell is not None:
+                await shell.close()
+            await self._live_shell()
+
+    # -- files --------------------------------------------------------------------
+
+    async def stat(self, path: str) -> FileInfo:
+        async with self.activity():
+            return await to_thread.run_sync(files.stat_path, self.paths, path)
+
+    async def list_dir(self, path: str) -> DirListing:
+        async with self.activity():
+            return await to_thread.run_sync(files.list_dir, self.paths, path)
+
+    async def read_file(self, path: str, *, max_bytes: int) -> bytes:
+        async with self.activity():
+            return await to_thread.run_sync(files.read_file, self.paths, path, max_bytes)
+
+    async def read_lines(self, path: str, start: int, end: int, *, max_bytes: int) -> bytes:
+        async with self.activity():
+            return await to_thread.run_sync(
+                files.read_lines, self.paths, path, start, end, max_bytes
+            )
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        async with self.activity():
+            # As the sandbox's user (WorkspacePaths.uid): what it creates is theirs.
+            await to_thread.run_sync(files.write_file, self.paths, path, data)
+
+    async def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        async with self.activity():
+            return await search.glob(self.paths, pattern, path)
+
+    async def grep(self, pattern: str, path: str | None = None) -> GrepResult:
+        async with self.activity():
+            return await search.grep(self.paths, pattern, path)
+
+    # -- background processes -------------------------------------------------------
+
+    async def start_process(self, command: str, *, name: str | None) -> BackgroundProcess:
+        if "\x00" in command:
+            raise InvalidArgument("the command contains a NUL byte")
+        async with self.activity():
+            body = self._require_body()
+            env = sandbox_environment(self.config.env, network=True)
+            process = await body.spawn(["/bin/bash", "-c", command], env)
+            background = BackgroundProcess.start(process, command, name, self._tasks)
+            self.processes[background.id] = background
+            return background
+
+    async def terminal(
+        self, terminal_id: str, *, kind: Kind, command: str | None, rows: int, cols: int
+    ) -> BackgroundProcess:
+        """The terminal with this id, started if new: an exec of ``command``
+        (stdout and stderr apart) or a PTY running ``command`` or a login bash."""
+        check_terminal_id(terminal_id)
+        async with self._terminal_lock:
+            found = self.processes.get(terminal_id)
+            if found is not None:
+                return found
+            if kind is Kind.EXEC and not command:
+                raise InvalidArgument("command: an exec terminal needs a command")
+            if command is not None and "\x00" in command:
+                raise InvalidArgument("command: contains a NUL byte")
+            check_size(rows, cols)
+            async with self.activity():
+                body = self._require_body()
+                env = sandbox_environment(self.config.env, network=True)
+                argv = ["/bin/bash", "-c", command] if command else ["/bin/bash", "-l"]
+                if kind is Kind.PTY:
+                    env["TERM"] = "xterm-256color"
+                    process = await body.spawn(argv, env, pty=(rows, cols))
+                else:
+                    process = await body.spawn(argv, env, stderr="pipe")
+                started = BackgroundProcess.start(
+                    process, command or "bash -l", None, self._tasks, kind=kind, id=terminal_id
+                )
+                self.processes[terminal_id] = started
+                return started
+
+    def process(self, process_id: str) -> BackgroundProcess:
+        found = self.processes.get(process_id)
+        if found is None:
+            raise InvalidArgument(f"process_id: no process {process_id!r} in this sandbox")
+        return found
+
+    async def kill_process(self, process_id: str, signum: int = signal.SIGKILL) -> None:
+        async with self.activity():
+            await self.process(process_id).signal(signum)
+
+    # -- status ---------------------------------------------------------------------
+
+    @property
+    def active_seconds(self) -> float:
+        """Seconds this sandbox has been awake, all wakes together (usage, rule 9)."""
+        current = time.monotonic() - self._active_since if self._active_since is not None else 0
+        return self._active_recorded + current
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "sandbox_id": self.id,
+            "state": self.state.value,
+            "uid": self.uid,
+            "active_seconds": self.active_seconds,
+            "idle_seconds": self.idle_seconds(),
+            "processes": [p.describe() for p in self.processes.values()],
+            "terminals": self.terminals,
+            "last_error": self.last_error,
+        }
+
+
+def _fresh_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True, mode=0o755)
+    os.chmod(path, 0o755)

@@ -1,0 +1,230 @@
+"""Every sandbox on this machine, and the host's own background work.
+
+``acquire`` is idempotent per sandbox id: concurrent acquires of one id share
+one ``HostedSandbox`` (a per-id lock around the catalogue row and the object).
+Two loops run for the host's lifetime: the idle sleeper, which puts sandboxes
+to sleep after their ``sleep_after`` without activity (and retries a snapshot
+that failed), and the garbage collector, which deletes expired snapshots and
+exec records older than ``exec_record_seconds``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from stead.blobs import BlobNotFound, BlobStore
+from stead.sandbox import InvalidArgument, IsolationUnavailable, SandboxConfig, SandboxNotFound
+from stead.sandbox_host.catalogue import Catalogue
+from stead.sandbox_host.cgroups import Cgroups
+from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.lifecycle import HostedSandbox, State
+from stead.sandbox_host.packages import PackageCache
+from stead.sandbox_host.uids import UidRange
+
+log = logging.getLogger("stead.sandbox.host")
+
+SANDBOX_ID_MAX = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Isolation:
+    """What a host that can isolate sandboxes starts them with."""
+
+    cgroups: Cgroups
+    uids: UidRange
+
+
+class SandboxManager:
+    def __init__(
+        self,
+        options: HostOptions,
+        *,
+        catalogue: Catalogue,
+        blobs: BlobStore,
+        isolation: Isolation | None,
+        isolation_problem: str | None,
+        tasks: TaskGroup,
+    ) -> None:
+        self._options = options
+        self._catalogue = catalogue
+        self._blobs = blobs
+        self._isolation = isolation
+        self._cgroups = isolation.cgroups if isolation is not None else None
+        self._isolation_problem = isolation_problem
+        self._tasks = tasks
+        self._packages = (
+            PackageCache(options, isolation.cgroups, installer_uid=isolation.uids.installer_uid)
+            if isolation is not None
+            else None
+        )
+        self._sandboxes: dict[str, HostedSandbox] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+
+    @property
+    def options(self) -> HostOptions:
+        return self._options
+
+    @property
+    def isolation_problem(self) -> str | None:
+        """Why this host refuses to start sandboxes; None when it can."""
+        return self._isolation_problem
+
+    async def acquire(self, sandbox_id: str, config: SandboxConfig) -> HostedSandbox:
+        """The sandbox, created if new (or destroyed before); its config follows
+        the latest acquire, applied at its next wake."""
+        _check_id(sandbox_id)
+        if self._isolation_problem is not None or self._isolation is None:
+            raise IsolationUnavailable(self._isolation_problem or "no cgroups")
+        assert self._packages is not None and self._cgroups is not None
+        async with self._lock(sandbox_id):
+            found = self._sandboxes.get(sandbox_id)
+            if found is not None:
+                if found.config != config:
+                    found.config = config
+                    await self._catalogue.set_config(sandbox_id, config.to_json())
+                return found
+            row = await self._catalogue.create_sandbox(
+                sandbox_id,
+                config.to_json(),
+                uids=self._isolation.uids,
+                now=time.time(),
+            )
+            sandbox = HostedSandbox(
+                row,
+                config,
+                options=self._options,
+                catalogue=self._catalogue,
+                blobs=self._blobs,
+                cgroups=self._cgroups,
+                packages=self._packages,
+                tasks=self._tasks,
+            )
+            self._sandboxes[sandbox_id] = sandbox
+            return sandbox
+
+    async def get(self, sandbox_id: str) -> HostedSandbox:
+        """A sandbox acquired before, from memory or (after a host restart) the
+        catalogue; ``SandboxNotFound`` if never acquired or destroyed."""
+        _check_id(sandbox_id)
+        found = self._sandboxes.get(sandbox_id)
+        if found is not None:
+            return found
+        row = await self._catalogue.sandbox(sandbox_id)
+        if row is None or row.destroyed_at is not None:
+            raise SandboxNotFound(f"no sandbox {sandbox_id!r} on this host")
+        return await self.acquire(sandbox_id, SandboxConfig.from_json(row.config))
+
+    async def destroy(self, sandbox_id: str) -> float | None:
+        """Final snapshot, then gone. Returns the sandbox's active seconds, None
+        if there was no such sandbox."""
+        try:
+            sandbox = await self.get(sandbox_id)
+        except SandboxNotFound:
+            return None
+        async with self._lock(sandbox_id):
+            await sandbox.destroy()
+            self._sandboxes.pop(sandbox_id, None)
+        self._locks.pop(sandbox_id, None)
+        return sandbox.active_seconds
+
+    def _lock(self, sandbox_id: str) -> anyio.Lock:
+        return self._locks.setdefault(sandbox_id, anyio.Lock())
+
+    def status(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for sandbox in self._sandboxes.values():
+            counts[sandbox.state.value] = counts.get(sandbox.state.value, 0) + 1
+        return {
+            "sandboxes": counts,
+            "isolation_problem": self._isolation_problem,
+            "cgroups": self._cgroups.describe() if self._cgroups is not None else None,
+            "uids": self._isolation.uids.describe() if self._isolation is not None else None,
+        }
+
+    async def load(self) -> None:
+        """Known sandboxes after a host start: all cold (their bodies died with
+        the previous host); one whose workspace no snapshot holds yet is saved
+        by the idle sleeper like any idle sandbox."""
+        if self._isolation_problem is not None:
+            return
+        for row in await self._catalogue.live_sandboxes():
+            with contextlib.suppress(ValueError):
+                await self.acquire(row.id, SandboxConfig.from_json(row.config))
+
+    # -- background loops -----------------------------------------------------------
+
+    async def sleep_idle(self) -> None:
+        """Runs forever: sleeps sandboxes idle past their ``sleep_after``."""
+        while True:
+            await anyio.sleep(self._options.idle_check_seconds)
+            for sandbox in list(self._sandboxes.values()):
+                idle = sandbox.idle_seconds()
+                awake = sandbox.state is State.ACTIVE or sandbox.needs_snapshot
+                if not awake or idle is None or idle < sandbox.config.sleep_after:
+                    continue
+                try:
+                    await sandbox.sleep()
+                except Exception as exc:
+                    sandbox.last_error = f"sleep failed: {exc}"
+                    log.exception("sandbox %s could not sleep", sandbox.id)
+
+    async def collect_garbage(self) -> None:
+        """Runs forever: deletes snapshots past their expiry and old exec records."""
+        while True:
+            now = time.time()
+            await self.collect_once(now=now)
+            await self.prune_exec_records(now=now)
+            await anyio.sleep(self._options.gc_interval_seconds)
+
+    async def prune_exec_records(self, *, now: float) -> int:
+        running = {
+            (sandbox.id, op_key)
+            for sandbox in self._sandboxes.values()
+            for op_key in sandbox.running_op_keys()
+        }
+        before = now - self._options.exec_record_seconds
+        return await self._catalogue.prune_execs(before=before, keep=running)
+
+    async def collect_once(self, *, now: float) -> int:
+        deleted = 0
+        for snapshot in await self._catalogue.expired_snapshots(now=now):
+            try:
+                await self._blobs.delete(snapshot.blob_key)
+            except BlobNotFound:
+                pass
+            except Exception:
+                log.exception("cannot delete expired snapshot %s", snapshot.id)
+                continue
+            await self._catalogue.mark_snapshot_deleted(snapshot.id, now=now)
+            deleted += 1
+        return deleted
+
+    async def aclose(self) -> None:
+        """Stops every body (their workspaces stay on disk behind the warm
+        marker, saved by the next host's idle sleeper)."""
+        with anyio.CancelScope(shield=True):
+            for sandbox in list(self._sandboxes.values()):
+                with contextlib.suppress(Exception):
+                    await sandbox.stop()
+
+
+def _check_id(sandbox_id: object) -> None:
+    if (
+        not isinstance(sandbox_id, str)
+        or not sandbox_id
+        or len(sandbox_id) > SANDBOX_ID_MAX
+        or not sandbox_id.isascii()
+        or sandbox_id.startswith(".")
+        or not all(c.isalnum() or c in "_-.:" for c in sandbox_id)
+    ):
+        raise InvalidArgument(
+            f"sandbox_id: {sandbox_id!r} is not 1-{SANDBOX_ID_MAX} letters, digits, "
+            "'_', '-', '.' or ':' (not starting with '.')"
+        )

@@ -1,0 +1,282 @@
+"""An environment's ``packages``, installed once per package set and mounted
+read-only at ``/opt/stead`` in every sandbox of that environment.
+
+pip and npm run inside a bwrap body of their own (the installer uid, a
+writable ``/opt/stead``, network only through an egress proxy that allows the
+package registries), so a hostile package's install script is as confined as
+the agent will be. apt packages are resolved and downloaded by the host's own
+apt (it needs root and the host's package lists) and unpacked with
+``dpkg-deb -x`` under ``/opt/stead/apt``; nothing is configured or installed
+on the host itself. cargo, gem and go are refused with a clear error.
+
+The set is keyed by ``SandboxConfig.package_key``; a ``ready`` marker is
+written only after every installer succeeded, so a failed or interrupted
+install is redone from scratch by the next warm-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import urllib.parse
+from pathlib import Path
+
+import anyio
+from anyio import to_thread
+
+from stead.sandbox import SUPPORTED_PACKAGE_MANAGERS, PackagesUnavailable, SandboxConfig
+from stead.sandbox.local.shell import OutputTail
+from stead.sandbox_host.bwrap import (
+    PROXY_URL,
+    BodySpec,
+    SandboxedProcess,
+    run_body,
+    sandbox_environment,
+)
+from stead.sandbox_host.cgroups import CgroupLimits, Cgroups
+from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+
+log = logging.getLogger("stead.sandbox.host")
+
+INSTALL_LIMITS = CgroupLimits(memory_bytes=4 * 1024**3, pids=1024, cpus=2.0)
+OUTPUT_TAIL = 4000
+"""Bytes of installer output an error carries."""
+APT_SECONDS = 600.0
+
+
+class PackageCache:
+    def __init__(self, options: HostOptions, cgroups: Cgroups, *, installer_uid: int) -> None:
+        self._options = options
+        self._cgroups = cgroups
+        self._installer_uid = installer_uid
+        self._root = options.work_dir / "packages"
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def ensure(self, config: SandboxConfig) -> Path | None:
+        """The directory to mount at ``/opt/stead``, installing on first use;
+        None when the environment lists no packages."""
+        key = config.package_key
+        if key is None:
+            return None
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            home = self._root / key
+            content = home / "opt"
+            if await to_thread.run_sync((home / "ready").exists):
+                return content
+            _check_supported(config.packages)
+            log.info("installing packages %s for key %s", config.packages, key)
+            await to_thread.run_sync(self._fresh, home)
+            partial = home / "partial"
+            if config.packages.get("apt"):
+                names = list(config.packages["apt"])
+                await to_thread.run_sync(_unpack_apt, names, partial, self._options)
+            if config.packages.get("pip") or config.packages.get("npm"):
+                await self._install_in_body(config, home, partial, key)
+            await to_thread.run_sync(self._publish, home, partial, content)
+            return content
+
+    def _fresh(self, home: Path) -> None:
+        shutil.rmtree(home, ignore_errors=True)
+        for path in (home, home / "partial", home / "work", home / "egress"):
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path, 0o755)
+        uid = self._installer_uid
+        for name in ("partial", "work"):
+            os.chown(home / name, uid, uid)
+
+    def _publish(self, home: Path, partial: Path, content: Path) -> None:
+        partial.rename(content)
+        shutil.rmtree(home / "work", ignore_errors=True)
+        shutil.rmtree(home / "egress", ignore_errors=True)
+        (home / "ready").touch()
+
+    async def _install_in_body(
+        self, config: SandboxConfig, home: Path, partial: Path, key: str
+    ) -> None:
+        options = self._options
+        policy = EgressPolicy.from_config(
+            {
+                "type": "limited",
+                "allowed_hosts": [],
+                "allow_mcp_servers": False,
+                "allow_package_managers": True,
+            },
+            extra_hosts=_mirror_hosts(options),
+        )
+        spec = BodySpec(
+            uid=self._installer_uid,
+            workspace=home / "work",
+            egress_dir=home / "egress",
+            packages_dir=partial,
+            packages_writable=True,
+            lib_dir=options.work_dir / "lib",
+            bwrap=options.bwrap,
+        )
+        env = sandbox_environment(_installer_env(options), network=True)
+        cgroup = await to_thread.run_sync(self._cgroups.create, f"pkg-{key[:16]}", INSTALL_LIMITS)
+        tail = OutputTail(OUTPUT_TAIL)
+        try:
+            async with (
+                EgressProxy(
+                    home / "egress" / "proxy.sock",
+                    policy,
+                    connect_timeout=options.proxy_connect_timeout,
+                    idle_timeout=options.proxy_idle_timeout,
+                ),
+                run_body(spec, cgroup) as body,
+            ):
+                process = await body.spawn(["/bin/bash", "-c", _install_script(config)], env)
+                try:
+                    with anyio.move_on_after(options.install_timeout_seconds) as scope:
+                        while chunk := await _receive(process):
+                            tail.feed(chunk)
+                        code = await process.wait()
+                finally:
+                    await process.dispose()
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
+                await to_thread.run_sync(cgroup.destroy)
+        output, _ = tail.text()
+        if scope.cancelled_caught:
+            raise PackagesUnavailable(
+                f"installing packages took longer than {options.install_timeout_seconds:g} s"
+                f"; last output:\n{output}"
+            )
+        if code != 0:
+            raise PackagesUnavailable(
+                f"installing packages failed (exit {code}); last output:\n{output}"
+            )
+
+
+async def _receive(process: SandboxedProcess) -> bytes:
+    try:
+        return await process.receive(65536)
+    except (anyio.EndOfStream, anyio.ClosedResourceError, OSError):
+        return b""
+
+
+def _check_supported(packages: dict[str, list[str]]) -> None:
+    for manager, names in packages.items():
+        if names and manager not in SUPPORTED_PACKAGE_MANAGERS:
+            raise PackagesUnavailable(
+                f"packages.{manager}: this sandbox host installs only "
+                f"{', '.join(SUPPORTED_PACKAGE_MANAGERS)} packages"
+            )
+        for name in names or ():
+            if not name or name.startswith("-") or any(c in name for c in "\x00\n\r"):
+                raise PackagesUnavailable(f"packages.{manager}: {name!r} is not a package name")
+
+
+def _install_script(config: SandboxConfig) -> str:
+    lines = ["set -euo pipefail", "cd /workspace"]
+    pip = config.packages.get("pip") or []
+    npm = config.packages.get("npm") or []
+    if pip:
+        lines += [
+            "python3 -m venv /opt/stead/venv",
+            "/opt/stead/venv/bin/pip install --no-input --disable-pip-version-check "
+            "--no-cache-dir -- " + " ".join(map(shlex.quote, pip)),
+        ]
+    if npm:
+        lines += [
+            "mkdir -p /opt/stead/node",
+            "npm install --global --no-fund --no-audit --prefix /opt/stead/node -- "
+            + " ".join(map(shlex.quote, npm)),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _installer_env(options: HostOptions) -> dict[str, str]:
+    # npm reads its proxy from its own config first; say it there too.
+    env = {
+        "npm_config_cache": "/workspace/.npm",
+        "npm_config_proxy": PROXY_URL,
+        "npm_config_https_proxy": PROXY_URL,
+        "npm_config_update_notifier": "false",
+        "PIP_NO_COLOR": "1",
+    }
+    if options.pip_index_url:
+        env["PIP_INDEX_URL"] = options.pip_index_url
+    if options.npm_registry:
+        env["npm_config_registry"] = options.npm_registry
+    return env
+
+
+def _mirror_hosts(options: HostOptions) -> list[str]:
+    hosts = list(options.package_hosts)
+    for url in (options.pip_index_url, options.npm_registry):
+        if url and (host := urllib.parse.urlsplit(url).hostname):
+            hosts.append(host)
+    return hosts
+
+
+def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:
+    """Downloads the packages (and what they need that the host lacks) with the
+    host's apt, then unpacks them under ``/opt/stead/apt`` without running any
+    maintainer script. With ``apt_sources`` set, apt reads those sources and
+    keeps its package lists in the work directory, never the machine's."""
+    with tempfile.TemporaryDirectory(prefix="stead-apt-") as tmp:
+        archives = Path(tmp) / "archives"
+        (archives / "partial").mkdir(parents=True)
+        settings = ["-o", f"Dir::Cache::archives={archives}", "-o", "Debug::NoLocking=1"]
+        if options.apt_sources is not None:
+            settings += _private_sources(options, Path(tmp))
+        fetch = [
+            "apt-get", "install", "--download-only", "--yes", "--no-install-recommends",
+            *settings, "--", *names,
+        ]  # fmt: skip
+        update = ["apt-get", "update", *settings]
+        if options.apt_sources is not None:
+            _run(update)
+        result = _run(fetch)
+        if result.returncode != 0 and "Unable to locate package" in result.stdout:
+            _run(update)
+            result = _run(fetch)
+        if result.returncode != 0:
+            raise PackagesUnavailable(f"apt-get could not fetch {names}: {result.stdout[-1000:]}")
+        target = partial / "apt"
+        target.mkdir(parents=True, exist_ok=True)
+        for deb in sorted(archives.glob("*.deb")):
+            unpacked = _run(["dpkg-deb", "-x", str(deb), str(target)])
+            if unpacked.returncode != 0:
+                raise PackagesUnavailable(f"cannot unpack {deb.name}: {unpacked.stdout[-500:]}")
+        owner = partial.stat()
+        for path in [target, *target.rglob("*")]:
+            os.lchown(path, owner.st_uid, owner.st_gid)
+
+
+def _private_sources(options: HostOptions, tmp: Path) -> list[str]:
+    assert options.apt_sources is not None
+    sources = tmp / "sources.list"
+    sources.write_text(options.apt_sources.strip() + "\n")
+    (tmp / "sources.list.d").mkdir()
+    lists = options.work_dir / "apt" / "lists"
+    (lists / "partial").mkdir(parents=True, exist_ok=True)
+    return [
+        "-o", f"Dir::Etc::SourceList={sources}",
+        "-o", f"Dir::Etc::SourceParts={tmp / 'sources.list.d'}",
+        "-o", f"Dir::State::Lists={lists}",
+    ]  # fmt: skip
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=APT_SECONDS,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"},
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise PackagesUnavailable(f"{command[0]} failed: {exc}") from None

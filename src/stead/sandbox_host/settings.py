@@ -1,0 +1,109 @@
+"""The sandbox host's settings: the ``STEAD_*`` variables it reads itself.
+
+A host started by ``stead serve`` inherits the brain's environment (with the
+data and state directories the brain resolved), so both read the same
+variables, and no list of names is kept by hand in between. Built once at the
+host's edge (``stead sandbox-host``) and turned into ``HostOptions``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from stead.blobs import BlobConfig
+from stead.sandbox_host.config import HostOptions, default_work_dir
+
+LAST_UID = 2**31 - 2
+"""The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
+MAX_UID_COUNT = 2**31 - 1 - 2_000_000
+"""The most uids one host may claim: all the registry hands out."""
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "stead"
+
+
+class HostSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STEAD_", frozen=True, extra="ignore")
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    sandbox_host_state_dir: Path | None = None
+    """The host's own directory; default ``<data_dir>/sandbox-host``."""
+    sandbox_work_dir: Path | None = None
+    """Workspaces and installed packages; every directory above it must be
+    searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
+    sandbox_host_listen_tcp: str | None = None
+    """``host:port`` on which the host also serves a remote brain (needs the token)."""
+    sandbox_host_token: str | None = None
+    sandbox_uid_count: int = Field(default=100_000, ge=3, le=MAX_UID_COUNT)
+    """How many uids the host's range holds: its sandboxes, the package
+    installer and the start-up probe."""
+    sandbox_uid_base: int | None = Field(default=None, ge=65_536)
+    """First host uid of the range, set by the operator; unset, the host claims
+    a free range in ``sandbox_uid_registry``. Below 65536 are the machine's own
+    users and groups."""
+    sandbox_uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
+    """Where every sandbox host on the machine records the uid range it holds."""
+    sandbox_idle_check_seconds: float = Field(default=5.0, gt=0)
+    snapshot_ttl_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    snapshot_gc_interval_seconds: float = Field(default=600.0, gt=0)
+    """How often the host deletes expired snapshots and exec records."""
+    sandbox_exec_record_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """How long the host keeps an exec's result for its op key."""
+    blob_url: str | None = None
+    """``file:///dir`` (default ``<data_dir>/blobs``) or ``s3://bucket/prefix``."""
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    pip_index_url: str | None = None
+    """A PyPI mirror for environment packages; its host is allowed while installing."""
+    npm_registry: str | None = None
+    apt_sources: str | None = None
+    """sources.list lines for environment apt packages (default: the machine's sources)."""
+    package_hosts: list[str] = Field(default_factory=list)
+    """More hosts the package installers may reach (mirrors, private indexes)."""
+    terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A terminal client that cannot take output for this long is dropped (too slow)."""
+    log_level: str = "info"
+
+    @field_validator("sandbox_uid_base")
+    @classmethod
+    def _range_fits(cls, base: int | None, info: ValidationInfo) -> int | None:
+        count = info.data.get("sandbox_uid_count")
+        if base is not None and count is not None and base + count - 1 > LAST_UID:
+            raise ValueError(
+                f"{base} + STEAD_SANDBOX_UID_COUNT ({count}) - 1 is past uid {LAST_UID}"
+            )
+        return base
+
+    def options(self) -> HostOptions:
+        state_dir = self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
+        return HostOptions(
+            state_dir=state_dir,
+            work_dir=self.sandbox_work_dir or default_work_dir(state_dir),
+            blobs=BlobConfig(
+                url=self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}",
+                s3_endpoint=self.s3_endpoint,
+                s3_region=self.s3_region,
+                s3_access_key_id=self.s3_access_key_id,
+                s3_secret_access_key=self.s3_secret_access_key,
+            ),
+            uid_base=self.sandbox_uid_base,
+            uid_count=self.sandbox_uid_count,
+            uid_registry=self.sandbox_uid_registry,
+            snapshot_ttl_seconds=self.snapshot_ttl_seconds,
+            gc_interval_seconds=self.snapshot_gc_interval_seconds,
+            exec_record_seconds=self.sandbox_exec_record_seconds,
+            idle_check_seconds=self.sandbox_idle_check_seconds,
+            listen_tcp=self.sandbox_host_listen_tcp,
+            token=self.sandbox_host_token,
+            pip_index_url=self.pip_index_url,
+            npm_registry=self.npm_registry,
+            package_hosts=tuple(self.package_hosts),
+            apt_sources=self.apt_sources,
+            terminal_send_seconds=self.terminal_send_timeout_seconds,
+        )

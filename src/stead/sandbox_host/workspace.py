@@ -1,0 +1,132 @@
+"""A sandbox's workspace on disk and in the blob store (rule 6).
+
+The warm marker says the directory on disk is current; without it the
+workspace is restored from the latest snapshot, or made empty for a sandbox
+that never had one. Saving takes a snapshot, verifies it (``snapshots.py``),
+records it, and only then drops the older snapshots, the marker and the
+directory. A snapshot that cannot be restored is ``WorkspaceUnavailable``,
+never an empty workspace; a blob store outage is ``SandboxUnavailable``
+(retryable), not a lost workspace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+import urllib.parse
+from pathlib import Path
+
+from anyio import to_thread
+
+from stead.blobs import BlobError, BlobStore
+from stead.sandbox import SandboxUnavailable, WorkspaceUnavailable
+from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
+from stead.sandbox_host.snapshots import (
+    SnapshotError,
+    SnapshotInfo,
+    restore_snapshot,
+    take_snapshot,
+)
+
+
+class SavedWorkspace:
+    def __init__(
+        self,
+        sandbox_id: str,
+        uid: int,
+        root: Path,
+        *,
+        catalogue: Catalogue,
+        blobs: BlobStore,
+        snapshot_ttl_seconds: float,
+    ) -> None:
+        self._id = sandbox_id
+        self._uid = uid
+        self._root = root
+        self.directory = root / "workspace"
+        self._marker = root / "warm"
+        self._catalogue = catalogue
+        self._blobs = blobs
+        self._ttl = snapshot_ttl_seconds
+
+    @property
+    def is_warm(self) -> bool:
+        """The directory on disk is the current workspace (a snapshot may hold
+        an older state, or, after a checkpoint, the same)."""
+        return self._marker.exists()
+
+    async def prepare(self) -> None:
+        """Makes the directory current: as it is, restored, or new and empty."""
+        if await to_thread.run_sync(self._marker.exists):
+            return
+        latest = await self.latest()
+        # A destroyed sandbox comes back without its directory on this machine.
+        await to_thread.run_sync(self._make_root)
+        if latest is None:
+            await to_thread.run_sync(self._make_empty)
+        else:
+            info = SnapshotInfo(latest.blob_key, latest.size, latest.sha256)
+            try:
+                await restore_snapshot(
+                    self._blobs, info, self.directory, owner=(self._uid, self._uid)
+                )
+            except SnapshotError as exc:
+                raise WorkspaceUnavailable(
+                    f"the sandbox's saved workspace cannot be restored: {exc}"
+                ) from None
+            except BlobError as exc:
+                raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+        await to_thread.run_sync(self._marker.touch)
+
+    def _make_root(self) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self._root, 0o711)
+
+    def _make_empty(self) -> None:
+        self.directory.mkdir(exist_ok=True)
+        os.chown(self.directory, self._uid, self._uid)
+        os.chmod(self.directory, 0o755)
+
+    async def save(self) -> None:
+        """Snapshots the directory, then drops it. Raises if the snapshot could
+        not be taken and verified; the directory and the marker then stay."""
+        await self.checkpoint()
+        await to_thread.run_sync(self._drop)
+
+    async def checkpoint(self) -> SnapshotRow:
+        """Snapshots the directory as it is and keeps it: the new snapshot, once
+        verified and recorded, replaces the older ones."""
+        snapshot_id = f"snap_{time.time_ns():x}"
+        key = f"sandboxes/{urllib.parse.quote(self._id, safe='')}/{snapshot_id}.tar.zst"
+        info = await take_snapshot(self.directory, self._blobs, key)
+        now = time.time()
+        row = SnapshotRow(
+            snapshot_id, self._id, info.key, info.size, info.sha256, now, now + self._ttl, None
+        )
+        await self._catalogue.add_snapshot(row)
+        # Only a verified newer snapshot makes the older ones replaceable.
+        for old in await self._catalogue.replaceable_snapshots(self._id, keep=snapshot_id):
+            with contextlib.suppress(Exception):
+                await self._blobs.delete(old.blob_key)
+            await self._catalogue.mark_snapshot_deleted(old.id, now=now)
+        return row
+
+    async def latest(self) -> SnapshotRow | None:
+        """The snapshot that holds the workspace; None if there never was one.
+        ``WorkspaceUnavailable`` if the newest one expired and was deleted."""
+        latest = await self._catalogue.latest_snapshot(self._id)
+        if latest is not None and latest.deleted_at is not None:
+            raise WorkspaceUnavailable(
+                "the sandbox's saved workspace expired and was deleted; it cannot be restored"
+            )
+        return latest
+
+    def _drop(self) -> None:
+        self._marker.unlink(missing_ok=True)
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def remove(self) -> None:
+        """Every trace on this machine (after a final save)."""
+        shutil.rmtree(self._root, ignore_errors=True)
