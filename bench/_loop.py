@@ -13,6 +13,7 @@ import anyio
 from stead.config import Settings
 from stead.ids import new_id
 from stead.runtime import EventBus, Runtime, SandboxToolbox, build_loop
+from stead.sandbox import open_provider
 from stead.schemas import agents
 from stead.store import NewEvent, SqlStore, open_store
 
@@ -67,7 +68,9 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
     )
     store = await open_store(settings.resolved_database_url)
     bus = EventBus(settings.sse_subscriber_buffer)
-    deps = build_loop(settings, store, bus, SandboxToolbox(settings, store))
+    deps = build_loop(
+        settings, store, bus, SandboxToolbox(settings, store, open_provider(settings))
+    )
     runtime = Runtime(deps, exclusive=True)
     try:
         async with anyio.create_task_group() as group:

@@ -6,11 +6,13 @@ from __future__ import annotations
 import signal
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
 from stead.sandbox import (
+    PROTOCOL_VERSION,
     ExecInDoubt,
     ExecStatus,
     FileKind,
@@ -19,8 +21,10 @@ from stead.sandbox import (
     InvalidArgument,
     PathOutsideWorkspace,
     SandboxUnavailable,
+    VersionMismatch,
     parse_address,
 )
+from stead.sandbox.protocol import raise_error
 from stead.testing import HostProcess, free_port
 from tests.sandbox.conftest import (
     WAIT,
@@ -144,17 +148,40 @@ async def test_concurrent_acquires_of_one_id_make_one_sandbox(client: HostClient
     assert await client.destroy(sandbox_id) is None
 
 
-async def test_bad_requests_get_clear_errors(client: HostClient) -> None:
-    with pytest.raises(InvalidArgument, match="sandbox_id"):
-        await client.call("acquire", sandbox_id="../etc", config={})
-    with pytest.raises(InvalidArgument, match="memory_bytes"):
-        await client.call("acquire", sandbox_id=new_id(), config={"memory_bytes": "lots"})
-    with pytest.raises(InvalidArgument, match="op"):
-        await client.call("explode")
-    with pytest.raises(InvalidArgument, match="timeout"):
-        await client.call(
-            "exec", sandbox_id=new_id(), config={}, command="true", op_key="k", timeout="soon"
-        )
+@pytest.mark.parametrize(
+    ("frame", "field"),
+    [
+        ({"op": "acquire", "sandbox_id": "../etc", "config": {}}, "sandbox_id"),
+        ({"op": "acquire", "sandbox_id": "s", "config": {"memory_bytes": "lots"}}, "memory_bytes"),
+        ({"op": "explode"}, "op: unknown operation 'explode'"),
+        ({"sandbox_id": "s"}, "op: unknown operation None"),
+        ({"op": "hello", "version": PROTOCOL_VERSION}, "op: 'hello' is not a call"),
+        ({"op": "exec", "sandbox_id": "s", "command": "true", "op_key": "k"}, "timeout: Field"),
+        ({"op": "exec", "sandbox_id": "s", "command": 1, "op_key": "k", "timeout": 1}, "command"),
+        ({"op": "write_file", "sandbox_id": "s", "path": "a", "data": "%%"}, "data: Value error"),
+        ({"op": "status", "sandbox_id": "s", "extra": 1}, "extra: Extra inputs"),
+    ],
+)
+async def test_a_bad_request_gets_a_typed_error_and_the_host_stays_up(
+    host: HostProcess, client: HostClient, frame: dict[str, Any], field: str
+) -> None:
+    reply = await anyio.to_thread.run_sync(host.call, frame)
+    assert reply["error"] == "InvalidArgument"
+    assert field in reply["message"]
+    assert (await client.ping())["version"] == PROTOCOL_VERSION
+
+
+async def test_a_brain_of_another_protocol_version_is_refused_naming_both(
+    host: HostProcess,
+) -> None:
+    reply = await anyio.to_thread.run_sync(
+        partial(host.call, {"op": "ping"}, version=PROTOCOL_VERSION - 1)
+    )
+    assert reply["error"] == "VersionMismatch"
+    assert f"version {PROTOCOL_VERSION - 1}" in reply["message"]
+    assert f"version {PROTOCOL_VERSION}:" in reply["message"]
+    with pytest.raises(VersionMismatch, match="run the same stead version"):
+        raise_error(reply)
 
 
 async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_doubt(

@@ -10,6 +10,7 @@ runs it in the brain's own process.
 
 from __future__ import annotations
 
+from stead.sandbox import ops
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     GLOB_RESULT_LIMIT,
@@ -57,6 +58,7 @@ from stead.sandbox.errors import (
     VersionMismatch,
     WorkspaceUnavailable,
 )
+from stead.sandbox.ops import PROTOCOL_VERSION
 from stead.sandbox.provider import EgressCredential, SandboxProvider
 from stead.sandbox.providers import open_provider
 from stead.sandbox.terminals import (
@@ -76,6 +78,7 @@ __all__ = [
     "GREP_MAX_LINE_LENGTH",
     "GREP_OUTPUT_LIMIT",
     "PACKAGE_MANAGERS",
+    "PROTOCOL_VERSION",
     "SEARCH_SECONDS",
     "SUPPORTED_PACKAGE_MANAGERS",
     "WALK_ENTRY_LIMIT",
@@ -124,5 +127,6 @@ __all__ = [
     "VersionMismatch",
     "WorkspaceUnavailable",
     "open_provider",
+    "ops",
     "parse_address",
 ]

@@ -11,23 +11,24 @@ its next frame could belong to the abandoned call.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
-from anyio.abc import ByteStream
+from anyio.abc import ByteStream, SocketAttribute
 
+from stead.sandbox import ops
 from stead.sandbox.base import (
     WORKSPACE,
-    DirEntry,
     DirListing,
     ExecResult,
     ExecStatus,
     FileInfo,
-    FileKind,
     GlobResult,
     GrepResult,
 )
@@ -37,6 +38,8 @@ from stead.sandbox.errors import (
     InvalidArgument,
     SandboxNotFound,
     SandboxUnavailable,
+    SecretsOutdated,
+    VersionMismatch,
 )
 from stead.sandbox.protocol import (
     FrameStream,
@@ -50,6 +53,7 @@ from stead.sandbox.terminals import (
     TerminalEnded,
     TerminalEvent,
     TerminalExited,
+    TerminalKind,
     TerminalOutput,
     TerminalReplayed,
 )
@@ -87,27 +91,27 @@ class HostClient:
 
     async def call(
         self,
-        op: str,
+        request: ops.Request,
         *,
         seconds: float | None = None,
         on_output: Callable[[bytes], None] | None = None,
-        **args: Any,
-    ) -> Json:
-        """Sends one request and returns its result; raises the host's
-        ``SandboxError`` as is, ``SandboxUnavailable`` when the host cannot be
-        reached or does not answer within ``seconds``. ``output`` frames before
-        the result (a streaming exec) go to ``on_output``."""
+    ) -> Any:
+        """Sends one request and returns its reply (of ``request.reply``'s type);
+        raises the host's ``SandboxError`` as is, ``SandboxUnavailable`` when the
+        host cannot be reached or does not answer within ``seconds``. Output
+        frames before the reply (a streaming exec) go to ``on_output``."""
         if self._closed:
             raise SandboxUnavailable("the sandbox host client is closed")
+        op = type(request).__name__
         deadline = seconds if seconds is not None else self.timeouts.call
         frames = await self._connection()
         reply: Json | None = None
         try:
             with anyio.fail_after(deadline):
-                await frames.send({"op": op, **args})
-                while "output_b64" in (frame := await frames.receive()):
+                await frames.send(ops.encode(request))
+                while "output" in (frame := await frames.receive()):
                     if on_output is not None:
-                        on_output(decode_bytes(frame["output_b64"]))
+                        on_output(ops.decode_output(frame["output"]))
                 reply = frame
         except TimeoutError:
             raise SandboxUnavailable(
@@ -121,29 +125,36 @@ class HostClient:
         await self._release(frames)
         if "error" in reply:
             raise_error(reply)
-        result = reply.get("result")
-        if not isinstance(result, dict):
-            raise SandboxUnavailable(f"the sandbox host sent a malformed answer to {op}")
-        return result
+        try:
+            return ops.decode_reply(request, reply.get("result"))
+        except ValueError:
+            raise SandboxUnavailable(f"the sandbox host sent a malformed answer to {op}") from None
 
     async def _connection(self, *, fresh: bool = False) -> FrameStream:
-        if self._idle and not fresh:
-            return self._idle.pop()
+        while self._idle and not fresh:
+            idle = self._idle.pop()
+            if not _peer_closed(idle):
+                return idle
+            # The host closed it while it sat in the pool (it restarted): a
+            # call sent on it would be lost for nothing.
+            await _discard(idle)
         try:
             with anyio.fail_after(self.timeouts.connect):
                 stream = await self._connect()
                 frames = FrameStream(stream)
-                if self.address.tcp is not None:
-                    await frames.send({"op": "hello", "token": self.address.token})
-                    hello = await frames.receive()
-                    if "error" in hello:
-                        await _discard(frames)
-                        raise SandboxUnavailable(f"the sandbox host refused us: {hello}")
-                return frames
+                hello = ops.Hello(version=ops.PROTOCOL_VERSION, token=self.address.token)
+                await frames.send(ops.encode(hello))
+                answer = await frames.receive()
         except (TimeoutError, OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
             raise HostUnreachable(
                 f"cannot reach the sandbox host at {self.address}: {exc!r}"
             ) from None
+        if "error" in answer:
+            await _discard(frames)
+            if answer["error"] == VersionMismatch.__name__:
+                raise_error(answer)
+            raise SandboxUnavailable(f"the sandbox host refused us: {answer.get('message')}")
+        return frames
 
     async def _connect(self) -> ByteStream:
         if self.address.unix_path is not None:
@@ -158,7 +169,7 @@ class HostClient:
         else:
             self._idle.append(frames)
 
-    async def open_terminal(self, request: Json) -> HostTerminal:
+    async def open_terminal(self, request: ops.Terminal) -> HostTerminal:
         """A connection of its own, attached to a terminal: it lasts as long as
         the attachment, with no deadline of its own (keepalives are the
         caller's), and is closed after it."""
@@ -167,38 +178,54 @@ class HostClient:
         frames = await self._connection(fresh=True)
         try:
             with anyio.fail_after(self.timeouts.call):
-                await frames.send({"op": "terminal", **request})
+                await frames.send(ops.encode(request))
         except BaseException:
             await _discard(frames)
             raise
         return HostTerminal(frames)
 
     async def ping(self) -> Json:
-        return await self.call("ping")
+        reply: Json = await self.call(ops.Ping())
+        return reply
 
     async def sandbox_status(self, sandbox_id: str) -> Json | None:
         """The sandbox's state, activity and processes, without acquiring or
         waking it; None if the host has no such sandbox (never made, or destroyed)."""
         try:
-            return await self.call("status", sandbox_id=sandbox_id)
+            reply: Json = await self.call(ops.Status(sandbox_id=sandbox_id))
+            return reply
         except SandboxNotFound:
             return None
 
     async def destroy(self, sandbox_id: str) -> float | None:
         """Destroys the sandbox (after a final snapshot); its active seconds, or
         None if the host had no such sandbox."""
-        result = await self.call(
-            "destroy", sandbox_id=sandbox_id, seconds=self.timeouts.call + self.timeouts.wake
+        result: ops.Destroyed = await self.call(
+            ops.Destroy(sandbox_id=sandbox_id), seconds=self.timeouts.call + self.timeouts.wake
         )
-        if not result.get("destroyed"):
-            return None
-        return float(result.get("active_seconds") or 0.0)
+        return result.active_seconds if result.destroyed else None
 
     async def aclose(self) -> None:
         self._closed = True
         idle, self._idle = self._idle, []
         for frames in idle:
             await _discard(frames)
+
+
+def _peer_closed(frames: FrameStream) -> bool:
+    """Whether the host closed an idle connection (it has no call to answer,
+    so anything readable on it is its end)."""
+    raw = frames.stream.extra(SocketAttribute.raw_socket, None)
+    if raw is None:
+        return False
+    try:
+        # A duplicate descriptor: the event loop's socket wrapper cannot peek.
+        with socket.socket(raw.family, raw.type, fileno=os.dup(raw.fileno())) as peek:
+            return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 async def _discard(frames: FrameStream) -> None:
@@ -260,42 +287,72 @@ class HostTerminal:
         await _discard(self._frames)
 
 
+class SecretsBook(Protocol):
+    """Where a ``HostSandbox`` finds the credentials its egress proxy should
+    hold, to send them again to a host that lost them (it restarted)."""
+
+    def generation(self, sandbox_id: str) -> int | None: ...
+
+    async def resend(self, sandbox: HostSandbox) -> None: ...
+
+
 class HostSandbox:
     """A sandbox in the sandbox host, behind the ``Sandbox`` interface."""
 
-    def __init__(self, client: HostClient, sandbox_id: str, config: SandboxConfig) -> None:
+    def __init__(
+        self,
+        client: HostClient,
+        sandbox_id: str,
+        config: SandboxConfig,
+        secrets: SecretsBook | None = None,
+    ) -> None:
         self._client = client
         self.sandbox_id = sandbox_id
         self.config = config
+        self._secrets = secrets
         self._closed = False
+
+    @property
+    def client(self) -> HostClient:
+        return self._client
 
     @property
     def workspace_path(self) -> str:
         return WORKSPACE
 
+    def _fields(self) -> Json:
+        generation = self._secrets.generation(self.sandbox_id) if self._secrets else None
+        return {
+            "sandbox_id": self.sandbox_id,
+            "config": self.config.to_json(),
+            "secrets_generation": generation,
+        }
+
     async def _call(
         self,
-        op: str,
+        kind: type[ops.SandboxRequest],
         *,
         seconds: float | None = None,
         on_output: Callable[[bytes], None] | None = None,
         **args: Any,
-    ) -> Json:
+    ) -> Any:
         if self._closed:
             raise SandboxUnavailable("the sandbox is closed")
         timeouts = self._client.timeouts
         budget = (seconds if seconds is not None else timeouts.call) + timeouts.wake
-        return await self._client.call(
-            op,
-            sandbox_id=self.sandbox_id,
-            config=self.config.to_json(),
-            seconds=budget,
-            on_output=on_output,
-            **args,
-        )
+        for attempt in (1, 2):
+            request = kind(**self._fields(), **args)
+            try:
+                return await self._client.call(request, seconds=budget, on_output=on_output)
+            except SecretsOutdated:
+                if attempt == 2 or self._secrets is None:
+                    raise
+                await self._secrets.resend(self)
+        raise AssertionError("unreachable")
 
     async def acquire(self, *, wake: bool = False) -> Json:
-        return await self._call("acquire", wake=wake)
+        reply: Json = await self._call(ops.Acquire, wake=wake)
+        return reply
 
     async def exec(
         self,
@@ -307,8 +364,8 @@ class HostSandbox:
     ) -> ExecResult:
         """``Sandbox.exec``; with ``on_output``, the output also streams to it as
         the command runs (the result stays the authoritative copy)."""
-        result = await self._call(
-            "exec",
+        result: ExecResult = await self._call(
+            ops.Exec,
             command=command,
             op_key=op_key,
             timeout=timeout,
@@ -316,85 +373,96 @@ class HostSandbox:
             on_output=on_output,
             seconds=timeout + self._client.timeouts.call,
         )
-        return ExecResult(**result)
+        return result
 
     async def exec_status(self, op_key: str) -> ExecStatus:
-        result = await self._call("exec_status", op_key=op_key)
-        return ExecStatus(result["status"])
+        reply: ops.ExecStatusReply = await self._call(ops.ExecStatusRequest, op_key=op_key)
+        return reply.status
 
     async def exec_result(self, op_key: str) -> ExecResult | None:
         """The recorded result, waiting first for a run of ``op_key`` that is
         still going on in the host (a brain restart mid-command)."""
-        result = await self._call("exec_result", op_key=op_key, wait=True, seconds=24 * 3600.0)
-        found = result.get("result")
-        return ExecResult(**found) if isinstance(found, dict) else None
+        reply: ops.ExecResultReply = await self._call(
+            ops.ExecResultRequest, op_key=op_key, wait=True, seconds=24 * 3600.0
+        )
+        return reply.result
 
     async def restart_shell(self) -> None:
-        await self._call("restart_shell")
+        await self._call(ops.RestartShell)
 
     async def stat(self, path: str) -> FileInfo:
-        result = await self._call("stat", path=path)
-        return FileInfo(**{**result, "kind": FileKind(result["kind"])})
+        info: FileInfo = await self._call(ops.Stat, path=path)
+        return info
 
     async def list_dir(self, path: str) -> DirListing:
-        result = await self._call("list_dir", path=path)
-        entries = tuple(
-            DirEntry(**{**entry, "kind": FileKind(entry["kind"])}) for entry in result["entries"]
-        )
-        return DirListing(result["path"], entries, result["total"])
+        listing: DirListing = await self._call(ops.ListDir, path=path)
+        return listing
 
     async def read_file(self, path: str, *, max_bytes: int) -> bytes:
-        result = await self._call("read_file", path=path, max_bytes=max_bytes)
-        return decode_bytes(result.get("data_b64"))
+        reply: ops.Data = await self._call(ops.ReadFile, path=path, max_bytes=max_bytes)
+        return reply.data
 
     async def read_lines(self, path: str, start: int, end: int, *, max_bytes: int) -> bytes:
-        result = await self._call(
-            "read_lines", path=path, start=start, end=end, max_bytes=max_bytes
+        reply: ops.Data = await self._call(
+            ops.ReadLines, path=path, start=start, end=end, max_bytes=max_bytes
         )
-        return decode_bytes(result.get("data_b64"))
+        return reply.data
 
     async def write_file(self, path: str, data: bytes) -> None:
-        await self._call("write_file", path=path, data_b64=encode_bytes(data))
+        await self._call(ops.WriteFile, path=path, data=data)
 
     async def glob(self, pattern: str, path: str | None = None) -> GlobResult:
-        result = await self._call("glob", pattern=pattern, path=path)
-        return GlobResult(**{**result, "paths": tuple(result["paths"])})
+        result: GlobResult = await self._call(ops.Glob, pattern=pattern, path=path)
+        return result
 
     async def grep(self, pattern: str, path: str | None = None) -> GrepResult:
-        result = await self._call("grep", pattern=pattern, path=path)
-        return GrepResult(**{**result, "lines": tuple(result["lines"])})
+        result: GrepResult = await self._call(ops.Grep, pattern=pattern, path=path)
+        return result
 
     async def start_process(self, command: str, *, name: str | None = None) -> Json:
-        return await self._call("start_process", command=command, name=name)
+        reply: Json = await self._call(ops.StartProcess, command=command, name=name)
+        return reply
 
     async def list_processes(self) -> list[Json]:
-        return list((await self._call("list_processes"))["processes"])
+        reply: ops.ProcessList = await self._call(ops.ListProcesses)
+        return reply.processes
 
     async def read_process(self, process_id: str, offset: int = 0) -> tuple[bytes, int]:
-        result = await self._call("read_process", process_id=process_id, offset=offset)
-        return decode_bytes(result.get("data_b64")), int(result["offset"])
+        reply: ops.ProcessOutput = await self._call(
+            ops.ReadProcess, process_id=process_id, offset=offset
+        )
+        return reply.data, reply.offset
 
     async def kill_process(self, process_id: str, signum: int = signal.SIGKILL) -> None:
-        await self._call("kill_process", process_id=process_id, signal=int(signum))
+        await self._call(ops.KillProcess, process_id=process_id, signal=int(signum))
 
     async def snapshot(self) -> Json | None:
         """Saves the workspace now without stopping the sandbox; the snapshot
         that holds it (``id``, ``blob_key``, ``size``, ``sha256``,
         ``created_at``, ``expires_at``), None if it never had a workspace."""
-        found = (await self._call("snapshot"))["snapshot"]
-        return found if isinstance(found, dict) else None
+        reply: ops.SnapshotReply = await self._call(ops.Snapshot)
+        return reply.snapshot
 
     async def sleep(self) -> bool:
-        return bool((await self._call("sleep", force=True))["slept"])
+        reply: ops.Slept = await self._call(ops.Sleep, force=True)
+        return reply.slept
 
     async def status(self) -> Json:
-        return await self._call("status")
+        reply: Json = await self._client.call(ops.Status(sandbox_id=self.sandbox_id))
+        return reply
+
+    async def set_secrets(self, generation: int, credentials: list[ops.Credential]) -> None:
+        """Hands the sandbox's egress proxy these credentials (memory only)."""
+        fields = {**self._fields(), "secrets_generation": None}
+        request = ops.SetSecrets(**fields, generation=generation, credentials=credentials)
+        timeouts = self._client.timeouts
+        await self._client.call(request, seconds=timeouts.call + timeouts.wake)
 
     async def terminal(
         self,
         terminal_id: str,
         *,
-        kind: str = "pty",
+        kind: TerminalKind = "pty",
         command: str | None = None,
         rows: int = 24,
         cols: int = 80,
@@ -404,18 +472,16 @@ class HostSandbox:
         replaying its scrollback from ``offset``."""
         if self._closed:
             raise SandboxUnavailable("the sandbox is closed")
-        return await self._client.open_terminal(
-            {
-                "sandbox_id": self.sandbox_id,
-                "config": self.config.to_json(),
-                "terminal_id": terminal_id,
-                "kind": kind,
-                "command": command,
-                "rows": rows,
-                "cols": cols,
-                "offset": offset,
-            }
+        request = ops.Terminal(
+            **self._fields(),
+            terminal_id=terminal_id,
+            kind=kind,
+            command=command,
+            rows=rows,
+            cols=cols,
+            offset=offset,
         )
+        return await self._client.open_terminal(request)
 
     async def close(self) -> None:
         """Forgets the sandbox on this side; it lives on in the host (rule 6)."""

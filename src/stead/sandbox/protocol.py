@@ -110,6 +110,9 @@ _BUILDERS: dict[str, Callable[..., errors.SandboxError]] = {
         errors.PackagesUnavailable,
         errors.WorkspaceUnavailable,
         errors.SandboxNotFound,
+        errors.NoSandbox,
+        errors.SecretsOutdated,
+        errors.VersionMismatch,
     )
 }
 

@@ -63,7 +63,7 @@ from stead.sandbox_host.bwrap import (
 from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+from stead.sandbox_host.egress import Credentials, EgressPolicy, EgressProxy
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
     BackgroundProcess,
@@ -103,6 +103,10 @@ class HostedSandbox:
         self.uid = row.uid
         self.config = config
         self._options = options
+        self.secrets_generation: int | None = None
+        """In memory only: a restarted host has none until the brain resends."""
+        self._credentials: Credentials = {}
+        self._proxy: EgressProxy | None = None
         self._catalogue = catalogue
         self._blobs = blobs
         self._cgroups = cgroups
@@ -251,14 +255,17 @@ class HostedSandbox:
                         policy,
                         connect_timeout=self._options.proxy_connect_timeout,
                         idle_timeout=self._options.proxy_idle_timeout,
-                    ),
+                        credentials=self._credentials,
+                    ) as proxy,
                     run_body(spec, cgroup) as body,
                 ):
+                    self._proxy = proxy
                     task_status.started(body)
                     await body.channel.closed.wait()
                     log.warning("sandbox %s stopped on its own", self.id)
         finally:
             self._keeper = None
+            self._proxy = None
             if self._body is not None and self.state is State.ACTIVE:
                 self.state = State.COLD  # died under us; the warm marker keeps the files
             self._body = None
@@ -537,6 +544,13 @@ class HostedSandbox:
         """Seconds this sandbox has been awake, all wakes together (usage, rule 9)."""
         current = time.monotonic() - self._active_since if self._active_since is not None else 0
         return self._active_recorded + current
+
+    def set_credentials(self, generation: int, credentials: Credentials) -> None:
+        """What the egress proxy may inject from now on, running or next wake."""
+        self._credentials = credentials
+        self.secrets_generation = generation
+        if self._proxy is not None:
+            self._proxy.credentials = credentials
 
     def status(self) -> dict[str, Any]:
         return {

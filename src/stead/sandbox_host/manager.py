@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from stead.blobs import BlobNotFound, BlobStore
-from stead.sandbox import InvalidArgument, IsolationUnavailable, SandboxConfig, SandboxNotFound
+from stead.sandbox import InvalidArgument, IsolationUnavailable, SandboxConfig, SandboxNotFound, ops
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import Cgroups
 from stead.sandbox_host.config import HostOptions
@@ -70,6 +71,22 @@ class SandboxManager:
     @property
     def options(self) -> HostOptions:
         return self._options
+
+    def secrets_generation(self, sandbox_id: str) -> int | None:
+        found = self._sandboxes.get(sandbox_id)
+        return found.secrets_generation if found is not None else None
+
+    def set_secrets(
+        self, sandbox_id: str, generation: int, credentials: Sequence[ops.Credential]
+    ) -> None:
+        """Hands the sandbox's egress proxy its credentials, in memory only."""
+        by_host: dict[str, list[tuple[bytes, bytes]]] = {}
+        for credential in credentials:
+            by_host.setdefault(credential.host.lower(), []).append(
+                (credential.header.lower().encode(), credential.value.encode())
+            )
+        found = self._sandboxes[sandbox_id]
+        found.set_credentials(generation, {k: tuple(v) for k, v in by_host.items()})
 
     @property
     def isolation_problem(self) -> str | None:

@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from stead.sandbox import PROTOCOL_VERSION
+
 START_TIMEOUT = 60.0
 
 
@@ -85,16 +87,18 @@ class HostProcess:
         self.kill()
         raise RuntimeError(f"sandbox host did not start:\n{self.log_text()}")
 
-    def call(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
-        """One blocking RPC (for test set-up and checks; the brain uses ``HostClient``)."""
+    def call(
+        self, request: dict[str, Any], timeout: float = 30.0, *, version: int = PROTOCOL_VERSION
+    ) -> dict[str, Any]:
+        """One blocking RPC as raw frames, after the hello (for test set-up and
+        checks; the brain uses ``HostClient``). A refused hello is the reply."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(str(self.socket_path))
-            data = json.dumps(request).encode()
-            sock.sendall(struct.pack(">I", len(data)) + data)
-            header = _exactly(sock, 4)
-            reply: dict[str, Any] = json.loads(_exactly(sock, struct.unpack(">I", header)[0]))
-            return reply
+            hello = _exchange(sock, {"op": "hello", "version": version})
+            if "error" in hello:
+                return hello
+            return _exchange(sock, request)
 
     @property
     def pid(self) -> int:
@@ -127,6 +131,14 @@ class HostProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def _exchange(sock: socket.socket, frame: dict[str, Any]) -> dict[str, Any]:
+    data = json.dumps(frame).encode()
+    sock.sendall(struct.pack(">I", len(data)) + data)
+    header = _exactly(sock, 4)
+    reply: dict[str, Any] = json.loads(_exactly(sock, struct.unpack(">I", header)[0]))
+    return reply
 
 
 def _exactly(sock: socket.socket, size: int) -> bytes:

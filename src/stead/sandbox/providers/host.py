@@ -19,6 +19,7 @@ from pathlib import Path
 
 import anyio
 
+from stead.sandbox import ops
 from stead.sandbox.base import Sandbox
 from stead.sandbox.client import HostAddress, HostClient, HostSandbox
 from stead.sandbox.config import SandboxConfig
@@ -66,6 +67,7 @@ class HostProvider:
         self._launcher = launcher
         self._client: HostClient | None = None
         self._lock = anyio.Lock()
+        self._secrets = _Secrets()
 
     async def client(self) -> HostClient:
         async with self._lock:
@@ -95,7 +97,7 @@ class HostProvider:
         raise SandboxUnavailable(f"the sandbox host did not start; see {log_path}")
 
     async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
-        return HostSandbox(await self.client(), sandbox_id, config)
+        return HostSandbox(await self.client(), sandbox_id, config, self._secrets)
 
     async def status(self, sandbox_id: str) -> Json | None:
         return await (await self.client()).sandbox_status(sandbox_id)
@@ -103,7 +105,7 @@ class HostProvider:
     async def terminal(
         self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
     ) -> Terminal:
-        sandbox = HostSandbox(await self.client(), sandbox_id, config)
+        sandbox = HostSandbox(await self.client(), sandbox_id, config, self._secrets)
         return await sandbox.terminal(
             request.terminal_id,
             kind=request.kind,
@@ -116,12 +118,44 @@ class HostProvider:
     async def set_secrets(
         self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
     ) -> None:
-        raise NotImplementedError
+        sandbox = HostSandbox(await self.client(), sandbox_id, config, self._secrets)
+        await self._secrets.replace(sandbox, secrets)
 
     async def release(self, sandbox_id: str) -> float | None:
+        self._secrets.forget(sandbox_id)
         return await (await self.client()).destroy(sandbox_id)
 
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+class _Secrets:
+    """Each sandbox's credentials in this brain's memory, under a generation the
+    host must hold too: a host that restarted holds none and gets them again
+    on the next call (``SecretsOutdated``)."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[int, list[ops.Credential]]] = {}
+        self._next = 1
+
+    def generation(self, sandbox_id: str) -> int | None:
+        found = self._held.get(sandbox_id)
+        return found[0] if found is not None else None
+
+    async def replace(self, sandbox: HostSandbox, secrets: Sequence[EgressCredential]) -> None:
+        credentials = [
+            ops.Credential(host=s.host.lower(), header=s.header, value=s.value) for s in secrets
+        ]
+        generation, self._next = self._next, self._next + 1
+        await sandbox.set_secrets(generation, credentials)
+        self._held[sandbox.sandbox_id] = (generation, credentials)
+
+    async def resend(self, sandbox: HostSandbox) -> None:
+        found = self._held.get(sandbox.sandbox_id)
+        if found is not None:
+            await sandbox.set_secrets(*found)
+
+    def forget(self, sandbox_id: str) -> None:
+        self._held.pop(sandbox_id, None)

@@ -23,13 +23,14 @@ from stead.sandbox_host.egress.policy import (
     block_reason,
     normalize_host,
 )
-from stead.sandbox_host.egress.proxy import EgressProxy
+from stead.sandbox_host.egress.proxy import Credentials, EgressProxy
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES
 
 __all__ = [
     "MAX_HEAD_BYTES",
     "PACKAGE_MANAGER_HOSTS",
     "BadRequest",
+    "Credentials",
     "Denied",
     "EgressError",
     "EgressPolicy",

@@ -14,6 +14,8 @@ Errors before the response head reaches the client are raised as
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import anyio
 import h11
 from anyio.abc import ByteStream
@@ -62,13 +64,14 @@ async def forward(
     upstream: ByteStream,
     *,
     idle_timeout: float,
+    inject: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """Sends ``request`` (its body still unread on ``client``/``conn``) to ``upstream``
     and relays the response. Each read and write waits at most ``idle_timeout``.
     Does not close either stream."""
     hop = _Hop(client, conn, upstream, f"{target.host}:{target.port}", idle_timeout)
     try:
-        await hop.send_request(request, target)
+        await hop.send_request(request, target, inject)
         response = await hop.response_head()
         await hop.to_client(conn.send(_response(response)))
         await hop.relay_response_body()
@@ -93,9 +96,12 @@ def end_to_end(headers: Headers) -> Headers:
     return [(name, value) for name, value in headers if name not in dropped]
 
 
-def _request(request: h11.Request, target: Target) -> h11.Request:
-    headers = [(n, v) for n, v in end_to_end(list(request.headers)) if n != b"host"]
-    headers = [(b"host", target.authority), *headers, (b"connection", b"close")]
+def _request(
+    request: h11.Request, target: Target, inject: Sequence[tuple[bytes, bytes]]
+) -> h11.Request:
+    replaced = {b"host"} | {name for name, _ in inject}
+    headers = [(n, v) for n, v in end_to_end(list(request.headers)) if n not in replaced]
+    headers = [(b"host", target.authority), *headers, *inject, (b"connection", b"close")]
     return h11.Request(method=request.method, target=target.path, headers=headers)
 
 
@@ -122,8 +128,10 @@ class _Hop:
         self.where = where
         self.idle = idle_timeout
 
-    async def send_request(self, request: h11.Request, target: Target) -> None:
-        await self.to_upstream(self.origin.send(_request(request, target)))
+    async def send_request(
+        self, request: h11.Request, target: Target, inject: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        await self.to_upstream(self.origin.send(_request(request, target, inject)))
         if self.conn.they_are_waiting_for_100_continue:
             continue_ = h11.InformationalResponse(status_code=100, headers=[])
             await self.to_client(self.conn.send(continue_))

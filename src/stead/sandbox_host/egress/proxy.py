@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import stat
+from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from http import HTTPStatus
 from pathlib import Path
@@ -53,12 +54,18 @@ SOCKET_MODE = 0o666
 _CONNECTED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 
 
+Credentials = Mapping[str, Sequence[tuple[bytes, bytes]]]
+"""Lower-case host name -> (lower-case header name, value) pairs to set."""
+
+
 class EgressProxy:
     """``async with EgressProxy(path, policy, connect_timeout=..., idle_timeout=...)``
     serves until the block ends.
 
     ``connect_timeout`` bounds resolving and, separately, connecting upstream;
-    ``idle_timeout`` ends a tunnel or a forwarded exchange after that long with no
+    ``credentials`` are headers set on forwarded plain-HTTP requests for their
+    host, replacing any the sandbox sent (TLS interception for HTTPS is the
+    vaults' work). ``idle_timeout`` ends a tunnel or a forwarded exchange after that long with no
     byte either way; ``head_timeout`` bounds receiving a request head. ``resolver``
     maps a name to addresses (default: the system's ``getaddrinfo``). ``policy`` may
     be replaced while serving; it applies to requests that arrive afterwards, and
@@ -78,9 +85,13 @@ class EgressProxy:
         resolver: Resolver | None = None,
         head_timeout: float = HEAD_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
+        credentials: Credentials | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.policy = policy
+        self.credentials: Credentials = credentials or {}
+        """Host name -> headers to set on requests for it (rule 8); may be
+        replaced while serving. Held in memory only, never logged."""
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
         self.head_timeout = head_timeout
@@ -189,7 +200,13 @@ class EgressProxy:
                 return
             try:
                 await forward(
-                    client, conn, request, target, upstream, idle_timeout=self.idle_timeout
+                    client,
+                    conn,
+                    request,
+                    target,
+                    upstream,
+                    idle_timeout=self.idle_timeout,
+                    inject=self.credentials.get(target.host.lower(), ()),
                 )
             except EgressError as exc:
                 await _answer(client, exc.status, str(exc), self.head_timeout)

@@ -1,0 +1,404 @@
+"""The host protocol's operations: one request type per op and the type of
+its reply, shared by the brain's client and the sandbox host.
+
+A request is a JSON object whose ``op`` names its type; ``parse_request``
+turns a frame into one (or raises ``InvalidArgument`` naming the field), and
+the host dispatches on the type, so client and server cannot drift apart on an
+op's name or fields. Bytes travel base64-encoded (``Bytes``). Every
+connection starts with ``Hello``: a host and a brain of different
+``PROTOCOL_VERSION``s refuse each other with a message naming both.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from types import MappingProxyType
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+)
+
+from stead.sandbox.base import (
+    DirListing,
+    ExecResult,
+    ExecStatus,
+    FileInfo,
+    GlobResult,
+    GrepResult,
+)
+from stead.sandbox.errors import InvalidArgument
+
+PROTOCOL_VERSION = 2
+"""Raised on any change to a request or reply type."""
+
+Json = dict[str, Any]
+
+
+def _bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise ValueError("invalid base64") from None
+
+
+Bytes = Annotated[
+    bytes,
+    PlainValidator(_bytes),
+    PlainSerializer(lambda data: base64.b64encode(data).decode("ascii"), when_used="json"),
+]
+"""Raw bytes in Python, base64 text on the wire."""
+SandboxId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+OpKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Request(Message):
+    reply: ClassVar[Any] = Json
+    """The type the host answers with (a record, a ``Message`` or ``Json``)."""
+
+
+class Hello(Request):
+    op: Literal["hello"] = "hello"
+    version: int
+    token: str | None = None
+    """Required over TCP; a Unix socket is guarded by its file mode."""
+
+
+class Ping(Request):
+    op: Literal["ping"] = "ping"
+
+
+class SandboxRequest(Request):
+    sandbox_id: SandboxId
+    config: Json | None = None
+    """The sandbox's ``SandboxConfig``: with it a host that lost the sandbox
+    makes it again; without it the sandbox must exist."""
+    secrets_generation: int | None = None
+    """The generation of credentials the caller last gave this sandbox: a host
+    that holds another one answers ``SecretsOutdated``."""
+
+
+class Empty(Message):
+    pass
+
+
+class Data(Message):
+    data: Bytes
+
+
+class Acquire(SandboxRequest):
+    op: Literal["acquire"] = "acquire"
+    wake: bool = False
+
+
+class Exec(SandboxRequest):
+    reply: ClassVar[Any] = ExecResult
+    op: Literal["exec"] = "exec"
+    command: str
+    op_key: OpKey
+    timeout: float = Field(gt=0)
+    stream: bool = False
+    """Send ``Output`` frames while the command runs, before the result."""
+
+
+class Output(Message):
+    """A streaming exec's output, before its result."""
+
+    output: Bytes
+    dropped: int = 0
+    """Bytes lost before this frame because the caller read too slowly."""
+
+
+class ExecStatusRequest(SandboxRequest):
+    op: Literal["exec_status"] = "exec_status"
+    op_key: OpKey
+
+
+class ExecStatusReply(Message):
+    status: ExecStatus
+    running: bool
+
+
+ExecStatusRequest.reply = ExecStatusReply
+
+
+class ExecResultRequest(SandboxRequest):
+    op: Literal["exec_result"] = "exec_result"
+    op_key: OpKey
+    wait: bool = False
+    """Wait for a run of the op key that is still going on first."""
+
+
+class ExecResultReply(Message):
+    result: ExecResult | None
+
+
+ExecResultRequest.reply = ExecResultReply
+
+
+class RestartShell(SandboxRequest):
+    reply: ClassVar[Any] = Empty
+    op: Literal["restart_shell"] = "restart_shell"
+
+
+class Stat(SandboxRequest):
+    reply: ClassVar[Any] = FileInfo
+    op: Literal["stat"] = "stat"
+    path: str
+
+
+class ListDir(SandboxRequest):
+    reply: ClassVar[Any] = DirListing
+    op: Literal["list_dir"] = "list_dir"
+    path: str
+
+
+class ReadFile(SandboxRequest):
+    reply: ClassVar[Any] = Data
+    op: Literal["read_file"] = "read_file"
+    path: str
+    max_bytes: int = Field(ge=0)
+
+
+class ReadLines(SandboxRequest):
+    reply: ClassVar[Any] = Data
+    op: Literal["read_lines"] = "read_lines"
+    path: str
+    start: int
+    end: int
+    max_bytes: int = Field(ge=0)
+
+
+class WriteFile(SandboxRequest):
+    reply: ClassVar[Any] = Empty
+    op: Literal["write_file"] = "write_file"
+    path: str
+    data: Bytes
+
+
+class Glob(SandboxRequest):
+    reply: ClassVar[Any] = GlobResult
+    op: Literal["glob"] = "glob"
+    pattern: str
+    path: str | None = None
+
+
+class Grep(SandboxRequest):
+    reply: ClassVar[Any] = GrepResult
+    op: Literal["grep"] = "grep"
+    pattern: str
+    path: str | None = None
+
+
+class StartProcess(SandboxRequest):
+    op: Literal["start_process"] = "start_process"
+    command: str
+    name: str | None = None
+
+
+class ListProcesses(SandboxRequest):
+    op: Literal["list_processes"] = "list_processes"
+
+
+class ProcessList(Message):
+    processes: list[Json]
+
+
+ListProcesses.reply = ProcessList
+
+
+class ReadProcess(SandboxRequest):
+    op: Literal["read_process"] = "read_process"
+    process_id: str
+    offset: int = Field(default=0, ge=0)
+
+
+class ProcessOutput(Message):
+    data: Bytes
+    offset: int
+    end: int
+
+
+ReadProcess.reply = ProcessOutput
+
+
+class KillProcess(SandboxRequest):
+    reply: ClassVar[Any] = Empty
+    op: Literal["kill_process"] = "kill_process"
+    process_id: str
+    signal: int
+
+
+class Snapshot(SandboxRequest):
+    op: Literal["snapshot"] = "snapshot"
+
+
+class SnapshotReply(Message):
+    snapshot: Json | None
+
+
+Snapshot.reply = SnapshotReply
+
+
+class Sleep(SandboxRequest):
+    op: Literal["sleep"] = "sleep"
+    force: bool = True
+
+
+class Slept(Message):
+    slept: bool
+
+
+Sleep.reply = Slept
+
+
+class Destroy(Request):
+    op: Literal["destroy"] = "destroy"
+    sandbox_id: SandboxId
+
+
+class Destroyed(Message):
+    destroyed: bool
+    active_seconds: float
+
+
+Destroy.reply = Destroyed
+
+
+class Status(Request):
+    """The host's status, or one sandbox's (without making or waking it)."""
+
+    op: Literal["status"] = "status"
+    sandbox_id: SandboxId | None = None
+
+
+class Credential(Message):
+    host: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
+    value: Annotated[str, StringConstraints(max_length=16384)]
+
+    def __repr__(self) -> str:  # never the value, in a traceback or a log line
+        return f"Credential(host={self.host!r}, header={self.header!r}, value=<hidden>)"
+
+    __str__ = __repr__
+
+
+class SetSecrets(SandboxRequest):
+    """The credentials the sandbox's egress proxy may inject, under a new
+    generation. Held in the host's memory only (rule 8)."""
+
+    reply: ClassVar[Any] = Empty
+    op: Literal["set_secrets"] = "set_secrets"
+    generation: int = Field(ge=1)
+    credentials: list[Credential]
+
+
+class Terminal(SandboxRequest):
+    """Attaches the connection to a terminal until it ends (``attach.py``)."""
+
+    op: Literal["terminal"] = "terminal"
+    terminal_id: str
+    kind: Literal["pty", "exec"] = "pty"
+    command: str | None = None
+    rows: int = 24
+    cols: int = 80
+    offset: int = Field(default=0, ge=0)
+
+
+AnyRequest = Annotated[
+    Hello
+    | Ping
+    | Acquire
+    | Exec
+    | ExecStatusRequest
+    | ExecResultRequest
+    | RestartShell
+    | Stat
+    | ListDir
+    | ReadFile
+    | ReadLines
+    | WriteFile
+    | Glob
+    | Grep
+    | StartProcess
+    | ListProcesses
+    | ReadProcess
+    | KillProcess
+    | Snapshot
+    | Sleep
+    | Destroy
+    | Status
+    | SetSecrets
+    | Terminal,
+    Field(discriminator="op"),
+]
+_REQUESTS: TypeAdapter[AnyRequest] = TypeAdapter(AnyRequest)
+
+
+def request_types() -> tuple[type[Request], ...]:
+    """Every request type, for the host's dispatch table and its test."""
+    found: list[type[Request]] = []
+    pending: list[type[Request]] = [Request]
+    while pending:
+        for kind in pending.pop().__subclasses__():
+            pending.append(kind)
+            if "op" in kind.model_fields:
+                found.append(kind)
+    return tuple(found)
+
+
+def parse_request(frame: Json) -> AnyRequest:
+    """The request a frame holds; ``InvalidArgument`` naming the first bad field."""
+    try:
+        return _REQUESTS.validate_python(frame, strict=False)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
+            raise InvalidArgument(f"op: unknown operation {frame.get('op')!r}") from None
+        # The first part of the location is the op the frame named.
+        where = ".".join(str(part) for part in first["loc"][1:]) or "request"
+        raise InvalidArgument(f"{where}: {first['msg']}") from None
+
+
+def decode_output(value: Any) -> bytes:
+    """The bytes of a streaming exec's ``Output`` frame."""
+    try:
+        return Output.model_validate(value, strict=False).output
+    except ValidationError:
+        raise ValueError("malformed output frame") from None
+
+
+def encode(message: Any) -> Any:
+    """A request or a reply (a ``Message``, a record, ``Json``) as JSON-ready data."""
+    if isinstance(message, BaseModel):
+        return message.model_dump(mode="json")
+    if dataclasses.is_dataclass(message) and not isinstance(message, type):
+        return dataclasses.asdict(message)
+    return message
+
+
+def decode_reply(request: Request, value: Any) -> Any:
+    """The reply to ``request`` from JSON data; ``ValueError`` if it is not one."""
+    try:
+        return _REPLIES[type(request)].validate_python(value, strict=False)
+    except ValidationError as exc:
+        raise ValueError(f"malformed reply to {type(request).__name__}: {exc}") from None
+
+
+_REPLIES = MappingProxyType({kind: TypeAdapter(kind.reply) for kind in request_types()})
