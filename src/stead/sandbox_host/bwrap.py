@@ -72,8 +72,9 @@ LAUNCHER = (
 """Runs ``N FILE... COMMAND...``: moves itself into the cgroup through each of
 the N files, then execs the command; exits 125 without running it otherwise."""
 PROXY_URL = "http://127.0.0.1:3128"
-PACKAGE_PATH = "/opt/stead/venv/bin:/opt/stead/node/bin:/opt/stead/apt/usr/bin"
-"""Where the environment's packages put their commands (``host/packages.py``)."""
+PACKAGE_DIRS = ("venv", "node", "cargo", "gem", "go", "apt/usr")
+PACKAGE_PATH = ":".join(f"/opt/stead/{d}/bin" for d in PACKAGE_DIRS)
+"""Where the environment's packages put their commands (``installers.py``, ``packages.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -587,6 +588,7 @@ def sandbox_environment(extra: Mapping[str, str] | None, *, network: bool) -> di
     env = {
         "PATH": PACKAGE_PATH + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "NODE_PATH": "/opt/stead/node/lib/node_modules",
+        "GEM_PATH": "/opt/stead/gem:",  # the trailing ':' keeps ruby's own gems too
         "HOME": WORKSPACE,
         "LANG": "C.UTF-8",
         "TERM": "dumb",

@@ -39,9 +39,17 @@ class HostOptions:
     token: str | None = None
     pip_index_url: str | None = None
     npm_registry: str | None = None
+    cargo_index_url: str | None = None
+    """A crates.io mirror's sparse index (``sparse+`` is implied)."""
+    gem_source: str | None = None
+    """A rubygems.org mirror, used instead of it."""
+    goproxy: str | None = None
+    """``GOPROXY`` for go packages (default ``https://proxy.golang.org``)."""
+    gosumdb: str | None = None
+    """``GOSUMDB`` for go packages (default go's own, ``sum.golang.org``)."""
     package_hosts: tuple[str, ...] = ()
     """Hosts the package installers may reach besides the public registries
-    (a mirror named in ``pip_index_url`` or ``npm_registry`` is added itself)."""
+    (a mirror named in one of the settings above is added itself)."""
     apt_sources: str | None = None
     """sources.list lines apt packages come from instead of the machine's."""
     install_timeout_seconds: float = 900.0

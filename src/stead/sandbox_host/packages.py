@@ -1,13 +1,14 @@
 """An environment's ``packages``, installed once per package set and mounted
 read-only at ``/opt/stead`` in every sandbox of that environment.
 
-pip and npm run inside a bwrap body of their own (the installer uid, a
-writable ``/opt/stead``, network only through an egress proxy that allows the
-package registries), so a hostile package's install script is as confined as
-the agent will be. apt packages are resolved and downloaded by the host's own
-apt (it needs root and the host's package lists) and unpacked with
-``dpkg-deb -x`` under ``/opt/stead/apt``; nothing is configured or installed
-on the host itself. cargo, gem and go are refused with a clear error.
+cargo, gem, go, npm and pip run inside a bwrap body of their own (the
+installer uid, a writable ``/opt/stead``, network only through an egress proxy
+that allows the package registries and their configured mirrors), so a hostile
+package's build or install script is as confined as the agent will be; what
+each runs is in ``installers.py``. apt packages are resolved and downloaded by
+the host's own apt (it needs root and the host's package lists) and unpacked
+with ``dpkg-deb -x`` under ``/opt/stead/apt``; nothing is configured or
+installed on the host itself.
 
 The set is keyed by ``SandboxConfig.package_key``; a ``ready`` marker is
 written only after every installer succeeded, so a failed or interrupted
@@ -19,20 +20,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shlex
 import shutil
 import subprocess
 import tempfile
-import urllib.parse
 from pathlib import Path
 
 import anyio
 from anyio import to_thread
 
-from stead.sandbox import SUPPORTED_PACKAGE_MANAGERS, PackagesUnavailable, SandboxConfig
+from stead.package_specs import PACKAGE_MANAGERS, spec_problem
+from stead.sandbox import PackagesUnavailable, SandboxConfig
 from stead.sandbox.local.shell import OutputTail
 from stead.sandbox_host.bwrap import (
-    PROXY_URL,
     BodySpec,
     SandboxedProcess,
     run_body,
@@ -41,6 +40,13 @@ from stead.sandbox_host.bwrap import (
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+from stead.sandbox_host.installers import (
+    IN_BODY,
+    install_script,
+    installer_env,
+    mirror_hosts,
+    missing_toolchain,
+)
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -70,14 +76,16 @@ class PackageCache:
             content = home / "opt"
             if await to_thread.run_sync((home / "ready").exists):
                 return content
-            _check_supported(config.packages)
+            _check_specs(config.packages)
+            if problem := await to_thread.run_sync(missing_toolchain, config.packages):
+                raise PackagesUnavailable(problem)
             log.info("installing packages %s for key %s", config.packages, key)
             await to_thread.run_sync(self._fresh, home)
             partial = home / "partial"
             if config.packages.get("apt"):
                 names = list(config.packages["apt"])
                 await to_thread.run_sync(_unpack_apt, names, partial, self._options)
-            if config.packages.get("pip") or config.packages.get("npm"):
+            if any(config.packages.get(manager) for manager in IN_BODY):
                 await self._install_in_body(config, home, partial, key)
             await to_thread.run_sync(self._publish, home, partial, content)
             return content
@@ -108,7 +116,7 @@ class PackageCache:
                 "allow_mcp_servers": False,
                 "allow_package_managers": True,
             },
-            extra_hosts=_mirror_hosts(options),
+            extra_hosts=mirror_hosts(options),
         )
         spec = BodySpec(
             uid=self._installer_uid,
@@ -119,7 +127,7 @@ class PackageCache:
             lib_dir=options.work_dir / "lib",
             bwrap=options.bwrap,
         )
-        env = sandbox_environment(_installer_env(options), network=True)
+        env = sandbox_environment(installer_env(options), network=True)
         cgroup = await to_thread.run_sync(self._cgroups.create, f"pkg-{key[:16]}", INSTALL_LIMITS)
         tail = OutputTail(OUTPUT_TAIL)
         try:
@@ -132,7 +140,8 @@ class PackageCache:
                 ),
                 run_body(spec, cgroup) as body,
             ):
-                process = await body.spawn(["/bin/bash", "-c", _install_script(config)], env)
+                script = install_script(config.packages, options)
+                process = await body.spawn(["/bin/bash", "-c", script], env)
                 try:
                     with anyio.move_on_after(options.install_timeout_seconds) as scope:
                         while chunk := await _receive(process):
@@ -162,59 +171,14 @@ async def _receive(process: SandboxedProcess) -> bytes:
         return b""
 
 
-def _check_supported(packages: dict[str, list[str]]) -> None:
-    for manager, names in packages.items():
-        if names and manager not in SUPPORTED_PACKAGE_MANAGERS:
-            raise PackagesUnavailable(
-                f"packages.{manager}: this sandbox host installs only "
-                f"{', '.join(SUPPORTED_PACKAGE_MANAGERS)} packages"
-            )
-        for name in names or ():
-            if not name or name.startswith("-") or any(c in name for c in "\x00\n\r"):
-                raise PackagesUnavailable(f"packages.{manager}: {name!r} is not a package name")
-
-
-def _install_script(config: SandboxConfig) -> str:
-    lines = ["set -euo pipefail", "cd /workspace"]
-    pip = config.packages.get("pip") or []
-    npm = config.packages.get("npm") or []
-    if pip:
-        lines += [
-            "python3 -m venv /opt/stead/venv",
-            "/opt/stead/venv/bin/pip install --no-input --disable-pip-version-check "
-            "--no-cache-dir -- " + " ".join(map(shlex.quote, pip)),
-        ]
-    if npm:
-        lines += [
-            "mkdir -p /opt/stead/node",
-            "npm install --global --no-fund --no-audit --prefix /opt/stead/node -- "
-            + " ".join(map(shlex.quote, npm)),
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _installer_env(options: HostOptions) -> dict[str, str]:
-    # npm reads its proxy from its own config first; say it there too.
-    env = {
-        "npm_config_cache": "/workspace/.npm",
-        "npm_config_proxy": PROXY_URL,
-        "npm_config_https_proxy": PROXY_URL,
-        "npm_config_update_notifier": "false",
-        "PIP_NO_COLOR": "1",
-    }
-    if options.pip_index_url:
-        env["PIP_INDEX_URL"] = options.pip_index_url
-    if options.npm_registry:
-        env["npm_config_registry"] = options.npm_registry
-    return env
-
-
-def _mirror_hosts(options: HostOptions) -> list[str]:
-    hosts = list(options.package_hosts)
-    for url in (options.pip_index_url, options.npm_registry):
-        if url and (host := urllib.parse.urlsplit(url).hostname):
-            hosts.append(host)
-    return hosts
+def _check_specs(packages: dict[str, list[str]]) -> None:
+    """Refuses what the API would refuse today; a config may predate a rule."""
+    for manager, specs in packages.items():
+        if specs and manager not in PACKAGE_MANAGERS:
+            raise PackagesUnavailable(f"packages.{manager}: not a package manager")
+        for i, spec in enumerate(specs or ()):
+            if problem := spec_problem(manager, spec):
+                raise PackagesUnavailable(f"packages.{manager}.{i}: {problem}")
 
 
 def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:

@@ -62,6 +62,15 @@ class HostSettings(BaseSettings):
     pip_index_url: str | None = None
     """A PyPI mirror for environment packages; its host is allowed while installing."""
     npm_registry: str | None = None
+    cargo_index_url: str | None = None
+    """The sparse index of a crates.io mirror (``https://host/index/``); a
+    download host its ``config.json`` names elsewhere goes in ``package_hosts``."""
+    gem_source: str | None = None
+    """A rubygems.org mirror for environment gem packages."""
+    goproxy: str | None = None
+    """``GOPROXY`` for environment go packages (default ``https://proxy.golang.org``)."""
+    gosumdb: str | None = None
+    """``GOSUMDB`` for environment go packages (``off`` for a private proxy)."""
     apt_sources: str | None = None
     """sources.list lines for environment apt packages (default: the machine's sources)."""
     package_hosts: list[str] = Field(default_factory=list)
@@ -103,6 +112,10 @@ class HostSettings(BaseSettings):
             token=self.sandbox_host_token,
             pip_index_url=self.pip_index_url,
             npm_registry=self.npm_registry,
+            cargo_index_url=self.cargo_index_url,
+            gem_source=self.gem_source,
+            goproxy=self.goproxy,
+            gosumdb=self.gosumdb,
             package_hosts=tuple(self.package_hosts),
             apt_sources=self.apt_sources,
             terminal_send_seconds=self.terminal_send_timeout_seconds,

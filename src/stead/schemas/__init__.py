@@ -1,5 +1,6 @@
 """The wire vocabulary: request validation derived from the SDK, and the pure rules
-that turn requests into stored definitions. Imports nothing else from stead."""
+that turn requests into stored definitions. Imports nothing else from stead but
+the shared package-spec rules (``stead.package_specs``)."""
 
 from stead.schemas import agents, environments, events, sessions
 from stead.schemas.limits import MAX_VERSION

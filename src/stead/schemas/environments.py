@@ -7,6 +7,7 @@ from typing import Any
 
 from anthropic.types.beta import environment_create_params, environment_update_params
 
+from stead.package_specs import PACKAGE_MANAGERS, spec_problem
 from stead.schemas.limits import check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -15,7 +16,6 @@ Json = dict[str, Any]
 CREATE = StrictParams(environment_create_params.EnvironmentCreateParams)
 UPDATE = StrictParams(environment_update_params.EnvironmentUpdateParams)
 
-PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 HOST = re.compile(
     r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
 )
@@ -45,9 +45,17 @@ def _packages(value: Json | None, current: Json | None = None) -> Json:
     resolved: Json = {"type": "packages"}
     for manager in PACKAGE_MANAGERS:
         chosen = given.get(manager)
-        resolved[manager] = list(chosen) if chosen is not None else list(base[manager])
-        for i, spec in enumerate(resolved[manager]):
-            check_length(f"config.packages.{manager}.{i}", spec, low=1, high=512)
+        if chosen is None:
+            resolved[manager] = list(base[manager])
+            continue
+        resolved[manager] = list(chosen)
+        for i, spec in enumerate(chosen):
+            field = f"config.packages.{manager}.{i}"
+            check_length(field, spec, low=1, high=512)
+            # Refused here, not at the sandbox's first wake: the host would
+            # refuse it there too, after the caller was told it was accepted.
+            if problem := spec_problem(manager, spec):
+                raise RequestError(f"{field}: {problem}")
     return resolved
 
 

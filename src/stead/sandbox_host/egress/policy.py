@@ -42,8 +42,9 @@ PACKAGE_MANAGER_HOSTS: tuple[str, ...] = (
     "crates.io",
     "static.crates.io",
     "index.crates.io",
-    # RubyGems
+    # RubyGems (gem reads rubygems.org's compact index from index.rubygems.org)
     "rubygems.org",
+    "index.rubygems.org",
     # Go module proxy and checksum database
     "proxy.golang.org",
     "sum.golang.org",

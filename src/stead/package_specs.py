@@ -1,0 +1,66 @@
+"""The package managers an environment's ``packages`` may name, and what a
+package spec of each must look like.
+
+Shared by the API (which refuses a bad spec with a 400 naming the field) and
+the sandbox host (which refuses it again at install, for configs stored before
+a rule existed). The rules accept a registry package's name with an optional
+version in that ecosystem's own notation, and nothing a shell, an installer's
+option parser or a non-registry source (paths, URLs, git) could read
+differently: no whitespace, no quotes or ``;&|$`` and no leading ``-``.
+"""
+
+from __future__ import annotations
+
+import re
+
+PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
+"""Every ecosystem the API accepts, in the order they are installed."""
+
+_VERSION_OPS = r"(===|==|!=|~=|<=|>=|<|>)"
+_PIP_NAME = r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
+_PIP_EXTRAS = r"\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\]"
+_PIP_CLAUSE = rf"{_VERSION_OPS}[A-Za-z0-9.*+!_-]+"
+_NPM_PART = r"[A-Za-z0-9~-][A-Za-z0-9._~-]*"
+_GO_ELEMENT = r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*"
+
+_RULES: dict[str, tuple[re.Pattern[str], str]] = {
+    "apt": (
+        re.compile(r"[a-z0-9][a-z0-9+.-]*[a-z0-9+](:[a-z0-9-]+)?(=[0-9][A-Za-z0-9.+~:-]*)?"),
+        "a Debian package name, optionally with :arch and =version (curl, curl=7.88.1-10)",
+    ),
+    "cargo": (
+        re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}(@[0-9A-Za-z.^~=<>*+,-]+)?"),
+        "a crate name, optionally with @version (ripgrep, ripgrep@14.1.0)",
+    ),
+    "gem": (
+        re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(:(=|!=|>=|<=|~>|>|<)?[0-9][0-9A-Za-z.-]*)?"),
+        "a gem name, optionally with :version (rake, rake:13.0.6)",
+    ),
+    "go": (
+        re.compile(
+            rf"[A-Za-z0-9][A-Za-z0-9-]*(\.[A-Za-z0-9-]+)+(/{_GO_ELEMENT})*(@[A-Za-z0-9._+-]+)?"
+        ),
+        "a Go package path starting with a domain, optionally with @version"
+        " (golang.org/x/tools/cmd/goimports@v0.24.0)",
+    ),
+    "npm": (
+        re.compile(rf"(@{_NPM_PART}/)?{_NPM_PART}(@[A-Za-z0-9.^~<>=*+_-]+)?"),
+        "a registry package name, optionally with @version (typescript, @scope/name@^1.2)",
+    ),
+    "pip": (
+        re.compile(rf"{_PIP_NAME}({_PIP_EXTRAS})?({_PIP_CLAUSE}(,{_PIP_CLAUSE})*)?"),
+        "a project name with optional [extras] and version clauses, no spaces"
+        " (numpy, numpy==2.2.0, requests[socks]>=2,<3)",
+    ),
+}
+
+
+def spec_problem(manager: str, spec: str) -> str | None:
+    """Why ``spec`` is no package spec of ``manager``, or None when it is one."""
+    rule = _RULES.get(manager)
+    if rule is None:
+        return f"{manager!r} is not one of {', '.join(PACKAGE_MANAGERS)}"
+    pattern, expected = rule
+    if pattern.fullmatch(spec) is None:
+        return f"{spec[:80]!r} is not {expected}"
+    return None
