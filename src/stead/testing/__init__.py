@@ -17,6 +17,7 @@ from stead.testing.faults import (
     Stall,
     StreamError,
 )
+from stead.testing.memory_sandbox import MemoryProvider, MemorySandbox
 from stead.testing.received import ReceivedRequest
 from stead.testing.sandbox_host import HostProcess
 from stead.testing.scripts import (
@@ -46,6 +47,8 @@ __all__ = [
     "FaultRule",
     "HostProcess",
     "HttpError",
+    "MemoryProvider",
+    "MemorySandbox",
     "ReceivedRequest",
     "Rule",
     "Script",

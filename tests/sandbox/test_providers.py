@@ -1,0 +1,177 @@
+"""The sandbox-provider conformance suite: the same behaviours against every
+provider behind ``SandboxProvider`` (the sandbox host, ``unsafe_local``,
+``off``) and the in-memory fake, ``stead.testing.MemoryProvider``. A new
+provider (a remote one) joins by adding a fixture case here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from stead.sandbox import (
+    EgressCredential,
+    FileNotFound,
+    NoSandbox,
+    PathOutsideWorkspace,
+    SandboxConfig,
+    SandboxProvider,
+    TerminalEnded,
+    TerminalExited,
+    TerminalOutput,
+    TerminalRequest,
+)
+from stead.sandbox.client import HostAddress
+from stead.sandbox.providers.host import HostProvider
+from stead.sandbox.providers.off import OffProvider
+from stead.sandbox.providers.unsafe_local import UnsafeLocalProvider
+from stead.testing import HostProcess, MemoryProvider
+from tests.sandbox.conftest import config, new_id, requires_isolation
+
+pytestmark = pytest.mark.anyio
+
+
+@dataclass(frozen=True)
+class Case:
+    provider: SandboxProvider
+    sandboxes: bool = True
+    """Gives sessions sandboxes at all (``off`` does not)."""
+    terminals: bool = False
+    secrets: bool = False
+    """Can hold credentials out of the sandbox's reach."""
+
+
+@pytest.fixture(scope="module")
+def host_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    process = HostProcess(tmp_path_factory.mktemp("providers") / "state").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("host", marks=requires_isolation),
+        "unsafe_local",
+        "off",
+        "memory",
+    ]
+)
+async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Case]:
+    if request.param == "host":
+        process = request.getfixturevalue("host_process")
+        made = Case(
+            HostProvider(HostAddress(unix_path=process.socket_path)), terminals=True, secrets=True
+        )
+    elif request.param == "unsafe_local":
+        made = Case(UnsafeLocalProvider(tmp_path / "sandboxes"))
+    elif request.param == "off":
+        made = Case(OffProvider(), sandboxes=False)
+    else:
+        made = Case(MemoryProvider(), secrets=True)
+    try:
+        yield made
+    finally:
+        await made.provider.aclose()
+
+
+WANTED: SandboxConfig = config()
+
+
+async def test_acquire_is_idempotent_and_keeps_the_workspace(case: Case) -> None:
+    sandbox_id = new_id()
+    if not case.sandboxes:
+        with pytest.raises(NoSandbox, match="STEAD_SANDBOX"):
+            await case.provider.acquire(sandbox_id, WANTED)
+        return
+    try:
+        first = await case.provider.acquire(sandbox_id, WANTED)
+        await first.write_file("notes/a.txt", b"kept\n")
+        second = await case.provider.acquire(sandbox_id, WANTED)
+        assert await second.read_file("notes/a.txt", max_bytes=100) == b"kept\n"
+        assert (await second.stat("notes/a.txt")).size == 5
+        with pytest.raises(PathOutsideWorkspace):
+            await second.read_file("../../etc/passwd", max_bytes=100)
+    finally:
+        await case.provider.release(sandbox_id)
+
+
+async def test_an_exec_runs_at_most_once_per_op_key(case: Case) -> None:
+    if not case.sandboxes:
+        return
+    sandbox_id = new_id()
+    try:
+        sandbox = await case.provider.acquire(sandbox_id, WANTED)
+        first = await sandbox.exec("echo one", op_key="k", timeout=30)
+        assert (first.output, first.exit_code) == ("one\n", 0)
+        again = await sandbox.exec("echo two", op_key="k", timeout=30)
+        assert again.output == "one\n"  # recorded, not run again
+        failed = await sandbox.exec("exit 3", op_key="k2", timeout=30)
+        assert failed.exit_code == 3
+        assert await sandbox.exec_result("k2") == failed
+    finally:
+        await case.provider.release(sandbox_id)
+
+
+async def test_status_is_none_until_acquired_and_after_release(case: Case) -> None:
+    sandbox_id = new_id()
+    assert await case.provider.status(sandbox_id) is None
+    if not case.sandboxes:
+        assert await case.provider.release(sandbox_id) is None
+        return
+    sandbox = await case.provider.acquire(sandbox_id, WANTED)
+    await sandbox.exec("echo awake", op_key="wake", timeout=30)
+    status = await case.provider.status(sandbox_id)
+    assert status is not None and status["state"] == "active"
+    seconds = await case.provider.release(sandbox_id)
+    assert seconds is not None and seconds >= 0
+    assert await case.provider.status(sandbox_id) is None
+    assert await case.provider.release(sandbox_id) is None
+    again = await case.provider.acquire(sandbox_id, WANTED)
+    try:
+        with pytest.raises(FileNotFound):
+            await again.read_file("anything", max_bytes=10)
+    finally:
+        await case.provider.release(sandbox_id)
+
+
+async def test_secrets_are_held_only_where_the_sandbox_cannot_read_them(case: Case) -> None:
+    sandbox_id = new_id()
+    secret = f"secret-{new_id()}"
+    credential = EgressCredential("api.example", "authorization", f"Bearer {secret}")
+    assert secret not in repr(credential)
+    if not case.secrets:
+        with pytest.raises(NoSandbox):
+            await case.provider.set_secrets(sandbox_id, WANTED, [credential])
+        return
+    try:
+        await case.provider.set_secrets(sandbox_id, WANTED, [credential])
+        sandbox = await case.provider.acquire(sandbox_id, WANTED)
+        assert not (await sandbox.grep(secret)).lines
+    finally:
+        await case.provider.release(sandbox_id)
+
+
+async def test_terminals_where_the_provider_has_them(case: Case) -> None:
+    sandbox_id = new_id()
+    request = TerminalRequest("t1", "exec", "echo from-a-terminal")
+    if not case.terminals:
+        with pytest.raises(NoSandbox):
+            await case.provider.terminal(sandbox_id, WANTED, request)
+        return
+    try:
+        terminal = await case.provider.terminal(sandbox_id, WANTED, request)
+        output = b""
+        while True:
+            event = await terminal.receive()
+            if isinstance(event, TerminalOutput):
+                output += event.data
+            if isinstance(event, TerminalExited):
+                assert event.exit_code == 0
+            if isinstance(event, TerminalEnded):
+                break
+        await terminal.aclose()
+        assert b"from-a-terminal" in output
+    finally:
+        await case.provider.release(sandbox_id)
