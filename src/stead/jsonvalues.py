@@ -26,6 +26,9 @@ import json
 import math
 from typing import Any
 
+Json = dict[str, Any]
+"""A JSON object as stead passes it around."""
+
 MAX_DEPTH = 64
 """Objects and arrays nested deeper than this are refused (the SDK's own shapes nest < 10)."""
 INT_MIN = -(2**63)

@@ -24,7 +24,7 @@ ROOMS = (
     "testing",
     "tools",
 )
-SHARED = {"config", "ids", "failpoints", "jsonvalues", "package_specs"}
+SHARED = {"config", "events", "ids", "failpoints", "jsonvalues", "package_specs"}
 INNER = {"api", "runtime", "harness", "tools", "client", "testing"}
 """Rooms that sit above the sandbox and what it stands on (DESIGN §2)."""
 FORBIDDEN = {

@@ -13,9 +13,9 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "stead"
 ALLOWED = {
     "blobs": {"blobs"},
-    "sandbox": {"sandbox", "config", "package_specs"},
-    "sandbox_host": {"sandbox_host", "sandbox", "blobs", "package_specs"},
-    "tools": {"tools", "sandbox"},
+    "sandbox": {"sandbox", "config", "jsonvalues", "package_specs"},
+    "sandbox_host": {"sandbox_host", "sandbox", "blobs", "jsonvalues", "package_specs"},
+    "tools": {"tools", "sandbox", "jsonvalues"},
 }
 SHARED_WITH_THE_BODY = {"stead.sandbox.local", "stead.sandbox.protocol"}
 

@@ -18,11 +18,12 @@ from stead.api.deps import Caller, caller, services
 from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.sse import EventStream
 from stead.api.wire import JSONResponse
+from stead.events import EventType
 from stead.ids import new_id
+from stead.jsonvalues import Json
 from stead.schemas import RequestError, events
 from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
 
-Json = dict[str, Any]
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["session events"])
 
 
@@ -31,7 +32,7 @@ def new_events(params: Sequence[Json]) -> list[NewEvent]:
     created = []
     for event in params:
         body = {k: v for k, v in event.items() if k != "type"}
-        if event["type"] == "user.define_outcome":
+        if event["type"] == EventType.USER_DEFINE_OUTCOME:
             body["outcome_id"] = "outc_" + new_id("event").removeprefix("sevt_")
         created.append(NewEvent(id=new_id("event"), type=event["type"], body=body))
     return created
@@ -64,7 +65,7 @@ async def send_events(
         who.workspace_id, session_id, new_events(params), _reference_check(params)
     )
     app.bus.publish(session_id, accepted.echoes)
-    if any(e.type == "user.interrupt" for e in accepted.logged):
+    if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
         app.runtime.interrupt(session_id)
     if accepted.starts_work:
         app.runtime.wake(session_id)

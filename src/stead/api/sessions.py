@@ -14,6 +14,7 @@ from stead.api.deps import Caller, caller, services
 from stead.api.events import new_events
 from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.wire import JSONResponse
+from stead.events import EventType
 from stead.ids import new_id
 from stead.schemas import MAX_VERSION, events, sessions
 from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
@@ -78,7 +79,10 @@ async def update_session(
 
     app = services(request)
     record, event = await app.store.update_session(
-        who.workspace_id, session_id, change, NewEvent(new_id("event"), "session.updated", {})
+        who.workspace_id,
+        session_id,
+        change,
+        NewEvent(new_id("event"), EventType.SESSION_UPDATED, {}),
     )
     if event is not None:
         app.bus.publish(session_id, [event])
@@ -102,7 +106,7 @@ async def delete_session(
     deleted = EventRecord(
         session_id=session_id,
         id=new_id("event"),
-        type="session.deleted",
+        type=EventType.SESSION_DELETED,
         body={},
         processed_at=datetime.now(UTC),
     )

@@ -10,10 +10,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse as StarletteJSONResponse
 
-from stead.jsonvalues import repaired
+from stead.jsonvalues import Json, repaired
 from stead.store import AgentRecord, EnvironmentRecord, EventRecord, SessionRecord
 
-Json = dict[str, Any]
 log = logging.getLogger("stead.api")
 
 

@@ -9,11 +9,11 @@ whole prefix from the cache.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from stead.events import EventType
 from stead.harness.model import ModelRequest
+from stead.jsonvalues import Json
 
-Json = dict[str, Any]
 CACHE = {"type": "ephemeral"}
 AGENT_TOOLSET = "agent_toolset_20260401"
 USER_BLOCKS = ("text", "image", "document")
@@ -73,24 +73,24 @@ def _blocks(event: Json) -> tuple[str, list[Json]] | None:
     """The message role and content blocks an event contributes, if any."""
     kind = event["type"]
     internal = event.get("_internal", {})
-    if kind == "user.message":
+    if kind == EventType.USER_MESSAGE:
         return "user", _user_blocks(event)
     if kind == "system.message":
         text = "\n".join(b["text"] for b in event.get("content", []))
         return "user", [{"type": "text", "text": f"<system-message>\n{text}\n</system-message>"}]
-    if kind == "agent.thinking" and "thinking" in internal:
+    if kind == EventType.AGENT_THINKING and "thinking" in internal:
         block = {"type": "thinking", "thinking": internal["thinking"]}
         return "assistant", [{**block, "signature": internal.get("signature", "")}]
-    if kind == "agent.thinking" and "redacted" in internal:
+    if kind == EventType.AGENT_THINKING and "redacted" in internal:
         return "assistant", [{"type": "redacted_thinking", "data": internal["redacted"]}]
-    if kind == "agent.message":
+    if kind == EventType.AGENT_MESSAGE:
         return "assistant", [dict(b) for b in event.get("content", []) if b.get("type") == "text"]
-    if kind in ("agent.tool_use", "agent.custom_tool_use"):
+    if kind in (EventType.AGENT_TOOL_USE, EventType.AGENT_CUSTOM_TOOL_USE):
         block = {"type": "tool_use", "id": event["id"], "name": event["name"]}
         return "assistant", [{**block, "input": event.get("input", {})}]
-    if kind in ("agent.tool_result", "user.tool_result"):
+    if kind in (EventType.AGENT_TOOL_RESULT, EventType.USER_TOOL_RESULT):
         return "user", [_tool_result(event, "tool_use_id")]
-    if kind == "user.custom_tool_result":
+    if kind == EventType.USER_CUSTOM_TOOL_RESULT:
         return "user", [_tool_result(event, "custom_tool_use_id")]
     return None
 

@@ -8,9 +8,9 @@ UpstreamError          the provider failed; ``retryable`` says whether to back o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-Json = dict[str, Any]
+from stead.jsonvalues import Json
 
 
 @dataclass(frozen=True)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from stead.events import EventType
 from stead.harness.context import custom_tools, enabled_builtin_tools
+from stead.jsonvalues import Json
 
-Json = dict[str, Any]
 NewEventSpec = tuple[str, Json]
 """(event type, body) — the runtime gives each an id."""
 
@@ -25,14 +24,14 @@ def _evaluation(policy: Json) -> tuple[str, Json]:
 def _tool_use(block: Json, agent: Json) -> NewEventSpec:
     name, tool_input = block["name"], block.get("input") or {}
     if name in custom_tools(agent):
-        return "agent.custom_tool_use", {"name": name, "input": tool_input}
+        return EventType.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}
     config = enabled_builtin_tools(agent).get(name)
     if config is None:
         refusal = f"the tool {name!r} is not available to this agent"
         body = {"name": name, "input": tool_input, "evaluated_permission": "deny"}
-        return "agent.tool_use", {**body, "_internal": {"refusal": refusal}}
+        return EventType.AGENT_TOOL_USE, {**body, "_internal": {"refusal": refusal}}
     permission, evaluation = _evaluation(config["permission_policy"])
-    return "agent.tool_use", {
+    return EventType.AGENT_TOOL_USE, {
         "name": name,
         "input": tool_input,
         "evaluated_permission": permission,
@@ -46,7 +45,7 @@ def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
 
     def flush_text() -> None:
         if text:
-            events.append(("agent.message", {"content": list(text)}))
+            events.append((EventType.AGENT_MESSAGE, {"content": list(text)}))
             text.clear()
 
     for block in content:
@@ -61,9 +60,11 @@ def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
                 "thinking": block.get("thinking", ""),
                 "signature": block.get("signature", ""),
             }
-            events.append(("agent.thinking", {"_internal": internal}))
+            events.append((EventType.AGENT_THINKING, {"_internal": internal}))
         elif kind == "redacted_thinking":
-            events.append(("agent.thinking", {"_internal": {"redacted": block.get("data", "")}}))
+            events.append(
+                (EventType.AGENT_THINKING, {"_internal": {"redacted": block.get("data", "")}})
+            )
         elif kind == "tool_use":
             events.append(_tool_use(block, agent))
     flush_text()

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-Json = dict[str, Any]
+from stead.events import EventType
+from stead.jsonvalues import Json
 
-TOOL_USE_TYPES = ("agent.tool_use", "agent.custom_tool_use")
+TOOL_USE_TYPES = (EventType.AGENT_TOOL_USE, EventType.AGENT_CUSTOM_TOOL_USE)
 RESULT_KEYS = {
-    "agent.tool_result": "tool_use_id",
-    "user.tool_result": "tool_use_id",
-    "user.custom_tool_result": "custom_tool_use_id",
+    EventType.AGENT_TOOL_RESULT: "tool_use_id",
+    EventType.USER_TOOL_RESULT: "tool_use_id",
+    EventType.USER_CUSTOM_TOOL_RESULT: "custom_tool_use_id",
 }
 
 
@@ -55,7 +55,7 @@ def _last_response(events: Sequence[Json]) -> tuple[int, int] | None:
     """(start index, end index) of the last model request that produced an answer."""
     for end in range(len(events) - 1, -1, -1):
         event = events[end]
-        if event["type"] == "span.model_request_end" and not event.get("is_error"):
+        if event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
             start_id = event.get("model_request_start_id")
             for start in range(end - 1, -1, -1):
                 if events[start]["id"] == start_id:
@@ -81,7 +81,10 @@ def unresolved_tool_uses(events: Sequence[Json]) -> list[Json]:
 def _confirmation(events: Sequence[Json], tool_use_id: str) -> Json | None:
     found = None
     for event in events:
-        if event["type"] == "user.tool_confirmation" and event.get("tool_use_id") == tool_use_id:
+        if (
+            event["type"] == EventType.USER_TOOL_CONFIRMATION
+            and event.get("tool_use_id") == tool_use_id
+        ):
             found = event
     return found
 
@@ -90,7 +93,7 @@ def next_step(events: Sequence[Json]) -> Step:
     position = int(events[-1].get("_seq", len(events))) if events else 0
     span = _last_response(events)
     if span is None:
-        has_input = any(e["type"] == "user.message" for e in events)
+        has_input = any(e["type"] == EventType.USER_MESSAGE for e in events)
         return CallModel(position) if has_input else EndTurn()
     start, end = span
     open_uses = unresolved_tool_uses(events)
@@ -99,7 +102,7 @@ def next_step(events: Sequence[Json]) -> Step:
         refuse: list[tuple[Json, str]] = []
         waiting: list[str] = []
         for use in open_uses:
-            if use["type"] == "agent.custom_tool_use":
+            if use["type"] == EventType.AGENT_CUSTOM_TOOL_USE:
                 waiting.append(use["id"])
                 continue
             permission = use.get("evaluated_permission", "allow")
@@ -120,7 +123,7 @@ def next_step(events: Sequence[Json]) -> Step:
             return RunTools(run, refuse)
         return AwaitInput(waiting)
     answered_tools = any(e["type"] in TOOL_USE_TYPES for e in events[start:end])
-    new_input = any(e["type"] == "user.message" for e in events[end + 1 :])
+    new_input = any(e["type"] == EventType.USER_MESSAGE for e in events[end + 1 :])
     if answered_tools or new_input:
         return CallModel(position)
     return EndTurn()

@@ -4,7 +4,7 @@ the delivery of committed events to stream readers."""
 from stead.runtime.brainlock import DataDirInUse, brain_lock
 from stead.runtime.bus import EventBus, Notice, Subscription
 from stead.runtime.clock import Clock, SystemClock
-from stead.runtime.deps import LoopDeps, Toolbox, ToolOutcome, ToolsUnavailable, build_loop
+from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
@@ -12,6 +12,7 @@ from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
+from stead.tools import ToolOutcome
 
 __all__ = [
     "Clock",

@@ -6,31 +6,18 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.ids import new_id
+from stead.jsonvalues import Json
 from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
 from stead.store import Store
-
-Json = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    """A tool's answer for the model: tool_result content blocks and the error flag."""
-
-    content: list[Json]
-    is_error: bool
-    session_error: str | None = None
-    """Set when the session's sandbox cannot serve it any more and no retry
-    will change that (its saved workspace is lost, its packages cannot be
-    installed, the machine cannot isolate): the turn ends with a
-    ``session.error`` carrying this message instead of going on."""
+from stead.tools import ToolOutcome
 
 
 class ToolsUnavailable(Exception):

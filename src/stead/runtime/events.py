@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from stead.events import EventType
 from stead.ids import new_id
+from stead.jsonvalues import Json
 from stead.store import EventRecord, NewEvent
 
-Json = dict[str, Any]
 USAGE_KEYS = (
     "input_tokens",
     "output_tokens",
@@ -21,12 +20,12 @@ def new(kind: str, body: Json | None = None) -> NewEvent:
 
 
 def status_idle(stop_reason: Json) -> NewEvent:
-    return new("session.status_idle", {"stop_reason": stop_reason})
+    return new(EventType.SESSION_STATUS_IDLE, {"stop_reason": stop_reason})
 
 
 def session_error(error_type: str, message: str, retry_status: str) -> NewEvent:
     error = {"type": error_type, "message": message, "retry_status": {"type": retry_status}}
-    return new("session.error", {"error": error})
+    return new(EventType.SESSION_ERROR, {"error": error})
 
 
 def model_usage(usage: dict[str, int]) -> dict[str, int]:
@@ -37,12 +36,12 @@ def span_end(start_id: str, usage: dict[str, int], *, is_error: bool = False) ->
     body: Json = {"model_request_start_id": start_id, "model_usage": model_usage(usage)}
     if is_error:
         body["is_error"] = True
-    return new("span.model_request_end", body)
+    return new(EventType.SPAN_MODEL_REQUEST_END, body)
 
 
 def tool_result(tool_use: Json, content: list[Json], is_error: bool) -> NewEvent:
     body: Json = {"tool_use_id": tool_use["id"], "content": content, "is_error": is_error}
-    return new("agent.tool_result", body)
+    return new(EventType.AGENT_TOOL_RESULT, body)
 
 
 def text(message: str) -> list[Json]:
@@ -56,4 +55,4 @@ def as_log(record: EventRecord) -> Json:
 
 def session_usage(usage: Json) -> NewEvent:
     keys = ("input_tokens", "output_tokens", "cache_read_input_tokens")
-    return new("session.usage", {"usage": {k: int(usage.get(k, 0)) for k in keys}})
+    return new(EventType.SESSION_USAGE, {"usage": {k: int(usage.get(k, 0)) for k in keys}})

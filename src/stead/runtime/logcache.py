@@ -8,12 +8,11 @@ are forgotten (and read from the store again if they come back).
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
 
+from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.store import Store
 
-Json = dict[str, Any]
 READ_ALL = 1_000_000_000
 
 

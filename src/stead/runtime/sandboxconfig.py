@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from stead.config import Settings
+from stead.jsonvalues import Json
 from stead.sandbox import SandboxConfig
-
-Json = dict[str, Any]
 
 
 def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfig:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
 from stead import tools
 from stead.config import Settings
-from stead.runtime.deps import ToolOutcome, ToolsUnavailable
+from stead.jsonvalues import Json
+from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.sandbox import (
     HostUnreachable,
@@ -38,10 +38,10 @@ from stead.store import (
     SandboxLeaseStatus,
     Store,
 )
+from stead.tools import ToolOutcome
 
 log = logging.getLogger("stead.runtime.toolbox")
 
-Json = dict[str, Any]
 LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
 
 
@@ -142,7 +142,7 @@ class SandboxToolbox:
                 reached = not isinstance(exc, HostUnreachable)
                 raise ToolsUnavailable(str(exc), reached=reached) from exc
             return _broken(name, exc)
-        return ToolOutcome(outcome.content, outcome.is_error)
+        return outcome
 
     async def describe(self, session_id: str) -> SandboxView:
         """The session's lease and its sandbox's state, without renewing,

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 
+from stead.events import EventType
 from stead.harness import (
     TOOL_USE_TYPES,
     AwaitInput,
@@ -39,13 +40,14 @@ from stead.harness import (
     response_events,
     unresolved_tool_uses,
 )
+from stead.jsonvalues import Json
 from stead.runtime import events as ev
-from stead.runtime.deps import LoopDeps, ToolOutcome, ToolsUnavailable
+from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.opkeys import op_key
 from stead.store import EventRecord, LeaseLost, NewEvent, RunClaim, RunStatus, RunWrite
+from stead.tools import ToolOutcome
 
 log = logging.getLogger("stead.runtime")
-Json = dict[str, Any]
 MAY_HAVE_RUN = (
     "This call may have run: stead lost track of it when it restarted, and running it "
     "again could repeat its effect. Verify its effect before retrying."
@@ -57,9 +59,9 @@ def opening_events(attempts: int, *, max_attempts: int) -> list[NewEvent]:
     nothing past the attempt limit, where the run only gives up."""
     if attempts > max_attempts:
         return []
-    opening = [ev.new("session.status_running")]
+    opening = [ev.new(EventType.SESSION_STATUS_RUNNING)]
     if attempts > 1:
-        opening.insert(0, ev.new("session.status_rescheduled"))
+        opening.insert(0, ev.new(EventType.SESSION_STATUS_RESCHEDULED))
     return opening
 
 
@@ -166,9 +168,11 @@ class TurnRunner:
     async def _close_dangling_span(self, events: Sequence[Json]) -> None:
         """A request started by an attempt that died gets its end, marked as an error."""
         ended = {
-            e.get("model_request_start_id") for e in events if e["type"] == "span.model_request_end"
+            e.get("model_request_start_id")
+            for e in events
+            if e["type"] == EventType.SPAN_MODEL_REQUEST_END
         }
-        starts = [e for e in events if e["type"] == "span.model_request_start"]
+        starts = [e for e in events if e["type"] == EventType.SPAN_MODEL_REQUEST_START]
         if starts and starts[-1]["id"] not in ended:
             await self._write([ev.span_end(starts[-1]["id"], {}, is_error=True)])
 
@@ -181,7 +185,7 @@ class TurnRunner:
             max_tokens=self.deps.settings.max_output_tokens,
         )
         key = op_key("model", request.as_params(), self.claim.run_id, position)
-        start = ev.new("span.model_request_start")
+        start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
         await self._write([start], ops_started=[(key, "model")])
         self.deps.failpoints.hit("model.before_request")
         try:
@@ -238,12 +242,12 @@ class TurnRunner:
         await self._write(
             [
                 ev.session_error(error_type, message, "retrying"),
-                ev.new("session.status_rescheduled"),
+                ev.new(EventType.SESSION_STATUS_RESCHEDULED),
             ],
             status=RunStatus.RETRYING,
         )
         await self.deps.clock.sleep(delay)
-        await self._write([ev.new("session.status_running")], status=RunStatus.RUNNING)
+        await self._write([ev.new(EventType.SESSION_STATUS_RUNNING)], status=RunStatus.RUNNING)
 
     # tools
 

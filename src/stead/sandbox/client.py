@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import anyio
 from anyio.abc import ByteStream, SocketAttribute
 
+from stead.jsonvalues import Json
 from stead.sandbox import ops
 from stead.sandbox.base import (
     WORKSPACE,
@@ -43,7 +44,6 @@ from stead.sandbox.errors import (
 )
 from stead.sandbox.protocol import (
     FrameStream,
-    Json,
     ProtocolError,
     decode_bytes,
     encode_bytes,

@@ -27,6 +27,7 @@ from pydantic import (
     ValidationError,
 )
 
+from stead.jsonvalues import Json
 from stead.sandbox.base import (
     DirListing,
     ExecResult,
@@ -39,8 +40,6 @@ from stead.sandbox.errors import InvalidArgument
 
 PROTOCOL_VERSION = 2
 """Raised on any change to a request or reply type."""
-
-Json = dict[str, Any]
 
 
 def _bytes(value: Any) -> bytes:

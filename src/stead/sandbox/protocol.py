@@ -23,13 +23,12 @@ import anyio
 from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from stead.jsonvalues import Json
 from stead.sandbox import errors
 
 MAX_FRAME = 64 * 1024 * 1024
 """Largest frame either side accepts (a 32 MiB file write, base64-encoded)."""
 PROTOCOL_VERSION = 1
-
-Json = dict[str, Any]
 
 
 class ProtocolError(Exception):

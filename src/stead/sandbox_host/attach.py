@@ -19,8 +19,9 @@ import contextlib
 
 import anyio
 
+from stead.jsonvalues import Json
 from stead.sandbox import InvalidArgument
-from stead.sandbox.protocol import FrameStream, Json, ProtocolError, decode_bytes, encode_bytes
+from stead.sandbox.protocol import FrameStream, ProtocolError, decode_bytes, encode_bytes
 from stead.sandbox_host.lifecycle import HostedSandbox
 from stead.sandbox_host.processes import BackgroundProcess
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from stead.jsonvalues import Json
 from stead.sandbox import (
     InvalidArgument,
     SandboxConfig,
@@ -30,7 +31,7 @@ from stead.sandbox import (
     VersionMismatch,
     ops,
 )
-from stead.sandbox.protocol import FrameStream, Json, ProtocolError, error_frame
+from stead.sandbox.protocol import FrameStream, ProtocolError, error_frame
 from stead.sandbox_host.attach import attach
 from stead.sandbox_host.egress import EgressPolicy, InvalidPolicy
 from stead.sandbox_host.lifecycle import HostedSandbox

@@ -11,10 +11,9 @@ from typing import Any
 
 from anthropic.types.beta import agent_create_params, agent_update_params
 
+from stead.jsonvalues import Json
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
-
-Json = dict[str, Any]
 
 CREATE = StrictParams(agent_create_params.AgentCreateParams)
 UPDATE = StrictParams(agent_update_params.AgentUpdateParams)

@@ -7,11 +7,10 @@ from typing import Any
 
 from anthropic.types.beta import environment_create_params, environment_update_params
 
+from stead.jsonvalues import Json
 from stead.package_specs import PACKAGE_MANAGERS, spec_problem
 from stead.schemas.limits import check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
-
-Json = dict[str, Any]
 
 CREATE = StrictParams(environment_create_params.EnvironmentCreateParams)
 UPDATE = StrictParams(environment_update_params.EnvironmentUpdateParams)

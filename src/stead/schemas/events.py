@@ -7,31 +7,38 @@ from typing import Any
 
 from anthropic.types.beta.sessions import event_send_params
 
+from stead.events import EventType
+from stead.jsonvalues import Json
 from stead.schemas.validation import RequestError, StrictParams
-
-Json = dict[str, Any]
 
 SEND = StrictParams(event_send_params.EventSendParams)
 
 USER_EVENT_TYPES = (
-    "user.message",
-    "user.interrupt",
-    "user.tool_confirmation",
-    "user.custom_tool_result",
-    "user.tool_result",
-    "user.define_outcome",
+    EventType.USER_MESSAGE,
+    EventType.USER_INTERRUPT,
+    EventType.USER_TOOL_CONFIRMATION,
+    EventType.USER_CUSTOM_TOOL_RESULT,
+    EventType.USER_TOOL_RESULT,
+    EventType.USER_DEFINE_OUTCOME,
     "system.message",
 )
-INITIAL_EVENT_TYPES = ("user.message", "user.define_outcome")
-SYSTEM_FOLLOWS = ("user.message", "user.tool_result", "user.custom_tool_result")
-DELTA_TYPES = ("agent.message", "agent.thinking")
+INITIAL_EVENT_TYPES = (EventType.USER_MESSAGE, EventType.USER_DEFINE_OUTCOME)
+SYSTEM_FOLLOWS = (
+    EventType.USER_MESSAGE,
+    EventType.USER_TOOL_RESULT,
+    EventType.USER_CUSTOM_TOOL_RESULT,
+)
+DELTA_TYPES = (EventType.AGENT_MESSAGE, EventType.AGENT_THINKING)
 MAX_DELTA_TYPES = 100
 MAX_RUBRIC = 262_144
 
 REFERENCES = {
-    "user.tool_confirmation": ("tool_use_id", ("agent.tool_use", "agent.mcp_tool_use")),
-    "user.custom_tool_result": ("custom_tool_use_id", ("agent.custom_tool_use",)),
-    "user.tool_result": ("tool_use_id", ("agent.tool_use",)),
+    EventType.USER_TOOL_CONFIRMATION: (
+        "tool_use_id",
+        (EventType.AGENT_TOOL_USE, EventType.AGENT_MCP_TOOL_USE),
+    ),
+    EventType.USER_CUSTOM_TOOL_RESULT: ("custom_tool_use_id", (EventType.AGENT_CUSTOM_TOOL_USE,)),
+    EventType.USER_TOOL_RESULT: ("tool_use_id", (EventType.AGENT_TOOL_USE,)),
 }
 """Events that answer an earlier agent event: the field naming it and the types it may be."""
 
@@ -50,18 +57,18 @@ def check_events(events: list[Json], field: str) -> None:
     for i, event in enumerate(events):
         where = f"{field}.{i}"
         kind = event["type"]
-        if kind == "user.message" and not event["content"]:
+        if kind == EventType.USER_MESSAGE and not event["content"]:
             raise RequestError(f"{where}.content: must hold at least one block")
         if kind == "system.message":
             _check_system_message(events, i, where)
         denied = event.get("result") == "deny"
         if (
-            kind == "user.tool_confirmation"
+            kind == EventType.USER_TOOL_CONFIRMATION
             and event.get("deny_message") is not None
             and not denied
         ):
             raise RequestError(f"{where}.deny_message: only allowed with result 'deny'")
-        if kind == "user.define_outcome":
+        if kind == EventType.USER_DEFINE_OUTCOME:
             _check_outcome(event, where)
 
 

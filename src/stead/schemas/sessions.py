@@ -8,11 +8,10 @@ from typing import Any
 
 from anthropic.types.beta import session_create_params, session_update_params
 
+from stead.jsonvalues import Json
 from stead.schemas import agents
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
-
-Json = dict[str, Any]
 
 CREATE = StrictParams(session_create_params.SessionCreateParams)
 UPDATE = StrictParams(session_update_params.SessionUpdateParams)

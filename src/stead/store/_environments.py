@@ -8,8 +8,9 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, exists, insert, select, update
 
 from stead.ids import new_id
+from stead.jsonvalues import Json
 from stead.store._paging import fetch_page
-from stead.store.base import EnvironmentChange, EnvironmentRecord, Json, Page, PageRequest
+from stead.store.base import EnvironmentChange, EnvironmentRecord, Page, PageRequest
 from stead.store.errors import Conflict, NotFound
 from stead.store.tables import environments, sessions
 

@@ -8,16 +8,22 @@ from itertools import groupby
 
 from sqlalchemy import Connection
 
+from stead.events import EventType
 from stead.store import _events, _runs, _sessions
 from stead.store.base import EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 
-QUEUED_TYPES = frozenset({"user.message", "system.message"})
+QUEUED_TYPES = frozenset({EventType.USER_MESSAGE, "system.message"})
 """Types that wait for the running turn to end. Everything else (interrupts, tool
 results, confirmations, outcomes) is processed on receipt (spec §3.0)."""
 
 STARTS_WORK = frozenset(
-    {"user.message", "user.custom_tool_result", "user.tool_confirmation", "user.tool_result"}
+    {
+        EventType.USER_MESSAGE,
+        EventType.USER_CUSTOM_TOOL_RESULT,
+        EventType.USER_TOOL_CONFIRMATION,
+        EventType.USER_TOOL_RESULT,
+    }
 )
 """Logged, these give the agent loop something to do: a run is queued in the same
 transaction, so no crash can leave a message that nothing will answer."""

@@ -23,7 +23,9 @@ from sqlalchemy import (
     update,
 )
 
+from stead.events import EventType
 from stead.ids import new_id
+from stead.jsonvalues import Json
 from stead.store import _agents, _environments, _events, _runs
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
@@ -31,7 +33,6 @@ from stead.store.base import (
     LIVE_RUN_STATUSES,
     AgentRecord,
     EventRecord,
-    Json,
     NewEvent,
     Page,
     PageRequest,
@@ -144,7 +145,7 @@ def create(
         )
     )
     logged = _events.append_log(conn, now, session_id, initial_events)
-    if any(e.type == "user.message" for e in initial_events):
+    if any(e.type == EventType.USER_MESSAGE for e in initial_events):
         _runs.start(conn, now, session_id)
     return get(conn, workspace_id, session_id), logged
 

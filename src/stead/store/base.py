@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
+from stead.jsonvalues import Json
+
 T = TypeVar("T")
-Json = dict[str, Any]
 Order = Literal["asc", "desc"]
 
 

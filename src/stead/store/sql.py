@@ -15,6 +15,7 @@ from typing import Any, ParamSpec, TypeVar
 from anyio import to_thread
 from sqlalchemy import Connection, Engine
 
+from stead.jsonvalues import Json
 from stead.store import (
     _agents,
     _environments,
@@ -36,7 +37,6 @@ from stead.store.base import (
     EventRecord,
     EventsAccepted,
     IntegrityFinding,
-    Json,
     LeaseExpiry,
     NewEvent,
     OpRecord,

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from stead.jsonvalues import Json
 
 
 @dataclass(frozen=True, slots=True)
 class ToolOutcome:
-    content: list[dict[str, Any]]
+    content: list[Json]
     """Messages API ``tool_result`` content blocks (text, image, document).
     Text blocks are never empty (the API refuses empty text blocks)."""
     is_error: bool = False
+    session_error: str | None = None
+    """Set when the session's sandbox cannot serve it any more and no retry
+    will change that (its saved workspace is lost, its packages cannot be
+    installed, the machine cannot isolate): the turn ends with a
+    ``session.error`` carrying this message instead of going on."""
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolOutcome:

@@ -7,14 +7,12 @@ back into content blocks, so the rest of the harness sees one format.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
-from stead.jsonvalues import JsonValueError, loads
+from stead.jsonvalues import Json, JsonValueError, loads
 
-Json = dict[str, Any]
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
 

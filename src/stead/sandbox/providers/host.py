@@ -19,12 +19,13 @@ from pathlib import Path
 
 import anyio
 
+from stead.jsonvalues import Json
 from stead.sandbox import ops
 from stead.sandbox.base import Sandbox
 from stead.sandbox.client import HostAddress, HostClient, HostSandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import SandboxUnavailable
-from stead.sandbox.provider import EgressCredential, Json
+from stead.sandbox.provider import EgressCredential
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 log = logging.getLogger("stead.sandbox.host")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from stead.jsonvalues import Json
 from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
-from stead.sandbox.provider import EgressCredential, Json
+from stead.sandbox.provider import EgressCredential
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_SANDBOX = (

@@ -13,11 +13,12 @@ from pathlib import Path
 import anyio
 from anyio import to_thread
 
+from stead.jsonvalues import Json
 from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
-from stead.sandbox.provider import EgressCredential, Json
+from stead.sandbox.provider import EgressCredential
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_TERMINALS = "terminals need the sandbox host: this server runs STEAD_SANDBOX=unsafe_local"
