@@ -6,14 +6,21 @@ S3-compatible server."""
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 
 from stead.blobs import BlobConfig, open_blob_store
-from stead.sandbox import HostClient, HostSandbox, WorkspaceUnavailable
+from stead.sandbox import HostAddress, HostClient, HostSandbox, WorkspaceUnavailable
+from stead.sandbox_host.clock import ManualClock
+from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.server import serve_host
 from stead.testing import HostProcess
 from stead.testing.seaweed import S3Server, seaweed_s3
 from tests.sandbox.conftest import (
@@ -96,25 +103,52 @@ async def test_a_corrupt_snapshot_is_an_error_not_an_empty_workspace(
     assert "corrupt" in (await sandbox.status())["last_error"]
 
 
-async def test_an_idle_sandbox_sleeps_by_itself_unless_a_process_runs(
-    client: HostClient, host: HostProcess
+# uvloop, as `stead sandbox-host` runs: anyio's asyncio Unix sockets race a
+# cancelled read against readiness (see sandbox_host/egress/unix.py).
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
+async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
+    tmp_path: Path,
 ) -> None:
-    sandbox = HostSandbox(client, new_id(), config(sleep_after=0.5))
+    # The host runs in this process on a clock the test moves: idleness is
+    # measured, never waited for.
+    clock = ManualClock()
+    work_dir = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
+    os.chmod(work_dir, 0o711)
+    options = HostOptions(
+        state_dir=tmp_path / "state",
+        work_dir=work_dir,
+        blobs=BlobConfig(url=f"file://{tmp_path / 'blobs'}"),
+        idle_check_seconds=3600,
+    )
     try:
-        started = await sandbox.start_process("sleep 600")
-        await sandbox.write_file("kept", b"yes")
-        # Many idle checks pass while the process runs; none puts it to sleep.
-        for _ in range(10):
-            await anyio.sleep(0.2)
+        async with anyio.create_task_group() as tasks:
+            manager = await tasks.start(partial(serve_host, options, clock=clock))
+            client = HostClient(HostAddress(unix_path=options.socket_path))
+            sandbox = HostSandbox(client, new_id(), config(sleep_after=300))
+            started = await sandbox.start_process("sleep 600")
+            await sandbox.write_file("kept", b"yes")
+            clock.advance(3600)
+            await manager.sleep_idle_once()
+            assert (await sandbox.status())["state"] == "active"  # the process runs
+
+            await sandbox.kill_process(started["id"])
+            with anyio.fail_after(WAIT):
+                while any(p["running"] for p in await sandbox.list_processes()):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+            await sandbox.acquire()  # activity now
+            clock.advance(299)
+            await manager.sleep_idle_once()
             assert (await sandbox.status())["state"] == "active"
-        await sandbox.kill_process(started["id"])
-        with anyio.fail_after(WAIT):
-            while (await sandbox.status())["state"] != "cold":  # noqa: ASYNC110
-                await anyio.sleep(0.1)
-        assert not workspace_on_host(host, sandbox.sandbox_id).exists()
-        assert await sandbox.read_file("kept", max_bytes=10) == b"yes"
+            clock.advance(2)
+            await manager.sleep_idle_once()
+            assert (await sandbox.status())["state"] == "cold"
+            assert not (work_dir / "sandboxes" / sandbox.sandbox_id / "workspace").exists()
+            assert await sandbox.read_file("kept", max_bytes=10) == b"yes"
+            await client.destroy(sandbox.sandbox_id)
+            await client.aclose()
+            tasks.cancel_scope.cancel()
     finally:
-        await client.destroy(sandbox.sandbox_id)
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -45,8 +45,6 @@ from stead.sandbox.errors import (
 from stead.sandbox.protocol import (
     FrameStream,
     ProtocolError,
-    decode_bytes,
-    encode_bytes,
     raise_error,
 )
 from stead.sandbox.terminals import (
@@ -250,37 +248,40 @@ class HostTerminal:
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ProtocolError):
             await self.aclose()
             return TerminalEnded("gone")
-        if "data_b64" in frame:
-            return TerminalOutput(
-                int(frame.get("channel", 1)), int(frame["offset"]), decode_bytes(frame["data_b64"])
-            )
-        if frame.get("replayed"):
-            return TerminalReplayed(int(frame["offset"]))
-        if "exit" in frame:
-            return TerminalExited(int(frame["exit"]))
+        if "result" not in frame and "error" not in frame:
+            try:
+                event = ops.parse_terminal_output(frame)
+            except ValueError:
+                await self.aclose()
+                return TerminalEnded("error", "the sandbox host sent a malformed terminal frame")
+            if isinstance(event, ops.TerminalData):
+                return TerminalOutput(event.channel, event.offset, event.data)
+            if isinstance(event, ops.TerminalReplayed):
+                return TerminalReplayed(event.offset)
+            return TerminalExited(event.exit_code)
         await self.aclose()
         if "error" in frame:
             return TerminalEnded("error", str(frame.get("message") or frame.get("fields") or ""))
-        result = frame.get("result") or {}
-        reason = next(
-            (k for k in ("exited", "too_slow", "gone", "detached") if result.get(k)), "gone"
-        )
-        return TerminalEnded(reason)
+        try:
+            end = ops.TerminalEnd.model_validate(frame["result"], strict=False)
+        except ValueError:
+            return TerminalEnded("gone")
+        return TerminalEnded(end.reason)
 
     async def send_input(self, data: bytes) -> None:
-        await self._send({"input_b64": encode_bytes(data)})
+        await self._send(ops.TerminalInput(data=data))
 
     async def resize(self, rows: int, cols: int) -> None:
-        await self._send({"resize": {"rows": rows, "cols": cols}})
+        await self._send(ops.TerminalResize(rows=rows, cols=cols))
 
     async def detach(self) -> None:
-        await self._send({"detach": True})
+        await self._send(ops.TerminalDetach())
 
-    async def _send(self, frame: Json) -> None:
+    async def _send(self, frame: ops.Message) -> None:
         # A failed send means the attachment ended; receive() says how.
         async with self._send_lock:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                await self._frames.send(frame)
+                await self._frames.send(ops.encode(frame))
 
     async def aclose(self) -> None:
         self.ended = True

@@ -320,6 +320,79 @@ class Terminal(SandboxRequest):
     offset: int = Field(default=0, ge=0)
 
 
+class TerminalData(Message):
+    """Output of an attached terminal, from the host (scrollback, then live)."""
+
+    frame: Literal["data"] = "data"
+    channel: int
+    """1 stdout (all of a PTY's output), 2 stderr."""
+    offset: int
+    """Absolute offset of ``data``'s first byte in the terminal's output."""
+    data: Bytes
+
+
+class TerminalReplayed(Message):
+    frame: Literal["replayed"] = "replayed"
+    offset: int
+
+
+class TerminalExit(Message):
+    frame: Literal["exit"] = "exit"
+    exit_code: int
+
+
+class TerminalInput(Message):
+    """Bytes for the terminal's stdin, from the brain."""
+
+    frame: Literal["input"] = "input"
+    data: Bytes
+
+
+class TerminalResize(Message):
+    frame: Literal["resize"] = "resize"
+    rows: int
+    cols: int
+
+
+class TerminalDetach(Message):
+    frame: Literal["detach"] = "detach"
+
+
+class TerminalEnd(Message):
+    """The ``Terminal`` call's reply: why the attachment ended."""
+
+    reason: Literal["exited", "detached", "too_slow", "gone"]
+    exit_code: int | None = None
+
+
+Terminal.reply = TerminalEnd
+
+TerminalOutputFrame = Annotated[
+    TerminalData | TerminalReplayed | TerminalExit, Field(discriminator="frame")
+]
+TerminalControlFrame = Annotated[
+    TerminalInput | TerminalResize | TerminalDetach, Field(discriminator="frame")
+]
+_OUTPUT_FRAMES: TypeAdapter[TerminalOutputFrame] = TypeAdapter(TerminalOutputFrame)
+_CONTROL_FRAMES: TypeAdapter[TerminalControlFrame] = TypeAdapter(TerminalControlFrame)
+
+
+def parse_terminal_output(frame: Json) -> TerminalData | TerminalReplayed | TerminalExit:
+    """A host's terminal frame; ``ValueError`` if it is none."""
+    try:
+        return _OUTPUT_FRAMES.validate_python(frame, strict=False)
+    except ValidationError:
+        raise ValueError("malformed terminal frame") from None
+
+
+def parse_terminal_control(frame: Json) -> TerminalInput | TerminalResize | TerminalDetach:
+    """A brain's terminal frame; ``ValueError`` if it is none."""
+    try:
+        return _CONTROL_FRAMES.validate_python(frame, strict=False)
+    except ValidationError:
+        raise ValueError("malformed terminal control frame") from None
+
+
 AnyRequest = Annotated[
     Hello
     | Ping

@@ -1,10 +1,10 @@
 """The sandbox host's RPC framing and the one place errors cross it.
 
-A connection carries one call at a time: the client sends a request frame,
-the host answers with zero or more ``output`` frames (a streaming exec) and
-then exactly one ``result`` or ``error`` frame. A frame is a 4-byte big-endian
-length and a JSON object. Bytes travel base64-encoded under keys ending in
-``_b64``. Over TCP the first frame must be ``{"op": "hello", "token": ...}``.
+A connection opens with a ``Hello`` and then carries one call at a time: the
+client sends a request frame, the host answers with zero or more ``output``
+frames (a streaming exec) or terminal frames and then exactly one ``result``
+or ``error`` frame. A frame is a 4-byte big-endian length and a JSON object;
+what the objects hold is in ``ops.py``.
 
 Errors travel as the name of their ``SandboxError`` class and its fields, and
 ``raise_error`` rebuilds the same class on the client, so the brain sees the
@@ -13,11 +13,9 @@ sandbox's errors exactly as the in-process backend raises them.
 
 from __future__ import annotations
 
-import base64
 import json
 import struct
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 from anyio.abc import ByteStream
@@ -28,7 +26,6 @@ from stead.sandbox import errors
 
 MAX_FRAME = 64 * 1024 * 1024
 """Largest frame either side accepts (a 32 MiB file write, base64-encoded)."""
-PROTOCOL_VERSION = 1
 
 
 class ProtocolError(Exception):
@@ -66,19 +63,6 @@ class FrameStream:
 
     async def aclose(self) -> None:
         await self.stream.aclose()
-
-
-def encode_bytes(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def decode_bytes(value: Any) -> bytes:
-    if not isinstance(value, str):
-        raise ProtocolError("expected base64 text")
-    try:
-        return base64.b64decode(value, validate=True)
-    except ValueError:
-        raise ProtocolError("invalid base64") from None
 
 
 # -- errors -------------------------------------------------------------------

@@ -1,11 +1,12 @@
 """One client attached to a terminal over a host connection (rule 10).
 
-The host sends ``{"data_b64", "channel", "offset"}`` frames for the scrollback
-from the client's offset, then ``{"replayed": true, "offset"}``, then live
-output, and ``{"exit": code}`` once the process has exited and every byte
-before it was sent. The client may send ``{"input_b64"}``, ``{"resize":
-{"rows", "cols"}}`` and ``{"detach": true}`` at any time. The connection
-carries nothing else afterwards: the host closes it.
+The host sends ``TerminalData`` frames for the scrollback from the client's
+offset, then ``TerminalReplayed``, then live output, and ``TerminalExit``
+once the process has exited and every byte before it was sent; the call's
+reply, ``TerminalEnd``, says why the attachment ended. The client may send
+``TerminalInput``, ``TerminalResize`` and ``TerminalDetach`` at any time
+(``stead.sandbox.ops``). The connection carries nothing else afterwards: the
+host closes it.
 
 A client that cannot keep up (it fell so far behind that the ring dropped
 bytes it had not been sent, or a send stalls) is detached with a
@@ -19,9 +20,8 @@ import contextlib
 
 import anyio
 
-from stead.jsonvalues import Json
-from stead.sandbox import InvalidArgument
-from stead.sandbox.protocol import FrameStream, ProtocolError, decode_bytes, encode_bytes
+from stead.sandbox import InvalidArgument, ops
+from stead.sandbox.protocol import FrameStream
 from stead.sandbox_host.lifecycle import HostedSandbox
 from stead.sandbox_host.processes import BackgroundProcess
 
@@ -39,7 +39,7 @@ async def attach(
     offset: int,
     *,
     send_seconds: float,
-) -> Json:
+) -> ops.TerminalEnd:
     """``send_seconds``: longest one frame may take to go out before the
     client counts as stalled (too slow)."""
     sender = _Sender(frames, send_seconds)
@@ -48,17 +48,17 @@ async def attach(
     terminal.attached += 1
     sandbox.terminals += 1
     terminal.reader_at(sender.reader, max(offset, terminal.ring.start))
-    outcome: Json = {"detached": True}
+    outcome = ops.TerminalEnd(reason="detached")
     try:
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(_take_input, terminal, frames, tasks.cancel_scope)
             try:
                 exit_code = await _send_output(terminal, sender, offset)
-                outcome = {"exited": True, "exit_code": exit_code}
+                outcome = ops.TerminalEnd(reason="exited", exit_code=exit_code)
             except (TooSlow, TimeoutError):
-                outcome = {"too_slow": True}
+                outcome = ops.TerminalEnd(reason="too_slow")
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                outcome = {"gone": True}
+                outcome = ops.TerminalEnd(reason="gone")
             tasks.cancel_scope.cancel()
     finally:
         terminal.reader_at(sender.reader, None)
@@ -72,7 +72,7 @@ async def _send_output(terminal: BackgroundProcess, sender: _Sender, offset: int
     ring = terminal.ring
     position = max(offset, ring.start)
     position = await _send_chunks(terminal, sender, position, replay=True)
-    await sender.send({"replayed": True, "offset": position})
+    await sender.send(ops.TerminalReplayed(offset=position))
     while True:
         await ring.wait_beyond(position)
         if ring.start > position:
@@ -81,7 +81,7 @@ async def _send_output(terminal: BackgroundProcess, sender: _Sender, offset: int
         if ring.closed and position >= ring.end:
             await terminal.exited.wait()
             if terminal.exit_code is not None:
-                await sender.send({"exit": terminal.exit_code})
+                await sender.send(ops.TerminalExit(exit_code=terminal.exit_code))
             return terminal.exit_code
 
 
@@ -91,8 +91,7 @@ async def _send_chunks(
     for start, channel, data in terminal.ring.chunks(position):
         for cut in range(0, len(data), MAX_FRAME_DATA):
             piece = data[cut : cut + MAX_FRAME_DATA]
-            frame = {"data_b64": encode_bytes(piece), "channel": channel, "offset": start + cut}
-            await sender.send(frame)
+            await sender.send(ops.TerminalData(channel=channel, offset=start + cut, data=piece))
         position = start + len(data)
         terminal.reader_at(sender.reader, position)
         if not replay and terminal.ring.start > position:
@@ -106,9 +105,9 @@ class _Sender:
         self.seconds = seconds
         self.reader = id(frames)
 
-    async def send(self, frame: Json) -> None:
+    async def send(self, frame: ops.Message) -> None:
         with anyio.fail_after(self.seconds):
-            await self.frames.send(frame)
+            await self.frames.send(ops.encode(frame))
 
 
 async def _take_input(
@@ -118,14 +117,14 @@ async def _take_input(
         anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError
     ):
         while True:
-            frame = await frames.receive()
-            if frame.get("detach"):
-                break
             try:
-                if "input_b64" in frame:
-                    await terminal.write(decode_bytes(frame["input_b64"]))
-                elif isinstance(size := frame.get("resize"), dict):
-                    terminal.resize(int(size.get("rows", 0)), int(size.get("cols", 0)))
-            except (InvalidArgument, ProtocolError, TypeError, ValueError):
+                control = ops.parse_terminal_control(await frames.receive())
+                if isinstance(control, ops.TerminalDetach):
+                    break
+                if isinstance(control, ops.TerminalInput):
+                    await terminal.write(control.data)
+                else:
+                    terminal.resize(control.rows, control.cols)
+            except (InvalidArgument, ValueError):
                 continue  # a bad control message loses nothing; the output goes on
     scope.cancel()

@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import signal
-import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
@@ -62,6 +61,7 @@ from stead.sandbox_host.bwrap import (
 )
 from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
+from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import Credentials, EgressPolicy, EgressProxy
 from stead.sandbox_host.packages import PackageCache
@@ -98,7 +98,9 @@ class HostedSandbox:
         cgroups: Cgroups,
         packages: PackageCache,
         tasks: TaskGroup,
+        clock: HostClock,
     ) -> None:
+        self._clock = clock
         self.id = row.id
         self.uid = row.uid
         self.config = config
@@ -121,6 +123,7 @@ class HostedSandbox:
             catalogue=catalogue,
             blobs=blobs,
             snapshot_ttl_seconds=options.snapshot_ttl_seconds,
+            clock=clock,
         )
         self._egress_dir = self.root / "egress"
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
@@ -138,7 +141,7 @@ class HostedSandbox:
         self.processes: dict[str, BackgroundProcess] = {}
         self.terminals = 0
         self._busy = 0
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock.monotonic()
         self._active_since: float | None = None
         self._active_recorded = row.active_seconds
         self.last_error: str | None = None
@@ -156,11 +159,11 @@ class HostedSandbox:
             yield
         finally:
             self._busy -= 1
-            self._last_activity = time.monotonic()
+            self._last_activity = self._clock.monotonic()
 
     def touch(self) -> None:
         """Counts as activity now (a terminal client just left)."""
-        self._last_activity = time.monotonic()
+        self._last_activity = self._clock.monotonic()
 
     def idle_seconds(self) -> float | None:
         """Seconds since the last activity; None while anything is going on."""
@@ -169,9 +172,9 @@ class HostedSandbox:
         if any(p.running for p in self.processes.values()):
             return None
         if self.state is State.ACTIVE and self._agent_processes() > 0:
-            self._last_activity = time.monotonic()
+            self._last_activity = self._clock.monotonic()
             return None
-        return time.monotonic() - self._last_activity
+        return self._clock.monotonic() - self._last_activity
 
     def _agent_processes(self) -> int:
         if self._cgroup is None:
@@ -206,8 +209,8 @@ class HostedSandbox:
                     await self._stop_body()
                 raise
             self.state = State.ACTIVE
-            self._active_since = time.monotonic()
-            self._last_activity = time.monotonic()
+            self._active_since = self._clock.monotonic()
+            self._last_activity = self._clock.monotonic()
 
     async def _wake(self) -> None:
         try:
@@ -287,7 +290,7 @@ class HostedSandbox:
             with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
                 await to_thread.run_sync(cgroup.destroy)
         if self._active_since is not None:
-            seconds = time.monotonic() - self._active_since
+            seconds = self._clock.monotonic() - self._active_since
             self._active_since = None
             self._active_recorded += seconds
             with anyio.CancelScope(shield=True):
@@ -335,7 +338,7 @@ class HostedSandbox:
         await self.sleep(force=True)
         async with self._transition:
             await to_thread.run_sync(self.saved.remove)
-            await self._catalogue.mark_destroyed(self.id, now=time.time())
+            await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
 
     # -- exec ---------------------------------------------------------------------
 
@@ -401,7 +404,7 @@ class HostedSandbox:
         tail = OutputTail(EXEC_OUTPUT_LIMIT, on_output)
         oom_before = await self._oom_kills()
         try:
-            await self._catalogue.put_exec(self.id, op_key, RUNNING, None, now=time.time())
+            await self._catalogue.put_exec(self.id, op_key, RUNNING, None, now=self._clock.time())
             result = await shell.run(command, time_limit=time_limit, tail=tail)
         except BaseException:
             self._shell = None
@@ -421,7 +424,9 @@ class HostedSandbox:
 
     async def _record(self, op_key: str, result: ExecResult) -> None:
         result_json = json.dumps(asdict(result))
-        await self._catalogue.put_exec(self.id, op_key, FINISHED, result_json, now=time.time())
+        await self._catalogue.put_exec(
+            self.id, op_key, FINISHED, result_json, now=self._clock.time()
+        )
 
     async def _oom_kills(self) -> int:
         if self._cgroup is None:
@@ -542,7 +547,9 @@ class HostedSandbox:
     @property
     def active_seconds(self) -> float:
         """Seconds this sandbox has been awake, all wakes together (usage, rule 9)."""
-        current = time.monotonic() - self._active_since if self._active_since is not None else 0
+        current = (
+            self._clock.monotonic() - self._active_since if self._active_since is not None else 0
+        )
         return self._active_recorded + current
 
     def set_credentials(self, generation: int, credentials: Credentials) -> None:

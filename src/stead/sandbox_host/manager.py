@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from stead.blobs import BlobNotFound, BlobStore
 from stead.sandbox import InvalidArgument, IsolationUnavailable, SandboxConfig, SandboxNotFound, ops
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import Cgroups
+from stead.sandbox_host.clock import HostClock, SystemClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
@@ -52,7 +52,9 @@ class SandboxManager:
         isolation: Isolation | None,
         isolation_problem: str | None,
         tasks: TaskGroup,
+        clock: HostClock | None = None,
     ) -> None:
+        self._clock: HostClock = clock or SystemClock()
         self._options = options
         self._catalogue = catalogue
         self._blobs = blobs
@@ -111,7 +113,7 @@ class SandboxManager:
                 sandbox_id,
                 config.to_json(),
                 uids=self._isolation.uids,
-                now=time.time(),
+                now=self._clock.time(),
             )
             sandbox = HostedSandbox(
                 row,
@@ -122,6 +124,7 @@ class SandboxManager:
                 cgroups=self._cgroups,
                 packages=self._packages,
                 tasks=self._tasks,
+                clock=self._clock,
             )
             self._sandboxes[sandbox_id] = sandbox
             return sandbox
@@ -180,25 +183,29 @@ class SandboxManager:
     async def sleep_idle(self) -> None:
         """Runs forever: sleeps sandboxes idle past their ``sleep_after``."""
         while True:
-            await anyio.sleep(self._options.idle_check_seconds)
-            for sandbox in list(self._sandboxes.values()):
-                idle = sandbox.idle_seconds()
-                awake = sandbox.state is State.ACTIVE or sandbox.needs_snapshot
-                if not awake or idle is None or idle < sandbox.config.sleep_after:
-                    continue
-                try:
-                    await sandbox.sleep()
-                except Exception as exc:
-                    sandbox.last_error = f"sleep failed: {exc}"
-                    log.exception("sandbox %s could not sleep", sandbox.id)
+            await self._clock.sleep(self._options.idle_check_seconds)
+            await self.sleep_idle_once()
+
+    async def sleep_idle_once(self) -> None:
+        """One round of the idle sleeper."""
+        for sandbox in list(self._sandboxes.values()):
+            idle = sandbox.idle_seconds()
+            awake = sandbox.state is State.ACTIVE or sandbox.needs_snapshot
+            if not awake or idle is None or idle < sandbox.config.sleep_after:
+                continue
+            try:
+                await sandbox.sleep()
+            except Exception as exc:
+                sandbox.last_error = f"sleep failed: {exc}"
+                log.exception("sandbox %s could not sleep", sandbox.id)
 
     async def collect_garbage(self) -> None:
         """Runs forever: deletes snapshots past their expiry and old exec records."""
         while True:
-            now = time.time()
+            now = self._clock.time()
             await self.collect_once(now=now)
             await self.prune_exec_records(now=now)
-            await anyio.sleep(self._options.gc_interval_seconds)
+            await self._clock.sleep(self._options.gc_interval_seconds)
 
     async def prune_exec_records(self, *, now: float) -> int:
         running = {

@@ -41,6 +41,8 @@ from stead.sandbox_host.processes import Kind
 log = logging.getLogger("stead.sandbox.host")
 
 HELLO_SECONDS = 10.0
+GOODBYE_SECONDS = 30.0
+"""How long a terminal client may take to read up to its attachment's end."""
 
 Handler = Callable[[Any, FrameStream], Awaitable[Any]]
 
@@ -87,9 +89,11 @@ class HostRpc:
                     return
                 reply = await self.call(frame, frames)
                 if frame.get("op") == "terminal":
-                    # A stalled client gets no more than a bounded wait; and it
-                    # may still be sending input, so its connection ends here.
-                    with anyio.move_on_after(self._manager.options.terminal_send_seconds):
+                    # The attachment is over; only its goodbye is left, behind
+                    # whatever output a dropped (too slow) client has still to
+                    # read. It gets a bounded wait, and since it may still be
+                    # sending input, its connection ends here.
+                    with anyio.move_on_after(GOODBYE_SECONDS):
                         await frames.send(reply)
                     return
                 await frames.send(reply)
@@ -256,7 +260,7 @@ class HostRpc:
         await sandbox.kill_process(request.process_id, request.signal)
         return ops.Empty()
 
-    async def _terminal(self, request: ops.Terminal, frames: FrameStream) -> Json:
+    async def _terminal(self, request: ops.Terminal, frames: FrameStream) -> ops.TerminalEnd:
         sandbox = await self._sandbox(request)
         kind = Kind(request.kind)
         terminal = await sandbox.terminal(

@@ -31,6 +31,7 @@ from stead.sandbox.protocol import (
 from stead.sandbox_host.bwrap import install_supervisor
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import detect_cgroups
+from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.manager import Isolation, SandboxManager
 from stead.sandbox_host.rpc import HostRpc
@@ -46,7 +47,10 @@ class HostAlreadyRunning(Exception):
 
 
 async def serve_host(
-    options: HostOptions, *, task_status: TaskStatus[SandboxManager] = anyio.TASK_STATUS_IGNORED
+    options: HostOptions,
+    *,
+    clock: HostClock | None = None,
+    task_status: TaskStatus[SandboxManager] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Runs the sandbox host until cancelled; bodies are stopped on the way out."""
     options.state_dir.mkdir(parents=True, exist_ok=True)
@@ -67,6 +71,7 @@ async def serve_host(
                 isolation=isolation,
                 isolation_problem=problem,
                 tasks=tasks,
+                clock=clock,
             )
             try:
                 await manager.load()

@@ -23,6 +23,7 @@ from anyio import to_thread
 from stead.blobs import BlobError, BlobStore
 from stead.sandbox import SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
+from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.snapshots import (
     SnapshotError,
     SnapshotInfo,
@@ -41,7 +42,9 @@ class SavedWorkspace:
         catalogue: Catalogue,
         blobs: BlobStore,
         snapshot_ttl_seconds: float,
+        clock: HostClock,
     ) -> None:
+        self._clock = clock
         self._id = sandbox_id
         self._uid = uid
         self._root = root
@@ -101,7 +104,7 @@ class SavedWorkspace:
         snapshot_id = f"snap_{time.time_ns():x}"
         key = f"sandboxes/{urllib.parse.quote(self._id, safe='')}/{snapshot_id}.tar.zst"
         info = await take_snapshot(self.directory, self._blobs, key)
-        now = time.time()
+        now = self._clock.time()
         row = SnapshotRow(
             snapshot_id, self._id, info.key, info.size, info.sha256, now, now + self._ttl, None
         )
