@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -59,6 +59,7 @@ Bytes = Annotated[
     PlainSerializer(lambda data: base64.b64encode(data).decode("ascii"), when_used="json"),
 ]
 """Raw bytes in Python, base64 text on the wire."""
+T = TypeVar("T")
 SandboxId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 OpKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
@@ -379,18 +380,19 @@ _CONTROL_FRAMES: TypeAdapter[TerminalControlFrame] = TypeAdapter(TerminalControl
 
 def parse_terminal_output(frame: Json) -> TerminalData | TerminalReplayed | TerminalExit:
     """A host's terminal frame; ``ValueError`` if it is none."""
-    try:
-        return _OUTPUT_FRAMES.validate_python(frame, strict=False)
-    except ValidationError:
-        raise ValueError("malformed terminal frame") from None
+    return _parsed(_OUTPUT_FRAMES, frame)
 
 
 def parse_terminal_control(frame: Json) -> TerminalInput | TerminalResize | TerminalDetach:
     """A brain's terminal frame; ``ValueError`` if it is none."""
+    return _parsed(_CONTROL_FRAMES, frame)
+
+
+def _parsed(adapter: TypeAdapter[T], frame: Json) -> T:
     try:
-        return _CONTROL_FRAMES.validate_python(frame, strict=False)
+        return adapter.validate_python(frame, strict=False)
     except ValidationError:
-        raise ValueError("malformed terminal control frame") from None
+        raise ValueError("malformed terminal frame") from None
 
 
 AnyRequest = Annotated[
