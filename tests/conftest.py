@@ -6,7 +6,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, ServerProcess, echo
+from stead.testing import FakeModel, ServeForker, ServerProcess, echo
 
 
 def loop_env(fake: FakeModel, **extra: str) -> dict[str, str]:
@@ -24,6 +24,13 @@ def fake_model() -> Iterator[FakeModel]:
     """An upstream that answers every turn by echoing the user's words."""
     with FakeModel(echo) as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def forker() -> Iterator[ServeForker]:
+    """Starts servers in a fraction of a second, for tests that start dozens."""
+    with ServeForker() as opened:
+        yield opened
 
 
 @pytest.fixture(scope="session")

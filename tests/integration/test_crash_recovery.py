@@ -29,7 +29,16 @@ from typing import Any
 import httpx2
 import pytest
 
-from stead.testing import ChunkDelay, FakeModel, FaultRule, ServerProcess, Text, ToolCall, Turn
+from stead.testing import (
+    ChunkDelay,
+    FakeModel,
+    FaultRule,
+    ServeForker,
+    ServerProcess,
+    Text,
+    ToolCall,
+    Turn,
+)
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env
 from tests.integration.helpers import sse_frames
@@ -45,6 +54,8 @@ FAILPOINTS = (
 )
 STREAM_KILLS = [f"event:{n}" for n in (3, 5, 7, 9, 11, 13, 15, 17, 19)]
 POINTS = FAILPOINTS + STREAM_KILLS
+LANES = 3
+"""Data directories worked at once: a lane mostly waits on its turn, so three share two cores."""
 MAY_HAVE_RUN = "may have run"
 
 
@@ -105,18 +116,20 @@ class Outcome:
 class Lane:
     """One data directory, used for its points one after another."""
 
-    def __init__(self, root: Path, fake: FakeModel, ledger: Path) -> None:
+    def __init__(self, root: Path, fake: FakeModel, ledger: Path, forker: ServeForker) -> None:
         self.root = root
         self.fake = fake
+        self.forker = forker
         self.ledger = ledger
         self.data = root / "data"
         self.key: str | None = None
 
     def server(self, failpoints: str | None) -> ServerProcess:
         extra = {"STEAD_FAILPOINTS": failpoints} if failpoints else {}
-        process = ServerProcess(
-            self.data, env=loop_env(self.fake, STEAD_LEASE_SECONDS="30", **extra)
-        )
+        env = loop_env(self.fake, STEAD_LEASE_SECONDS="30", **extra)
+        # Two starts per point, sixty in all: forked, each takes a fraction of a
+        # second instead of the seconds a fresh interpreter spends importing.
+        process = ServerProcess(self.data, env=env, forker=self.forker)
         process.start()
         self.key = self.key or process.first_key
         return process
@@ -248,9 +261,9 @@ class Lane:
 def wait_for_idle(http: httpx2.Client, session_id: str) -> None:
     url = f"/v1/sessions/{session_id}/events/stream"
     # Replay from the beginning, then live: the turn's final idle will come.
-    first = http.get(f"/v1/sessions/{session_id}/events", params={"limit": 1}).json()["data"][0][
-        "id"
-    ]
+    listed = http.get(f"/v1/sessions/{session_id}/events", params={"limit": 1})
+    assert listed.status_code == 200, f"{session_id}: {listed.status_code} {listed.text}"
+    first = listed.json()["data"][0]["id"]
     with http.stream("GET", url, params={"after": first}, timeout=60) as response:
         for frame in sse_frames(response):
             stop = frame["data"].get("stop_reason", {}).get("type")
@@ -289,14 +302,14 @@ def check_order(events: list[Json], point: str) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_sigkill_at_thirty_points(tmp_path: Path) -> None:
+def test_sigkill_at_thirty_points(tmp_path: Path, forker: ServeForker) -> None:
     ledger = tmp_path / "ledger.txt"
     ledger.touch()
     faults = [FaultRule(ChunkDelay(0.01), times=None)]
     outcomes: list[Outcome] = []
     failures: list[BaseException] = []
     with FakeModel(crash_script(ledger), faults=faults, chunk_chars=4) as fake:
-        lanes = [Lane(tmp_path / f"lane{i}", fake, ledger) for i in range(2)]
+        lanes = [Lane(tmp_path / f"lane{i}", fake, ledger, forker) for i in range(LANES)]
 
         def work(lane: Lane, points: list[str]) -> None:
             try:
@@ -306,7 +319,8 @@ def test_sigkill_at_thirty_points(tmp_path: Path) -> None:
                 failures.append(exc)
 
         threads = [
-            threading.Thread(target=work, args=(lane, POINTS[i::2])) for i, lane in enumerate(lanes)
+            threading.Thread(target=work, args=(lane, POINTS[i::LANES]))
+            for i, lane in enumerate(lanes)
         ]
         for thread in threads:
             thread.start()
@@ -326,11 +340,13 @@ def test_sigkill_at_thirty_points(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_turn_that_keeps_crashing_gives_up_after_five_attempts(tmp_path: Path) -> None:
+def test_a_turn_that_keeps_crashing_gives_up_after_five_attempts(
+    tmp_path: Path, forker: ServeForker
+) -> None:
     ledger = tmp_path / "ledger.txt"
     ledger.touch()
     with FakeModel(crash_script(ledger)) as fake:
-        lane = Lane(tmp_path, fake, ledger)
+        lane = Lane(tmp_path, fake, ledger, forker)
         server = lane.server("model.before_request:1")
         assert lane.key
         with httpx2.Client(
@@ -350,7 +366,7 @@ def test_a_turn_that_keeps_crashing_gives_up_after_five_attempts(tmp_path: Path)
             assert server.wait_exit(timeout=30), f"attempt {attempt} did not crash"
             server.kill()  # already dead: this closes its log
             # Recovery starts at once, so the restarted server may die before it answers.
-            server = ServerProcess(lane.data, env=failing).launch()
+            server = ServerProcess(lane.data, env=failing, forker=forker).launch()
         server.first_key = lane.key
         server._wait_ready()
         try:

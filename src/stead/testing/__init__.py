@@ -1,8 +1,9 @@
 """Test support shipped with stead: used by its tests, benchmarks and demos.
 
-``ServerProcess`` runs a real ``stead serve``; ``FakeModel`` is a scripted
-upstream model server (Anthropic Messages and OpenAI chat completions) with
-injectable faults, so an agent session can run completely offline.
+``ServerProcess`` runs a real ``stead serve`` (forked by a ``ServeForker`` when
+a test starts many); ``FakeModel`` is a scripted upstream model server
+(Anthropic Messages and OpenAI chat completions) with injectable faults, so an
+agent session can run completely offline.
 """
 
 from stead.testing.fake_model import FakeModel
@@ -17,6 +18,7 @@ from stead.testing.faults import (
     Stall,
     StreamError,
 )
+from stead.testing.forker import ServeForker
 from stead.testing.memory_sandbox import MemoryProvider, MemorySandbox
 from stead.testing.received import ReceivedRequest
 from stead.testing.sandbox_host import HostProcess
@@ -52,6 +54,7 @@ __all__ = [
     "ReceivedRequest",
     "Rule",
     "Script",
+    "ServeForker",
     "ServerProcess",
     "Stall",
     "StreamError",

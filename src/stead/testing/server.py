@@ -14,13 +14,53 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Protocol
 
 import httpx2
+
+from stead.testing.forker import ServeForker
 
 SCRUBBED = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY"})
 KEY_PATTERN = re.compile(r"sk-stead-[A-Za-z0-9_-]+")
 START_TIMEOUT = 60.0
+PORT_ATTEMPTS = 3
+LISTEN = "0A"
+"""The LISTEN state in /proc/net/tcp."""
+
+
+class PortTaken(RuntimeError):
+    """Another process bound the server's port before it could."""
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the TCP socket listening on ``port`` (Linux /proc)."""
+    inodes: set[str] = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+        table = Path(f"/proc/{pid}/net/tcp").read_text()
+    except OSError:  # the process ended, or closed an fd while we read
+        return False
+    for row in table.splitlines()[1:]:
+        fields = row.split()
+        local, state, inode = fields[1], fields[3], fields[9]
+        if state == LISTEN and int(local.rsplit(":", 1)[1], 16) == port and inode in inodes:
+            return True
+    return False
+
+
+class _Child(Protocol):
+    """What this module needs of a process: ``subprocess.Popen`` or a forked server."""
+
+    @property
+    def pid(self) -> int: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
 
 
 def free_port() -> int:
@@ -30,24 +70,47 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    def __init__(self, data_dir: Path, *, env: dict[str, str] | None = None) -> None:
+    """``forker``, if given, starts the process by forking instead of a new interpreter."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        forker: ServeForker | None = None,
+    ) -> None:
         self.data_dir = data_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self._use_port(free_port())
         self.first_key: str | None = None
         self._env = env or {}
-        self._process: subprocess.Popen[bytes] | None = None
+        self._forker = forker
+        self._process: _Child | None = None
         self._log: IO[bytes] | None = None
         self.log_path = data_dir / "serve.log"
+        self._log_start = 0
 
     def start(self) -> ServerProcess:
         """Launches the server and waits until the API answers."""
-        self.launch()
-        self._wait_ready()
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            self.launch()
+            try:
+                self._wait_ready()
+                break
+            except PortTaken:
+                # free_port's port was free when asked, but any process may bind
+                # it before the server does; on a busy machine one sometimes does.
+                if attempt == PORT_ATTEMPTS:
+                    raise
+                self._close_log()
+                self._use_port(free_port())
         found = KEY_PATTERN.search(self.log_path.read_text(errors="replace"))
         if found and self.first_key is None:
             self.first_key = found.group(0)
         return self
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
 
     def launch(self) -> ServerProcess:
         """Starts the process without waiting for it (it may die at once, on purpose)."""
@@ -66,6 +129,10 @@ class ServerProcess:
             "STEAD_SANDBOX_HOST_AUTOSTART": "false",
             **self._env,
         }
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        if self._forker is not None:
+            self._process = self._forker.fork(env, self.log_path)
+            return self
         self._log = self.log_path.open("ab")
         self._process = subprocess.Popen(
             [sys.executable, "-m", "stead", "serve"],
@@ -81,14 +148,21 @@ class ServerProcess:
         while time.monotonic() < deadline:
             assert self._process is not None
             if self._process.poll() is not None:
+                if b"address already in use" in self.log_path.read_bytes()[self._log_start :]:
+                    raise PortTaken(f"port {self.port} was taken:\n{self.log_text()}")
                 raise RuntimeError(f"stead serve exited early:\n{self.log_text()}")
             try:
                 # Any answer (401 without a key) means the API is up; the OpenAPI
                 # document would cost a second to build on first request.
                 httpx2.get(f"{self.url}/v1/agents", timeout=1.0)
-                return
             except httpx2.TransportError:
-                time.sleep(0.05)
+                pass
+            else:
+                # The answer may come from another process that took the port;
+                # this server has then not bound it yet, or will fail to.
+                if listens(self._process.pid, self.port):
+                    return
+            time.sleep(0.05)
         raise RuntimeError(
             f"stead serve did not answer within {START_TIMEOUT}s:\n{self.log_text()}"
         )
