@@ -57,13 +57,12 @@ def sdk_of(server: ServerProcess) -> anthropic.Anthropic:
 
 
 def make_client(url: str, key: str, **options: object) -> anthropic.Anthropic:
+    defaults: dict[str, object] = {"max_retries": 0, "timeout": 30.0}
     return anthropic.Anthropic(
         base_url=url,
         api_key=key,
-        max_retries=0,
-        timeout=30.0,
         _strict_response_validation=True,
-        **options,  # type: ignore[arg-type]
+        **(defaults | options),  # type: ignore[arg-type]
     )
 
 
