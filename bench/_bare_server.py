@@ -10,7 +10,9 @@ bus), not the HTTP stack's. Endpoints, all on loopback:
   event an id and ``processed_at`` like stead does, fans the SSE frames out to
   every ``/stream`` reader in memory (no storage), and answers ``{"data": [...]}``.
 - ``GET /stream``: an SSE stream of those frames, framed as stead frames them.
-- ``PUT /blobs/<name>`` then ``GET /blobs/<name>``: stores bytes, serves them back as JSON.
+- ``PUT /blobs/<name>`` then ``GET /blobs/<name>``: stores bytes, serves them back as JSON;
+  ``POST /blobs/<name>`` reads the request body and answers the same stored bytes
+  (a canned answer to a create call).
 """
 
 from __future__ import annotations
@@ -74,6 +76,9 @@ class BareApp:
             self._blobs[path] = await read_body(receive)
             await respond(send, b"{}")
         elif method == "GET" and path in self._blobs:
+            await respond(send, self._blobs[path])
+        elif method == "POST" and path in self._blobs:
+            await read_body(receive)
             await respond(send, self._blobs[path])
         else:
             await respond(send, b'{"error":"not found"}', status=404)

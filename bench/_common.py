@@ -93,6 +93,11 @@ class BareServer:
         self.url = f"http://127.0.0.1:{port}"
         self._process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
     def __enter__(self) -> BareServer:
         self._process = subprocess.Popen(
             [sys.executable, str(BENCH_DIR / "_bare_server.py"), str(self.port)],

@@ -22,7 +22,19 @@ def ten_steps(body: dict[str, Any]) -> Turn:
     return Turn([Text("ten steps done")])
 
 
-SCRIPTS = {"echo": echo, "ten_steps": ten_steps}
+def bash_once(body: dict[str, Any]) -> Turn:
+    """A user message starting with "bash" gets one ``bash`` call (``true``), then an
+    answer once its result is in; any other message is echoed."""
+    content = body["messages"][-1]["content"]
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
+    if any(block.get("type") == "tool_result" for block in blocks):
+        return Turn([Text("ran it")])
+    if any(str(block.get("text", "")).startswith("bash") for block in blocks):
+        return Turn([ToolCall("bash", {"command": "true"})])
+    return echo(body)
+
+
+SCRIPTS = {"echo": echo, "ten_steps": ten_steps, "bash_once": bash_once}
 
 
 @contextmanager
