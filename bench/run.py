@@ -26,6 +26,7 @@ BENCHMARKS = (
     "events_list",
     "agent_step",
     "concurrent_sessions",
+    "brain",
     "sandbox_start",
     "sandbox_exec",
     "sandbox_density",
