@@ -19,7 +19,9 @@ from pydantic_settings import BaseSettings
 from rich.console import Console
 
 from stead.config import Settings, settings_errors
-from stead.store import ApiKey, IntegrityFinding, Store, open_store
+from stead.store import ApiKey, CredentialRecord, IntegrityFinding, Store, open_store
+from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
+from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
@@ -30,6 +32,8 @@ keys_app = typer.Typer(help="API keys: each belongs to one workspace.", no_args_
 app.add_typer(keys_app, name="keys")
 db_app = typer.Typer(help="The data directory's database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+secrets_app = typer.Typer(help="The key that seals vault credentials.", no_args_is_help=True)
+app.add_typer(secrets_app, name="secrets")
 console = Console(highlight=False, soft_wrap=True)
 
 DataDir = Annotated[
@@ -88,6 +92,7 @@ def serve(
 
         _validated(HostSettings, data_dir=data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    _secret_box(settings)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
@@ -178,6 +183,57 @@ def db_check(
 async def _check_store(settings: Settings, repair: bool) -> list[IntegrityFinding]:
     async with _opened(settings) as store:
         return await store.check_integrity(repair)
+
+
+def _secret_box(settings: Settings) -> SecretBox:
+    try:
+        return load_secret_box(settings)
+    except KeySetupError as exc:
+        typer.echo(f"stead: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@secrets_app.command("rotate-key")
+def secrets_rotate_key(data_dir: DataDir = None) -> None:
+    """Re-seal every vault credential under a new key. Stop `stead serve` first.
+
+    With the key file (the default), a new key is made and replaces
+    <data dir>/secret.key once every credential is re-sealed; a run that was
+    interrupted is finished by running it again. With STEAD_SECRET_KEY, set it
+    to the new key and STEAD_SECRET_KEY_PREVIOUS to the old one, run this, then
+    drop STEAD_SECRET_KEY_PREVIOUS.
+    """
+    settings = _settings(data_dir=data_dir)
+    if settings.secret_key is not None:
+        if settings.secret_key_previous is None:
+            typer.echo(
+                "stead: STEAD_SECRET_KEY is set: set it to the new key and "
+                "STEAD_SECRET_KEY_PREVIOUS to the old one, then run this again",
+                err=True,
+            )
+            raise typer.Exit(2)
+        box = _secret_box(settings)
+    else:
+        _secret_box(settings)  # the current key file exists and is usable
+        box = begin_file_rotation(settings.data_dir)
+    try:
+        count = anyio.run(_reseal, settings, box)
+    except SealError as exc:
+        typer.echo(f"stead: a credential cannot be opened: {exc}", err=True)
+        raise typer.Exit(1) from None
+    if settings.secret_key is None:
+        finish_file_rotation(settings.data_dir)
+    console.print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
+
+
+async def _reseal(settings: Settings, box: SecretBox) -> int:
+    def reseal(credential: CredentialRecord) -> bytes | None:
+        if box.sealed_by_current_key(credential.sealed):
+            return None
+        return box.seal(credential.id, box.open(credential.id, credential.sealed))
+
+    async with _opened(settings) as store:
+        return await store.reseal_credentials(reseal)
 
 
 @app.command("sandbox-host")

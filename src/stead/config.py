@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     """Empty frames on a terminal WebSocket when nothing else was sent."""
     sse_subscriber_buffer: int = 4096
     """Live events a slow SSE reader may fall behind before it re-reads from the store."""
+
+    secret_key: SecretStr | None = None
+    """Base64 of the 32-byte key that seals vault credentials at rest; default: a key
+    made once in ``<data_dir>/secret.key`` (mode 0600)."""
+    secret_key_previous: SecretStr | None = None
+    """The key before ``secret_key`` while ``stead secrets rotate-key`` re-seals under it."""
 
     auth_cache_seconds: float = 60.0
     """How long a verified API key is trusted without asking the store again."""

@@ -16,6 +16,8 @@ PREFIXES = {
     "api_key": "apikey",
     "request": "req",
     "run": "run",
+    "vault": "vlt",
+    "credential": "vcrd",
 }
 
 

@@ -31,6 +31,18 @@ ROUTES = {
     ("get", "/v1/sessions/{session_id}/events"): None,
     ("get", "/v1/sessions/{session_id}/events/stream"): None,
     ("get", "/v1/sessions/{session_id}/sandbox"): None,
+    ("post", "/v1/vaults"): "VaultCreateParams",
+    ("get", "/v1/vaults"): None,
+    ("get", "/v1/vaults/{vault_id}"): None,
+    ("post", "/v1/vaults/{vault_id}"): "VaultUpdateParams",
+    ("delete", "/v1/vaults/{vault_id}"): None,
+    ("post", "/v1/vaults/{vault_id}/archive"): None,
+    ("post", "/v1/vaults/{vault_id}/credentials"): "CredentialCreateParams",
+    ("get", "/v1/vaults/{vault_id}/credentials"): None,
+    ("get", "/v1/vaults/{vault_id}/credentials/{credential_id}"): None,
+    ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}"): "CredentialUpdateParams",
+    ("delete", "/v1/vaults/{vault_id}/credentials/{credential_id}"): None,
+    ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/archive"): None,
     ("delete", "/v1/sessions/{session_id}/sandbox"): None,
 }
 

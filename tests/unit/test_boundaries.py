@@ -23,6 +23,7 @@ ROOMS = (
     "store",
     "testing",
     "tools",
+    "vault",
 )
 SHARED = {"config", "events", "ids", "failpoints", "jsonvalues", "package_specs"}
 INNER = {"api", "runtime", "harness", "tools", "client", "testing"}
@@ -38,6 +39,7 @@ FORBIDDEN = {
     "sandbox_host": INNER | {"store", "schemas"},
     "blobs": INNER | {"store", "schemas", "sandbox"},
     "client": {"api", "runtime", "store", "harness", "tools", "testing"},
+    "vault": INNER | {"store", "schemas", "sandbox", "blobs"},
 }
 BRAIN = set(ROOMS) - {"sandbox_host"}
 """No brain room imports the body: they meet only through the host protocol."""

@@ -66,13 +66,19 @@ async def list_agents(
     created_lte: Timestamp | None = Query(None, alias="created_at[lte]"),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    listing = pagination.listing(request, who, "agents")
-    request_page = pagination.page_request(listing, "desc", limit, page, pagination.CREATED_KEY)
-    result = await services(request).store.list_agents(
-        who.workspace_id, request_page, include_archived, created_gte, created_lte
-    )
+    store = services(request).store
     return JSONResponse(
-        pagination.page_body(listing, "desc", result, lambda r: (r.created_at, r.id), wire.agent)
+        await pagination.newest_first(
+            request,
+            who,
+            "agents",
+            limit,
+            page,
+            lambda at: store.list_agents(
+                who.workspace_id, at, include_archived, created_gte, created_lte
+            ),
+            wire.agent,
+        )
     )
 
 

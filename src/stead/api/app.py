@@ -18,6 +18,7 @@ from stead.api import (
     sandbox,
     sessions,
     terminals,
+    vaults,
 )
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
@@ -33,8 +34,9 @@ from stead.runtime import (
 )
 from stead.sandbox import open_provider
 from stead.store import Store, open_store
+from stead.vault import load_secret_box
 
-ROUTE_MODULES = (agents, environments, sessions, events, sandbox, terminals)
+ROUTE_MODULES = (agents, environments, sessions, events, vaults, sandbox, terminals)
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
 SWEEP_DESTROY_SECONDS = 600.0
@@ -80,6 +82,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 sandboxes=toolbox,
                 sweeper=sweeper,
                 cursor_secret=await opened.installation_secret(CURSOR_SECRET),
+                secrets=load_secret_box(settings),
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)

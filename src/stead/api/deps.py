@@ -14,6 +14,7 @@ from stead.api.errors import ApiError
 from stead.config import Settings
 from stead.runtime import EventBus, LeaseSweeper, Runtime, SandboxToolbox
 from stead.store import ApiKey, Store
+from stead.vault import SecretBox
 
 
 class KeyCache:
@@ -65,6 +66,8 @@ class Services:
     """None when this server runs no sandbox host (``STEAD_SANDBOX`` is not bwrap)."""
     cursor_secret: bytes
     """The installation's key for page cursors (``pagination.py``)."""
+    secrets: SecretBox
+    """Seals and opens vault credentials' secrets (``stead.vault``)."""
 
 
 @dataclass(frozen=True)

@@ -86,13 +86,15 @@ async def list_environments(
     include_archived: bool = Query(False),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    listing = pagination.listing(request, who, "environments")
-    request_page = pagination.page_request(listing, "desc", limit, page, pagination.CREATED_KEY)
-    result = await services(request).store.list_environments(
-        who.workspace_id, request_page, include_archived
-    )
+    store = services(request).store
     return JSONResponse(
-        pagination.page_body(
-            listing, "desc", result, lambda r: (r.created_at, r.id), wire.environment
+        await pagination.newest_first(
+            request,
+            who,
+            "environments",
+            limit,
+            page,
+            lambda at: store.list_environments(who.workspace_id, at, include_archived),
+            wire.environment,
         )
     )

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from stead.schemas import StrictParams, agents, environments, events, sessions
+from stead.schemas import StrictParams, agents, environments, events, sessions, vaults
 
 REQUEST_BODIES: dict[str, StrictParams] = {
     "AgentCreateParams": agents.CREATE,
@@ -28,6 +28,10 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "SessionCreateParams": sessions.CREATE,
     "SessionUpdateParams": sessions.UPDATE,
     "EventSendParams": events.SEND,
+    "VaultCreateParams": vaults.VAULT_CREATE,
+    "VaultUpdateParams": vaults.VAULT_UPDATE,
+    "CredentialCreateParams": vaults.CREDENTIAL_CREATE,
+    "CredentialUpdateParams": vaults.CREDENTIAL_UPDATE,
 }
 REF = "#/components/schemas/{model}"
 ERROR = "Error"

@@ -15,10 +15,10 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from starlette.requests import HTTPConnection
 
@@ -27,6 +27,16 @@ from stead.schemas import RequestError
 from stead.store import Order, Page, PageRequest
 
 T = TypeVar("T")
+
+
+class Dated(Protocol):
+    @property
+    def created_at(self) -> datetime: ...
+    @property
+    def id(self) -> str: ...
+
+
+D = TypeVar("D", bound=Dated)
 CREATED_KEY: tuple[type, ...] = (datetime, str)
 """Rows listed newest or oldest first: (created_at, id)."""
 VERSION_KEY: tuple[type, ...] = (int,)
@@ -144,3 +154,18 @@ def page_body(
             encode(listing, order, key(items[0]), "before") if page.has_prev and items else None
         )
     return body
+
+
+async def newest_first(
+    request: HTTPConnection,
+    who: Caller,
+    name: str,
+    limit: int,
+    cursor: str | None,
+    fetch: Callable[[PageRequest], Awaitable[Page[D]]],
+    to_json: Callable[[D], Any],
+) -> dict[str, Any]:
+    """One page of the list ``name``, newest first by (created_at, id)."""
+    bound = listing(request, who, name)
+    page = await fetch(page_request(bound, "desc", limit, cursor, CREATED_KEY))
+    return page_body(bound, "desc", page, lambda r: (r.created_at, r.id), to_json)

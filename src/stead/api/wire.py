@@ -11,7 +11,14 @@ from typing import Any
 from starlette.responses import JSONResponse as StarletteJSONResponse
 
 from stead.jsonvalues import Json, repaired
-from stead.store import AgentRecord, EnvironmentRecord, EventRecord, SessionRecord
+from stead.store import (
+    AgentRecord,
+    CredentialRecord,
+    EnvironmentRecord,
+    EventRecord,
+    SessionRecord,
+    VaultRecord,
+)
 
 log = logging.getLogger("stead.api")
 
@@ -101,3 +108,31 @@ def event(record: EventRecord) -> Json:
     for replaying the conversation) and never leave the server."""
     body = {k: v for k, v in record.body.items() if not k.startswith("_")}
     return {"type": record.type, "id": record.id, **body, "processed_at": ts(record.processed_at)}
+
+
+def vault(record: VaultRecord) -> Json:
+    return {
+        "type": "vault",
+        "id": record.id,
+        "display_name": record.display_name,
+        "metadata": record.metadata,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+        "archived_at": ts(record.archived_at),
+    }
+
+
+def credential(record: CredentialRecord) -> Json:
+    """The credential as the API shows it: ``auth`` holds no secret (the store
+    never had one in the clear)."""
+    return {
+        "type": "vault_credential",
+        "id": record.id,
+        "vault_id": record.vault_id,
+        "display_name": record.display_name,
+        "metadata": record.metadata,
+        "auth": record.auth,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+        "archived_at": ts(record.archived_at),
+    }

@@ -2,7 +2,7 @@
 that turn requests into stored definitions. Imports nothing else from stead but
 the shared package-spec rules (``stead.package_specs``)."""
 
-from stead.schemas import agents, environments, events, sessions
+from stead.schemas import agents, environments, events, sessions, vaults
 from stead.schemas.limits import MAX_VERSION
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -14,4 +14,5 @@ __all__ = [
     "environments",
     "events",
     "sessions",
+    "vaults",
 ]

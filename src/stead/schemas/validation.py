@@ -39,13 +39,15 @@ class RequestError(Exception):
 
 
 class StrictParams:
-    """A validator and a JSON schema for one SDK params type."""
+    """A validator and a JSON schema for one SDK params type. ``path_params`` are
+    fields the SDK sends in the URL (``vault_id`` of a credential update), not
+    in the body."""
 
-    def __init__(self, params_type: Any) -> None:
+    def __init__(self, params_type: Any, *, path_params: tuple[str, ...] = ()) -> None:
         schema: Schema = copy.deepcopy(dict(TypeAdapter(params_type).core_schema))
         self._defs = _definitions(schema)
         top = _resolve(schema, self._defs)
-        for name in HEADER_PARAMS:
+        for name in (*HEADER_PARAMS, *path_params):
             top.get("fields", {}).pop(name, None)
         _tighten(schema, self._defs)
         self.core_schema: Schema = schema

@@ -46,12 +46,14 @@ from stead.store.errors import (
 )
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
+from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
 
 __all__ = [
     "LIVE_RUN_STATUSES",
     "AgentRecord",
     "ApiKey",
     "Conflict",
+    "CredentialRecord",
     "EnvironmentRecord",
     "EventFilter",
     "EventRecord",
@@ -77,6 +79,8 @@ __all__ = [
     "SqlStore",
     "Store",
     "StoreError",
+    "VaultRecord",
+    "VaultStore",
     "Workspace",
     "open_store",
     "open_store_sync",

@@ -26,7 +26,7 @@ from sqlalchemy import (
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.store import _agents, _environments, _events, _runs
+from stead.store import _agents, _environments, _events, _runs, _vaults
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import (
@@ -123,6 +123,7 @@ def create(
             code="environment_archived",
             status=400,
         )
+    _vaults.check_attachable(conn, workspace_id, fields.get("vault_ids", []))
     session_id = new_id("session")
     conn.execute(
         insert(sessions).values(

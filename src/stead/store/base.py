@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
+from stead.store.vaults import VaultStore
 
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
@@ -277,7 +278,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(Protocol):
+class Store(VaultStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

@@ -25,6 +25,7 @@ from stead.store import (
     _leases,
     _runs,
     _sessions,
+    _vaults,
     _workspaces,
 )
 from stead.store.base import (
@@ -50,6 +51,13 @@ from stead.store.base import (
     SessionFilter,
     SessionRecord,
     Workspace,
+)
+from stead.store.vaults import (
+    CredentialChange,
+    CredentialRecord,
+    Reseal,
+    VaultChange,
+    VaultRecord,
 )
 from stead.store.workers import ConnectionWorkers
 
@@ -98,6 +106,91 @@ class SqlStore:
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         return await self._readers.run(lambda conn: fn(conn, *args))
+
+    # vaults and credentials
+    async def create_vault(
+        self, workspace_id: str, display_name: str, metadata: dict[str, str]
+    ) -> VaultRecord:
+        return await self._write(_vaults.create_vault, workspace_id, display_name, metadata)
+
+    async def get_vault(self, workspace_id: str, vault_id: str) -> VaultRecord:
+        return await self._read(_vaults.get_vault, workspace_id, vault_id)
+
+    async def update_vault(
+        self, workspace_id: str, vault_id: str, change: VaultChange
+    ) -> VaultRecord:
+        return await self._write(_vaults.update_vault, workspace_id, vault_id, change)
+
+    async def archive_vault(self, workspace_id: str, vault_id: str) -> VaultRecord:
+        return await self._write(_vaults.archive_vault, workspace_id, vault_id)
+
+    async def delete_vault(self, workspace_id: str, vault_id: str) -> None:
+        await self._write(lambda conn, _now: _vaults.delete_vault(conn, workspace_id, vault_id))
+
+    async def list_vaults(
+        self, workspace_id: str, page: PageRequest, include_archived: bool
+    ) -> Page[VaultRecord]:
+        return await self._read(_vaults.list_vaults, workspace_id, page, include_archived)
+
+    async def create_credential(
+        self,
+        workspace_id: str,
+        vault_id: str,
+        credential_id: str,
+        display_name: str | None,
+        metadata: dict[str, str],
+        auth: Json,
+        sealed: bytes,
+    ) -> CredentialRecord:
+        return await self._write(
+            _vaults.create_credential,
+            workspace_id,
+            vault_id,
+            credential_id,
+            display_name,
+            metadata,
+            auth,
+            sealed,
+        )
+
+    async def get_credential(
+        self, workspace_id: str, vault_id: str, credential_id: str
+    ) -> CredentialRecord:
+        return await self._read(_vaults.get_credential, workspace_id, vault_id, credential_id)
+
+    async def update_credential(
+        self, workspace_id: str, vault_id: str, credential_id: str, change: CredentialChange
+    ) -> CredentialRecord:
+        return await self._write(
+            _vaults.update_credential, workspace_id, vault_id, credential_id, change
+        )
+
+    async def archive_credential(
+        self, workspace_id: str, vault_id: str, credential_id: str
+    ) -> CredentialRecord:
+        return await self._write(_vaults.archive_credential, workspace_id, vault_id, credential_id)
+
+    async def delete_credential(self, workspace_id: str, vault_id: str, credential_id: str) -> None:
+        await self._write(
+            lambda conn, _now: _vaults.delete_credential(
+                conn, workspace_id, vault_id, credential_id
+            )
+        )
+
+    async def list_credentials(
+        self, workspace_id: str, vault_id: str, page: PageRequest, include_archived: bool
+    ) -> Page[CredentialRecord]:
+        return await self._read(
+            _vaults.list_credentials, workspace_id, vault_id, page, include_archived
+        )
+
+    async def active_credentials(
+        self, workspace_id: str, vault_ids: Sequence[str]
+    ) -> list[CredentialRecord]:
+        return await self._read(_vaults.active_credentials, workspace_id, vault_ids)
+
+    async def reseal_credentials(self, reseal: Reseal) -> int:
+        return await self._write(_vaults.reseal_credentials, reseal)
 
     # workspaces and keys
     async def create_workspace(self, name: str) -> Workspace:

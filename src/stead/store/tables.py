@@ -223,6 +223,35 @@ sandbox_usage = Table(
     Index("ix_sandbox_usage_session", "session_id"),
 )
 
+vaults = Table(
+    "vaults",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("display_name", Text, nullable=False),
+    Column("metadata", Json, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=True),
+    Index("ix_vaults_workspace_created", "workspace_id", "created_at", "id"),
+)
+
+vault_credentials = Table(
+    "vault_credentials",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("vault_id", String(64), ForeignKey("vaults.id"), nullable=False),
+    Column("display_name", Text, nullable=True),
+    Column("metadata", Json, nullable=False),
+    Column("auth", Json, nullable=False),
+    Column("sealed", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("archived_at", UTCDateTime, nullable=True),
+    Index("ix_vault_credentials_vault_created", "vault_id", "created_at", "id"),
+)
+
 installation_secrets = Table(
     "installation_secrets",
     metadata,

@@ -1,0 +1,83 @@
+"""Sealing credential secrets at rest: AES-256-GCM under the installation's key.
+
+A sealed value is ``VERSION | key id | nonce | ciphertext+tag``. The key id (the
+first bytes of the key's SHA-256) says which key sealed it, so after a rotation
+the CLI can tell what is still under the old key, and opening under the wrong key
+fails with a message that says so instead of "bad tag". The associated data
+binds a sealed value to the row it was written for: a ciphertext copied onto
+another credential does not open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from stead.jsonvalues import Json
+
+VERSION = b"\x01"
+KEY_BYTES = 32
+KEY_ID_BYTES = 8
+NONCE_BYTES = 12
+
+
+class SealError(Exception):
+    """A sealed secret cannot be opened: another key sealed it, or it was altered."""
+
+
+def key_id(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()[:KEY_ID_BYTES]
+
+
+class SecretBox:
+    """Seals with one key; opens with it or any of ``older`` (during a rotation)."""
+
+    def __init__(self, key: bytes, older: tuple[bytes, ...] = ()) -> None:
+        for k in (key, *older):
+            if len(k) != KEY_BYTES:
+                raise ValueError(f"a secret key is {KEY_BYTES} bytes, got {len(k)}")
+        self._key_id = key_id(key)
+        self._ciphers = {key_id(k): AESGCM(k) for k in (*older, key)}
+
+    def __repr__(self) -> str:
+        return f"SecretBox(key_id={self._key_id.hex()})"
+
+    @property
+    def key_id(self) -> bytes:
+        return self._key_id
+
+    def seal(self, bound_to: str, secret: Mapping[str, object]) -> bytes:
+        nonce = os.urandom(NONCE_BYTES)
+        plain = json.dumps(secret, separators=(",", ":"), sort_keys=True).encode()
+        sealed: bytes = self._ciphers[self._key_id].encrypt(nonce, plain, bound_to.encode())
+        return VERSION + self._key_id + nonce + sealed
+
+    def open(self, bound_to: str, sealed: bytes) -> Json:
+        if sealed[:1] != VERSION or len(sealed) < 1 + KEY_ID_BYTES + NONCE_BYTES:
+            raise SealError("not a sealed secret of a version this stead knows")
+        kid = sealed[1 : 1 + KEY_ID_BYTES]
+        cipher = self._ciphers.get(kid)
+        if cipher is None:
+            raise SealError(
+                f"sealed under key {kid.hex()}, which is not this installation's secret key "
+                "(STEAD_SECRET_KEY or <data dir>/secret.key)"
+            )
+        nonce = sealed[1 + KEY_ID_BYTES : 1 + KEY_ID_BYTES + NONCE_BYTES]
+        try:
+            plain = cipher.decrypt(
+                nonce, sealed[1 + KEY_ID_BYTES + NONCE_BYTES :], bound_to.encode()
+            )
+        except InvalidTag:
+            raise SealError("the sealed secret was altered or belongs to another row") from None
+        value = json.loads(plain)
+        if not isinstance(value, dict):
+            raise SealError("the sealed secret is not an object")
+        return value
+
+    def sealed_by_current_key(self, sealed: bytes) -> bool:
+        return sealed[1 : 1 + KEY_ID_BYTES] == self._key_id
