@@ -44,6 +44,9 @@ class Settings(BaseSettings):
     secret_key_previous: SecretStr | None = None
     """The key before ``secret_key`` while ``stead secrets rotate-key`` re-seals under it."""
 
+    mcp_timeout_seconds: float = 30.0
+    """Longest wait for an MCP server or an OAuth token endpoint, per step."""
+
     auth_cache_seconds: float = 60.0
     """How long a verified API key is trusted without asking the store again."""
 

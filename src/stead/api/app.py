@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from stead.api import (
     agents,
+    credential_checks,
     environments,
     errors,
     events,
@@ -36,7 +37,16 @@ from stead.sandbox import open_provider
 from stead.store import Store, open_store
 from stead.vault import load_secret_box
 
-ROUTE_MODULES = (agents, environments, sessions, events, vaults, sandbox, terminals)
+ROUTE_MODULES = (
+    agents,
+    environments,
+    sessions,
+    events,
+    vaults,
+    credential_checks,
+    sandbox,
+    terminals,
+)
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
 SWEEP_DESTROY_SECONDS = 600.0

@@ -1,0 +1,138 @@
+"""``POST /v1/vaults/{id}/credentials/{id}/mcp_oauth_validate``: probe the
+credential's MCP server (``initialize``, ``tools/list``) with its token and, on
+a 401, try the refresh the credential holds, as the spec says.
+
+A refresh that succeeds is written back (sealed), so the next session uses the
+new token; the refresh token it used must still be the stored one, or another
+refresh won meanwhile and its tokens are kept.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from anthropic.types.beta.vaults import BetaManagedAgentsCredentialValidation
+from fastapi import APIRouter, Depends, Request
+
+from stead.api import openapi
+from stead.api.deps import Caller, Services, caller, services
+from stead.api.params import CredentialId, VaultId
+from stead.api.wire import JSONResponse, ts
+from stead.jsonvalues import Json
+from stead.schemas import RequestError
+from stead.store import CredentialRecord
+from stead.tools.mcp import HttpResponse, McpFailed, RefreshFailed, TokenGrant, list_tools
+from stead.tools.mcp import refresh_access_token as refresh_token_grant
+
+router = APIRouter(prefix="/v1/vaults", tags=["vaults"])
+PROBED = ("mcp_oauth", "static_bearer")
+
+
+def _http(response: HttpResponse | None, secrets: list[str]) -> Json | None:
+    if response is None:
+        return None
+    shown = response.redacted(secrets)
+    return {
+        "status_code": shown.status_code,
+        "content_type": shown.content_type,
+        "body": shown.body,
+        "body_truncated": shown.body_truncated,
+    }
+
+
+def _probe_failure(failure: McpFailed, secrets: list[str]) -> Json:
+    return {"method": failure.method, "http_response": _http(failure.http, secrets)}
+
+
+@router.post(
+    "/{vault_id}/credentials/{credential_id}/mcp_oauth_validate",
+    responses=openapi.response(BetaManagedAgentsCredentialValidation),
+)
+async def validate_credential(
+    request: Request, vault_id: VaultId, credential_id: CredentialId, who: Caller = Depends(caller)
+) -> JSONResponse:
+    app = services(request)
+    credential = await app.store.get_credential(who.workspace_id, vault_id, credential_id)
+    kind = credential.auth["type"]
+    if kind not in PROBED:
+        raise RequestError(
+            f"credential {credential_id} is {kind}: only mcp_oauth and static_bearer "
+            "credentials have an MCP server to validate against"
+        )
+    secret = app.secrets.open(credential.id, credential.sealed)
+    secrets = [v for v in secret.values() if isinstance(v, str)]
+    token = secret.get("access_token") or secret.get("token") or ""
+    timeout = app.settings.mcp_timeout_seconds
+    url = credential.auth["mcp_server_url"]
+    result: dict[str, Any] = {"status": "valid", "mcp_probe": None, "refresh": None}
+    try:
+        await list_tools(url, token, timeout)
+    except McpFailed as failure:
+        result.update(status="unknown", mcp_probe=_probe_failure(failure, secrets))
+        if failure.unauthorized:
+            result.update(await _refresh_and_retry(app, who, credential, secret, secrets))
+    body = {
+        "type": "vault_credential_validation",
+        "credential_id": credential.id,
+        "vault_id": credential.vault_id,
+        "has_refresh_token": "refresh_token" in secret,
+        "validated_at": ts(datetime.now(UTC)),
+        **result,
+    }
+    return JSONResponse(body)
+
+
+async def _refresh_and_retry(
+    app: Services, who: Caller, credential: CredentialRecord, secret: Json, secrets: list[str]
+) -> Json:
+    """After a 401: the verdict, the refresh's outcome and the probe's (again)."""
+    refresh_settings = credential.auth.get("refresh")
+    if refresh_settings is None or "refresh_token" not in secret:
+        return {"status": "invalid", "refresh": {"status": "no_refresh_token"}}
+    timeout = app.settings.mcp_timeout_seconds
+    try:
+        grant = await refresh_token_grant(
+            token_endpoint=refresh_settings["token_endpoint"],
+            client_id=refresh_settings["client_id"],
+            refresh_token=secret["refresh_token"],
+            auth_method=refresh_settings["token_endpoint_auth"]["type"],
+            client_secret=secret.get("client_secret"),
+            scope=refresh_settings.get("scope"),
+            resource=refresh_settings.get("resource"),
+            seconds=timeout,
+        )
+    except RefreshFailed as failed:
+        verdict = "invalid" if failed.status == "failed" else "unknown"
+        return {
+            "status": verdict,
+            "refresh": {"status": failed.status, "http_response": _http(failed.http, secrets)},
+        }
+    await _write_back(app, who, credential, secret["refresh_token"], grant)
+    outcome: Json = {"status": "valid", "mcp_probe": None, "refresh": {"status": "succeeded"}}
+    try:
+        await list_tools(credential.auth["mcp_server_url"], grant.access_token, timeout)
+    except McpFailed as failure:
+        shown = [*secrets, grant.access_token, grant.refresh_token or ""]
+        outcome["status"] = "invalid" if failure.unauthorized else "unknown"
+        outcome["mcp_probe"] = _probe_failure(failure, shown)
+    return outcome
+
+
+async def _write_back(
+    app: Services, who: Caller, credential: CredentialRecord, used: str, grant: TokenGrant
+) -> None:
+    def change(current: CredentialRecord) -> dict[str, object]:
+        stored = app.secrets.open(current.id, current.sealed)
+        if stored.get("refresh_token") != used:
+            return {}  # another refresh won the race; its tokens are the newer ones
+        stored["access_token"] = grant.access_token
+        if grant.refresh_token is not None:
+            stored["refresh_token"] = grant.refresh_token
+        expires = None if grant.expires_at is None else ts(grant.expires_at)
+        return {
+            "sealed": app.secrets.seal(current.id, stored),
+            "auth": {**current.auth, "expires_at": expires},
+        }
+
+    await app.store.update_credential(who.workspace_id, credential.vault_id, credential.id, change)
