@@ -20,6 +20,13 @@ from stead.cli import app
             {"STEAD_SANDBOX_UID_BASE": "2147000000", "STEAD_SANDBOX_UID_COUNT": "1000000"},
             "STEAD_SANDBOX_UID_BASE: 2147000000 + STEAD_SANDBOX_UID_COUNT (1000000) - 1 is past",
         ),
+        ({"STEAD_EGRESS_HOSTS": '{"db.internal": "nowhere"}'}, "STEAD_EGRESS_HOSTS: 'db.internal'"),
+        ({"STEAD_EGRESS_HOSTS": '{"bad name": "10.0.0.1"}'}, "STEAD_EGRESS_HOSTS: 'bad name' is"),
+        ({"STEAD_EGRESS_HOSTS": "[1]"}, "STEAD_EGRESS_HOSTS: Input should be a valid"),
+        (
+            {"STEAD_EGRESS_EXTRA_CA_FILE": "/nonexistent/ca.pem"},
+            "STEAD_EGRESS_EXTRA_CA_FILE: /nonexistent/ca.pem: not a readable PEM",
+        ),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_one_line_naming_it(

@@ -59,7 +59,12 @@ from stead.sandbox.errors import (
     WorkspaceUnavailable,
 )
 from stead.sandbox.ops import PROTOCOL_VERSION
-from stead.sandbox.provider import EgressCredential, SandboxProvider
+from stead.sandbox.provider import (
+    EgressCredential,
+    EgressSecret,
+    EnvironmentCredential,
+    SandboxProvider,
+)
 from stead.sandbox.providers import open_provider
 from stead.sandbox.terminals import (
     Terminal,
@@ -85,6 +90,8 @@ __all__ = [
     "DirEntry",
     "DirListing",
     "EgressCredential",
+    "EgressSecret",
+    "EnvironmentCredential",
     "ExecInDoubt",
     "ExecResult",
     "ExecStatus",

@@ -452,12 +452,25 @@ class HostSandbox:
         reply: Json = await self._client.call(ops.Status(sandbox_id=self.sandbox_id))
         return reply
 
-    async def set_secrets(self, generation: int, credentials: list[ops.Credential]) -> None:
+    async def set_secrets(
+        self,
+        generation: int,
+        credentials: list[ops.Credential],
+        variables: list[ops.SecretVariable] | None = None,
+    ) -> None:
         """Hands the sandbox's egress proxy these credentials (memory only)."""
         fields = {**self._fields(), "secrets_generation": None}
-        request = ops.SetSecrets(**fields, generation=generation, credentials=credentials)
+        request = ops.SetSecrets(
+            **fields, generation=generation, credentials=credentials, variables=variables or []
+        )
         timeouts = self._client.timeouts
         await self._client.call(request, seconds=timeouts.call + timeouts.wake)
+
+    async def egress_audit(self, *, after: int = 0, limit: int = 100) -> ops.EgressAuditReply:
+        """Entries of the sandbox's egress audit log after ``after`` (oldest first);
+        never a credential's value."""
+        reply: ops.EgressAuditReply = await self._call(ops.EgressAudit, after=after, limit=limit)
+        return reply
 
     async def terminal(
         self,

@@ -38,7 +38,7 @@ from stead.sandbox.base import (
 )
 from stead.sandbox.errors import InvalidArgument
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Raised on any change to a request or reply type."""
 
 
@@ -288,10 +288,17 @@ class Status(Request):
     sandbox_id: SandboxId | None = None
 
 
+CredentialId = Annotated[str, StringConstraints(max_length=200)]
+SecretValue = Annotated[str, StringConstraints(max_length=16384)]
+
+
 class Credential(Message):
+    """A header the egress proxy sets on every request for ``host``."""
+
     host: Annotated[str, StringConstraints(min_length=1, max_length=253)]
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
-    value: Annotated[str, StringConstraints(max_length=16384)]
+    value: SecretValue
+    credential_id: CredentialId = ""
 
     def __repr__(self) -> str:  # never the value, in a traceback or a log line
         return f"Credential(host={self.host!r}, header={self.header!r}, value=<hidden>)"
@@ -299,14 +306,67 @@ class Credential(Message):
     __str__ = __repr__
 
 
+class SecretVariable(Message):
+    """An environment variable ``name`` holding ``placeholder`` in every process
+    of the sandbox; the egress proxy replaces the placeholder with ``value`` in
+    requests to ``allowed_hosts`` (None: wherever the environment allows), in
+    headers and/or the body."""
+
+    credential_id: CredentialId = ""
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]
+    placeholder: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{16,200}$")]
+    value: SecretValue
+    allowed_hosts: list[Annotated[str, StringConstraints(max_length=253)]] | None = None
+    header: bool = True
+    body: bool = True
+
+    def __repr__(self) -> str:  # never the value, in a traceback or a log line
+        return f"SecretVariable(name={self.name!r}, value=<hidden>)"
+
+    __str__ = __repr__
+
+
 class SetSecrets(SandboxRequest):
     """The credentials the sandbox's egress proxy may inject, under a new
-    generation. Held in the host's memory only (rule 8)."""
+    generation. Held in the host's memory only (rule 8); the variables'
+    placeholders are set in every process the sandbox starts afterwards."""
 
     reply: ClassVar[Any] = Empty
     op: Literal["set_secrets"] = "set_secrets"
     generation: int = Field(ge=1)
     credentials: list[Credential]
+    variables: list[SecretVariable] = []
+
+
+class AuditRecord(Message):
+    """One request through a sandbox's egress proxy (``egress.AuditEntry``)."""
+
+    seq: int
+    time: float
+    host: str
+    port: int
+    method: str
+    status: int
+    bytes_out: int
+    bytes_in: int
+    credential_ids: list[str]
+    error: str
+
+
+class EgressAuditReply(Message):
+    entries: list[AuditRecord]
+    last_seq: int
+    """The newest entry's ``seq`` (0: none yet); older ones may have been dropped."""
+
+
+class EgressAudit(SandboxRequest):
+    """A page of the sandbox's egress audit log: entries after ``after``. Never
+    holds a credential's value; held in the host's memory only."""
+
+    reply: ClassVar[Any] = EgressAuditReply
+    op: Literal["egress_audit"] = "egress_audit"
+    after: int = Field(default=0, ge=0)
+    limit: int = Field(default=100, ge=1, le=1000)
 
 
 class Terminal(SandboxRequest):
@@ -419,6 +479,7 @@ AnyRequest = Annotated[
     | Destroy
     | Status
     | SetSecrets
+    | EgressAudit
     | Terminal,
     Field(discriminator="op"),
 ]

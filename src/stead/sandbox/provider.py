@@ -32,9 +32,39 @@ class EgressCredential:
     header: str
     """The header the proxy sets, for example ``authorization``."""
     value: str
+    credential_id: str = ""
+    """Named in the egress audit log when the proxy sets it (never the value)."""
 
     def __repr__(self) -> str:  # never the value, in any traceback or log line
         return f"EgressCredential(host={self.host!r}, header={self.header!r}, value=<hidden>)"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentCredential:
+    """An ``environment_variable`` vault credential (spec §4.8): the sandbox sees
+    ``secret_name`` as an environment variable holding an opaque placeholder,
+    and the egress proxy replaces the placeholder with ``value`` in requests to
+    ``allowed_hosts`` (``*.`` wildcards; None: wherever the environment allows),
+    in headers when ``header``, in bodies when ``body``. A placeholder headed for
+    any other host is never replaced: the request is refused. Travels like an
+    ``EgressCredential``."""
+
+    credential_id: str
+    secret_name: str
+    value: str
+    allowed_hosts: tuple[str, ...] | None = None
+    header: bool = True
+    body: bool = True
+
+    def __repr__(self) -> str:  # never the value, in any traceback or log line
+        return (
+            f"EnvironmentCredential(credential_id={self.credential_id!r}, "
+            f"secret_name={self.secret_name!r}, value=<hidden>)"
+        )
+
+
+EgressSecret = EgressCredential | EnvironmentCredential
+"""Either kind of credential ``set_secrets`` takes."""
 
 
 class SandboxProvider(Protocol):
@@ -64,12 +94,14 @@ class SandboxProvider(Protocol):
         ...
 
     async def set_secrets(
-        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         """Replaces the credentials the sandbox's egress proxy may inject; they
         are held in memory only and sent again whenever the sandbox's host
-        lost them. Raises ``NoSandbox`` if this provider cannot keep them out
-        of the sandbox."""
+        lost them. An ``EnvironmentCredential`` keeps its placeholder while it
+        stays in the set, so processes already running keep a valid one.
+        Raises ``NoSandbox`` if this provider cannot keep them out of the
+        sandbox."""
         ...
 
     async def release(self, sandbox_id: str) -> float | None:

@@ -42,6 +42,12 @@ from anyio import to_thread
 from anyio.abc import Process
 
 from stead.sandbox import WORKSPACE, SandboxUnavailable
+from stead.sandbox_host.egress import (
+    BUNDLE,
+    SANDBOX_CA_DIR,
+    system_bundles,
+    trust_environment,
+)
 
 if TYPE_CHECKING:
     from stead.sandbox_host.cgroups import SandboxCgroup
@@ -93,6 +99,10 @@ class BodySpec:
     lib_dir: Path = INSIDE
     """The supervisor's code, mounted read-only at /run/stead/lib; the host
     copies ``inside/`` where every sandbox uid can reach it."""
+    ca_dir: Path | None = None
+    """Host directory holding the CA bundle the sandbox trusts (``egress.trust``):
+    mounted read-only at /run/stead/ca, its bundle over the system bundles.
+    None: the sandbox trusts the system's CAs only (its TLS is not terminated)."""
 
 
 def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[str]:
@@ -132,6 +142,10 @@ def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[
     if "packages" in fds:
         mount = "--bind-fd" if spec.packages_writable else "--ro-bind-fd"
         argv += [mount, str(fds["packages"]), "/opt/stead"]
+    if "ca" in fds:
+        argv += ["--ro-bind-fd", str(fds["ca"]), SANDBOX_CA_DIR]
+        for path in system_bundles():
+            argv += ["--ro-bind-fd", str(fds["ca_bundle"]), path]
     # Last: the root bwrap built (a tmpfs) becomes read-only; /workspace, /tmp
     # and the egress socket's directory are mounts of their own and stay writable.
     argv += ["--remount-ro", "/"]
@@ -526,10 +540,14 @@ def _open_paths(spec: BodySpec) -> dict[str, int]:
         paths["egress"] = spec.egress_dir
     if spec.packages_dir is not None:
         paths["packages"] = spec.packages_dir
+    if spec.ca_dir is not None:
+        paths["ca"] = spec.ca_dir
+        paths["ca_bundle"] = spec.ca_dir / BUNDLE
     opened: dict[str, int] = {}
     try:
         for name, path in paths.items():
-            opened[name] = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+            kind = 0 if name == "ca_bundle" else os.O_DIRECTORY
+            opened[name] = os.open(path, os.O_PATH | kind | os.O_CLOEXEC)
     except OSError as exc:
         for fd in opened.values():
             os.close(fd)
@@ -583,8 +601,11 @@ async def _first(*waits: Any) -> None:
             tasks.start_soon(run, wait)
 
 
-def sandbox_environment(extra: Mapping[str, str] | None, *, network: bool) -> dict[str, str]:
-    """The environment of processes in a bwrap sandbox: fixed, never the host's."""
+def sandbox_environment(
+    extra: Mapping[str, str] | None, *, network: bool, trust: bool = False
+) -> dict[str, str]:
+    """The environment of processes in a bwrap sandbox: fixed, never the host's.
+    ``trust``: the body has the egress CA bundle (``BodySpec.ca_dir``)."""
     env = {
         "PATH": PACKAGE_PATH + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "NODE_PATH": "/opt/stead/node/lib/node_modules",
@@ -599,4 +620,6 @@ def sandbox_environment(extra: Mapping[str, str] | None, *, network: bool) -> di
         for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env[name] = PROXY_URL
         env["NO_PROXY"] = env["no_proxy"] = ""
+    if trust:
+        env |= trust_environment()
     return env | dict(extra or {})

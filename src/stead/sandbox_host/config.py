@@ -55,6 +55,11 @@ class HostOptions:
     install_timeout_seconds: float = 900.0
     terminal_send_seconds: float = 30.0
     """A terminal client that takes longer to accept one frame is dropped as too slow."""
+    egress_hosts: tuple[tuple[str, str], ...] = ()
+    """Host name -> IP address pins for every egress proxy (``STEAD_EGRESS_HOSTS``);
+    a pinned address passes the blocklist."""
+    egress_extra_ca_file: Path | None = None
+    """More CAs the egress proxy trusts for origins (``STEAD_EGRESS_EXTRA_CA_FILE``)."""
     proxy_connect_timeout: float = 10.0
     proxy_idle_timeout: float = 600.0
 

@@ -63,7 +63,7 @@ from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.egress import Credentials, EgressPolicy, EgressProxy
+from stead.sandbox_host.egress import AuditLog, EgressPolicy, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
     BackgroundProcess,
@@ -97,6 +97,7 @@ class HostedSandbox:
         blobs: BlobStore,
         cgroups: Cgroups,
         packages: PackageCache,
+        egress_tls: EgressTls,
         tasks: TaskGroup,
         clock: HostClock,
     ) -> None:
@@ -107,7 +108,12 @@ class HostedSandbox:
         self._options = options
         self.secrets_generation: int | None = None
         """In memory only: a restarted host has none until the brain resends."""
-        self._credentials: Credentials = {}
+        self._secrets = Secrets()
+        self._variables: dict[str, str] = {}
+        """Each secret variable's name -> its placeholder (not a secret)."""
+        self._egress_tls = egress_tls
+        self.audit = AuditLog()
+        """Every request through the egress proxy, in memory across wakes."""
         self._proxy: EgressProxy | None = None
         self._catalogue = catalogue
         self._blobs = blobs
@@ -137,6 +143,7 @@ class HostedSandbox:
         self._keeper: anyio.CancelScope | None = None
         self._keeper_done: anyio.Event | None = None
         self._shell: Shell | None = None
+        self._shell_env: dict[str, str] = {}
         self._baseline_pids = 0
         self.processes: dict[str, BackgroundProcess] = {}
         self.terminals = 0
@@ -228,6 +235,7 @@ class HostedSandbox:
             egress_dir=self._egress_dir,
             packages_dir=packages_dir,
             lib_dir=self._options.work_dir / "lib",
+            ca_dir=self._options.work_dir / "ca",
             bwrap=self._options.bwrap,
         )
         self._keeper_done = anyio.Event()
@@ -258,7 +266,10 @@ class HostedSandbox:
                         policy,
                         connect_timeout=self._options.proxy_connect_timeout,
                         idle_timeout=self._options.proxy_idle_timeout,
-                        credentials=self._credentials,
+                        secrets=self._secrets,
+                        tls=self._egress_tls,
+                        pinned=dict(self._options.egress_hosts),
+                        audit=self.audit,
                     ) as proxy,
                     run_body(spec, cgroup) as body,
                 ):
@@ -436,12 +447,16 @@ class HostedSandbox:
         return 0
 
     async def _live_shell(self) -> Shell:
-        if self._shell is not None and self._shell.alive:
+        env = self.environment()
+        if self._shell is not None and self._shell.alive and self._shell_env == env:
             return self._shell
         body = self._require_body()
-        env = sandbox_environment(self.config.env, network=True)
+        if self._shell is not None:
+            shell, self._shell = self._shell, None
+            await shell.close()
         process = await body.spawn(BASH, env)
         self._shell = Shell(process)
+        self._shell_env = env
         return self._shell
 
     def _require_body(self) -> BwrapBody:
@@ -496,8 +511,7 @@ class HostedSandbox:
             raise InvalidArgument("the command contains a NUL byte")
         async with self.activity():
             body = self._require_body()
-            env = sandbox_environment(self.config.env, network=True)
-            process = await body.spawn(["/bin/bash", "-c", command], env)
+            process = await body.spawn(["/bin/bash", "-c", command], self.environment())
             background = BackgroundProcess.start(process, command, name, self._tasks)
             self.processes[background.id] = background
             return background
@@ -519,7 +533,7 @@ class HostedSandbox:
             check_size(rows, cols)
             async with self.activity():
                 body = self._require_body()
-                env = sandbox_environment(self.config.env, network=True)
+                env = self.environment()
                 argv = ["/bin/bash", "-c", command] if command else ["/bin/bash", "-l"]
                 if kind is Kind.PTY:
                     env["TERM"] = "xterm-256color"
@@ -552,12 +566,20 @@ class HostedSandbox:
         )
         return self._active_recorded + current
 
-    def set_credentials(self, generation: int, credentials: Credentials) -> None:
-        """What the egress proxy may inject from now on, running or next wake."""
-        self._credentials = credentials
+    def set_credentials(self, generation: int, secrets: Secrets, variables: dict[str, str]) -> None:
+        """What the egress proxy may inject from now on, running or next wake, and
+        the placeholders every process started from now on sees (a shell started
+        with other placeholders is started again on its next use)."""
+        self._secrets = secrets
+        self._variables = variables
         self.secrets_generation = generation
         if self._proxy is not None:
-            self._proxy.credentials = credentials
+            self._proxy.secrets = secrets
+
+    def environment(self) -> dict[str, str]:
+        """The environment of a process started in the sandbox now."""
+        env = sandbox_environment(self.config.env, network=True, trust=True)
+        return env | self._variables
 
     def status(self) -> dict[str, Any]:
         return {

@@ -25,6 +25,16 @@ from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import Cgroups
 from stead.sandbox_host.clock import HostClock, SystemClock
 from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.egress import (
+    EgressTls,
+    HeaderSecret,
+    HostSet,
+    InvalidPolicy,
+    PlaceholderSecret,
+    Secrets,
+    host_entry,
+    normalize_host,
+)
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.uids import UidRange
@@ -40,6 +50,8 @@ class Isolation:
 
     cgroups: Cgroups
     uids: UidRange
+    tls: EgressTls
+    """The egress CA and the origins' trust: every sandbox's TLS is terminated."""
 
 
 class SandboxManager:
@@ -79,16 +91,31 @@ class SandboxManager:
         return found.secrets_generation if found is not None else None
 
     def set_secrets(
-        self, sandbox_id: str, generation: int, credentials: Sequence[ops.Credential]
+        self,
+        sandbox_id: str,
+        generation: int,
+        credentials: Sequence[ops.Credential],
+        variables: Sequence[ops.SecretVariable] = (),
     ) -> None:
-        """Hands the sandbox's egress proxy its credentials, in memory only."""
-        by_host: dict[str, list[tuple[bytes, bytes]]] = {}
-        for credential in credentials:
-            by_host.setdefault(credential.host.lower(), []).append(
-                (credential.header.lower().encode(), credential.value.encode())
+        """Hands the sandbox's egress proxy its credentials, in memory only, and
+        the sandbox's processes the variables' placeholders. Raises
+        ``InvalidArgument`` for a host pattern the proxy cannot enforce."""
+        headers = [
+            HeaderSecret(
+                host=normalize_host(c.host),
+                header=c.header.lower().encode(),
+                value=c.value.encode(),
+                credential_id=c.credential_id,
             )
+            for c in credentials
+        ]
+        placeholders = [_placeholder_secret(v, i) for i, v in enumerate(variables)]
         found = self._sandboxes[sandbox_id]
-        found.set_credentials(generation, {k: tuple(v) for k, v in by_host.items()})
+        found.set_credentials(
+            generation,
+            Secrets(headers, placeholders),
+            {v.name: v.placeholder for v in variables},
+        )
 
     @property
     def isolation_problem(self) -> str | None:
@@ -123,6 +150,7 @@ class SandboxManager:
                 blobs=self._blobs,
                 cgroups=self._cgroups,
                 packages=self._packages,
+                egress_tls=self._isolation.tls,
                 tasks=self._tasks,
                 clock=self._clock,
             )
@@ -252,3 +280,24 @@ def _check_id(sandbox_id: object) -> None:
             f"sandbox_id: {sandbox_id!r} is not 1-{SANDBOX_ID_MAX} letters, digits, "
             "'_', '-', '.' or ':' (not starting with '.')"
         )
+
+
+def _placeholder_secret(variable: ops.SecretVariable, index: int) -> PlaceholderSecret:
+    hosts = None
+    if variable.allowed_hosts is not None:
+        try:
+            entries = [
+                host_entry(h, f"variables.{index}.allowed_hosts.{j}")
+                for j, h in enumerate(variable.allowed_hosts)
+            ]
+        except InvalidPolicy as exc:
+            raise InvalidArgument(str(exc)) from None
+        hosts = HostSet(entries)
+    return PlaceholderSecret(
+        credential_id=variable.credential_id,
+        placeholder=variable.placeholder.encode(),
+        value=variable.value.encode(),
+        hosts=hosts,
+        header=variable.header,
+        body=variable.body,
+    )

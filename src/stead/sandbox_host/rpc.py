@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Any
 
 import anyio
@@ -74,6 +75,7 @@ class HostRpc:
             ops.Destroy: self._destroy,
             ops.Status: self._status,
             ops.SetSecrets: self._set_secrets,
+            ops.EgressAudit: self._egress_audit,
             ops.Terminal: self._terminal,
         }
         """Every request type but ``Hello`` (the connection's first frame)."""
@@ -300,8 +302,23 @@ class HostRpc:
     async def _set_secrets(self, request: ops.SetSecrets, frames: FrameStream) -> ops.Empty:
         request = request.model_copy(update={"secrets_generation": None})
         sandbox = await self._sandbox(request)
-        self._manager.set_secrets(sandbox.id, request.generation, request.credentials)
+        self._manager.set_secrets(
+            sandbox.id, request.generation, request.credentials, request.variables
+        )
         return ops.Empty()
+
+    async def _egress_audit(
+        self, request: ops.EgressAudit, frames: FrameStream
+    ) -> ops.EgressAuditReply:
+        sandbox = await self._sandbox(request)
+        entries = sandbox.audit.read(request.after, request.limit)
+        return ops.EgressAuditReply(
+            entries=[
+                ops.AuditRecord(**{**asdict(e), "credential_ids": list(e.credential_ids)})
+                for e in entries
+            ],
+            last_seq=sandbox.audit.last_seq,
+        )
 
 
 def _config(value: Json) -> SandboxConfig:

@@ -33,6 +33,12 @@ from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import detect_cgroups
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.egress import (
+    CertificateAuthority,
+    EgressTls,
+    upstream_context,
+    write_sandbox_bundle,
+)
 from stead.sandbox_host.manager import Isolation, SandboxManager
 from stead.sandbox_host.rpc import HostRpc
 from stead.sandbox_host.selfcheck import check_isolation
@@ -102,6 +108,7 @@ def _check(
     cgroups = None
     try:
         _prepare_work_dir(options)
+        tls = _egress_tls(options)
         uids = _claim_uids(options, span)
         cgroups = detect_cgroups(parent=f"stead-{options.host_tag}")
         report = check_isolation(options.bwrap, probe_uid=uids.probe_uid, cgroups=cgroups)
@@ -114,7 +121,20 @@ def _check(
     removed = cgroups.sweep_stale()
     if removed:
         log.info("removed %d stale sandbox cgroups", len(removed))
-    return Isolation(cgroups, uids), None
+    return Isolation(cgroups, uids, tls), None
+
+
+def _egress_tls(options: HostOptions) -> EgressTls:
+    """The installation's egress CA (made once, kept in the state directory) and
+    the bundle every sandbox trusts, rewritten at each start so that it follows
+    the machine's CAs."""
+    try:
+        ca = CertificateAuthority.load_or_create(options.state_dir / "egress-ca")
+        write_sandbox_bundle(options.work_dir / "ca", ca.cert_pem)
+        upstream = upstream_context(options.egress_extra_ca_file)
+    except (OSError, ValueError) as exc:
+        raise IsolationUnavailable(f"cannot set up the egress CA: {exc}") from None
+    return EgressTls(ca, upstream)
 
 
 def _claim_uids(options: HostOptions, span: tuple[int, int] | None) -> UidRange:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from stead.sandbox import (
     WORKSPACE,
-    EgressCredential,
+    EgressSecret,
     ExecResult,
     ExecStatus,
     FileInfo,
@@ -70,7 +70,7 @@ class MemorySandbox:
     files: dict[str, bytes] = field(default_factory=dict)
     """Workspace-relative path -> content."""
     records: dict[str, ExecResult] = field(default_factory=dict)
-    secrets: tuple[EgressCredential, ...] = ()
+    secrets: tuple[EgressSecret, ...] = ()
     """What an egress proxy would hold: never part of the files."""
     created: float = field(default_factory=time.monotonic)
     closed: bool = False
@@ -203,7 +203,7 @@ class MemoryProvider:
         raise NoSandbox("the in-memory sandbox has no terminals")
 
     async def set_secrets(
-        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         sandbox = await self.acquire(sandbox_id, config)
         assert isinstance(sandbox, MemorySandbox)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -25,7 +26,7 @@ from stead.sandbox.base import Sandbox
 from stead.sandbox.client import HostAddress, HostClient, HostSandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import SandboxUnavailable
-from stead.sandbox.provider import EgressCredential
+from stead.sandbox.provider import EgressCredential, EgressSecret, EnvironmentCredential
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 log = logging.getLogger("stead.sandbox.host")
@@ -117,7 +118,7 @@ class HostProvider:
         )
 
     async def set_secrets(
-        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         sandbox = HostSandbox(await self.client(), sandbox_id, config, self._secrets)
         await self._secrets.replace(sandbox, secrets)
@@ -135,23 +136,35 @@ class HostProvider:
 class _Secrets:
     """Each sandbox's credentials in this brain's memory, under a generation the
     host must hold too: a host that restarted holds none and gets them again
-    on the next call (``SecretsOutdated``)."""
+    on the next call (``SecretsOutdated``). A variable credential keeps its
+    placeholder for as long as it stays in its sandbox's set."""
 
     def __init__(self) -> None:
-        self._held: dict[str, tuple[int, list[ops.Credential]]] = {}
+        self._held: dict[str, tuple[int, list[ops.Credential], list[ops.SecretVariable]]] = {}
         self._next = 1
 
     def generation(self, sandbox_id: str) -> int | None:
         found = self._held.get(sandbox_id)
         return found[0] if found is not None else None
 
-    async def replace(self, sandbox: HostSandbox, secrets: Sequence[EgressCredential]) -> None:
-        credentials = [
-            ops.Credential(host=s.host.lower(), header=s.header, value=s.value) for s in secrets
+    async def replace(self, sandbox: HostSandbox, secrets: Sequence[EgressSecret]) -> None:
+        held = self._held.get(sandbox.sandbox_id)
+        known = {(v.credential_id, v.name): v.placeholder for v in held[2]} if held else {}
+        headers = [
+            ops.Credential(
+                host=s.host.lower(), header=s.header, value=s.value, credential_id=s.credential_id
+            )
+            for s in secrets
+            if isinstance(s, EgressCredential)
+        ]
+        variables = [
+            _variable(s, known.get((s.credential_id, s.secret_name)))
+            for s in secrets
+            if isinstance(s, EnvironmentCredential)
         ]
         generation, self._next = self._next, self._next + 1
-        await sandbox.set_secrets(generation, credentials)
-        self._held[sandbox.sandbox_id] = (generation, credentials)
+        await sandbox.set_secrets(generation, headers, variables)
+        self._held[sandbox.sandbox_id] = (generation, headers, variables)
 
     async def resend(self, sandbox: HostSandbox) -> None:
         found = self._held.get(sandbox.sandbox_id)
@@ -160,3 +173,17 @@ class _Secrets:
 
     def forget(self, sandbox_id: str) -> None:
         self._held.pop(sandbox_id, None)
+
+
+def _variable(credential: EnvironmentCredential, placeholder: str | None) -> ops.SecretVariable:
+    hosts = credential.allowed_hosts
+    return ops.SecretVariable(
+        credential_id=credential.credential_id,
+        name=credential.secret_name,
+        # Random, so it says nothing of the value; the proxy finds it by exact match.
+        placeholder=placeholder or f"stead_placeholder_{secrets.token_hex(20)}",
+        value=credential.value,
+        allowed_hosts=list(hosts) if hosts is not None else None,
+        header=credential.header,
+        body=credential.body,
+    )

@@ -9,7 +9,7 @@ from stead.jsonvalues import Json
 from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
-from stead.sandbox.provider import EgressCredential
+from stead.sandbox.provider import EgressSecret
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_SANDBOX = (
@@ -33,7 +33,7 @@ class OffProvider:
         raise NoSandbox(NO_SANDBOX)
 
     async def set_secrets(
-        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         raise NoSandbox(NO_SANDBOX)
 

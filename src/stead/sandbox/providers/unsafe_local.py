@@ -18,7 +18,7 @@ from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
-from stead.sandbox.provider import EgressCredential
+from stead.sandbox.provider import EgressSecret
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_TERMINALS = "terminals need the sandbox host: this server runs STEAD_SANDBOX=unsafe_local"
@@ -66,7 +66,7 @@ class UnsafeLocalProvider:
         raise NoSandbox(NO_TERMINALS)
 
     async def set_secrets(
-        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressCredential]
+        self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         raise NoSandbox(NO_SECRETS)
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
 from anyio.abc import SocketStream
 
 from stead.sandbox_host.egress.errors import UpstreamFailed, UpstreamTimeout
-from stead.sandbox_host.egress.policy import EgressPolicy
+from stead.sandbox_host.egress.policy import EgressPolicy, normalize_host
 
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 """``(host, port) -> IP addresses``; raises ``OSError`` when the name does not resolve."""
@@ -34,14 +34,20 @@ async def dial(
     *,
     resolver: Resolver,
     connect_timeout: float,
+    pinned: Mapping[str, str] | None = None,
 ) -> SocketStream:
     """A connection to ``host:port`` that the policy allows.
 
     Raises ``Denied`` (policy or blocklist), ``UpstreamFailed`` (no such name, every
     address refused) or ``UpstreamTimeout``; resolving and connecting each get
-    ``connect_timeout`` seconds. Cancellation leaves nothing open.
+    ``connect_timeout`` seconds. Cancellation leaves nothing open. A ``pinned``
+    name (the operator's ``STEAD_EGRESS_HOSTS``) goes to its address without
+    resolving, and that address passes the blocklist: the operator chose it.
     """
     policy.check_host(host)
+    address = (pinned or {}).get(normalize_host(host))
+    if address is not None:
+        return await _connect(host, port, [address], connect_timeout)
     addresses = await _resolve(host, port, resolver, connect_timeout)
     policy.check_addresses(host, addresses)
     return await _connect(host, port, addresses, connect_timeout)

@@ -5,6 +5,8 @@ as the client spelled it and never anything of the host machine's but addresses.
 EgressError              base of the errors a proxied request ends in; ``status``
 ├── BadRequest           400 (or 431): not a proxy request the proxy can parse
 ├── Denied               403: the policy or the address blocklist refuses the host
+├── Refused              403: a credential's placeholder is headed for a host it may not reach
+├── TooLarge             413: a body the proxy must read whole to inject into is too large
 └── UpstreamFailed       502: the name does not resolve or the origin refuses or breaks
     └── UpstreamTimeout  504: resolving, connecting or the origin's answer took too long
 
@@ -38,6 +40,30 @@ class Denied(EgressError):
         self.host = host
         self.reason = reason
         super().__init__(f"egress to {host} denied: {reason}")
+
+
+class Refused(EgressError):
+    status: int = 403
+
+    def __init__(self, host: str, credential_id: str) -> None:
+        self.host = host
+        self.credential_id = credential_id
+        named = f" {credential_id}" if credential_id else ""
+        super().__init__(
+            f"egress to {host} refused: the request holds the placeholder of credential"
+            f"{named}, which may not be sent to this host; it was not replaced"
+        )
+
+
+class TooLarge(EgressError):
+    status: int = 413
+
+    def __init__(self, host: str, limit: int) -> None:
+        self.host = host
+        super().__init__(
+            f"egress to {host} refused: a request body into which credentials are "
+            f"injected may be at most {limit} bytes"
+        )
 
 
 class UpstreamFailed(EgressError):

@@ -1,32 +1,35 @@
-"""Forwarding one plain HTTP request to its origin and streaming the answer back.
+"""Forwarding one HTTP request to its origin and streaming the answer back.
 
 The request goes out in origin form (``GET /path?q``) with ``Host`` set to the
-URL's authority (so a client cannot reach another virtual host behind an allowed
-address), hop-by-hop headers removed and ``Connection: close``: one request per
-connection keeps the proxy simple. h11 frames both sides, so bodies stream in
-chunks and are never buffered whole. Works on any byte streams: the same code
-can serve requests decrypted from a CONNECT tunnel.
+authority the client asked the proxy for (so a client cannot reach another
+virtual host behind an allowed address) and hop-by-hop headers removed. A plain
+``http://`` request travels alone (``Connection: close``); requests decrypted
+from a CONNECT tunnel (``intercept.py``) keep both connections alive. h11 frames
+both sides, so bodies stream in chunks and are never buffered whole, except
+one the credentials must be injected into (read whole, up to ``body_limit``).
 
 Errors before the response head reaches the client are raised as
-``UpstreamFailed``/``UpstreamTimeout`` (the caller answers 502/504) or
-``BadRequest``; after it, the only signal left is closing the connection.
+``UpstreamFailed``/``UpstreamTimeout`` (the caller answers 502/504),
+``Refused``/``TooLarge`` or ``BadRequest``; after it, the only signal left is
+closing the connection.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import anyio
 import h11
 from anyio.abc import ByteStream
 
+from stead.sandbox_host.egress.audit import Exchange
 from stead.sandbox_host.egress.errors import (
     BadRequest,
     EgressError,
+    TooLarge,
     UpstreamFailed,
     UpstreamTimeout,
 )
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
+from stead.sandbox_host.egress.secrets import HostSecrets, credential_ids
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -64,23 +67,34 @@ async def forward(
     upstream: ByteStream,
     *,
     idle_timeout: float,
-    inject: Sequence[tuple[bytes, bytes]] = (),
-) -> None:
+    secrets: HostSecrets,
+    exchange: Exchange,
+    body_limit: int,
+    origin: h11.Connection | None = None,
+) -> bool:
     """Sends ``request`` (its body still unread on ``client``/``conn``) to ``upstream``
     and relays the response. Each read and write waits at most ``idle_timeout``.
-    Does not close either stream."""
-    hop = _Hop(client, conn, upstream, f"{target.host}:{target.port}", idle_timeout)
+    With ``origin`` (the upstream's h11 connection, kept across requests) both
+    connections stay open when both peers allow; returns whether they may carry
+    another request. Does not close either stream."""
+    hop = _Hop(client, conn, upstream, target, idle_timeout, exchange, origin)
     try:
-        await hop.send_request(request, target, inject)
+        await hop.send_request(request, secrets, body_limit)
         response = await hop.response_head()
-        await hop.to_client(conn.send(_response(response)))
+        exchange.status = response.status_code
+        closing = not hop.keep_alive or _says_close(response)
+        await hop.to_client(conn.send(_response(response, closing=closing)))
         await hop.relay_response_body()
     except _ClientGone:
-        return
+        return False
     except EgressError:
         if conn.our_state is h11.SEND_RESPONSE:
             raise  # nothing sent yet: the caller can still answer
         # The head is out; a broken body can only be reported by closing.
+        return False
+    finally:
+        exchange.credential_ids = credential_ids(secrets.used)
+    return hop.keep_alive and not closing and conn.our_state is h11.DONE
 
 
 def end_to_end(headers: Headers) -> Headers:
@@ -96,18 +110,31 @@ def end_to_end(headers: Headers) -> Headers:
     return [(name, value) for name, value in headers if name not in dropped]
 
 
-def _request(
-    request: h11.Request, target: Target, inject: Sequence[tuple[bytes, bytes]]
-) -> h11.Request:
-    replaced = {b"host"} | {name for name, _ in inject}
-    headers = [(n, v) for n, v in end_to_end(list(request.headers)) if n not in replaced]
-    headers = [(b"host", target.authority), *headers, *inject, (b"connection", b"close")]
+def _request(target: Target, request: h11.Request, headers: Headers, *, close: bool) -> h11.Request:
+    headers = [(b"host", target.authority), *(h for h in headers if h[0] != b"host")]
+    if close:
+        headers.append((b"connection", b"close"))
     return h11.Request(method=request.method, target=target.path, headers=headers)
 
 
-def _response(response: h11.Response) -> h11.Response:
-    headers = [*end_to_end(list(response.headers)), (b"connection", b"close")]
+def _response(response: h11.Response, *, closing: bool) -> h11.Response:
+    headers = end_to_end(list(response.headers))
+    if closing:
+        headers.append((b"connection", b"close"))
     return h11.Response(status_code=response.status_code, headers=headers, reason=response.reason)
+
+
+def _says_close(response: h11.Response) -> bool:
+    if response.http_version < b"1.1":
+        return True
+    return any(
+        name == b"connection" and b"close" in value.lower() for name, value in response.headers
+    )
+
+
+def _sized(headers: Headers, length: int) -> Headers:
+    kept = [(n, v) for n, v in headers if n not in (b"content-length", b"transfer-encoding")]
+    return [*kept, (b"content-length", str(length).encode())]
 
 
 class _Hop:
@@ -118,30 +145,73 @@ class _Hop:
         client: ByteStream,
         conn: h11.Connection,
         upstream: ByteStream,
-        where: str,
+        target: Target,
         idle_timeout: float,
+        exchange: Exchange,
+        origin: h11.Connection | None,
     ) -> None:
         self.client = client
         self.conn = conn
         self.upstream = upstream
-        self.origin = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
-        self.where = where
+        self.keep_alive = origin is not None
+        self.origin = origin or h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.target = target
+        self.where = f"{target.host}:{target.port}"
         self.idle = idle_timeout
+        self.exchange = exchange
 
     async def send_request(
-        self, request: h11.Request, target: Target, inject: Sequence[tuple[bytes, bytes]]
+        self, request: h11.Request, secrets: HostSecrets, body_limit: int
     ) -> None:
-        await self.to_upstream(self.origin.send(_request(request, target, inject)))
-        if self.conn.they_are_waiting_for_100_continue:
-            continue_ = h11.InformationalResponse(status_code=100, headers=[])
-            await self.to_client(self.conn.send(continue_))
+        host = self.target.host
+        headers = secrets.head(request.target, end_to_end(list(request.headers)), host)
+        close = not self.keep_alive
+        if secrets.rewrites_body:
+            await self.send_continue()
+            body = secrets.body(await self.read_body(body_limit), host)
+            framed = bool(body) or any(n in FRAMING - {b"host"} for n, _ in headers)
+            if framed:
+                headers = _sized(headers, len(body))
+            await self.to_upstream(
+                self.origin.send(_request(self.target, request, headers, close=close))
+            )
+            if body:
+                await self.to_upstream(self.origin.send(h11.Data(data=body)))
+            await self.to_upstream(self.origin.send(h11.EndOfMessage()))
+            return
+        await self.to_upstream(
+            self.origin.send(_request(self.target, request, headers, close=close))
+        )
+        await self.send_continue()
+        scan = _Scan(secrets, host)
         while True:
             event = await self.from_client()
             if isinstance(event, h11.Data):
+                scan.feed(event.data)
                 await self.to_upstream(self.origin.send(h11.Data(data=event.data)))
             elif isinstance(event, h11.EndOfMessage):
                 await self.to_upstream(self.origin.send(h11.EndOfMessage()))
                 return
+            else:
+                raise _ClientGone
+
+    async def send_continue(self) -> None:
+        if self.conn.they_are_waiting_for_100_continue:
+            continue_ = h11.InformationalResponse(status_code=100, headers=[])
+            await self.to_client(self.conn.send(continue_))
+
+    async def read_body(self, limit: int) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            event = await self.from_client()
+            if isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > limit:
+                    raise TooLarge(self.target.host, limit)
+                parts.append(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                return b"".join(parts)
             else:
                 raise _ClientGone
 
@@ -186,6 +256,7 @@ class _Hop:
     async def to_client(self, data: bytes | None) -> None:
         if not data:
             return
+        self.exchange.bytes_in += len(data)
         try:
             with anyio.fail_after(self.idle):
                 await self.client.send(data)
@@ -195,6 +266,7 @@ class _Hop:
     async def to_upstream(self, data: bytes | None) -> None:
         if not data:
             return
+        self.exchange.bytes_out += len(data)
         try:
             with anyio.fail_after(self.idle):
                 await self.upstream.send(data)
@@ -212,3 +284,21 @@ async def _next_event(stream: ByteStream, conn: h11.Connection, idle: float) -> 
             return event
         with anyio.fail_after(idle):
             await receive_into(stream, conn)
+
+
+class _Scan:
+    """Watches a streamed body for placeholders that may not go to its host; keeps
+    the tail of each chunk so that one split across two chunks is seen."""
+
+    def __init__(self, secrets: HostSecrets, host: str) -> None:
+        self.secrets = secrets
+        self.host = host
+        self.keep = secrets.longest_placeholder() - 1
+        self.tail = b""
+
+    def feed(self, data: bytes) -> None:
+        if not self.secrets.scans_body:
+            return
+        window = self.tail + data
+        self.secrets.check(window, self.host)
+        self.tail = window[-self.keep :] if self.keep > 0 else b""

@@ -104,7 +104,7 @@ def _own_block_reason(ip: IPAddress) -> str | None:
     return next((reason for blocked, reason in checks if blocked), None)
 
 
-def _entry(raw: object, where: str) -> str:
+def host_entry(raw: object, where: str) -> str:
     """A validated, normalised host entry: a name, an address or ``*.`` + a name."""
     if not isinstance(raw, str):
         raise InvalidPolicy(f"{where}: {raw!r} is not a string")
@@ -162,7 +162,7 @@ class EgressPolicy:
         extra_hosts: Iterable[str] = (),
     ) -> None:
         kind = networking.get("type")
-        extras = [_entry(host, f"extra_hosts.{i}") for i, host in enumerate(extra_hosts)]
+        extras = [host_entry(host, f"extra_hosts.{i}") for i, host in enumerate(extra_hosts)]
         listed: list[str] = []
         allowed = list(extras)
         if kind == "unrestricted":
@@ -178,7 +178,8 @@ class EgressPolicy:
                 allowed += PACKAGE_MANAGER_HOSTS
             if _flag(networking, "allow_mcp_servers"):
                 allowed += [
-                    _entry(host, f"mcp_server_hosts.{i}") for i, host in enumerate(mcp_server_hosts)
+                    host_entry(host, f"mcp_server_hosts.{i}")
+                    for i, host in enumerate(mcp_server_hosts)
                 ]
         else:
             raise InvalidPolicy(f"networking.type: {kind!r} is not 'unrestricted' or 'limited'")
@@ -239,4 +240,4 @@ def _flag(networking: Mapping[str, object], key: str) -> bool:
 def _host_list(value: object) -> list[str]:
     if not isinstance(value, list | tuple):
         raise InvalidPolicy(f"networking.allowed_hosts: {value!r} is not a list")
-    return [_entry(host, f"networking.allowed_hosts.{i}") for i, host in enumerate(value)]
+    return [host_entry(host, f"networking.allowed_hosts.{i}") for i, host in enumerate(value)]

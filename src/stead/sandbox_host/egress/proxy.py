@@ -2,8 +2,11 @@
 environment's ``EgressPolicy`` (DESIGN rule 7: egress is enforced at the network
 namespace, since this socket is the sandbox's only way out).
 
-Each connection carries one request: ``CONNECT host:port`` becomes a byte tunnel,
-an absolute ``http://`` request is forwarded (``origin.py``). The client is
+Each connection carries one request: ``CONNECT host:port`` becomes a tunnel whose
+TLS the proxy terminates when it has the egress CA (``intercept.py``; else a
+byte tunnel), an absolute ``http://`` request is forwarded (``origin.py``).
+Credentials (``secrets.py``) are injected into both kinds, and every request is
+written to the sandbox's audit log (``audit.py``). The client is
 untrusted: the head is bounded in size and time, connections are bounded in
 number, and every wait on either peer has a timeout. The proxy owns one task
 group; closing it cancels every connection, closes both ends of every tunnel and
@@ -16,22 +19,33 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AsyncExitStack
-from http import HTTPStatus
 from pathlib import Path
 from types import TracebackType
 
 import anyio
 import h11
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import ByteStream, SocketStream, TaskGroup
 
+from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.dial import Resolver, dial, system_resolver
 from stead.sandbox_host.egress.errors import Denied, EgressError
+from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Interception, Replayed
 from stead.sandbox_host.egress.origin import forward
 from stead.sandbox_host.egress.policy import EgressPolicy
-from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Kind, parse_target, read_request
+from stead.sandbox_host.egress.reply import answer, send_quietly
+from stead.sandbox_host.egress.request import (
+    MAX_HEAD_BYTES,
+    READ_CHUNK,
+    Kind,
+    Target,
+    parse_target,
+    read_request,
+)
+from stead.sandbox_host.egress.secrets import Secrets
 from stead.sandbox_host.egress.splice import splice
+from stead.sandbox_host.egress.trust import EgressTls
 from stead.sandbox_host.egress.unix import UnixStream, accept, close_listener, listen_unix
 
 log = logging.getLogger("stead.sandbox_host.egress")
@@ -41,6 +55,9 @@ HEAD_TIMEOUT = 10.0
 
 MAX_CONNECTIONS = 256
 """Default limit on one proxy's concurrent client connections."""
+
+BODY_LIMIT = 8 * 1024 * 1024
+"""Default limit on a request body read whole to inject credentials into it."""
 
 ACCEPT_BACKOFF = 0.1
 """Pause after a failed ``accept`` (out of file descriptors) before the next one."""
@@ -54,22 +71,21 @@ SOCKET_MODE = 0o666
 _CONNECTED = b"HTTP/1.1 200 Connection Established\r\n\r\n"
 
 
-Credentials = Mapping[str, Sequence[tuple[bytes, bytes]]]
-"""Lower-case host name -> (lower-case header name, value) pairs to set."""
-
-
 class EgressProxy:
     """``async with EgressProxy(path, policy, connect_timeout=..., idle_timeout=...)``
     serves until the block ends.
 
-    ``connect_timeout`` bounds resolving and, separately, connecting upstream;
-    ``credentials`` are headers set on forwarded plain-HTTP requests for their
-    host, replacing any the sandbox sent (TLS interception for HTTPS is the
-    vaults' work). ``idle_timeout`` ends a tunnel or a forwarded exchange after that long with no
-    byte either way; ``head_timeout`` bounds receiving a request head. ``resolver``
-    maps a name to addresses (default: the system's ``getaddrinfo``). ``policy`` may
-    be replaced while serving; it applies to requests that arrive afterwards, and
-    open tunnels keep running.
+    ``connect_timeout`` bounds resolving and, separately, connecting upstream (and
+    the TLS handshake with it); ``idle_timeout`` ends a tunnel or a forwarded
+    exchange after that long with no byte either way; ``head_timeout`` bounds
+    receiving a request head. ``resolver`` maps a name to addresses (default: the
+    system's ``getaddrinfo``); ``pinned`` names resolve to the operator's address
+    instead, which passes the blocklist (``STEAD_EGRESS_HOSTS``). With ``tls`` the
+    proxy terminates the TLS of CONNECT tunnels. ``secrets`` are injected into
+    requests (``secrets.py``); ``audit`` receives an entry per request.
+    ``policy`` and ``secrets`` may be replaced while serving; they apply to
+    requests that arrive afterwards (in a kept-alive tunnel too), and open byte
+    tunnels keep running.
 
     Counters: ``active_connections`` (client connections open now), ``allowed``
     (requests that reached an upstream), ``denied`` (requests answered 403).
@@ -85,13 +101,20 @@ class EgressProxy:
         resolver: Resolver | None = None,
         head_timeout: float = HEAD_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
-        credentials: Credentials | None = None,
+        secrets: Secrets | None = None,
+        tls: EgressTls | None = None,
+        pinned: Mapping[str, str] | None = None,
+        audit: AuditLog | None = None,
+        body_limit: int = BODY_LIMIT,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.policy = policy
-        self.credentials: Credentials = credentials or {}
-        """Host name -> headers to set on requests for it (rule 8); may be
-        replaced while serving. Held in memory only, never logged."""
+        self.secrets = secrets or Secrets()
+        """What the proxy injects (rule 8); memory only, never logged."""
+        self.tls = tls
+        self.audit = audit
+        self.body_limit = body_limit
+        self._pinned = dict(pinned or {})
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
         self.head_timeout = head_timeout
@@ -158,7 +181,7 @@ class EgressProxy:
 
     async def _refuse(self, client: UnixStream) -> None:
         async with client:
-            await _answer(client, 503, "too many connections", self.head_timeout)
+            await answer(client, 503, "too many connections", self.head_timeout)
 
     async def _serve(self, client: UnixStream) -> None:
         try:
@@ -171,32 +194,38 @@ class EgressProxy:
 
     async def _exchange(self, client: UnixStream) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        exchange = Exchange("", 0)
         try:
             with anyio.fail_after(self.head_timeout):
                 request = await read_request(client, conn)
             if request is None:
                 return
             target = parse_target(request)
+            exchange = Exchange(target.host, target.port, request.method.decode("ascii"))
             upstream = await dial(
                 target.host,
                 target.port,
                 self.policy,
                 resolver=self._resolver,
                 connect_timeout=self.connect_timeout,
+                pinned=self._pinned,
             )
         except TimeoutError:
-            await _answer(client, 408, "timed out reading the request head", self.head_timeout)
+            await answer(client, 408, "timed out reading the request head", self.head_timeout)
             return
         except EgressError as exc:
             if isinstance(exc, Denied):
                 self._denied += 1
                 log.info("egress proxy %s: %s", self.socket_path, exc)
-            await _answer(client, exc.status, str(exc), self.head_timeout)
+            await answer(client, exc.status, str(exc), self.head_timeout)
+            if exchange.host:
+                exchange.status, exchange.error = exc.status, str(exc)
+                self._record(exchange)
             return
         self._allowed += 1
         async with upstream:
             if target.kind is Kind.CONNECT:
-                await self._tunnel(client, upstream, conn)
+                await self._connect(client, upstream, conn, target)
                 return
             try:
                 await forward(
@@ -206,40 +235,84 @@ class EgressProxy:
                     target,
                     upstream,
                     idle_timeout=self.idle_timeout,
-                    inject=self.credentials.get(target.host.lower(), ()),
+                    secrets=self.secrets.for_host(target.host),
+                    exchange=exchange,
+                    body_limit=self.body_limit,
                 )
             except EgressError as exc:
-                await _answer(client, exc.status, str(exc), self.head_timeout)
+                exchange.status, exchange.error = exc.status, str(exc)
+                await answer(client, exc.status, str(exc), self.head_timeout)
+            finally:
+                self._record(exchange)
 
-    async def _tunnel(
-        self, client: UnixStream, upstream: SocketStream, conn: h11.Connection
+    async def _connect(
+        self, client: UnixStream, upstream: SocketStream, conn: h11.Connection, target: Target
     ) -> None:
         early, _ = conn.trailing_data  # bytes sent right behind the CONNECT head
-        if await _send_quietly(client, _CONNECTED, self.idle_timeout):
-            await splice(client, upstream, idle_timeout=self.idle_timeout, a_to_b_first=early)
-
-
-async def _answer(client: UnixStream, status: int, text: str, seconds: float) -> None:
-    """Sends a short ``text/plain`` error response; a client that is gone or not
-    reading is left alone (the caller closes the connection next)."""
-    body = (text + "\n").encode("utf-8", "replace")
-    head = (
-        f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
-        "Content-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    )
-    await _send_quietly(client, head.encode() + body, seconds)
-
-
-async def _send_quietly(client: UnixStream, data: bytes, seconds: float) -> bool:
-    with anyio.move_on_after(seconds):
+        if not await send_quietly(client, _CONNECTED, self.idle_timeout):
+            return
+        if self.tls is not None:
+            if not early:
+                with anyio.move_on_after(self.head_timeout):
+                    early = await _receive_quietly(client)
+            if not early:
+                return
+            if early[0] == TLS_HANDSHAKE:
+                await self._interception().run(Replayed(client, early), upstream, target)
+                return
+        exchange = Exchange(target.host, target.port, "CONNECT", status=200)
+        counted = _Counted(client, exchange)
         try:
-            await client.send(data)
-        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            return False
-        return True
-    return False
+            await splice(counted, upstream, idle_timeout=self.idle_timeout, a_to_b_first=early)
+        finally:
+            exchange.bytes_out += len(early)
+            self._record(exchange)
+
+    def _interception(self) -> Interception:
+        assert self.tls is not None
+        return Interception(
+            self.tls,
+            lambda: self.secrets,
+            self.audit,
+            connect_timeout=self.connect_timeout,
+            idle_timeout=self.idle_timeout,
+            head_timeout=self.head_timeout,
+            body_limit=self.body_limit,
+        )
+
+    def _record(self, exchange: Exchange) -> None:
+        if self.audit is not None:
+            self.audit.record(exchange)
+
+
+class _Counted(ByteStream):
+    """The client's side of a byte tunnel, counting bytes each way for the audit."""
+
+    def __init__(self, client: ByteStream, exchange: Exchange) -> None:
+        self._client = client
+        self._exchange = exchange
+
+    async def receive(self, max_bytes: int = READ_CHUNK) -> bytes:
+        data = await self._client.receive(max_bytes)
+        self._exchange.bytes_out += len(data)
+        return data
+
+    async def send(self, item: bytes) -> None:
+        await self._client.send(item)
+        self._exchange.bytes_in += len(item)
+
+    async def send_eof(self) -> None:
+        await self._client.send_eof()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+async def _receive_quietly(client: UnixStream) -> bytes:
+    try:
+        return await client.receive(READ_CHUNK)
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        return b""
 
 
 def _remove_stale_socket(path: Path) -> None:

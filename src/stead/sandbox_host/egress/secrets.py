@@ -1,0 +1,148 @@
+"""The credentials one sandbox's egress proxy injects (DESIGN rule 8), and how.
+
+Two kinds, both held in memory only and never shown by ``repr``:
+
+* ``HeaderSecret``: a header set on every request for one host, replacing any
+  the sandbox sent (``static_bearer``-style credentials).
+* ``PlaceholderSecret``: the sandbox holds an opaque placeholder (in an
+  environment variable); the proxy replaces it with the value in a request's
+  headers and/or body, and only for the hosts the credential allows. A
+  placeholder headed anywhere else is never replaced: the request is refused.
+
+``Secrets.for_host`` sorts them for one request's host into a ``HostSecrets``,
+which does the work on that request's head and body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from stead.sandbox_host.egress.errors import Refused
+from stead.sandbox_host.egress.policy import HostSet, normalize_host
+
+Headers = list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class HeaderSecret:
+    host: str
+    """Lower-case host name the header is set for (exact match)."""
+    header: bytes
+    """Lower-case header name."""
+    value: bytes
+    credential_id: str = ""
+
+    def __repr__(self) -> str:
+        return f"HeaderSecret(host={self.host!r}, header={self.header!r}, value=<hidden>)"
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class PlaceholderSecret:
+    credential_id: str
+    placeholder: bytes
+    value: bytes
+    hosts: HostSet | None
+    """Where the value may go; None: wherever the environment allows."""
+    header: bool = True
+    body: bool = True
+
+    def __repr__(self) -> str:
+        return f"PlaceholderSecret(credential_id={self.credential_id!r}, value=<hidden>)"
+
+    def allows(self, host: str) -> bool:
+        return self.hosts is None or normalize_host(host) in self.hosts
+
+
+class Secrets:
+    """Every credential of one sandbox; immutable, replaced as a whole."""
+
+    def __init__(
+        self,
+        headers: Iterable[HeaderSecret] = (),
+        placeholders: Iterable[PlaceholderSecret] = (),
+    ) -> None:
+        self._headers: dict[str, list[HeaderSecret]] = {}
+        for secret in headers:
+            self._headers.setdefault(secret.host.lower(), []).append(secret)
+        self._placeholders = tuple(placeholders)
+
+    def __repr__(self) -> str:
+        count = sum(map(len, self._headers.values())) + len(self._placeholders)
+        return f"Secrets({count} credentials)"
+
+    def for_host(self, host: str) -> HostSecrets:
+        """What applies to a request for ``host``."""
+        found = HostSecrets(self._headers.get(normalize_host(host), []))
+        for secret in self._placeholders:
+            if not secret.allows(host):
+                found.forbidden.append(secret)
+                continue
+            if secret.header:
+                found.in_headers.append(secret)
+            if secret.body:
+                found.in_body.append(secret)
+        return found
+
+
+@dataclass(slots=True, repr=False)
+class HostSecrets:
+    """The credentials for one request's host, and the ids of those it used."""
+
+    set_headers: Sequence[HeaderSecret]
+    in_headers: list[PlaceholderSecret] = field(default_factory=list)
+    in_body: list[PlaceholderSecret] = field(default_factory=list)
+    forbidden: list[PlaceholderSecret] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)
+
+    @property
+    def rewrites_body(self) -> bool:
+        """Whether the body must be read whole to replace placeholders in it."""
+        return bool(self.in_body)
+
+    @property
+    def scans_body(self) -> bool:
+        """Whether a streamed body must be watched for forbidden placeholders."""
+        return bool(self.forbidden)
+
+    def longest_placeholder(self) -> int:
+        return max((len(s.placeholder) for s in self.forbidden), default=0)
+
+    def head(self, target: bytes, headers: Headers, host: str) -> Headers:
+        """``headers`` with the host's headers set and placeholders replaced;
+        raises ``Refused`` if the target or a header holds a forbidden one."""
+        self.check(target, host)
+        names = {secret.header for secret in self.set_headers}
+        out: Headers = []
+        for name, value in headers:
+            if name in names:
+                continue
+            self.check(value, host)
+            for secret in self.in_headers:
+                if secret.placeholder in value:
+                    value = value.replace(secret.placeholder, secret.value)
+                    self.used.add(secret.credential_id)
+            out.append((name, value))
+        for header in self.set_headers:
+            out.append((header.header, header.value))
+            self.used.add(header.credential_id)
+        return out
+
+    def body(self, data: bytes, host: str) -> bytes:
+        """A whole body with placeholders replaced; ``Refused`` as ``head``."""
+        self.check(data, host)
+        for secret in self.in_body:
+            if secret.placeholder in data:
+                data = data.replace(secret.placeholder, secret.value)
+                self.used.add(secret.credential_id)
+        return data
+
+    def check(self, data: bytes, host: str) -> None:
+        for secret in self.forbidden:
+            if secret.placeholder in data:
+                raise Refused(host, secret.credential_id)
+
+
+def credential_ids(used: Iterable[str]) -> tuple[str, ...]:
+    """The non-empty ids of the credentials a request used, in a stable order."""
+    return tuple(sorted(i for i in used if i))
