@@ -12,10 +12,11 @@ import anyio
 
 from stead.config import Settings
 from stead.ids import new_id
-from stead.runtime import EventBus, Runtime, SandboxToolbox, build_loop
+from stead.runtime import EventBus, Runtime, SandboxToolbox, SessionCredentials, build_loop
 from stead.sandbox import open_provider
 from stead.schemas import agents
 from stead.store import NewEvent, SqlStore, open_store
+from stead.vault import load_secret_box
 
 
 @dataclass
@@ -68,9 +69,9 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
     )
     store = await open_store(settings.resolved_database_url)
     bus = EventBus(settings.sse_subscriber_buffer)
-    deps = build_loop(
-        settings, store, bus, SandboxToolbox(settings, store, open_provider(settings))
-    )
+    credentials = SessionCredentials(store, load_secret_box(settings))
+    toolbox = SandboxToolbox(settings, store, open_provider(settings), credentials)
+    deps = build_loop(settings, store, bus, toolbox)
     runtime = Runtime(deps, exclusive=True)
     try:
         async with anyio.create_task_group() as group:

@@ -30,6 +30,7 @@ from stead.runtime import (
     LeaseSweeper,
     Runtime,
     SandboxToolbox,
+    SessionCredentials,
     brain_lock,
     build_loop,
 )
@@ -72,7 +73,9 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 )
                 stack.push_async_callback(opened.close)
             bus = EventBus(settings.sse_subscriber_buffer)
-            toolbox = SandboxToolbox(settings, opened, open_provider(settings))
+            box = load_secret_box(settings)
+            credentials = SessionCredentials(opened, box)
+            toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
             deps = build_loop(settings, opened, bus, toolbox, failpoints)
             runtime = Runtime(deps, exclusive=store is None)
             sweeper = None
@@ -92,7 +95,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
                 sandboxes=toolbox,
                 sweeper=sweeper,
                 cursor_secret=await opened.installation_secret(CURSOR_SECRET),
-                secrets=load_secret_box(settings),
+                secrets=box,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)

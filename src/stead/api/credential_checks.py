@@ -9,10 +9,13 @@ refresh won meanwhile and its tokens are kept.
 
 from __future__ import annotations
 
+import importlib
 from datetime import UTC, datetime
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from anthropic.types.beta.vaults import BetaManagedAgentsCredentialValidation
+from anyio import to_thread
 from fastapi import APIRouter, Depends, Request
 
 from stead.api import openapi
@@ -22,11 +25,19 @@ from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
 from stead.schemas import RequestError
 from stead.store import CredentialRecord
-from stead.tools.mcp import HttpResponse, McpFailed, RefreshFailed, TokenGrant, list_tools
-from stead.tools.mcp import refresh_access_token as refresh_token_grant
+
+if TYPE_CHECKING:
+    from stead.tools.mcp import HttpResponse, McpFailed, TokenGrant
 
 router = APIRouter(prefix="/v1/vaults", tags=["vaults"])
+MCP_MODULE = "stead.tools.mcp"
 PROBED = ("mcp_oauth", "static_bearer")
+
+
+async def _mcp() -> ModuleType:
+    # The mcp SDK costs a server about a second and 24 MB to import: it is
+    # loaded on the first use, in a worker thread, not at start or on the loop.
+    return await to_thread.run_sync(importlib.import_module, MCP_MODULE)
 
 
 def _http(response: HttpResponse | None, secrets: list[str]) -> Json | None:
@@ -66,9 +77,10 @@ async def validate_credential(
     timeout = app.settings.mcp_timeout_seconds
     url = credential.auth["mcp_server_url"]
     result: dict[str, Any] = {"status": "valid", "mcp_probe": None, "refresh": None}
+    mcp = await _mcp()
     try:
-        await list_tools(url, token, timeout)
-    except McpFailed as failure:
+        await mcp.list_tools(url, token, timeout)
+    except mcp.McpFailed as failure:
         result.update(status="unknown", mcp_probe=_probe_failure(failure, secrets))
         if failure.unauthorized:
             result.update(await _refresh_and_retry(app, who, credential, secret, secrets))
@@ -91,8 +103,9 @@ async def _refresh_and_retry(
     if refresh_settings is None or "refresh_token" not in secret:
         return {"status": "invalid", "refresh": {"status": "no_refresh_token"}}
     timeout = app.settings.mcp_timeout_seconds
+    mcp = await _mcp()
     try:
-        grant = await refresh_token_grant(
+        grant = await mcp.refresh_access_token(
             token_endpoint=refresh_settings["token_endpoint"],
             client_id=refresh_settings["client_id"],
             refresh_token=secret["refresh_token"],
@@ -102,7 +115,7 @@ async def _refresh_and_retry(
             resource=refresh_settings.get("resource"),
             seconds=timeout,
         )
-    except RefreshFailed as failed:
+    except mcp.RefreshFailed as failed:
         verdict = "invalid" if failed.status == "failed" else "unknown"
         return {
             "status": verdict,
@@ -111,8 +124,8 @@ async def _refresh_and_retry(
     await _write_back(app, who, credential, secret["refresh_token"], grant)
     outcome: Json = {"status": "valid", "mcp_probe": None, "refresh": {"status": "succeeded"}}
     try:
-        await list_tools(credential.auth["mcp_server_url"], grant.access_token, timeout)
-    except McpFailed as failure:
+        await mcp.list_tools(credential.auth["mcp_server_url"], grant.access_token, timeout)
+    except mcp.McpFailed as failure:
         shown = [*secrets, grant.access_token, grant.refresh_token or ""]
         outcome["status"] = "invalid" if failure.unauthorized else "unknown"
         outcome["mcp_probe"] = _probe_failure(failure, shown)

@@ -63,7 +63,9 @@ async def update_vault(
 async def archive_vault(
     request: Request, vault_id: VaultId, who: Caller = Depends(caller)
 ) -> JSONResponse:
-    record = await services(request).store.archive_vault(who.workspace_id, vault_id)
+    app = services(request)
+    record = await app.store.archive_vault(who.workspace_id, vault_id)
+    await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse(wire.vault(record))
 
 
@@ -71,7 +73,9 @@ async def archive_vault(
 async def delete_vault(
     request: Request, vault_id: VaultId, who: Caller = Depends(caller)
 ) -> JSONResponse:
-    await services(request).store.delete_vault(who.workspace_id, vault_id)
+    app = services(request)
+    await app.store.delete_vault(who.workspace_id, vault_id)
+    await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse({"id": vault_id, "type": "vault_deleted"})
 
 
@@ -117,6 +121,7 @@ async def create_credential(
         given.auth,
         app.secrets.seal(credential_id, given.secret),
     )
+    await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 
@@ -156,6 +161,7 @@ async def update_credential(
         return values
 
     record = await app.store.update_credential(who.workspace_id, vault_id, credential_id, change)
+    await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 
@@ -165,6 +171,7 @@ async def archive_credential(
 ) -> JSONResponse:
     app = services(request)
     record = await app.store.archive_credential(who.workspace_id, vault_id, credential_id)
+    await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 
@@ -177,6 +184,7 @@ async def delete_credential(
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_credential(who.workspace_id, vault_id, credential_id)
+    await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse({"id": credential_id, "type": "vault_credential_deleted"})
 
 

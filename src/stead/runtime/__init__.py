@@ -4,6 +4,7 @@ the delivery of committed events to stream readers."""
 from stead.runtime.brainlock import DataDirInUse, brain_lock
 from stead.runtime.bus import EventBus, Notice, Subscription
 from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.leases import LeaseSweeper, SweepRound
@@ -27,6 +28,7 @@ __all__ = [
     "Runtime",
     "SandboxToolbox",
     "SandboxView",
+    "SessionCredentials",
     "SessionFeed",
     "Subscription",
     "SweepRound",

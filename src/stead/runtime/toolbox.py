@@ -17,6 +17,7 @@ import anyio
 from stead import tools
 from stead.config import Settings
 from stead.jsonvalues import Json
+from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.sandbox import (
@@ -62,12 +63,27 @@ class SandboxView:
 
 
 class SandboxToolbox:
-    def __init__(self, settings: Settings, store: Store, provider: SandboxProvider) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        provider: SandboxProvider,
+        credentials: SessionCredentials,
+    ) -> None:
         self._settings = settings
         self._store = store
         self._provider = provider
+        self._credentials = credentials
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
+        self._served: dict[str, SandboxConfig] = {}
+        """Sessions this process gave a sandbox (tools or a terminal)."""
+        self._stale_secrets: set[str] = set()
+        """Sessions whose sandbox must get its credentials before its next use."""
+        self._secrets_held: set[str] = set()
+        """Sessions whose sandbox holds credentials from this process."""
+        self._secrets_lock = anyio.Lock()
+        """One push at a time: a set computed earlier never overtakes a later one."""
 
     @property
     def leased(self) -> bool:
@@ -90,7 +106,9 @@ class SandboxToolbox:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
         this server's provider has none."""
         await self._renew(session_id)
-        return await self._provider.terminal(session_id, await self._config(session_id), request)
+        config = await self._config(session_id)
+        await self._serve(session_id, config)
+        return await self._provider.terminal(session_id, config, request)
 
     async def _sandbox(self, session_id: str) -> Sandbox:
         await self._renew(session_id)
@@ -100,7 +118,52 @@ class SandboxToolbox:
                 config = await self._config(session_id)
                 found = await self._provider.acquire(session_id, config)
                 self._sandboxes[session_id] = found
-            return found
+                await self._serve(session_id, config)
+        if session_id in self._stale_secrets:  # a change that could not be pushed at once
+            await self._give_secrets(session_id, self._served[session_id])
+        return found
+
+    async def _serve(self, session_id: str, config: SandboxConfig) -> None:
+        if session_id not in self._served:
+            self._served[session_id] = config
+            self._stale_secrets.add(session_id)
+        await self._give_secrets(session_id, config)
+
+    async def _give_secrets(self, session_id: str, config: SandboxConfig) -> None:
+        """Sends the session's vault credentials to its sandbox if they are stale.
+        A session with none sends nothing, so providers that cannot hold any
+        still serve it; one with some on such a provider gets ``NoSandbox``."""
+        async with self._secrets_lock:
+            if session_id not in self._stale_secrets:
+                return
+            secrets = await self._credentials.egress_secrets(session_id)
+            if secrets or session_id in self._secrets_held:
+                try:
+                    await self._provider.set_secrets(session_id, config, secrets)
+                except NoSandbox as exc:
+                    message = f"the session's vault credentials cannot be used: {exc}"
+                    raise NoSandbox(message) from None
+                self._secrets_held.add(session_id)
+            self._stale_secrets.discard(session_id)
+
+    async def credentials_changed(self, vault_id: str) -> None:
+        """A credential of ``vault_id`` was added, changed, archived or deleted (or
+        the vault itself): every sandbox this process gave credentials and whose
+        session uses the vault gets the new set now, so a revoked credential
+        stops being injected at once. One that cannot be reached now gets it
+        before its next use."""
+        for session_id, config in list(self._served.items()):
+            if not await self._credentials.uses_vault(session_id, vault_id):
+                continue
+            self._stale_secrets.add(session_id)
+            try:
+                await self._give_secrets(session_id, config)
+            except SandboxError as exc:
+                log.warning(
+                    "session %s gets its changed credentials at its next tool call: %s",
+                    session_id,
+                    exc,
+                )
 
     async def _config(self, session_id: str) -> SandboxConfig:
         session = await self._store.session_snapshot(session_id)
@@ -170,6 +233,9 @@ class SandboxToolbox:
         time as usage (the lease sweeper calls this)."""
         async with self._lock:
             sandbox = self._sandboxes.pop(lease.sandbox_id, None)
+            self._served.pop(lease.sandbox_id, None)
+            self._secrets_held.discard(lease.sandbox_id)
+            self._stale_secrets.discard(lease.sandbox_id)
         if sandbox is not None:
             await sandbox.close()
         total = await self._provider.release(lease.sandbox_id)

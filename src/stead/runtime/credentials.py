@@ -1,0 +1,63 @@
+"""A session's vault credentials, opened for its sandbox's egress proxy (rule 8).
+
+Only ``environment_variable`` credentials go to the sandbox side: the sandbox
+sees a placeholder, the proxy substitutes the value on the way out. MCP
+credentials (``static_bearer``, ``mcp_oauth``) stay in the brain. Two
+credentials with one ``secret_name`` in a session's vaults: the first vault in
+``vault_ids`` wins, as an earlier entry on a PATH would.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from stead.sandbox import EgressSecret, EnvironmentCredential
+from stead.store import Store
+from stead.vault import SealError, SecretBox
+
+log = logging.getLogger("stead.runtime.credentials")
+
+
+class SessionCredentials:
+    def __init__(self, store: Store, box: SecretBox) -> None:
+        self._store = store
+        self._box = box
+
+    async def egress_secrets(self, session_id: str) -> list[EgressSecret]:
+        session = await self._store.session_snapshot(session_id)
+        if not session.vault_ids:
+            return []
+        found = await self._store.active_credentials(session.workspace_id, session.vault_ids)
+        secrets: list[EgressSecret] = []
+        named: set[str] = set()
+        for credential in found:
+            auth = credential.auth
+            if auth["type"] != "environment_variable" or auth["secret_name"] in named:
+                continue
+            try:
+                value = self._box.open(credential.id, credential.sealed)["secret_value"]
+            except SealError as exc:
+                # Not fatal for the session: its other credentials still work, and
+                # the operator sees which one and why (never its value).
+                log.error(
+                    "credential %s of session %s is not used: %s", credential.id, session_id, exc
+                )
+                continue
+            named.add(auth["secret_name"])
+            networking = auth["networking"]
+            secrets.append(
+                EnvironmentCredential(
+                    credential_id=credential.id,
+                    secret_name=auth["secret_name"],
+                    value=value,
+                    allowed_hosts=tuple(networking["allowed_hosts"])
+                    if networking["type"] == "limited"
+                    else None,
+                    header=auth["injection_location"]["header"],
+                    body=auth["injection_location"]["body"],
+                )
+            )
+        return secrets
+
+    async def uses_vault(self, session_id: str, vault_id: str) -> bool:
+        return vault_id in (await self._store.session_snapshot(session_id)).vault_ids
