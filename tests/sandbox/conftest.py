@@ -18,7 +18,7 @@ import anthropic
 import pytest
 
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, Turn
+from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
 
 WAIT = 30.0
@@ -89,6 +89,18 @@ def tool_session(client: anthropic.Anthropic, name: str = "t") -> str:
     )
     environment = client.beta.environments.create(name=f"{name}-{uuid.uuid4().hex[:8]}")
     return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+def shell(body: dict[str, Any]) -> Turn:
+    """Runs a user message that starts with ``$ `` as a bash command, once."""
+    last = body["messages"][-1]
+    answered = isinstance(last["content"], list) and any(
+        block.get("type") == "tool_result" for block in last["content"]
+    )
+    text = "".join(b.get("text", "") for b in last["content"]) if not answered else ""
+    if text.startswith("$ "):
+        return Turn([ToolCall("bash", {"command": text[2:]})])
+    return Turn([Text("ok")])
 
 
 def quiet(body: dict[str, Any]) -> Turn:

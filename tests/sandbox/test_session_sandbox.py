@@ -18,29 +18,20 @@ from stead.testing import (
     FaultRule,
     HostProcess,
     ServerProcess,
-    Text,
-    ToolCall,
-    Turn,
 )
 from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
-from tests.sandbox.conftest import WAIT, requires_isolation, tool_session, workspace_on_host
+from tests.sandbox.conftest import (
+    WAIT,
+    requires_isolation,
+    shell,
+    tool_session,
+    workspace_on_host,
+)
 
 pytestmark = requires_isolation
 
 Json = dict[str, Any]
-
-
-def shell(body: Json) -> Turn:
-    """Runs a user message that starts with ``$ `` as a bash command, once."""
-    last = body["messages"][-1]
-    answered = isinstance(last["content"], list) and any(
-        block.get("type") == "tool_result" for block in last["content"]
-    )
-    text = "".join(b.get("text", "") for b in last["content"]) if not answered else ""
-    if text.startswith("$ "):
-        return Turn([ToolCall("bash", {"command": text[2:]})])
-    return Turn([Text("ok")])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,123 @@
+"""A session's vault credentials reach the hosts its sandbox calls, never the
+sandbox (DESIGN rule 8), through the official SDK against a real ``stead
+serve``, a real sandbox host and an HTTPS origin on loopback: the origin sees
+the secret, the sandbox and the event log see a placeholder, and archiving the
+credential stops the injection in the running session."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import pytest
+import trustme
+
+from stead.testing import FakeModel, HostProcess, ServerProcess
+from tests.conftest import loop_env, sdk_of
+from tests.integration.helpers import message, wait_idle
+from tests.sandbox.conftest import WAIT, requires_isolation, shell
+from tests.sandbox.https_origins import Origin, https_origin
+
+pytestmark = requires_isolation
+
+API = "api.vault.test"
+OTHER = "other.vault.test"
+SECRET = f"sk-vault-egress-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Origin, Path]]:
+    ca = trustme.CA()
+    bundle = tmp_path_factory.mktemp("vault-ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    with https_origin(ca, (API, OTHER)) as served:
+        yield served, bundle
+
+
+@pytest.fixture(scope="module")
+def server(
+    origin: tuple[Origin, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    _, bundle = origin
+    host_env = {
+        "STEAD_EGRESS_HOSTS": json.dumps({API: "127.0.0.1", OTHER: "127.0.0.1"}),
+        "STEAD_EGRESS_EXTRA_CA_FILE": str(bundle),
+    }
+    root = tmp_path_factory.mktemp("vault-egress")
+    host = HostProcess(root / "host-state", env=host_env).start()
+    with FakeModel(shell) as fake:
+        env = loop_env(fake, **host.settings_env)
+        started = ServerProcess(root / "data", env=env).start()
+        yield started
+        started.stop()
+    host.stop()
+
+
+def _run(client: anthropic.Anthropic, session_id: str, command: str) -> str:
+    client.beta.sessions.events.send(session_id, events=[message(f"$ {command}")])
+    wait_idle(client, session_id, WAIT)
+    results = [
+        e
+        for e in client.beta.sessions.events.list(session_id, limit=1000)
+        if e.type == "agent.tool_result"
+    ]
+    return "".join(block.text for block in results[-1].content or [] if block.type == "text")
+
+
+def test_the_origin_gets_the_secret_and_the_sandbox_a_placeholder(
+    server: ServerProcess, origin: tuple[Origin, Path]
+) -> None:
+    served, _ = origin
+    with sdk_of(server) as client:
+        vault = client.beta.vaults.create(display_name="egress")
+        credential = client.beta.vaults.credentials.create(
+            vault.id,
+            auth={
+                "type": "environment_variable",
+                "secret_name": "VAULT_TOKEN",
+                "secret_value": SECRET,
+                "networking": {"type": "limited", "allowed_hosts": [API]},
+            },
+        )
+        agent = client.beta.agents.create(
+            name="vault", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+        )
+        environment = client.beta.environments.create(
+            name=f"vault-{uuid.uuid4().hex[:8]}",
+            config={
+                "type": "cloud",
+                "networking": {"type": "limited", "allowed_hosts": [API, OTHER]},
+            },
+        )
+        session = client.beta.sessions.create(
+            agent=agent.id, environment_id=environment.id, vault_ids=[vault.id]
+        )
+        call = (
+            'curl -sS -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $VAULT_TOKEN" '
+            f"https://{{host}}:{served.port}/{{path}}; echo; "
+            'echo "sees=$VAULT_TOKEN"; cat /proc/self/environ | tr "\\0" "\\n" | grep VAULT'
+        )
+        output = _run(client, session.id, call.format(host=API, path="with-secret"))
+        assert output.startswith("200"), output
+        assert "sees=" in output and SECRET not in output
+        reached = [s for s in served.seen if s["path"] == "/with-secret"]
+        assert reached and reached[-1]["authorization"] == f"Bearer {SECRET}"
+
+        elsewhere = _run(client, session.id, call.format(host=OTHER, path="elsewhere"))
+        assert SECRET not in elsewhere
+        assert all(
+            SECRET not in s["authorization"] for s in served.seen if s["host"].startswith(OTHER)
+        )
+
+        client.beta.vaults.credentials.archive(credential.id, vault_id=vault.id)
+        after = _run(client, session.id, call.format(host=API, path="after-archive"))
+        assert SECRET not in after
+        late = [s for s in served.seen if s["path"] == "/after-archive"]
+        assert all(SECRET not in s["authorization"] for s in late)
+
+        log = client.beta.sessions.events.with_raw_response.list(session.id, limit=1000).text()
+        assert SECRET not in log
+    assert SECRET not in server.log_text()
