@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import anyio
 import pytest
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine
 
 from stead.store import (
     Conflict,
@@ -22,10 +14,7 @@ from stead.store import (
     RunStatus,
     SessionFilter,
     SqlStore,
-    migrate,
-    open_store,
 )
-from stead.store.tables import metadata
 from tests.unit.conftest import definition, new_session, user_message
 
 pytestmark = pytest.mark.anyio
@@ -181,47 +170,3 @@ async def test_a_failed_change_writes_nothing(store: SqlStore) -> None:
     with pytest.raises(ValueError):
         await store.update_agent(workspace.id, agent.id, None, broken)
     assert (await store.get_agent(workspace.id, agent.id)).version == 1
-
-
-def test_the_head_revision_in_code_is_alembics() -> None:
-    script = ScriptDirectory.from_config(migrate.alembic_config())
-    assert script.get_current_head() == migrate.HEAD, "move migrate.HEAD to the new migration"
-
-
-async def test_a_database_at_head_opens_without_alembic(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    await (await open_store(url)).close()
-    program = (
-        "import sys, anyio; from stead.store import open_store_sync; "
-        f"anyio.run(open_store_sync({url!r}).close); "
-        "print(sorted(m for m in sys.modules if m.startswith('alembic')))"
-    )
-    found = await anyio.run_process([sys.executable, "-c", program], check=True)
-    assert found.stdout.decode().strip() == "[]"
-
-
-async def test_a_database_behind_head_is_migrated(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    engine = create_engine(url)
-    config = migrate.alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "0003")
-    opened = await open_store(url)
-    await opened.close()
-    with engine.connect() as conn:
-        assert migrate.revisions(conn) == {migrate.HEAD}
-        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
-    engine.dispose()
-
-
-async def test_migrations_match_the_tables_and_rerun_cleanly(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    for _ in range(2):
-        opened = await open_store(url)
-        await opened.close()
-    engine = create_engine(url)
-    with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
-    engine.dispose()
-    assert diff == []

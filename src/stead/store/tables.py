@@ -1,7 +1,7 @@
 """The schema, written once in SQLAlchemy Core for SQLite and PostgreSQL alike.
 
-Migrations in ``migrations/versions`` create exactly these tables; a test
-checks that the migrated database and this metadata agree.
+Migrations in ``migrations/versions`` create exactly these tables, and a new
+database is created from them directly; tests check that the three agree.
 """
 
 from __future__ import annotations
