@@ -95,14 +95,16 @@ def test_the_app_factory_loads_no_body_module() -> None:
     """A brain that serves the API loads nothing of the sandbox host, nor the
     in-process workspace of ``unsafe_local`` until that provider is chosen, nor
     the ``anthropic`` SDK (a second of start-up) until a model call needs it, nor
-    Alembic (needed only by a database behind the newest migration)."""
+    Alembic (needed only by a database behind the newest migration), nor the
+    PostgreSQL dialect of a SQLite server."""
     found = subprocess.run(
         [
             sys.executable,
             "-c",
             "import sys, stead.api.app, stead.cli, stead.tools, stead.runtime; "
             "print(sorted(m for m in sys.modules if m.startswith("
-            "('stead.sandbox_host', 'stead.sandbox.local', 'obstore', 'anthropic', 'alembic'))))",
+            "('stead.sandbox_host', 'stead.sandbox.local', 'obstore', 'anthropic', 'alembic',"
+            " 'sqlalchemy.dialects.postgresql'))))",
         ],
         capture_output=True,
         text=True,
