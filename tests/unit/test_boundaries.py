@@ -96,7 +96,7 @@ def test_the_app_factory_loads_no_body_module() -> None:
     in-process workspace of ``unsafe_local`` until that provider is chosen, nor
     the ``anthropic`` SDK (a second of start-up) until a model call needs it, nor
     Alembic (needed only by a database behind the newest migration), nor the
-    PostgreSQL dialect of a SQLite server."""
+    PostgreSQL dialect of a SQLite server, nor rich (for the commands that print)."""
     found = subprocess.run(
         [
             sys.executable,
@@ -104,7 +104,7 @@ def test_the_app_factory_loads_no_body_module() -> None:
             "import sys, stead.api.app, stead.cli, stead.tools, stead.runtime; "
             "print(sorted(m for m in sys.modules if m.startswith("
             "('stead.sandbox_host', 'stead.sandbox.local', 'obstore', 'anthropic', 'alembic',"
-            " 'sqlalchemy.dialects.postgresql'))))",
+            " 'sqlalchemy.dialects.postgresql', 'rich'))))",
         ],
         capture_output=True,
         text=True,
