@@ -47,7 +47,8 @@ class StrictParams:
     def core_schema(self) -> Schema:
         # Read on first use: a server that never sees this request pays nothing,
         # and the generator can run while the files are missing.
-        schema: Schema = _load(json.loads((PARAMS_DIR / f"{self.name}.json").read_text()))
+        text = (PARAMS_DIR / f"{self.name}.json").read_text()
+        schema: Schema = json.loads(text, object_hook=_load)
         return schema
 
     @functools.cached_property
@@ -81,19 +82,15 @@ class StrictParams:
         return f"{where}: {best['msg']}"
 
 
-def _load(node: Any) -> Any:
-    """A generated schema as pydantic-core takes it: imports named, union labels tuples."""
-    if isinstance(node, list):
-        return [_load(item) for item in node]
-    if not isinstance(node, dict):
-        return node
+def _load(node: dict[str, Any]) -> Any:
+    """``json.loads`` hook: a generated schema as pydantic-core takes it (named
+    objects imported, union labels as tuples)."""
     if IMPORT in node:
         module, _, name = node[IMPORT].partition(":")
         return getattr(importlib.import_module(module), name)
-    loaded = {k: _load(v) for k, v in node.items()}
-    if loaded.get("type") == "union":
-        loaded["choices"] = [tuple(c) if isinstance(c, list) else c for c in loaded["choices"]]
-    return loaded
+    if node.get("type") == "union":
+        node["choices"] = [tuple(c) if isinstance(c, list) else c for c in node["choices"]]
+    return node
 
 
 def _definitions(schema: Schema) -> dict[str, Schema]:
