@@ -10,18 +10,20 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings
-from rich.console import Console
 
 from stead.config import Settings, settings_errors
 from stead.store import ApiKey, CredentialRecord, IntegrityFinding, Store, open_store
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
@@ -34,11 +36,20 @@ db_app = typer.Typer(help="The data directory's database.", no_args_is_help=True
 app.add_typer(db_app, name="db")
 secrets_app = typer.Typer(help="The key that seals vault credentials.", no_args_is_help=True)
 app.add_typer(secrets_app, name="secrets")
-console = Console(highlight=False, soft_wrap=True)
 
 DataDir = Annotated[
     Path | None, typer.Option("--data-dir", help="Data directory (env STEAD_DATA_DIR).")
 ]
+
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _bold(text: str) -> str:
+    return typer.style(text, bold=True)
 
 
 def _settings(**given: Any) -> Settings:
@@ -99,16 +110,17 @@ def serve(
     logging.getLogger("alembic").setLevel(logging.WARNING)
     created = anyio.run(_first_key, settings)
     url = f"http://{settings.host}:{settings.port}"
-    console.print(f"stead serves the Managed Agents API at [bold]{url}[/bold]")
-    console.print(f"data directory: {settings.data_dir}")
+    # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
+    # print tables and errors, and a server keeps what it imports.
+    typer.echo(f"stead serves the Managed Agents API at {_bold(url)}")
+    typer.echo(f"data directory: {settings.data_dir}")
     if created is not None:
         key, secret = created
-        console.print(f"first API key (shown once, store it now): [bold]{secret}[/bold]")
-        console.print(f"  workspace {key.workspace_id}, key {key.id}")
+        typer.echo(f"first API key (shown once, store it now): {_bold(secret)}")
+        typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
     else:
-        console.print("make an API key with: stead keys create")
-    console.print(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
-    console.file.flush()
+        typer.echo("make an API key with: stead keys create")
+    typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
     config = uvicorn.Config(
         create_app(settings),
         host=settings.host,
@@ -141,7 +153,7 @@ def keys_create(
     if as_json:
         print(json.dumps({"id": key.id, "workspace_id": key.workspace_id, "key": secret}))
     else:
-        console.print(f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once)")
+        _console().print(f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once)")
 
 
 async def _create_key(
@@ -170,13 +182,13 @@ def db_check(
     settings = _settings(data_dir=data_dir)
     findings = anyio.run(_check_store, settings, repair)
     for finding in findings:
-        console.print(str(finding))
+        _console().print(str(finding))
     left = [f for f in findings if not f.repaired]
     if not findings:
-        console.print(f"{settings.resolved_database_url}: no problems found")
+        _console().print(f"{settings.resolved_database_url}: no problems found")
     elif left:
         hint = "" if repair else " (run again with --repair to fix stored values)"
-        console.print(f"{len(left)} problem(s) left{hint}")
+        _console().print(f"{len(left)} problem(s) left{hint}")
         raise typer.Exit(1)
 
 
@@ -223,7 +235,7 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
         raise typer.Exit(1) from None
     if settings.secret_key is None:
         finish_file_rotation(settings.data_dir)
-    console.print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
+    _console().print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
 
 
 async def _reseal(settings: Settings, box: SecretBox) -> int:
@@ -265,7 +277,7 @@ def sandbox_host(data_dir: DataDir = None) -> None:
     try:
         anyio.run(run, backend_options={"use_uvloop": True})
     except HostAlreadyRunning as exc:
-        console.print(f"stead sandbox-host: {exc}")
+        _console().print(f"stead sandbox-host: {exc}")
         raise typer.Exit(1) from None
 
 
@@ -317,15 +329,15 @@ def _run_client(function: Any, url: str, api_key: str, *args: Any) -> int:
     from stead.client import TerminalError
 
     if not api_key:
-        console.print("stead: give an API key with --api-key or STEAD_API_KEY", style="red")
+        _console().print("stead: give an API key with --api-key or STEAD_API_KEY", style="red")
         return 2
     try:
         return int(anyio.run(function, url, api_key, *args))
     except TerminalError as exc:
-        console.print(f"stead: {exc}", style="red")
+        _console().print(f"stead: {exc}", style="red")
         return 1
     except OSError as exc:
-        console.print(f"stead: cannot reach {url}: {exc}", style="red")
+        _console().print(f"stead: cannot reach {url}: {exc}", style="red")
         return 1
 
 
@@ -334,7 +346,7 @@ def demo() -> None:
     """Run one short agent session offline with a scripted model and print its events."""
     from stead.demo import run_demo
 
-    run_demo(console)
+    run_demo(_console())
 
 
 def main() -> None:

@@ -98,20 +98,32 @@ def test_api_touches_no_sql() -> None:
         assert not used, f"{path.name} imports {used}"
 
 
+def _loaded_after(imports: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under ``prefixes`` a fresh interpreter holds after ``import imports``."""
+    program = (
+        f"import sys, {imports}; "
+        f"print(sorted(m for m in sys.modules if m.startswith({prefixes!r})))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    )
+    return list(ast.literal_eval(found.stdout.strip()))
+
+
 def test_the_app_factory_loads_no_body_module() -> None:
     """A brain that serves the API loads nothing of the sandbox host, nor the
-    in-process workspace of ``unsafe_local`` until that provider is chosen."""
-    found = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, stead.api.app, stead.cli, stead.tools, stead.runtime; "
-            "print(sorted(m for m in sys.modules if m.startswith("
-            "('stead.sandbox_host', 'stead.sandbox.local', 'obstore'))))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    assert found.stdout.strip() == "[]"
+    in-process workspace of ``unsafe_local`` until that provider is chosen, nor
+    the ``anthropic`` SDK (a second of start-up) until a model call needs it, nor
+    Alembic (needed only by a database behind the newest migration), nor the
+    PostgreSQL dialect of a SQLite server, nor rich (for the commands that print)."""
+    body = ("stead.sandbox_host", "stead.sandbox.local", "obstore")
+    lazy = ("anthropic", "alembic", "sqlalchemy.dialects.postgresql", "rich", "mcp")
+    imports = "stead.api.app, stead.cli, stead.tools, stead.runtime"
+    assert _loaded_after(imports, body + lazy) == []
+
+
+def test_checking_the_host_settings_loads_no_blob_store() -> None:
+    """``stead serve`` checks the settings of the host it may start; a
+    ``BlobConfig`` is read without obstore, which only the host uses."""
+    loaded = _loaded_after("stead.sandbox_host.settings", ("obstore", "stead.blobs.store"))
+    assert loaded == []

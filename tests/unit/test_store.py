@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anyio
 import pytest
-from alembic.autogenerate import compare_metadata
-from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine
 
 from stead.store import (
     Conflict,
@@ -19,9 +14,7 @@ from stead.store import (
     RunStatus,
     SessionFilter,
     SqlStore,
-    open_store,
 )
-from stead.store.tables import metadata
 from tests.unit.conftest import definition, new_session, user_message
 
 pytestmark = pytest.mark.anyio
@@ -177,15 +170,3 @@ async def test_a_failed_change_writes_nothing(store: SqlStore) -> None:
     with pytest.raises(ValueError):
         await store.update_agent(workspace.id, agent.id, None, broken)
     assert (await store.get_agent(workspace.id, agent.id)).version == 1
-
-
-async def test_migrations_match_the_tables_and_rerun_cleanly(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    for _ in range(2):
-        opened = await open_store(url)
-        await opened.close()
-    engine = create_engine(url)
-    with engine.connect() as conn:
-        diff = compare_metadata(MigrationContext.configure(conn), metadata)
-    engine.dispose()
-    assert diff == []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from anthropic.types.beta import BetaManagedAgentsAgent
 from fastapi import APIRouter, Depends, Query, Request
 
 from stead.api import openapi, pagination, wire
@@ -13,8 +12,8 @@ from stead.api.wire import JSONResponse
 from stead.schemas import MAX_VERSION, agents
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
-AGENT = openapi.response(BetaManagedAgentsAgent)
-AGENT_OR_CONFLICT = openapi.response(BetaManagedAgentsAgent, 409)
+AGENT = openapi.response("beta.BetaManagedAgentsAgent")
+AGENT_OR_CONFLICT = openapi.response("beta.BetaManagedAgentsAgent", 409)
 
 
 @router.post("", responses=AGENT, openapi_extra=openapi.body("AgentCreateParams"))

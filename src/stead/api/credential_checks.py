@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from anthropic.types.beta.vaults import BetaManagedAgentsCredentialValidation
 from anyio import to_thread
 from fastapi import APIRouter, Depends, Request
 
@@ -58,7 +57,7 @@ def _probe_failure(failure: McpFailed, secrets: list[str]) -> Json:
 
 @router.post(
     "/{vault_id}/credentials/{credential_id}/mcp_oauth_validate",
-    responses=openapi.response(BetaManagedAgentsCredentialValidation),
+    responses=openapi.response("beta.vaults.BetaManagedAgentsCredentialValidation"),
 )
 async def validate_credential(
     request: Request, vault_id: VaultId, credential_id: CredentialId, who: Caller = Depends(caller)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from anthropic.types.beta import BetaEnvironment, BetaEnvironmentDeleteResponse
 from fastapi import APIRouter, Depends, Query, Request
 
 from stead.api import openapi, pagination, wire
@@ -14,8 +13,8 @@ from stead.schemas import environments
 from stead.store import EnvironmentRecord
 
 router = APIRouter(prefix="/v1/environments", tags=["environments"])
-ENVIRONMENT = openapi.response(BetaEnvironment)
-ENVIRONMENT_OR_CONFLICT = openapi.response(BetaEnvironment, 409)
+ENVIRONMENT = openapi.response("beta.BetaEnvironment")
+ENVIRONMENT_OR_CONFLICT = openapi.response("beta.BetaEnvironment", 409)
 
 
 def _columns(record: EnvironmentRecord) -> dict[str, object]:
@@ -70,7 +69,9 @@ async def archive_environment(
     return JSONResponse(wire.environment(record))
 
 
-@router.delete("/{environment_id}", responses=openapi.response(BetaEnvironmentDeleteResponse, 409))
+@router.delete(
+    "/{environment_id}", responses=openapi.response("beta.BetaEnvironmentDeleteResponse", 409)
+)
 async def delete_environment(
     request: Request, environment_id: EnvironmentId, who: Caller = Depends(caller)
 ) -> JSONResponse:

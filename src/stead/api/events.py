@@ -5,10 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from anthropic.types.beta.sessions import (
-    BetaManagedAgentsSendSessionEvents,
-    BetaManagedAgentsSessionEventType,
-)
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import Response
 
@@ -21,7 +17,7 @@ from stead.api.wire import JSONResponse
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.schemas import RequestError, events
+from stead.schemas import RequestError, SessionEventType, events
 from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["session events"])
@@ -53,7 +49,7 @@ def _reference_check(
 
 @router.post(
     "/events",
-    responses=openapi.response(BetaManagedAgentsSendSessionEvents, 409),
+    responses=openapi.response("beta.sessions.BetaManagedAgentsSendSessionEvents", 409),
     openapi_extra=openapi.body("EventSendParams"),
 )
 async def send_events(
@@ -79,7 +75,7 @@ async def list_events(
     limit: int = Query(1000, ge=1, le=1000),
     order: Literal["asc", "desc"] = Query("asc"),
     page: str | None = Query(None),
-    types: list[BetaManagedAgentsSessionEventType] | None = Query(None, alias="types[]"),
+    types: list[SessionEventType] | None = Query(None, alias="types[]"),
     created_gt: Timestamp | None = Query(None, alias="created_at[gt]"),
     created_gte: Timestamp | None = Query(None, alias="created_at[gte]"),
     created_lt: Timestamp | None = Query(None, alias="created_at[lt]"),

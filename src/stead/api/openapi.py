@@ -8,15 +8,22 @@
   and what the route declares besides (``response(Model, 404, 409)``: a body
   that names another resource, a state conflict).
 * The API-key security schemes (``x-api-key`` or ``Authorization: Bearer``).
+
+Routes name their SDK response types by path (``response("beta.BetaEnvironment")``)
+and the types are imported when the document is first built: importing the SDK
+costs a server about a second at start, and only this document needs them.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from fastapi.utils import create_model_field
 
 from stead.schemas import StrictParams, agents, environments, events, sessions, vaults
 
@@ -34,6 +41,9 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "CredentialUpdateParams": vaults.CREDENTIAL_UPDATE,
 }
 REF = "#/components/schemas/{model}"
+SDK_TYPES = "anthropic.types"
+SDK_MODEL = "x-stead-sdk-model"
+"""Key of a route's 200 response that names its SDK type until the document is built."""
 ERROR = "Error"
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -67,10 +77,11 @@ SECURITY_SCHEMES = {
 }
 
 
-def response(model: type[Any], *statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses`` for a route answering 200 with ``model`` (an SDK response type), and
-    the error ``statuses`` it can answer beyond those every route of its shape can."""
-    return {200: {"model": model}, **errors(*statuses)}
+def response(model: str, *statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses`` for a route answering 200 with ``model`` (an SDK response type, by
+    its path under ``anthropic.types``: ``"beta.BetaEnvironment"``), and the error
+    ``statuses`` it can answer beyond those every route of its shape can."""
+    return {200: {SDK_MODEL: model}, **errors(*statuses)}
 
 
 def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
@@ -109,9 +120,10 @@ def _document(app: FastAPI) -> dict[str, Any]:
     # Copies: FastAPI's document shares dicts with the (module-level) routes, and a
     # reader that changes its document (a fuzzer injecting links) must not change
     # the next app's.
+    routes = [_with_models(route) if isinstance(route, APIRoute) else route for route in app.routes]
     document = copy.deepcopy(
         get_openapi(
-            title=app.title, version=app.version, description=app.description, routes=app.routes
+            title=app.title, version=app.version, description=app.description, routes=routes
         )
     )
     components = document.setdefault("components", {})
@@ -132,6 +144,28 @@ def _document(app: FastAPI) -> dict[str, Any]:
             for status in _statuses(path, operation):
                 answers.setdefault(str(status), _error(status))
     return document
+
+
+def _with_models(route: APIRoute) -> APIRoute:
+    """A copy of ``route`` whose named SDK response types are imported, as FastAPI
+    would have set it up had they been given as ``model`` (the route is shared by
+    every app, so it is not changed)."""
+    named = {code: answer for code, answer in route.responses.items() if SDK_MODEL in answer}
+    if not named:
+        return route
+    bound = copy.copy(route)
+    bound.responses = dict(route.responses)
+    bound.response_fields = dict(route.response_fields)
+    for code, answer in named.items():
+        module, _, name = f"{SDK_TYPES}.{answer[SDK_MODEL]}".rpartition(".")
+        model = getattr(importlib.import_module(module), name)
+        bound.responses[code] = {k: v for k, v in answer.items() if k != SDK_MODEL} | {
+            "model": model
+        }
+        bound.response_fields[code] = create_model_field(
+            name=f"Response_{code}_{route.unique_id}", type_=model, mode="serialization"
+        )
+    return bound
 
 
 def install(app: FastAPI) -> None:

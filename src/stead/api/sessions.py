@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Literal
 
-from anthropic.types.beta import BetaManagedAgentsDeletedSession, BetaManagedAgentsSession
 from fastapi import APIRouter, Depends, Query, Request
 
 from stead.api import openapi, pagination, wire
@@ -20,9 +19,9 @@ from stead.schemas import MAX_VERSION, events, sessions
 from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
-SESSION = openapi.response(BetaManagedAgentsSession)
-SESSION_OR_CONFLICT = openapi.response(BetaManagedAgentsSession, 409)
-NEW_SESSION = openapi.response(BetaManagedAgentsSession, 404, 409)
+SESSION = openapi.response("beta.BetaManagedAgentsSession")
+SESSION_OR_CONFLICT = openapi.response("beta.BetaManagedAgentsSession", 409)
+NEW_SESSION = openapi.response("beta.BetaManagedAgentsSession", 404, 409)
 """Its agent and environment are named in the body."""
 Status = Literal["rescheduling", "running", "idle", "terminated"]
 
@@ -97,7 +96,9 @@ async def archive_session(
     return JSONResponse(_json(record))
 
 
-@router.delete("/{session_id}", responses=openapi.response(BetaManagedAgentsDeletedSession, 409))
+@router.delete(
+    "/{session_id}", responses=openapi.response("beta.BetaManagedAgentsDeletedSession", 409)
+)
 async def delete_session(
     request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:

@@ -9,11 +9,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from anthropic.types.beta import BetaManagedAgentsDeletedVault, BetaManagedAgentsVault
-from anthropic.types.beta.vaults import (
-    BetaManagedAgentsCredential,
-    BetaManagedAgentsDeletedCredential,
-)
 from fastapi import APIRouter, Depends, Query, Request
 
 from stead.api import openapi, pagination, wire
@@ -26,9 +21,9 @@ from stead.schemas import vaults
 from stead.store import CredentialRecord, VaultRecord
 
 router = APIRouter(prefix="/v1/vaults", tags=["vaults"])
-VAULT = openapi.response(BetaManagedAgentsVault)
-CREDENTIAL = openapi.response(BetaManagedAgentsCredential)
-CREDENTIAL_OR_CONFLICT = openapi.response(BetaManagedAgentsCredential, 409)
+VAULT = openapi.response("beta.BetaManagedAgentsVault")
+CREDENTIAL = openapi.response("beta.vaults.BetaManagedAgentsCredential")
+CREDENTIAL_OR_CONFLICT = openapi.response("beta.vaults.BetaManagedAgentsCredential", 409)
 
 
 @router.post("", responses=VAULT, openapi_extra=openapi.body("VaultCreateParams"))
@@ -69,7 +64,7 @@ async def archive_vault(
     return JSONResponse(wire.vault(record))
 
 
-@router.delete("/{vault_id}", responses=openapi.response(BetaManagedAgentsDeletedVault))
+@router.delete("/{vault_id}", responses=openapi.response("beta.BetaManagedAgentsDeletedVault"))
 async def delete_vault(
     request: Request, vault_id: VaultId, who: Caller = Depends(caller)
 ) -> JSONResponse:
@@ -177,7 +172,7 @@ async def archive_credential(
 
 @router.delete(
     "/{vault_id}/credentials/{credential_id}",
-    responses=openapi.response(BetaManagedAgentsDeletedCredential),
+    responses=openapi.response("beta.vaults.BetaManagedAgentsDeletedCredential"),
 )
 async def delete_credential(
     request: Request, vault_id: VaultId, credential_id: CredentialId, who: Caller = Depends(caller)

@@ -7,6 +7,9 @@ the URL in a ``BlobConfig``; every ``BlobStore`` call is async and bounded in ti
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+from stead.blobs.config import BlobConfig
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -14,7 +17,11 @@ from stead.blobs.errors import (
     BlobUnavailable,
     InvalidBlobKey,
 )
-from stead.blobs.store import BlobConfig, BlobInfo, BlobStore, open_blob_store
+
+if TYPE_CHECKING:
+    from stead.blobs.store import BlobInfo, BlobStore, open_blob_store
+
+_STORE = ("BlobInfo", "BlobStore", "open_blob_store")
 
 __all__ = [
     "BlobAccessDenied",
@@ -27,3 +34,13 @@ __all__ = [
     "InvalidBlobKey",
     "open_blob_store",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The store (and obstore, 4 MB) loads on first use: a brain that only reads a
+    # ``BlobConfig`` never needs it.
+    if name in _STORE:
+        from stead.blobs import store
+
+        return getattr(store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,6 +29,7 @@ from obstore.exceptions import (
 )
 from obstore.store import LocalStore, MemoryStore, S3Store
 
+from stead.blobs.config import BlobConfig
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -61,28 +62,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # on every backend.
 _UPLOAD_SUFFIX = re.compile(r"#\d+$")
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
-
-
-@dataclass(frozen=True, slots=True)
-class BlobConfig:
-    """Where blobs live and how long the store may take to answer.
-
-    ``url`` is ``file:///absolute/dir`` (created if missing), ``s3://bucket`` or
-    ``s3://bucket/prefix``, or ``memory://`` (a process-local store for tests).
-    For S3, ``s3_endpoint`` names an S3-compatible server (plain ``http://`` only
-    on a loopback address); the access key id and secret go together, and when
-    both are absent obstore's usual credential chain (``AWS_*`` variables,
-    instance metadata) applies.
-    """
-
-    url: str
-    s3_endpoint: str | None = None
-    s3_region: str | None = None
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
-    timeout_seconds: float = 30.0
-    """Longest the store may go without progress: to connect, to answer one
-    request, or between two chunks of a stream."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,12 +3,14 @@ that turn requests into stored definitions. Imports nothing else from stead but
 the shared package-spec rules (``stead.package_specs``)."""
 
 from stead.schemas import agents, environments, events, sessions, vaults
+from stead.schemas.event_types import SessionEventType
 from stead.schemas.limits import MAX_VERSION
 from stead.schemas.validation import RequestError, StrictParams
 
 __all__ = [
     "MAX_VERSION",
     "RequestError",
+    "SessionEventType",
     "StrictParams",
     "agents",
     "environments",

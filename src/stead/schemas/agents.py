@@ -9,14 +9,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from anthropic.types.beta import agent_create_params, agent_update_params
-
 from stead.jsonvalues import Json
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
-CREATE = StrictParams(agent_create_params.AgentCreateParams)
-UPDATE = StrictParams(agent_update_params.AgentUpdateParams)
+CREATE = StrictParams("agent_create")
+UPDATE = StrictParams("agent_update")
 
 BUILTIN_TOOLS = ("bash", "edit", "read", "write", "glob", "grep", "web_fetch", "web_search")
 AGENT_TOOLSET = "agent_toolset_20260401"

@@ -5,15 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from anthropic.types.beta import environment_create_params, environment_update_params
-
 from stead.jsonvalues import Json
 from stead.package_specs import PACKAGE_MANAGERS, spec_problem
 from stead.schemas.limits import check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
-CREATE = StrictParams(environment_create_params.EnvironmentCreateParams)
-UPDATE = StrictParams(environment_update_params.EnvironmentUpdateParams)
+CREATE = StrictParams("environment_create")
+UPDATE = StrictParams("environment_update")
 
 HOST = re.compile(
     r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"

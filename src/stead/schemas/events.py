@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from anthropic.types.beta.sessions import event_send_params
-
 from stead.events import EventType
 from stead.jsonvalues import Json
 from stead.schemas.validation import RequestError, StrictParams
 
-SEND = StrictParams(event_send_params.EventSendParams)
+SEND = StrictParams("event_send")
 
 USER_EVENT_TYPES = (
     EventType.USER_MESSAGE,

@@ -6,15 +6,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from anthropic.types.beta import session_create_params, session_update_params
-
 from stead.jsonvalues import Json
 from stead.schemas import agents
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
-CREATE = StrictParams(session_create_params.SessionCreateParams)
-UPDATE = StrictParams(session_update_params.SessionUpdateParams)
+CREATE = StrictParams("session_create")
+UPDATE = StrictParams("session_update")
 MAX_INITIAL_EVENTS = 50
 MAX_VAULTS = 64
 AMOUNT = re.compile(r"^[0-9]{1,15}$")

@@ -1,14 +1,9 @@
 """Request validation derived from the official SDK's ``*Params`` TypedDicts.
 
 The SDK's TypedDicts are the wire format; stead does not copy them. Their
-pydantic core schema is tightened before use:
-
-* unknown keys are rejected (``extra_behavior='forbid'``), so a misspelt field
-  is a 400 instead of silently ignored;
-* ``Iterable[...]`` fields validate eagerly as lists;
-* unions of TypedDicts told apart by a literal ``type`` (or ``name``) become
-  tagged unions, so an error names the branch the client meant;
-* ``Literal[...] | str`` collapses to ``str`` (known model names stay open).
+pydantic core schemas, tightened (unknown keys rejected, tagged unions, see
+``generate.py``), are generated from the installed SDK into ``params/*.json``
+and loaded from there, so a server validates requests without importing the SDK.
 
 ``validate`` turns the first, most specific error into ``RequestError`` with a
 dotted path such as ``tools.0.input_schema: Field required``.
@@ -16,18 +11,22 @@ dotted path such as ``tools.0.input_schema: Field required``.
 
 from __future__ import annotations
 
-import copy
+import functools
+import importlib
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-from pydantic.json_schema import GenerateJsonSchema
+from pydantic import ValidationError
 from pydantic_core import SchemaValidator
 
 Schema = dict[str, Any]
-DISCRIMINATORS = ("type", "name")
 HEADER_PARAMS = ("betas", "workspace_id")
 """Fields of the SDK's params TypedDicts that travel as headers, never in a body."""
+PARAMS_DIR = Path(__file__).with_name("params")
+IMPORT = "$import"
+"""How a generated schema names a Python object: ``{"$import": "module:name"}``."""
 
 
 class RequestError(Exception):
@@ -39,19 +38,26 @@ class RequestError(Exception):
 
 
 class StrictParams:
-    """A validator and a JSON schema for one SDK params type. ``path_params`` are
-    fields the SDK sends in the URL (``vault_id`` of a credential update), not
-    in the body."""
+    """A validator for one SDK params type, by its file's name (``generate.PARAMS``)."""
 
-    def __init__(self, params_type: Any, *, path_params: tuple[str, ...] = ()) -> None:
-        schema: Schema = copy.deepcopy(dict(TypeAdapter(params_type).core_schema))
-        self._defs = _definitions(schema)
-        top = _resolve(schema, self._defs)
-        for name in (*HEADER_PARAMS, *path_params):
-            top.get("fields", {}).pop(name, None)
-        _tighten(schema, self._defs)
-        self.core_schema: Schema = schema
-        self._validator = SchemaValidator(schema)
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @functools.cached_property
+    def core_schema(self) -> Schema:
+        # Read on first use: a server that never sees this request pays nothing,
+        # and the generator can run while the files are missing.
+        text = (PARAMS_DIR / f"{self.name}.json").read_text()
+        schema: Schema = json.loads(text, object_hook=_load)
+        return schema
+
+    @functools.cached_property
+    def _defs(self) -> dict[str, Schema]:
+        return _definitions(self.core_schema)
+
+    @functools.cached_property
+    def _validator(self) -> SchemaValidator:
+        return SchemaValidator(self.core_schema)
 
     def validate(self, data: Any, *, prefix: str = "") -> dict[str, Any]:
         try:
@@ -63,8 +69,10 @@ class StrictParams:
         return result
 
     def json_schema(self, ref_template: str) -> dict[str, Any]:
-        generator = GenerateJsonSchema(ref_template=ref_template)
-        return generator.generate(self.core_schema, mode="validation")
+        """The JSON schema, with the SDK's titles and descriptions: imports the SDK."""
+        from stead.schemas import generate
+
+        return generate.json_schema(self.name, ref_template)
 
     def _describe(self, exc: ValidationError, prefix: str) -> str:
         errors = exc.errors(include_url=False)
@@ -72,6 +80,17 @@ class StrictParams:
         path = _readable_path(self.core_schema, self._defs, best["loc"])
         where = ".".join(p for p in (prefix, path) if p) or "body"
         return f"{where}: {best['msg']}"
+
+
+def _load(node: dict[str, Any]) -> Any:
+    """``json.loads`` hook: a generated schema as pydantic-core takes it (named
+    objects imported, union labels as tuples)."""
+    if IMPORT in node:
+        module, _, name = node[IMPORT].partition(":")
+        return getattr(importlib.import_module(module), name)
+    if node.get("type") == "union":
+        node["choices"] = [tuple(c) if isinstance(c, list) else c for c in node["choices"]]
+    return node
 
 
 def _definitions(schema: Schema) -> dict[str, Schema]:
@@ -91,61 +110,9 @@ def _resolve(schema: Schema, defs: Mapping[str, Schema]) -> Schema:
             return schema
 
 
-def _tighten(node: Any, defs: Mapping[str, Schema]) -> None:
-    if isinstance(node, list):
-        for item in node:
-            _tighten(item, defs)
-        return
-    if not isinstance(node, dict):
-        return
-    kind = node.get("type")
-    if kind == "typed-dict" and "extras_schema" not in node:
-        node["extra_behavior"] = "forbid"
-    elif kind == "generator":
-        node["type"] = "list"
-    elif kind == "union":
-        _collapse_union(node, defs)
-    for value in list(node.values()):
-        _tighten(value, defs)
-
-
 def _choice(choice: Any) -> Schema:
     picked: Schema = choice[0] if isinstance(choice, tuple | list) else choice
     return picked
-
-
-def _collapse_union(node: Schema, defs: Mapping[str, Schema]) -> None:
-    choices = [_choice(c) for c in node["choices"]]
-    resolved = [_resolve(c, defs) for c in choices]
-    kinds = {r.get("type") for r in resolved}
-    if "str" in kinds and "literal" in kinds:
-        kept = [
-            c for c, r in zip(node["choices"], resolved, strict=True) if r.get("type") != "literal"
-        ]
-        if len(kept) == 1:
-            node.clear()
-            node.update(_choice(kept[0]))
-            return
-        node["choices"] = kept
-    for field in DISCRIMINATORS:
-        tags = [_literal_tag(r, field) for r in resolved]
-        if all(t is not None for t in tags) and len(set(tags)) == len(tags):
-            mapping = dict(zip(tags, choices, strict=True))
-            node.clear()
-            node.update({"type": "tagged-union", "choices": mapping, "discriminator": field})
-            return
-
-
-def _literal_tag(schema: Schema, field: str) -> str | None:
-    if schema.get("type") != "typed-dict":
-        return None
-    spec = schema["fields"].get(field)
-    if spec is None or not spec.get("required", False):
-        return None
-    inner = spec["schema"]
-    if inner.get("type") == "literal" and len(inner["expected"]) == 1:
-        return str(inner["expected"][0])
-    return None
 
 
 def _readable_path(root: Schema, defs: Mapping[str, Schema], loc: tuple[Any, ...]) -> str:
@@ -171,6 +138,8 @@ def _union_branch(node: Schema, defs: Mapping[str, Schema], label: Any) -> Schem
         if isinstance(choice, tuple | list) and choice[1] == label:
             return _choice(choice)
         schema = _resolve(_choice(choice), defs)
+        # A schema built from the SDK labels a TypedDict branch by its class;
+        # the generated files carry that label in the choice itself.
         cls = schema.get("cls")
         if schema.get("type") == label or (cls is not None and cls.__name__ == label):
             return schema

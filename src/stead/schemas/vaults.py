@@ -14,19 +14,14 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from anthropic.types.beta import vault_create_params, vault_update_params
-from anthropic.types.beta.vaults import credential_create_params, credential_update_params
-
 from stead.jsonvalues import Json
 from stead.schemas.limits import check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
-VAULT_CREATE = StrictParams(vault_create_params.VaultCreateParams)
-VAULT_UPDATE = StrictParams(vault_update_params.VaultUpdateParams)
-CREDENTIAL_CREATE = StrictParams(credential_create_params.CredentialCreateParams)
-CREDENTIAL_UPDATE = StrictParams(
-    credential_update_params.CredentialUpdateParams, path_params=("vault_id",)
-)
+VAULT_CREATE = StrictParams("vault_create")
+VAULT_UPDATE = StrictParams("vault_update")
+CREDENTIAL_CREATE = StrictParams("credential_create")
+CREDENTIAL_UPDATE = StrictParams("credential_update")
 
 MAX_SECRET_CHARS = 65536
 MAX_URL_CHARS = 2048

@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from stead.store.base import (
     REPLACEABLE_EXPIRIES,
@@ -34,8 +33,14 @@ leases = sandbox_leases.c
 
 def _insert(conn: Connection, table: Table) -> Any:
     """An INSERT that can carry the dialect's ON CONFLICT clause (both dialects have one)."""
-    dialect: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
+    # Imported here: a SQLite server never loads the PostgreSQL dialect.
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert(table)
 
 
 def _check_amount(name: str, value: float, *, allow_zero: bool) -> None:

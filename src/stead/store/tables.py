@@ -1,7 +1,7 @@
 """The schema, written once in SQLAlchemy Core for SQLite and PostgreSQL alike.
 
-Migrations in ``migrations/versions`` create exactly these tables; a test
-checks that the migrated database and this metadata agree.
+Migrations in ``migrations/versions`` create exactly these tables, and a new
+database is created from them directly; tests check that the three agree.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeEngine
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -51,7 +51,23 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-Json: Any = JSON().with_variant(JSONB(), "postgresql")
+class JsonType(TypeDecorator[Any]):
+    """JSON, stored as JSONB on PostgreSQL.
+
+    Chosen per dialect here rather than with ``with_variant(JSONB(), ...)``, which
+    would import the PostgreSQL dialect (2 MB, 30 ms) into every SQLite server.
+    """
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(JSON())
+
 
 metadata = MetaData()
 
@@ -92,7 +108,7 @@ agent_versions = Table(
     metadata,
     Column("agent_id", String(64), ForeignKey("agents.id"), primary_key=True),
     Column("version", Integer, primary_key=True),
-    Column("definition", Json, nullable=False),
+    Column("definition", JsonType, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
 
@@ -103,8 +119,8 @@ environments = Table(
     Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
     Column("name", Text, nullable=False),
     Column("description", Text, nullable=True),
-    Column("config", Json, nullable=False),
-    Column("metadata", Json, nullable=False),
+    Column("config", JsonType, nullable=False),
+    Column("metadata", JsonType, nullable=False),
     Column("scope", String(32), nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -120,14 +136,14 @@ sessions = Table(
     Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
     Column("agent_id", String(64), nullable=False),
     Column("agent_version", Integer, nullable=False),
-    Column("agent", Json, nullable=False),
+    Column("agent", JsonType, nullable=False),
     Column("environment_id", String(64), nullable=False),
     Column("title", Text, nullable=True),
-    Column("metadata", Json, nullable=False),
-    Column("vault_ids", Json, nullable=False),
-    Column("budget", Json, nullable=True),
-    Column("resources", Json, nullable=False),
-    Column("usage", Json, nullable=False),
+    Column("metadata", JsonType, nullable=False),
+    Column("vault_ids", JsonType, nullable=False),
+    Column("budget", JsonType, nullable=True),
+    Column("resources", JsonType, nullable=False),
+    Column("usage", JsonType, nullable=False),
     Column("last_seq", BigInteger, nullable=False),
     Column("pending_tail", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
@@ -145,7 +161,7 @@ events = Table(
     Column("seq", BigInteger, primary_key=True, autoincrement=False),
     Column("id", String(64), nullable=False, unique=True),
     Column("type", String(64), nullable=False),
-    Column("body", Json, nullable=False),
+    Column("body", JsonType, nullable=False),
     Column("processed_at", UTCDateTime, nullable=False),
 )
 
@@ -156,7 +172,7 @@ pending = Table(
     Column("position", BigInteger, primary_key=True, autoincrement=False),
     Column("id", String(64), nullable=False, unique=True),
     Column("type", String(64), nullable=False),
-    Column("body", Json, nullable=False),
+    Column("body", JsonType, nullable=False),
     Column("received_at", UTCDateTime, nullable=False),
 )
 
@@ -183,7 +199,7 @@ ops = Table(
     Column("run_id", String(64), nullable=False),
     Column("kind", String(64), nullable=False),
     Column("status", String(16), nullable=False),
-    Column("result", Json, nullable=True),
+    Column("result", JsonType, nullable=True),
     Column("epoch", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
@@ -229,7 +245,7 @@ vaults = Table(
     Column("id", String(64), primary_key=True),
     Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
     Column("display_name", Text, nullable=False),
-    Column("metadata", Json, nullable=False),
+    Column("metadata", JsonType, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("archived_at", UTCDateTime, nullable=True),
@@ -243,8 +259,8 @@ vault_credentials = Table(
     Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
     Column("vault_id", String(64), ForeignKey("vaults.id"), nullable=False),
     Column("display_name", Text, nullable=True),
-    Column("metadata", Json, nullable=False),
-    Column("auth", Json, nullable=False),
+    Column("metadata", JsonType, nullable=False),
+    Column("auth", JsonType, nullable=False),
     Column("sealed", LargeBinary, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),

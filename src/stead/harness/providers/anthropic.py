@@ -3,17 +3,25 @@
 The SDK's own retries are off: the runtime owns retry policy, so it can report
 each retry as ``session.status_rescheduled``. SDK errors become ``UpstreamError``
 here and nowhere else.
+
+The SDK is imported on the first model call, not at start: importing it costs
+about a second and 38 MB, which a server that has not yet run a turn (or runs
+only OpenAI-compatible models) need not pay. The import runs in a worker thread
+so the event loop keeps serving meanwhile.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import anyio
+import anyio.to_thread
 import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+
+if TYPE_CHECKING:
+    import anthropic
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 ERROR_TYPES = {429: "model_rate_limited_error", 529: "model_overloaded_error"}
@@ -41,6 +49,8 @@ def _kind(exc: anthropic.APIStatusError) -> str | None:
 
 
 def map_error(exc: Exception) -> UpstreamError:
+    import anthropic  # loaded already: only an SDK call raises what is mapped here
+
     if isinstance(exc, anthropic.APIStatusError):
         status = exc.status_code
         if status < 400:
@@ -63,16 +73,39 @@ class AnthropicModel:
     def __init__(
         self, *, base_url: str | None, api_key: str, read_timeout: float, total_timeout: float
     ) -> None:
-        self._client = anthropic.AsyncAnthropic(
-            base_url=base_url, api_key=api_key, max_retries=0, timeout=read_timeout
-        )
+        self._base_url = base_url
+        self._api_key = api_key
+        self._read_timeout = read_timeout
         self._total_timeout = total_timeout
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._building = anyio.Lock()
+
+    async def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client, built (and the SDK imported) once, by the first caller."""
+        if self._client is None:
+            async with self._building:
+                if self._client is None:
+                    self._client = await anyio.to_thread.run_sync(self._build)
+        return self._client
+
+    def _build(self) -> anthropic.AsyncAnthropic:
+        import anthropic
+
+        return anthropic.AsyncAnthropic(
+            base_url=self._base_url,
+            api_key=self._api_key,
+            max_retries=0,
+            timeout=self._read_timeout,
+        )
 
     async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
         params = request.as_params()
+        client = await self.client()
+        import anthropic  # loaded by ``client()``
+
         try:
             with anyio.fail_after(self._total_timeout):
-                async with self._client.messages.stream(
+                async with client.messages.stream(
                     **params, extra_headers={"idempotency-key": op_key}
                 ) as stream:
                     message = await stream.get_final_message()
@@ -100,4 +133,5 @@ class AnthropicModel:
         )
 
     async def aclose(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()

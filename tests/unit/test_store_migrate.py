@@ -1,0 +1,102 @@
+"""Schema versions: the migrations build ``tables.py``; a new database is created
+straight from it with the same result; a database at head opens without Alembic."""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, select
+
+from stead.store import migrate, open_store
+from stead.store.tables import installation_secrets, metadata
+
+pytestmark = pytest.mark.anyio
+NO_ALEMBIC = "print(sorted(m for m in sys.modules if m.startswith(('alembic', 'mako'))))"
+
+
+def _migrated(path: Path, revision: str = "head") -> Engine:
+    """A database built by running the migrations (up to ``revision``)."""
+    engine = create_engine(f"sqlite:///{path}")
+    config = migrate.alembic_config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+    return engine
+
+
+def _schema(path: Path) -> dict[str, Any]:
+    """Everything SQLite knows of a database's schema; a table's constraints are
+    compared as a set (the migrations and ``create_all`` list them in another order)."""
+    conn = sqlite3.connect(path)
+    found: dict[str, Any] = {}
+    master = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
+    for kind, name, table, sql in conn.execute(master):
+        lines = sorted(line.strip().rstrip(",") for line in (sql or "").splitlines())
+        found[name] = (kind, table, lines)
+        if kind == "table":
+            found[f"{name} columns"] = conn.execute(f"PRAGMA table_xinfo({name})").fetchall()
+            found[f"{name} keys"] = sorted(conn.execute(f"PRAGMA foreign_key_list({name})"))
+            for index in conn.execute(f"PRAGMA index_list({name})").fetchall():
+                info = conn.execute(f"PRAGMA index_xinfo({index[1]})").fetchall()
+                found[f"{name} index {index[1]}"] = (index[2:], info)
+    conn.close()
+    return found
+
+
+def test_the_head_revision_in_code_is_alembics() -> None:
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    assert script.get_current_head() == migrate.HEAD, "move migrate.HEAD to the new migration"
+
+
+def test_the_migrations_build_the_tables(tmp_path: Path) -> None:
+    engine = _migrated(tmp_path / "m.db")
+    with engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    engine.dispose()
+
+
+async def test_a_new_database_has_the_schema_the_migrations_build(tmp_path: Path) -> None:
+    _migrated(tmp_path / "migrated.db").dispose()
+    await (await open_store(f"sqlite:///{tmp_path / 'new.db'}")).close()
+    assert _schema(tmp_path / "new.db") == _schema(tmp_path / "migrated.db")
+    engine = create_engine(f"sqlite:///{tmp_path / 'new.db'}")
+    with engine.connect() as conn:
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        seeded = conn.execute(select(installation_secrets.c.name, installation_secrets.c.value))
+        assert [(name, len(value)) for name, value in seeded] == [(migrate.CURSOR_SECRET, 32)]
+    engine.dispose()
+
+
+@pytest.mark.parametrize("existing", [False, True])
+async def test_opening_a_new_or_current_database_imports_no_alembic(
+    tmp_path: Path, existing: bool
+) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    if existing:
+        await (await open_store(url)).close()
+    program = (
+        "import sys, anyio; from stead.store import open_store_sync; "
+        f"anyio.run(open_store_sync({url!r}).close); {NO_ALEMBIC}"
+    )
+    found = await anyio.run_process([sys.executable, "-c", program], check=True)
+    assert found.stdout.decode().strip() == "[]"
+
+
+async def test_a_database_behind_head_is_migrated_and_reopens(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    engine = _migrated(tmp_path / "m.db", "0003")
+    for _ in range(2):
+        await (await open_store(url)).close()
+    with engine.connect() as conn:
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    engine.dispose()
