@@ -21,6 +21,7 @@ from stead.store import (
     SandboxLeaseEnded,
     SandboxLeaseStatus,
     SqlStore,
+    migrate,
     open_store,
 )
 from stead.store.migrate import alembic_config
@@ -435,4 +436,4 @@ async def test_upgrade_from_0002_keeps_data_and_adds_the_lease_tables(tmp_path: 
         await store.close()
 
     version = select(text("version_num")).select_from(text("alembic_version"))
-    assert await read_one(url, version) == "0004"
+    assert await read_one(url, version) == migrate.HEAD

@@ -47,8 +47,8 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("archived_at", sa.DateTime(timezone=True), nullable=True),
-        sa.ForeignKeyConstraint(["vault_id"], ["vaults.id"]),
         sa.ForeignKeyConstraint(["workspace_id"], ["workspaces.id"]),
+        sa.ForeignKeyConstraint(["vault_id"], ["vaults.id"]),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index(
