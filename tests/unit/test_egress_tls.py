@@ -34,6 +34,7 @@ from stead.sandbox_host.egress import (
     Secrets,
     upstream_context,
 )
+from stead.testing import serve_origin
 from tests.unit.test_egress_proxy import echo, limited, serving
 
 pytestmark = pytest.mark.anyio
@@ -82,37 +83,14 @@ async def https_origin(ca: trustme.CA, *names: str) -> AsyncIterator[Origin]:
     port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
     found = Origin(port)
 
+    def record(request: h11.Request, body: bytes) -> bytes:
+        headers = {n.decode(): v.decode() for n, v in request.headers}
+        found.seen.append({"target": request.target.decode(), "headers": headers, "body": body})
+        return b"ok"
+
     async def serve(stream: TLSStream) -> None:
         found.connections += 1
-        conn = h11.Connection(h11.SERVER)
-        body = b""
-        async with stream:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    try:
-                        conn.receive_data(await stream.receive())
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        return
-                elif isinstance(event, h11.Request):
-                    request, body = event, b""
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    headers = {n.decode(): v.decode() for n, v in request.headers}
-                    found.seen.append(
-                        {"target": request.target.decode(), "headers": headers, "body": body}
-                    )
-                    data = b"ok"
-                    head = h11.Response(status_code=200, headers=[("content-length", "2")])
-                    await stream.send(
-                        conn.send(head)
-                        + conn.send(h11.Data(data=data))
-                        + conn.send(h11.EndOfMessage())
-                    )
-                    conn.start_next_cycle()
-                else:
-                    return
+        await serve_origin(stream, record)
 
     async with listener, anyio.create_task_group() as tasks:
         tasks.start_soon(listener.serve, serve)
