@@ -293,3 +293,38 @@ async def test_a_plain_http_request_gets_the_same_injection(workdir: Path, tls: 
         assert answer.startswith(b"HTTP/1.1 204")
     assert b"Bearer " + SECRET in seen[0]
     assert PLACEHOLDER not in seen[0]
+
+
+async def test_an_origin_that_echoes_a_secret_returns_only_its_placeholder(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    test_ca.issue_cert("api.test").configure_cert(context)
+
+    def echo_auth(request: h11.Request, body: bytes) -> bytes:
+        auth = dict(request.headers)[b"authorization"]
+        return b"a" * 70_000 + auth + b"|" + body + b"|" + b"z" * 100
+
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    path = workdir / "proxy.sock"
+    async with (
+        TLSListener(
+            await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0),
+            context,
+            standard_compatible=False,
+        ) as listener,
+        anyio.create_task_group() as tasks,
+        proxy(path, tls, secrets, "api.test"),
+    ):
+        tasks.start_soon(listener.serve, lambda stream: serve_origin(stream, echo_auth))
+        port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with await open_tunnel(path, "api.test", port, tls) as stream:
+            conn = h11.Connection(h11.CLIENT)
+            auth = [("authorization", f"Bearer {PLACEHOLDER.decode()}")]
+            status, data = await request(stream, conn, "POST", "/", "api.test", auth, PLACEHOLDER)
+            assert (status, SECRET in data) == (200, False)
+            expected = b"a" * 70_000 + b"Bearer " + PLACEHOLDER + b"|" + PLACEHOLDER + b"|"
+            assert data == expected + b"z" * 100
+            # The connection stays usable after a rewritten, re-framed answer.
+            assert (await request(stream, conn, "POST", "/", "api.test", auth, b"x"))[0] == 200
+        tasks.cancel_scope.cancel()

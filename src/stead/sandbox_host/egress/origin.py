@@ -29,7 +29,7 @@ from stead.sandbox_host.egress.errors import (
     UpstreamTimeout,
 )
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
-from stead.sandbox_host.egress.secrets import HostSecrets, credential_ids
+from stead.sandbox_host.egress.secrets import HostSecrets, Scrubber, credential_ids
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -78,13 +78,19 @@ async def forward(
     connections stay open when both peers allow; returns whether they may carry
     another request. Does not close either stream."""
     hop = _Hop(client, conn, upstream, target, idle_timeout, exchange, origin)
+    scrub = secrets.scrubber()
     try:
         await hop.send_request(request, secrets, body_limit)
         response = await hop.response_head()
         exchange.status = response.status_code
         closing = not hop.keep_alive or _says_close(response)
-        await hop.to_client(conn.send(_response(response, closing=closing)))
-        await hop.relay_response_body()
+        head = _response(response, closing=closing)
+        if scrub is not None:
+            has_body = request.method != b"HEAD" and response.status_code not in (204, 304)
+            headers = scrub.headers(list(head.headers), has_body=has_body)
+            head = h11.Response(status_code=head.status_code, headers=headers, reason=head.reason)
+        await hop.to_client(conn.send(head))
+        await hop.relay_response_body(scrub)
     except _ClientGone:
         return False
     except EgressError:
@@ -224,12 +230,17 @@ class _Hop:
                 raise UpstreamFailed(self.where, "the origin closed without answering")
             # 1xx: the client already had its 100 Continue from the proxy.
 
-    async def relay_response_body(self) -> None:
+    async def relay_response_body(self, scrub: Scrubber | None) -> None:
         while True:
             event = await self.from_upstream()
             if isinstance(event, h11.Data):
-                await self.to_client(self.conn.send(h11.Data(data=event.data)))
+                data = scrub.feed(event.data) if scrub is not None else event.data
+                if data:
+                    await self.to_client(self.conn.send(h11.Data(data=data)))
             elif isinstance(event, h11.EndOfMessage):
+                rest = scrub.flush() if scrub is not None else b""
+                if rest:
+                    await self.to_client(self.conn.send(h11.Data(data=rest)))
                 await self.to_client(self.conn.send(h11.EndOfMessage()))
                 return
             else:
