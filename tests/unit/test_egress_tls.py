@@ -328,3 +328,20 @@ async def test_an_origin_that_echoes_a_secret_returns_only_its_placeholder(
             # The connection stays usable after a rewritten, re-framed answer.
             assert (await request(stream, conn, "POST", "/", "api.test", auth, b"x"))[0] == 200
         tasks.cancel_scope.cancel()
+
+
+async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_request(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    secrets = Secrets([HeaderSecret("api.test", b"x-api-key", SECRET, "vcrd_header")])
+    path = workdir / "proxy.sock"
+    async with https_origin(test_ca) as origin, proxy(path, tls, secrets, "api.test") as running:
+        stream = await open_tunnel(path, "api.test", origin.port, tls)
+        async with stream:
+            conn = h11.Connection(h11.CLIENT)
+            assert (await request(stream, conn, "GET", "/", "api.test"))[0] == 200
+            running.secrets = Secrets()  # revoked
+            assert (await request(stream, conn, "GET", "/", "api.test"))[0] == 200
+    first, second = origin.seen
+    assert first["headers"]["x-api-key"] == SECRET.decode()
+    assert "x-api-key" not in second["headers"]
