@@ -5,6 +5,7 @@ that CA. Nothing leaves 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
@@ -345,3 +346,50 @@ async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_req
     first, second = origin.seen
     assert first["headers"]["x-api-key"] == SECRET.decode()
     assert "x-api-key" not in second["headers"]
+
+
+async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    test_ca.issue_cert("api.test").configure_cert(context)
+
+    async def switching(stream: TLSStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive()
+            assert b"upgrade: websocket" in head.lower()
+            await stream.send(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\n\r\nhello"
+            )
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                async for chunk in stream:
+                    await stream.send(chunk)
+
+    path = workdir / "proxy.sock"
+    async with (
+        TLSListener(
+            await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0),
+            context,
+            standard_compatible=False,
+        ) as listener,
+        anyio.create_task_group() as tasks,
+        proxy(path, tls, Secrets(), "api.test"),
+    ):
+        tasks.start_soon(listener.serve, switching)
+        port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+        async with await open_tunnel(path, "api.test", port, tls) as stream:
+            await stream.send(
+                b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\n\r\n"
+            )
+            got = b""
+            with anyio.fail_after(WAIT):
+                while not got.endswith(b"hello"):
+                    got += await stream.receive()
+                assert got.startswith(b"HTTP/1.1 101 ")
+                await stream.send(b"ping")
+                assert await stream.receive() == b"ping"
+        tasks.cancel_scope.cancel()
