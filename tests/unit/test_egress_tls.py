@@ -11,7 +11,7 @@ import os
 import ssl
 import stat
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +72,11 @@ def tls(workdir: Path, test_ca: trustme.CA) -> EgressTls:
 
 
 @asynccontextmanager
-async def https_origin(ca: trustme.CA, *names: str) -> AsyncIterator[Origin]:
-    """A keep-alive HTTPS server that records each request and answers ``ok``."""
+async def https_origin(
+    ca: trustme.CA, *names: str, handler: Callable[[TLSStream], Awaitable[None]] | None = None
+) -> AsyncIterator[Origin]:
+    """A keep-alive HTTPS server that records each request and answers ``ok``
+    (or runs ``handler`` for each connection)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(*(names or ("api.test",))).configure_cert(context)
     listener = TLSListener(
@@ -94,7 +97,7 @@ async def https_origin(ca: trustme.CA, *names: str) -> AsyncIterator[Origin]:
         await serve_origin(stream, record)
 
     async with listener, anyio.create_task_group() as tasks:
-        tasks.start_soon(listener.serve, serve)
+        tasks.start_soon(listener.serve, handler or serve)
         yield found
         tasks.cancel_scope.cancel()
 
@@ -299,26 +302,21 @@ async def test_a_plain_http_request_gets_the_same_injection(workdir: Path, tls: 
 async def test_an_origin_that_echoes_a_secret_returns_only_its_placeholder(
     workdir: Path, tls: EgressTls, test_ca: trustme.CA
 ) -> None:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    test_ca.issue_cert("api.test").configure_cert(context)
-
     def echo_auth(request: h11.Request, body: bytes) -> bytes:
         auth = dict(request.headers)[b"authorization"]
         return b"a" * 70_000 + auth + b"|" + body + b"|" + b"z" * 100
 
     secrets = Secrets([], [placeholder_secret("api.test")])
     path = workdir / "proxy.sock"
+
+    async def serve(stream: TLSStream) -> None:
+        await serve_origin(stream, echo_auth)
+
     async with (
-        TLSListener(
-            await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0),
-            context,
-            standard_compatible=False,
-        ) as listener,
-        anyio.create_task_group() as tasks,
+        https_origin(test_ca, handler=serve) as origin,
         proxy(path, tls, secrets, "api.test"),
     ):
-        tasks.start_soon(listener.serve, lambda stream: serve_origin(stream, echo_auth))
-        port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+        port = origin.port
         async with await open_tunnel(path, "api.test", port, tls) as stream:
             conn = h11.Connection(h11.CLIENT)
             auth = [("authorization", f"Bearer {PLACEHOLDER.decode()}")]
@@ -328,7 +326,6 @@ async def test_an_origin_that_echoes_a_secret_returns_only_its_placeholder(
             assert data == expected + b"z" * 100
             # The connection stays usable after a rewritten, re-framed answer.
             assert (await request(stream, conn, "POST", "/", "api.test", auth, b"x"))[0] == 200
-        tasks.cancel_scope.cancel()
 
 
 async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_request(
@@ -351,9 +348,6 @@ async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_req
 async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
     workdir: Path, tls: EgressTls, test_ca: trustme.CA
 ) -> None:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    test_ca.issue_cert("api.test").configure_cert(context)
-
     async def switching(stream: TLSStream) -> None:
         async with stream:
             head = b""
@@ -370,16 +364,10 @@ async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
 
     path = workdir / "proxy.sock"
     async with (
-        TLSListener(
-            await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=0),
-            context,
-            standard_compatible=False,
-        ) as listener,
-        anyio.create_task_group() as tasks,
+        https_origin(test_ca, handler=switching) as origin,
         proxy(path, tls, Secrets(), "api.test"),
     ):
-        tasks.start_soon(listener.serve, switching)
-        port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
+        port = origin.port
         async with await open_tunnel(path, "api.test", port, tls) as stream:
             await stream.send(
                 b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
@@ -392,4 +380,3 @@ async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
                 assert got.startswith(b"HTTP/1.1 101 ")
                 await stream.send(b"ping")
                 assert await stream.receive() == b"ping"
-        tasks.cancel_scope.cancel()
