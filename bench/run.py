@@ -32,6 +32,7 @@ BENCHMARKS = (
     "sandbox_density",
     "terminal",
     "snapshot",
+    "egress_tls",
 )
 TIMEOUT_S = 120.0
 

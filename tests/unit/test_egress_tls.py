@@ -5,12 +5,13 @@ that CA. Nothing leaves 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import ssl
 import stat
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ from stead.sandbox_host.egress import (
     Secrets,
     upstream_context,
 )
+from stead.testing import serve_origin
 from tests.unit.test_egress_proxy import echo, limited, serving
 
 pytestmark = pytest.mark.anyio
@@ -70,8 +72,11 @@ def tls(workdir: Path, test_ca: trustme.CA) -> EgressTls:
 
 
 @asynccontextmanager
-async def https_origin(ca: trustme.CA, *names: str) -> AsyncIterator[Origin]:
-    """A keep-alive HTTPS server that records each request and answers ``ok``."""
+async def https_origin(
+    ca: trustme.CA, *names: str, handler: Callable[[TLSStream], Awaitable[None]] | None = None
+) -> AsyncIterator[Origin]:
+    """A keep-alive HTTPS server that records each request and answers ``ok``
+    (or runs ``handler`` for each connection)."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(*(names or ("api.test",))).configure_cert(context)
     listener = TLSListener(
@@ -82,40 +87,17 @@ async def https_origin(ca: trustme.CA, *names: str) -> AsyncIterator[Origin]:
     port = listener.listener.extra(anyio.abc.SocketAttribute.local_port)
     found = Origin(port)
 
+    def record(request: h11.Request, body: bytes) -> bytes:
+        headers = {n.decode(): v.decode() for n, v in request.headers}
+        found.seen.append({"target": request.target.decode(), "headers": headers, "body": body})
+        return b"ok"
+
     async def serve(stream: TLSStream) -> None:
         found.connections += 1
-        conn = h11.Connection(h11.SERVER)
-        body = b""
-        async with stream:
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    try:
-                        conn.receive_data(await stream.receive())
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        return
-                elif isinstance(event, h11.Request):
-                    request, body = event, b""
-                elif isinstance(event, h11.Data):
-                    body += event.data
-                elif isinstance(event, h11.EndOfMessage):
-                    headers = {n.decode(): v.decode() for n, v in request.headers}
-                    found.seen.append(
-                        {"target": request.target.decode(), "headers": headers, "body": body}
-                    )
-                    data = b"ok"
-                    head = h11.Response(status_code=200, headers=[("content-length", "2")])
-                    await stream.send(
-                        conn.send(head)
-                        + conn.send(h11.Data(data=data))
-                        + conn.send(h11.EndOfMessage())
-                    )
-                    conn.start_next_cycle()
-                else:
-                    return
+        await serve_origin(stream, record)
 
     async with listener, anyio.create_task_group() as tasks:
-        tasks.start_soon(listener.serve, serve)
+        tasks.start_soon(listener.serve, handler or serve)
         yield found
         tasks.cancel_scope.cancel()
 
@@ -315,3 +297,86 @@ async def test_a_plain_http_request_gets_the_same_injection(workdir: Path, tls: 
         assert answer.startswith(b"HTTP/1.1 204")
     assert b"Bearer " + SECRET in seen[0]
     assert PLACEHOLDER not in seen[0]
+
+
+async def test_an_origin_that_echoes_a_secret_returns_only_its_placeholder(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    def echo_auth(request: h11.Request, body: bytes) -> bytes:
+        auth = dict(request.headers)[b"authorization"]
+        return b"a" * 70_000 + auth + b"|" + body + b"|" + b"z" * 100
+
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    path = workdir / "proxy.sock"
+
+    async def serve(stream: TLSStream) -> None:
+        await serve_origin(stream, echo_auth)
+
+    async with (
+        https_origin(test_ca, handler=serve) as origin,
+        proxy(path, tls, secrets, "api.test"),
+    ):
+        port = origin.port
+        async with await open_tunnel(path, "api.test", port, tls) as stream:
+            conn = h11.Connection(h11.CLIENT)
+            auth = [("authorization", f"Bearer {PLACEHOLDER.decode()}")]
+            status, data = await request(stream, conn, "POST", "/", "api.test", auth, PLACEHOLDER)
+            assert (status, SECRET in data) == (200, False)
+            expected = b"a" * 70_000 + b"Bearer " + PLACEHOLDER + b"|" + PLACEHOLDER + b"|"
+            assert data == expected + b"z" * 100
+            # The connection stays usable after a rewritten, re-framed answer.
+            assert (await request(stream, conn, "POST", "/", "api.test", auth, b"x"))[0] == 200
+
+
+async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_request(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    secrets = Secrets([HeaderSecret("api.test", b"x-api-key", SECRET, "vcrd_header")])
+    path = workdir / "proxy.sock"
+    async with https_origin(test_ca) as origin, proxy(path, tls, secrets, "api.test") as running:
+        stream = await open_tunnel(path, "api.test", origin.port, tls)
+        async with stream:
+            conn = h11.Connection(h11.CLIENT)
+            assert (await request(stream, conn, "GET", "/", "api.test"))[0] == 200
+            running.secrets = Secrets()  # revoked
+            assert (await request(stream, conn, "GET", "/", "api.test"))[0] == 200
+    first, second = origin.seen
+    assert first["headers"]["x-api-key"] == SECRET.decode()
+    assert "x-api-key" not in second["headers"]
+
+
+async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    async def switching(stream: TLSStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive()
+            assert b"upgrade: websocket" in head.lower()
+            await stream.send(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\n\r\nhello"
+            )
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                async for chunk in stream:
+                    await stream.send(chunk)
+
+    path = workdir / "proxy.sock"
+    async with (
+        https_origin(test_ca, handler=switching) as origin,
+        proxy(path, tls, Secrets(), "api.test"),
+    ):
+        port = origin.port
+        async with await open_tunnel(path, "api.test", port, tls) as stream:
+            await stream.send(
+                b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
+                b"Connection: Upgrade\r\n\r\n"
+            )
+            got = b""
+            with anyio.fail_after(WAIT):
+                while not got.endswith(b"hello"):
+                    got += await stream.receive()
+                assert got.startswith(b"HTTP/1.1 101 ")
+                await stream.send(b"ping")
+                assert await stream.receive() == b"ping"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stead.sandbox import ExecResult, InvalidArgument, ops
+from stead.sandbox import EnvironmentCredential, ExecResult, InvalidArgument, ops
+from stead.sandbox_host.egress import HeaderSecret, PlaceholderSecret, Secrets
 from stead.sandbox_host.rpc import HostRpc
 
 
@@ -30,10 +31,18 @@ def test_replies_decode_into_their_records() -> None:
 
 def test_a_credential_never_shows_its_value() -> None:
     credential = ops.Credential(host="api.example", header="authorization", value="s3cret")
-    assert "s3cret" not in repr(credential)
-    assert "s3cret" not in str(
-        ops.SetSecrets(sandbox_id="s", generation=1, credentials=[credential])
+    variable = ops.SecretVariable(name="API_KEY", placeholder="p" * 20, value="s3cret")
+    assert "s3cret" not in repr(credential) + repr(variable)
+    request = ops.SetSecrets(
+        sandbox_id="s", generation=1, credentials=[credential], variables=[variable]
     )
+    assert "s3cret" not in str(request) + repr(request)
+    brain_side = EnvironmentCredential("vcrd_1", "API_KEY", "s3cret", ("api.example",))
+    proxy_side = PlaceholderSecret("vcrd_1", b"p" * 20, b"s3cret", None)
+    header = HeaderSecret("api.example", b"authorization", b"s3cret")
+    shown = repr(brain_side) + repr(proxy_side) + repr(header)
+    shown += repr(Secrets([header], [proxy_side]).for_host("api.example"))
+    assert "s3cret" not in shown
 
 
 def test_a_malformed_frame_names_its_field() -> None:

@@ -42,12 +42,7 @@ from anyio import to_thread
 from anyio.abc import Process
 
 from stead.sandbox import WORKSPACE, SandboxUnavailable
-from stead.sandbox_host.egress import (
-    BUNDLE,
-    SANDBOX_CA_DIR,
-    system_bundles,
-    trust_environment,
-)
+from stead.sandbox_host.egress import BUNDLE, SANDBOX_CA_DIR, system_bundles
 
 if TYPE_CHECKING:
     from stead.sandbox_host.cgroups import SandboxCgroup
@@ -77,10 +72,6 @@ LAUNCHER = (
 )
 """Runs ``N FILE... COMMAND...``: moves itself into the cgroup through each of
 the N files, then execs the command; exits 125 without running it otherwise."""
-PROXY_URL = "http://127.0.0.1:3128"
-PACKAGE_DIRS = ("venv", "node", "cargo", "gem", "go", "apt/usr")
-PACKAGE_PATH = ":".join(f"/opt/stead/{d}/bin" for d in PACKAGE_DIRS)
-"""Where the environment's packages put their commands (``installers.py``, ``packages.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -599,27 +590,3 @@ async def _first(*waits: Any) -> None:
 
         for wait in waits:
             tasks.start_soon(run, wait)
-
-
-def sandbox_environment(
-    extra: Mapping[str, str] | None, *, network: bool, trust: bool = False
-) -> dict[str, str]:
-    """The environment of processes in a bwrap sandbox: fixed, never the host's.
-    ``trust``: the body has the egress CA bundle (``BodySpec.ca_dir``)."""
-    env = {
-        "PATH": PACKAGE_PATH + ":/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-        "NODE_PATH": "/opt/stead/node/lib/node_modules",
-        "GEM_PATH": "/opt/stead/gem:",  # the trailing ':' keeps ruby's own gems too
-        "HOME": WORKSPACE,
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        "USER": "sandbox",
-        "TMPDIR": "/tmp",
-    }
-    if network:
-        for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
-            env[name] = PROXY_URL
-        env["NO_PROXY"] = env["no_proxy"] = ""
-    if trust:
-        env |= trust_environment()
-    return env | dict(extra or {})

@@ -5,7 +5,7 @@ toolchains it needs from the machine.
 The installer sees the machine's ``/usr`` read-only, as every body does, so a
 toolchain counts only if it lives there (root's rustup in ``~/.cargo`` does
 not). Each ecosystem installs under its own directory of ``/opt/stead``, whose
-``bin`` is on every sandbox's ``PATH`` (``bwrap.PACKAGE_PATH``). Caches and
+``bin`` is on every sandbox's ``PATH`` (``environment.PACKAGE_PATH``). Caches and
 build trees go to the installer's workspace, which is thrown away.
 """
 
@@ -18,8 +18,8 @@ import shutil
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 
-from stead.sandbox_host.bwrap import PROXY_URL
 from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.environment import PROXY_URL
 
 BODY_PATH = ("/usr/local/bin", "/usr/bin")
 """Where a body's commands come from: ``/bin`` inside is a link to ``/usr/bin``."""

@@ -57,13 +57,13 @@ from stead.sandbox_host.bwrap import (
     BodySpec,
     BwrapBody,
     run_body,
-    sandbox_environment,
 )
 from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressPolicy, EgressProxy, EgressTls, Secrets
+from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
     BackgroundProcess,

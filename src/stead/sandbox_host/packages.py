@@ -35,11 +35,11 @@ from stead.sandbox_host.bwrap import (
     BodySpec,
     SandboxedProcess,
     run_body,
-    sandbox_environment,
 )
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.installers import (
     IN_BODY,
     install_script,

@@ -20,6 +20,7 @@ from stead.testing.faults import (
 )
 from stead.testing.forker import ServeForker
 from stead.testing.memory_sandbox import MemoryProvider, MemorySandbox
+from stead.testing.origin import serve_origin
 from stead.testing.received import ReceivedRequest
 from stead.testing.sandbox_host import HostProcess
 from stead.testing.scripts import (
@@ -66,4 +67,5 @@ __all__ = [
     "call_every_tool",
     "echo",
     "free_port",
+    "serve_origin",
 ]

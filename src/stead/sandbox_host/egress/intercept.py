@@ -30,6 +30,7 @@ from stead.sandbox_host.egress.errors import (
     UpstreamTimeout,
 )
 from stead.sandbox_host.egress.origin import forward
+from stead.sandbox_host.egress.policy import normalize_host
 from stead.sandbox_host.egress.reply import answer
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Kind, Target, read_request
 from stead.sandbox_host.egress.secrets import Secrets
@@ -108,7 +109,7 @@ class Interception:
                 return
 
     async def _accept(self, client: ByteStream, target: Target) -> TLSStream | None:
-        context = self.tls.ca.server_context(target.host)
+        context = self.tls.ca.server_context(normalize_host(target.host))
         try:
             with anyio.fail_after(self.head_timeout):
                 return await TLSStream.wrap(

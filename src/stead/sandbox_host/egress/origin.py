@@ -29,7 +29,8 @@ from stead.sandbox_host.egress.errors import (
     UpstreamTimeout,
 )
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
-from stead.sandbox_host.egress.secrets import HostSecrets, credential_ids
+from stead.sandbox_host.egress.secrets import HostSecrets, Scrubber, credential_ids
+from stead.sandbox_host.egress.splice import splice
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -78,13 +79,22 @@ async def forward(
     connections stay open when both peers allow; returns whether they may carry
     another request. Does not close either stream."""
     hop = _Hop(client, conn, upstream, target, idle_timeout, exchange, origin)
+    scrub = secrets.scrubber()
     try:
         await hop.send_request(request, secrets, body_limit)
         response = await hop.response_head()
         exchange.status = response.status_code
+        if isinstance(response, h11.InformationalResponse):  # 101: a WebSocket, say
+            await hop.switch(response)
+            return False
         closing = not hop.keep_alive or _says_close(response)
-        await hop.to_client(conn.send(_response(response, closing=closing)))
-        await hop.relay_response_body()
+        head = _response(response, closing=closing)
+        if scrub is not None:
+            has_body = request.method != b"HEAD" and response.status_code not in (204, 304)
+            headers = scrub.headers(list(head.headers), has_body=has_body)
+            head = h11.Response(status_code=head.status_code, headers=headers, reason=head.reason)
+        await hop.to_client(conn.send(head))
+        await hop.relay_response_body(scrub)
     except _ClientGone:
         return False
     except EgressError:
@@ -112,7 +122,10 @@ def end_to_end(headers: Headers) -> Headers:
 
 def _request(target: Target, request: h11.Request, headers: Headers, *, close: bool) -> h11.Request:
     headers = [(b"host", target.authority), *(h for h in headers if h[0] != b"host")]
-    if close:
+    upgrade = _upgrade(request)
+    if upgrade:
+        headers += [(b"connection", b"upgrade"), *upgrade]
+    elif close:
         headers.append((b"connection", b"close"))
     return h11.Request(method=request.method, target=target.path, headers=headers)
 
@@ -122,6 +135,15 @@ def _response(response: h11.Response, *, closing: bool) -> h11.Response:
     if closing:
         headers.append((b"connection", b"close"))
     return h11.Response(status_code=response.status_code, headers=headers, reason=response.reason)
+
+
+def _upgrade(message: h11.Request | h11.InformationalResponse) -> Headers:
+    """The ``Upgrade`` headers of a message that asks to switch protocols (the
+    ``Connection`` header names ``upgrade``); hop-by-hop, so passed on by hand."""
+    asks = any(
+        name == b"connection" and b"upgrade" in value.lower() for name, value in message.headers
+    )
+    return [(n, v) for n, v in message.headers if n == b"upgrade"] if asks else []
 
 
 def _says_close(response: h11.Response) -> bool:
@@ -215,21 +237,44 @@ class _Hop:
             else:
                 raise _ClientGone
 
-    async def response_head(self) -> h11.Response:
+    async def response_head(self) -> h11.Response | h11.InformationalResponse:
+        """The response head, or a ``101 Switching Protocols``."""
         while True:
             event = await self.from_upstream()
             if isinstance(event, h11.Response):
                 return event
             if not isinstance(event, h11.InformationalResponse):
                 raise UpstreamFailed(self.where, "the origin closed without answering")
+            if event.status_code == 101:
+                return event
             # 1xx: the client already had its 100 Continue from the proxy.
 
-    async def relay_response_body(self) -> None:
+    async def switch(self, response: h11.InformationalResponse) -> None:
+        """Passes the origin's ``101`` on and relays bytes both ways from then on
+        (no credential is injected into the new protocol)."""
+        headers = [*end_to_end(list(response.headers)), *_upgrade(response)]
+        if _upgrade(response):
+            headers.append((b"connection", b"upgrade"))
+        switched = h11.InformationalResponse(
+            status_code=101, headers=headers, reason=response.reason
+        )
+        await self.to_client(self.conn.send(switched))
+        from_client, _ = self.conn.trailing_data
+        from_origin, _ = self.origin.trailing_data
+        await self.to_client(from_origin)
+        await splice(self.client, self.upstream, idle_timeout=self.idle, a_to_b_first=from_client)
+
+    async def relay_response_body(self, scrub: Scrubber | None) -> None:
         while True:
             event = await self.from_upstream()
             if isinstance(event, h11.Data):
-                await self.to_client(self.conn.send(h11.Data(data=event.data)))
+                data = scrub.feed(event.data) if scrub is not None else event.data
+                if data:
+                    await self.to_client(self.conn.send(h11.Data(data=data)))
             elif isinstance(event, h11.EndOfMessage):
+                rest = scrub.flush() if scrub is not None else b""
+                if rest:
+                    await self.to_client(self.conn.send(h11.Data(data=rest)))
                 await self.to_client(self.conn.send(h11.EndOfMessage()))
                 return
             else:

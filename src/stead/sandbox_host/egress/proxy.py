@@ -253,11 +253,11 @@ class EgressProxy:
             return
         if self.tls is not None:
             if not early:
+                # A protocol whose server speaks first sends nothing here: after
+                # the wait it is relayed as bytes like any other non-TLS tunnel.
                 with anyio.move_on_after(self.head_timeout):
                     early = await _receive_quietly(client)
-            if not early:
-                return
-            if early[0] == TLS_HANDSHAKE:
+            if early[:1] == bytes([TLS_HANDSHAKE]):
                 await self._interception().run(Replayed(client, early), upstream, target)
                 return
         exchange = Exchange(target.host, target.port, "CONNECT", status=200)

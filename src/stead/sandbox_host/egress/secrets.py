@@ -142,6 +142,55 @@ class HostSecrets:
             if secret.placeholder in data:
                 raise Refused(host, secret.credential_id)
 
+    def scrubber(self) -> Scrubber | None:
+        """What hides this host's secrets in its answers (an origin that echoes a
+        request back must not carry a value into the sandbox); None: none to hide."""
+        pairs = {s.value: s.placeholder for s in (*self.in_headers, *self.in_body)}
+        for header in self.set_headers:
+            shown = header.credential_id or "credential"
+            pairs.setdefault(header.value, f"[{shown} hidden by stead]".encode())
+        pairs = {value: shown for value, shown in pairs.items() if value}
+        return Scrubber(pairs) if pairs else None
+
+
+class Scrubber:
+    """Replaces secret values with their placeholders in a response's headers and
+    in its body as it streams; keeps back the last bytes of each chunk that could
+    start a value split across two chunks."""
+
+    def __init__(self, pairs: dict[bytes, bytes]) -> None:
+        self._pairs = pairs
+        self._keep = max(map(len, pairs)) - 1
+        self._tail = b""
+
+    def __repr__(self) -> str:
+        return f"Scrubber({len(self._pairs)} secrets)"
+
+    def replace(self, data: bytes) -> bytes:
+        for value, shown in self._pairs.items():
+            if value in data:
+                data = data.replace(value, shown)
+        return data
+
+    def headers(self, headers: Headers, *, has_body: bool) -> Headers:
+        """``headers`` scrubbed; a body's length may change, so it loses its
+        ``Content-Length`` (h11 then frames it chunked, or by closing)."""
+        framing = (b"content-length", b"transfer-encoding") if has_body else ()
+        return [(n, self.replace(v)) for n, v in headers if n not in framing]
+
+    def feed(self, data: bytes) -> bytes:
+        window = self.replace(self._tail + data)
+        cut = len(window) - self._keep
+        if cut <= 0:
+            self._tail = window
+            return b""
+        self._tail = window[cut:]
+        return window[:cut]
+
+    def flush(self) -> bytes:
+        data, self._tail = self.replace(self._tail), b""
+        return data
+
 
 def credential_ids(used: Iterable[str]) -> tuple[str, ...]:
     """The non-empty ids of the credentials a request used, in a stable order."""

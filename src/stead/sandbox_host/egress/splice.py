@@ -50,6 +50,8 @@ async def _pump(
                 await sink.send_eof()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 scope.cancel()
+            except NotImplementedError:  # TLS has no half-close: the relay ends here
+                scope.cancel()
             return
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             scope.cancel()  # one side is gone: the other direction has nowhere to go
