@@ -9,12 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import ssl
-import threading
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -24,6 +20,7 @@ from stead.sandbox import EgressCredential, EnvironmentCredential, HostAddress, 
 from stead.sandbox.providers.host import HostProvider
 from stead.testing import HostProcess
 from tests.sandbox.conftest import config, new_id, requires_isolation
+from tests.sandbox.https_origins import Origin, https_origin
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -31,65 +28,18 @@ NAMES = ("api.test", "other.test", "untrusted.test", "blocked.test")
 ALLOWED = ["api.test", "other.test", "untrusted.test"]
 
 
-@dataclass
-class Server:
-    port: int
-    seen: list[dict[str, str]] = field(default_factory=list)
-
-
-def _https_server(ca: trustme.CA, names: tuple[str, ...]) -> tuple[ThreadingHTTPServer, Server]:
-    """Records each request's host, path, Authorization and body; answers ``ok``
-    (never an echo: a reply would carry the secret into the sandbox)."""
-    found = Server(0)
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def _answer(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length).decode() if length else ""
-            found.seen.append(
-                {
-                    "host": self.headers.get("Host", ""),
-                    "path": self.path,
-                    "authorization": self.headers.get("Authorization", ""),
-                    "body": body,
-                }
-            )
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        do_GET = do_POST = _answer
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*names).configure_cert(context)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    found.port = server.server_address[1]
-    return server, found
-
-
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Server, Server]]:
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Origin, Origin]]:
     """A trusted server for api.test and other.test, one whose CA nobody trusts,
     and the trusted CA's bundle."""
     trusted, stranger = trustme.CA(), trustme.CA()
     bundle = tmp_path_factory.mktemp("ca") / "extra-ca.pem"
     trusted.cert_pem.write_to_path(str(bundle))
-    good, good_seen = _https_server(trusted, ("api.test", "other.test", "blocked.test"))
-    bad, bad_seen = _https_server(stranger, ("untrusted.test",))
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (good, bad)]
-    for thread in threads:
-        thread.start()
-    yield bundle, good_seen, bad_seen
-    for server in (good, bad):
-        server.shutdown()
-        server.server_close()
+    with (
+        https_origin(trusted, ("api.test", "other.test", "blocked.test")) as good,
+        https_origin(stranger, ("untrusted.test",)) as bad,
+    ):
+        yield bundle, good, bad
 
 
 def _host_env(bundle: Path) -> dict[str, str]:
@@ -138,7 +88,7 @@ def _quoted(text: str) -> str:
 
 
 async def test_clients_in_the_sandbox_reach_https_with_the_secret_they_never_see(
-    tmp_path: Path, servers: tuple[Path, Server, Server]
+    tmp_path: Path, servers: tuple[Path, Origin, Origin]
 ) -> None:
     bundle, good, bad = servers
     secret = f"dummy-secret-{uuid.uuid4().hex}"
