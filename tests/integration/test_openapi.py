@@ -45,6 +45,7 @@ ROUTES = {
     ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/archive"): None,
     ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate"): None,
     ("delete", "/v1/sessions/{session_id}/sandbox"): None,
+    ("get", "/v1/sessions/{session_id}/sandbox/egress"): None,
 }
 
 

@@ -41,6 +41,8 @@ class Case:
     terminals: bool = False
     secrets: bool = False
     """Can hold credentials out of the sandbox's reach."""
+    egress_log: bool = False
+    """Keeps an audit log of what its sandboxes send out."""
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +64,10 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
     if request.param == "host":
         process = request.getfixturevalue("host_process")
         made = Case(
-            HostProvider(HostAddress(unix_path=process.socket_path)), terminals=True, secrets=True
+            HostProvider(HostAddress(unix_path=process.socket_path)),
+            terminals=True,
+            secrets=True,
+            egress_log=True,
         )
     elif request.param == "unsafe_local":
         made = Case(UnsafeLocalProvider(tmp_path / "sandboxes"))
@@ -149,6 +154,24 @@ async def test_secrets_are_held_only_where_the_sandbox_cannot_read_them(case: Ca
         await case.provider.set_secrets(sandbox_id, WANTED, [credential])
         sandbox = await case.provider.acquire(sandbox_id, WANTED)
         assert not (await sandbox.grep(secret)).lines
+    finally:
+        await case.provider.release(sandbox_id)
+
+
+async def test_the_egress_log_is_read_without_acquiring(case: Case) -> None:
+    sandbox_id = new_id()
+    assert await case.provider.egress_audit(sandbox_id, 0, 10) is None
+    assert await case.provider.status(sandbox_id) is None  # reading made nothing
+    if not case.sandboxes:
+        return
+    sandbox = await case.provider.acquire(sandbox_id, WANTED)
+    try:
+        await sandbox.exec("true", op_key="wake", timeout=30)
+        log = await case.provider.egress_audit(sandbox_id, 0, 10)
+        if case.egress_log:
+            assert log == {"entries": [], "last_seq": 0}
+        else:
+            assert log is None
     finally:
         await case.provider.release(sandbox_id)
 

@@ -120,4 +120,22 @@ def test_the_origin_gets_the_secret_and_the_sandbox_a_placeholder(
 
         log = client.beta.sessions.events.with_raw_response.list(session.id, limit=1000).text()
         assert SECRET not in log
+
+        audit = client.get(
+            f"/v1/sessions/{session.id}/sandbox/egress",
+            cast_to=object,
+            options={"params": {"limit": 1000}},
+        )
+        assert isinstance(audit, dict) and audit["type"] == "sandbox_egress_log"
+        assert SECRET not in json.dumps(audit)
+        to_api = [e for e in audit["data"] if e["host"] == API and e["status"] == 200]
+        assert credential.id in to_api[0]["credential_ids"]
+        assert to_api[-1]["credential_ids"] == []  # after the archive: nothing injected
+        assert audit["last_seq"] == audit["data"][-1]["seq"]
+        later = client.get(
+            f"/v1/sessions/{session.id}/sandbox/egress",
+            cast_to=object,
+            options={"params": {"after": audit["last_seq"]}},
+        )
+        assert isinstance(later, dict) and later["data"] == []
     assert SECRET not in server.log_text()

@@ -70,6 +70,7 @@ STATUS_TEXT = {
     409: "The resource's state forbids this change",
     413: "The body is larger than the server accepts",
     415: "The body is not application/json in UTF-8",
+    503: "A part stead depends on (the sandbox host) cannot be reached now; try again",
 }
 SECURITY_SCHEMES = {
     "ApiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},

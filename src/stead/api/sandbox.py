@@ -5,13 +5,14 @@ renewing, acquiring or waking anything. ``DELETE`` releases it: the lease ends
 explicitly and the sweeper destroys the sandbox after a final snapshot; the
 session's next tool call or terminal takes a new lease and gets its workspace
 back. A running session is refused (409): its tools are using the sandbox.
+``GET .../egress`` pages through the audit log of the sandbox's egress proxy.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from stead.api import openapi
 from stead.api.deps import Caller, caller, services
@@ -19,6 +20,7 @@ from stead.api.errors import ApiError
 from stead.api.params import SessionId
 from stead.api.wire import JSONResponse, ts
 from stead.runtime import SandboxView
+from stead.sandbox import SandboxError
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["sandbox"])
 
@@ -49,6 +51,33 @@ async def release_sandbox(
     if await app.sandboxes.release(session_id) and app.sweeper is not None:
         app.sweeper.poke()
     return JSONResponse(_json(session_id, await app.sandboxes.describe(session_id)))
+
+
+@router.get("/egress", responses=openapi.errors(503))
+async def egress_log(
+    request: Request,
+    session_id: SessionId,
+    after: int = Query(0, ge=0, le=2**62),
+    limit: int = Query(100, ge=1, le=1000),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    """Requests the session's sandbox sent out through its egress proxy after entry
+    ``after``, oldest first: host, port, method, status, bytes each way, the ids
+    of the credentials injected (never a value) and any refusal. Kept in the
+    sandbox host's memory (the newest entries of each sandbox, until the host
+    restarts); empty where sandboxes have no egress proxy (``unsafe_local``,
+    ``off``) or the session has no sandbox yet."""
+    app = services(request)
+    await app.store.get_session(who.workspace_id, session_id)  # 404 for another workspace
+    try:
+        log = await app.sandboxes.egress_audit(session_id, after, limit)
+    except SandboxError as exc:
+        raise ApiError(503, f"the sandbox host cannot be asked: {exc}") from None
+    entries = [] if log is None else log["entries"]
+    last = after if log is None else log["last_seq"]
+    return JSONResponse(
+        {"type": "sandbox_egress_log", "session_id": session_id, "data": entries, "last_seq": last}
+    )
 
 
 def _json(session_id: str, view: SandboxView) -> dict[str, Any]:

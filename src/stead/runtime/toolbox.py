@@ -221,6 +221,12 @@ class SandboxToolbox:
         active = max(booked, float(host["active_seconds"])) if host else booked
         return SandboxView(lease, host, active)
 
+    async def egress_audit(self, session_id: str, after: int, limit: int) -> Json | None:
+        """The session's sandbox's egress log (``SandboxProvider.egress_audit``);
+        None when there is none. Never wakes the sandbox; ``SandboxError`` when
+        the host cannot be asked."""
+        return await self._provider.egress_audit(session_id, after, limit)
+
     async def release(self, session_id: str) -> bool:
         """Ends the session's sandbox lease now (explicitly): the lease sweeper
         then destroys the sandbox after a final snapshot. The session's next

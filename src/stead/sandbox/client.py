@@ -195,6 +195,17 @@ class HostClient:
         except SandboxNotFound:
             return None
 
+    async def sandbox_egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
+        """The sandbox's egress audit entries after ``after`` and the newest entry's
+        seq, without acquiring or waking it; None if the host has no such sandbox."""
+        try:
+            reply: ops.EgressAuditReply = await self.call(
+                ops.EgressAudit(sandbox_id=sandbox_id, after=after, limit=limit)
+            )
+        except SandboxNotFound:
+            return None
+        return reply.model_dump(mode="json")
+
     async def destroy(self, sandbox_id: str) -> float | None:
         """Destroys the sandbox (after a final snapshot); its active seconds, or
         None if the host had no such sandbox."""

@@ -104,6 +104,14 @@ class SandboxProvider(Protocol):
         sandbox."""
         ...
 
+    async def egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
+        """``{"entries": [...], "last_seq": n}``: the requests the sandbox's egress
+        proxy handled after entry ``after`` (host, method, status, bytes each way,
+        the credential ids it injected; never a value), oldest first, at most
+        ``limit``. None when the provider keeps no such log or has no such
+        sandbox. Never acquires or wakes the sandbox."""
+        ...
+
     async def release(self, sandbox_id: str) -> float | None:
         """Destroys the sandbox (a durable provider snapshots it first); its
         active seconds, or None if there was no such sandbox."""

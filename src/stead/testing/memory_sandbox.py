@@ -197,6 +197,9 @@ class MemoryProvider:
             "last_error": None,
         }
 
+    async def egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
+        return None  # no network at all, so no egress to log
+
     async def terminal(
         self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
     ) -> Terminal:

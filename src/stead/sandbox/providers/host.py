@@ -104,6 +104,9 @@ class HostProvider:
     async def status(self, sandbox_id: str) -> Json | None:
         return await (await self.client()).sandbox_status(sandbox_id)
 
+    async def egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
+        return await (await self.client()).sandbox_egress_audit(sandbox_id, after, limit)
+
     async def terminal(
         self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
     ) -> Terminal:

@@ -27,6 +27,9 @@ class OffProvider:
     async def status(self, sandbox_id: str) -> Json | None:
         return None
 
+    async def egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
+        return None
+
     async def terminal(
         self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
     ) -> Terminal:

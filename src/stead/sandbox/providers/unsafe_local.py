@@ -60,6 +60,9 @@ class UnsafeLocalProvider:
             "last_error": None,
         }
 
+    async def egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
+        return None  # no egress proxy: the process reaches the network directly
+
     async def terminal(
         self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
     ) -> Terminal:
