@@ -44,7 +44,16 @@ from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.opkeys import op_key
-from stead.store import EventRecord, LeaseLost, NewEvent, RunClaim, RunStatus, RunWrite
+from stead.store import (
+    LeaseLost,
+    NewEvent,
+    OpRecord,
+    RunClaim,
+    RunStart,
+    RunStatus,
+    RunWrite,
+    WriteResult,
+)
 from stead.tools import ToolOutcome
 
 log = logging.getLogger("stead.runtime")
@@ -72,11 +81,13 @@ class TurnOver(Exception):
 @dataclass
 class TurnRunner:
     deps: LoopDeps
-    claim: RunClaim
+    start: RunStart
 
     def __post_init__(self) -> None:
+        self.claim: RunClaim = self.start.claim
         self.next_run: str | None = None
-        self._usage: dict[str, int] = {}
+        self._usage: dict[str, int] = dict(self.start.session.usage)
+        self._log: list[Json] | None = None
 
     @property
     def session_id(self) -> str:
@@ -84,6 +95,7 @@ class TurnRunner:
 
     async def run(self) -> None:
         """Runs the turn; keeps the lease alive meanwhile. Raises ``LeaseLost``."""
+        self.deps.failpoints.hit("turn.before_start")
         async with anyio.create_task_group() as group:
             group.start_soon(self._heartbeat)
             try:
@@ -102,18 +114,24 @@ class TurnRunner:
             if not renewed:
                 raise LeaseLost(self.claim.run_id, self.claim.epoch)
 
-    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> list[EventRecord]:
-        logged, next_run = await self.deps.store.run_write(
-            self.claim, RunWrite(events=events, **change)
+    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> WriteResult:
+        since = self.deps.logs.since(self.session_id)
+        done = await self.deps.store.run_write(
+            self.claim, RunWrite(events=events, since=since, **change)
         )
         # Committed: now, and only now, readers may see it (rule 1).
-        self.deps.bus.publish(self.session_id, logged)
-        if next_run is not None:
-            self.next_run = next_run
-        return logged
+        self.deps.bus.publish(self.session_id, done.logged)
+        if done.next_run is not None:
+            self.next_run = done.next_run
+        assert done.log is not None
+        self._log = self.deps.logs.add(self.session_id, since, done.log)
+        return done
 
     async def _refresh(self) -> list[Json]:
-        return await self.deps.logs.read(self.session_id)
+        """The log as of this run's last commit (read only if the cache lost it)."""
+        if self._log is None:
+            self._log = await self.deps.logs.read(self.session_id)
+        return self._log
 
     async def _steps(self) -> None:
         settings = self.deps.settings
@@ -130,9 +148,8 @@ class TurnRunner:
                 RunStatus.FAILED,
                 answer_drained=False,
             )
-        session = await self.deps.store.session_snapshot(self.session_id)
-        agent = session.agent
-        self._usage = dict(session.usage)
+        agent = self.start.session.agent
+        self._log = self.deps.logs.add(self.session_id, self.start.since, self.start.log)
         while True:
             events = await self._refresh()
             step = next_step(events)
@@ -286,11 +303,11 @@ class TurnRunner:
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
         tools = self.deps.tools
-        previous = await self.deps.store.get_op(key)
+        # Records the call as started unless the ledger has it, and says what it had.
+        written = await self._write(ops_started=[(key, f"tool:{name}")])
+        previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
         if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
-            if previous is None:
-                await self._write(ops_started=[(key, f"tool:{name}")])
             self.deps.failpoints.hit("tool.before_run")
             outcome = await tools.run(self.session_id, name, tool_input, key)
             self.deps.failpoints.hit("tool.after_run")
@@ -326,7 +343,9 @@ class TurnRunner:
 
     async def finish_interrupted(self) -> None:
         """After an interrupt: close what is open, answer open tool uses, go idle."""
-        events = await self._refresh()
+        # Read, not the log as of the last commit: the client may have answered
+        # a tool use since (a custom tool result), which must not be answered twice.
+        self._log = events = await self.deps.logs.read(self.session_id)
         await self._close_dangling_span(events)
         closing = [
             ev.tool_result(use, ev.text("interrupted by the user before it finished"), True)

@@ -15,6 +15,7 @@ from stead.store.base import (
     LIVE_RUN_STATUSES,
     AgentRecord,
     ApiKey,
+    ClaimTerms,
     EnvironmentRecord,
     EventFilter,
     EventRecord,
@@ -27,6 +28,7 @@ from stead.store.base import (
     Page,
     PageRequest,
     RunClaim,
+    RunStart,
     RunStatus,
     RunWrite,
     SandboxLease,
@@ -35,6 +37,7 @@ from stead.store.base import (
     SessionRecord,
     Store,
     Workspace,
+    WriteResult,
 )
 from stead.store.errors import (
     Conflict,
@@ -51,6 +54,7 @@ __all__ = [
     "LIVE_RUN_STATUSES",
     "AgentRecord",
     "ApiKey",
+    "ClaimTerms",
     "Conflict",
     "EnvironmentRecord",
     "EventFilter",
@@ -67,6 +71,7 @@ __all__ = [
     "Page",
     "PageRequest",
     "RunClaim",
+    "RunStart",
     "RunStatus",
     "RunWrite",
     "SandboxLease",
@@ -78,6 +83,7 @@ __all__ = [
     "Store",
     "StoreError",
     "Workspace",
+    "WriteResult",
     "open_store",
     "open_store_sync",
 ]

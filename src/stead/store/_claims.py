@@ -1,0 +1,37 @@
+"""Taking a run, and reading in the same transaction what its first step needs.
+
+A claim logs the run's opening events and returns the session and the log after
+the caller's ``since``, so the agent loop starts a run with no read of its own.
+It is used alone (the loop picking up queued work) and inside the transaction
+that accepts user events (the run their message queued, taken before the ack).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from stead.store import _events, _runs, _sessions
+from stead.store.base import ClaimTerms, RunStart
+
+
+def claim(conn: Connection, now: datetime, run_id: str, terms: ClaimTerms) -> RunStart | None:
+    taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
+    if taken is None:
+        return None
+    opened = _events.append_log(conn, now, taken.session_id, terms.opening(taken.attempts))
+    return RunStart(
+        claim=taken,
+        opened=opened,
+        session=_sessions.snapshot(conn, taken.session_id),
+        since=terms.since,
+        log=_events.after(conn, taken.session_id, terms.since, _events.READ_ALL),
+    )
+
+
+def claim_next(
+    conn: Connection, now: datetime, session_id: str, terms: ClaimTerms
+) -> RunStart | None:
+    run_id = _runs.oldest_queued(conn, session_id)
+    return None if run_id is None else claim(conn, now, run_id, terms)
