@@ -33,10 +33,12 @@ def claim_terms(deps: LoopDeps, session_id: str) -> ClaimTerms:
 
 
 class SessionActor:
-    def __init__(self, deps: LoopDeps, session_id: str) -> None:
+    def __init__(self, deps: LoopDeps, session_id: str, *, poked: bool = True) -> None:
+        """``poked``: look for queued runs at once (False for an actor made to run a
+        handed run only)."""
         self._deps = deps
         self.session_id = session_id
-        self._poked = True
+        self._poked = poked
         self._handed: deque[RunStart] = deque()
         self._interrupted = False
         self._scope: anyio.CancelScope | None = None

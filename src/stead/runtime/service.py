@@ -57,7 +57,7 @@ class Runtime:
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""
-        actor = self._actor(session_id)
+        actor = self._actor(session_id, poked=True)
         if actor is not None:
             actor.poke()
 
@@ -71,15 +71,16 @@ class Runtime:
     def take(self, start: RunStart) -> None:
         """Runs a run claimed on ``claim_terms``, whose opening events the caller
         published; if the runtime stopped meanwhile, recovery re-queues it."""
-        actor = self._actor(start.claim.session_id)
+        actor = self._actor(start.claim.session_id, poked=False)
         if actor is not None:
             actor.hand(start)
 
-    def _actor(self, session_id: str) -> SessionActor | None:
+    def _actor(self, session_id: str, *, poked: bool) -> SessionActor | None:
+        """The session's actor, started if it has none (None while not serving)."""
         actor = self._actors.get(session_id)
         if actor is not None or self._group is None:
             return actor
-        actor = SessionActor(self._deps, session_id)
+        actor = SessionActor(self._deps, session_id, poked=poked)
         self._actors[session_id] = actor
         self._group.start_soon(self._run_actor, actor)
         return actor

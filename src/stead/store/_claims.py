@@ -8,23 +8,33 @@ that accepts user events (the run their message queued, taken before the ack).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection
 
 from stead.store import _events, _runs, _sessions
-from stead.store.base import ClaimTerms, RunStart
+from stead.store.base import ClaimTerms, RunStart, SessionRecord
 
 
-def claim(conn: Connection, now: datetime, run_id: str, terms: ClaimTerms) -> RunStart | None:
+def claim(
+    conn: Connection,
+    now: datetime,
+    run_id: str,
+    terms: ClaimTerms,
+    session: SessionRecord | None = None,
+) -> RunStart | None:
+    """``session``: the run's session as this transaction already read it."""
     taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
     if taken is None:
         return None
     opened = _events.append_log(conn, now, taken.session_id, terms.opening(taken.attempts))
+    if session is None:
+        session = _sessions.snapshot(conn, taken.session_id)
     return RunStart(
         claim=taken,
         opened=opened,
-        session=_sessions.snapshot(conn, taken.session_id),
+        session=replace(session, status="running"),
         since=terms.since,
         log=_events.after(conn, taken.session_id, terms.since, _events.READ_ALL),
     )
