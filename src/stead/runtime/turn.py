@@ -52,6 +52,7 @@ from stead.store import (
     RunStart,
     RunStatus,
     RunWrite,
+    SandboxLeaseEnded,
     WriteResult,
 )
 from stead.tools import ToolOutcome
@@ -303,13 +304,22 @@ class TurnRunner:
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
         tools = self.deps.tools
-        # Records the call as started unless the ledger has it, and says what it had.
-        written = await self._write(ops_started=[(key, f"tool:{name}")])
+        started = [(key, f"tool:{name}")]
+        # One commit records the call as started (unless the ledger has it: it
+        # says what it had) and renews the sandbox's lease, as the call would.
+        lease = tools.lease_terms(self.start.session)
+        try:
+            written = await self._write(ops_started=started, lease=lease)
+        except SandboxLeaseEnded:
+            # The lease ended: record the start alone; the call finds out for itself.
+            written, lease = await self._write(ops_started=started), None
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
         if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
             self.deps.failpoints.hit("tool.before_run")
-            outcome = await tools.run(self.session_id, name, tool_input, key)
+            outcome = await tools.run(
+                self.session_id, name, tool_input, key, renewed=lease is not None
+            )
             self.deps.failpoints.hit("tool.after_run")
         else:
             outcome = ToolOutcome(ev.text(MAY_HAVE_RUN), True)

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _events
+from stead.store import _events, _leases
 from stead.store._compiled import compiled
 from stead.store.base import (
     LIVE_RUN_STATUSES,
@@ -244,6 +244,17 @@ def _status_statement() -> Any:
 
 def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
     check_epoch(conn, claim.run_id, claim.epoch)
+    if (lease := change.lease) is not None:
+        _leases.acquire(
+            conn,
+            now,
+            lease.sandbox_id,
+            lease.workspace_id,
+            lease.session_id,
+            lease.environment_id,
+            lease.agent_id,
+            lease.ttl_seconds,
+        )
     started = {
         op_key: op_started(conn, now, claim.session_id, claim.run_id, claim.epoch, op_key, kind)
         for op_key, kind in change.ops_started

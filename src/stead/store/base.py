@@ -213,6 +213,18 @@ class SandboxLease:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseTerms:
+    """A sandbox lease to acquire or renew, as ``Store.acquire_sandbox_lease`` takes it."""
+
+    sandbox_id: str
+    workspace_id: str
+    session_id: str | None
+    environment_id: str
+    agent_id: str | None
+    ttl_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class RunWrite:
     """What one fenced transaction of the agent loop writes, all or nothing."""
 
@@ -231,6 +243,9 @@ class RunWrite:
     """After a drain, queue a new run to answer what was drained (False flushes them)."""
     since: int | None = None
     """When set, the write also returns the log after this ``seq`` as committed."""
+    lease: LeaseTerms | None = None
+    """A sandbox lease acquired or renewed first; ``SandboxLeaseEnded`` (the whole
+    write undone) when it ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -473,7 +488,8 @@ class Store(Protocol):
         ...
 
     async def run_write(self, claim: RunClaim, write: RunWrite) -> WriteResult:
-        """One fenced transaction for ``claim`` (raises ``LeaseLost`` when stale)."""
+        """One fenced transaction for ``claim`` (raises ``LeaseLost`` when stale;
+        ``SandboxLeaseEnded`` or ``Conflict`` from ``write.lease``, writing nothing)."""
         ...
 
     async def get_op(self, op_key: str) -> OpRecord | None: ...
