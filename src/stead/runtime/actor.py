@@ -15,6 +15,7 @@ from functools import partial
 import anyio
 
 from stead.runtime.deps import LoopDeps
+from stead.runtime.plan import first_step
 from stead.runtime.turn import TurnRunner, opening_events
 from stead.store import ClaimTerms, LeaseLost, RunStart
 
@@ -24,11 +25,13 @@ log = logging.getLogger("stead.runtime")
 def claim_terms(deps: LoopDeps, session_id: str) -> ClaimTerms:
     """How this process takes a run of ``session_id``."""
     settings = deps.settings
+    since, held = deps.logs.held(session_id)
     return ClaimTerms(
         owner=deps.owner,
         lease_seconds=settings.lease_seconds,
         opening=partial(opening_events, max_attempts=settings.max_run_attempts),
-        since=deps.logs.since(session_id),
+        since=since,
+        plan=first_step(deps, held),
     )
 
 

@@ -29,6 +29,10 @@ class LogCache:
         """The last ``seq`` held for the session (0: nothing)."""
         return self._logs.get(session_id, (0, []))[0]
 
+    def held(self, session_id: str) -> tuple[int, list[Json]]:
+        """(last ``seq``, the log up to it). The list is never changed in place."""
+        return self._logs.get(session_id, (0, []))
+
     def add(self, session_id: str, since: int, fresh: Sequence[EventRecord]) -> list[Json] | None:
         """Takes ``fresh``, the whole log after ``since`` as one transaction read
         it; returns the session's log up to date, or None when the cache has

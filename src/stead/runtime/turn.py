@@ -35,7 +35,6 @@ from stead.harness import (
     ModelResponse,
     RunTools,
     UpstreamError,
-    build_request,
     next_step,
     response_events,
     unresolved_tool_uses,
@@ -44,6 +43,7 @@ from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.opkeys import op_key
+from stead.runtime.plan import dangling_span, model_request
 from stead.store import (
     LeaseLost,
     NewEvent,
@@ -151,8 +151,19 @@ class TurnRunner:
             )
         agent = self.start.session.agent
         self._log = self.deps.logs.add(self.session_id, self.start.since, self.start.log)
+        planned = next(
+            (e.id for e in self.start.opened if e.type == EventType.SPAN_MODEL_REQUEST_START), None
+        )
         while True:
             events = await self._refresh()
+            if planned is not None and events and events[-1]["id"] == planned:
+                # The claim opened the first request's span (``plan.py``): step
+                # on the log as it planned it, and send that request.
+                step = next_step(events[:-1])
+                assert isinstance(step, CallModel)
+                await self._model_step(agent, events[:-1], step.position, opened=planned)
+                continue
+            planned = None
             step = next_step(events)
             if isinstance(step, CallModel):
                 await self._model_step(agent, events, step.position)
@@ -185,32 +196,26 @@ class TurnRunner:
 
     async def _close_dangling_span(self, events: Sequence[Json]) -> None:
         """A request started by an attempt that died gets its end, marked as an error."""
-        ended = {
-            e.get("model_request_start_id")
-            for e in events
-            if e["type"] == EventType.SPAN_MODEL_REQUEST_END
-        }
-        starts = [e for e in events if e["type"] == EventType.SPAN_MODEL_REQUEST_START]
-        if starts and starts[-1]["id"] not in ended:
-            await self._write([ev.span_end(starts[-1]["id"], {}, is_error=True)])
+        dangling = dangling_span(events)
+        if dangling is not None:
+            await self._write([ev.span_end(dangling, {}, is_error=True)])
 
-    async def _model_step(self, agent: Json, events: list[Json], position: int) -> None:
-        await self._close_dangling_span(events)
-        request = build_request(
-            agent,
-            events,
-            self.deps.tools.definitions,
-            max_tokens=self.deps.settings.max_output_tokens,
-        )
-        key = op_key("model", request.as_params(), self.claim.run_id, position)
-        start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
-        await self._write([start], ops_started=[(key, "model")])
+    async def _model_step(
+        self, agent: Json, events: list[Json], position: int, *, opened: str | None = None
+    ) -> None:
+        """``opened``: the span the claim opened for this very request."""
+        request, key = model_request(self.deps, agent, events, self.claim.run_id, position)
+        if opened is None:
+            await self._close_dangling_span(events)
+            start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
+            await self._write([start], ops_started=[(key, "model")])
+            opened = start.id
         self.deps.failpoints.hit("model.before_request")
         try:
             response = await self._ask(agent["model"]["id"], request, key)
         except UpstreamError as exc:
             failed = [
-                ev.span_end(start.id, {}, is_error=True),
+                ev.span_end(opened, {}, is_error=True),
                 ev.session_error(exc.error_type, str(exc), "exhausted"),
             ]
             await self._end(
@@ -221,7 +226,7 @@ class TurnRunner:
         delta = ev.model_usage(response.usage)
         for name, value in delta.items():
             self._usage[name] = self._usage.get(name, 0) + value
-        recorded = [*answer, ev.span_end(start.id, response.usage)]
+        recorded = [*answer, ev.span_end(opened, response.usage)]
         completed = [(key, {"stop_reason": response.stop_reason})]
         if not any(e.type in TOOL_USE_TYPES for e in answer):
             # A plain answer ends the turn: record it and go idle in one commit.

@@ -31,13 +31,15 @@ def claim(
     opened = _events.append_log(conn, now, taken.session_id, terms.opening(taken.attempts))
     if session is None:
         session = _sessions.snapshot(conn, taken.session_id)
-    return RunStart(
-        claim=taken,
-        opened=opened,
-        session=replace(session, status="running"),
-        since=terms.since,
-        log=_events.after(conn, taken.session_id, terms.since, _events.READ_ALL),
-    )
+    session = replace(session, status="running")
+    log = _events.after(conn, taken.session_id, terms.since, _events.READ_ALL)
+    first = terms.plan(taken, session, log) if terms.plan is not None else None
+    if first is not None:
+        done = _runs.write(conn, now, taken, replace(first, since=terms.since))
+        opened += done.logged
+        assert done.log is not None
+        log = done.log
+    return RunStart(claim=taken, opened=opened, session=session, since=terms.since, log=log)
 
 
 def claim_next(

@@ -163,6 +163,9 @@ class ClaimTerms:
     lease_seconds: float
     opening: Callable[[int], Sequence[NewEvent]]
     since: int = 0
+    plan: Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | None] | None = None
+    """The run's first write, worked out from the claim, the session and the log
+    after ``since`` and made in the claiming transaction (None: nothing yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +175,7 @@ class RunStart:
 
     claim: RunClaim
     opened: list[EventRecord]
-    """The events ``opening`` logged (to publish)."""
+    """The events ``opening`` and ``plan`` logged (to publish)."""
     session: SessionRecord
     since: int
     """``ClaimTerms.since``."""
