@@ -41,7 +41,6 @@ from stead.store.base import (
     IntegrityFinding,
     LeaseExpiry,
     NewEvent,
-    OpRecord,
     Page,
     PageRequest,
     RunClaim,
@@ -302,9 +301,6 @@ class SqlStore:
 
     async def run_write(self, claim: RunClaim, write: RunWrite) -> WriteResult:
         return await self._write(_runs.write, claim, write)
-
-    async def get_op(self, op_key: str) -> OpRecord | None:
-        return await self._read(_runs.get_op, op_key)
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         return await self._read(_sessions.snapshot, session_id)
