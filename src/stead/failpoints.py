@@ -18,6 +18,7 @@ SITES = frozenset(
         "model.after_answer",
         "tool.before_run",
         "tool.after_run",
+        "turn.before_start",
         "turn.before_idle",
         "store.before_commit",
     }

@@ -1,9 +1,9 @@
-"""The heart of the agent loop's promise: SIGKILL at 30 points, restart, and check.
+"""The heart of the agent loop's promise: SIGKILL at 31 points, restart, and check.
 
 A scripted turn makes four model requests and five tool calls. Two bash calls
 append a unique line to a ledger file outside the workspace and outside the
 model's control (a non-idempotent side effect); read and glob are idempotent;
-write is non-idempotent without a recorded result. The server is killed at 21
+write is non-idempotent without a recorded result. The server is killed at 22
 exact failpoints (``STEAD_FAILPOINTS``) and at 9 moments timed by the event
 stream, then restarted on the same data directory. For every kill point:
 
@@ -13,7 +13,9 @@ stream, then restarted on the same data directory. For every kill point:
 * every bash call that completed appended its line exactly once, none twice;
 * a non-idempotent call cut short was answered "may have run", never silently re-run,
   except a bash command that never reached the sandbox: it runs, once;
-* the user's message is there.
+* the user's message is there;
+* killed right after the message's ack (its run claimed in the same commit,
+  nothing else done), the turn runs as a second attempt, rescheduled once.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ FAILPOINTS = (
     + [f"tool.before_run:{n}" for n in (1, 2, 4, 5)]
     + [f"tool.after_run:{n}" for n in (1, 3, 4, 5)]
     + [f"store.before_commit:{n}" for n in (6, 9, 12, 15, 18, 21)]
-    + ["turn.before_idle:1"]
+    + ["turn.before_start:1", "turn.before_idle:1"]
 )
 STREAM_KILLS = [f"event:{n}" for n in (3, 5, 7, 9, 11, 13, 15, 17, 19)]
 POINTS = FAILPOINTS + STREAM_KILLS
@@ -247,11 +249,16 @@ class Lane:
             else:
                 assert MAY_HAVE_RUN in text, f"{point}: unexpected bash error {text}"
         may_have_run = sum(MAY_HAVE_RUN in r["content"][0]["text"] for r in results.values())
+        attempts = sum(e["type"] == "session.status_running" for e in events)
+        if point == "turn.before_start:1":
+            rescheduled = sum(e["type"] == "session.status_rescheduled" for e in events)
+            assert (attempts, rescheduled) == (2, 1), f"{point}: {attempts} runs, {rescheduled}"
+            assert not may_have_run, f"{point}: nothing had run, yet {may_have_run} may have"
         return Outcome(
             point=point,
             crashed=crashed,
             events=len(events),
-            attempts=sum(e["type"] == "session.status_running" for e in events),
+            attempts=attempts,
             ledger_lines=len(lines),
             may_have_run=may_have_run,
             reattached_or_rerun=len(uses) - may_have_run,
@@ -302,7 +309,7 @@ def check_order(events: list[Json], point: str) -> None:
 
 
 @pytest.mark.timeout(600)
-def test_sigkill_at_thirty_points(tmp_path: Path, forker: ServeForker) -> None:
+def test_sigkill_at_every_point(tmp_path: Path, forker: ServeForker) -> None:
     ledger = tmp_path / "ledger.txt"
     ledger.touch()
     faults = [FaultRule(ChunkDelay(0.01), times=None)]
@@ -328,7 +335,7 @@ def test_sigkill_at_thirty_points(tmp_path: Path, forker: ServeForker) -> None:
             thread.join(timeout=600)
     if failures:
         raise failures[0]
-    assert len(outcomes) == len(POINTS) == 30
+    assert len(outcomes) == len(POINTS) == 31
     crashed = [o for o in outcomes if o.crashed]
     print(f"\ncrash test: {len(crashed)}/{len(outcomes)} points killed the server mid-turn")
     print(f"{'point':<26}{'killed':>7}{'events':>8}{'runs':>6}{'ledger':>8}{'may-have-run':>14}")

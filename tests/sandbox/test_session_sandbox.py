@@ -117,3 +117,17 @@ def test_another_workspaces_session_is_not_found(
         sandbox_of(client, "sesn_missing")
     with pytest.raises(anthropic.NotFoundError):
         client.delete("/v1/sessions/sesn_missing/sandbox", cast_to=object)
+
+
+def test_a_call_after_the_lease_ended_is_refused_and_the_turn_goes_on(
+    client: anthropic.Anthropic,
+) -> None:
+    session_id = tool_session(client)
+    assert run(client, session_id, "echo first") == "first"
+    environment_id = client.beta.sessions.retrieve(session_id).environment_id
+    client.beta.environments.archive(environment_id)
+    # The lease is renewed in the commit that records the call as started; an
+    # archived environment ended it, so the call never reaches the sandbox.
+    assert "lease ended" in run(client, session_id, "echo second")
+    events = client.beta.sessions.events.list(session_id)
+    assert [e.type for e in events][-1] == "session.status_idle"

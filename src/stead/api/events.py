@@ -58,12 +58,19 @@ async def send_events(
     app = services(request)
     params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
     accepted = await app.store.accept_user_events(
-        who.workspace_id, session_id, new_events(params), _reference_check(params)
+        who.workspace_id,
+        session_id,
+        new_events(params),
+        _reference_check(params),
+        app.runtime.claim_terms(session_id),
     )
     app.bus.publish(session_id, accepted.echoes)
     if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
         app.runtime.interrupt(session_id)
-    if accepted.starts_work:
+    if accepted.started is not None:
+        app.bus.publish(session_id, accepted.started.opened)
+        app.runtime.take(accepted.started)
+    elif accepted.starts_work:
         app.runtime.wake(session_id)
     return JSONResponse({"data": [wire.event(e) for e in accepted.echoes]})
 

@@ -9,28 +9,50 @@ attempt limit) and other sessions never notice.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from functools import partial
 
 import anyio
 
 from stead.runtime.deps import LoopDeps
+from stead.runtime.plan import first_step
 from stead.runtime.turn import TurnRunner, opening_events
-from stead.store import LeaseLost, RunClaim
+from stead.store import ClaimTerms, LeaseLost, RunStart
 
 log = logging.getLogger("stead.runtime")
 
 
+def claim_terms(deps: LoopDeps, session_id: str) -> ClaimTerms:
+    """How this process takes a run of ``session_id``."""
+    settings = deps.settings
+    since, held = deps.logs.held(session_id)
+    return ClaimTerms(
+        owner=deps.owner,
+        lease_seconds=settings.lease_seconds,
+        opening=partial(opening_events, max_attempts=settings.max_run_attempts),
+        since=since,
+        plan=first_step(deps, held),
+    )
+
+
 class SessionActor:
-    def __init__(self, deps: LoopDeps, session_id: str) -> None:
+    def __init__(self, deps: LoopDeps, session_id: str, *, poked: bool = True) -> None:
+        """``poked``: look for queued runs at once (False for an actor made to run a
+        handed run only)."""
         self._deps = deps
         self.session_id = session_id
-        self._poked = True
+        self._poked = poked
+        self._handed: deque[RunStart] = deque()
         self._interrupted = False
         self._scope: anyio.CancelScope | None = None
 
     def poke(self) -> None:
         """There may be new work: look again before stopping."""
         self._poked = True
+
+    def hand(self, start: RunStart) -> None:
+        """A run the caller claimed (and whose opening events it published)."""
+        self._handed.append(start)
 
     def interrupt(self) -> None:
         self._interrupted = True
@@ -39,29 +61,33 @@ class SessionActor:
 
     async def run(self) -> None:
         """Until no queued run is left; the caller forgets the actor when this returns."""
-        while self._poked:
-            self._poked = False
-            queue = [run_id for run_id, _ in await self._deps.store.queued_runs(self.session_id)]
-            while queue:
-                # A run that drained queued messages hands over the next one itself.
-                next_run = await self._claim_and_run(queue.pop(0))
-                if next_run is not None:
-                    queue.insert(0, next_run)
+        next_run: str | None = None
+        while (start := await self._next(next_run)) is not None:
+            # A run that drained queued messages names the next one itself.
+            next_run = await self._run_claim(start)
 
-    async def _claim_and_run(self, run_id: str) -> str | None:
-        settings = self._deps.settings
-        opening = partial(opening_events, max_attempts=settings.max_run_attempts)
-        claimed = await self._deps.store.claim_run(
-            run_id, self._deps.owner, settings.lease_seconds, opening
-        )
-        if claimed is None:
-            return None
-        claim, opened = claimed
-        self._deps.bus.publish(self.session_id, opened)
-        return await self._run_claim(claim)
+    async def _next(self, run_id: str | None) -> RunStart | None:
+        """A handed run, else ``run_id`` claimed, else, when poked, the oldest queued one."""
+        store = self._deps.store
+        while True:
+            if self._handed:
+                return self._handed.popleft()
+            terms = claim_terms(self._deps, self.session_id)
+            if run_id is not None:
+                start = await store.claim_run(run_id, terms)
+                run_id = None
+            elif self._poked:
+                self._poked = False
+                start = await store.claim_next(self.session_id, terms)
+            else:
+                return None
+            if start is not None:
+                self._deps.bus.publish(self.session_id, start.opened)
+                return start
 
-    async def _run_claim(self, claim: RunClaim) -> str | None:
-        runner = TurnRunner(self._deps, claim)
+    async def _run_claim(self, start: RunStart) -> str | None:
+        runner = TurnRunner(self._deps, start)
+        claim = start.claim
         self._interrupted = False
         try:
             with anyio.CancelScope() as scope:

@@ -16,7 +16,7 @@ from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.logcache import LogCache
 from stead.runtime.models import ModelRouter
-from stead.store import Store
+from stead.store import LeaseTerms, SessionRecord, Store
 from stead.tools import ToolOutcome
 
 
@@ -44,10 +44,19 @@ class Toolbox(Protocol):
         """Tools that may safely run again after a crash (read, glob, grep)."""
         ...
 
-    async def run(self, session_id: str, name: str, tool_input: Json, op_key: str) -> ToolOutcome:
+    def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
+        """The sandbox lease every call for ``session`` renews (rule 9), for a
+        caller that renews it in a write of its own and then calls ``run`` with
+        ``renewed``; None when sandboxes are not leased."""
+        ...
+
+    async def run(
+        self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False
+    ) -> ToolOutcome:
         """Never raises for a tool failure (that is an error outcome); raises
         ``ToolsUnavailable`` when the sandbox is down for now; cancellation stops
-        the tool and propagates."""
+        the tool and propagates. ``renewed``: the caller has just renewed the
+        session's lease on ``lease_terms``, so the call does not."""
         ...
 
     @property

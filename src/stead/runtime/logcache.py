@@ -1,17 +1,20 @@
 """Each busy session's log, kept in memory between steps and runs.
 
 The log is append-only, so a cached copy stays right: each read fetches only
-the events after the last one seen. Bounded: the least recently used sessions
-are forgotten (and read from the store again if they come back).
+the events after the last one seen, and a write or claim that returns the log
+after the cache's last ``seq`` (``since``) brings it up to date with no read of
+its own. Bounded: the least recently used sessions are forgotten (and read from
+the store again if they come back).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Sequence
 
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
-from stead.store import Store
+from stead.store import EventRecord, Store
 
 READ_ALL = 1_000_000_000
 
@@ -22,14 +25,39 @@ class LogCache:
         self._capacity = capacity
         self._logs: OrderedDict[str, tuple[int, list[Json]]] = OrderedDict()
 
+    def since(self, session_id: str) -> int:
+        """The last ``seq`` held for the session (0: nothing)."""
+        return self._logs.get(session_id, (0, []))[0]
+
+    def held(self, session_id: str) -> tuple[int, list[Json]]:
+        """(last ``seq``, the log up to it). The list is never changed in place."""
+        return self._logs.get(session_id, (0, []))
+
+    def add(self, session_id: str, since: int, fresh: Sequence[EventRecord]) -> list[Json] | None:
+        """Takes ``fresh``, the whole log after ``since`` as one transaction read
+        it; returns the session's log up to date, or None when the cache has
+        forgotten what came before ``since`` (then ``read`` it)."""
+        last_seq, log = self._logs.get(session_id, (0, []))
+        if last_seq < since:
+            return None
+        new = [r for r in fresh if (r.seq or 0) > last_seq]
+        if new:
+            log = log + [ev.as_log(r) for r in new]
+            last_seq = new[-1].seq or last_seq
+        self._keep(session_id, last_seq, log)
+        return log
+
     async def read(self, session_id: str) -> list[Json]:
         """The session's whole log, as harness dicts, up to date."""
-        last_seq, log = self._logs.pop(session_id, (0, []))
-        fresh = await self._store.events_after(session_id, last_seq, READ_ALL)
-        if fresh:
-            log = log + [ev.as_log(r) for r in fresh]
-            last_seq = fresh[-1].seq or last_seq
+        since = self.since(session_id)
+        fresh = await self._store.events_after(session_id, since, READ_ALL)
+        log = self.add(session_id, since, fresh)
+        # Only this task moves the session's entry on while it awaits; if it was
+        # forgotten meanwhile, read it whole.
+        return log if log is not None else await self.read(session_id)
+
+    def _keep(self, session_id: str, last_seq: int, log: list[Json]) -> None:
+        self._logs.pop(session_id, None)
         self._logs[session_id] = (last_seq, log)
         while len(self._logs) > self._capacity:
             self._logs.popitem(last=False)
-        return log

@@ -14,8 +14,9 @@ import logging
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from stead.runtime.actor import SessionActor
+from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.deps import LoopDeps
+from stead.store import ClaimTerms, RunStart
 
 log = logging.getLogger("stead.runtime")
 
@@ -56,15 +57,33 @@ class Runtime:
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""
-        actor = self._actors.get(session_id)
+        actor = self._actor(session_id, poked=True)
         if actor is not None:
             actor.poke()
-            return
+
+    def claim_terms(self, session_id: str) -> ClaimTerms | None:
+        """Terms on which a caller may claim a run of ``session_id`` for this
+        runtime (then ``take`` it); None while the runtime is not serving."""
         if self._group is None:
-            return
-        actor = SessionActor(self._deps, session_id)
+            return None
+        return claim_terms(self._deps, session_id)
+
+    def take(self, start: RunStart) -> None:
+        """Runs a run claimed on ``claim_terms``, whose opening events the caller
+        published; if the runtime stopped meanwhile, recovery re-queues it."""
+        actor = self._actor(start.claim.session_id, poked=False)
+        if actor is not None:
+            actor.hand(start)
+
+    def _actor(self, session_id: str, *, poked: bool) -> SessionActor | None:
+        """The session's actor, started if it has none (None while not serving)."""
+        actor = self._actors.get(session_id)
+        if actor is not None or self._group is None:
+            return actor
+        actor = SessionActor(self._deps, session_id, poked=poked)
         self._actors[session_id] = actor
         self._group.start_soon(self._run_actor, actor)
+        return actor
 
     async def _run_actor(self, actor: SessionActor) -> None:
         try:

@@ -34,9 +34,11 @@ from stead.sandbox import (
 )
 from stead.store import (
     LeaseExpiry,
+    LeaseTerms,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
+    SessionRecord,
     Store,
 )
 from stead.tools import ToolOutcome
@@ -110,8 +112,9 @@ class SandboxToolbox:
         await self._serve(session_id, config)
         return await self._provider.terminal(session_id, config, request)
 
-    async def _sandbox(self, session_id: str) -> Sandbox:
-        await self._renew(session_id)
+    async def _sandbox(self, session_id: str, *, renewed: bool = False) -> Sandbox:
+        if not renewed:
+            await self._renew(session_id)
         async with self._lock:
             found = self._sandboxes.get(session_id)
             if found is None:
@@ -172,26 +175,41 @@ class SandboxToolbox:
         )
         return sandbox_config(self._settings, environment.config)
 
+    def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
+        if not self._provider.leased:
+            return None
+        return LeaseTerms(
+            sandbox_id=session.id,
+            workspace_id=session.workspace_id,
+            session_id=session.id,
+            environment_id=session.environment_id,
+            agent_id=session.agent.get("id"),
+            ttl_seconds=self._settings.sandbox_lease_seconds,
+        )
+
     async def _renew(self, session_id: str) -> None:
         """Every call renews the lease; one that ended stops the tools here."""
         if not self._provider.leased:
             return
-        session = await self._store.session_snapshot(session_id)
+        terms = self.lease_terms(await self._store.session_snapshot(session_id))
+        assert terms is not None
         try:
             await self._store.acquire_sandbox_lease(
-                session_id,
-                workspace_id=session.workspace_id,
-                session_id=session_id,
-                environment_id=session.environment_id,
-                agent_id=session.agent.get("id"),
-                ttl_seconds=self._settings.sandbox_lease_seconds,
+                terms.sandbox_id,
+                workspace_id=terms.workspace_id,
+                session_id=terms.session_id,
+                environment_id=terms.environment_id,
+                agent_id=terms.agent_id,
+                ttl_seconds=terms.ttl_seconds,
             )
         except SandboxLeaseEnded:
             raise NoSandbox(LEASE_ENDED) from None
 
-    async def run(self, session_id: str, name: str, tool_input: Json, op_key: str) -> ToolOutcome:
+    async def run(
+        self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False
+    ) -> ToolOutcome:
         try:
-            sandbox = await self._sandbox(session_id)
+            sandbox = await self._sandbox(session_id, renewed=renewed)
         except NoSandbox as exc:
             return ToolOutcome([{"type": "text", "text": str(exc)}], True)
         except SandboxError as exc:

@@ -35,7 +35,6 @@ from stead.harness import (
     ModelResponse,
     RunTools,
     UpstreamError,
-    build_request,
     next_step,
     response_events,
     unresolved_tool_uses,
@@ -44,7 +43,18 @@ from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.opkeys import op_key
-from stead.store import EventRecord, LeaseLost, NewEvent, RunClaim, RunStatus, RunWrite
+from stead.runtime.plan import dangling_span, model_request
+from stead.store import (
+    LeaseLost,
+    NewEvent,
+    OpRecord,
+    RunClaim,
+    RunStart,
+    RunStatus,
+    RunWrite,
+    SandboxLeaseEnded,
+    WriteResult,
+)
 from stead.tools import ToolOutcome
 
 log = logging.getLogger("stead.runtime")
@@ -72,11 +82,13 @@ class TurnOver(Exception):
 @dataclass
 class TurnRunner:
     deps: LoopDeps
-    claim: RunClaim
+    start: RunStart
 
     def __post_init__(self) -> None:
+        self.claim: RunClaim = self.start.claim
         self.next_run: str | None = None
-        self._usage: dict[str, int] = {}
+        self._usage: dict[str, int] = dict(self.start.session.usage)
+        self._log: list[Json] | None = None
 
     @property
     def session_id(self) -> str:
@@ -84,6 +96,7 @@ class TurnRunner:
 
     async def run(self) -> None:
         """Runs the turn; keeps the lease alive meanwhile. Raises ``LeaseLost``."""
+        self.deps.failpoints.hit("turn.before_start")
         async with anyio.create_task_group() as group:
             group.start_soon(self._heartbeat)
             try:
@@ -102,18 +115,24 @@ class TurnRunner:
             if not renewed:
                 raise LeaseLost(self.claim.run_id, self.claim.epoch)
 
-    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> list[EventRecord]:
-        logged, next_run = await self.deps.store.run_write(
-            self.claim, RunWrite(events=events, **change)
+    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> WriteResult:
+        since = self.deps.logs.since(self.session_id)
+        done = await self.deps.store.run_write(
+            self.claim, RunWrite(events=events, since=since, **change)
         )
         # Committed: now, and only now, readers may see it (rule 1).
-        self.deps.bus.publish(self.session_id, logged)
-        if next_run is not None:
-            self.next_run = next_run
-        return logged
+        self.deps.bus.publish(self.session_id, done.logged)
+        if done.next_run is not None:
+            self.next_run = done.next_run
+        assert done.log is not None
+        self._log = self.deps.logs.add(self.session_id, since, done.log)
+        return done
 
     async def _refresh(self) -> list[Json]:
-        return await self.deps.logs.read(self.session_id)
+        """The log as of this run's last commit (read only if the cache lost it)."""
+        if self._log is None:
+            self._log = await self.deps.logs.read(self.session_id)
+        return self._log
 
     async def _steps(self) -> None:
         settings = self.deps.settings
@@ -130,11 +149,21 @@ class TurnRunner:
                 RunStatus.FAILED,
                 answer_drained=False,
             )
-        session = await self.deps.store.session_snapshot(self.session_id)
-        agent = session.agent
-        self._usage = dict(session.usage)
+        agent = self.start.session.agent
+        self._log = self.deps.logs.add(self.session_id, self.start.since, self.start.log)
+        planned = next(
+            (e.id for e in self.start.opened if e.type == EventType.SPAN_MODEL_REQUEST_START), None
+        )
         while True:
             events = await self._refresh()
+            if planned is not None and events and events[-1]["id"] == planned:
+                # The claim opened the first request's span (``plan.py``): step
+                # on the log as it planned it, and send that request.
+                step = next_step(events[:-1])
+                assert isinstance(step, CallModel)
+                await self._model_step(agent, events[:-1], step.position, opened=planned)
+                continue
+            planned = None
             step = next_step(events)
             if isinstance(step, CallModel):
                 await self._model_step(agent, events, step.position)
@@ -167,32 +196,26 @@ class TurnRunner:
 
     async def _close_dangling_span(self, events: Sequence[Json]) -> None:
         """A request started by an attempt that died gets its end, marked as an error."""
-        ended = {
-            e.get("model_request_start_id")
-            for e in events
-            if e["type"] == EventType.SPAN_MODEL_REQUEST_END
-        }
-        starts = [e for e in events if e["type"] == EventType.SPAN_MODEL_REQUEST_START]
-        if starts and starts[-1]["id"] not in ended:
-            await self._write([ev.span_end(starts[-1]["id"], {}, is_error=True)])
+        dangling = dangling_span(events)
+        if dangling is not None:
+            await self._write([ev.span_end(dangling, {}, is_error=True)])
 
-    async def _model_step(self, agent: Json, events: list[Json], position: int) -> None:
-        await self._close_dangling_span(events)
-        request = build_request(
-            agent,
-            events,
-            self.deps.tools.definitions,
-            max_tokens=self.deps.settings.max_output_tokens,
-        )
-        key = op_key("model", request.as_params(), self.claim.run_id, position)
-        start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
-        await self._write([start], ops_started=[(key, "model")])
+    async def _model_step(
+        self, agent: Json, events: list[Json], position: int, *, opened: str | None = None
+    ) -> None:
+        """``opened``: the span the claim opened for this very request."""
+        request, key = model_request(self.deps, agent, events, self.claim.run_id, position)
+        if opened is None:
+            await self._close_dangling_span(events)
+            start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
+            await self._write([start], ops_started=[(key, "model")])
+            opened = start.id
         self.deps.failpoints.hit("model.before_request")
         try:
             response = await self._ask(agent["model"]["id"], request, key)
         except UpstreamError as exc:
             failed = [
-                ev.span_end(start.id, {}, is_error=True),
+                ev.span_end(opened, {}, is_error=True),
                 ev.session_error(exc.error_type, str(exc), "exhausted"),
             ]
             await self._end(
@@ -203,7 +226,7 @@ class TurnRunner:
         delta = ev.model_usage(response.usage)
         for name, value in delta.items():
             self._usage[name] = self._usage.get(name, 0) + value
-        recorded = [*answer, ev.span_end(start.id, response.usage)]
+        recorded = [*answer, ev.span_end(opened, response.usage)]
         completed = [(key, {"stop_reason": response.stop_reason})]
         if not any(e.type in TOOL_USE_TYPES for e in answer):
             # A plain answer ends the turn: record it and go idle in one commit.
@@ -286,13 +309,22 @@ class TurnRunner:
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
         tools = self.deps.tools
-        previous = await self.deps.store.get_op(key)
+        started = [(key, f"tool:{name}")]
+        # One commit records the call as started (unless the ledger has it: it
+        # says what it had) and renews the sandbox's lease, as the call would.
+        lease = tools.lease_terms(self.start.session)
+        try:
+            written = await self._write(ops_started=started, lease=lease)
+        except SandboxLeaseEnded:
+            # The lease ended: record the start alone; the call finds out for itself.
+            written, lease = await self._write(ops_started=started), None
+        previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
         if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
-            if previous is None:
-                await self._write(ops_started=[(key, f"tool:{name}")])
             self.deps.failpoints.hit("tool.before_run")
-            outcome = await tools.run(self.session_id, name, tool_input, key)
+            outcome = await tools.run(
+                self.session_id, name, tool_input, key, renewed=lease is not None
+            )
             self.deps.failpoints.hit("tool.after_run")
         else:
             outcome = ToolOutcome(ev.text(MAY_HAVE_RUN), True)
@@ -326,7 +358,9 @@ class TurnRunner:
 
     async def finish_interrupted(self) -> None:
         """After an interrupt: close what is open, answer open tool uses, go idle."""
-        events = await self._refresh()
+        # Read, not the log as of the last commit: the client may have answered
+        # a tool use since (a custom tool result), which must not be answered twice.
+        self._log = events = await self.deps.logs.read(self.session_id)
         await self._close_dangling_span(events)
         closing = [
             ev.tool_result(use, ev.text("interrupted by the user before it finished"), True)

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import AgentChange, AgentRecord, Page, PageRequest
 from stead.store.errors import Conflict, NotFound
@@ -39,32 +40,44 @@ def _record(row: Row[Any, Any, Any, Any, Any, Any, Any]) -> AgentRecord:
 
 def create(conn: Connection, now: datetime, workspace_id: str, definition: Json) -> AgentRecord:
     agent_id = new_id("agent")
-    conn.execute(
-        insert(agents).values(
-            id=agent_id,
-            workspace_id=workspace_id,
-            latest_version=1,
-            created_at=now,
-            updated_at=now,
-        )
+    compiled(conn, "agents.insert", lambda: insert(agents)).execute_many(
+        conn,
+        [
+            {
+                "id": agent_id,
+                "workspace_id": workspace_id,
+                "latest_version": 1,
+                "created_at": now,
+                "updated_at": now,
+                "archived_at": None,
+            }
+        ],
     )
-    conn.execute(
-        insert(agent_versions).values(
-            agent_id=agent_id, version=1, definition=definition, created_at=now
-        )
+    compiled(conn, "agent_versions.insert", lambda: insert(agent_versions)).execute_many(
+        conn, [{"agent_id": agent_id, "version": 1, "definition": definition, "created_at": now}]
     )
     return AgentRecord(agent_id, workspace_id, 1, definition, now, now, None)
+
+
+def _get_statement(latest: bool) -> Any:
+    version = agents.c.latest_version if latest else bindparam("version")
+    return _JOINED.where(
+        agents.c.id == bindparam("agent_id"),
+        agents.c.workspace_id == bindparam("workspace_id"),
+        agent_versions.c.version == version,
+    )
 
 
 def get(
     conn: Connection, workspace_id: str, agent_id: str, version: int | None = None
 ) -> AgentRecord:
-    stmt = _JOINED.where(agents.c.id == agent_id, agents.c.workspace_id == workspace_id)
-    if version is None:
-        stmt = stmt.where(agent_versions.c.version == agents.c.latest_version)
-    else:
-        stmt = stmt.where(agent_versions.c.version == version)
-    row = conn.execute(stmt).first()
+    values: dict[str, Any] = {"agent_id": agent_id, "workspace_id": workspace_id}
+    if version is not None:
+        values["version"] = version
+    latest = version is None
+    name = "agents.get_latest" if latest else "agents.get_version"
+    rows = compiled(conn, name, lambda: _get_statement(latest)).fetch(conn, values)
+    row = rows[0] if rows else None
     if row is None:
         if version is not None and _exists(conn, workspace_id, agent_id):
             raise NotFound("version", str(version), field="version")

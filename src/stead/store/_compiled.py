@@ -37,6 +37,11 @@ class Compiled:
             if processor is not None:
                 self._processors[bind.key] = processor
                 self._processors[name] = processor
+        # Positional drivers (SQLite): each slot's name, processor and fixed value,
+        # worked out once, so an execution only fills the slots in.
+        self._slots = [
+            (name, self._processors.get(name), name in self._fixed) for name in self._order or ()
+        ]
         columns = list(getattr(statement, "selected_columns", ()))
         self._row = namedtuple("Row", [c.key for c in columns]) if columns else None
         self._readers: list[Processor | None] = [
@@ -44,14 +49,17 @@ class Compiled:
         ]
 
     def params(self, values: Mapping[str, Any]) -> Any:
+        if self._order is not None:
+            filled = []
+            for name, processor, has_fixed in self._slots:
+                value = values[name] if name in values or not has_fixed else self._fixed[name]
+                filled.append(value if processor is None else processor(value))
+            return tuple(filled)
         processors = self._processors
-        processed = {
+        return {
             k: (processors[k](v) if k in processors else v)
             for k, v in {**self._fixed, **values}.items()
         }
-        if self._order is None:
-            return processed
-        return tuple(processed[name] for name in self._order)
 
     def execute(self, conn: Connection, values: Mapping[str, Any]) -> Any:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]

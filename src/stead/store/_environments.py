@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, exists, insert, select, update
+from sqlalchemy import Connection, Row, bindparam, delete, exists, insert, select, update
 
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import EnvironmentChange, EnvironmentRecord, Page, PageRequest
 from stead.store.errors import Conflict, NotFound
@@ -80,15 +81,19 @@ def create(
     return record
 
 
+def _get_statement() -> Any:
+    return select(environments).where(
+        environments.c.id == bindparam("env_id"),
+        environments.c.workspace_id == bindparam("workspace_id"),
+    )
+
+
 def get(conn: Connection, workspace_id: str, env_id: str) -> EnvironmentRecord:
-    row = conn.execute(
-        select(environments).where(
-            environments.c.id == env_id, environments.c.workspace_id == workspace_id
-        )
-    ).first()
-    if row is None:
+    values = {"env_id": env_id, "workspace_id": workspace_id}
+    rows = compiled(conn, "environments.get", _get_statement).fetch(conn, values)
+    if not rows:
         raise NotFound("environment", env_id)
-    return _record(row)
+    return _record(rows[0])
 
 
 def update_(

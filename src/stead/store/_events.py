@@ -157,6 +157,10 @@ def _after_statement() -> Any:
     )
 
 
+READ_ALL = 1_000_000_000
+"""A ``limit`` for ``after`` that reads the whole rest of a log."""
+
+
 def after(conn: Connection, session_id: str, seq: int, limit: int) -> list[EventRecord]:
     statement = compiled(conn, "events.after", _after_statement)
     rows = statement.fetch(conn, {"session_id": session_id, "seq": seq, "limit": limit})

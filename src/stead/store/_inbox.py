@@ -9,8 +9,8 @@ from itertools import groupby
 from sqlalchemy import Connection
 
 from stead.events import EventType
-from stead.store import _events, _runs, _sessions
-from stead.store.base import EventRecord, EventsAccepted, NewEvent, SessionRecord
+from stead.store import _claims, _events, _runs, _sessions
+from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 
 QUEUED_TYPES = frozenset({EventType.USER_MESSAGE, "system.message"})
@@ -40,6 +40,7 @@ def accept(
     session_id: str,
     new: Sequence[NewEvent],
     validate: Validator,
+    claim: ClaimTerms | None = None,
 ) -> EventsAccepted:
     session = _sessions.get(conn, workspace_id, session_id)
     if session.archived_at is not None:
@@ -67,6 +68,12 @@ def accept(
             echoes += records
             logged += records
     starts_work = any(e.type in STARTS_WORK for e in logged)
+    started = None
     if starts_work:
-        _runs.start(conn, now, session_id)
-    return EventsAccepted(echoes=echoes, logged=logged, starts_work=starts_work)
+        run_id = _runs.start(conn, now, session_id)
+        if claim is not None:
+            # Taken before the ack, in this commit: the loop needs no second
+            # transaction to begin, and a crash after the ack leaves the run
+            # owned by a dead process, which recovery re-queues as for any run.
+            started = _claims.claim(conn, now, run_id, claim, session)
+    return EventsAccepted(echoes, logged, starts_work, started)

@@ -5,28 +5,27 @@ that epoch in the same transaction (``check_epoch``), so a process that lost its
 lease cannot append anything (DESIGN rule 4). The ledger (``ops``) records a side
 effect as started before it runs and completed, with its result, in the same
 transaction as the event that reports it (rule 5). The statements of a turn's
-hot path run compiled (``_compiled.py``): a step makes several transactions.
+hot path run compiled (``_compiled.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _events
+from stead.store import _events, _leases
 from stead.store._compiled import compiled
 from stead.store.base import (
     LIVE_RUN_STATUSES,
-    EventRecord,
-    NewEvent,
     OpRecord,
     RunClaim,
     RunStatus,
     RunWrite,
+    WriteResult,
 )
 from stead.store.errors import LeaseLost
 from stead.store.tables import ops, runs, sessions
@@ -90,15 +89,9 @@ def _claim_statement() -> Any:
 
 
 def claim(
-    conn: Connection,
-    now: datetime,
-    run_id: str,
-    owner: str,
-    lease_seconds: float,
-    opening: Callable[[int], Sequence[NewEvent]],
-) -> tuple[RunClaim, list[EventRecord]] | None:
-    """Takes a queued run: a new epoch, one more attempt, a lease; and logs the
-    events ``opening(attempts)`` gives for it, in the same transaction."""
+    conn: Connection, now: datetime, run_id: str, owner: str, lease_seconds: float
+) -> RunClaim | None:
+    """Takes a queued run: a new epoch, one more attempt, a lease."""
     values = {
         "b_id": run_id,
         "b_owner": owner,
@@ -110,8 +103,7 @@ def claim(
     cursor.close()
     if row is None:
         return None
-    taken = RunClaim(run_id, str(row[0]), int(row[1]), int(row[2]))
-    return taken, _events.append_log(conn, now, taken.session_id, opening(taken.attempts))
+    return RunClaim(run_id, str(row[0]), int(row[1]), int(row[2]))
 
 
 def _epoch_statement() -> Any:
@@ -160,6 +152,11 @@ def _queued_statement() -> Any:
     )
 
 
+def oldest_queued(conn: Connection, session_id: str) -> str | None:
+    rows = compiled(conn, "runs.queued", _queued_statement).fetch(conn, {"session_id": session_id})
+    return str(rows[0].id) if rows else None
+
+
 def queued(conn: Connection, session_id: str | None) -> list[tuple[str, str]]:
     """Queued runs, oldest first; of one session (the hot path, compiled) or all."""
     if session_id is not None:
@@ -199,9 +196,11 @@ def op_started(
     epoch: int,
     op_key: str,
     kind: str,
-) -> None:
-    if get_op(conn, op_key) is not None:
-        return
+) -> OpRecord | None:
+    """Records the op as started unless the ledger has it; returns what it had."""
+    previous = get_op(conn, op_key)
+    if previous is not None:
+        return previous
     row = {
         "op_key": op_key,
         "session_id": session_id,
@@ -214,6 +213,7 @@ def op_started(
         "updated_at": now,
     }
     compiled(conn, "ops.insert", lambda: insert(ops)).execute_many(conn, [row])
+    return None
 
 
 def _complete_statement() -> Any:
@@ -242,12 +242,23 @@ def _status_statement() -> Any:
     )
 
 
-def write(
-    conn: Connection, now: datetime, claim: RunClaim, change: RunWrite
-) -> tuple[list[EventRecord], str | None]:
+def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
     check_epoch(conn, claim.run_id, claim.epoch)
-    for op_key, kind in change.ops_started:
-        op_started(conn, now, claim.session_id, claim.run_id, claim.epoch, op_key, kind)
+    if (lease := change.lease) is not None:
+        _leases.acquire(
+            conn,
+            now,
+            lease.sandbox_id,
+            lease.workspace_id,
+            lease.session_id,
+            lease.environment_id,
+            lease.agent_id,
+            lease.ttl_seconds,
+        )
+    started = {
+        op_key: op_started(conn, now, claim.session_id, claim.run_id, claim.epoch, op_key, kind)
+        for op_key, kind in change.ops_started
+    }
     logged = _events.append_log(conn, now, claim.session_id, change.events)
     for op_key, result in change.ops_completed:
         op_completed(conn, now, op_key, result)
@@ -262,7 +273,10 @@ def write(
         logged += drained
         if drained and change.answer_drained:
             next_run = start(conn, now, claim.session_id)
-    return logged, next_run
+    log = None
+    if change.since is not None:
+        log = _events.after(conn, claim.session_id, change.since, _events.READ_ALL)
+    return WriteResult(logged, next_run, log, started)
 
 
 def _usage_statement() -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import (
@@ -59,7 +60,7 @@ STATUS = case(
 _SELECT = select(sessions, cast(STATUS, String).label("status"))
 
 
-def _record(row: Row[Any]) -> SessionRecord:
+def _record(row: Row[Any] | SimpleNamespace) -> SessionRecord:
     return SessionRecord(
         id=row.id,
         workspace_id=row.workspace_id,
@@ -125,30 +126,35 @@ def create(
         )
     _vaults.check_attachable(conn, workspace_id, fields.get("vault_ids", []))
     session_id = new_id("session")
-    conn.execute(
-        insert(sessions).values(
-            id=session_id,
-            workspace_id=workspace_id,
-            agent_id=agent.id,
-            agent_version=agent.version,
-            agent=build_agent(agent),
-            environment_id=environment_id,
-            title=fields.get("title"),
-            metadata=fields.get("metadata", {}),
-            vault_ids=fields.get("vault_ids", []),
-            budget=fields.get("budget"),
-            resources=fields.get("resources", []),
-            usage={},
-            last_seq=0,
-            pending_tail=0,
-            created_at=now,
-            updated_at=now,
-        )
-    )
+    row = {
+        "id": session_id,
+        "workspace_id": workspace_id,
+        "agent_id": agent.id,
+        "agent_version": agent.version,
+        "agent": build_agent(agent),
+        "environment_id": environment_id,
+        "title": fields.get("title"),
+        "metadata": fields.get("metadata", {}),
+        "vault_ids": fields.get("vault_ids", []),
+        "budget": fields.get("budget"),
+        "resources": fields.get("resources", []),
+        "usage": {},
+        "last_seq": 0,
+        "pending_tail": 0,
+        "created_at": now,
+        "updated_at": now,
+        "archived_at": None,
+        "terminated_at": None,
+    }
+    compiled(conn, "sessions.insert", lambda: insert(sessions)).execute_many(conn, [row])
     logged = _events.append_log(conn, now, session_id, initial_events)
+    status = "idle"
     if any(e.type == EventType.USER_MESSAGE for e in initial_events):
         _runs.start(conn, now, session_id)
-    return get(conn, workspace_id, session_id), logged
+        status = "running"  # a queued run is live (STATUS)
+    # Built from what was written rather than read back: a new session's status
+    # follows from its one possible run.
+    return _record(SimpleNamespace(status=status, **row)), logged
 
 
 def update_(

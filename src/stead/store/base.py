@@ -155,6 +155,36 @@ class RunClaim:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimTerms:
+    """How the agent loop takes a run: who owns it, for how long, what it logs
+    on taking it (``opening(attempts)``), and the last ``seq`` of the session's
+    log it already holds (the claim returns the log after it)."""
+
+    owner: str
+    lease_seconds: float
+    opening: Callable[[int], Sequence[NewEvent]]
+    since: int = 0
+    plan: Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | None] | None = None
+    """The run's first write, worked out from the claim, the session and the log
+    after ``since`` and made in the claiming transaction (None: nothing yet)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """A run just taken, with what its first step needs, all from the claiming
+    transaction: no read follows a claim."""
+
+    claim: RunClaim
+    opened: list[EventRecord]
+    """The events ``opening`` and ``plan`` logged (to publish)."""
+    session: SessionRecord
+    since: int
+    """``ClaimTerms.since``."""
+    log: list[EventRecord]
+    """The session's log after ``since``, ``opened`` included."""
+
+
+@dataclass(frozen=True, slots=True)
 class OpRecord:
     """One side effect in the ledger: ``started``, or ``completed`` with its result."""
 
@@ -187,6 +217,18 @@ class SandboxLease:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseTerms:
+    """A sandbox lease to acquire or renew, as ``Store.acquire_sandbox_lease`` takes it."""
+
+    sandbox_id: str
+    workspace_id: str
+    session_id: str | None
+    environment_id: str
+    agent_id: str | None
+    ttl_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class RunWrite:
     """What one fenced transaction of the agent loop writes, all or nothing."""
 
@@ -203,6 +245,25 @@ class RunWrite:
     """Move queued user events into the log (they are processed now)."""
     answer_drained: bool = True
     """After a drain, queue a new run to answer what was drained (False flushes them)."""
+    since: int | None = None
+    """When set, the write also returns the log after this ``seq`` as committed."""
+    lease: LeaseTerms | None = None
+    """A sandbox lease acquired or renewed first; ``SandboxLeaseEnded`` (the whole
+    write undone) when it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """What one ``run_write`` committed."""
+
+    logged: list[EventRecord]
+    next_run: str | None = None
+    """After a drain, the run queued to answer what was drained."""
+    log: list[EventRecord] | None = None
+    """The session's log after ``RunWrite.since`` (None when not asked)."""
+    started: dict[str, OpRecord | None] = field(default_factory=dict)
+    """For each of ``ops_started``: the ledger's row as it was before this write
+    (None: the op is new and now recorded as started)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +318,8 @@ class EventsAccepted:
     logged: list[EventRecord] = field(default_factory=list)
     starts_work: bool = False
     """A run was queued for what was logged: the agent loop has work."""
+    started: RunStart | None = None
+    """The queued run, already claimed on the terms the caller gave."""
 
 
 AgentChange = Callable[[Json], Json]
@@ -381,10 +444,13 @@ class Store(VaultStore, Protocol):
         session_id: str,
         events: Sequence[NewEvent],
         validate: Callable[[SessionRecord, Callable[[str], EventRecord | None]], None],
+        claim: ClaimTerms | None = None,
     ) -> EventsAccepted:
         """Stores user events: into the log when the session has no live run,
         else into the pending queue (``processed_at`` None). ``validate`` sees the
-        session and a lookup of logged events by id, inside the transaction."""
+        session and a lookup of logged events by id, inside the transaction.
+        With ``claim``, a run queued for the events is also claimed on those
+        terms in the same transaction (``EventsAccepted.started``)."""
         ...
 
     async def append_events(
@@ -407,15 +473,13 @@ class Store(VaultStore, Protocol):
         ...
 
     async def finish_run(self, run_id: str, status: RunStatus) -> None: ...
-    async def claim_run(
-        self,
-        run_id: str,
-        owner: str,
-        lease_seconds: float,
-        opening: Callable[[int], Sequence[NewEvent]],
-    ) -> tuple[RunClaim, list[EventRecord]] | None:
+    async def claim_run(self, run_id: str, terms: ClaimTerms) -> RunStart | None:
         """Takes a queued run (None if another owner was first) and logs, in the same
-        transaction, the events ``opening(attempts)`` returns for it."""
+        transaction, the events ``terms.opening(attempts)`` returns for it."""
+        ...
+
+    async def claim_next(self, session_id: str, terms: ClaimTerms) -> RunStart | None:
+        """``claim_run`` of the session's oldest queued run; None when it has none."""
         ...
 
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool: ...
@@ -427,14 +491,10 @@ class Store(VaultStore, Protocol):
         """(run id, session id) of queued runs, oldest first (of one session if named)."""
         ...
 
-    async def run_write(
-        self, claim: RunClaim, write: RunWrite
-    ) -> tuple[list[EventRecord], str | None]:
-        """One fenced transaction for ``claim`` (raises ``LeaseLost`` when stale).
-        Returns the logged events and, after a drain, the id of the next run."""
+    async def run_write(self, claim: RunClaim, write: RunWrite) -> WriteResult:
+        """One fenced transaction for ``claim`` (raises ``LeaseLost`` when stale;
+        ``SandboxLeaseEnded`` or ``Conflict`` from ``write.lease``, writing nothing)."""
         ...
-
-    async def get_op(self, op_key: str) -> OpRecord | None: ...
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         """The session regardless of workspace (the agent loop acts for its owner)."""

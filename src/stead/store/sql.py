@@ -18,6 +18,7 @@ from sqlalchemy import Connection, Engine
 from stead.jsonvalues import Json
 from stead.store import (
     _agents,
+    _claims,
     _environments,
     _events,
     _inbox,
@@ -32,6 +33,7 @@ from stead.store.base import (
     AgentChange,
     AgentRecord,
     ApiKey,
+    ClaimTerms,
     EnvironmentChange,
     EnvironmentRecord,
     EventFilter,
@@ -40,10 +42,10 @@ from stead.store.base import (
     IntegrityFinding,
     LeaseExpiry,
     NewEvent,
-    OpRecord,
     Page,
     PageRequest,
     RunClaim,
+    RunStart,
     RunStatus,
     RunWrite,
     SandboxLease,
@@ -51,6 +53,7 @@ from stead.store.base import (
     SessionFilter,
     SessionRecord,
     Workspace,
+    WriteResult,
 )
 from stead.store.vaults import (
     CredentialChange,
@@ -333,8 +336,9 @@ class SqlStore:
         session_id: str,
         events: Sequence[NewEvent],
         validate: _inbox.Validator,
+        claim: ClaimTerms | None = None,
     ) -> EventsAccepted:
-        return await self._write(_inbox.accept, workspace_id, session_id, events, validate)
+        return await self._write(_inbox.accept, workspace_id, session_id, events, validate, claim)
 
     async def append_events(self, session_id: str, events: Sequence[NewEvent]) -> list[EventRecord]:
         return await self._write(_events.append_log, session_id, events)
@@ -371,14 +375,11 @@ class SqlStore:
     async def finish_run(self, run_id: str, status: RunStatus) -> None:
         await self._write(_runs.finish, run_id, status)
 
-    async def claim_run(
-        self,
-        run_id: str,
-        owner: str,
-        lease_seconds: float,
-        opening: Callable[[int], Sequence[NewEvent]],
-    ) -> tuple[RunClaim, list[EventRecord]] | None:
-        return await self._write(_runs.claim, run_id, owner, lease_seconds, opening)
+    async def claim_run(self, run_id: str, terms: ClaimTerms) -> RunStart | None:
+        return await self._write(_claims.claim, run_id, terms)
+
+    async def claim_next(self, session_id: str, terms: ClaimTerms) -> RunStart | None:
+        return await self._write(_claims.claim_next, session_id, terms)
 
     async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
         return await self._write(_runs.renew, run_id, epoch, lease_seconds)
@@ -391,13 +392,8 @@ class SqlStore:
     async def queued_runs(self, session_id: str | None = None) -> list[tuple[str, str]]:
         return await self._read(_runs.queued, session_id)
 
-    async def run_write(
-        self, claim: RunClaim, write: RunWrite
-    ) -> tuple[list[EventRecord], str | None]:
+    async def run_write(self, claim: RunClaim, write: RunWrite) -> WriteResult:
         return await self._write(_runs.write, claim, write)
-
-    async def get_op(self, op_key: str) -> OpRecord | None:
-        return await self._read(_runs.get_op, op_key)
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         return await self._read(_sessions.snapshot, session_id)

@@ -1,0 +1,75 @@
+"""A run's first step, worked out inside the transaction that claims it.
+
+When a run's first step is a model request, the claim records that request as
+started (``span.model_request_start`` and the ledger's ``started``) in its own
+commit, so the turn makes one transaction less. The request is built from the
+log exactly as the runner builds it (rule 3): the runner, finding its span
+opened by the claim, builds the same request with the same op key and sends it.
+A crash after the claim recovers like one before any request: the next attempt
+closes the span as an error and asks again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from stead.events import EventType
+from stead.harness import CallModel, ModelRequest, build_request, next_step
+from stead.jsonvalues import Json
+from stead.runtime import events as ev
+from stead.runtime.deps import LoopDeps
+from stead.runtime.opkeys import op_key
+from stead.store import EventRecord, RunClaim, RunWrite, SessionRecord
+
+log = logging.getLogger("stead.runtime")
+
+Plan = Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | None]
+
+
+def model_request(
+    deps: LoopDeps, agent: Json, events: Sequence[Json], run_id: str, position: int
+) -> tuple[ModelRequest, str]:
+    """The request a model step at ``position`` sends, and its op key."""
+    request = build_request(
+        agent, events, deps.tools.definitions, max_tokens=deps.settings.max_output_tokens
+    )
+    return request, op_key("model", request.as_params(), run_id, position)
+
+
+def dangling_span(events: Sequence[Json]) -> str | None:
+    """The last ``span.model_request_start`` if no end answers it."""
+    ended = {
+        e.get("model_request_start_id")
+        for e in events
+        if e["type"] == EventType.SPAN_MODEL_REQUEST_END
+    }
+    starts = [e for e in events if e["type"] == EventType.SPAN_MODEL_REQUEST_START]
+    if starts and starts[-1]["id"] not in ended:
+        return str(starts[-1]["id"])
+    return None
+
+
+def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
+    """The plan for a claim whose caller's log cache holds ``held`` (the log up
+    to the claim's ``since``). It runs on the store's writer, so it only reads
+    ``held``, which the cache never changes in place."""
+
+    def plan(
+        claim: RunClaim, session: SessionRecord, tail: Sequence[EventRecord]
+    ) -> RunWrite | None:
+        if claim.attempts > deps.settings.max_run_attempts:
+            return None
+        try:
+            events = held + [ev.as_log(r) for r in tail]
+            step = next_step(events)
+            if not isinstance(step, CallModel) or dangling_span(events) is not None:
+                return None
+            _, key = model_request(deps, session.agent, events, claim.run_id, step.position)
+        except Exception:  # the runner meets the same problem and reports it
+            log.exception("session %s: planning the first step failed", claim.session_id)
+            return None
+        start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
+        return RunWrite(events=[start], ops_started=[(key, "model")])
+
+    return plan

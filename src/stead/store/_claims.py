@@ -1,0 +1,49 @@
+"""Taking a run, and reading in the same transaction what its first step needs.
+
+A claim logs the run's opening events and returns the session and the log after
+the caller's ``since``, so the agent loop starts a run with no read of its own.
+It is used alone (the loop picking up queued work) and inside the transaction
+that accepts user events (the run their message queued, taken before the ack).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from sqlalchemy import Connection
+
+from stead.store import _events, _runs, _sessions
+from stead.store.base import ClaimTerms, RunStart, SessionRecord
+
+
+def claim(
+    conn: Connection,
+    now: datetime,
+    run_id: str,
+    terms: ClaimTerms,
+    session: SessionRecord | None = None,
+) -> RunStart | None:
+    """``session``: the run's session as this transaction already read it."""
+    taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
+    if taken is None:
+        return None
+    opened = _events.append_log(conn, now, taken.session_id, terms.opening(taken.attempts))
+    if session is None:
+        session = _sessions.snapshot(conn, taken.session_id)
+    session = replace(session, status="running")
+    log = _events.after(conn, taken.session_id, terms.since, _events.READ_ALL)
+    first = terms.plan(taken, session, log) if terms.plan is not None else None
+    if first is not None:
+        done = _runs.write(conn, now, taken, replace(first, since=terms.since))
+        opened += done.logged
+        assert done.log is not None
+        log = done.log
+    return RunStart(claim=taken, opened=opened, session=session, since=terms.since, log=log)
+
+
+def claim_next(
+    conn: Connection, now: datetime, session_id: str, terms: ClaimTerms
+) -> RunStart | None:
+    run_id = _runs.oldest_queued(conn, session_id)
+    return None if run_id is None else claim(conn, now, run_id, terms)
