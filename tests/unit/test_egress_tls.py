@@ -380,3 +380,13 @@ async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
                 assert got.startswith(b"HTTP/1.1 101 ")
                 await stream.send(b"ping")
                 assert await stream.receive() == b"ping"
+
+
+def test_a_streamed_answer_is_held_back_only_where_a_value_may_begin() -> None:
+    scrubber = Secrets([], [placeholder_secret("api.test")]).for_host("api.test").scrubber()
+    assert scrubber is not None
+    half = len(SECRET) // 2
+    chunks = [b"data: 1\n\n", b"data: " + SECRET[:half], SECRET[half:] + b"\n\n", b"x" + SECRET[:3]]
+    sent = [scrubber.feed(chunk) for chunk in chunks]
+    assert sent == [b"data: 1\n\n", b"data: ", PLACEHOLDER + b"\n\n", b"x"]
+    assert scrubber.flush() == SECRET[:3]  # the end of the answer: not a value after all

@@ -155,12 +155,12 @@ class HostSecrets:
 
 class Scrubber:
     """Replaces secret values with their placeholders in a response's headers and
-    in its body as it streams; keeps back the last bytes of each chunk that could
-    start a value split across two chunks."""
+    in its body as it streams; holds back only the end of a chunk that could be
+    the start of a value split across two chunks (so a streamed answer, such as
+    server-sent events, is not delayed otherwise)."""
 
     def __init__(self, pairs: dict[bytes, bytes]) -> None:
         self._pairs = pairs
-        self._keep = max(map(len, pairs)) - 1
         self._tail = b""
 
     def __repr__(self) -> str:
@@ -180,12 +180,22 @@ class Scrubber:
 
     def feed(self, data: bytes) -> bytes:
         window = self.replace(self._tail + data)
-        cut = len(window) - self._keep
-        if cut <= 0:
-            self._tail = window
-            return b""
+        cut = len(window) - self._partial(window)
         self._tail = window[cut:]
         return window[:cut]
+
+    def _partial(self, window: bytes) -> int:
+        """The length of the longest end of ``window`` that begins some value."""
+        longest = 0
+        for value in self._pairs:
+            start = max(0, len(window) - len(value) + 1)
+            at = window.find(value[:1], start)
+            while at >= 0 and len(window) - at > longest:
+                if value.startswith(window[at:]):
+                    longest = len(window) - at
+                    break
+                at = window.find(value[:1], at + 1)
+        return longest
 
     def flush(self) -> bytes:
         data, self._tail = self.replace(self._tail), b""
