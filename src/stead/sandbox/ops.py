@@ -60,15 +60,12 @@ Bytes = Annotated[
 ]
 """Raw bytes in Python, base64 text on the wire."""
 T = TypeVar("T")
-LAZY = ConfigDict(defer_build=True)
-"""Validators are built on first use: a brain imports these types at start but
-may never talk to a sandbox host."""
 SandboxId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 OpKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Request(Message):
@@ -437,8 +434,8 @@ TerminalOutputFrame = Annotated[
 TerminalControlFrame = Annotated[
     TerminalInput | TerminalResize | TerminalDetach, Field(discriminator="frame")
 ]
-_OUTPUT_FRAMES: TypeAdapter[TerminalOutputFrame] = TypeAdapter(TerminalOutputFrame, config=LAZY)
-_CONTROL_FRAMES: TypeAdapter[TerminalControlFrame] = TypeAdapter(TerminalControlFrame, config=LAZY)
+_OUTPUT_FRAMES: TypeAdapter[TerminalOutputFrame] = TypeAdapter(TerminalOutputFrame)
+_CONTROL_FRAMES: TypeAdapter[TerminalControlFrame] = TypeAdapter(TerminalControlFrame)
 
 
 def parse_terminal_output(frame: Json) -> TerminalData | TerminalReplayed | TerminalExit:
@@ -486,7 +483,7 @@ AnyRequest = Annotated[
     | Terminal,
     Field(discriminator="op"),
 ]
-_REQUESTS: TypeAdapter[AnyRequest] = TypeAdapter(AnyRequest, config=LAZY)
+_REQUESTS: TypeAdapter[AnyRequest] = TypeAdapter(AnyRequest)
 
 
 def request_types() -> tuple[type[Request], ...]:
@@ -531,14 +528,6 @@ def encode(message: Any) -> Any:
     return message
 
 
-def _adapter(kind: Any) -> TypeAdapter[Any]:
-    # A model or a record carries its own config (a ``Message`` defers its
-    # build); pydantic refuses another.
-    if isinstance(kind, type) and (issubclass(kind, BaseModel) or dataclasses.is_dataclass(kind)):
-        return TypeAdapter(kind)
-    return TypeAdapter(kind, config=LAZY)
-
-
 def decode_reply(request: Request, value: Any) -> Any:
     """The reply to ``request`` from JSON data; ``ValueError`` if it is not one."""
     try:
@@ -547,4 +536,4 @@ def decode_reply(request: Request, value: Any) -> Any:
         raise ValueError(f"malformed reply to {type(request).__name__}: {exc}") from None
 
 
-_REPLIES = MappingProxyType({kind: _adapter(kind.reply) for kind in request_types()})
+_REPLIES = MappingProxyType({kind: TypeAdapter(kind.reply) for kind in request_types()})

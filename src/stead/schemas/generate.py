@@ -15,7 +15,7 @@ validator: a Python object becomes ``{"$import": "module:name"}``; a TypedDict's
 ``serialization`` entries are dropped (the schemas only validate); the ids
 pydantic appends to ``ref`` names are dropped so the output is stable.
 
-Tightening (see ``validation.py``):
+Tightening:
 
 * unknown keys are rejected (``extra_behavior='forbid'``), so a misspelt field
   is a 400 instead of silently ignored;
@@ -46,9 +46,9 @@ from stead.schemas.validation import (
     IMPORT,
     PARAMS_DIR,
     Schema,
-    _choice,
-    _definitions,
-    _resolve,
+    branch,
+    definitions,
+    resolve,
 )
 
 PARAMS = {
@@ -81,8 +81,8 @@ REF_ID = re.compile(r":\d+$")
 def tightened(name: str) -> Schema:
     """The tightened core schema of ``PARAMS[name]``, as live Python objects."""
     schema: Schema = copy.deepcopy(dict(TypeAdapter(_sdk_type(name)).core_schema))
-    defs = _definitions(schema)
-    top = _resolve(schema, defs)
+    defs = definitions(schema)
+    top = resolve(schema, defs)
     for field in (*HEADER_PARAMS, *PATH_PARAMS.get(name, ())):
         top.get("fields", {}).pop(field, None)
     _tighten(schema, defs)
@@ -99,7 +99,7 @@ def json_schema(name: str, ref_template: str) -> dict[str, Any]:
 def rendered(name: str) -> str:
     """The text of ``params/<name>.json``."""
     schema = tightened(name)
-    return json.dumps(_portable(schema, _definitions(schema)), indent=1) + "\n"
+    return json.dumps(_portable(schema, definitions(schema)), indent=1) + "\n"
 
 
 def event_types_module() -> str:
@@ -188,8 +188,8 @@ def _tighten(node: Any, defs: Mapping[str, Schema]) -> None:
 
 
 def _collapse_union(node: Schema, defs: Mapping[str, Schema]) -> None:
-    choices = [_choice(c) for c in node["choices"]]
-    resolved = [_resolve(c, defs) for c in choices]
+    choices = [branch(c) for c in node["choices"]]
+    resolved = [resolve(c, defs) for c in choices]
     kinds = {r.get("type") for r in resolved}
     if "str" in kinds and "literal" in kinds:
         kept = [
@@ -197,7 +197,7 @@ def _collapse_union(node: Schema, defs: Mapping[str, Schema]) -> None:
         ]
         if len(kept) == 1:
             node.clear()
-            node.update(_choice(kept[0]))
+            node.update(branch(kept[0]))
             return
         node["choices"] = kept
     for field in DISCRIMINATORS:

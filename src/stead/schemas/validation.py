@@ -53,7 +53,7 @@ class StrictParams:
 
     @functools.cached_property
     def _defs(self) -> dict[str, Schema]:
-        return _definitions(self.core_schema)
+        return definitions(self.core_schema)
 
     @functools.cached_property
     def _validator(self) -> SchemaValidator:
@@ -93,13 +93,15 @@ def _load(node: dict[str, Any]) -> Any:
     return node
 
 
-def _definitions(schema: Schema) -> dict[str, Schema]:
+def definitions(schema: Schema) -> dict[str, Schema]:
+    """A core schema's shared definitions by ``ref``."""
     if schema.get("type") != "definitions":
         return {}
     return {d["ref"]: d for d in schema["definitions"]}
 
 
-def _resolve(schema: Schema, defs: Mapping[str, Schema]) -> Schema:
+def resolve(schema: Schema, defs: Mapping[str, Schema]) -> Schema:
+    """The schema that does the validating, through references and wrappers."""
     while True:
         kind = schema.get("type")
         if kind == "definition-ref":
@@ -110,7 +112,8 @@ def _resolve(schema: Schema, defs: Mapping[str, Schema]) -> Schema:
             return schema
 
 
-def _choice(choice: Any) -> Schema:
+def branch(choice: Any) -> Schema:
+    """The schema of a union choice, which may be a ``(schema, label)`` pair."""
     picked: Schema = choice[0] if isinstance(choice, tuple | list) else choice
     return picked
 
@@ -120,7 +123,7 @@ def _readable_path(root: Schema, defs: Mapping[str, Schema], loc: tuple[Any, ...
     parts: list[str] = []
     node: Schema | None = root
     for element in loc:
-        node = None if node is None else _resolve(node, defs)
+        node = None if node is None else resolve(node, defs)
         kind = None if node is None else node.get("type")
         if node is not None and kind == "tagged-union":
             node = node["choices"].get(element)
@@ -136,8 +139,8 @@ def _readable_path(root: Schema, defs: Mapping[str, Schema], loc: tuple[Any, ...
 def _union_branch(node: Schema, defs: Mapping[str, Schema], label: Any) -> Schema | None:
     for choice in node["choices"]:
         if isinstance(choice, tuple | list) and choice[1] == label:
-            return _choice(choice)
-        schema = _resolve(_choice(choice), defs)
+            return branch(choice)
+        schema = resolve(branch(choice), defs)
         # A schema built from the SDK labels a TypedDict branch by its class;
         # the generated files carry that label in the choice itself.
         cls = schema.get("cls")
