@@ -117,7 +117,7 @@ def test_the_app_factory_loads_no_body_module() -> None:
     Alembic (needed only by a database behind the newest migration), nor the
     PostgreSQL dialect of a SQLite server, nor rich (for the commands that print)."""
     body = ("stead.sandbox_host", "stead.sandbox.local", "obstore")
-    lazy = ("anthropic", "alembic", "sqlalchemy.dialects.postgresql", "rich", "mcp")
+    lazy = ("anthropic", "alembic", "sqlalchemy.dialects.postgresql", "rich", "mcp", "cryptography")
     imports = "stead.api.app, stead.cli, stead.tools, stead.runtime"
     assert _loaded_after(imports, body + lazy) == []
 

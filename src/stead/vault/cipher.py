@@ -14,11 +14,12 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from typing import TYPE_CHECKING
 
 from stead.jsonvalues import Json
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 VERSION = b"\x01"
 KEY_BYTES = 32
@@ -42,7 +43,8 @@ class SecretBox:
             if len(k) != KEY_BYTES:
                 raise ValueError(f"a secret key is {KEY_BYTES} bytes, got {len(k)}")
         self._key_id = key_id(key)
-        self._ciphers = {key_id(k): AESGCM(k) for k in (*older, key)}
+        self._keys = {key_id(k): k for k in (*older, key)}
+        self._ciphers: dict[bytes, AESGCM] = {}
 
     def __repr__(self) -> str:
         return f"SecretBox(key_id={self._key_id.hex()})"
@@ -51,23 +53,39 @@ class SecretBox:
     def key_id(self) -> bytes:
         return self._key_id
 
+    def _cipher(self, kid: bytes) -> AESGCM | None:
+        # cryptography costs a server 6 MB: loaded when a secret is first sealed
+        # or opened, not at start.
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+        key = self._keys.get(kid)
+        if key is None:
+            return None
+        if kid not in self._ciphers:
+            self._ciphers[kid] = AESGCM(key)
+        return self._ciphers[kid]
+
     def seal(self, bound_to: str, secret: Mapping[str, object]) -> bytes:
         nonce = os.urandom(NONCE_BYTES)
         plain = json.dumps(secret, separators=(",", ":"), sort_keys=True).encode()
-        sealed: bytes = self._ciphers[self._key_id].encrypt(nonce, plain, bound_to.encode())
+        cipher = self._cipher(self._key_id)
+        assert cipher is not None
+        sealed: bytes = cipher.encrypt(nonce, plain, bound_to.encode())
         return VERSION + self._key_id + nonce + sealed
 
     def open(self, bound_to: str, sealed: bytes) -> Json:
         if sealed[:1] != VERSION or len(sealed) < 1 + KEY_ID_BYTES + NONCE_BYTES:
             raise SealError("not a sealed secret of a version this stead knows")
         kid = sealed[1 : 1 + KEY_ID_BYTES]
-        cipher = self._ciphers.get(kid)
+        cipher = self._cipher(kid)
         if cipher is None:
             raise SealError(
                 f"sealed under key {kid.hex()}, which is not this installation's secret key "
                 "(STEAD_SECRET_KEY or <data dir>/secret.key)"
             )
         nonce = sealed[1 + KEY_ID_BYTES : 1 + KEY_ID_BYTES + NONCE_BYTES]
+        from cryptography.exceptions import InvalidTag
+
         try:
             plain = cipher.decrypt(
                 nonce, sealed[1 + KEY_ID_BYTES + NONCE_BYTES :], bound_to.encode()
