@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from stead.jsonvalues import Json
 from stead.package_specs import PACKAGE_MANAGERS, spec_problem
-from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.limits import HOST_NAME, check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
 CREATE = StrictParams("environment_create")
 UPDATE = StrictParams("environment_update")
 
-HOST = re.compile(
-    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
-)
 MAX_ALLOWED_HOSTS = 256
 
 
@@ -26,7 +22,7 @@ def _networking(value: Json | None, field: str) -> Json:
     if len(hosts) > MAX_ALLOWED_HOSTS:
         raise RequestError(f"{field}.allowed_hosts: at most {MAX_ALLOWED_HOSTS} hosts")
     for i, host in enumerate(hosts):
-        if not HOST.match(host) or len(host) > 253:
+        if not HOST_NAME.match(host) or len(host) > 253:
             raise RequestError(f"{field}.allowed_hosts.{i}: {host!r} is not a host name or address")
     return {
         "type": "limited",

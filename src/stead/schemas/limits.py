@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,10 @@ MAX_VERSION = 2**31 - 1
 METADATA_MAX_PAIRS = 16
 METADATA_MAX_KEY = 64
 METADATA_MAX_VALUE = 512
+HOST_NAME = re.compile(
+    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
+)
+"""A host name, or a ``*.`` wildcard over one (an allowlist entry)."""
 
 
 def check_length(field: str, value: str | None, *, low: int = 0, high: int) -> None:

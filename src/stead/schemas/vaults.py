@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stead.jsonvalues import Json
-from stead.schemas.limits import check_length, check_metadata, patch_metadata
+from stead.schemas.limits import HOST_NAME, check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
 VAULT_CREATE = StrictParams("vault_create")
@@ -27,9 +27,6 @@ MAX_SECRET_CHARS = 65536
 MAX_URL_CHARS = 2048
 MAX_ALLOWED_HOSTS = 16
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
-HOST_NAME = re.compile(
-    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
-)
 RESERVED_NAMES = frozenset(
     {
         "HOME",
