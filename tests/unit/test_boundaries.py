@@ -25,7 +25,15 @@ ROOMS = (
     "tools",
     "vault",
 )
-SHARED = {"config", "events", "ids", "failpoints", "jsonvalues", "package_specs"}
+SHARED = {
+    "config",
+    "events",
+    "ids",
+    "failpoints",
+    "jsonvalues",
+    "package_specs",
+    "sandbox_variables",
+}
 INNER = {"api", "runtime", "harness", "tools", "client", "testing"}
 """Rooms that sit above the sandbox and what it stands on (DESIGN §2)."""
 FORBIDDEN = {

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stead.jsonvalues import Json
+from stead.sandbox_variables import HOST_SET_VARIABLES
 from stead.schemas.limits import HOST_NAME, check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -27,31 +28,6 @@ MAX_SECRET_CHARS = 65536
 MAX_URL_CHARS = 2048
 MAX_ALLOWED_HOSTS = 16
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
-RESERVED_NAMES = frozenset(
-    {
-        "HOME",
-        "PATH",
-        "PWD",
-        "SHELL",
-        "USER",
-        "LOGNAME",
-        "TERM",
-        "LANG",
-        "HTTP_PROXY",
-        "HTTPS_PROXY",
-        "NO_PROXY",
-        "http_proxy",
-        "https_proxy",
-        "no_proxy",
-        "SSL_CERT_FILE",
-        "REQUESTS_CA_BUNDLE",
-        "NODE_EXTRA_CA_CERTS",
-        "PIP_CERT",
-        "NPM_CONFIG_CAFILE",
-        "GIT_SSL_CAINFO",
-    }
-)
-"""Variables the sandbox sets itself: a credential named so would break it."""
 SECRET_FIELDS = {
     "mcp_oauth": ("access_token", "refresh_token", "client_secret"),
     "static_bearer": ("token",),
@@ -226,7 +202,7 @@ def _auth_create(auth: Json, now: datetime) -> tuple[Json, Json]:
             "auth.secret_name: must be an environment variable name (letters, digits and _, "
             "not starting with a digit, at most 256)"
         )
-    if name in RESERVED_NAMES or name.startswith("STEAD_"):
+    if name in HOST_SET_VARIABLES or name.startswith("STEAD_"):
         raise RequestError(f"auth.secret_name: {name} is set by the sandbox itself")
     shown = {
         "type": kind,
