@@ -48,7 +48,7 @@ async def update_vault(
     params = vaults.parse_vault_update(await json_body(request))
 
     def change(current: VaultRecord) -> dict[str, object]:
-        return vaults.apply_vault_update(current.metadata, params)
+        return vaults.apply_named_update(current.metadata, params)
 
     record = await services(request).store.update_vault(who.workspace_id, vault_id, change)
     return JSONResponse(wire.vault(record))
@@ -142,21 +142,18 @@ async def update_credential(
     now = datetime.now(UTC)
 
     def change(current: CredentialRecord) -> dict[str, object]:
-        if "auth" not in params:
-            return vaults.apply_credential_update(current.auth, {}, current.metadata, params, now)[
-                2
-            ]
-        secret = app.secrets.open(current.id, current.sealed)
-        auth, new_secret, values = vaults.apply_credential_update(
-            current.auth, secret, current.metadata, params, now
-        )
-        values["auth"] = auth
-        if new_secret != secret:
-            values["sealed"] = app.secrets.seal(current.id, new_secret)
+        values = vaults.apply_named_update(current.metadata, params)
+        if "auth" in params:
+            secret = app.secrets.open(current.id, current.sealed)
+            auth, new_secret = vaults.apply_auth_update(current.auth, secret, params["auth"], now)
+            values["auth"] = auth
+            if new_secret != secret:
+                values["sealed"] = app.secrets.seal(current.id, new_secret)
         return values
 
     record = await app.store.update_credential(who.workspace_id, vault_id, credential_id, change)
-    await app.sandboxes.credentials_changed(vault_id)
+    if "auth" in params:  # a new name or metadata changes nothing a sandbox holds
+        await app.sandboxes.credentials_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 

@@ -66,7 +66,8 @@ def parse_vault_update(body: Any) -> Json:
     return params
 
 
-def apply_vault_update(current_metadata: dict[str, str], params: Json) -> Json:
+def apply_named_update(current_metadata: dict[str, str], params: Json) -> Json:
+    """The changed ``display_name`` and ``metadata`` of a vault or a credential."""
     values: Json = {}
     if "display_name" in params:
         values["display_name"] = params["display_name"]
@@ -272,21 +273,13 @@ def _update_oauth(auth: Json, secret: Json, change: Json, now: datetime) -> None
     auth["refresh"] = shown
 
 
-def apply_credential_update(
-    auth: Json, secret: Json, metadata: dict[str, str], params: Json, now: datetime
-) -> tuple[Json, Json, Json]:
-    """(auth, secret, other changed columns) after ``params``, given the current ones."""
-    auth, secret = dict(auth), dict(secret)
-    values: Json = {}
-    if "display_name" in params:
-        values["display_name"] = params["display_name"]
-    if "metadata" in params:
-        values["metadata"] = patch_metadata("metadata", metadata, params["metadata"])
-    change = params.get("auth")
+def apply_auth_update(
+    auth: Json, secret: Json, change: Json | None, now: datetime
+) -> tuple[Json, Json]:
+    """(auth, secret) after an update's ``auth``, given the current ones."""
     if change is None:
-        if "auth" in params:
-            raise RequestError("auth: cannot be cleared")
-        return auth, secret, values
+        raise RequestError("auth: cannot be cleared")
+    auth, secret = dict(auth), dict(secret)
     if change["type"] != auth["type"]:
         raise RequestError(
             f"auth.type: this credential is {auth['type']}; its type cannot change to "
@@ -308,4 +301,4 @@ def apply_credential_update(
             auth["injection_location"] = _injection(
                 "auth.injection_location", change["injection_location"], auth["injection_location"]
             )
-    return auth, secret, values
+    return auth, secret
