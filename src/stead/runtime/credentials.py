@@ -10,6 +10,7 @@ credentials with one ``secret_name`` in a session's vaults: the first vault in
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from stead.sandbox import EgressSecret, EnvironmentCredential
 from stead.store import Store
@@ -23,11 +24,12 @@ class SessionCredentials:
         self._store = store
         self._box = box
 
-    async def egress_secrets(self, session_id: str) -> list[EgressSecret]:
-        session = await self._store.session_snapshot(session_id)
-        if not session.vault_ids:
+    async def egress_secrets(
+        self, session_id: str, workspace_id: str, vault_ids: Sequence[str]
+    ) -> list[EgressSecret]:
+        if not vault_ids:
             return []
-        found = await self._store.active_credentials(session.workspace_id, session.vault_ids)
+        found = await self._store.active_credentials(workspace_id, vault_ids)
         secrets: list[EgressSecret] = []
         named: set[str] = set()
         for credential in found:
@@ -58,6 +60,3 @@ class SessionCredentials:
                 )
             )
         return secrets
-
-    async def uses_vault(self, session_id: str, vault_id: str) -> bool:
-        return vault_id in (await self._store.session_snapshot(session_id)).vault_ids

@@ -64,6 +64,17 @@ class SandboxView:
     """Why the host could not be asked."""
 
 
+@dataclass(frozen=True, slots=True)
+class _Served:
+    """A session this process gave a sandbox: what its sandbox is made of and
+    where its credentials come from (``vault_ids`` never change after create)."""
+
+    session_id: str
+    workspace_id: str
+    vault_ids: tuple[str, ...]
+    config: SandboxConfig
+
+
 class SandboxToolbox:
     def __init__(
         self,
@@ -78,7 +89,7 @@ class SandboxToolbox:
         self._credentials = credentials
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
-        self._served: dict[str, SandboxConfig] = {}
+        self._served: dict[str, _Served] = {}
         """Sessions this process gave a sandbox (tools or a terminal)."""
         self._stale_secrets: set[str] = set()
         """Sessions whose sandbox must get its credentials before its next use."""
@@ -108,8 +119,7 @@ class SandboxToolbox:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
         this server's provider has none."""
         await self._renew(session_id)
-        config = await self._config(session_id)
-        await self._serve(session_id, config)
+        config = await self._serve(session_id)
         return await self._provider.terminal(session_id, config, request)
 
     async def _sandbox(self, session_id: str, *, renewed: bool = False) -> Sandbox:
@@ -118,28 +128,40 @@ class SandboxToolbox:
         async with self._lock:
             found = self._sandboxes.get(session_id)
             if found is None:
-                config = await self._config(session_id)
+                config = await self._serve(session_id)
                 found = await self._provider.acquire(session_id, config)
                 self._sandboxes[session_id] = found
-                await self._serve(session_id, config)
         if session_id in self._stale_secrets:  # a change that could not be pushed at once
-            await self._give_secrets(session_id, self._served[session_id])
+            await self._give_secrets(self._served[session_id])
         return found
 
-    async def _serve(self, session_id: str, config: SandboxConfig) -> None:
-        if session_id not in self._served:
-            self._served[session_id] = config
+    async def _serve(self, session_id: str) -> SandboxConfig:
+        """The session's sandbox config as it is now; its credentials given to
+        the sandbox if they are stale."""
+        session = await self._store.session_snapshot(session_id)
+        environment = await self._store.get_environment(
+            session.workspace_id, session.environment_id
+        )
+        config = sandbox_config(self._settings, environment.config)
+        served = self._served.get(session_id)
+        if served is None:
+            served = _Served(session_id, session.workspace_id, tuple(session.vault_ids), config)
+            self._served[session_id] = served
             self._stale_secrets.add(session_id)
-        await self._give_secrets(session_id, config)
+        await self._give_secrets(served)
+        return config
 
-    async def _give_secrets(self, session_id: str, config: SandboxConfig) -> None:
+    async def _give_secrets(self, served: _Served) -> None:
         """Sends the session's vault credentials to its sandbox if they are stale.
         A session with none sends nothing, so providers that cannot hold any
         still serve it; one with some on such a provider gets ``NoSandbox``."""
+        session_id, config = served.session_id, served.config
         async with self._secrets_lock:
             if session_id not in self._stale_secrets:
                 return
-            secrets = await self._credentials.egress_secrets(session_id)
+            secrets = await self._credentials.egress_secrets(
+                session_id, served.workspace_id, served.vault_ids
+            )
             if secrets or session_id in self._secrets_held:
                 try:
                     await self._provider.set_secrets(session_id, config, secrets)
@@ -155,25 +177,18 @@ class SandboxToolbox:
         session uses the vault gets the new set now, so a revoked credential
         stops being injected at once. One that cannot be reached now gets it
         before its next use."""
-        for session_id, config in list(self._served.items()):
-            if not await self._credentials.uses_vault(session_id, vault_id):
+        for session_id, served in list(self._served.items()):
+            if vault_id not in served.vault_ids:
                 continue
             self._stale_secrets.add(session_id)
             try:
-                await self._give_secrets(session_id, config)
+                await self._give_secrets(served)
             except SandboxError as exc:
                 log.warning(
                     "session %s gets its changed credentials at its next tool call: %s",
                     session_id,
                     exc,
                 )
-
-    async def _config(self, session_id: str) -> SandboxConfig:
-        session = await self._store.session_snapshot(session_id)
-        environment = await self._store.get_environment(
-            session.workspace_id, session.environment_id
-        )
-        return sandbox_config(self._settings, environment.config)
 
     def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
         if not self._provider.leased:
