@@ -82,7 +82,7 @@ async def validate_credential(
     except mcp.McpFailed as failure:
         result.update(status="unknown", mcp_probe=_probe_failure(failure, secrets))
         if failure.unauthorized:
-            result.update(await _refresh_and_retry(app, who, credential, secret, secrets))
+            result.update(await _refresh_and_retry(mcp, app, who, credential, secret, secrets))
     body = {
         "type": "vault_credential_validation",
         "credential_id": credential.id,
@@ -95,14 +95,18 @@ async def validate_credential(
 
 
 async def _refresh_and_retry(
-    app: Services, who: Caller, credential: CredentialRecord, secret: Json, secrets: list[str]
+    mcp: ModuleType,
+    app: Services,
+    who: Caller,
+    credential: CredentialRecord,
+    secret: Json,
+    secrets: list[str],
 ) -> Json:
     """After a 401: the verdict, the refresh's outcome and the probe's (again)."""
     refresh_settings = credential.auth.get("refresh")
     if refresh_settings is None or "refresh_token" not in secret:
         return {"status": "invalid", "refresh": {"status": "no_refresh_token"}}
     timeout = app.settings.mcp_timeout_seconds
-    mcp = await _mcp()
     try:
         grant = await mcp.refresh_access_token(
             token_endpoint=refresh_settings["token_endpoint"],

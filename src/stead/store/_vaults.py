@@ -174,13 +174,15 @@ def create_credential(
 def get_credential(
     conn: Connection, workspace_id: str, vault_id: str, credential_id: str
 ) -> CredentialRecord:
-    get_vault(conn, workspace_id, vault_id)
     row = conn.execute(
         select(vault_credentials).where(
-            vault_credentials.c.id == credential_id, vault_credentials.c.vault_id == vault_id
+            vault_credentials.c.id == credential_id,
+            vault_credentials.c.vault_id == vault_id,
+            vault_credentials.c.workspace_id == workspace_id,
         )
     ).first()
     if row is None:
+        get_vault(conn, workspace_id, vault_id)  # a missing vault is named as such
         raise NotFound("credential", credential_id)
     return _credential(row)
 
