@@ -155,6 +155,9 @@ def create_credential(
 ) -> CredentialRecord:
     _writable_vault(conn, workspace_id, vault_id)
     _check_unique(conn, vault_id, auth, None)
+    record = CredentialRecord(
+        credential_id, workspace_id, vault_id, display_name, metadata, auth, sealed, now, now, None
+    )
     conn.execute(
         insert(vault_credentials).values(
             id=credential_id,
@@ -168,7 +171,7 @@ def create_credential(
             updated_at=now,
         )
     )
-    return get_credential(conn, workspace_id, vault_id, credential_id)
+    return record
 
 
 def get_credential(
