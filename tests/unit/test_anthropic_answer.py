@@ -1,0 +1,146 @@
+"""AnswerBuilder finishes a streamed answer exactly as the SDK's own accumulator does."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from anthropic.lib.streaming._messages import accumulate_event
+from anthropic.types import RawMessageStreamEvent
+from pydantic import TypeAdapter
+
+from stead.harness.providers.anthropic_answer import AnswerBuilder
+
+Json = dict[str, Any]
+EVENTS: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
+
+
+def start(usage: Json) -> Json:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    return {"type": "message_start", "message": message}
+
+
+def block(index: int, content_block: Json, *deltas: Json) -> list[Json]:
+    return [
+        {"type": "content_block_start", "index": index, "content_block": content_block},
+        *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def pieces(value: Json, n: int) -> list[Json]:
+    text = json.dumps(value)
+    size = -(-len(text) // n)
+    return [
+        {"type": "input_json_delta", "partial_json": text[i : i + size]}
+        for i in range(0, len(text), size)
+    ]
+
+
+CITATION = {
+    "type": "char_location",
+    "cited_text": "sky",
+    "document_index": 0,
+    "document_title": None,
+    "start_char_index": 0,
+    "end_char_index": 3,
+}
+TEXT = block(
+    0,
+    {"type": "text", "text": "", "citations": None},
+    {"type": "text_delta", "text": "The sky "},
+    {"type": "citations_delta", "citation": CITATION},
+    {"type": "text_delta", "text": "is blue."},
+)
+THINKING = block(
+    1,
+    {"type": "thinking", "thinking": "", "signature": ""},
+    {"type": "thinking_delta", "thinking": "Let me "},
+    {"type": "thinking_delta", "thinking": "think."},
+    {"type": "signature_delta", "signature": "c2lnbmVk"},
+)
+REDACTED = block(2, {"type": "redacted_thinking", "data": "b3BhcXVl"})
+TOOL = block(
+    3,
+    {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}},
+    *pieces({"command": "ls -la", "n": [1, 2.5, None, True]}, 4),
+)
+SERVER_TOOL = block(
+    4,
+    {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+    *pieces({"query": "weather"}, 3),
+)
+NO_INPUT = block(5, {"type": "tool_use", "id": "toolu_2", "name": "now", "input": {}})
+
+
+def delta(stop_reason: str, usage: Json) -> Json:
+    return {
+        "type": "message_delta",
+        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "usage": usage,
+    }
+
+
+STREAMS = {
+    "every block": [
+        start({"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 4}),
+        *TEXT,
+        *THINKING,
+        *REDACTED,
+        *TOOL,
+        *SERVER_TOOL,
+        *NO_INPUT,
+        delta("tool_use", {"output_tokens": 40, "cache_read_input_tokens": 7}),
+        {"type": "message_stop"},
+    ],
+    "input cut short": [
+        start({"input_tokens": 5, "output_tokens": 1}),
+        *block(
+            0,
+            {"type": "tool_use", "id": "toolu_3", "name": "write", "input": {}},
+            {"type": "input_json_delta", "partial_json": '{"path": "a.txt", "content": "hal'},
+        )[:-1],
+        delta("max_tokens", {"output_tokens": 9, "input_tokens": 6}),
+        {"type": "message_stop"},
+    ],
+}
+
+
+@pytest.mark.parametrize("name", sorted(STREAMS))
+def test_the_answer_is_the_sdk_accumulators_final_message(name: str) -> None:
+    builder = AnswerBuilder()
+    snapshot: Any = None
+    buffers: dict[int, bytes] = {}
+    for raw in STREAMS[name]:
+        builder.add(EVENTS.validate_python(raw))
+        # A fresh event for the SDK: the builder keeps (and completes) the blocks it was given.
+        event = EVENTS.validate_python(raw)
+        snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=buffers)
+    expected = [b.model_dump(mode="json", exclude_none=True) for b in snapshot.content]
+    assert builder.content() == expected
+    assert builder.stop_reason == snapshot.stop_reason
+    usage = snapshot.usage
+    assert builder.usage() == {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+    }
+
+
+def test_a_stream_must_begin_with_message_start() -> None:
+    builder = AnswerBuilder()
+    with pytest.raises(RuntimeError, match="message_start"):
+        builder.add(EVENTS.validate_python(TEXT[0]))
+    with pytest.raises(RuntimeError, match="message_start"):
+        AnswerBuilder().content()
