@@ -70,7 +70,8 @@ class Runtime:
 
     def take(self, start: RunStart) -> None:
         """Runs a run claimed on ``claim_terms``, whose opening events the caller
-        published; if the runtime stopped meanwhile, recovery re-queues it."""
+        publishes before it next awaits (the run starts no sooner); if the
+        runtime stopped meanwhile, recovery re-queues it."""
         actor = self._actor(start.claim.session_id, poked=False)
         if actor is not None:
             actor.hand(start)

@@ -35,10 +35,11 @@ def claim(
     log = _events.after(conn, taken.session_id, terms.since, _events.READ_ALL)
     first = terms.plan(taken, session, log) if terms.plan is not None else None
     if first is not None:
-        done = _runs.write(conn, now, taken, replace(first, since=terms.since))
+        # Taken in this transaction: no fence to check, and the log is the one
+        # just read followed by what the first step appends.
+        done = _runs.write_claimed(conn, now, taken, replace(first, since=None))
         opened += done.logged
-        assert done.log is not None
-        log = done.log
+        log = [*log, *done.logged]
     return RunStart(claim=taken, opened=opened, session=session, since=terms.since, log=log)
 
 

@@ -244,6 +244,14 @@ def _status_statement() -> Any:
 
 def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
     check_epoch(conn, claim.run_id, claim.epoch)
+    return write_claimed(conn, now, claim, change)
+
+
+def write_claimed(
+    conn: Connection, now: datetime, claim: RunClaim, change: RunWrite
+) -> WriteResult:
+    """``write`` for the transaction that has just claimed the run: its epoch is
+    this transaction's own, so there is no fence to check."""
     if (lease := change.lease) is not None:
         _leases.acquire(
             conn,
@@ -275,7 +283,14 @@ def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) ->
             next_run = start(conn, now, claim.session_id)
     log = None
     if change.since is not None:
-        log = _events.after(conn, claim.session_id, change.since, _events.READ_ALL)
+        # What this wrote is the whole log after ``since`` when it follows on at
+        # once (seqs are contiguous and writes one at a time); else read it.
+        follows = bool(logged) and logged[0].seq == change.since + 1
+        log = (
+            logged
+            if follows
+            else _events.after(conn, claim.session_id, change.since, _events.READ_ALL)
+        )
     return WriteResult(logged, next_run, log, started)
 
 
