@@ -8,13 +8,14 @@ that accepts user events (the run their message queued, taken before the ack).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import Connection
 
 from stead.store import _events, _runs, _sessions
-from stead.store.base import ClaimTerms, RunStart, SessionRecord
+from stead.store.base import ClaimTerms, EventRecord, RunStart, SessionRecord
 
 
 def claim(
@@ -23,8 +24,10 @@ def claim(
     run_id: str,
     terms: ClaimTerms,
     session: SessionRecord | None = None,
+    appended: Sequence[EventRecord] = (),
 ) -> RunStart | None:
-    """``session``: the run's session as this transaction already read it."""
+    """``session``: the run's session as this transaction already read it;
+    ``appended``: the events it appended to the session's log (last, in order)."""
     taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
     if taken is None:
         return None
@@ -32,7 +35,7 @@ def claim(
     if session is None:
         session = _sessions.snapshot(conn, taken.session_id)
     session = replace(session, status="running")
-    log = _events.after(conn, taken.session_id, terms.since, _events.READ_ALL)
+    log = _events.log_after(conn, taken.session_id, terms.since, [*appended, *opened])
     first = terms.plan(taken, session, log) if terms.plan is not None else None
     if first is not None:
         # Taken in this transaction: no fence to check, and the log is the one

@@ -88,6 +88,17 @@ def append_log(
     return records
 
 
+def log_after(
+    conn: Connection, session_id: str, since: int, written: Sequence[EventRecord]
+) -> list[EventRecord]:
+    """The log after ``since``, given ``written``: what this transaction appended
+    last, in order. When ``written`` follows on at once from ``since`` it is that
+    log (seqs are contiguous and writes run one at a time); else it is read."""
+    if written and written[0].seq == since + 1:
+        return list(written)
+    return after(conn, session_id, since, READ_ALL)
+
+
 def enqueue(
     conn: Connection, now: datetime, session_id: str, new: Sequence[NewEvent]
 ) -> list[EventRecord]:

@@ -75,5 +75,5 @@ def accept(
             # Taken before the ack, in this commit: the loop needs no second
             # transaction to begin, and a crash after the ack leaves the run
             # owned by a dead process, which recovery re-queues as for any run.
-            started = _claims.claim(conn, now, run_id, claim, session)
+            started = _claims.claim(conn, now, run_id, claim, session, logged)
     return EventsAccepted(echoes, logged, starts_work, started)

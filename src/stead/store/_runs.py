@@ -283,14 +283,7 @@ def write_claimed(
             next_run = start(conn, now, claim.session_id)
     log = None
     if change.since is not None:
-        # What this wrote is the whole log after ``since`` when it follows on at
-        # once (seqs are contiguous and writes one at a time); else read it.
-        follows = bool(logged) and logged[0].seq == change.since + 1
-        log = (
-            logged
-            if follows
-            else _events.after(conn, claim.session_id, change.since, _events.READ_ALL)
-        )
+        log = _events.log_after(conn, claim.session_id, change.since, logged)
     return WriteResult(logged, next_run, log, started)
 
 
