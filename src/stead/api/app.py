@@ -22,7 +22,6 @@ from stead.api import (
     vaults,
 )
 from stead.api.deps import KeyCache, Services
-from stead.api.hot import hot_routes
 from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
@@ -107,7 +106,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
 
     # The routes go straight onto the app: routers kept nested by include_router
     # are matched again on every request, which cost more than the rest of a call.
-    routes = [*hot_routes(), *(route for module in ROUTE_MODULES for route in module.router.routes)]
+    routes = [route for module in ROUTE_MODULES for route in module.router.routes]
     app = FastAPI(
         title="stead",
         version="0.1.0",
