@@ -8,8 +8,6 @@ host's edge (``stead sandbox-host``) and turned into ``HostOptions``.
 
 from __future__ import annotations
 
-import ipaddress
-import re
 import ssl
 from pathlib import Path
 
@@ -17,16 +15,13 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig
+from stead.egress_policy import pinned_hosts, upstream_context
 from stead.sandbox_host.config import HostOptions, default_work_dir
-from stead.sandbox_host.egress import normalize_host, upstream_context
 
 LAST_UID = 2**31 - 2
 """The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
 MAX_UID_COUNT = 2**31 - 1 - 2_000_000
 """The most uids one host may claim: all the registry hands out."""
-
-
-_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?$")
 
 
 def _default_data_dir() -> Path:
@@ -107,16 +102,7 @@ class HostSettings(BaseSettings):
     @field_validator("egress_hosts")
     @classmethod
     def _hosts_are_names(cls, hosts: dict[str, str]) -> dict[str, str]:
-        checked = {}
-        for name, address in hosts.items():
-            host = normalize_host(name)
-            if not _NAME.match(host):
-                raise ValueError(f"{name!r} is not a host name")
-            try:
-                checked[host] = str(ipaddress.ip_address(address))
-            except ValueError:
-                raise ValueError(f"{name!r}: {address!r} is not an IP address") from None
-        return checked
+        return pinned_hosts(hosts)
 
     @field_validator("egress_extra_ca_file")
     @classmethod
