@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from stead.egress_policy import checked_bundle, pinned_hosts
 
 
 def default_data_dir() -> Path:
@@ -93,12 +96,45 @@ class Settings(BaseSettings):
     # from the same STEAD_* variables: a host started by `stead serve`
     # inherits this process's environment.
 
+    # The web tools (web_fetch, web_search) run in the brain, not the sandbox.
+    web_search_url: str | None = None
+    """Base URL of the SearXNG instance web_search asks (``GET <url>/search?q=..
+    &format=json``); unset, web_search answers the model that it is not configured."""
+    web_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Longest one web_fetch (redirects included) or web_search may take."""
+    web_fetch_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """Largest body web_fetch reads: longer text is cut there, a longer PDF refused."""
+    egress_hosts: dict[str, str] = Field(default_factory=dict)
+    """Host name -> IP address (JSON), as for the sandbox host: web tools resolve
+    these names to these addresses, which pass the blocklist."""
+    egress_extra_ca_file: Path | None = None
+    """PEM bundle of CAs web tools trust for origins besides the system's."""
+
     failpoints: str | None = None
     """Test-only crash injection, see ``stead.failpoints``."""
 
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"
+
+    @field_validator("egress_hosts")
+    @classmethod
+    def _hosts_are_names(cls, hosts: dict[str, str]) -> dict[str, str]:
+        return pinned_hosts(hosts)
+
+    @field_validator("egress_extra_ca_file")
+    @classmethod
+    def _bundle_loads(cls, path: Path | None) -> Path | None:
+        return checked_bundle(path)
+
+    @field_validator("web_search_url")
+    @classmethod
+    def _search_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+                raise ValueError(f"{url!r} is not the http(s) base URL of a SearXNG instance")
+        return url
 
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:

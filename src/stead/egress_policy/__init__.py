@@ -35,7 +35,7 @@ from stead.egress_policy.resolve import (
     pinned_hosts,
     system_resolver,
 )
-from stead.egress_policy.tls import upstream_context
+from stead.egress_policy.tls import checked_bundle, upstream_context
 
 __all__ = [
     "DOMAIN_RULE",
@@ -53,6 +53,7 @@ __all__ = [
     "UpstreamTimeout",
     "block_reason",
     "checked_addresses",
+    "checked_bundle",
     "domain_entry",
     "host_entry",
     "normalize_host",

@@ -18,3 +18,13 @@ def upstream_context(extra_ca_file: Path | None) -> ssl.SSLContext:
     if extra_ca_file is not None:
         context.load_verify_locations(cafile=str(extra_ca_file))
     return context
+
+
+def checked_bundle(extra_ca_file: Path | None) -> Path | None:
+    """``STEAD_EGRESS_EXTRA_CA_FILE`` checked at start: ``ValueError`` unless it loads."""
+    if extra_ca_file is not None:
+        try:
+            upstream_context(extra_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"{extra_ca_file}: not a readable PEM bundle of CAs ({exc})") from None
+    return extra_ca_file

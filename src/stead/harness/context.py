@@ -34,8 +34,9 @@ def enabled_builtin_tools(agent: Json) -> dict[str, Json]:
     return enabled
 
 
-BUILTIN_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
-"""Built-in tools stead executes (web_fetch and web_search are not offered yet)."""
+BUILTIN_NAMES = ("bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search")
+"""Built-in tools stead executes: in the session's sandbox, or in the brain
+(web_fetch and web_search)."""
 
 
 def custom_tools(agent: Json) -> dict[str, Json]:

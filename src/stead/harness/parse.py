@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from stead.events import EventType
 from stead.harness.context import custom_tools, enabled_builtin_tools
+from stead.harness.urls import fetch_refusal
 from stead.jsonvalues import Json
 
 NewEventSpec = tuple[str, Json]
@@ -21,13 +24,18 @@ def _evaluation(policy: Json) -> tuple[str, Json]:
     return "ask", {"type": "auto", "evaluated_permission": verdict}
 
 
-def _tool_use(block: Json, agent: Json) -> NewEventSpec:
+def _tool_use(block: Json, agent: Json, events: Sequence[Json]) -> NewEventSpec:
     name, tool_input = block["name"], block.get("input") or {}
     if name in custom_tools(agent):
         return EventType.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}
     config = enabled_builtin_tools(agent).get(name)
+    refusal = None
     if config is None:
         refusal = f"the tool {name!r} is not available to this agent"
+    elif name == "web_fetch" and isinstance(tool_input, dict):
+        refusal = fetch_refusal(tool_input.get("url"), events, agent, config)
+    if config is None or refusal is not None:
+        # Refused before any permission policy applies: no ``evaluation``.
         body = {"name": name, "input": tool_input, "evaluated_permission": "deny"}
         return EventType.AGENT_TOOL_USE, {**body, "_internal": {"refusal": refusal}}
     permission, evaluation = _evaluation(config["permission_policy"])
@@ -39,13 +47,15 @@ def _tool_use(block: Json, agent: Json) -> NewEventSpec:
     }
 
 
-def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
-    events: list[NewEventSpec] = []
+def response_events(content: list[Json], agent: Json, events: Sequence[Json]) -> list[NewEventSpec]:
+    """The events that record the model's answer ``content`` to a request built
+    from the log ``events``."""
+    answer: list[NewEventSpec] = []
     text: list[Json] = []
 
     def flush_text() -> None:
         if text:
-            events.append((EventType.AGENT_MESSAGE, {"content": list(text)}))
+            answer.append((EventType.AGENT_MESSAGE, {"content": list(text)}))
             text.clear()
 
     for block in content:
@@ -60,12 +70,12 @@ def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
                 "thinking": block.get("thinking", ""),
                 "signature": block.get("signature", ""),
             }
-            events.append((EventType.AGENT_THINKING, {"_internal": internal}))
+            answer.append((EventType.AGENT_THINKING, {"_internal": internal}))
         elif kind == "redacted_thinking":
-            events.append(
+            answer.append(
                 (EventType.AGENT_THINKING, {"_internal": {"redacted": block.get("data", "")}})
             )
         elif kind == "tool_use":
-            events.append(_tool_use(block, agent))
+            answer.append(_tool_use(block, agent, events))
     flush_text()
-    return events
+    return answer

@@ -32,7 +32,7 @@ class ToolsUnavailable(Exception):
 
 
 class Toolbox(Protocol):
-    """Runs built-in tools in a session's sandbox."""
+    """Runs built-in tools: in a session's sandbox, or (``sandbox_free``) in the brain."""
 
     @property
     def definitions(self) -> Mapping[str, Json]:
@@ -63,6 +63,12 @@ class Toolbox(Protocol):
     def resumable(self) -> frozenset[str]:
         """Tools the sandbox runs at most once per op key (bash): after a crash a
         call is made again with the same op key and the sandbox sorts it out."""
+        ...
+
+    @property
+    def sandbox_free(self) -> frozenset[str]:
+        """Tools that run without the session's sandbox (web_fetch, web_search):
+        a call neither makes nor wakes one, nor renews its lease."""
         ...
 
     async def aclose(self) -> None: ...

@@ -1,5 +1,6 @@
 """The built-in toolset running in per-session sandboxes (``stead.tools`` over
-a ``SandboxProvider``, chosen once at start by ``stead.sandbox.open_provider``).
+a ``SandboxProvider``, chosen once at start by ``stead.sandbox.open_provider``),
+but for the web tools, which run here in the brain (``webtools.py``).
 
 A session's sandbox id is the session id. A provider whose sandboxes outlive
 the process (``leased``) binds each to a lease (rule 9): every call renews it,
@@ -20,6 +21,7 @@ from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.sandboxconfig import sandbox_config
+from stead.runtime.webtools import WebTools
 from stead.sandbox import (
     HostUnreachable,
     NoSandbox,
@@ -97,6 +99,7 @@ class SandboxToolbox:
         """Sessions whose sandbox holds credentials from this process."""
         self._secrets_lock = anyio.Lock()
         """One push at a time: a set computed earlier never overtakes a later one."""
+        self._web = WebTools(settings, store, credentials)
 
     @property
     def leased(self) -> bool:
@@ -114,6 +117,10 @@ class SandboxToolbox:
     @property
     def resumable(self) -> frozenset[str]:
         return tools.RESUMABLE_TOOLS
+
+    @property
+    def sandbox_free(self) -> frozenset[str]:
+        return frozenset(tools.WEB_TOOL_NAMES)
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
@@ -223,6 +230,8 @@ class SandboxToolbox:
     async def run(
         self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False
     ) -> ToolOutcome:
+        if name in tools.WEB_TOOL_NAMES:
+            return await self._web.run(session_id, name, tool_input)
         try:
             sandbox = await self._sandbox(session_id, renewed=renewed)
         except NoSandbox as exc:

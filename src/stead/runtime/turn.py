@@ -222,7 +222,9 @@ class TurnRunner:
                 failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
             )
         self.deps.failpoints.hit("model.after_answer")
-        answer = [ev.new(kind, body) for kind, body in response_events(response.content, agent)]
+        answer = [
+            ev.new(kind, body) for kind, body in response_events(response.content, agent, events)
+        ]
         delta = ev.model_usage(response.usage)
         for name, value in delta.items():
             self._usage[name] = self._usage.get(name, 0) + value
@@ -312,7 +314,7 @@ class TurnRunner:
         started = [(key, f"tool:{name}")]
         # One commit records the call as started (unless the ledger has it: it
         # says what it had) and renews the sandbox's lease, as the call would.
-        lease = tools.lease_terms(self.start.session)
+        lease = tools.lease_terms(self.start.session) if name not in tools.sandbox_free else None
         try:
             written = await self._write(ops_started=started, lease=lease)
         except SandboxLeaseEnded:

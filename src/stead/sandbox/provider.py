@@ -39,6 +39,11 @@ class EgressCredential:
         return f"EgressCredential(host={self.host!r}, header={self.header!r}, value=<hidden>)"
 
 
+PLACEHOLDER_PREFIX = "stead_placeholder_"
+"""How every placeholder of an ``EnvironmentCredential`` starts (then 40 random
+hex digits), so code outside the egress proxy can tell one when it sees it."""
+
+
 @dataclass(frozen=True, slots=True)
 class EnvironmentCredential:
     """An ``environment_variable`` vault credential (spec §4.8): the sandbox sees

@@ -8,14 +8,13 @@ host's edge (``stead sandbox-host``) and turned into ``HostOptions``.
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig
-from stead.egress_policy import pinned_hosts, upstream_context
+from stead.egress_policy import checked_bundle, pinned_hosts
 from stead.sandbox_host.config import HostOptions, default_work_dir
 
 LAST_UID = 2**31 - 2
@@ -107,12 +106,7 @@ class HostSettings(BaseSettings):
     @field_validator("egress_extra_ca_file")
     @classmethod
     def _bundle_loads(cls, path: Path | None) -> Path | None:
-        if path is not None:
-            try:
-                upstream_context(path)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"{path}: not a readable PEM bundle of CAs ({exc})") from None
-        return path
+        return checked_bundle(path)
 
     def options(self) -> HostOptions:
         state_dir = self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
