@@ -116,7 +116,7 @@ class _TextMaker(HTMLParser):
             self._parts.append(data)
             return
         text = _SPACES.sub(" ", data)
-        if self._at_line_start():
+        if self._after_space():
             text = text.lstrip()
         if text:
             self._parts.append(text)
@@ -128,14 +128,22 @@ class _TextMaker(HTMLParser):
         del self._parts[start:]
         self._parts.append(f"[{label}]({url})" if label and label != url else url)
 
-    def _at_line_start(self) -> bool:
+    def _after_space(self) -> bool:
         for part in reversed(self._parts):
             if part:
                 return part.endswith("\n") or part.endswith(" ")
         return True
 
     def _break(self, lines: int) -> None:
-        self._parts.append("\n" * lines)
+        """Ends the line and leaves ``lines - 1`` blank ones, unless already so."""
+        have = 0
+        for part in reversed(self._parts):
+            stripped = part.rstrip("\n")
+            have += len(part) - len(stripped)
+            if stripped:
+                break
+        if self._parts:
+            self._parts.append("\n" * max(0, lines - have))
 
     def text(self) -> str:
         lines = "".join(self._parts).split("\n")

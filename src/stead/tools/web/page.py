@@ -111,6 +111,7 @@ def _pdf(fetched: Fetched) -> ToolOutcome:
 def _render(fetched: Fetched, title: str | None, text: str, max_tokens: int | None) -> str:
     tokens = max_tokens if max_tokens is not None and max_tokens > 0 else DEFAULT_MAX_CONTENT_TOKENS
     limit = tokens * CHARS_PER_TOKEN
+    text = text.rstrip()
     parts = [_header(fetched, title), "", text or "(no text)"]
     if len(text) > limit:
         parts[2] = text[:limit]
