@@ -96,17 +96,29 @@ def web_origin(
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.block_on_close = False
+    with serving(server, ca, names) as port:
+        found.port = port
+        try:
+            yield found
+        finally:
+            released.set()
+
+
+@contextmanager
+def serving(
+    server: ThreadingHTTPServer, ca: trustme.CA | None = None, names: tuple[str, ...] = ()
+) -> Iterator[int]:
+    """Runs ``server`` in a thread (over TLS with a certificate from ``ca`` for
+    ``names`` when given) until the block ends; its port."""
     if ca is not None:
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ca.issue_cert(*names).configure_cert(context)
         server.socket = context.wrap_socket(server.socket, server_side=True)
-    found.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield found
+        yield server.server_address[1]
     finally:
-        released.set()
         server.shutdown()
         server.server_close()
         thread.join(10)

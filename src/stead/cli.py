@@ -108,6 +108,9 @@ def serve(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    # httpx logs every request's URL at info; web_fetch URLs are the model's to
+    # write (query strings and all), and the brain logs no URL it was given.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     created = anyio.run(_first_key, settings)
     url = f"http://{settings.host}:{settings.port}"
     # Plain click output: rich (40 modules, 1.5 MB) is for the commands that

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stead.egress_policy import checked_bundle, pinned_hosts
+from stead.egress_policy import ExtraCaFile, PinnedHosts
 
 
 def default_data_dir() -> Path:
@@ -104,10 +104,10 @@ class Settings(BaseSettings):
     """Longest one web_fetch (redirects included) or web_search may take."""
     web_fetch_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     """Largest body web_fetch reads: longer text is cut there, a longer PDF refused."""
-    egress_hosts: dict[str, str] = Field(default_factory=dict)
+    egress_hosts: PinnedHosts = Field(default_factory=dict)
     """Host name -> IP address (JSON), as for the sandbox host: web tools resolve
     these names to these addresses, which pass the blocklist."""
-    egress_extra_ca_file: Path | None = None
+    egress_extra_ca_file: ExtraCaFile = None
     """PEM bundle of CAs web tools trust for origins besides the system's."""
 
     failpoints: str | None = None
@@ -116,16 +116,6 @@ class Settings(BaseSettings):
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"
-
-    @field_validator("egress_hosts")
-    @classmethod
-    def _hosts_are_names(cls, hosts: dict[str, str]) -> dict[str, str]:
-        return pinned_hosts(hosts)
-
-    @field_validator("egress_extra_ca_file")
-    @classmethod
-    def _bundle_loads(cls, path: Path | None) -> Path | None:
-        return checked_bundle(path)
 
     @field_validator("web_search_url")
     @classmethod

@@ -95,47 +95,41 @@ def test_the_system_prompt_counts_as_user_input() -> None:
     )
 
 
+LOG = [
+    said("see https://u.example/"),
+    used("c1", "lookup", custom=True),
+    result("c1", "see https://a.example/x", custom=True),
+    used("w1", "web_search"),
+    result("w1", "1. B\n   https://b.example/y"),
+    used("w2", "web_fetch"),
+    result("w2", "web_fetch: https://c.example/z answered HTTP 404", is_error=True),
+    used("b1", "bash"),
+    result("b1", "https://d.example/w"),
+]
+"""A user message, a custom tool's result, a search result, a failed fetch
+(quoting its URL) and a command's output, each showing one URL."""
+
+
 def test_results_of_custom_and_web_tools_count_but_not_errors_or_sandbox_output() -> None:
-    events = [
-        said("go"),
-        used("c1", "lookup", custom=True),
-        result("c1", "see https://a.example/x", custom=True),
-        used("w1", "web_search"),
-        result("w1", "1. B\n   https://b.example/y"),
-        used("w2", "web_fetch"),
-        result("w2", "web_fetch: https://c.example/z answered HTTP 404", is_error=True),
-        used("b1", "bash"),
-        result("b1", "https://d.example/w"),
-    ]
-    assert allowed("https://a.example/x", events)
-    assert allowed("https://b.example/y", events)
-    assert not allowed("https://c.example/z", events)
-    assert not allowed("https://d.example/w", events)
+    assert allowed("https://a.example/x", LOG)
+    assert allowed("https://b.example/y", LOG)
+    assert not allowed("https://c.example/z", LOG)
+    assert not allowed("https://d.example/w", LOG)
 
 
 def test_url_sources_narrow_each_source() -> None:
-    events = [
-        said("see https://u.example/"),
-        used("c1", "lookup", custom=True),
-        result("c1", "https://a.example/", custom=True),
-        used("w1", "web_search"),
-        result("w1", "https://b.example/"),
-    ]
-    only_search = agent(
-        url_sources={
-            "user_input": {"type": "none"},
-            "client_tool_results": {"type": "none"},
-            "server_tool_results": {
-                "type": "only",
-                "tools": [{"type": "tool_reference", "name": "web_search"}],
-            },
-        }
-    )
-    assert shown_urls(
-        events, only_search, only_search["tools"][0]["configs"][0]["url_sources"]
-    ) == {"https://b.example/"}
+    only_search = {
+        "user_input": {"type": "none"},
+        "client_tool_results": {"type": "none"},
+        "server_tool_results": {
+            "type": "only",
+            "tools": [{"type": "tool_reference", "name": "web_search"}],
+        },
+    }
+    assert shown_urls(LOG, agent(), only_search) == {"https://b.example/y"}
     no_lookup = {"client_tool_results": {"type": "except", "tools": [{"name": "lookup"}]}}
-    assert shown_urls(events, agent(), no_lookup) == {"https://u.example/", "https://b.example/"}
+    assert shown_urls(LOG, agent(), no_lookup) == {"https://u.example/", "https://b.example/y"}
+    assert not allowed("https://u.example/", LOG, agent(url_sources=only_search))
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from stead.egress_policy.policy import (
     HostSet,
     block_reason,
     host_entry,
+    is_address,
     normalize_host,
     refuse_blocked,
 )
@@ -35,6 +36,7 @@ from stead.egress_policy.resolve import (
     pinned_hosts,
     system_resolver,
 )
+from stead.egress_policy.settings import ExtraCaFile, PinnedHosts
 from stead.egress_policy.tls import checked_bundle, upstream_context
 
 __all__ = [
@@ -45,9 +47,11 @@ __all__ = [
     "DomainPolicy",
     "EgressError",
     "EgressPolicy",
+    "ExtraCaFile",
     "HostPolicy",
     "HostSet",
     "InvalidPolicy",
+    "PinnedHosts",
     "Resolver",
     "UpstreamFailed",
     "UpstreamTimeout",
@@ -56,6 +60,7 @@ __all__ = [
     "checked_bundle",
     "domain_entry",
     "host_entry",
+    "is_address",
     "normalize_host",
     "pinned_hosts",
     "refuse_blocked",

@@ -18,11 +18,16 @@ blocklist every stead egress keeps (``block_reason``).
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 
 from stead.egress_policy.errors import Denied, InvalidPolicy
-from stead.egress_policy.policy import HostSet, host_entry, normalize_host, refuse_blocked
+from stead.egress_policy.policy import (
+    HostSet,
+    host_entry,
+    is_address,
+    normalize_host,
+    refuse_blocked,
+)
 
 DOMAIN_RULE = "a plain host name such as docs.example.com (no scheme, port or path)"
 
@@ -46,16 +51,8 @@ def _entries(key: str, values: Sequence[object]) -> list[str]:
 
 def _matching(entries: list[str]) -> HostSet:
     """Each name and its subdomains; each address alone."""
-    wildcards = [f"*.{e}" for e in entries if not _is_address(e)]
+    wildcards = [f"*.{e}" for e in entries if not is_address(e)]
     return HostSet([*entries, *wildcards])
-
-
-def _is_address(entry: str) -> bool:
-    try:
-        ipaddress.ip_address(entry)
-    except ValueError:
-        return False
-    return True
 
 
 class DomainPolicy:

@@ -105,6 +105,15 @@ def _own_block_reason(ip: IPAddress) -> str | None:
     return next((reason for blocked, reason in checks if blocked), None)
 
 
+def is_address(host: str) -> bool:
+    """Whether ``host`` is an IP address (unbracketed) rather than a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def refuse_blocked(host: str, addresses: Sequence[str]) -> None:
     """Raises ``Denied`` naming the first of ``addresses`` on the blocklist."""
     for address in addresses:
@@ -119,11 +128,8 @@ def host_entry(raw: object, where: str) -> str:
         raise InvalidPolicy(f"{where}: {raw!r} is not a string")
     host = normalize_host(raw)
     name = host.removeprefix("*.")
-    try:
-        ipaddress.ip_address(host)
+    if is_address(host):
         return host
-    except ValueError:
-        pass
     if not name or len(name) > _MAX_NAME or not _NAME.match(name):
         raise InvalidPolicy(f"{where}: {raw!r} is not a host name, address or *.wildcard")
     return host

@@ -14,7 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig
-from stead.egress_policy import checked_bundle, pinned_hosts
+from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.sandbox_host.config import HostOptions, default_work_dir
 
 LAST_UID = 2**31 - 2
@@ -76,12 +76,12 @@ class HostSettings(BaseSettings):
     """sources.list lines for environment apt packages (default: the machine's sources)."""
     package_hosts: list[str] = Field(default_factory=list)
     """More hosts the package installers may reach (mirrors, private indexes)."""
-    egress_hosts: dict[str, str] = Field(default_factory=dict)
+    egress_hosts: PinnedHosts = Field(default_factory=dict)
     """JSON object of host name -> IP address, like /etc/hosts, for every
     sandbox's egress proxy: the name resolves to that address only, and the
     address is reachable even if private or loopback (the operator chose it).
     The environment's allowlist still decides whether the name may be reached."""
-    egress_extra_ca_file: Path | None = None
+    egress_extra_ca_file: ExtraCaFile = None
     """A PEM bundle of CAs the egress proxy trusts for origins, besides the
     host's own trust store (a private CA of the operator's)."""
     terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
@@ -97,16 +97,6 @@ class HostSettings(BaseSettings):
                 f"{base} + STEAD_SANDBOX_UID_COUNT ({count}) - 1 is past uid {LAST_UID}"
             )
         return base
-
-    @field_validator("egress_hosts")
-    @classmethod
-    def _hosts_are_names(cls, hosts: dict[str, str]) -> dict[str, str]:
-        return pinned_hosts(hosts)
-
-    @field_validator("egress_extra_ca_file")
-    @classmethod
-    def _bundle_loads(cls, path: Path | None) -> Path | None:
-        return checked_bundle(path)
 
     def options(self) -> HostOptions:
         state_dir = self.sandbox_host_state_dir or self.data_dir / "sandbox-host"

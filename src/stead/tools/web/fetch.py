@@ -12,7 +12,6 @@ The whole call, redirects included, ends after ``WebOptions.timeout``.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 import anyio
 import httpx2
 
-from stead.egress_policy import EgressError, HostPolicy, checked_addresses
+from stead.egress_policy import EgressError, HostPolicy, checked_addresses, is_address
 from stead.tools.web.errors import WebError
 from stead.tools.web.guard import CredentialGuard
 from stead.tools.web.options import WebOptions
@@ -149,7 +148,7 @@ async def _opened(
 
 def _request(client: httpx2.AsyncClient, target: _Target, address: str) -> httpx2.Request:
     extensions = {}
-    if target.url.scheme == "https" and not _is_address(target.host):
+    if target.url.scheme == "https" and not is_address(target.host):
         extensions["sni_hostname"] = target.host  # verified against this name
     headers = {"Host": target.url.netloc.decode("ascii"), "User-Agent": USER_AGENT}
     return client.build_request(
@@ -180,14 +179,6 @@ def _content_type(header: str) -> tuple[str, str | None]:
         if key.strip().lower() == "charset" and value.strip():
             charset = value.strip().strip("\"'")
     return media.strip().lower(), charset
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _reason(exc: BaseException) -> str:
