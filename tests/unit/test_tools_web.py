@@ -201,6 +201,28 @@ async def test_a_name_resolving_to_a_private_address_is_refused(origin: WebOrigi
     assert outcome.is_error and "address 127.0.0.1 is blocked (loopback)" in text(outcome)
 
 
+async def test_the_name_is_resolved_once_and_the_checked_address_is_dialled(
+    origin: WebOrigin,
+) -> None:
+    """No second lookup can rebind the name: this resolver answers only once,
+    and the machine's does not know ``rebind.test``, so only a connection to
+    the address checked at the first answer can succeed."""
+    asked: list[str] = []
+
+    async def resolver(host: str, port: int) -> list[str]:
+        asked.append(host)
+        if len(asked) > 1:
+            raise OSError("asked again")
+        return ["127.0.0.1"]
+
+    config = {**FETCH, "allowed_domains": ["rebind.test"]}
+    url = f"http://rebind.test:{origin.port}/notes.txt"
+    outcome = await fetch(url, config, resolver=resolver, pinned={})
+    assert not outcome.is_error, text(outcome)
+    assert asked == ["rebind.test"]
+    assert origin.seen[-1].host == f"rebind.test:{origin.port}"
+
+
 async def test_a_name_that_does_not_resolve_is_an_error(origin: WebOrigin) -> None:
     async def resolver(host: str, port: int) -> list[str]:
         raise OSError("NXDOMAIN")
