@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from stead.events import EventType
 from stead.harness.context import custom_tools, enabled_builtin_tools
+from stead.harness.mcp import EnabledMcpTool, McpTool, enabled_mcp_tools
 from stead.jsonvalues import Json
 
 NewEventSpec = tuple[str, Json]
@@ -21,10 +24,20 @@ def _evaluation(policy: Json) -> tuple[str, Json]:
     return "ask", {"type": "auto", "evaluated_permission": verdict}
 
 
-def _tool_use(block: Json, agent: Json) -> NewEventSpec:
+def _tool_use(block: Json, agent: Json, mcp: Mapping[str, EnabledMcpTool]) -> NewEventSpec:
     name, tool_input = block["name"], block.get("input") or {}
     if name in custom_tools(agent):
         return EventType.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}
+    found = mcp.get(name)
+    if found is not None:
+        permission, evaluation = _evaluation(found.permission_policy)
+        return EventType.AGENT_MCP_TOOL_USE, {
+            "mcp_server_name": found.tool.server,
+            "name": found.tool.name,
+            "input": tool_input,
+            "evaluated_permission": permission,
+            "evaluation": evaluation,
+        }
     config = enabled_builtin_tools(agent).get(name)
     if config is None:
         refusal = f"the tool {name!r} is not available to this agent"
@@ -39,7 +52,11 @@ def _tool_use(block: Json, agent: Json) -> NewEventSpec:
     }
 
 
-def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
+def response_events(
+    content: list[Json], agent: Json, mcp_tools: Sequence[McpTool] = ()
+) -> list[NewEventSpec]:
+    """``mcp_tools``: the ones the request offered (``build_request``)."""
+    mcp = enabled_mcp_tools(agent, mcp_tools) if mcp_tools else {}
     events: list[NewEventSpec] = []
     text: list[Json] = []
 
@@ -66,6 +83,6 @@ def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
                 (EventType.AGENT_THINKING, {"_internal": {"redacted": block.get("data", "")}})
             )
         elif kind == "tool_use":
-            events.append(_tool_use(block, agent))
+            events.append(_tool_use(block, agent, mcp))
     flush_text()
     return events
