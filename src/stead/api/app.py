@@ -28,6 +28,7 @@ from stead.failpoints import FailPoints
 from stead.runtime import (
     EventBus,
     LeaseSweeper,
+    McpGateway,
     Runtime,
     SandboxToolbox,
     SessionCredentials,
@@ -76,7 +77,8 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             box = load_secret_box(settings)
             credentials = SessionCredentials(opened, box)
             toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
-            deps = build_loop(settings, opened, bus, toolbox, failpoints)
+            mcp = McpGateway(opened, box, timeout=settings.mcp_timeout_seconds)
+            deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints)
             runtime = Runtime(deps, exclusive=store is None)
             sweeper = None
             if toolbox.leased:

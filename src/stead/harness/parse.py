@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from stead.events import EventType
 from stead.harness.context import custom_tools, enabled_builtin_tools
+from stead.harness.mcp import EnabledMcpTool, McpTool, enabled_mcp_tools
 from stead.harness.urls import fetch_refusal
 from stead.jsonvalues import Json
 
@@ -24,10 +25,22 @@ def _evaluation(policy: Json) -> tuple[str, Json]:
     return "ask", {"type": "auto", "evaluated_permission": verdict}
 
 
-def _tool_use(block: Json, agent: Json, events: Sequence[Json]) -> NewEventSpec:
+def _tool_use(
+    block: Json, agent: Json, events: Sequence[Json], mcp: Mapping[str, EnabledMcpTool]
+) -> NewEventSpec:
     name, tool_input = block["name"], block.get("input") or {}
     if name in custom_tools(agent):
         return EventType.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}
+    found = mcp.get(name)
+    if found is not None:
+        permission, evaluation = _evaluation(found.permission_policy)
+        return EventType.AGENT_MCP_TOOL_USE, {
+            "mcp_server_name": found.tool.server,
+            "name": found.tool.name,
+            "input": tool_input,
+            "evaluated_permission": permission,
+            "evaluation": evaluation,
+        }
     config = enabled_builtin_tools(agent).get(name)
     refusal = None
     if config is None:
@@ -47,9 +60,13 @@ def _tool_use(block: Json, agent: Json, events: Sequence[Json]) -> NewEventSpec:
     }
 
 
-def response_events(content: list[Json], agent: Json, events: Sequence[Json]) -> list[NewEventSpec]:
+def response_events(
+    content: list[Json], agent: Json, events: Sequence[Json], mcp_tools: Sequence[McpTool] = ()
+) -> list[NewEventSpec]:
     """The events that record the model's answer ``content`` to a request built
-    from the log ``events``."""
+    from the log ``events``; ``mcp_tools``: the ones the request offered
+    (``build_request``)."""
+    mcp = enabled_mcp_tools(agent, mcp_tools) if mcp_tools else {}
     answer: list[NewEventSpec] = []
     text: list[Json] = []
 
@@ -76,6 +93,6 @@ def response_events(content: list[Json], agent: Json, events: Sequence[Json]) ->
                 (EventType.AGENT_THINKING, {"_internal": {"redacted": block.get("data", "")}})
             )
         elif kind == "tool_use":
-            answer.append(_tool_use(block, agent, events))
+            answer.append(_tool_use(block, agent, events, mcp))
     flush_text()
     return answer

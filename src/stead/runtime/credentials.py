@@ -5,24 +5,39 @@ sees a placeholder, the proxy substitutes the value on the way out. MCP
 credentials (``static_bearer``, ``mcp_oauth``) stay in the brain. Two
 credentials with one ``secret_name`` in a session's vaults: the first vault in
 ``vault_ids`` wins, as an earlier entry on a PATH would.
+
+A credential's placeholder is derived from an installation secret, the session
+and the credential: a brain that restarts, or another brain on the same store,
+gives the sandbox the placeholders its running processes already hold. It says
+nothing of the value.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from collections.abc import Sequence
 
-from stead.sandbox import EgressSecret, EnvironmentCredential
+from stead.sandbox import PLACEHOLDER_PREFIX, EgressSecret, EnvironmentCredential
 from stead.store import Store
 from stead.vault import SealError, SecretBox
 
 log = logging.getLogger("stead.runtime.credentials")
+PLACEHOLDER_SECRET = "credential_placeholders"
+"""The installation secret placeholders are derived from (made on first use)."""
+
+
+def placeholder(key: bytes, session_id: str, credential_id: str, secret_name: str) -> str:
+    message = f"{session_id}\0{credential_id}\0{secret_name}".encode()
+    return PLACEHOLDER_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()[:40]
 
 
 class SessionCredentials:
     def __init__(self, store: Store, box: SecretBox) -> None:
         self._store = store
         self._box = box
+        self._placeholder_key: bytes | None = None
 
     async def egress_secrets(
         self, session_id: str, workspace_id: str, vault_ids: Sequence[str]
@@ -30,6 +45,9 @@ class SessionCredentials:
         if not vault_ids:
             return []
         found = await self._store.active_credentials(workspace_id, vault_ids)
+        if self._placeholder_key is None:
+            self._placeholder_key = await self._store.installation_secret(PLACEHOLDER_SECRET)
+        key = self._placeholder_key
         secrets: list[EgressSecret] = []
         named: set[str] = set()
         for credential in found:
@@ -57,6 +75,7 @@ class SessionCredentials:
                     else None,
                     header=auth["injection_location"]["header"],
                     body=auth["injection_location"]["body"],
+                    placeholder=placeholder(key, session_id, credential.id, auth["secret_name"]),
                 )
             )
         return secrets

@@ -15,6 +15,7 @@ from stead.jsonvalues import Json
 from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.logcache import LogCache
+from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
 from stead.store import LeaseTerms, SessionRecord, Store
 from stead.tools import ToolOutcome
@@ -81,6 +82,7 @@ class LoopDeps:
     bus: EventBus
     models: ModelRouter
     tools: Toolbox
+    mcp: McpGateway
     clock: Clock
     owner: str
     failpoints: FailPoints
@@ -92,6 +94,7 @@ def build_loop(
     store: Store,
     bus: EventBus,
     tools: Toolbox,
+    mcp: McpGateway,
     failpoints: FailPoints | None = None,
 ) -> LoopDeps:
     """The agent loop's dependencies from settings, for a process that owns runs."""
@@ -101,6 +104,7 @@ def build_loop(
         bus=bus,
         models=ModelRouter(settings),
         tools=tools,
+        mcp=mcp,
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
         failpoints=failpoints or FailPoints(None),

@@ -13,6 +13,8 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
   to a recorded or running command, running one that never reached it);
   anything else tells the model the call may have run and must be verified,
   and is never re-run.
+* MCP tool call: the same, with ``agent.mcp_tool_result``; only a tool its
+  server calls read-only runs again after a crash in between.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from stead.harness import (
     AwaitInput,
     CallModel,
     EndTurn,
+    McpTool,
     ModelRequest,
     ModelResponse,
     RunTools,
@@ -42,6 +45,7 @@ from stead.harness import (
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
+from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
 from stead.runtime.plan import dangling_span, model_request
 from stead.store import (
@@ -89,6 +93,8 @@ class TurnRunner:
         self.next_run: str | None = None
         self._usage: dict[str, int] = dict(self.start.session.usage)
         self._log: list[Json] | None = None
+        self._mcp_tools: tuple[McpTool, ...] | None = None
+        """What the agent's MCP servers offer, asked once per run."""
 
     @property
     def session_id(self) -> str:
@@ -156,9 +162,12 @@ class TurnRunner:
         )
         while True:
             events = await self._refresh()
-            if planned is not None and events and events[-1]["id"] == planned:
+            planned_tools = self.deps.mcp.cached(self.session_id, agent) if planned else None
+            if planned_tools is not None and events and events[-1]["id"] == planned:
                 # The claim opened the first request's span (``plan.py``): step
-                # on the log as it planned it, and send that request.
+                # on the log as it planned it, and send that request, with the
+                # MCP tools it offered.
+                self._mcp_tools = planned_tools
                 step = next_step(events[:-1])
                 assert isinstance(step, CallModel)
                 await self._model_step(agent, events[:-1], step.position, opened=planned)
@@ -204,7 +213,10 @@ class TurnRunner:
         self, agent: Json, events: list[Json], position: int, *, opened: str | None = None
     ) -> None:
         """``opened``: the span the claim opened for this very request."""
-        request, key = model_request(self.deps, agent, events, self.claim.run_id, position)
+        mcp_tools = await self._offered_mcp_tools()
+        request, key = model_request(
+            self.deps, agent, events, self.claim.run_id, position, mcp_tools
+        )
         if opened is None:
             await self._close_dangling_span(events)
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
@@ -222,9 +234,8 @@ class TurnRunner:
                 failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
             )
         self.deps.failpoints.hit("model.after_answer")
-        answer = [
-            ev.new(kind, body) for kind, body in response_events(response.content, agent, events)
-        ]
+        found = response_events(response.content, agent, events, mcp_tools)
+        answer = [ev.new(kind, body) for kind, body in found]
         delta = ev.model_usage(response.usage)
         for name, value in delta.items():
             self._usage[name] = self._usage.get(name, 0) + value
@@ -240,6 +251,17 @@ class TurnRunner:
                 usage=delta,
             )
         await self._write(recorded, ops_completed=completed, usage=delta)
+
+    async def _offered_mcp_tools(self) -> tuple[McpTool, ...]:
+        """The MCP tools this run offers the model: listed on its first request;
+        a server that fails is reported (``session.error``, the turn goes on
+        without its tools) and asked again next turn."""
+        if self._mcp_tools is None:
+            found = await self.deps.mcp.discover(self.start.session)
+            if found.problems:
+                await self._write([_mcp_error(p) for p in found.problems])
+            self._mcp_tools = found.tools
+        return self._mcp_tools
 
     async def _ask(self, model: str, request: ModelRequest, key: str) -> ModelResponse:
         """The model's answer, retrying retryable upstream errors with backoff."""
@@ -280,7 +302,30 @@ class TurnRunner:
         for use, reason in step.refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
         for index, use in enumerate(step.run):
-            await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+            if use["type"] == EventType.AGENT_MCP_TOOL_USE:
+                await self._run_mcp_tool(use)
+            else:
+                await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+
+    async def _run_mcp_tool(self, use: Json) -> None:
+        server, name, tool_input = use["mcp_server_name"], use["name"], use.get("input", {})
+        key = op_key(f"mcp:{server}:{name}", tool_input, self.claim.run_id, use["id"])
+        written = await self._write(ops_started=[(key, "mcp")])
+        if written.started[key] is None or await self._read_only(server, name):
+            self.deps.failpoints.hit("mcp.before_call")
+            call = await self.deps.mcp.call(self.start.session, server, name, tool_input, key)
+            self.deps.failpoints.hit("mcp.after_call")
+        else:
+            call = McpCall(ToolOutcome(ev.text(MAY_HAVE_RUN), True))
+        events = [ev.tool_result(use, call.outcome.content, call.outcome.is_error)]
+        if call.problem is not None:
+            events.append(_mcp_error(call.problem))
+        await self._write(events, ops_completed=[(key, {"is_error": call.outcome.is_error})])
+
+    async def _read_only(self, server: str, name: str) -> bool:
+        """The server lists the tool as one that changes nothing."""
+        offered = await self._offered_mcp_tools()
+        return any(t.server == server and t.name == name and t.read_only for t in offered)
 
     async def _run_tool_until_reached(self, use: Json, *, not_run: Sequence[Json]) -> None:
         """Runs the call, waiting with backoff while the sandbox is down for a
@@ -370,3 +415,11 @@ class TurnRunner:
         ]
         with contextlib.suppress(TurnOver):
             await self._end(closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False)
+
+
+def _mcp_error(problem: McpProblem) -> NewEvent:
+    """A server that could not be used: the turn goes on without it, and the
+    next turn tries it again (``retrying``)."""
+    return ev.session_error(
+        problem.error_type, problem.message, "retrying", mcp_server_name=problem.server
+    )

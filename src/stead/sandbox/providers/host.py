@@ -166,7 +166,7 @@ class _Secrets:
             if isinstance(s, EgressCredential)
         ]
         variables = [
-            _variable(s, known.get((s.credential_id, s.secret_name)))
+            _variable(s, s.placeholder or known.get((s.credential_id, s.secret_name)))
             for s in secrets
             if isinstance(s, EnvironmentCredential)
         ]
