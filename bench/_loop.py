@@ -80,7 +80,7 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
     toolbox = SandboxToolbox(
         settings, store, open_provider(settings), SessionCredentials(store, box)
     )
-    mcp = McpGateway(store, box, timeout=settings.mcp_timeout_seconds)
+    mcp = McpGateway(settings, store, box)
     deps = build_loop(settings, store, bus, toolbox, mcp)
     runtime = Runtime(deps, exclusive=True)
     try:

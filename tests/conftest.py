@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,14 +8,17 @@ import anthropic
 import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
+from stead.testing.mcp_server import MCP_TEST_PIN
 
 
 def loop_env(fake: FakeModel, **extra: str) -> dict[str, str]:
-    """Environment for a ``stead serve`` whose agent loop talks to ``fake``, never a real API."""
+    """Environment for a ``stead serve`` whose agent loop talks to ``fake``, never a
+    real API, and may reach the fake MCP servers by their pinned name."""
     return {
         "STEAD_UPSTREAM_BASE_URL": fake.url,
         "ANTHROPIC_API_KEY": "test-key-for-the-fake-model",
         "STEAD_SANDBOX": "unsafe_local",
+        "STEAD_EGRESS_HOSTS": json.dumps(MCP_TEST_PIN),
         **extra,
     }
 

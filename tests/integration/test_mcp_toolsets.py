@@ -75,6 +75,7 @@ def _session(
     auth: Json | None,
     *,
     policy: str | None = "always_allow",
+    networking: Json | None = None,
 ) -> str:
     toolset: Json = {"type": "mcp_toolset", "mcp_server_name": "tools"}
     if policy is not None:
@@ -85,7 +86,10 @@ def _session(
         mcp_servers=[{"type": "url", "name": "tools", "url": url}],
         tools=[toolset],  # type: ignore[list-item]
     )
-    env = sdk.beta.environments.create(name=f"mcp-{uuid.uuid4().hex[:8]}")
+    config: Json = {"type": "cloud"}
+    if networking is not None:
+        config["networking"] = networking
+    env = sdk.beta.environments.create(name=f"mcp-{uuid.uuid4().hex[:8]}", config=config)  # type: ignore[arg-type]
     vault_ids = []
     if auth is not None:
         vault = sdk.beta.vaults.create(display_name="mcp")
@@ -225,6 +229,42 @@ def test_an_unreachable_server_fails_to_connect(sdk: anthropic.Anthropic) -> Non
     error = _one(events, "session.error")["error"]
     assert (error["type"], error["mcp_server_name"]) == ("mcp_connection_failed_error", "tools")
     assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
+def test_a_loopback_address_is_refused_by_the_egress_rules(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    """The agent names the server by its address, which nobody pinned: the
+    brain holds its MCP traffic to the sandbox's address blocklist."""
+    session_id = _session(sdk, mcp.loopback_url, _bearer(mcp, mcp.issue_token()))
+    events = _say(sdk, session_id, "loopback")
+    error = _one(events, "session.error")["error"]
+    assert error["type"] == "mcp_connection_failed_error"
+    assert "egress rules refuse 127.0.0.1" in error["message"]
+    assert not any(c[1].get("text") == "loopback" for c in mcp.tool_calls)
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_limited_environment_lets_mcp_servers_through_only_when_it_says_so(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer, allow: bool
+) -> None:
+    networking = {
+        "type": "limited",
+        "allowed_hosts": ["example.com"],
+        "allow_mcp_servers": allow,
+        "allow_package_managers": False,
+    }
+    token = mcp.issue_token()
+    session_id = _session(sdk, mcp.url, _bearer(mcp, token), networking=networking)
+    words = f"limited-{allow}-{uuid.uuid4().hex[:6]}"
+    events = _say(sdk, session_id, words)
+    if allow:
+        assert _one(events, "agent.mcp_tool_result")["content"][0]["text"] == words
+    else:
+        error = _one(events, "session.error")["error"]
+        assert error["type"] == "mcp_connection_failed_error"
+        assert "not in the environment's allowed_hosts" in error["message"]
+        assert ("echo", {"text": words}) not in mcp.tool_calls
 
 
 @pytest.mark.parametrize("point", ["mcp.after_call:1", "model.before_request:2"])

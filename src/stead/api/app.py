@@ -77,7 +77,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             box = load_secret_box(settings)
             credentials = SessionCredentials(opened, box)
             toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
-            mcp = McpGateway(opened, box, timeout=settings.mcp_timeout_seconds)
+            mcp = McpGateway(settings, opened, box)
             deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints)
             runtime = Runtime(deps, exclusive=store is None)
             sweeper = None

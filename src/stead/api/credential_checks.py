@@ -20,12 +20,12 @@ from stead.api.deps import Caller, Services, caller, services
 from stead.api.params import CredentialId, VaultId
 from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
-from stead.runtime import load_mcp, refresh_grant, write_back_grant
+from stead.runtime import McpEgress, load_mcp, refresh_grant, write_back_grant
 from stead.schemas import RequestError
 from stead.store import CredentialRecord
 
 if TYPE_CHECKING:
-    from stead.tools.mcp import HttpResponse, McpFailed
+    from stead.tools.mcp import EgressRules, HttpResponse, McpFailed
 
 router = APIRouter(prefix="/v1/vaults", tags=["vaults"])
 PROBED = ("mcp_oauth", "static_bearer")
@@ -69,12 +69,15 @@ async def validate_credential(
     url = credential.auth["mcp_server_url"]
     result: dict[str, Any] = {"status": "valid", "mcp_probe": None, "refresh": None}
     mcp = await load_mcp()
+    # No session, so no environment: the blocklist alone, as for a token endpoint.
+    rules = McpEgress(app.settings).rules(mcp)
     try:
-        await mcp.list_tools(url, token, timeout)
+        await mcp.list_tools(url, token, timeout, rules)
     except mcp.McpFailed as failure:
         result.update(status="unknown", mcp_probe=_probe_failure(failure, secrets))
         if failure.unauthorized:
-            result.update(await _refresh_and_retry(mcp, app, credential, secret, secrets))
+            refreshed = await _refresh_and_retry(mcp, app, rules, credential, secret, secrets)
+            result.update(refreshed)
     body = {
         "type": "vault_credential_validation",
         "credential_id": credential.id,
@@ -87,14 +90,19 @@ async def validate_credential(
 
 
 async def _refresh_and_retry(
-    mcp: ModuleType, app: Services, credential: CredentialRecord, secret: Json, secrets: list[str]
+    mcp: ModuleType,
+    app: Services,
+    rules: EgressRules,
+    credential: CredentialRecord,
+    secret: Json,
+    secrets: list[str],
 ) -> Json:
     """After a 401: the verdict, the refresh's outcome and the probe's (again)."""
     if credential.auth.get("refresh") is None or "refresh_token" not in secret:
         return {"status": "invalid", "refresh": {"status": "no_refresh_token"}}
     timeout = app.settings.mcp_timeout_seconds
     try:
-        grant = await refresh_grant(mcp, credential, secret, timeout)
+        grant = await refresh_grant(mcp, credential, secret, timeout, rules)
     except mcp.RefreshFailed as failed:
         verdict = "invalid" if failed.status == "failed" else "unknown"
         return {
@@ -104,7 +112,8 @@ async def _refresh_and_retry(
     await write_back_grant(app.store, app.secrets, credential, secret["refresh_token"], grant)
     outcome: Json = {"status": "valid", "mcp_probe": None, "refresh": {"status": "succeeded"}}
     try:
-        await mcp.list_tools(credential.auth["mcp_server_url"], grant.access_token, timeout)
+        url = credential.auth["mcp_server_url"]
+        await mcp.list_tools(url, grant.access_token, timeout, rules)
     except mcp.McpFailed as failure:
         shown = [*secrets, grant.access_token, grant.refresh_token or ""]
         outcome["status"] = "invalid" if failure.unauthorized else "unknown"

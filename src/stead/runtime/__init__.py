@@ -10,7 +10,7 @@ from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
-from stead.runtime.mcp_auth import load_mcp, refresh_grant, write_back_grant
+from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
 from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
@@ -25,6 +25,7 @@ __all__ = [
     "LeaseSweeper",
     "LogCache",
     "LoopDeps",
+    "McpEgress",
     "McpGateway",
     "ModelRouter",
     "Notice",

@@ -18,10 +18,12 @@ from typing import Any, TypeVar
 
 import anyio
 
+from stead.config import Settings
+from stead.egress_policy import InvalidPolicy
 from stead.harness import McpTool, servers_in_use
 from stead.jsonvalues import Json
-from stead.runtime.mcp_auth import McpAuthFailed, McpTokens, load_mcp
-from stead.store import SessionRecord, Store
+from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
+from stead.store import NotFound, SessionRecord, Store
 from stead.tools import ToolOutcome
 from stead.vault import SecretBox
 
@@ -59,9 +61,11 @@ _ListKey = tuple[str, str, str]
 
 
 class McpGateway:
-    def __init__(self, store: Store, box: SecretBox, *, timeout: float) -> None:
-        self._timeout = timeout
-        self._tokens = McpTokens(store, box, timeout=timeout)
+    def __init__(self, settings: Settings, store: Store, box: SecretBox) -> None:
+        self._store = store
+        self._timeout = settings.mcp_timeout_seconds
+        self._egress = McpEgress(settings)
+        self._tokens = McpTokens(store, box, self._egress, timeout=self._timeout)
         self._lists: OrderedDict[_ListKey, tuple[McpTool, ...]] = OrderedDict()
 
     def cached(self, session_id: str, agent: Json) -> tuple[McpTool, ...] | None:
@@ -118,8 +122,8 @@ class McpGateway:
     async def _list(self, session: SessionRecord, server: Json) -> tuple[McpTool, ...] | McpProblem:
         mcp = await load_mcp()
 
-        async def listed(token: str | None) -> Any:
-            return await mcp.list_tools(server["url"], token, self._timeout)
+        async def listed(token: str | None, rules: Any) -> Any:
+            return await mcp.list_tools(server["url"], token, self._timeout, rules)
 
         try:
             specs = await self._authorised(session, server, listed)
@@ -144,9 +148,9 @@ class McpGateway:
             return McpCall(ToolOutcome.error(f"the agent has no MCP server {server_name!r} now"))
         mcp = await load_mcp()
 
-        async def called(token: str | None) -> Any:
+        async def called(token: str | None, rules: Any) -> Any:
             return await mcp.call_tool(
-                server["url"], token, self._timeout, tool, arguments, op_key=op_key
+                server["url"], token, self._timeout, rules, tool, arguments, op_key=op_key
             )
 
         try:
@@ -160,16 +164,24 @@ class McpGateway:
         return McpCall(outcome)
 
     async def _authorised(
-        self, session: SessionRecord, server: Json, work: Callable[[str | None], Awaitable[T]]
+        self,
+        session: SessionRecord,
+        server: Json,
+        work: Callable[[str | None, Any], Awaitable[T]],
     ) -> T:
-        """``work`` with the server's token; after a 401, once more with a
-        refreshed one. ``_Unusable`` when the server cannot be used."""
+        """``work`` with the server's token and egress rules; after a 401, once
+        more with a refreshed token. ``_Unusable`` when the server cannot be used."""
         mcp = await load_mcp()
         name, url = server["name"], server["url"]
         try:
+            rules = self._egress.rules(mcp, await self._networking(session), url)
+        except InvalidPolicy as exc:
+            message = f"{name}: the environment's networking cannot be enforced: {exc}"
+            raise _Unusable(McpProblem(name, CONNECTION_FAILED, message)) from None
+        try:
             held = await self._tokens.token_for(session.workspace_id, list(session.vault_ids), url)
             try:
-                return await work(held.token)
+                return await work(held.token, rules)
             except mcp.McpFailed as exc:
                 if not exc.unauthorized:
                     raise
@@ -179,12 +191,24 @@ class McpGateway:
                         f"no credential for {url}"
                     ) from None
             held = await self._tokens.refreshed(held)
-            return await work(held.token)
+            return await work(held.token, rules)
         except McpAuthFailed as exc:
             raise _Unusable(McpProblem(name, AUTHENTICATION_FAILED, f"{name}: {exc}")) from None
         except mcp.McpFailed as exc:
             kind = AUTHENTICATION_FAILED if exc.unauthorized else CONNECTION_FAILED
             raise _Unusable(McpProblem(name, kind, f"{name}: {exc}")) from None
+
+    async def _networking(self, session: SessionRecord) -> Json | None:
+        """The session's environment's ``networking`` (None: unrestricted, as a
+        self-hosted environment's, or one deleted since)."""
+        try:
+            environment = await self._store.get_environment(
+                session.workspace_id, session.environment_id
+            )
+        except NotFound:
+            return None
+        networking = environment.config.get("networking")
+        return networking if isinstance(networking, dict) else None
 
 
 class _Unusable(Exception):

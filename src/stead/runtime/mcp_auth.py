@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import importlib
 import logging
+import ssl
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import anyio
 from anyio import to_thread
 
+from stead.config import Settings
+from stead.egress_policy import EgressPolicy, upstream_context
+from stead.jsonvalues import Json
 from stead.store import CredentialRecord, Store
 from stead.vault import SealError, SecretBox
 
 if TYPE_CHECKING:
-    from stead.tools.mcp import TokenGrant
+    from stead.tools.mcp import EgressRules, TokenGrant
 
 log = logging.getLogger("stead.runtime.mcp")
 MCP_MODULE = "stead.tools.mcp"
@@ -38,6 +43,35 @@ async def load_mcp() -> ModuleType:
     to import: it is loaded on first use, in a worker thread, not at start or
     on the event loop."""
     return await to_thread.run_sync(importlib.import_module, MCP_MODULE)
+
+
+UNRESTRICTED: Json = {"type": "unrestricted"}
+
+
+class McpEgress:
+    """The egress rules the brain's MCP and OAuth traffic keeps (the sandbox's
+    address blocklist; for an MCP server, its session's environment's
+    ``networking`` too: under ``limited`` the server's host must be in
+    ``allowed_hosts`` or ``allow_mcp_servers`` must be true)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._tls: ssl.SSLContext | None = None
+
+    def rules(self, mcp: ModuleType, networking: Json | None = None, url: str = "") -> EgressRules:
+        """Rules for an MCP server at ``url`` under ``networking``; with neither,
+        for an OAuth token endpoint (the blocklist alone). Raises
+        ``InvalidPolicy`` for a malformed ``networking``."""
+        if self._tls is None:  # reads the extra CA file at first use, not at start
+            self._tls = upstream_context(self._settings.egress_extra_ca_file)
+        host = urlsplit(url).hostname if url else None
+        policy = EgressPolicy.from_config(
+            networking or UNRESTRICTED, mcp_server_hosts=[host] if host else []
+        )
+        rules: EgressRules = mcp.EgressRules(
+            policy, self._tls, dict(self._settings.egress_hosts), self._settings.mcp_timeout_seconds
+        )
+        return rules
 
 
 class McpAuthFailed(Exception):
@@ -67,9 +101,10 @@ def _expires_soon(credential: CredentialRecord, now: datetime) -> bool:
 
 
 class McpTokens:
-    def __init__(self, store: Store, box: SecretBox, *, timeout: float) -> None:
+    def __init__(self, store: Store, box: SecretBox, egress: McpEgress, *, timeout: float) -> None:
         self._store = store
         self._box = box
+        self._egress = egress
         self._timeout = timeout
         self._refreshing: dict[str, anyio.Lock] = {}
         """Credential id -> the lock one refresh at a time holds."""
@@ -118,7 +153,8 @@ class McpTokens:
                 raise McpAuthFailed(f"credential {credential.id} has no refresh token")
             mcp = await load_mcp()
             try:
-                grant = await refresh_grant(mcp, current, secret, self._timeout)
+                rules = self._egress.rules(mcp)
+                grant = await refresh_grant(mcp, current, secret, self._timeout, rules)
             except mcp.RefreshFailed as exc:
                 message = f"refreshing credential {credential.id} failed: {exc}"
                 raise McpAuthFailed(message) from None
@@ -130,7 +166,11 @@ class McpTokens:
 
 
 async def refresh_grant(
-    mcp: ModuleType, credential: CredentialRecord, secret: dict[str, object], seconds: float
+    mcp: ModuleType,
+    credential: CredentialRecord,
+    secret: dict[str, object],
+    seconds: float,
+    rules: EgressRules,
 ) -> TokenGrant:
     """The ``refresh_token`` grant for ``credential`` (raises ``mcp.RefreshFailed``)."""
     settings = credential.auth["refresh"]
@@ -144,6 +184,7 @@ async def refresh_grant(
         scope=settings.get("scope"),
         resource=settings.get("resource"),
         seconds=seconds,
+        rules=rules,
     )
     return grant
 

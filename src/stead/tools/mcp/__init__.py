@@ -17,8 +17,10 @@ from stead.tools.mcp.connection import (
 )
 from stead.tools.mcp.content import call_outcome
 from stead.tools.mcp.oauth import RefreshFailed, TokenGrant, refresh_access_token
+from stead.tools.mcp.transport import EgressRules
 
 __all__ = [
+    "EgressRules",
     "HttpResponse",
     "McpFailed",
     "McpRefused",

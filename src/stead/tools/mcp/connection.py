@@ -23,6 +23,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from stead.jsonvalues import Json
+from stead.tools.mcp.transport import EgressRules
 
 BODY_LIMIT = 4096
 """Characters of a refused response's body kept for the caller."""
@@ -89,7 +90,12 @@ async def captured(response: httpx2.Response) -> HttpResponse:
 
 
 async def _connected(
-    url: str, token: str | None, seconds: float, step: str, work: Callable[[Client], Awaitable[T]]
+    url: str,
+    token: str | None,
+    seconds: float,
+    rules: EgressRules,
+    step: str,
+    work: Callable[[Client], Awaitable[T]],
 ) -> T:
     """``work`` on a connection that is initialised, then closed. Each HTTP
     exchange, and the whole, ends after ``seconds``; ``McpFailed`` names the
@@ -106,6 +112,7 @@ async def _connected(
         timeout=httpx2.Timeout(seconds),
         event_hooks={"response": [keep_refusal]},
         follow_redirects=False,
+        transport=rules.transport(),
     )
     try:
         with anyio.fail_after(seconds):
@@ -131,7 +138,9 @@ def _refusal(step: str, response: HttpResponse) -> McpFailed:
     return McpFailed(step, f"{step}: the server answered HTTP {response.status_code}", response)
 
 
-async def list_tools(url: str, token: str | None, seconds: float) -> list[McpToolSpec]:
+async def list_tools(
+    url: str, token: str | None, seconds: float, rules: EgressRules
+) -> list[McpToolSpec]:
     """Connects, lists all the server's tools (every page) and disconnects."""
 
     async def listed(client: Client) -> list[McpToolSpec]:
@@ -145,7 +154,7 @@ async def list_tools(url: str, token: str | None, seconds: float) -> list[McpToo
                 break
         return found
 
-    return await _connected(url, token, seconds, "tools/list", listed)
+    return await _connected(url, token, seconds, rules, "tools/list", listed)
 
 
 def _spec(tool: Any) -> McpToolSpec:
@@ -159,7 +168,14 @@ def _spec(tool: Any) -> McpToolSpec:
 
 
 async def call_tool(
-    url: str, token: str | None, seconds: float, name: str, arguments: Json, *, op_key: str
+    url: str,
+    token: str | None,
+    seconds: float,
+    rules: EgressRules,
+    name: str,
+    arguments: Json,
+    *,
+    op_key: str,
 ) -> Any:
     """Connects, calls tool ``name`` and disconnects; the SDK's ``CallToolResult``.
     ``op_key`` goes with the call in ``_meta``, for servers that deduplicate."""
@@ -168,7 +184,7 @@ async def call_tool(
         meta: Any = {"stead/op_key": op_key}
         return await client.call_tool(name, arguments, read_timeout_seconds=seconds, meta=meta)
 
-    return await _connected(url, token, seconds, "tools/call", called)
+    return await _connected(url, token, seconds, rules, "tools/call", called)
 
 
 def _first(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
