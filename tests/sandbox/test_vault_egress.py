@@ -188,3 +188,38 @@ def test_a_restarted_brain_gives_the_placeholders_running_processes_hold(
         second.stop()
     reached = [s for s in served.seen if s["path"] == "/after-restart"]
     assert reached and reached[-1]["authorization"] == f"Bearer {SECRET}"
+
+
+def test_a_credential_for_hosts_the_environment_forbids_is_reported(
+    server: ServerProcess,
+) -> None:
+    with sdk_of(server) as client:
+        vault = client.beta.vaults.create(display_name="unreachable")
+        credential = client.beta.vaults.credentials.create(
+            vault.id,
+            auth={
+                "type": "environment_variable",
+                "secret_name": "FAR_TOKEN",
+                "secret_value": SECRET,
+                "networking": {"type": "limited", "allowed_hosts": [API, "*.far.test"]},
+            },
+        )
+        agent = client.beta.agents.create(
+            name="far", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+        )
+        environment = client.beta.environments.create(
+            name=f"far-{uuid.uuid4().hex[:8]}",
+            config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": [API]}},
+        )
+        session = client.beta.sessions.create(
+            agent=agent.id, environment_id=environment.id, vault_ids=[vault.id]
+        )
+        assert "ran" in _run(client, session.id, "echo ran")
+        errors = [
+            e for e in client.beta.sessions.events.list(session.id) if e.type == "session.error"
+        ]
+    assert len(errors) == 1
+    error = errors[0].error
+    assert error.type == "credential_host_unreachable_error"
+    assert (error.vault_id, error.credential_id) == (vault.id, credential.id)  # type: ignore[union-attr]
+    assert "*.far.test" in error.message and API not in error.message

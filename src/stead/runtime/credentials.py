@@ -18,7 +18,10 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from stead.egress_policy import EgressPolicy, InvalidPolicy
+from stead.jsonvalues import Json
 from stead.sandbox import PLACEHOLDER_PREFIX, EgressSecret, EnvironmentCredential
 from stead.store import Store
 from stead.vault import SealError, SecretBox
@@ -31,6 +34,24 @@ PLACEHOLDER_SECRET = "credential_placeholders"
 def placeholder(key: bytes, session_id: str, credential_id: str, secret_name: str) -> str:
     message = f"{session_id}\0{credential_id}\0{secret_name}".encode()
     return PLACEHOLDER_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class UnreachableCredential:
+    """An ``environment_variable`` credential limited to hosts the session's
+    environment does not let its sandbox reach (``credential_host_unreachable_error``)."""
+
+    vault_id: str
+    credential_id: str
+    secret_name: str
+    hosts: tuple[str, ...]
+
+
+def _forbidden(policy: EgressPolicy, entry: str) -> bool:
+    # A wildcard is reachable if a name under it is: the environment's own
+    # wildcard, or a broader one, covers it.
+    sample = "stead-check." + entry[2:] if entry.startswith("*.") else entry
+    return not policy.allows_host(sample)
 
 
 class SessionCredentials:
@@ -79,3 +100,28 @@ class SessionCredentials:
                 )
             )
         return secrets
+
+    async def unreachable(
+        self, workspace_id: str, vault_ids: Sequence[str], networking: Json
+    ) -> list[UnreachableCredential]:
+        """The session's ``environment_variable`` credentials whose ``limited``
+        hosts its environment's ``networking`` forbids (some or all of them)."""
+        if not vault_ids or networking.get("type") != "limited":
+            return []
+        try:
+            policy = EgressPolicy.from_config(networking)
+        except InvalidPolicy:
+            return []  # the sandbox refuses to start and says why
+        found: list[UnreachableCredential] = []
+        for credential in await self._store.active_credentials(workspace_id, vault_ids):
+            auth = credential.auth
+            if auth["type"] != "environment_variable" or auth["networking"]["type"] != "limited":
+                continue
+            hosts = tuple(h for h in auth["networking"]["allowed_hosts"] if _forbidden(policy, h))
+            if hosts:
+                found.append(
+                    UnreachableCredential(
+                        credential.vault_id, credential.id, auth["secret_name"], hosts
+                    )
+                )
+        return found

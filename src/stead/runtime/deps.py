@@ -14,6 +14,7 @@ from stead.ids import new_id
 from stead.jsonvalues import Json
 from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.credentials import UnreachableCredential
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
@@ -70,6 +71,11 @@ class Toolbox(Protocol):
     def sandbox_free(self) -> frozenset[str]:
         """Tools that run without the session's sandbox (web_fetch, web_search):
         a call neither makes nor wakes one, nor renews its lease."""
+        ...
+
+    async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
+        """The session's vault credentials its sandbox can never use, because
+        its environment forbids their hosts."""
         ...
 
     async def aclose(self) -> None: ...

@@ -18,7 +18,7 @@ import anyio
 from stead import tools
 from stead.config import Settings
 from stead.jsonvalues import Json
-from stead.runtime.credentials import SessionCredentials
+from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.webtools import WebTools
@@ -37,6 +37,7 @@ from stead.sandbox import (
 from stead.store import (
     LeaseExpiry,
     LeaseTerms,
+    NotFound,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
@@ -262,6 +263,22 @@ class SandboxToolbox:
             return SandboxView(lease, None, booked, f"the sandbox host cannot be asked: {exc}")
         active = max(booked, float(host["active_seconds"])) if host else booked
         return SandboxView(lease, host, active)
+
+    async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
+        if not session.vault_ids:
+            return []
+        try:
+            environment = await self._store.get_environment(
+                session.workspace_id, session.environment_id
+            )
+        except NotFound:
+            return []
+        networking = environment.config.get("networking")
+        if not isinstance(networking, dict):
+            return []
+        return await self._credentials.unreachable(
+            session.workspace_id, session.vault_ids, networking
+        )
 
     async def egress_audit(self, session_id: str, after: int, limit: int) -> Json | None:
         """The session's sandbox's egress log (``SandboxProvider.egress_audit``);

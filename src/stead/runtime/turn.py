@@ -95,6 +95,7 @@ class TurnRunner:
         self._log: list[Json] | None = None
         self._mcp_tools: tuple[McpTool, ...] | None = None
         """What the agent's MCP servers offer, asked once per run."""
+        self._credentials_checked = False
 
     @property
     def session_id(self) -> str:
@@ -301,11 +302,41 @@ class TurnRunner:
     async def _tools_step(self, step: RunTools) -> None:
         for use, reason in step.refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
+        if any(self._in_sandbox(use) for use in step.run):
+            await self._check_credentials()
         for index, use in enumerate(step.run):
             if use["type"] == EventType.AGENT_MCP_TOOL_USE:
                 await self._run_mcp_tool(use)
             else:
                 await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+
+    def _in_sandbox(self, use: Json) -> bool:
+        return use["type"] == EventType.AGENT_TOOL_USE and use["name"] not in (
+            self.deps.tools.sandbox_free
+        )
+
+    async def _check_credentials(self) -> None:
+        """Once per run that uses the sandbox: a ``session.error`` for each vault
+        credential whose hosts the environment forbids (the run goes on; the
+        sandbox's requests to those hosts are refused)."""
+        if self._credentials_checked:
+            return
+        self._credentials_checked = True
+        found = await self.deps.tools.unreachable_credentials(self.start.session)
+        errors = [
+            ev.session_error(
+                "credential_host_unreachable_error",
+                f"credential {c.credential_id} ({c.secret_name}) is for "
+                f"{', '.join(c.hosts)}, which the session's environment does not let its "
+                "sandbox reach",
+                "retrying",
+                vault_id=c.vault_id,
+                credential_id=c.credential_id,
+            )
+            for c in found
+        ]
+        if errors:
+            await self._write(errors)
 
     async def _run_mcp_tool(self, use: Json) -> None:
         server, name, tool_input = use["mcp_server_name"], use["name"], use.get("input", {})
