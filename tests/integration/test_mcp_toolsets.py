@@ -121,7 +121,7 @@ def _one(events: list[Json], kind: str) -> Json:
 
 
 def test_a_tool_is_listed_called_with_the_vault_token_and_answered(
-    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer, served: ServerProcess
 ) -> None:
     token = mcp.issue_token()
     session_id = _session(sdk, mcp.url, _bearer(mcp, token))
@@ -138,7 +138,7 @@ def test_a_tool_is_listed_called_with_the_vault_token_and_answered(
     answer = [e for e in events if e["type"] == "agent.message"][-1]
     assert answer["content"][0]["text"] == f"offered: mcp__tools__add,{ECHO}"
     assert events[-1]["stop_reason"]["type"] == "end_turn"
-    assert token not in json.dumps(events)
+    assert token not in json.dumps(events) and token not in served.log_text()
 
 
 def test_the_default_policy_asks_before_calling(
