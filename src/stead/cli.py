@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import shlex
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import typer
 from pydantic import ValidationError
-from pydantic_settings import BaseSettings
+from pydantic_settings import BaseSettings, SettingsError
 
-from stead.config import Settings, settings_errors
+from stead.config import Settings, settings_errors, unparsed_setting
 from stead.store import ApiKey, CredentialRecord, IntegrityFinding, Store, open_store
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
@@ -61,9 +63,12 @@ def _validated(kind: type[SettingsT], **given: Any) -> SettingsT:
     try:
         return kind(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
-        for line in settings_errors(exc):
-            typer.echo(f"stead: {line}", err=True)
-        raise typer.Exit(2) from None
+        lines = settings_errors(exc)
+    except SettingsError as exc:  # a complex value (JSON) that does not parse
+        lines = [unparsed_setting(exc)]
+    for line in lines:
+        typer.echo(f"stead: {line}", err=True)
+    raise typer.Exit(2)
 
 
 @asynccontextmanager
@@ -111,30 +116,72 @@ def serve(
     # httpx logs every request's URL at info; web_fetch URLs are the model's to
     # write (query strings and all), and the brain logs no URL it was given.
     logging.getLogger("httpx2").setLevel(logging.WARNING)
-    created = anyio.run(_first_key, settings)
-    url = f"http://{settings.host}:{settings.port}"
-    # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
-    # print tables and errors, and a server keeps what it imports.
-    typer.echo(f"stead serves the Managed Agents API at {_bold(url)}")
-    typer.echo(f"data directory: {settings.data_dir}")
-    if created is not None:
-        key, secret = created
-        typer.echo(f"first API key (shown once, store it now): {_bold(secret)}")
-        typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
-    else:
-        typer.echo("make an API key with: stead keys create")
-    typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=3,
-    )
-    uvicorn.Server(config).run()
+    # The data directory and the port are taken before anything is written:
+    # a start that fails on either must not spend the shown-once first key.
+    with _data_dir_lock(settings), _listening(settings) as sock:
+        created = anyio.run(_first_key, settings)
+        url = f"http://{settings.host}:{settings.port}"
+        # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
+        # print tables and errors, and a server keeps what it imports.
+        typer.echo(f"stead serves the Managed Agents API at {_bold(url)}")
+        typer.echo(f"data directory: {settings.data_dir}")
+        if created is not None:
+            key, secret = created
+            typer.echo(f"first API key (shown once, store it now): {_bold(secret)}")
+            typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
+        else:
+            typer.echo(f"make an API key with: stead keys create --data-dir {settings.data_dir}")
+        typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
+        config = uvicorn.Config(
+            create_app(settings, data_dir_locked=True),
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            http="httptools",
+            log_level=settings.log_level,
+            access_log=False,
+            timeout_graceful_shutdown=3,
+        )
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextmanager
+def _data_dir_lock(settings: Settings) -> Iterator[None]:
+    from stead.runtime import DataDirInUse, brain_lock
+
+    try:
+        with brain_lock(settings.data_dir):
+            yield
+    except DataDirInUse as exc:
+        typer.echo(f"stead: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@contextmanager
+def _listening(settings: Settings) -> Iterator[socket.socket]:
+    """The server's listening socket, bound now; one line and exit if it cannot be."""
+    where = f"{settings.host}:{settings.port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        typer.echo(f"stead: cannot listen on {where}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        hint = " (another server uses it? pick one with --port or STEAD_PORT)"
+        taken = exc.errno == errno.EADDRINUSE
+        typer.echo(f"stead: cannot listen on {where}: {reason}{hint if taken else ''}", err=True)
+        raise typer.Exit(1) from None
+    with sock:
+        yield sock
 
 
 @keys_app.command("create")

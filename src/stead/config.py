@@ -6,6 +6,7 @@ stead reads ``os.environ`` or keeps configuration in module state.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -145,3 +146,12 @@ def settings_errors(error: ValidationError) -> list[str]:
         variable = name if name.isupper() else f"STEAD_{name.upper()}"
         lines.append(f"{variable}: {found['msg'].removeprefix('Value error, ')}")
     return lines
+
+
+def unparsed_setting(error: Exception) -> str:
+    """The line for a setting pydantic-settings could not even parse (a JSON
+    value that is not JSON), which it reports without the variable's name."""
+    found = re.search(r'field "(\w+)"', str(error))
+    if found is None:
+        return f"settings: {error}"
+    return f"STEAD_{found.group(1).upper()}: not valid JSON"

@@ -72,6 +72,12 @@ EXTRA_CA = (
             "STEAD_EGRESS_HOSTS: 'bad name' is",
         ),
         (BRAIN, *EXTRA_CA),
+        (BRAIN, {"STEAD_OPENAI_MODELS": "notjson"}, "STEAD_OPENAI_MODELS: not valid JSON"),
+        (BRAIN, {"STEAD_EGRESS_HOSTS": "notjson"}, "STEAD_EGRESS_HOSTS: not valid JSON"),
+        (BRAIN, {"STEAD_PORT": "abc"}, "STEAD_PORT: Input should be a valid integer"),
+        (BRAIN, {"STEAD_SANDBOX": "docker"}, "STEAD_SANDBOX: Input should be"),
+        (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
+        (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_one_line_naming_it(

@@ -55,10 +55,13 @@ SWEEP_DESTROY_SECONDS = 600.0
 """A destroy takes a final snapshot of the workspace; give a large one time."""
 
 
-def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, store: Store | None = None, *, data_dir_locked: bool = False
+) -> FastAPI:
     """The app. With ``store`` given the caller owns it; otherwise the lifespan opens
     the one ``settings`` names, holds the data directory's brain lock while it runs
-    (one brain per embedded store), and closes it."""
+    (one brain per embedded store; ``data_dir_locked``: the caller holds it for the
+    app's whole life), and closes it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -66,7 +69,8 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             failpoints = FailPoints(settings.failpoints)
             opened = store
             if opened is None:
-                stack.enter_context(brain_lock(settings.data_dir))
+                if not data_dir_locked:
+                    stack.enter_context(brain_lock(settings.data_dir))
                 opened = await open_store(
                     settings.resolved_database_url,
                     settings.sqlite_synchronous,

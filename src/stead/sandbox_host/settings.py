@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stead.blobs import BlobConfig
+from stead.blobs.config import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.sandbox_host.config import HostOptions, default_work_dir
 
@@ -87,6 +87,11 @@ class HostSettings(BaseSettings):
     terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
     """A terminal client that cannot take output for this long is dropped (too slow)."""
     log_level: str = "info"
+
+    @field_validator("blob_url")
+    @classmethod
+    def _blob_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_blob_url(url)
 
     @field_validator("sandbox_uid_base")
     @classmethod
