@@ -29,19 +29,48 @@ if TYPE_CHECKING:
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
-app = typer.Typer(
-    help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True
-)
-keys_app = typer.Typer(help="API keys: each belongs to one workspace.", no_args_is_help=True)
+# Plain help (no rich panels): flags show no type placeholder, and defaults
+# and environment variables read as one line.
+PLAIN: dict[str, Any] = {"no_args_is_help": True, "rich_markup_mode": None}
+app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
+keys_app = typer.Typer(help="API keys: each belongs to one workspace.", **PLAIN)
 app.add_typer(keys_app, name="keys")
-db_app = typer.Typer(help="The data directory's database.", no_args_is_help=True)
+db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
-secrets_app = typer.Typer(help="The key that seals vault credentials.", no_args_is_help=True)
+secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
 app.add_typer(secrets_app, name="secrets")
 
+
+def _setting_help(text: str, name: str) -> str:
+    """``text`` with the setting's variable and default, which the option
+    overrides (the option itself defaults to None: unset, the variable applies)."""
+    default = Settings.model_fields[name].get_default(call_default_factory=True)
+    return f"{text} [env var: STEAD_{name.upper()}; default: {default}]"
+
+
 DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (env STEAD_DATA_DIR).")
+    Path | None, typer.Option("--data-dir", help=_setting_help("Data directory.", "data_dir"))
 ]
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
+
+        typer.echo(f"stead {version('stead')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """stead: a self-hosted runtime for the Claude Managed Agents API."""
 
 
 def _console() -> Console:
@@ -91,8 +120,10 @@ async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to bind (env STEAD_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (env STEAD_PORT).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help=_setting_help("Interface to bind.", "host"))
+    ] = None,
+    port: Annotated[int | None, typer.Option(help=_setting_help("Port.", "port"))] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Serve the Managed Agents API on the embedded store."""
@@ -197,13 +228,15 @@ def keys_create(
     data_dir: DataDir = None,
 ) -> None:
     """Create an API key and print it (it is shown only once)."""
-    settings = _settings(data_dir=data_dir)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings = _existing(data_dir)
     key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace)
     if as_json:
         print(json.dumps({"id": key.id, "workspace_id": key.workspace_id, "key": secret}))
     else:
-        _console().print(f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once)")
+        _console().print(
+            f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once), "
+            f"in {settings.data_dir}"
+        )
 
 
 async def _create_key(
@@ -216,6 +249,83 @@ async def _create_key(
             existing = await store.list_workspaces()
             workspace = existing[0].id if existing else (await store.create_workspace("default")).id
         return await store.create_api_key(workspace, name)
+
+
+@keys_app.command("list")
+def keys_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """List the API keys of every workspace (never their secrets)."""
+    settings = _existing(data_dir)
+    keys = anyio.run(_list_keys, settings)
+    rows = [
+        {
+            "id": k.id,
+            "workspace_id": k.workspace_id,
+            "name": k.name,
+            "ends_with": k.hint,
+            "created_at": k.created_at.isoformat(),
+            "revoked_at": None if k.revoked_at is None else k.revoked_at.isoformat(),
+        }
+        for k in keys
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    from rich.table import Table
+
+    table = Table("id", "workspace", "name", "ends with", "created", "revoked")
+    for row in rows:
+        created, revoked = row["created_at"], row["revoked_at"]
+        table.add_row(
+            row["id"], row["workspace_id"], row["name"], f"…{row['ends_with']}",
+            str(created)[:19], str(revoked)[:19] if revoked else "",
+        )  # fmt: skip
+    _console().print(table)
+
+
+async def _list_keys(settings: Settings) -> list[ApiKey]:
+    async with _opened(settings) as store:
+        return await store.list_api_keys()
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (see stead keys list).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Revoke an API key. Running servers refuse it within STEAD_AUTH_CACHE_SECONDS."""
+    from stead.store import NotFound
+
+    settings = _existing(data_dir)
+    try:
+        key = anyio.run(_revoke_key, settings, key_id)
+    except NotFound:
+        typer.echo(f"stead: no API key {key_id} in {settings.data_dir}", err=True)
+        raise typer.Exit(1) from None
+    assert key.revoked_at is not None
+    typer.echo(f"revoked {key.id} (workspace {key.workspace_id}) at {key.revoked_at.isoformat()}")
+
+
+async def _revoke_key(settings: Settings, key_id: str) -> ApiKey:
+    async with _opened(settings) as store:
+        return await store.revoke_api_key(key_id)
+
+
+def _existing(data_dir: Path | None) -> Settings:
+    """The settings of a command that works on an installation's database: one
+    that does not exist yet is a wrong ``--data-dir``, not a new installation."""
+    settings = _settings(data_dir=data_dir)
+    embedded = settings.database_url is None
+    if embedded and not (settings.data_dir / "stead.db").exists():
+        typer.echo(
+            f"stead: no stead database in {settings.data_dir}; pass the --data-dir "
+            "(or STEAD_DATA_DIR) that stead serve uses, or start stead serve there first",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return settings
 
 
 @db_app.command("check")
@@ -339,10 +449,10 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
 
 
 Url = Annotated[
-    str, typer.Option("--url", envvar="STEAD_URL", help="The stead server (env STEAD_URL).")
+    str, typer.Option("--url", envvar="STEAD_URL", show_envvar=True, help="The stead server.")
 ]
 ApiKeyOption = Annotated[
-    str, typer.Option("--api-key", envvar="STEAD_API_KEY", help="API key (env STEAD_API_KEY).")
+    str, typer.Option("--api-key", envvar="STEAD_API_KEY", show_envvar=True, help="API key.")
 ]
 
 

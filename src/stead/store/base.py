@@ -73,6 +73,7 @@ class ApiKey:
     name: str
     hint: str
     created_at: datetime
+    revoked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +356,15 @@ class Store(VaultStore, Protocol):
 
     async def authenticate(self, secret: str) -> ApiKey | None: ...
     async def count_api_keys(self) -> int: ...
+    async def list_api_keys(self) -> list[ApiKey]:
+        """Every key of every workspace, revoked ones too, oldest first."""
+        ...
+
+    async def revoke_api_key(self, key_id: str) -> ApiKey:
+        """The key stops authenticating (servers that verified it recently trust it
+        for at most ``STEAD_AUTH_CACHE_SECONDS`` more). ``NotFound`` if unknown."""
+        ...
+
     async def installation_secret(self, name: str) -> bytes:
         """32 random bytes kept for this installation under ``name`` (made on first use),
         the same for every process that opens the store."""

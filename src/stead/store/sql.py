@@ -211,6 +211,12 @@ class SqlStore:
     async def count_api_keys(self) -> int:
         return await self._read(_workspaces.count_api_keys)
 
+    async def list_api_keys(self) -> list[ApiKey]:
+        return await self._read(_workspaces.list_api_keys)
+
+    async def revoke_api_key(self, key_id: str) -> ApiKey:
+        return await self._write(_workspaces.revoke_api_key, key_id)
+
     async def installation_secret(self, name: str) -> bytes:
         # Read first: the ones stead uses are made by migrations, and a start that
         # writes would shift the commit count the crash tests kill at.
