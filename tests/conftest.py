@@ -9,6 +9,9 @@ import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
 from stead.testing.mcp_server import MCP_TEST_PIN
+from tests.databases import database_url, postgres_run
+
+__all__ = ["database_url", "postgres_run"]  # fixtures for every test module
 
 
 def loop_env(fake: FakeModel, **extra: str) -> dict[str, str]:

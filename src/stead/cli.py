@@ -18,7 +18,14 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings
 
 from stead.config import Settings, settings_errors
-from stead.store import ApiKey, CredentialRecord, IntegrityFinding, Store, open_store
+from stead.store import (
+    ApiKey,
+    CredentialRecord,
+    IntegrityFinding,
+    Store,
+    StoreUnavailable,
+    open_store,
+)
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
@@ -68,8 +75,13 @@ def _validated(kind: type[SettingsT], **given: Any) -> SettingsT:
 
 @asynccontextmanager
 async def _opened(settings: Settings) -> AsyncIterator[Store]:
-    """The store ``settings`` name, migrated, for one command; closed on every path."""
-    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    """The store ``settings`` name, migrated, for one command; closed on every path.
+    A database that cannot be opened stops the command with one line."""
+    try:
+        store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    except StoreUnavailable as exc:
+        typer.echo(f"stead: STEAD_DATABASE_URL: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         yield store
     finally:

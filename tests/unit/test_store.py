@@ -1,4 +1,5 @@
-"""The SQL store on a real SQLite file: the log, the pending queue, paging, status."""
+"""The SQL store on a real SQLite file and a real PostgreSQL database: the log, the
+pending queue, paging, status, and what concurrent writers may not break."""
 
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from stead.store import (
     SessionFilter,
     SqlStore,
 )
+from tests.databases import BACKENDS
 from tests.unit.conftest import definition, new_session, user_message
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
 ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
 
 

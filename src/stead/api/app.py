@@ -36,7 +36,7 @@ from stead.runtime import (
     build_loop,
 )
 from stead.sandbox import open_provider
-from stead.store import Store, open_store
+from stead.store import Store, open_store, single_brain
 from stead.vault import load_secret_box
 
 ROUTE_MODULES = (
@@ -58,15 +58,18 @@ SWEEP_DESTROY_SECONDS = 600.0
 def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
     """The app. With ``store`` given the caller owns it; otherwise the lifespan opens
     the one ``settings`` names, holds the data directory's brain lock while it runs
-    (one brain per embedded store), and closes it."""
+    (one brain per SQLite store; a PostgreSQL store may have several, so none
+    takes it and none treats another's runs as orphans), and closes it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             failpoints = FailPoints(settings.failpoints)
             opened = store
-            if opened is None:
+            exclusive = store is None and single_brain(settings.resolved_database_url)
+            if exclusive:
                 stack.enter_context(brain_lock(settings.data_dir))
+            if opened is None:
                 opened = await open_store(
                     settings.resolved_database_url,
                     settings.sqlite_synchronous,
@@ -79,7 +82,7 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
             mcp = McpGateway(settings, opened, box)
             deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints)
-            runtime = Runtime(deps, exclusive=store is None)
+            runtime = Runtime(deps, exclusive=exclusive)
             sweeper = None
             if toolbox.leased:
                 sweeper = LeaseSweeper(
