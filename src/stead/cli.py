@@ -20,7 +20,14 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
 from stead.config import Settings, settings_errors, unparsed_setting
-from stead.store import ApiKey, CredentialRecord, IntegrityFinding, Store, open_store
+from stead.store import (
+    ApiKey,
+    CredentialRecord,
+    IntegrityFinding,
+    Store,
+    StoreUnavailable,
+    open_store,
+)
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
@@ -102,8 +109,13 @@ def _validated(kind: type[SettingsT], **given: Any) -> SettingsT:
 
 @asynccontextmanager
 async def _opened(settings: Settings) -> AsyncIterator[Store]:
-    """The store ``settings`` name, migrated, for one command; closed on every path."""
-    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    """The store ``settings`` name, migrated, for one command; closed on every path.
+    A database that cannot be opened stops the command with one line."""
+    try:
+        store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    except StoreUnavailable as exc:
+        typer.echo(f"stead: STEAD_DATABASE_URL: {exc}", err=True)
+        raise typer.Exit(2) from None
     try:
         yield store
     finally:
@@ -164,7 +176,7 @@ def serve(
             typer.echo(f"make an API key with: stead keys create --data-dir {settings.data_dir}")
         typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
         config = uvicorn.Config(
-            create_app(settings, data_dir_locked=True),
+            create_app(settings, data_dir_locked=True),  # by _data_dir_lock, when it applies
             host=settings.host,
             port=settings.port,
             loop="uvloop",
@@ -178,8 +190,13 @@ def serve(
 
 @contextmanager
 def _data_dir_lock(settings: Settings) -> Iterator[None]:
+    """The one-brain lock of a SQLite store's data directory (none on PostgreSQL)."""
     from stead.runtime import DataDirInUse, brain_lock
+    from stead.store import single_brain
 
+    if not single_brain(settings.resolved_database_url):
+        yield
+        return
     try:
         with brain_lock(settings.data_dir):
             yield

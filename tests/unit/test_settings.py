@@ -89,3 +89,26 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"stead: {line}")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "line"),
+    [
+        ("mysql://root@127.0.0.1/stead", "unsupported database URL mysql://root@127.0.0.1/stead"),
+        # Nothing listens on port 1; the password is never printed.
+        (
+            "postgresql://stead:hunter2@127.0.0.1:1/stead",
+            "cannot open postgresql://stead:***@127.0.0.1:1/stead: connection",
+        ),
+        ("postgresql://stead@127.0.0.1:notaport/stead", "database URL is not a valid URL"),
+    ],
+)
+def test_a_database_that_cannot_be_opened_stops_start_up_with_one_line(
+    url: str, line: str, tmp_path: Path
+) -> None:
+    args = ["db", "check", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env={"STEAD_DATABASE_URL": url})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"stead: STEAD_DATABASE_URL: {line}"), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "hunter2" not in result.output

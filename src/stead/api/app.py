@@ -36,7 +36,7 @@ from stead.runtime import (
     build_loop,
 )
 from stead.sandbox import open_provider
-from stead.store import Store, open_store
+from stead.store import Store, open_store, single_brain
 from stead.vault import load_secret_box
 
 ROUTE_MODULES = (
@@ -60,17 +60,19 @@ def create_app(
 ) -> FastAPI:
     """The app. With ``store`` given the caller owns it; otherwise the lifespan opens
     the one ``settings`` names, holds the data directory's brain lock while it runs
-    (one brain per embedded store; ``data_dir_locked``: the caller holds it for the
-    app's whole life), and closes it."""
+    (one brain per SQLite store; ``data_dir_locked``: the caller holds it for the
+    app's whole life; a PostgreSQL store may have several, so none takes it and
+    none treats another's runs as orphans), and closes it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             failpoints = FailPoints(settings.failpoints)
             opened = store
+            exclusive = store is None and single_brain(settings.resolved_database_url)
+            if exclusive and not data_dir_locked:
+                stack.enter_context(brain_lock(settings.data_dir))
             if opened is None:
-                if not data_dir_locked:
-                    stack.enter_context(brain_lock(settings.data_dir))
                 opened = await open_store(
                     settings.resolved_database_url,
                     settings.sqlite_synchronous,
@@ -83,7 +85,7 @@ def create_app(
             toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
             mcp = McpGateway(settings, opened, box)
             deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints)
-            runtime = Runtime(deps, exclusive=store is None)
+            runtime = Runtime(deps, exclusive=exclusive)
             sweeper = None
             if toolbox.leased:
                 sweeper = LeaseSweeper(

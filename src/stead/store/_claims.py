@@ -13,7 +13,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from stead.store import _events, _runs, _sessions
+from stead.store import _events, _locks, _runs, _sessions
 from stead.store.base import ClaimTerms, RunStart, SessionRecord
 
 
@@ -25,6 +25,7 @@ def claim(
     session: SessionRecord | None = None,
 ) -> RunStart | None:
     """``session``: the run's session as this transaction already read it."""
+    _locks.run_session(conn, run_id)  # the session before its run (``_locks`` order)
     taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
     if taken is None:
         return None
@@ -45,5 +46,6 @@ def claim(
 def claim_next(
     conn: Connection, now: datetime, session_id: str, terms: ClaimTerms
 ) -> RunStart | None:
+    _locks.session(conn, session_id)
     run_id = _runs.oldest_queued(conn, session_id)
     return None if run_id is None else claim(conn, now, run_id, terms)

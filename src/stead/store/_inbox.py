@@ -9,7 +9,7 @@ from itertools import groupby
 from sqlalchemy import Connection
 
 from stead.events import EventType
-from stead.store import _claims, _events, _runs, _sessions
+from stead.store import _claims, _events, _locks, _runs, _sessions
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 
@@ -42,6 +42,9 @@ def accept(
     validate: Validator,
     claim: ClaimTerms | None = None,
 ) -> EventsAccepted:
+    # Busy or idle is decided on the session's state as of the lock: a run that
+    # finishes meanwhile drains the queue only after this commits.
+    _locks.session(conn, session_id)
     session = _sessions.get(conn, workspace_id, session_id)
     if session.archived_at is not None:
         raise Conflict(f"session {session_id} is archived; it accepts no new events")

@@ -109,7 +109,8 @@ def find_installation_secret(conn: Connection, name: str) -> bytes | None:
 def installation_secret(conn: Connection, now: datetime, name: str) -> bytes:
     """The installation's secret ``name`` (32 random bytes), made on first use.
 
-    Runs on the single writer, so two first uses cannot both insert.
+    Two first uses at once cannot both insert: the name is the primary key, and a
+    transaction that loses the race is run again (``workers.py``) and finds it.
     """
     found = find_installation_secret(conn, name)
     if found is not None:

@@ -1,9 +1,10 @@
 """``SqlStore``: the Store on SQLAlchemy Core, one implementation for every dialect.
 
 Each method runs one whole transaction on a connection worker (``workers.py``):
-one hop per call, not per statement. All writes run on the single write worker,
-which also makes ``seq`` order and commit order the same; reads run on their own
-workers, each on a snapshot of its own.
+one hop per call, not per statement. On SQLite all writes run on the single
+write worker; on PostgreSQL on several, kept apart by row locks (``_locks.py``).
+Either way a session's ``seq`` order is its commit order. Reads run on their
+own workers, each on a snapshot of its own.
 """
 
 from __future__ import annotations
@@ -79,13 +80,14 @@ class SqlStore:
         reader: Engine,
         *,
         readers: int = 4,
+        writers: int = 1,
         clock: Callable[[], datetime] = utc_now,
         before_commit: Callable[[], None] | None = None,
     ) -> None:
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
-        self._writer = ConnectionWorkers(writer, 1, "store-writer", before_commit)
+        self._writer = ConnectionWorkers(writer, writers, "store-writer", before_commit)
         self._readers = ConnectionWorkers(reader, readers, "store-reader")
 
     async def close(self) -> None:
@@ -98,7 +100,8 @@ class SqlStore:
         self._reader_engine.dispose()
 
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
-        # The clock is read on the writer thread: processed_at follows seq order.
+        # The clock is read on the writer thread: with one writer, processed_at
+        # follows seq order (with several, ``_events.append_log`` keeps it so).
         return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
 
     async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
