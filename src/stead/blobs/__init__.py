@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stead.blobs.config import BlobConfig
+from stead.blobs.config import BlobConfig, check_blob_url
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -26,6 +26,7 @@ _STORE = ("BlobInfo", "BlobStore", "open_blob_store")
 __all__ = [
     "BlobAccessDenied",
     "BlobConfig",
+    "check_blob_url",
     "BlobError",
     "BlobInfo",
     "BlobNotFound",

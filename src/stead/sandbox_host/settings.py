@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stead.blobs.config import BlobConfig, check_blob_url
+from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.sandbox_host.config import HostOptions, default_work_dir
 
