@@ -26,13 +26,13 @@ _STORE = ("BlobInfo", "BlobStore", "open_blob_store")
 __all__ = [
     "BlobAccessDenied",
     "BlobConfig",
-    "check_blob_url",
     "BlobError",
     "BlobInfo",
     "BlobNotFound",
     "BlobStore",
     "BlobUnavailable",
     "InvalidBlobKey",
+    "check_blob_url",
     "open_blob_store",
 ]
 
