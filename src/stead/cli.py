@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
 from stead.config import Settings, settings_errors, unparsed_setting
+from stead.startup import summary
 from stead.store import (
     ApiKey,
     CredentialRecord,
@@ -175,6 +176,8 @@ def serve(
         else:
             typer.echo(f"make an API key with: stead keys create --data-dir {settings.data_dir}")
         typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
+        for line in summary(settings):
+            typer.echo(line)
         config = uvicorn.Config(
             create_app(settings, data_dir_locked=True),  # by _data_dir_lock, when it applies
             host=settings.host,
