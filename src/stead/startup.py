@@ -37,7 +37,10 @@ def _sandboxes(settings: Settings) -> str:
         (settings.sandbox_host_state_dir or settings.data_dir / "sandbox-host") / "host.sock"
     )
     started = ", started if none answers" if settings.sandbox_host_autostart else ""
-    return f"sandboxes: bwrap, by the sandbox host at {_without_credentials(where)}{started}"
+    return (
+        f"sandboxes: bwrap, by the sandbox host at {_without_credentials(where)}{started} "
+        "(it outlives this server; stop it with stead sandbox-host stop)"
+    )
 
 
 def _store(settings: Settings) -> str:

@@ -33,7 +33,7 @@ def test_models_sandboxes_and_store_are_named_without_secrets(tmp_path: Path) ->
     )
     assert lines[1] == (
         f"sandboxes: bwrap, by the sandbox host at {tmp_path / 'sandbox-host' / 'host.sock'}, "
-        "started if none answers"
+        "started if none answers (it outlives this server; stop it with stead sandbox-host stop)"
     )
     assert lines[2] == "store: PostgreSQL at postgresql://db.internal:5432/stead"
     unsafe = summary(Settings(data_dir=tmp_path, sandbox="unsafe_local"))[1]
