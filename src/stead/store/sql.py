@@ -29,6 +29,7 @@ from stead.store import (
     _vaults,
     _workspaces,
 )
+from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
     AgentRecord,
@@ -72,7 +73,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore:
+class SqlStore(WorkMethods):
     def __init__(
         self,
         writer: Engine,
