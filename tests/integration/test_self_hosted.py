@@ -133,9 +133,9 @@ def test_bad_input_gets_the_api_errors(sdk: anthropic.Anthropic, hosted: ServerP
     env_id, key = environment(sdk)
     other_id, other_key = environment(sdk)
     with make_client(hosted.url, key) as worker, make_client(hosted.url, other_key) as stranger:
-        with pytest.raises(anthropic.AuthenticationError):
-            with make_client(hosted.url, "sk-stead-env-wrong") as wrong:
-                wrong.beta.environments.work.poll(env_id)
+        wrong = make_client(hosted.url, "sk-stead-env-wrong")
+        with wrong, pytest.raises(anthropic.AuthenticationError):
+            wrong.beta.environments.work.poll(env_id)
         with pytest.raises(anthropic.PermissionDeniedError):
             stranger.beta.environments.work.poll(env_id)
         with pytest.raises(anthropic.PermissionDeniedError):
@@ -154,14 +154,16 @@ def test_bad_input_gets_the_api_errors(sdk: anthropic.Anthropic, hosted: ServerP
 
 
 def start_worker(hosted: ServerProcess, env_id: str, key: str, workdir: Path, log: Path) -> Any:
+    command = [sys.executable, "-c", "from stead.cli import main; main()", "worker"]
+    command += ["--environment", env_id, "--url", hosted.url, "--environment-key", key]
+    command += ["--workdir", str(workdir), "--max-idle", "1"]
     with log.open("wb") as out:
         return subprocess.Popen(
-        [sys.executable, "-c", "from stead.cli import main; main()", "worker", "--environment", env_id,
-         "--url", hosted.url, "--environment-key", key, "--workdir", str(workdir),
-         "--max-idle", "1"],
-        stdout=out, stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
 
 
 def test_a_multi_tool_turn_runs_in_stead_worker(
