@@ -314,6 +314,53 @@ def _run_client(function: Any, url: str, api_key: str, *args: Any) -> int:
 
 
 @app.command()
+def worker(
+    environment: Annotated[
+        str, typer.Option("--environment", help="The self_hosted environment to serve.")
+    ],
+    url: Url = "http://127.0.0.1:8787",
+    environment_key: Annotated[
+        str,
+        typer.Option(
+            "--environment-key",
+            envvar="STEAD_ENVIRONMENT_KEY",
+            help="The environment's key; made with --api-key when not given.",
+        ),
+    ] = "",
+    api_key: ApiKeyOption = "",
+    workdir: Annotated[
+        Path, typer.Option("--workdir", help="Where the tools run (default: here).")
+    ] = Path(),
+    worker_id: Annotated[str | None, typer.Option("--worker-id")] = None,
+    max_idle: Annotated[
+        float, typer.Option("--max-idle", help="Seconds to stay on an idle session.")
+    ] = 60.0,
+) -> None:
+    """Serve a self-hosted environment's work on this machine: its sessions' tools run here."""
+    from stead.client.worker import WorkerSetupError, make_environment_key, run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    async def serve() -> None:
+        key = environment_key
+        if not key:
+            if not api_key:
+                raise WorkerSetupError("give --environment-key, or --api-key to make one")
+            key = await make_environment_key(url, api_key, environment)
+        await run_worker(
+            url, environment, key, workdir.resolve(), worker_id=worker_id, max_idle=max_idle
+        )
+
+    try:
+        anyio.run(serve)
+    except WorkerSetupError as exc:
+        _console().print(f"stead: {exc}", style="red")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+@app.command()
 def demo() -> None:
     """Run one short agent session offline with a scripted model and print its events."""
     from stead.demo import run_demo

@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     sandbox_lease_seconds: float = 24 * 3600.0
     """A sandbox lease's TTL, renewed by every tool call."""
     sandbox_sweep_interval_seconds: float = 60.0
+    work_lease_seconds: float = 60.0
+    """A self-hosted worker's lease on a work item when it asks for no other TTL."""
+    work_max_lease_seconds: float = 3600.0
+    work_answer_timeout_seconds: float = 3600.0
+    """How long a turn waits for a worker to answer a tool call before it
+    answers it itself, as in doubt."""
     # The sandbox host reads its own settings (stead.sandbox_host.settings)
     # from the same STEAD_* variables: a host started by `stead serve`
     # inherits this process's environment.

@@ -20,6 +20,7 @@ from stead.api import (
     sessions,
     terminals,
     vaults,
+    work,
 )
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
@@ -48,6 +49,7 @@ ROUTE_MODULES = (
     credential_checks,
     sandbox,
     terminals,
+    work,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""

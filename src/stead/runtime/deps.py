@@ -18,6 +18,7 @@ from stead.runtime.credentials import UnreachableCredential
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
+from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SessionRecord, Store
 from stead.tools import ToolOutcome
 
@@ -93,6 +94,8 @@ class LoopDeps:
     owner: str
     failpoints: FailPoints
     logs: LogCache
+    work: WorkQueue
+    """Self-hosted environments' work queue (``work.py``)."""
 
 
 def build_loop(
@@ -104,6 +107,7 @@ def build_loop(
     failpoints: FailPoints | None = None,
 ) -> LoopDeps:
     """The agent loop's dependencies from settings, for a process that owns runs."""
+    logs = LogCache(store)
     return LoopDeps(
         settings=settings,
         store=store,
@@ -114,5 +118,6 @@ def build_loop(
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
         failpoints=failpoints or FailPoints(None),
-        logs=LogCache(store),
+        logs=logs,
+        work=WorkQueue(settings, store, bus, logs),
     )

@@ -15,6 +15,9 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
   and is never re-run.
 * MCP tool call: the same, with ``agent.mcp_tool_result``; only a tool its
   server calls read-only runs again after a crash in between.
+* tool call on a self-hosted environment: ``started``, then the worker's
+  ``user.tool_result`` (``work.py``), then ``completed``. After a crash in
+  between the run waits again: the worker, not this process, runs the call.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
 from stead.runtime.plan import dangling_span, model_request
+from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
     LeaseLost,
     NewEvent,
@@ -96,6 +100,8 @@ class TurnRunner:
         self._mcp_tools: tuple[McpTool, ...] | None = None
         """What the agent's MCP servers offer, asked once per run."""
         self._credentials_checked = False
+        self._on_workers: bool | None = None
+        """The session's environment is self-hosted: workers run its tools."""
 
     @property
     def session_id(self) -> str:
@@ -158,6 +164,9 @@ class TurnRunner:
             )
         agent = self.start.session.agent
         self._log = self.deps.logs.add(self.session_id, self.start.since, self.start.log)
+        if await self._self_hosted():
+            # Queued before the model answers, so a worker is ready for its calls.
+            await self.deps.work.ensure(self.start.session)
         planned = next(
             (e.id for e in self.start.opened if e.type == EventType.SPAN_MODEL_REQUEST_START), None
         )
@@ -302,13 +311,42 @@ class TurnRunner:
     async def _tools_step(self, step: RunTools) -> None:
         for use, reason in step.refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
-        if any(self._in_sandbox(use) for use in step.run):
+        on_workers = await self._self_hosted()
+        if not on_workers and any(self._in_sandbox(use) for use in step.run):
             await self._check_credentials()
         for index, use in enumerate(step.run):
             if use["type"] == EventType.AGENT_MCP_TOOL_USE:
                 await self._run_mcp_tool(use)
+            elif on_workers and use["name"] in WORKER_TOOLS:
+                await self._run_on_worker(use)
             else:
                 await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+
+    async def _self_hosted(self) -> bool:
+        if self._on_workers is None:
+            self._on_workers = await self.deps.work.self_hosted(self.start.session)
+        return self._on_workers
+
+    async def _run_on_worker(self, use: Json) -> None:
+        """A worker of the session's environment runs the call and answers it
+        with ``user.tool_result``; this run waits for the answer, then records
+        the call as done. A worker that never answers gets it answered as in doubt."""
+        name, tool_input = use["name"], use.get("input", {})
+        key = op_key(f"work:{name}", tool_input, self.claim.run_id, use["id"])
+        await self._write(ops_started=[(key, f"work:{name}")])
+        work = self.deps.work
+        await work.ensure(self.start.session)
+        timeout = self.deps.settings.work_answer_timeout_seconds
+        answer = await work.answer(self.session_id, use["id"], timeout)
+        if answer is None:
+            message = f"no worker of this self-hosted environment answered within {timeout:g}s"
+            session = self.start.session
+            await work.record(
+                session.workspace_id, session.id, [in_doubt_result(use["id"], message)]
+            )
+            answer = await work.answer(self.session_id, use["id"], timeout)
+        is_error = bool(answer.get("is_error")) if answer is not None else True
+        await self._write(ops_completed=[(key, {"is_error": is_error})])
 
     def _in_sandbox(self, use: Json) -> bool:
         return use["type"] == EventType.AGENT_TOOL_USE and use["name"] not in (
@@ -440,8 +478,14 @@ class TurnRunner:
         # a tool use since (a custom tool result), which must not be answered twice.
         self._log = events = await self.deps.logs.read(self.session_id)
         await self._close_dangling_span(events)
+        reason = "interrupted by the user before it finished"
+        on_workers = await self._self_hosted()
         closing = [
-            ev.tool_result(use, ev.text("interrupted by the user before it finished"), True)
+            # A worker takes only a user.tool_result as an answer: it must not
+            # run an interrupted call later.
+            in_doubt_result(use["id"], reason)
+            if on_workers and use["type"] == EventType.AGENT_TOOL_USE
+            else ev.tool_result(use, ev.text(reason), True)
             for use in unresolved_tool_uses(events)
         ]
         with contextlib.suppress(TurnOver):

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
 from stead.store.vaults import VaultStore
+from stead.store.work import WorkStore
 
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
@@ -342,7 +343,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, Protocol):
+class Store(VaultStore, WorkStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

@@ -30,6 +30,7 @@ from stead.store import (
     _vaults,
     _workspaces,
 )
+from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
     AgentRecord,
@@ -73,7 +74,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore:
+class SqlStore(WorkMethods):
     def __init__(
         self,
         writer: Engine,
