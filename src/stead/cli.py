@@ -9,6 +9,7 @@ import shlex
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -329,8 +330,8 @@ def worker(
     ] = "",
     api_key: ApiKeyOption = "",
     workdir: Annotated[
-        Path, typer.Option("--workdir", help="Where the tools run (default: here).")
-    ] = Path(),
+        Path | None, typer.Option("--workdir", help="Where the tools run (default: here).")
+    ] = None,
     worker_id: Annotated[str | None, typer.Option("--worker-id")] = None,
     max_idle: Annotated[
         float, typer.Option("--max-idle", help="Seconds to stay on an idle session.")
@@ -347,14 +348,13 @@ def worker(
             if not api_key:
                 raise WorkerSetupError("give --environment-key, or --api-key to make one")
             key = await make_environment_key(url, api_key, environment)
-        await run_worker(
-            url, environment, key, workdir.resolve(), worker_id=worker_id, max_idle=max_idle
-        )
+        where = (workdir or Path()).resolve()
+        await run_worker(url, environment, key, where, worker_id=worker_id, max_idle=max_idle)
 
     try:
         anyio.run(serve)
     except WorkerSetupError as exc:
-        _console().print(f"stead: {exc}", style="red")
+        console().print(f"stead: {exc}", style="red")
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

@@ -76,16 +76,16 @@ def keys_list(
         print(json.dumps(rows))
         return
     header = ("id", "workspace", "name", "ends with", "created", "revoked")
-    lines = [header] + [
+    lines: list[tuple[str, ...]] = [header] + [
         (
-            row["id"],
-            row["workspace_id"],
-            row["name"],
-            f"…{row['ends_with']}",
-            str(row["created_at"])[:19],
-            str(row["revoked_at"] or "")[:19],
+            k.id,
+            k.workspace_id,
+            k.name,
+            f"…{k.hint}",
+            k.created_at.isoformat()[:19],
+            k.revoked_at.isoformat()[:19] if k.revoked_at else "",
         )
-        for row in rows
+        for k in keys
     ]
     # Plain columns, never cut: an id is what `stead keys revoke` takes.
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
