@@ -75,7 +75,7 @@ def keys_list(
     if as_json:
         print(json.dumps(rows))
         return
-    header = ("id", "workspace", "name", "ends with", "created", "revoked")
+    header: tuple[str, ...] = ("id", "workspace", "name", "ends with", "created", "revoked")
     lines: list[tuple[str, ...]] = [header] + [
         (
             k.id,
