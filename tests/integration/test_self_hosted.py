@@ -20,6 +20,7 @@ import pytest
 from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
+from tests.databases import BACKENDS, PostgresRun
 from tests.integration.test_agent_loop import SCENARIOS, _first_user_text, kinds, say, until_idle
 
 Json = dict[str, Any]
@@ -43,13 +44,26 @@ def scripted(body: Json) -> Turn:
     return turns[step]
 
 
-@pytest.fixture(scope="module")
-def hosted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def hosted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server on each store: the work queue's fenced claims and leases are
+    row-locked writes on PostgreSQL, serialised ones on SQLite."""
+    extra: dict[str, str] = {}
+    run: PostgresRun | None = None
+    schema = None
+    if request.param == "postgres":
+        run = request.getfixturevalue("postgres_run")
+        schema = run.new_schema()
+        extra["STEAD_DATABASE_URL"] = run.url(schema)
     with FakeModel(scripted) as fake:
-        env = loop_env(fake, STEAD_WORK_LEASE_SECONDS="2")
+        env = loop_env(fake, STEAD_WORK_LEASE_SECONDS="2", **extra)
         process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=env).start()
         yield process
         process.stop()
+    if run is not None and schema is not None:
+        run.drop_schema(schema)
 
 
 @pytest.fixture
