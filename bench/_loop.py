@@ -12,7 +12,14 @@ import anyio
 
 from stead.config import Settings
 from stead.ids import new_id
-from stead.runtime import EventBus, Runtime, SandboxToolbox, SessionCredentials, build_loop
+from stead.runtime import (
+    EventBus,
+    McpGateway,
+    Runtime,
+    SandboxToolbox,
+    SessionCredentials,
+    build_loop,
+)
 from stead.sandbox import open_provider
 from stead.schemas import agents
 from stead.store import NewEvent, SqlStore, open_store
@@ -69,9 +76,12 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
     )
     store = await open_store(settings.resolved_database_url)
     bus = EventBus(settings.sse_subscriber_buffer)
-    credentials = SessionCredentials(store, load_secret_box(settings))
-    toolbox = SandboxToolbox(settings, store, open_provider(settings), credentials)
-    deps = build_loop(settings, store, bus, toolbox)
+    box = load_secret_box(settings)
+    toolbox = SandboxToolbox(
+        settings, store, open_provider(settings), SessionCredentials(store, box)
+    )
+    mcp = McpGateway(settings, store, box)
+    deps = build_loop(settings, store, bus, toolbox, mcp)
     runtime = Runtime(deps, exclusive=True)
     try:
         async with anyio.create_task_group() as group:

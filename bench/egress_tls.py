@@ -27,15 +27,14 @@ import h11
 from anyio.abc import ByteStream
 from anyio.streams.tls import TLSListener, TLSStream
 
+from stead.egress_policy import EgressPolicy, upstream_context
 from stead.sandbox_host.egress import (
     AuditLog,
     CertificateAuthority,
-    EgressPolicy,
     EgressProxy,
     EgressTls,
     HeaderSecret,
     Secrets,
-    upstream_context,
 )
 from stead.testing import serve_origin
 

@@ -33,6 +33,7 @@ BENCHMARKS = (
     "terminal",
     "snapshot",
     "egress_tls",
+    "work_queue",
 )
 TIMEOUT_S = 120.0
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,14 +8,20 @@ import anthropic
 import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
+from stead.testing.mcp_server import MCP_TEST_PIN
+from tests.databases import PostgresRun, database_url, postgres_run
+
+__all__ = ["database_url", "postgres_run"]  # fixtures for every test module
 
 
 def loop_env(fake: FakeModel, **extra: str) -> dict[str, str]:
-    """Environment for a ``stead serve`` whose agent loop talks to ``fake``, never a real API."""
+    """Environment for a ``stead serve`` whose agent loop talks to ``fake``, never a
+    real API, and may reach the fake MCP servers by their pinned name."""
     return {
         "STEAD_UPSTREAM_BASE_URL": fake.url,
         "ANTHROPIC_API_KEY": "test-key-for-the-fake-model",
         "STEAD_SANDBOX": "unsafe_local",
+        "STEAD_EGRESS_HOSTS": json.dumps(MCP_TEST_PIN),
         **extra,
     }
 
@@ -78,3 +85,32 @@ def fresh_server(tmp_path: Path, fake_model: FakeModel) -> Iterator[ServerProces
     process = ServerProcess(tmp_path / "data", env=loop_env(fake_model)).start()
     yield process
     process.kill()
+
+
+@pytest.fixture(scope="module")
+def server_on_each_store(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_model: FakeModel,
+) -> Iterator[ServerProcess]:
+    """A ``stead serve`` of the module's own, on the store its parameter names
+    (parametrise with ``tests.databases.BACKENDS``, ``indirect=True``)."""
+    data = tmp_path_factory.mktemp("stead-data")
+    extra: dict[str, str] = {}
+    schema = None
+    run: PostgresRun | None = None
+    if request.param == "postgres":
+        run = request.getfixturevalue("postgres_run")
+        schema = run.new_schema()
+        extra["STEAD_DATABASE_URL"] = run.url(schema)
+    process = ServerProcess(data, env=loop_env(fake_model, **extra)).start()
+    yield process
+    process.stop()
+    if run is not None and schema is not None:
+        run.drop_schema(schema)
+
+
+@pytest.fixture
+def client_on_each_store(server_on_each_store: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(server_on_each_store) as sdk:
+        yield sdk

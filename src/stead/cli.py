@@ -1,83 +1,76 @@
-"""The ``stead`` command: serve the API, manage API keys, check the database."""
+"""The ``stead`` command: serve the API, run or stop the sandbox host, manage API
+keys, check the database, reach a sandbox (``exec``, ``shell``)."""
 
 from __future__ import annotations
 
-import json
+import errno
 import logging
-import os
 import shlex
-import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings
 
-from stead.config import Settings, settings_errors
-from stead.store import ApiKey, CredentialRecord, IntegrityFinding, Store, open_store
+from stead.cli_host import sandbox_host_app
+from stead.cli_keys import keys_app
+from stead.cli_support import (
+    PLAIN,
+    DataDir,
+    bold,
+    console,
+    opened,
+    read_settings,
+    setting_help,
+    validated,
+)
+from stead.config import Settings
+from stead.startup import summary
+from stead.store import (
+    ApiKey,
+    CredentialRecord,
+    IntegrityFinding,
+)
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    pass
 
-SettingsT = TypeVar("SettingsT", bound=BaseSettings)
-
-app = typer.Typer(
-    help="stead: a self-hosted runtime for the Claude Managed Agents API.", no_args_is_help=True
-)
-keys_app = typer.Typer(help="API keys: each belongs to one workspace.", no_args_is_help=True)
+app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
 app.add_typer(keys_app, name="keys")
-db_app = typer.Typer(help="The data directory's database.", no_args_is_help=True)
+db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
-secrets_app = typer.Typer(help="The key that seals vault credentials.", no_args_is_help=True)
+secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
 app.add_typer(secrets_app, name="secrets")
-
-DataDir = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (env STEAD_DATA_DIR).")
-]
+app.add_typer(sandbox_host_app, name="sandbox-host")
 
 
-def _console() -> Console:
-    from rich.console import Console
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib.metadata import version
 
-    return Console(highlight=False, soft_wrap=True)
-
-
-def _bold(text: str) -> str:
-    return typer.style(text, bold=True)
+        typer.echo(f"stead {version('stead')}")
+        raise typer.Exit()
 
 
-def _settings(**given: Any) -> Settings:
-    return _validated(Settings, **given)
-
-
-def _validated(kind: type[SettingsT], **given: Any) -> SettingsT:
-    # Only options the user passed override the environment (STEAD_*).
-    try:
-        return kind(**{k: v for k, v in given.items() if v is not None})
-    except ValidationError as exc:
-        for line in settings_errors(exc):
-            typer.echo(f"stead: {line}", err=True)
-        raise typer.Exit(2) from None
-
-
-@asynccontextmanager
-async def _opened(settings: Settings) -> AsyncIterator[Store]:
-    """The store ``settings`` name, migrated, for one command; closed on every path."""
-    store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
-    try:
-        yield store
-    finally:
-        await store.close()
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """stead: a self-hosted runtime for the Claude Managed Agents API."""
 
 
 async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
-    async with _opened(settings) as store:
+    async with opened(settings) as store:
         if await store.count_api_keys():
             return None
         workspace = await store.create_workspace("default")
@@ -86,8 +79,10 @@ async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
 
 @app.command()
 def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to bind (env STEAD_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (env STEAD_PORT).")] = None,
+    host: Annotated[
+        str | None, typer.Option(help=setting_help("Interface to bind.", "host"))
+    ] = None,
+    port: Annotated[int | None, typer.Option(help=setting_help("Port.", "port"))] = None,
     data_dir: DataDir = None,
 ) -> None:
     """Serve the Managed Agents API on the embedded store."""
@@ -95,77 +90,95 @@ def serve(
 
     from stead.api import create_app
 
-    settings = _settings(host=host, port=port, data_dir=data_dir)
+    settings = read_settings(host=host, port=port, data_dir=data_dir)
     if settings.sandbox == "bwrap" and settings.sandbox_host_autostart:
         # The host this server may start reads the same variables; bad ones
         # stop start-up here, not later in the host's log.
         from stead.sandbox_host.settings import HostSettings
 
-        _validated(HostSettings, data_dir=data_dir)
+        validated(HostSettings, data_dir=data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _secret_box(settings)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    created = anyio.run(_first_key, settings)
-    url = f"http://{settings.host}:{settings.port}"
-    # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
-    # print tables and errors, and a server keeps what it imports.
-    typer.echo(f"stead serves the Managed Agents API at {_bold(url)}")
-    typer.echo(f"data directory: {settings.data_dir}")
-    if created is not None:
-        key, secret = created
-        typer.echo(f"first API key (shown once, store it now): {_bold(secret)}")
-        typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
-    else:
-        typer.echo("make an API key with: stead keys create")
-    typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
-    config = uvicorn.Config(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        log_level=settings.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=3,
-    )
-    uvicorn.Server(config).run()
+    # httpx logs every request's URL at info; web_fetch URLs are the model's to
+    # write (query strings and all), and the brain logs no URL it was given.
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    # The data directory and the port are taken before anything is written:
+    # a start that fails on either must not spend the shown-once first key.
+    with _data_dir_lock(settings), _listening(settings) as sock:
+        created = anyio.run(_first_key, settings)
+        url = f"http://{settings.host}:{settings.port}"
+        # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
+        # print tables and errors, and a server keeps what it imports.
+        typer.echo(f"stead serves the Managed Agents API at {bold(url)}")
+        typer.echo(f"data directory: {settings.data_dir}")
+        if created is not None:
+            key, secret = created
+            typer.echo(f"first API key (shown once, store it now): {bold(secret)}")
+            typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
+        else:
+            typer.echo(f"make an API key with: stead keys create --data-dir {settings.data_dir}")
+        typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
+        for line in summary(settings):
+            typer.echo(line)
+        config = uvicorn.Config(
+            create_app(settings, data_dir_locked=True),  # by _data_dir_lock, when it applies
+            host=settings.host,
+            port=settings.port,
+            loop="uvloop",
+            http="httptools",
+            log_level=settings.log_level,
+            access_log=False,
+            timeout_graceful_shutdown=3,
+        )
+        uvicorn.Server(config).run(sockets=[sock])
 
 
-@keys_app.command("create")
-def keys_create(
-    name: Annotated[str, typer.Option(help="A label for the key.")] = "key",
-    workspace: Annotated[
-        str | None, typer.Option(help="Workspace id; default: the first workspace.")
-    ] = None,
-    new_workspace: Annotated[
-        str | None, typer.Option(help="Create a new workspace with this name for the key.")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    data_dir: DataDir = None,
-) -> None:
-    """Create an API key and print it (it is shown only once)."""
-    settings = _settings(data_dir=data_dir)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace)
-    if as_json:
-        print(json.dumps({"id": key.id, "workspace_id": key.workspace_id, "key": secret}))
-    else:
-        _console().print(f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once)")
+@contextmanager
+def _data_dir_lock(settings: Settings) -> Iterator[None]:
+    """The one-brain lock of a SQLite store's data directory (none on PostgreSQL)."""
+    from stead.runtime import DataDirInUse, brain_lock
+    from stead.store import single_brain
+
+    if not single_brain(settings.resolved_database_url):
+        yield
+        return
+    try:
+        with brain_lock(settings.data_dir):
+            yield
+    except DataDirInUse as exc:
+        typer.echo(f"stead: {exc}", err=True)
+        raise typer.Exit(1) from None
 
 
-async def _create_key(
-    settings: Settings, name: str, workspace: str | None, new_workspace: str | None
-) -> tuple[ApiKey, str]:
-    async with _opened(settings) as store:
-        if new_workspace is not None:
-            workspace = (await store.create_workspace(new_workspace)).id
-        elif workspace is None:
-            existing = await store.list_workspaces()
-            workspace = existing[0].id if existing else (await store.create_workspace("default")).id
-        return await store.create_api_key(workspace, name)
+@contextmanager
+def _listening(settings: Settings) -> Iterator[socket.socket]:
+    """The server's listening socket, bound now; one line and exit if it cannot be."""
+    where = f"{settings.host}:{settings.port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            settings.host, settings.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        typer.echo(f"stead: cannot listen on {where}: {exc}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        hint = " (another server uses it? pick one with --port or STEAD_PORT)"
+        taken = exc.errno == errno.EADDRINUSE
+        typer.echo(f"stead: cannot listen on {where}: {reason}{hint if taken else ''}", err=True)
+        raise typer.Exit(1) from None
+    with sock:
+        yield sock
 
 
 @db_app.command("check")
@@ -179,21 +192,21 @@ def db_check(
 
     Exits 1 if a problem remains (with --repair: one it could not repair).
     """
-    settings = _settings(data_dir=data_dir)
+    settings = read_settings(data_dir=data_dir)
     findings = anyio.run(_check_store, settings, repair)
     for finding in findings:
-        _console().print(str(finding))
+        console().print(str(finding))
     left = [f for f in findings if not f.repaired]
     if not findings:
-        _console().print(f"{settings.resolved_database_url}: no problems found")
+        console().print(f"{settings.resolved_database_url}: no problems found")
     elif left:
         hint = "" if repair else " (run again with --repair to fix stored values)"
-        _console().print(f"{len(left)} problem(s) left{hint}")
+        console().print(f"{len(left)} problem(s) left{hint}")
         raise typer.Exit(1)
 
 
 async def _check_store(settings: Settings, repair: bool) -> list[IntegrityFinding]:
-    async with _opened(settings) as store:
+    async with opened(settings) as store:
         return await store.check_integrity(repair)
 
 
@@ -215,7 +228,7 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
     to the new key and STEAD_SECRET_KEY_PREVIOUS to the old one, run this, then
     drop STEAD_SECRET_KEY_PREVIOUS.
     """
-    settings = _settings(data_dir=data_dir)
+    settings = read_settings(data_dir=data_dir)
     if settings.secret_key is not None:
         if settings.secret_key_previous is None:
             typer.echo(
@@ -235,7 +248,7 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
         raise typer.Exit(1) from None
     if settings.secret_key is None:
         finish_file_rotation(settings.data_dir)
-    _console().print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
+    console().print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
 
 
 async def _reseal(settings: Settings, box: SecretBox) -> int:
@@ -244,55 +257,15 @@ async def _reseal(settings: Settings, box: SecretBox) -> int:
             return None
         return box.seal(credential.id, box.open(credential.id, credential.sealed))
 
-    async with _opened(settings) as store:
+    async with opened(settings) as store:
         return await store.reseal_credentials(reseal)
 
 
-@app.command("sandbox-host")
-def sandbox_host(data_dir: DataDir = None) -> None:
-    """Run the sandbox host: owns every sandbox on this machine, outlives `stead serve`.
-
-    `stead serve` starts one by itself when none answers; run it yourself to
-    keep it under a service manager or to serve a remote brain
-    (STEAD_SANDBOX_HOST_LISTEN_TCP with STEAD_SANDBOX_HOST_TOKEN).
-    """
-    from stead.sandbox_host.server import HostAlreadyRunning, serve_host
-    from stead.sandbox_host.settings import HostSettings
-
-    settings = _validated(HostSettings, data_dir=data_dir)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    options = settings.options()
-    if os.geteuid() == 0:
-        # Root's groups would count in the file checks the host makes as a
-        # sandbox's user (stead.sandbox.local.actas); it needs none of them.
-        os.setgroups([])
-
-    async def run() -> None:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(_stop_on_signal, tasks.cancel_scope)
-            await serve_host(options)
-
-    try:
-        anyio.run(run, backend_options={"use_uvloop": True})
-    except HostAlreadyRunning as exc:
-        _console().print(f"stead sandbox-host: {exc}")
-        raise typer.Exit(1) from None
-
-
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
-
-
 Url = Annotated[
-    str, typer.Option("--url", envvar="STEAD_URL", help="The stead server (env STEAD_URL).")
+    str, typer.Option("--url", envvar="STEAD_URL", show_envvar=True, help="The stead server.")
 ]
 ApiKeyOption = Annotated[
-    str, typer.Option("--api-key", envvar="STEAD_API_KEY", help="API key (env STEAD_API_KEY).")
+    str, typer.Option("--api-key", envvar="STEAD_API_KEY", show_envvar=True, help="API key.")
 ]
 
 
@@ -329,16 +302,62 @@ def _run_client(function: Any, url: str, api_key: str, *args: Any) -> int:
     from stead.client import TerminalError
 
     if not api_key:
-        _console().print("stead: give an API key with --api-key or STEAD_API_KEY", style="red")
+        console().print("stead: give an API key with --api-key or STEAD_API_KEY", style="red")
         return 2
     try:
         return int(anyio.run(function, url, api_key, *args))
     except TerminalError as exc:
-        _console().print(f"stead: {exc}", style="red")
+        console().print(f"stead: {exc}", style="red")
         return 1
     except OSError as exc:
-        _console().print(f"stead: cannot reach {url}: {exc}", style="red")
+        console().print(f"stead: cannot reach {url}: {exc}", style="red")
         return 1
+
+
+@app.command()
+def worker(
+    environment: Annotated[
+        str, typer.Option("--environment", help="The self_hosted environment to serve.")
+    ],
+    url: Url = "http://127.0.0.1:8787",
+    environment_key: Annotated[
+        str,
+        typer.Option(
+            "--environment-key",
+            envvar="STEAD_ENVIRONMENT_KEY",
+            help="The environment's key; made with --api-key when not given.",
+        ),
+    ] = "",
+    api_key: ApiKeyOption = "",
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Where the tools run (default: here).")
+    ] = None,
+    worker_id: Annotated[str | None, typer.Option("--worker-id")] = None,
+    max_idle: Annotated[
+        float, typer.Option("--max-idle", help="Seconds to stay on an idle session.")
+    ] = 60.0,
+) -> None:
+    """Serve a self-hosted environment's work on this machine: its sessions' tools run here."""
+    from stead.client.worker import WorkerSetupError, make_environment_key, run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    async def serve() -> None:
+        key = environment_key
+        if not key:
+            if not api_key:
+                raise WorkerSetupError("give --environment-key, or --api-key to make one")
+            key = await make_environment_key(url, api_key, environment)
+        where = (workdir or Path()).resolve()
+        await run_worker(url, environment, key, where, worker_id=worker_id, max_idle=max_idle)
+
+    try:
+        anyio.run(serve)
+    except WorkerSetupError as exc:
+        console().print(f"stead: {exc}", style="red")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 @app.command()
@@ -346,7 +365,7 @@ def demo() -> None:
     """Run one short agent session offline with a scripted model and print its events."""
     from stead.demo import run_demo
 
-    run_demo(_console())
+    run_demo(console())
 
 
 def main() -> None:

@@ -6,11 +6,15 @@ stead reads ``os.environ`` or keeps configuration in module state.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from stead.egress_policy import ExtraCaFile, PinnedHosts
 
 
 def default_data_dir() -> Path:
@@ -89,9 +93,29 @@ class Settings(BaseSettings):
     sandbox_lease_seconds: float = 24 * 3600.0
     """A sandbox lease's TTL, renewed by every tool call."""
     sandbox_sweep_interval_seconds: float = 60.0
+    work_lease_seconds: float = 60.0
+    """A self-hosted worker's lease on a work item when it asks for no other TTL."""
+    work_max_lease_seconds: float = 3600.0
+    work_answer_timeout_seconds: float = 3600.0
+    """How long a turn waits for a worker to answer a tool call before it
+    answers it itself, as in doubt."""
     # The sandbox host reads its own settings (stead.sandbox_host.settings)
     # from the same STEAD_* variables: a host started by `stead serve`
     # inherits this process's environment.
+
+    # The web tools (web_fetch, web_search) run in the brain, not the sandbox.
+    web_search_url: str | None = None
+    """Base URL of the SearXNG instance web_search asks (``GET <url>/search?q=..
+    &format=json``); unset, web_search answers the model that it is not configured."""
+    web_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Longest one web_fetch (redirects included) or web_search may take."""
+    web_fetch_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """Largest body web_fetch reads: longer text is cut there, a longer PDF refused."""
+    egress_hosts: PinnedHosts = Field(default_factory=dict)
+    """Host name -> IP address (JSON), as for the sandbox host: web tools resolve
+    these names to these addresses, which pass the blocklist."""
+    egress_extra_ca_file: ExtraCaFile = None
+    """PEM bundle of CAs web tools trust for origins besides the system's."""
 
     failpoints: str | None = None
     """Test-only crash injection, see ``stead.failpoints``."""
@@ -99,6 +123,15 @@ class Settings(BaseSettings):
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"
+
+    @field_validator("web_search_url")
+    @classmethod
+    def _search_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+                raise ValueError(f"{url!r} is not the http(s) base URL of a SearXNG instance")
+        return url
 
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:
@@ -119,3 +152,12 @@ def settings_errors(error: ValidationError) -> list[str]:
         variable = name if name.isupper() else f"STEAD_{name.upper()}"
         lines.append(f"{variable}: {found['msg'].removeprefix('Value error, ')}")
     return lines
+
+
+def unparsed_setting(error: Exception) -> str:
+    """The line for a setting pydantic-settings could not even parse (a JSON
+    value that is not JSON), which it reports without the variable's name."""
+    found = re.search(r'field "(\w+)"', str(error))
+    if found is None:
+        return f"settings: {error}"
+    return f"STEAD_{found.group(1).upper()}: not valid JSON"

@@ -23,6 +23,7 @@ class EventType(enum.StrEnum):
     AGENT_TOOL_RESULT = "agent.tool_result"
     AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
     AGENT_MCP_TOOL_USE = "agent.mcp_tool_use"
+    AGENT_MCP_TOOL_RESULT = "agent.mcp_tool_result"
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
     SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"

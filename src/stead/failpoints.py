@@ -18,6 +18,8 @@ SITES = frozenset(
         "model.after_answer",
         "tool.before_run",
         "tool.after_run",
+        "mcp.before_call",
+        "mcp.after_call",
         "turn.before_start",
         "turn.before_idle",
         "store.before_commit",

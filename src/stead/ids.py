@@ -18,6 +18,8 @@ PREFIXES = {
     "run": "run",
     "vault": "vlt",
     "credential": "vcrd",
+    "work": "work",
+    "environment_key": "envkey",
 }
 
 

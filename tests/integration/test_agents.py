@@ -35,6 +35,42 @@ def test_create_retrieve_and_resolved_shape(client: anthropic.Anthropic) -> None
     assert again.model_dump() == agent.model_dump()
 
 
+def test_web_tool_configs_come_back_resolved(client: anthropic.Anthropic) -> None:
+    """``url_sources`` shorthands come back in the object form the SDK reads."""
+    fetch = {
+        "name": "web_fetch",
+        "allowed_domains": ["docs.example.com"],
+        "max_content_tokens": 2000,
+        "url_sources": {
+            "user_input": "none",
+            "client_tool_results": {
+                "type": "only",
+                "tools": [{"type": "tool_reference", "name": "lookup"}],
+            },
+        },
+    }
+    search = {"name": "web_search", "blocked_domains": ["ads.example.com"]}
+    lookup = {"type": "custom", "name": "lookup", "description": "d"}
+    agent = client.beta.agents.create(
+        name="web",
+        model="claude-sonnet-4-6",
+        tools=[
+            {**TOOLSET, "configs": [fetch, search]},
+            {**lookup, "input_schema": {"type": "object"}},
+        ],  # type: ignore[list-item]
+    )
+    configs = agent.tools[0].configs  # type: ignore[union-attr]
+    sources = configs[0].url_sources  # type: ignore[union-attr]
+    assert sources is not None
+    assert sources.user_input.type == "none"  # type: ignore[union-attr]
+    assert sources.client_tool_results.type == "only"  # type: ignore[union-attr]
+    assert sources.server_tool_results is None
+    assert configs[0].allowed_domains == ["docs.example.com"]  # type: ignore[union-attr]
+    assert configs[1].blocked_domains == ["ads.example.com"]  # type: ignore[union-attr]
+    again = client.beta.agents.retrieve(agent.id)
+    assert again.model_dump() == agent.model_dump()
+
+
 def test_every_change_is_a_new_version_and_noops_are_not(client: anthropic.Anthropic) -> None:
     agent = client.beta.agents.create(name="v", model="claude-sonnet-4-6", tools=[TOOLSET])
     same = client.beta.agents.update(agent.id, name="v")

@@ -51,6 +51,11 @@ def agent(**fields: Any) -> Json:
     return {"name": "bad", "model": MODEL, **fields}
 
 
+def web(**fields: Any) -> Json:
+    """The agent toolset with a web_fetch config of ``fields``."""
+    return {**TOOLSET, "configs": [{"name": "web_fetch", **fields}]}
+
+
 def custom_tool(**fields: Any) -> Json:
     schema = {"type": "object"}
     return {"type": "custom", "name": "t", "description": "d", "input_schema": schema} | fields
@@ -183,6 +188,26 @@ CASES = [
          body=agent(tools=[{"type": "custom", "name": "t", "description": "d"}])),
     Case("agents-create-custom-tool-bad-name", 400, "POST", A, "tools.0.name",
          body=agent(tools=[custom_tool(name="no spaces!")])),
+    Case("agents-create-web-domain-with-scheme", 400, "POST", A,
+         "tools.0.configs.0.allowed_domains.1",
+         body=agent(tools=[web(allowed_domains=["ok.example", "https://docs.example"])])),
+    Case("agents-create-web-domain-wildcard", 400, "POST", A, "blocked_domains.0",
+         body=agent(tools=[web(blocked_domains=["*.ads.example"])])),
+    Case("agents-create-web-empty-domains", 400, "POST", A, "allowed_domains",
+         body=agent(tools=[web(allowed_domains=[])])),
+    Case("agents-create-web-zero-tokens", 400, "POST", A, "max_content_tokens",
+         body=agent(tools=[web(max_content_tokens=0)])),
+    Case("agents-create-web-sources-all-none", 400, "POST", A, "url_sources",
+         body=agent(tools=[web(url_sources=dict.fromkeys(
+             ("user_input", "client_tool_results", "server_tool_results"), "none"))])),
+    Case("agents-create-web-sources-unknown-client-tool", 400, "POST", A,
+         "url_sources.client_tool_results",
+         body=agent(tools=[web(url_sources={"client_tool_results": {
+             "type": "only", "tools": [{"type": "tool_reference", "name": "nope"}]}})])),
+    Case("agents-create-web-sources-bad-server-tool", 400, "POST", A,
+         "url_sources.server_tool_results",
+         body=agent(tools=[web(url_sources={"server_tool_results": {
+             "type": "except", "tools": [{"type": "tool_reference", "name": "bash"}]}})])),
     Case("agents-create-unused-mcp-server", 400, "POST", A, "mcp_servers",
          body=agent(mcp_servers=[{"type": "url", "name": "s", "url": "https://mcp.example"}])),
     Case("agents-create-metadata-17-pairs", 400, "POST", A, "metadata",

@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-SANDBOX_BENCHMARKS = {"sandbox_start", "sandbox_exec", "sandbox_density", "terminal", "snapshot"}
+SANDBOX_BENCHMARKS = {
+    "sandbox_start",
+    "sandbox_exec",
+    "sandbox_density",
+    "terminal",
+    "snapshot",
+    "work_queue",
+}
 NEEDS_SANDBOX_HOST = os.geteuid() != 0 or shutil.which("bwrap") is None
 
 

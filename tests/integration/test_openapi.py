@@ -46,6 +46,16 @@ ROUTES = {
     ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate"): None,
     ("delete", "/v1/sessions/{session_id}/sandbox"): None,
     ("get", "/v1/sessions/{session_id}/sandbox/egress"): None,
+    ("get", "/v1/environments/{environment_id}/work/poll"): None,
+    ("get", "/v1/environments/{environment_id}/work/stats"): None,
+    ("get", "/v1/environments/{environment_id}/work"): None,
+    ("get", "/v1/environments/{environment_id}/work/{work_id}"): None,
+    ("post", "/v1/environments/{environment_id}/work/{work_id}"): None,
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/ack"): None,
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/heartbeat"): None,
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/stop"): None,
+    ("post", "/v1/environments/{environment_id}/keys"): None,
+    ("post", "/v1/environments/{environment_id}/keys/{key_id}/revoke"): None,
 }
 
 

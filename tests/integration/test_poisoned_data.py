@@ -71,7 +71,13 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     server, key, ids = poisoned
     database = server.data_dir / "stead.db"
     with sqlite3.connect(database) as db:  # as it was before migration 0004
-        for later in ("vault_credentials", "vaults", "installation_secrets"):
+        for later in (
+            "work_items",
+            "environment_keys",
+            "vault_credentials",
+            "vaults",
+            "installation_secrets",
+        ):
             db.execute(f"DROP TABLE {later}")
         db.execute("UPDATE alembic_version SET version_num = '0003'")
     server.start()

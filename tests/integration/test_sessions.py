@@ -9,6 +9,18 @@ import anthropic
 import pytest
 from anthropic.types.beta import BetaEnvironment, BetaManagedAgentsAgent
 
+from tests.databases import BACKENDS
+
+pytestmark = pytest.mark.parametrize(
+    "server_on_each_store", BACKENDS, indirect=True, scope="module"
+)
+
+
+@pytest.fixture
+def client(client_on_each_store: anthropic.Anthropic) -> anthropic.Anthropic:
+    """The SDK on this module's server, once on SQLite and once on PostgreSQL."""
+    return client_on_each_store
+
 
 @pytest.fixture
 def agent(client: anthropic.Anthropic) -> BetaManagedAgentsAgent:

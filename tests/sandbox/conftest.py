@@ -92,7 +92,8 @@ def tool_session(client: anthropic.Anthropic, name: str = "t") -> str:
 
 
 def shell(body: dict[str, Any]) -> Turn:
-    """Runs a user message that starts with ``$ `` as a bash command, once."""
+    """Runs a user message that starts with ``$ `` as a bash command, once (and
+    one that starts with ``web_search `` as a search)."""
     last = body["messages"][-1]
     answered = isinstance(last["content"], list) and any(
         block.get("type") == "tool_result" for block in last["content"]
@@ -100,6 +101,8 @@ def shell(body: dict[str, Any]) -> Turn:
     text = "".join(b.get("text", "") for b in last["content"]) if not answered else ""
     if text.startswith("$ "):
         return Turn([ToolCall("bash", {"command": text[2:]})])
+    if text.startswith("web_search "):
+        return Turn([ToolCall("web_search", {"query": text.removeprefix("web_search ")})])
     return Turn([Text("ok")])
 
 

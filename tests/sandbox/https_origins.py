@@ -4,14 +4,14 @@ never an echo, since a reply would carry a secret into the sandbox."""
 
 from __future__ import annotations
 
-import ssl
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import trustme
+
+from tests.web_origins import serving
 
 
 @dataclass
@@ -49,16 +49,6 @@ def https_origin(ca: trustme.CA, names: tuple[str, ...]) -> Iterator[Origin]:
         def log_message(self, *args: object) -> None:
             pass
 
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*names).configure_cert(context)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    found.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler), ca, names) as port:
+        found.port = port
         yield found
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)

@@ -110,6 +110,23 @@ def test_a_running_session_keeps_its_sandbox(client: anthropic.Anthropic, fake: 
     assert idle["lease"] is None  # type: ignore[index]  # nothing was ever leased
 
 
+def test_web_tools_take_no_sandbox_nor_lease(
+    client: anthropic.Anthropic, host: HostProcess
+) -> None:
+    """web_search runs in the brain (here it only says it is not configured):
+    the session gets no lease and the host no sandbox."""
+    session_id = tool_session(client)
+    client.beta.sessions.events.send(session_id, events=[message("web_search stead")])
+    wait_idle(client, session_id, timeout=60)
+    (result,) = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    assert "web_search is not configured" in result.content[0].text  # type: ignore[union-attr]
+    view = sandbox_of(client, session_id)
+    assert (view["lease"], view["state"]) == (None, None)
+    assert not workspace_on_host(host, session_id).exists()
+
+
 def test_another_workspaces_session_is_not_found(
     client: anthropic.Anthropic, server: ServerProcess
 ) -> None:

@@ -38,22 +38,62 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Origin, P
 
 
 @pytest.fixture(scope="module")
-def server(
+def host(
     origin: tuple[Origin, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
+) -> Iterator[HostProcess]:
     _, bundle = origin
     host_env = {
         "STEAD_EGRESS_HOSTS": json.dumps({API: "127.0.0.1", OTHER: "127.0.0.1"}),
         "STEAD_EGRESS_EXTRA_CA_FILE": str(bundle),
     }
-    root = tmp_path_factory.mktemp("vault-egress")
-    host = HostProcess(root / "host-state", env=host_env).start()
-    with FakeModel(shell) as fake:
-        env = loop_env(fake, **host.settings_env)
-        started = ServerProcess(root / "data", env=env).start()
-        yield started
-        started.stop()
-    host.stop()
+    started = HostProcess(tmp_path_factory.mktemp("vault-host") / "state", env=host_env).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeModel]:
+    with FakeModel(shell) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def server(
+    host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    env = loop_env(fake, **host.settings_env)
+    started = ServerProcess(tmp_path_factory.mktemp("vault-egress") / "data", env=env).start()
+    yield started
+    started.stop()
+
+
+def _vault_session(client: anthropic.Anthropic) -> tuple[str, str, str]:
+    """(vault id, credential id, session id): a session whose vault holds
+    ``VAULT_TOKEN`` for ``API``, in an environment that may reach both hosts."""
+    vault = client.beta.vaults.create(display_name="egress")
+    credential = client.beta.vaults.credentials.create(
+        vault.id,
+        auth={
+            "type": "environment_variable",
+            "secret_name": "VAULT_TOKEN",
+            "secret_value": SECRET,
+            "networking": {"type": "limited", "allowed_hosts": [API]},
+        },
+    )
+    agent = client.beta.agents.create(
+        name="vault", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = client.beta.environments.create(
+        name=f"vault-{uuid.uuid4().hex[:8]}",
+        config={
+            "type": "cloud",
+            "networking": {"type": "limited", "allowed_hosts": [API, OTHER]},
+        },
+    )
+    session = client.beta.sessions.create(
+        agent=agent.id, environment_id=environment.id, vault_ids=[vault.id]
+    )
+    return vault.id, credential.id, session.id
 
 
 def _run(client: anthropic.Anthropic, session_id: str, command: str) -> str:
@@ -72,70 +112,114 @@ def test_the_origin_gets_the_secret_and_the_sandbox_a_placeholder(
 ) -> None:
     served, _ = origin
     with sdk_of(server) as client:
-        vault = client.beta.vaults.create(display_name="egress")
-        credential = client.beta.vaults.credentials.create(
-            vault.id,
-            auth={
-                "type": "environment_variable",
-                "secret_name": "VAULT_TOKEN",
-                "secret_value": SECRET,
-                "networking": {"type": "limited", "allowed_hosts": [API]},
-            },
-        )
-        agent = client.beta.agents.create(
-            name="vault", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
-        )
-        environment = client.beta.environments.create(
-            name=f"vault-{uuid.uuid4().hex[:8]}",
-            config={
-                "type": "cloud",
-                "networking": {"type": "limited", "allowed_hosts": [API, OTHER]},
-            },
-        )
-        session = client.beta.sessions.create(
-            agent=agent.id, environment_id=environment.id, vault_ids=[vault.id]
-        )
+        vault_id, credential_id, session_id = _vault_session(client)
         call = (
             'curl -sS -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer $VAULT_TOKEN" '
             f"https://{{host}}:{served.port}/{{path}}; echo; "
             'echo "sees=$VAULT_TOKEN"; cat /proc/self/environ | tr "\\0" "\\n" | grep VAULT'
         )
-        output = _run(client, session.id, call.format(host=API, path="with-secret"))
+        output = _run(client, session_id, call.format(host=API, path="with-secret"))
         assert output.startswith("200"), output
         assert "sees=" in output and SECRET not in output
         reached = [s for s in served.seen if s["path"] == "/with-secret"]
         assert reached and reached[-1]["authorization"] == f"Bearer {SECRET}"
 
-        elsewhere = _run(client, session.id, call.format(host=OTHER, path="elsewhere"))
+        elsewhere = _run(client, session_id, call.format(host=OTHER, path="elsewhere"))
         assert SECRET not in elsewhere
         assert all(
             SECRET not in s["authorization"] for s in served.seen if s["host"].startswith(OTHER)
         )
 
-        client.beta.vaults.credentials.archive(credential.id, vault_id=vault.id)
-        after = _run(client, session.id, call.format(host=API, path="after-archive"))
+        client.beta.vaults.credentials.archive(credential_id, vault_id=vault_id)
+        after = _run(client, session_id, call.format(host=API, path="after-archive"))
         assert SECRET not in after
         late = [s for s in served.seen if s["path"] == "/after-archive"]
         assert all(SECRET not in s["authorization"] for s in late)
 
-        log = client.beta.sessions.events.with_raw_response.list(session.id, limit=1000).text()
+        log = client.beta.sessions.events.with_raw_response.list(session_id, limit=1000).text()
         assert SECRET not in log
 
         audit = client.get(
-            f"/v1/sessions/{session.id}/sandbox/egress",
+            f"/v1/sessions/{session_id}/sandbox/egress",
             cast_to=object,
             options={"params": {"limit": 1000}},
         )
         assert isinstance(audit, dict) and audit["type"] == "sandbox_egress_log"
         assert SECRET not in json.dumps(audit)
         to_api = [e for e in audit["data"] if e["host"] == API and e["status"] == 200]
-        assert credential.id in to_api[0]["credential_ids"]
+        assert credential_id in to_api[0]["credential_ids"]
         assert to_api[-1]["credential_ids"] == []  # after the archive: nothing injected
         assert audit["last_seq"] == audit["data"][-1]["seq"]
         later = client.get(
-            f"/v1/sessions/{session.id}/sandbox/egress",
+            f"/v1/sessions/{session_id}/sandbox/egress",
             cast_to=object,
             options={"params": {"after": audit["last_seq"]}},
         )
         assert isinstance(later, dict) and later["data"] == []
     assert SECRET not in server.log_text()
+
+
+def test_a_restarted_brain_gives_the_placeholders_running_processes_hold(
+    host: HostProcess, fake: FakeModel, origin: tuple[Origin, Path], tmp_path: Path
+) -> None:
+    """The sandbox's shell outlives ``stead serve``: the placeholder it read
+    before the restart must still be replaced after it."""
+    served, _ = origin
+    env = loop_env(fake, **host.settings_env)
+    first = ServerProcess(tmp_path / "data", env=env).start()
+    key = first.first_key
+    try:
+        with sdk_of(first) as client:
+            _, _, session_id = _vault_session(client)
+            _run(client, session_id, 'export KEPT="$VAULT_TOKEN"; echo kept')
+    finally:
+        first.stop()
+    second = ServerProcess(tmp_path / "data", env=env)
+    second.first_key = key
+    second.start()
+    try:
+        with sdk_of(second) as client:
+            call = (
+                'curl -sS -o /dev/null -w "%{http_code}" -H "Authorization: Bearer $KEPT" '
+                f"https://{API}:{served.port}/after-restart"
+            )
+            assert _run(client, session_id, call).startswith("200")
+    finally:
+        second.stop()
+    reached = [s for s in served.seen if s["path"] == "/after-restart"]
+    assert reached and reached[-1]["authorization"] == f"Bearer {SECRET}"
+
+
+def test_a_credential_for_hosts_the_environment_forbids_is_reported(
+    server: ServerProcess,
+) -> None:
+    with sdk_of(server) as client:
+        vault = client.beta.vaults.create(display_name="unreachable")
+        credential = client.beta.vaults.credentials.create(
+            vault.id,
+            auth={
+                "type": "environment_variable",
+                "secret_name": "FAR_TOKEN",
+                "secret_value": SECRET,
+                "networking": {"type": "limited", "allowed_hosts": [API, "*.far.test"]},
+            },
+        )
+        agent = client.beta.agents.create(
+            name="far", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+        )
+        environment = client.beta.environments.create(
+            name=f"far-{uuid.uuid4().hex[:8]}",
+            config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": [API]}},
+        )
+        session = client.beta.sessions.create(
+            agent=agent.id, environment_id=environment.id, vault_ids=[vault.id]
+        )
+        assert "ran" in _run(client, session.id, "echo ran")
+        errors = [
+            e for e in client.beta.sessions.events.list(session.id) if e.type == "session.error"
+        ]
+    assert len(errors) == 1
+    error = errors[0].error
+    assert error.type == "credential_host_unreachable_error"
+    assert (error.vault_id, error.credential_id) == (vault.id, credential.id)  # type: ignore[union-attr]
+    assert "*.far.test" in error.message and API not in error.message

@@ -20,8 +20,10 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqlStore]:
-    opened = await open_store(f"sqlite:///{tmp_path / 'stead.db'}")
+async def store(database_url: str) -> AsyncIterator[SqlStore]:
+    """The store on an empty database: SQLite, or each of ``tests.databases.BACKENDS``
+    in a module parametrised with them."""
+    opened = await open_store(database_url)
     yield opened
     await opened.close()
 

@@ -27,6 +27,7 @@ ROOMS = (
 )
 SHARED = {
     "config",
+    "egress_policy",
     "events",
     "ids",
     "failpoints",
@@ -98,6 +99,13 @@ def test_rooms_import_others_only_through_their_surface(room: str) -> None:
             elif len(parts) > 2:
                 problems.append(f"{path.name}: import {'.'.join(parts[:2])}, not {name}")
     assert not problems, "\n".join(problems)
+
+
+def test_the_shared_egress_rules_import_no_room() -> None:
+    """Brain and body both import ``stead.egress_policy``: it stands on neither."""
+    for path in (SRC / "egress_policy").rglob("*.py"):
+        used = {n.split(".")[1] for n in _imports(path) if n.startswith("stead.")}
+        assert used <= {"egress_policy"}, f"{path.name} imports {used}"
 
 
 def test_api_touches_no_sql() -> None:

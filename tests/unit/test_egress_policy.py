@@ -1,4 +1,6 @@
-"""EgressPolicy: the networking config's shapes, host matching and the address blocklist."""
+"""The shared egress rules: EgressPolicy (the networking config's shapes, host
+matching, the address blocklist), a web tool's DomainPolicy, resolving through
+checked_addresses, and STEAD_EGRESS_HOSTS pins."""
 
 from __future__ import annotations
 
@@ -6,13 +8,17 @@ from typing import Any
 
 import pytest
 
-from stead.sandbox_host.egress import (
+from stead.egress_policy import (
     PACKAGE_MANAGER_HOSTS,
     Denied,
+    DomainPolicy,
     EgressPolicy,
     InvalidPolicy,
+    UpstreamFailed,
     block_reason,
+    checked_addresses,
     normalize_host,
+    pinned_hosts,
 )
 
 NOT_LISTED = "host not in the environment's allowed_hosts"
@@ -207,3 +213,126 @@ def test_normalize_host() -> None:
     assert normalize_host("Example.COM.") == "example.com"
     assert normalize_host("[0:0::1]") == "::1"
     assert normalize_host("127.0.0.1") == "127.0.0.1"
+
+
+# --- a web tool's domain lists ------------------------------------------------------
+
+
+def test_allowed_domains_match_the_name_and_its_subdomains_only() -> None:
+    policy = DomainPolicy(["docs.example.com", "10.0.0.5"], tool="web_fetch")
+    assert policy.allows_host("docs.example.com")
+    assert policy.allows_host("A.Docs.Example.COM.")
+    assert policy.allows_host("10.0.0.5")
+    assert not policy.allows_host("example.com")
+    assert not policy.allows_host("baddocs.example.com")
+    assert not policy.allows_host("docs.example.com.evil.net")
+    with pytest.raises(Denied, match="not in the web_fetch tool's allowed_domains"):
+        policy.check_host("other.example.com")
+
+
+def test_blocked_domains_refuse_the_name_and_its_subdomains() -> None:
+    policy = DomainPolicy(None, ["ads.example.com"], tool="web_search")
+    assert policy.allows_host("example.com")
+    assert not policy.allows_host("x.ads.example.com")
+    with pytest.raises(Denied, match="in the web_search tool's blocked_domains"):
+        policy.check_host("ads.example.com")
+
+
+def test_no_domain_lists_allow_every_host_but_keep_the_blocklist() -> None:
+    policy = DomainPolicy()
+    policy.check_host("example.com")
+    policy.check_addresses("example.com", ["93.184.216.34"])
+    for address in ("127.0.0.1", "10.1.2.3", "169.254.169.254"):
+        with pytest.raises(Denied, match="is blocked"):
+            policy.check_addresses("example.com", [address])
+
+
+def test_an_allowed_domain_named_literally_may_reach_private_addresses() -> None:
+    """As a sandbox's literal allowed_hosts: the agent's author named it. A
+    subdomain reached through the entry may not (its DNS is someone else's)."""
+    policy = DomainPolicy(["db.internal", "127.0.0.1"])
+    policy.check_addresses("DB.internal.", ["10.0.0.7"])
+    policy.check_addresses("127.0.0.1", ["127.0.0.1"])
+    with pytest.raises(Denied, match=r"address 127\.0\.0\.1 is blocked"):
+        policy.check_addresses("x.db.internal", ["127.0.0.1"])
+
+
+def test_an_empty_allowlist_allows_nothing() -> None:
+    assert not DomainPolicy([]).allows_host("example.com")
+
+
+@pytest.mark.parametrize(
+    "entry", ["https://example.com", "example.com:443", "example.com/docs", "*.example.com", "", 7]
+)
+def test_domain_entries_are_plain_host_names(entry: object) -> None:
+    with pytest.raises(InvalidPolicy, match=r"allowed_domains\.1: .* is not a plain host name"):
+        DomainPolicy(["ok.example", entry])
+
+
+def test_a_domain_policy_reads_a_resolved_tool_config() -> None:
+    policy = DomainPolicy.from_config({"name": "web_fetch", "blocked_domains": ["x.example"]})
+    assert policy.tool == "web_fetch" and not policy.allows_host("x.example")
+    with pytest.raises(InvalidPolicy, match="allowed_domains"):
+        DomainPolicy.from_config({"name": "web_fetch", "allowed_domains": "x.example"})
+
+
+# --- resolving ----------------------------------------------------------------------
+
+
+class Resolver:
+    def __init__(self, answers: dict[str, list[str]]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        if host not in self.answers:
+            raise OSError("no such name")
+        return self.answers[host]
+
+
+@pytest.mark.anyio
+async def test_checked_addresses_resolve_once_and_check_every_address() -> None:
+    resolver = Resolver({"a.example": ["93.184.216.34", "93.184.216.34"], "b.example": []})
+    policy = DomainPolicy()
+    found = await checked_addresses("a.example", 443, policy, resolver=resolver, resolve_seconds=5)
+    assert found == ["93.184.216.34"] and resolver.asked == ["a.example"]
+    with pytest.raises(UpstreamFailed, match="cannot resolve"):
+        await checked_addresses("c.example", 443, policy, resolver=resolver, resolve_seconds=5)
+    with pytest.raises(UpstreamFailed, match="no addresses"):
+        await checked_addresses("b.example", 443, policy, resolver=resolver, resolve_seconds=5)
+
+
+@pytest.mark.anyio
+async def test_a_pinned_name_skips_resolving_and_the_blocklist_but_not_the_lists() -> None:
+    resolver = Resolver({})
+    pinned = pinned_hosts({"Page.Test": "127.0.0.1"})
+    found = await checked_addresses(
+        "page.test", 80, DomainPolicy(), resolver=resolver, resolve_seconds=5, pinned=pinned
+    )
+    assert found == ["127.0.0.1"] and resolver.asked == []
+    with pytest.raises(Denied, match="blocked_domains"):
+        await checked_addresses(
+            "page.test",
+            80,
+            DomainPolicy(None, ["page.test"]),
+            resolver=resolver,
+            resolve_seconds=5,
+            pinned=pinned,
+        )
+
+
+@pytest.mark.anyio
+async def test_a_literal_address_is_not_resolved() -> None:
+    resolver = Resolver({})
+    with pytest.raises(Denied, match="loopback"):
+        await checked_addresses("[::1]", 80, DomainPolicy(), resolver=resolver, resolve_seconds=5)
+    assert resolver.asked == []
+
+
+def test_pinned_hosts_are_checked() -> None:
+    assert pinned_hosts({"DB.internal.": "0:0::1"}) == {"db.internal": "::1"}
+    with pytest.raises(ValueError, match="is not a host name"):
+        pinned_hosts({"http://x": "10.0.0.1"})
+    with pytest.raises(ValueError, match="is not an IP address"):
+        pinned_hosts({"x.internal": "x.other"})

@@ -19,7 +19,8 @@ import h11
 import pytest
 from anyio.abc import SocketStream
 
-from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+from stead.egress_policy import EgressPolicy
+from stead.sandbox_host.egress import EgressProxy
 
 pytestmark = pytest.mark.anyio
 

@@ -24,16 +24,15 @@ import trustme
 from anyio.abc import ByteStream, SocketStream
 from anyio.streams.tls import TLSListener, TLSStream
 
+from stead.egress_policy import HostSet, upstream_context
 from stead.sandbox_host.egress import (
     AuditLog,
     CertificateAuthority,
     EgressProxy,
     EgressTls,
     HeaderSecret,
-    HostSet,
     PlaceholderSecret,
     Secrets,
-    upstream_context,
 )
 from stead.testing import serve_origin
 from tests.unit.test_egress_proxy import echo, limited, serving

@@ -42,7 +42,7 @@ AGENT: Json = {
 }
 DEFINITIONS = {
     name: {"name": name, "description": name, "input_schema": {"type": "object"}}
-    for name in ("bash", "read", "write", "edit", "glob", "grep")
+    for name in ("bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search")
 }
 
 
@@ -118,7 +118,8 @@ def test_request_history_uses_event_ids_and_cache_breakpoints() -> None:
         event("agent.tool_result", "r1", tool_use_id="t1", content=[{"type": "text", "text": "x"}]),
     ]
     request = build_request(AGENT, log, DEFINITIONS, max_tokens=100)
-    assert [t["name"] for t in request.tools] == ["bash", "read", "write", "edit", "glob", "lookup"]
+    offered = [t["name"] for t in request.tools]
+    assert offered == ["bash", "read", "write", "edit", "glob", "web_fetch", "web_search", "lookup"]
     assert request.tools[-1]["cache_control"] == {"type": "ephemeral"}
     assert request.system == [
         {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
@@ -142,7 +143,7 @@ def test_answers_become_events_with_policies_applied() -> None:
         {"type": "tool_use", "id": "toolu_2", "name": "lookup", "input": {}},
         {"type": "tool_use", "id": "toolu_3", "name": "grep", "input": {}},
     ]
-    produced = response_events(content, AGENT)
+    produced = response_events(content, AGENT, [])
     assert [kind for kind, _ in produced] == [
         "agent.thinking",
         "agent.message",

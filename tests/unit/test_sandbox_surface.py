@@ -14,8 +14,15 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "stead"
 ALLOWED = {
     "blobs": {"blobs"},
     "sandbox": {"sandbox", "config", "jsonvalues", "package_specs"},
-    "sandbox_host": {"sandbox_host", "sandbox", "blobs", "jsonvalues", "package_specs"},
-    "tools": {"tools", "sandbox", "jsonvalues"},
+    "sandbox_host": {
+        "sandbox_host",
+        "sandbox",
+        "blobs",
+        "jsonvalues",
+        "package_specs",
+        "egress_policy",
+    },
+    "tools": {"tools", "sandbox", "jsonvalues", "egress_policy"},
 }
 SHARED_WITH_THE_BODY = {"stead.sandbox.local", "stead.sandbox.protocol"}
 

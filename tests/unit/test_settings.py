@@ -10,30 +10,105 @@ from typer.testing import CliRunner
 
 from stead.cli import app
 
+HOST = "sandbox-host"
+BRAIN = "db"
+"""``stead db check`` reads the brain's settings, as ``stead serve`` does."""
+EXTRA_CA = (
+    {"STEAD_EGRESS_EXTRA_CA_FILE": "/nonexistent/ca.pem"},
+    "STEAD_EGRESS_EXTRA_CA_FILE: /nonexistent/ca.pem: not a readable PEM",
+)
+
 
 @pytest.mark.parametrize(
-    ("env", "line"),
+    ("command", "env", "line"),
     [
-        ({"STEAD_SANDBOX_UID_BASE": "1000"}, "STEAD_SANDBOX_UID_BASE: Input should be greater"),
-        ({"STEAD_SANDBOX_UID_COUNT": "many"}, "STEAD_SANDBOX_UID_COUNT: Input should be a valid"),
         (
+            HOST,
+            {"STEAD_SANDBOX_UID_BASE": "1000"},
+            "STEAD_SANDBOX_UID_BASE: Input should be greater",
+        ),
+        (
+            HOST,
+            {"STEAD_SANDBOX_UID_COUNT": "many"},
+            "STEAD_SANDBOX_UID_COUNT: Input should be a valid",
+        ),
+        (
+            HOST,
             {"STEAD_SANDBOX_UID_BASE": "2147000000", "STEAD_SANDBOX_UID_COUNT": "1000000"},
             "STEAD_SANDBOX_UID_BASE: 2147000000 + STEAD_SANDBOX_UID_COUNT (1000000) - 1 is past",
         ),
-        ({"STEAD_EGRESS_HOSTS": '{"db.internal": "nowhere"}'}, "STEAD_EGRESS_HOSTS: 'db.internal'"),
-        ({"STEAD_EGRESS_HOSTS": '{"bad name": "10.0.0.1"}'}, "STEAD_EGRESS_HOSTS: 'bad name' is"),
-        ({"STEAD_EGRESS_HOSTS": "[1]"}, "STEAD_EGRESS_HOSTS: Input should be a valid"),
         (
-            {"STEAD_EGRESS_EXTRA_CA_FILE": "/nonexistent/ca.pem"},
-            "STEAD_EGRESS_EXTRA_CA_FILE: /nonexistent/ca.pem: not a readable PEM",
+            HOST,
+            {"STEAD_EGRESS_HOSTS": '{"db.internal": "nowhere"}'},
+            "STEAD_EGRESS_HOSTS: 'db.internal'",
         ),
+        (
+            HOST,
+            {"STEAD_EGRESS_HOSTS": '{"bad name": "10.0.0.1"}'},
+            "STEAD_EGRESS_HOSTS: 'bad name' is",
+        ),
+        (HOST, {"STEAD_EGRESS_HOSTS": "[1]"}, "STEAD_EGRESS_HOSTS: Input should be a valid"),
+        (HOST, *EXTRA_CA),
+        # The brain's web tools read these too.
+        (
+            BRAIN,
+            {"STEAD_WEB_SEARCH_URL": "searx.internal"},
+            "STEAD_WEB_SEARCH_URL: 'searx.internal' is",
+        ),
+        (BRAIN, {"STEAD_WEB_SEARCH_URL": "ftp://searx.internal"}, "STEAD_WEB_SEARCH_URL: 'ftp://"),
+        (
+            BRAIN,
+            {"STEAD_WEB_TIMEOUT_SECONDS": "0"},
+            "STEAD_WEB_TIMEOUT_SECONDS: Input should be greater",
+        ),
+        (
+            BRAIN,
+            {"STEAD_WEB_FETCH_MAX_BYTES": "-1"},
+            "STEAD_WEB_FETCH_MAX_BYTES: Input should be greater",
+        ),
+        (
+            BRAIN,
+            {"STEAD_EGRESS_HOSTS": '{"bad name": "10.0.0.1"}'},
+            "STEAD_EGRESS_HOSTS: 'bad name' is",
+        ),
+        (BRAIN, *EXTRA_CA),
+        (BRAIN, {"STEAD_OPENAI_MODELS": "notjson"}, "STEAD_OPENAI_MODELS: not valid JSON"),
+        (BRAIN, {"STEAD_EGRESS_HOSTS": "notjson"}, "STEAD_EGRESS_HOSTS: not valid JSON"),
+        (BRAIN, {"STEAD_PORT": "abc"}, "STEAD_PORT: Input should be a valid integer"),
+        (BRAIN, {"STEAD_SANDBOX": "docker"}, "STEAD_SANDBOX: Input should be"),
+        (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
+        (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
-    env: dict[str, str], line: str, tmp_path: Path
+    command: str, env: dict[str, str], line: str, tmp_path: Path
 ) -> None:
     # A data directory of the test's own, should the settings ever pass.
-    result = CliRunner().invoke(app, ["sandbox-host", "--data-dir", str(tmp_path)], env=env)
+    args = [command, *(["check"] if command == BRAIN else []), "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env=env)
     assert result.exit_code == 2
     assert result.stderr.startswith(f"stead: {line}")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("url", "line"),
+    [
+        ("mysql://root@127.0.0.1/stead", "unsupported database URL mysql://root@127.0.0.1/stead"),
+        # Nothing listens on port 1; the password is never printed.
+        (
+            "postgresql://stead:hunter2@127.0.0.1:1/stead",
+            "cannot open postgresql://stead:***@127.0.0.1:1/stead: connection",
+        ),
+        ("postgresql://stead@127.0.0.1:notaport/stead", "database URL is not a valid URL"),
+    ],
+)
+def test_a_database_that_cannot_be_opened_stops_start_up_with_one_line(
+    url: str, line: str, tmp_path: Path
+) -> None:
+    args = ["db", "check", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env={"STEAD_DATABASE_URL": url})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"stead: STEAD_DATABASE_URL: {line}"), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "hunter2" not in result.output

@@ -1,4 +1,5 @@
-"""The SQL store on a real SQLite file: the log, the pending queue, paging, status."""
+"""The SQL store on a real SQLite file and a real PostgreSQL database: the log, the
+pending queue, paging, status, and what concurrent writers may not break."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import anyio
 import pytest
 
 from stead.store import (
+    ClaimTerms,
     Conflict,
     EventFilter,
     NewEvent,
@@ -14,10 +16,12 @@ from stead.store import (
     RunStatus,
     SessionFilter,
     SqlStore,
+    open_store,
 )
+from tests.databases import BACKENDS
 from tests.unit.conftest import definition, new_session, user_message
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
 ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
 
 
@@ -170,3 +174,100 @@ async def test_a_failed_change_writes_nothing(store: SqlStore) -> None:
     with pytest.raises(ValueError):
         await store.update_agent(workspace.id, agent.id, None, broken)
     assert (await store.get_agent(workspace.id, agent.id)).version == 1
+
+
+async def _stores_on(store: SqlStore, url: str, count: int) -> list[SqlStore]:
+    """``store`` and ``count - 1`` more on its database: writers that contend as
+    separate processes would (SQLite's write lock; PostgreSQL's row locks)."""
+    return [store, *[await open_store(url) for _ in range(count - 1)]]
+
+
+async def test_writers_on_several_stores_keep_each_log_gapless_and_ordered(
+    store: SqlStore, database_url: str
+) -> None:
+    _, session_id = await new_session(store)
+    stores = await _stores_on(store, database_url, 3)
+
+    async def writer(worker: int) -> None:
+        for i in range(15):
+            mine = stores[worker % len(stores)]
+            await mine.append_events(session_id, [user_message(f"sevt_{worker}_{i}")])
+
+    try:
+        async with anyio.create_task_group() as group:
+            for worker in range(6):
+                group.start_soon(writer, worker)
+    finally:
+        for other in stores[1:]:
+            await other.close()
+    events = await store.events_after(session_id, 0, 1000)
+    assert [e.seq for e in events] == list(range(1, 91))
+    stamps = [e.processed_at for e in events]
+    assert stamps == sorted(stamps)
+    for worker in range(6):  # each writer's own events in the order it wrote them
+        mine = [e.id for e in events if e.id.startswith(f"sevt_{worker}_")]
+        assert mine == [f"sevt_{worker}_{i}" for i in range(15)]
+
+
+async def test_starts_at_once_leave_one_live_run_and_one_claim_wins(
+    store: SqlStore, database_url: str
+) -> None:
+    _, session_id = await new_session(store)
+    stores = await _stores_on(store, database_url, 3)
+    started: list[str] = []
+    claimed: list[object] = []
+
+    async def start(i: int) -> None:
+        started.append(await stores[i % len(stores)].start_run(session_id))
+
+    async def claim(i: int) -> None:
+        terms = ClaimTerms(owner=f"brain-{i}", lease_seconds=30.0, opening=lambda _a: [])
+        taken = await stores[i % len(stores)].claim_next(session_id, terms)
+        if taken is not None:
+            claimed.append(taken.claim)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for i in range(9):
+                group.start_soon(start, i)
+        async with anyio.create_task_group() as group:
+            for i in range(9):
+                group.start_soon(claim, i)
+    finally:
+        for other in stores[1:]:
+            await other.close()
+    assert len(set(started)) == 1
+    assert len(claimed) == 1
+    assert await store.queued_runs(session_id) == []
+
+
+async def test_agent_updates_at_once_make_one_version_each(
+    store: SqlStore, database_url: str
+) -> None:
+    workspace = await store.create_workspace("w")
+    agent = await store.create_agent(workspace.id, definition())
+    stores = await _stores_on(store, database_url, 3)
+
+    async def rename(i: int) -> None:
+        mine = stores[i % len(stores)]
+        await mine.update_agent(workspace.id, agent.id, None, lambda d: {**d, "name": f"n{i}"})
+
+    try:
+        async with anyio.create_task_group() as group:
+            for i in range(6):
+                group.start_soon(rename, i)
+    finally:
+        for other in stores[1:]:
+            await other.close()
+    assert (await store.get_agent(workspace.id, agent.id)).version == 7
+
+
+async def test_a_nul_in_a_string_is_stored(store: SqlStore, database_url: str) -> None:
+    """SQLite keeps U+0000; PostgreSQL's jsonb cannot, and gets U+FFFD in its place."""
+    _, session_id = await new_session(store)
+    text = "a\x00b \\u0000 c"
+    await store.append_events(session_id, [user_message("sevt_nul", text)])
+    [event] = await store.events_after(session_id, 0, 10)
+    stored = event.body["content"][0]["text"]
+    nul = "\x00" if database_url.startswith("sqlite") else "\ufffd"
+    assert stored == f"a{nul}b \\u0000 c"

@@ -1,19 +1,17 @@
-"""Sandbox leases and sandbox usage in the SQL store, on real SQLite files.
-
-The store opens only SQLite URLs, so there is no PostgreSQL run of these tests.
-"""
+"""Sandbox leases and sandbox usage in the SQL store, on real SQLite files and
+real PostgreSQL databases (the lease logic is written for both: ON CONFLICT and
+row locks)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import anyio
 import pytest
 from alembic import command
-from sqlalchemy import create_engine, func, insert, inspect, select, text, update
+from sqlalchemy import func, insert, inspect, select, text, update
 
 from stead.store import (
     Conflict,
@@ -26,9 +24,11 @@ from stead.store import (
 )
 from stead.store.migrate import alembic_config
 from stead.store.tables import sandbox_leases, sessions, workspaces
+from tests.databases import BACKENDS
+from tests.databases import engine as engine_of
 from tests.unit.conftest import new_session
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 TTL = 60.0
 
@@ -52,10 +52,9 @@ class Owner:
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Db]:
-    url = f"sqlite:///{tmp_path / 'stead.db'}"
-    opened = await open_store(url)
-    yield Db(opened, url)
+async def db(database_url: str) -> AsyncIterator[Db]:
+    opened = await open_store(database_url)
+    yield Db(opened, database_url)
     await opened.close()
 
 
@@ -99,7 +98,7 @@ async def run_sql(url: str, statement: object) -> None:
     """Runs one write on a connection of its own, off the event loop."""
 
     def run() -> None:
-        engine = create_engine(url)
+        engine = engine_of(url)
         try:
             with engine.begin() as conn:
                 conn.execute(statement)  # type: ignore[call-overload]
@@ -118,7 +117,7 @@ async def read_one(url: str, statement: object) -> object:
     """The first column of the first row, read on a connection of its own, off the loop."""
 
     def read() -> object:
-        engine = create_engine(url)
+        engine = engine_of(url)
         try:
             with engine.connect() as conn:
                 return conn.execute(statement).scalar()  # type: ignore[call-overload]
@@ -384,8 +383,8 @@ async def test_acquire_rejects_another_workspace_and_a_bad_ttl(db: Db) -> None:
         await acquire_session_sandbox(db.store, owner, at(1), ttl=0)
 
 
-async def test_acquire_defaults_to_the_store_clock(tmp_path: Path) -> None:
-    store = await open_store(f"sqlite:///{tmp_path / 'clock.db'}")
+async def test_acquire_defaults_to_the_store_clock(database_url: str) -> None:
+    store = await open_store(database_url)
     try:
         owner = await new_owner(store)
         before = datetime.now(UTC)
@@ -403,11 +402,11 @@ async def test_acquire_defaults_to_the_store_clock(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_upgrade_from_0002_keeps_data_and_adds_the_lease_tables(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'old.db'}"
+async def test_upgrade_from_0002_keeps_data_and_adds_the_lease_tables(database_url: str) -> None:
+    url = database_url
 
     def make_0002_database() -> None:
-        engine = create_engine(url)
+        engine = engine_of(url)
         try:
             config = alembic_config()
             with engine.begin() as conn:

@@ -1,5 +1,7 @@
 """Schema versions: the migrations build ``tables.py``; a new database is created
-straight from it with the same result; a database at head opens without Alembic."""
+straight from it with the same result; a database at head opens without Alembic;
+one migrated by a newer stead is refused; starts at once migrate once. On SQLite
+and on PostgreSQL where the test is not about SQLite's files."""
 
 from __future__ import annotations
 
@@ -14,23 +16,29 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, create_engine, inspect, select, update
 
-from stead.store import migrate, open_store
+from stead.store import StoreUnavailable, migrate, open_store
 from stead.store.tables import installation_secrets, metadata
+from tests.databases import BACKENDS, engine
 
 pytestmark = pytest.mark.anyio
+on_both = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 NO_ALEMBIC = "print(sorted(m for m in sys.modules if m.startswith(('alembic', 'mako'))))"
 
 
 def _migrated(path: Path, revision: str = "head") -> Engine:
     """A database built by running the migrations (up to ``revision``)."""
-    engine = create_engine(f"sqlite:///{path}")
+    return _migrated_at(f"sqlite:///{path}", revision)
+
+
+def _migrated_at(url: str, revision: str = "head") -> Engine:
+    built = engine(url)
     config = migrate.alembic_config()
-    with engine.begin() as conn:
+    with built.begin() as conn:
         config.attributes["connection"] = conn
         command.upgrade(config, revision)
-    return engine
+    return built
 
 
 def _schema(path: Path) -> dict[str, Any]:
@@ -57,11 +65,79 @@ def test_the_head_revision_in_code_is_alembics() -> None:
     assert script.get_current_head() == migrate.HEAD, "move migrate.HEAD to the new migration"
 
 
-def test_the_migrations_build_the_tables(tmp_path: Path) -> None:
-    engine = _migrated(tmp_path / "m.db")
-    with engine.connect() as conn:
+@on_both
+def test_the_migrations_build_the_tables(database_url: str) -> None:
+    built = _migrated_at(database_url)
+    with built.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
-    engine.dispose()
+    built.dispose()
+
+
+@on_both
+async def test_a_new_database_is_what_the_migrations_build(database_url: str) -> None:
+    await (await open_store(database_url)).close()
+    built = engine(database_url)
+    with built.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        seeded = conn.execute(select(installation_secrets.c.name))
+        assert list(seeded.scalars()) == [migrate.CURSOR_SECRET]
+    built.dispose()
+
+
+@on_both
+async def test_a_database_of_a_newer_stead_is_refused_with_one_line(database_url: str) -> None:
+    await (await open_store(database_url)).close()
+    built = engine(database_url)
+    with built.begin() as conn:
+        conn.execute(update(migrate.version_table).values(version_num="9999"))
+    with pytest.raises(StoreUnavailable) as refused:
+        await open_store(database_url)
+    assert "newer stead (revision 9999" in str(refused.value)
+    assert "\n" not in str(refused.value)
+    with built.connect() as conn:  # nothing was written
+        assert migrate.revisions(conn) == {"9999"}
+    built.dispose()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[1:], indirect=True)
+async def test_starts_at_once_create_a_new_database_once(database_url: str) -> None:
+    stores = []
+
+    async def start() -> None:
+        stores.append(await open_store(database_url))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(start)
+    for store in stores:
+        await store.close()
+    built = engine(database_url)
+    with built.connect() as conn:
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        assert len(conn.execute(select(installation_secrets.c.name)).all()) == 1
+        assert set(inspect(conn).get_table_names()) >= set(metadata.tables)
+    built.dispose()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[1:], indirect=True)
+async def test_starts_at_once_migrate_an_old_database_once(database_url: str) -> None:
+    _migrated_at(database_url, "0003").dispose()
+    stores = []
+
+    async def start() -> None:
+        stores.append(await open_store(database_url))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(3):
+            group.start_soon(start)
+    for store in stores:
+        await store.close()
+    built = engine(database_url)
+    with built.connect() as conn:
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    built.dispose()
 
 
 async def test_a_new_database_has_the_schema_the_migrations_build(tmp_path: Path) -> None:
@@ -91,12 +167,12 @@ async def test_opening_a_new_or_current_database_imports_no_alembic(
     assert found.stdout.decode().strip() == "[]"
 
 
-async def test_a_database_behind_head_is_migrated_and_reopens(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'm.db'}"
-    engine = _migrated(tmp_path / "m.db", "0003")
+@on_both
+async def test_a_database_behind_head_is_migrated_and_reopens(database_url: str) -> None:
+    built = _migrated_at(database_url, "0003")
     for _ in range(2):
-        await (await open_store(url)).close()
-    with engine.connect() as conn:
+        await (await open_store(database_url)).close()
+    with built.connect() as conn:
         assert migrate.revisions(conn) == {migrate.HEAD}
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
-    engine.dispose()
+    built.dispose()

@@ -20,6 +20,7 @@ from stead.api import (
     sessions,
     terminals,
     vaults,
+    work,
 )
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
@@ -28,6 +29,7 @@ from stead.failpoints import FailPoints
 from stead.runtime import (
     EventBus,
     LeaseSweeper,
+    McpGateway,
     Runtime,
     SandboxToolbox,
     SessionCredentials,
@@ -35,7 +37,7 @@ from stead.runtime import (
     build_loop,
 )
 from stead.sandbox import open_provider
-from stead.store import Store, open_store
+from stead.store import Store, open_store, single_brain
 from stead.vault import load_secret_box
 
 ROUTE_MODULES = (
@@ -47,6 +49,7 @@ ROUTE_MODULES = (
     credential_checks,
     sandbox,
     terminals,
+    work,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
@@ -54,18 +57,24 @@ SWEEP_DESTROY_SECONDS = 600.0
 """A destroy takes a final snapshot of the workspace; give a large one time."""
 
 
-def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
+def create_app(
+    settings: Settings, store: Store | None = None, *, data_dir_locked: bool = False
+) -> FastAPI:
     """The app. With ``store`` given the caller owns it; otherwise the lifespan opens
     the one ``settings`` names, holds the data directory's brain lock while it runs
-    (one brain per embedded store), and closes it."""
+    (one brain per SQLite store; ``data_dir_locked``: the caller holds it for the
+    app's whole life; a PostgreSQL store may have several, so none takes it and
+    none treats another's runs as orphans), and closes it."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             failpoints = FailPoints(settings.failpoints)
             opened = store
-            if opened is None:
+            exclusive = store is None and single_brain(settings.resolved_database_url)
+            if exclusive and not data_dir_locked:
                 stack.enter_context(brain_lock(settings.data_dir))
+            if opened is None:
                 opened = await open_store(
                     settings.resolved_database_url,
                     settings.sqlite_synchronous,
@@ -76,8 +85,9 @@ def create_app(settings: Settings, store: Store | None = None) -> FastAPI:
             box = load_secret_box(settings)
             credentials = SessionCredentials(opened, box)
             toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
-            deps = build_loop(settings, opened, bus, toolbox, failpoints)
-            runtime = Runtime(deps, exclusive=store is None)
+            mcp = McpGateway(settings, opened, box)
+            deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints)
+            runtime = Runtime(deps, exclusive=exclusive)
             sweeper = None
             if toolbox.leased:
                 sweeper = LeaseSweeper(

@@ -9,12 +9,10 @@ refresh won meanwhile and its tokens are kept.
 
 from __future__ import annotations
 
-import importlib
 from datetime import UTC, datetime
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from anyio import to_thread
 from fastapi import APIRouter, Depends, Request
 
 from stead.api import openapi
@@ -22,21 +20,15 @@ from stead.api.deps import Caller, Services, caller, services
 from stead.api.params import CredentialId, VaultId
 from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
+from stead.runtime import McpEgress, load_mcp, refresh_grant, write_back_grant
 from stead.schemas import RequestError
 from stead.store import CredentialRecord
 
 if TYPE_CHECKING:
-    from stead.tools.mcp import HttpResponse, McpFailed, TokenGrant
+    from stead.tools.mcp import EgressRules, HttpResponse, McpFailed
 
 router = APIRouter(prefix="/v1/vaults", tags=["vaults"])
-MCP_MODULE = "stead.tools.mcp"
 PROBED = ("mcp_oauth", "static_bearer")
-
-
-async def _mcp() -> ModuleType:
-    # The mcp SDK costs a server about a second and 24 MB to import: it is
-    # loaded on the first use, in a worker thread, not at start or on the loop.
-    return await to_thread.run_sync(importlib.import_module, MCP_MODULE)
 
 
 def _http(response: HttpResponse | None, secrets: list[str]) -> Json | None:
@@ -76,13 +68,16 @@ async def validate_credential(
     timeout = app.settings.mcp_timeout_seconds
     url = credential.auth["mcp_server_url"]
     result: dict[str, Any] = {"status": "valid", "mcp_probe": None, "refresh": None}
-    mcp = await _mcp()
+    mcp = await load_mcp()
+    # No session, so no environment: the blocklist alone, as for a token endpoint.
+    rules = McpEgress(app.settings).rules(mcp)
     try:
-        await mcp.list_tools(url, token, timeout)
+        await mcp.list_tools(url, token, timeout, rules)
     except mcp.McpFailed as failure:
         result.update(status="unknown", mcp_probe=_probe_failure(failure, secrets))
         if failure.unauthorized:
-            result.update(await _refresh_and_retry(mcp, app, who, credential, secret, secrets))
+            refreshed = await _refresh_and_retry(mcp, app, rules, credential, secret, secrets)
+            result.update(refreshed)
     body = {
         "type": "vault_credential_validation",
         "credential_id": credential.id,
@@ -97,58 +92,30 @@ async def validate_credential(
 async def _refresh_and_retry(
     mcp: ModuleType,
     app: Services,
-    who: Caller,
+    rules: EgressRules,
     credential: CredentialRecord,
     secret: Json,
     secrets: list[str],
 ) -> Json:
     """After a 401: the verdict, the refresh's outcome and the probe's (again)."""
-    refresh_settings = credential.auth.get("refresh")
-    if refresh_settings is None or "refresh_token" not in secret:
+    if credential.auth.get("refresh") is None or "refresh_token" not in secret:
         return {"status": "invalid", "refresh": {"status": "no_refresh_token"}}
     timeout = app.settings.mcp_timeout_seconds
     try:
-        grant = await mcp.refresh_access_token(
-            token_endpoint=refresh_settings["token_endpoint"],
-            client_id=refresh_settings["client_id"],
-            refresh_token=secret["refresh_token"],
-            auth_method=refresh_settings["token_endpoint_auth"]["type"],
-            client_secret=secret.get("client_secret"),
-            scope=refresh_settings.get("scope"),
-            resource=refresh_settings.get("resource"),
-            seconds=timeout,
-        )
+        grant = await refresh_grant(mcp, credential, secret, timeout, rules)
     except mcp.RefreshFailed as failed:
         verdict = "invalid" if failed.status == "failed" else "unknown"
         return {
             "status": verdict,
             "refresh": {"status": failed.status, "http_response": _http(failed.http, secrets)},
         }
-    await _write_back(app, who, credential, secret["refresh_token"], grant)
+    await write_back_grant(app.store, app.secrets, credential, secret["refresh_token"], grant)
     outcome: Json = {"status": "valid", "mcp_probe": None, "refresh": {"status": "succeeded"}}
     try:
-        await mcp.list_tools(credential.auth["mcp_server_url"], grant.access_token, timeout)
+        url = credential.auth["mcp_server_url"]
+        await mcp.list_tools(url, grant.access_token, timeout, rules)
     except mcp.McpFailed as failure:
         shown = [*secrets, grant.access_token, grant.refresh_token or ""]
         outcome["status"] = "invalid" if failure.unauthorized else "unknown"
         outcome["mcp_probe"] = _probe_failure(failure, shown)
     return outcome
-
-
-async def _write_back(
-    app: Services, who: Caller, credential: CredentialRecord, used: str, grant: TokenGrant
-) -> None:
-    def change(current: CredentialRecord) -> dict[str, object]:
-        stored = app.secrets.open(current.id, current.sealed)
-        if stored.get("refresh_token") != used:
-            return {}  # another refresh won the race; its tokens are the newer ones
-        stored["access_token"] = grant.access_token
-        if grant.refresh_token is not None:
-            stored["refresh_token"] = grant.refresh_token
-        expires = None if grant.expires_at is None else ts(grant.expires_at)
-        return {
-            "sealed": app.secrets.seal(current.id, stored),
-            "auth": {**current.auth, "expires_at": expires},
-        }
-
-    await app.store.update_credential(who.workspace_id, credential.vault_id, credential.id, change)

@@ -13,7 +13,7 @@ from starlette.requests import HTTPConnection
 from stead.api.errors import ApiError
 from stead.config import Settings
 from stead.runtime import EventBus, LeaseSweeper, Runtime, SandboxToolbox
-from stead.store import ApiKey, Store
+from stead.store import TOKEN_PREFIX, ApiKey, Store
 from stead.vault import SecretBox
 
 
@@ -101,6 +101,8 @@ async def authenticate(request: HTTPConnection) -> Caller:
     if secret is None:
         raise ApiError(401, "send an API key as 'x-api-key' or 'Authorization: Bearer <key>'")
     app = services(request)
+    if secret.startswith(TOKEN_PREFIX):
+        return await _work_token_caller(request, secret)
     key = app.keys.get(secret)
     if key is None:
         key = await app.store.authenticate(secret)
@@ -111,3 +113,16 @@ async def authenticate(request: HTTPConnection) -> Caller:
     if workspace and workspace != key.workspace_id:
         raise ApiError(403, "anthropic-workspace-id: this API key belongs to another workspace")
     return Caller(workspace_id=key.workspace_id, key_id=key.id)
+
+
+async def _work_token_caller(request: HTTPConnection, secret: str) -> Caller:
+    """A self-hosted worker's sessions token: good for its item's session only,
+    and only while its claim lasts (never cached, so a new claim revokes it at once)."""
+    token = await services(request).store.authenticate_work_token(secret)
+    if token is None:
+        raise ApiError(401, "invalid sessions token, or its claim ended")
+    own = f"/v1/sessions/{token.session_id}"
+    path = request.url.path
+    if token.session_id is None or not (path == own or path.startswith(own + "/")):
+        raise ApiError(403, f"this sessions token is good for session {token.session_id} only")
+    return Caller(workspace_id=token.workspace_id, key_id=token.work_id)

@@ -36,6 +36,7 @@ ERROR_TYPES = {
     404: "not_found_error",
     405: "invalid_request_error",
     409: "invalid_request_error",
+    412: "invalid_request_error",
     413: "request_too_large",
     415: "invalid_request_error",
     429: "rate_limit_error",
@@ -44,9 +45,18 @@ ERROR_TYPES = {
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, code: str | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> None:
         self.status = status
         self.code = code
+        self.details = details
+        """More of ``error.details`` beside ``error_code``."""
         super().__init__(message)
 
 
@@ -64,6 +74,7 @@ def error_response(
     *,
     code: str | None = None,
     headers: dict[str, str] | None = None,
+    details: dict[str, Any] | None = None,
 ) -> JSONResponse:
     rid = request_id(request)
     error: dict[str, Any] = {
@@ -71,7 +82,7 @@ def error_response(
         "message": message,
     }
     if code:
-        error["details"] = {"error_code": code}
+        error["details"] = {"error_code": code, **(details or {})}
     return JSONResponse(
         {"type": "error", "error": error, "request_id": rid},
         status_code=status,
@@ -91,7 +102,10 @@ async def _request_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    return error_response(request, exc.status, str(exc), code=exc.code)
+    headers = {"x-should-retry": "false"} if exc.status == 412 else None
+    return error_response(
+        request, exc.status, str(exc), code=exc.code, headers=headers, details=exc.details
+    )
 
 
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:

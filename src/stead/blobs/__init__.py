@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stead.blobs.config import BlobConfig
+from stead.blobs.config import BlobConfig, check_blob_url
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -32,6 +32,7 @@ __all__ = [
     "BlobStore",
     "BlobUnavailable",
     "InvalidBlobKey",
+    "check_blob_url",
     "open_blob_store",
 ]
 

@@ -5,6 +5,24 @@ does not load obstore."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+SCHEMES = ("file", "s3", "memory")
+
+
+def check_blob_url(url: str) -> str:
+    """``url`` if it names a place blobs can live; ``ValueError`` saying what is
+    wrong otherwise (without opening anything)."""
+    parts = urlsplit(url)
+    if parts.scheme not in SCHEMES:
+        raise ValueError(f"blob URL {url!r}: expected a file://, s3:// or memory:// URL")
+    if parts.scheme == "file" and (
+        parts.netloc not in ("", "localhost") or not parts.path.startswith("/")
+    ):
+        raise ValueError(f"blob URL {url!r}: expected file:///absolute/dir")
+    if parts.scheme == "s3" and not parts.netloc:
+        raise ValueError(f"blob URL {url!r}: no bucket")
+    return url
 
 
 @dataclass(frozen=True, slots=True)

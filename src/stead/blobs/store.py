@@ -29,7 +29,7 @@ from obstore.exceptions import (
 )
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-from stead.blobs.config import BlobConfig
+from stead.blobs.config import BlobConfig, check_blob_url
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -78,25 +78,19 @@ def open_blob_store(config: BlobConfig) -> BlobStore:
     it cannot use. Opens no connection: a wrong endpoint shows on the first call."""
     if config.timeout_seconds <= 0:
         raise ValueError("timeout_seconds must be positive")
-    parts = urlsplit(config.url)
+    parts = urlsplit(check_blob_url(config.url))
     if parts.scheme == "file":
-        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise ValueError(f"blob URL {config.url!r}: expected file:///absolute/dir")
         # The path is percent-encoded in the URL (``file:///srv/my%20blobs``).
         root = unquote(parts.path)
         store: ObjectStore = LocalStore(prefix=root, mkdir=True, automatic_cleanup=True)
     elif parts.scheme == "s3":
         store = _s3_store(config, parts.netloc, parts.path.strip("/"))
-    elif parts.scheme == "memory":
-        store = MemoryStore()
     else:
-        raise ValueError(f"blob URL {config.url!r}: expected a file://, s3:// or memory:// URL")
+        store = MemoryStore()
     return BlobStore(store, timeout_seconds=config.timeout_seconds)
 
 
 def _s3_store(config: BlobConfig, bucket: str, prefix: str) -> S3Store:
-    if not bucket:
-        raise ValueError(f"blob URL {config.url!r}: no bucket")
     if (config.s3_access_key_id is None) != (config.s3_secret_access_key is None):
         raise ValueError("s3_access_key_id and s3_secret_access_key go together")
     timeout = timedelta(seconds=config.timeout_seconds)

@@ -5,6 +5,7 @@ store, sandbox or api: the runtime hands it events and tool definitions.
 """
 
 from stead.harness.context import build_request, custom_tools, enabled_builtin_tools
+from stead.harness.mcp import McpTool, servers_in_use
 from stead.harness.model import ModelClient, ModelRequest, ModelResponse, UpstreamError
 from stead.harness.parse import response_events
 from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
@@ -25,6 +26,7 @@ __all__ = [
     "AwaitInput",
     "CallModel",
     "EndTurn",
+    "McpTool",
     "ModelClient",
     "ModelRequest",
     "ModelResponse",
@@ -37,5 +39,6 @@ __all__ = [
     "enabled_builtin_tools",
     "next_step",
     "response_events",
+    "servers_in_use",
     "unresolved_tool_uses",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from stead.events import EventType
+from stead.harness.mcp import McpTool, definition, enabled_mcp_tools, model_tool_name
 from stead.harness.model import ModelRequest
 from stead.jsonvalues import Json
 
@@ -34,16 +35,20 @@ def enabled_builtin_tools(agent: Json) -> dict[str, Json]:
     return enabled
 
 
-BUILTIN_NAMES = ("bash", "read", "write", "edit", "glob", "grep")
-"""Built-in tools stead executes (web_fetch and web_search are not offered yet)."""
+BUILTIN_NAMES = ("bash", "read", "write", "edit", "glob", "grep", "web_fetch", "web_search")
+"""Built-in tools stead executes: in the session's sandbox, or in the brain
+(web_fetch and web_search)."""
 
 
 def custom_tools(agent: Json) -> dict[str, Json]:
     return {t["name"]: t for t in agent.get("tools", []) if t.get("type") == "custom"}
 
 
-def _tool_definitions(agent: Json, builtin_definitions: Mapping[str, Json]) -> list[Json]:
+def _tool_definitions(
+    agent: Json, builtin_definitions: Mapping[str, Json], mcp_tools: Sequence[McpTool]
+) -> list[Json]:
     tools = [dict(builtin_definitions[name]) for name in enabled_builtin_tools(agent)]
+    tools += [definition(found.tool) for found in enabled_mcp_tools(agent, mcp_tools).values()]
     for tool in custom_tools(agent).values():
         tools.append(
             {
@@ -88,8 +93,14 @@ def _blocks(event: Json) -> tuple[str, list[Json]] | None:
     if kind in (EventType.AGENT_TOOL_USE, EventType.AGENT_CUSTOM_TOOL_USE):
         block = {"type": "tool_use", "id": event["id"], "name": event["name"]}
         return "assistant", [{**block, "input": event.get("input", {})}]
+    if kind == EventType.AGENT_MCP_TOOL_USE:
+        name = model_tool_name(event["mcp_server_name"], event["name"])
+        block = {"type": "tool_use", "id": event["id"], "name": name}
+        return "assistant", [{**block, "input": event.get("input", {})}]
     if kind in (EventType.AGENT_TOOL_RESULT, EventType.USER_TOOL_RESULT):
         return "user", [_tool_result(event, "tool_use_id")]
+    if kind == EventType.AGENT_MCP_TOOL_RESULT:
+        return "user", [_tool_result(event, "mcp_tool_use_id")]
     if kind == EventType.USER_CUSTOM_TOOL_RESULT:
         return "user", [_tool_result(event, "custom_tool_use_id")]
     return None
@@ -125,12 +136,14 @@ def build_request(
     builtin_definitions: Mapping[str, Json],
     *,
     max_tokens: int,
+    mcp_tools: Sequence[McpTool] = (),
 ) -> ModelRequest:
+    """``mcp_tools``: what the agent's MCP servers listed (the runtime asks them)."""
     system = agent.get("system")
     return ModelRequest(
         model=agent["model"]["id"],
         system=[{"type": "text", "text": system, "cache_control": CACHE}] if system else None,
-        tools=_tool_definitions(agent, builtin_definitions),
+        tools=_tool_definitions(agent, builtin_definitions, mcp_tools),
         messages=build_messages(events),
         max_tokens=max_tokens,
     )

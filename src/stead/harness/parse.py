@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from stead.events import EventType
 from stead.harness.context import custom_tools, enabled_builtin_tools
+from stead.harness.mcp import EnabledMcpTool, McpTool, enabled_mcp_tools
+from stead.harness.urls import fetch_refusal
 from stead.jsonvalues import Json
 
 NewEventSpec = tuple[str, Json]
@@ -21,13 +25,30 @@ def _evaluation(policy: Json) -> tuple[str, Json]:
     return "ask", {"type": "auto", "evaluated_permission": verdict}
 
 
-def _tool_use(block: Json, agent: Json) -> NewEventSpec:
+def _tool_use(
+    block: Json, agent: Json, events: Sequence[Json], mcp: Mapping[str, EnabledMcpTool]
+) -> NewEventSpec:
     name, tool_input = block["name"], block.get("input") or {}
     if name in custom_tools(agent):
         return EventType.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}
+    found = mcp.get(name)
+    if found is not None:
+        permission, evaluation = _evaluation(found.permission_policy)
+        return EventType.AGENT_MCP_TOOL_USE, {
+            "mcp_server_name": found.tool.server,
+            "name": found.tool.name,
+            "input": tool_input,
+            "evaluated_permission": permission,
+            "evaluation": evaluation,
+        }
     config = enabled_builtin_tools(agent).get(name)
+    refusal = None
     if config is None:
         refusal = f"the tool {name!r} is not available to this agent"
+    elif name == "web_fetch" and isinstance(tool_input, dict):
+        refusal = fetch_refusal(tool_input.get("url"), events, agent, config)
+    if config is None or refusal is not None:
+        # Refused before any permission policy applies: no ``evaluation``.
         body = {"name": name, "input": tool_input, "evaluated_permission": "deny"}
         return EventType.AGENT_TOOL_USE, {**body, "_internal": {"refusal": refusal}}
     permission, evaluation = _evaluation(config["permission_policy"])
@@ -39,13 +60,19 @@ def _tool_use(block: Json, agent: Json) -> NewEventSpec:
     }
 
 
-def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
-    events: list[NewEventSpec] = []
+def response_events(
+    content: list[Json], agent: Json, events: Sequence[Json], mcp_tools: Sequence[McpTool] = ()
+) -> list[NewEventSpec]:
+    """The events that record the model's answer ``content`` to a request built
+    from the log ``events``; ``mcp_tools``: the ones the request offered
+    (``build_request``)."""
+    mcp = enabled_mcp_tools(agent, mcp_tools) if mcp_tools else {}
+    answer: list[NewEventSpec] = []
     text: list[Json] = []
 
     def flush_text() -> None:
         if text:
-            events.append((EventType.AGENT_MESSAGE, {"content": list(text)}))
+            answer.append((EventType.AGENT_MESSAGE, {"content": list(text)}))
             text.clear()
 
     for block in content:
@@ -60,12 +87,12 @@ def response_events(content: list[Json], agent: Json) -> list[NewEventSpec]:
                 "thinking": block.get("thinking", ""),
                 "signature": block.get("signature", ""),
             }
-            events.append((EventType.AGENT_THINKING, {"_internal": internal}))
+            answer.append((EventType.AGENT_THINKING, {"_internal": internal}))
         elif kind == "redacted_thinking":
-            events.append(
+            answer.append(
                 (EventType.AGENT_THINKING, {"_internal": {"redacted": block.get("data", "")}})
             )
         elif kind == "tool_use":
-            events.append(_tool_use(block, agent))
+            answer.append(_tool_use(block, agent, events, mcp))
     flush_text()
-    return events
+    return answer

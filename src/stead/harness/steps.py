@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from stead.events import EventType
 from stead.jsonvalues import Json
 
-TOOL_USE_TYPES = (EventType.AGENT_TOOL_USE, EventType.AGENT_CUSTOM_TOOL_USE)
+TOOL_USE_TYPES = (
+    EventType.AGENT_TOOL_USE,
+    EventType.AGENT_MCP_TOOL_USE,
+    EventType.AGENT_CUSTOM_TOOL_USE,
+)
 RESULT_KEYS = {
     EventType.AGENT_TOOL_RESULT: "tool_use_id",
+    EventType.AGENT_MCP_TOOL_RESULT: "mcp_tool_use_id",
     EventType.USER_TOOL_RESULT: "tool_use_id",
     EventType.USER_CUSTOM_TOOL_RESULT: "custom_tool_use_id",
 }
@@ -30,7 +35,7 @@ class CallModel:
 
 @dataclass(frozen=True)
 class RunTools:
-    """Built-in tool uses to execute now, and ones to answer with an error instead."""
+    """Built-in and MCP tool uses to execute now, and ones to answer with an error instead."""
 
     run: list[Json]
     refuse: list[tuple[Json, str]]

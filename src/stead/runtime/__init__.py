@@ -9,6 +9,8 @@ from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
+from stead.runtime.mcp import McpGateway
+from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
 from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
@@ -23,6 +25,8 @@ __all__ = [
     "LeaseSweeper",
     "LogCache",
     "LoopDeps",
+    "McpEgress",
+    "McpGateway",
     "ModelRouter",
     "Notice",
     "Runtime",
@@ -38,5 +42,8 @@ __all__ = [
     "ToolsUnavailable",
     "brain_lock",
     "build_loop",
+    "load_mcp",
+    "refresh_grant",
     "sandbox_config",
+    "write_back_grant",
 ]

@@ -5,24 +5,60 @@ sees a placeholder, the proxy substitutes the value on the way out. MCP
 credentials (``static_bearer``, ``mcp_oauth``) stay in the brain. Two
 credentials with one ``secret_name`` in a session's vaults: the first vault in
 ``vault_ids`` wins, as an earlier entry on a PATH would.
+
+A credential's placeholder is derived from an installation secret, the session
+and the credential: a brain that restarts, or another brain on the same store,
+gives the sandbox the placeholders its running processes already hold. It says
+nothing of the value.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from stead.sandbox import EgressSecret, EnvironmentCredential
+from stead.egress_policy import EgressPolicy, InvalidPolicy
+from stead.jsonvalues import Json
+from stead.sandbox import PLACEHOLDER_PREFIX, EgressSecret, EnvironmentCredential
 from stead.store import Store
 from stead.vault import SealError, SecretBox
 
 log = logging.getLogger("stead.runtime.credentials")
+PLACEHOLDER_SECRET = "credential_placeholders"
+"""The installation secret placeholders are derived from (made on first use)."""
+
+
+def placeholder(key: bytes, session_id: str, credential_id: str, secret_name: str) -> str:
+    message = f"{session_id}\0{credential_id}\0{secret_name}".encode()
+    return PLACEHOLDER_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class UnreachableCredential:
+    """An ``environment_variable`` credential limited to hosts the session's
+    environment does not let its sandbox reach (``credential_host_unreachable_error``)."""
+
+    vault_id: str
+    credential_id: str
+    secret_name: str
+    hosts: tuple[str, ...]
+
+
+def _forbidden(policy: EgressPolicy, entry: str) -> bool:
+    # A wildcard is reachable if a name under it is: the environment's own
+    # wildcard, or a broader one, covers it.
+    sample = "stead-check." + entry[2:] if entry.startswith("*.") else entry
+    return not policy.allows_host(sample)
 
 
 class SessionCredentials:
     def __init__(self, store: Store, box: SecretBox) -> None:
         self._store = store
         self._box = box
+        self._placeholder_key: bytes | None = None
 
     async def egress_secrets(
         self, session_id: str, workspace_id: str, vault_ids: Sequence[str]
@@ -30,6 +66,9 @@ class SessionCredentials:
         if not vault_ids:
             return []
         found = await self._store.active_credentials(workspace_id, vault_ids)
+        if self._placeholder_key is None:
+            self._placeholder_key = await self._store.installation_secret(PLACEHOLDER_SECRET)
+        key = self._placeholder_key
         secrets: list[EgressSecret] = []
         named: set[str] = set()
         for credential in found:
@@ -57,6 +96,32 @@ class SessionCredentials:
                     else None,
                     header=auth["injection_location"]["header"],
                     body=auth["injection_location"]["body"],
+                    placeholder=placeholder(key, session_id, credential.id, auth["secret_name"]),
                 )
             )
         return secrets
+
+    async def unreachable(
+        self, workspace_id: str, vault_ids: Sequence[str], networking: Json
+    ) -> list[UnreachableCredential]:
+        """The session's ``environment_variable`` credentials whose ``limited``
+        hosts its environment's ``networking`` forbids (some or all of them)."""
+        if not vault_ids or networking.get("type") != "limited":
+            return []
+        try:
+            policy = EgressPolicy.from_config(networking)
+        except InvalidPolicy:
+            return []  # the sandbox refuses to start and says why
+        found: list[UnreachableCredential] = []
+        for credential in await self._store.active_credentials(workspace_id, vault_ids):
+            auth = credential.auth
+            if auth["type"] != "environment_variable" or auth["networking"]["type"] != "limited":
+                continue
+            hosts = tuple(h for h in auth["networking"]["allowed_hosts"] if _forbidden(policy, h))
+            if hosts:
+                found.append(
+                    UnreachableCredential(
+                        credential.vault_id, credential.id, auth["secret_name"], hosts
+                    )
+                )
+        return found

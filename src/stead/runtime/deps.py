@@ -14,8 +14,11 @@ from stead.ids import new_id
 from stead.jsonvalues import Json
 from stead.runtime.bus import EventBus
 from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.credentials import UnreachableCredential
 from stead.runtime.logcache import LogCache
+from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
+from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SessionRecord, Store
 from stead.tools import ToolOutcome
 
@@ -32,7 +35,7 @@ class ToolsUnavailable(Exception):
 
 
 class Toolbox(Protocol):
-    """Runs built-in tools in a session's sandbox."""
+    """Runs built-in tools: in a session's sandbox, or (``sandbox_free``) in the brain."""
 
     @property
     def definitions(self) -> Mapping[str, Json]:
@@ -65,6 +68,17 @@ class Toolbox(Protocol):
         call is made again with the same op key and the sandbox sorts it out."""
         ...
 
+    @property
+    def sandbox_free(self) -> frozenset[str]:
+        """Tools that run without the session's sandbox (web_fetch, web_search):
+        a call neither makes nor wakes one, nor renews its lease."""
+        ...
+
+    async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
+        """The session's vault credentials its sandbox can never use, because
+        its environment forbids their hosts."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -75,10 +89,13 @@ class LoopDeps:
     bus: EventBus
     models: ModelRouter
     tools: Toolbox
+    mcp: McpGateway
     clock: Clock
     owner: str
     failpoints: FailPoints
     logs: LogCache
+    work: WorkQueue
+    """Self-hosted environments' work queue (``work.py``)."""
 
 
 def build_loop(
@@ -86,17 +103,21 @@ def build_loop(
     store: Store,
     bus: EventBus,
     tools: Toolbox,
+    mcp: McpGateway,
     failpoints: FailPoints | None = None,
 ) -> LoopDeps:
     """The agent loop's dependencies from settings, for a process that owns runs."""
+    logs = LogCache(store)
     return LoopDeps(
         settings=settings,
         store=store,
         bus=bus,
         models=ModelRouter(settings),
         tools=tools,
+        mcp=mcp,
         clock=SystemClock(),
         owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
         failpoints=failpoints or FailPoints(None),
-        logs=LogCache(store),
+        logs=logs,
+        work=WorkQueue(settings, store, bus, logs),
     )

@@ -23,9 +23,10 @@ def status_idle(stop_reason: Json) -> NewEvent:
     return new(EventType.SESSION_STATUS_IDLE, {"stop_reason": stop_reason})
 
 
-def session_error(error_type: str, message: str, retry_status: str) -> NewEvent:
+def session_error(error_type: str, message: str, retry_status: str, **fields: str) -> NewEvent:
+    """``fields``: the error type's own (``mcp_server_name``, ``vault_id`` ...)."""
     error = {"type": error_type, "message": message, "retry_status": {"type": retry_status}}
-    return new(EventType.SESSION_ERROR, {"error": error})
+    return new(EventType.SESSION_ERROR, {"error": {**error, **fields}})
 
 
 def model_usage(usage: dict[str, int]) -> dict[str, int]:
@@ -40,7 +41,11 @@ def span_end(start_id: str, usage: dict[str, int], *, is_error: bool = False) ->
 
 
 def tool_result(tool_use: Json, content: list[Json], is_error: bool) -> NewEvent:
-    body: Json = {"tool_use_id": tool_use["id"], "content": content, "is_error": is_error}
+    """The result of a built-in or MCP tool use, of the type that answers it."""
+    if tool_use["type"] == EventType.AGENT_MCP_TOOL_USE:
+        body: Json = {"mcp_tool_use_id": tool_use["id"], "content": content, "is_error": is_error}
+        return new(EventType.AGENT_MCP_TOOL_RESULT, body)
+    body = {"tool_use_id": tool_use["id"], "content": content, "is_error": is_error}
     return new(EventType.AGENT_TOOL_RESULT, body)
 
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from stead.events import EventType
-from stead.harness import CallModel, ModelRequest, build_request, next_step
+from stead.harness import CallModel, McpTool, ModelRequest, build_request, next_step
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
@@ -28,11 +28,20 @@ Plan = Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | Non
 
 
 def model_request(
-    deps: LoopDeps, agent: Json, events: Sequence[Json], run_id: str, position: int
+    deps: LoopDeps,
+    agent: Json,
+    events: Sequence[Json],
+    run_id: str,
+    position: int,
+    mcp_tools: Sequence[McpTool],
 ) -> tuple[ModelRequest, str]:
     """The request a model step at ``position`` sends, and its op key."""
     request = build_request(
-        agent, events, deps.tools.definitions, max_tokens=deps.settings.max_output_tokens
+        agent,
+        events,
+        deps.tools.definitions,
+        max_tokens=deps.settings.max_output_tokens,
+        mcp_tools=mcp_tools,
     )
     return request, op_key("model", request.as_params(), run_id, position)
 
@@ -60,12 +69,19 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
     ) -> RunWrite | None:
         if claim.attempts > deps.settings.max_run_attempts:
             return None
+        # An agent with MCP servers whose tools are not listed yet: listing
+        # takes I/O, which the claim's transaction must not wait for.
+        mcp_tools = deps.mcp.cached(claim.session_id, session.agent)
+        if mcp_tools is None:
+            return None
         try:
             events = held + [ev.as_log(r) for r in tail]
             step = next_step(events)
             if not isinstance(step, CallModel) or dangling_span(events) is not None:
                 return None
-            _, key = model_request(deps, session.agent, events, claim.run_id, step.position)
+            _, key = model_request(
+                deps, session.agent, events, claim.run_id, step.position, mcp_tools
+            )
         except Exception:  # the runner meets the same problem and reports it
             log.exception("session %s: planning the first step failed", claim.session_id)
             return None

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.deps import LoopDeps
+from stead.runtime.work import WorkQueue
 from stead.store import ClaimTerms, RunStart
 
 log = logging.getLogger("stead.runtime")
@@ -54,6 +55,11 @@ class Runtime:
     async def _wake_queued(self) -> None:
         for _, session_id in await self._deps.store.queued_runs():
             self.wake(session_id)
+
+    @property
+    def work(self) -> WorkQueue:
+        """Self-hosted environments' work queue."""
+        return self._deps.work
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""

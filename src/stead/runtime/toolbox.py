@@ -1,5 +1,6 @@
 """The built-in toolset running in per-session sandboxes (``stead.tools`` over
-a ``SandboxProvider``, chosen once at start by ``stead.sandbox.open_provider``).
+a ``SandboxProvider``, chosen once at start by ``stead.sandbox.open_provider``),
+but for the web tools, which run here in the brain (``webtools.py``).
 
 A session's sandbox id is the session id. A provider whose sandboxes outlive
 the process (``leased``) binds each to a lease (rule 9): every call renews it,
@@ -17,9 +18,10 @@ import anyio
 from stead import tools
 from stead.config import Settings
 from stead.jsonvalues import Json
-from stead.runtime.credentials import SessionCredentials
+from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.sandboxconfig import sandbox_config
+from stead.runtime.webtools import WebTools
 from stead.sandbox import (
     HostUnreachable,
     NoSandbox,
@@ -35,6 +37,7 @@ from stead.sandbox import (
 from stead.store import (
     LeaseExpiry,
     LeaseTerms,
+    NotFound,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
@@ -97,6 +100,7 @@ class SandboxToolbox:
         """Sessions whose sandbox holds credentials from this process."""
         self._secrets_lock = anyio.Lock()
         """One push at a time: a set computed earlier never overtakes a later one."""
+        self._web = WebTools(settings, store, credentials)
 
     @property
     def leased(self) -> bool:
@@ -114,6 +118,10 @@ class SandboxToolbox:
     @property
     def resumable(self) -> frozenset[str]:
         return tools.RESUMABLE_TOOLS
+
+    @property
+    def sandbox_free(self) -> frozenset[str]:
+        return frozenset(tools.WEB_TOOL_NAMES)
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
@@ -223,6 +231,8 @@ class SandboxToolbox:
     async def run(
         self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False
     ) -> ToolOutcome:
+        if name in tools.WEB_TOOL_NAMES:
+            return await self._web.run(session_id, name, tool_input)
         try:
             sandbox = await self._sandbox(session_id, renewed=renewed)
         except NoSandbox as exc:
@@ -253,6 +263,22 @@ class SandboxToolbox:
             return SandboxView(lease, None, booked, f"the sandbox host cannot be asked: {exc}")
         active = max(booked, float(host["active_seconds"])) if host else booked
         return SandboxView(lease, host, active)
+
+    async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
+        if not session.vault_ids:
+            return []
+        try:
+            environment = await self._store.get_environment(
+                session.workspace_id, session.environment_id
+            )
+        except NotFound:
+            return []
+        networking = environment.config.get("networking")
+        if not isinstance(networking, dict):
+            return []
+        return await self._credentials.unreachable(
+            session.workspace_id, session.vault_ids, networking
+        )
 
     async def egress_audit(self, session_id: str, after: int, limit: int) -> Json | None:
         """The session's sandbox's egress log (``SandboxProvider.egress_audit``);

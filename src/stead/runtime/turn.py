@@ -13,6 +13,11 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
   to a recorded or running command, running one that never reached it);
   anything else tells the model the call may have run and must be verified,
   and is never re-run.
+* MCP tool call: the same, with ``agent.mcp_tool_result``; only a tool its
+  server calls read-only runs again after a crash in between.
+* tool call on a self-hosted environment: ``started``, then the worker's
+  ``user.tool_result`` (``work.py``), then ``completed``. After a crash in
+  between the run waits again: the worker, not this process, runs the call.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from stead.harness import (
     AwaitInput,
     CallModel,
     EndTurn,
+    McpTool,
     ModelRequest,
     ModelResponse,
     RunTools,
@@ -42,8 +48,10 @@ from stead.harness import (
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
+from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
 from stead.runtime.plan import dangling_span, model_request
+from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
     LeaseLost,
     NewEvent,
@@ -89,6 +97,11 @@ class TurnRunner:
         self.next_run: str | None = None
         self._usage: dict[str, int] = dict(self.start.session.usage)
         self._log: list[Json] | None = None
+        self._mcp_tools: tuple[McpTool, ...] | None = None
+        """What the agent's MCP servers offer, asked once per run."""
+        self._credentials_checked = False
+        self._on_workers: bool | None = None
+        """The session's environment is self-hosted: workers run its tools."""
 
     @property
     def session_id(self) -> str:
@@ -151,14 +164,20 @@ class TurnRunner:
             )
         agent = self.start.session.agent
         self._log = self.deps.logs.add(self.session_id, self.start.since, self.start.log)
+        if await self._self_hosted():
+            # Queued before the model answers, so a worker is ready for its calls.
+            await self.deps.work.ensure(self.start.session)
         planned = next(
             (e.id for e in self.start.opened if e.type == EventType.SPAN_MODEL_REQUEST_START), None
         )
         while True:
             events = await self._refresh()
-            if planned is not None and events and events[-1]["id"] == planned:
+            planned_tools = self.deps.mcp.cached(self.session_id, agent) if planned else None
+            if planned_tools is not None and events and events[-1]["id"] == planned:
                 # The claim opened the first request's span (``plan.py``): step
-                # on the log as it planned it, and send that request.
+                # on the log as it planned it, and send that request, with the
+                # MCP tools it offered.
+                self._mcp_tools = planned_tools
                 step = next_step(events[:-1])
                 assert isinstance(step, CallModel)
                 await self._model_step(agent, events[:-1], step.position, opened=planned)
@@ -204,7 +223,10 @@ class TurnRunner:
         self, agent: Json, events: list[Json], position: int, *, opened: str | None = None
     ) -> None:
         """``opened``: the span the claim opened for this very request."""
-        request, key = model_request(self.deps, agent, events, self.claim.run_id, position)
+        mcp_tools = await self._offered_mcp_tools()
+        request, key = model_request(
+            self.deps, agent, events, self.claim.run_id, position, mcp_tools
+        )
         if opened is None:
             await self._close_dangling_span(events)
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
@@ -222,7 +244,8 @@ class TurnRunner:
                 failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
             )
         self.deps.failpoints.hit("model.after_answer")
-        answer = [ev.new(kind, body) for kind, body in response_events(response.content, agent)]
+        found = response_events(response.content, agent, events, mcp_tools)
+        answer = [ev.new(kind, body) for kind, body in found]
         delta = ev.model_usage(response.usage)
         for name, value in delta.items():
             self._usage[name] = self._usage.get(name, 0) + value
@@ -238,6 +261,17 @@ class TurnRunner:
                 usage=delta,
             )
         await self._write(recorded, ops_completed=completed, usage=delta)
+
+    async def _offered_mcp_tools(self) -> tuple[McpTool, ...]:
+        """The MCP tools this run offers the model: listed on its first request;
+        a server that fails is reported (``session.error``, the turn goes on
+        without its tools) and asked again next turn."""
+        if self._mcp_tools is None:
+            found = await self.deps.mcp.discover(self.start.session)
+            if found.problems:
+                await self._write([_mcp_error(p) for p in found.problems])
+            self._mcp_tools = found.tools
+        return self._mcp_tools
 
     async def _ask(self, model: str, request: ModelRequest, key: str) -> ModelResponse:
         """The model's answer, retrying retryable upstream errors with backoff."""
@@ -277,8 +311,90 @@ class TurnRunner:
     async def _tools_step(self, step: RunTools) -> None:
         for use, reason in step.refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
+        on_workers = await self._self_hosted()
+        if not on_workers and any(self._in_sandbox(use) for use in step.run):
+            await self._check_credentials()
         for index, use in enumerate(step.run):
-            await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+            if use["type"] == EventType.AGENT_MCP_TOOL_USE:
+                await self._run_mcp_tool(use)
+            elif on_workers and use["name"] in WORKER_TOOLS:
+                await self._run_on_worker(use)
+            else:
+                await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+
+    async def _self_hosted(self) -> bool:
+        if self._on_workers is None:
+            self._on_workers = await self.deps.work.self_hosted(self.start.session)
+        return self._on_workers
+
+    async def _run_on_worker(self, use: Json) -> None:
+        """A worker of the session's environment runs the call and answers it
+        with ``user.tool_result``; this run waits for the answer, then records
+        the call as done. A worker that never answers gets it answered as in doubt."""
+        name, tool_input = use["name"], use.get("input", {})
+        key = op_key(f"work:{name}", tool_input, self.claim.run_id, use["id"])
+        await self._write(ops_started=[(key, f"work:{name}")])
+        work = self.deps.work
+        await work.ensure(self.start.session)
+        timeout = self.deps.settings.work_answer_timeout_seconds
+        answer = await work.answer(self.session_id, use["id"], timeout)
+        if answer is None:
+            message = f"no worker of this self-hosted environment answered within {timeout:g}s"
+            session = self.start.session
+            await work.record(
+                session.workspace_id, session.id, [in_doubt_result(use["id"], message)]
+            )
+            answer = await work.answer(self.session_id, use["id"], timeout)
+        is_error = bool(answer.get("is_error")) if answer is not None else True
+        await self._write(ops_completed=[(key, {"is_error": is_error})])
+
+    def _in_sandbox(self, use: Json) -> bool:
+        return use["type"] == EventType.AGENT_TOOL_USE and use["name"] not in (
+            self.deps.tools.sandbox_free
+        )
+
+    async def _check_credentials(self) -> None:
+        """Once per run that uses the sandbox: a ``session.error`` for each vault
+        credential whose hosts the environment forbids (the run goes on; the
+        sandbox's requests to those hosts are refused)."""
+        if self._credentials_checked:
+            return
+        self._credentials_checked = True
+        found = await self.deps.tools.unreachable_credentials(self.start.session)
+        errors = [
+            ev.session_error(
+                "credential_host_unreachable_error",
+                f"credential {c.credential_id} ({c.secret_name}) is for "
+                f"{', '.join(c.hosts)}, which the session's environment does not let its "
+                "sandbox reach",
+                "retrying",
+                vault_id=c.vault_id,
+                credential_id=c.credential_id,
+            )
+            for c in found
+        ]
+        if errors:
+            await self._write(errors)
+
+    async def _run_mcp_tool(self, use: Json) -> None:
+        server, name, tool_input = use["mcp_server_name"], use["name"], use.get("input", {})
+        key = op_key(f"mcp:{server}:{name}", tool_input, self.claim.run_id, use["id"])
+        written = await self._write(ops_started=[(key, "mcp")])
+        if written.started[key] is None or await self._read_only(server, name):
+            self.deps.failpoints.hit("mcp.before_call")
+            call = await self.deps.mcp.call(self.start.session, server, name, tool_input, key)
+            self.deps.failpoints.hit("mcp.after_call")
+        else:
+            call = McpCall(ToolOutcome(ev.text(MAY_HAVE_RUN), True))
+        events = [ev.tool_result(use, call.outcome.content, call.outcome.is_error)]
+        if call.problem is not None:
+            events.append(_mcp_error(call.problem))
+        await self._write(events, ops_completed=[(key, {"is_error": call.outcome.is_error})])
+
+    async def _read_only(self, server: str, name: str) -> bool:
+        """The server lists the tool as one that changes nothing."""
+        offered = await self._offered_mcp_tools()
+        return any(t.server == server and t.name == name and t.read_only for t in offered)
 
     async def _run_tool_until_reached(self, use: Json, *, not_run: Sequence[Json]) -> None:
         """Runs the call, waiting with backoff while the sandbox is down for a
@@ -312,7 +428,7 @@ class TurnRunner:
         started = [(key, f"tool:{name}")]
         # One commit records the call as started (unless the ledger has it: it
         # says what it had) and renews the sandbox's lease, as the call would.
-        lease = tools.lease_terms(self.start.session)
+        lease = tools.lease_terms(self.start.session) if name not in tools.sandbox_free else None
         try:
             written = await self._write(ops_started=started, lease=lease)
         except SandboxLeaseEnded:
@@ -362,9 +478,23 @@ class TurnRunner:
         # a tool use since (a custom tool result), which must not be answered twice.
         self._log = events = await self.deps.logs.read(self.session_id)
         await self._close_dangling_span(events)
+        reason = "interrupted by the user before it finished"
+        on_workers = await self._self_hosted()
         closing = [
-            ev.tool_result(use, ev.text("interrupted by the user before it finished"), True)
+            # A worker takes only a user.tool_result as an answer: it must not
+            # run an interrupted call later.
+            in_doubt_result(use["id"], reason)
+            if on_workers and use["type"] == EventType.AGENT_TOOL_USE
+            else ev.tool_result(use, ev.text(reason), True)
             for use in unresolved_tool_uses(events)
         ]
         with contextlib.suppress(TurnOver):
             await self._end(closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False)
+
+
+def _mcp_error(problem: McpProblem) -> NewEvent:
+    """A server that could not be used: the turn goes on without it, and the
+    next turn tries it again (``retrying``)."""
+    return ev.session_error(
+        problem.error_type, problem.message, "retrying", mcp_server_name=problem.server
+    )

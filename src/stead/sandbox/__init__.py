@@ -60,6 +60,7 @@ from stead.sandbox.errors import (
 )
 from stead.sandbox.ops import PROTOCOL_VERSION
 from stead.sandbox.provider import (
+    PLACEHOLDER_PREFIX,
     EgressCredential,
     EgressSecret,
     EnvironmentCredential,
@@ -82,6 +83,7 @@ __all__ = [
     "GLOB_RESULT_LIMIT",
     "GREP_MAX_LINE_LENGTH",
     "GREP_OUTPUT_LIMIT",
+    "PLACEHOLDER_PREFIX",
     "PROTOCOL_VERSION",
     "SEARCH_SECONDS",
     "WALK_ENTRY_LIMIT",

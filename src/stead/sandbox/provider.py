@@ -39,6 +39,11 @@ class EgressCredential:
         return f"EgressCredential(host={self.host!r}, header={self.header!r}, value=<hidden>)"
 
 
+PLACEHOLDER_PREFIX = "stead_placeholder_"
+"""How every placeholder of an ``EnvironmentCredential`` starts (then 40 random
+hex digits), so code outside the egress proxy can tell one when it sees it."""
+
+
 @dataclass(frozen=True, slots=True)
 class EnvironmentCredential:
     """An ``environment_variable`` vault credential (spec §4.8): the sandbox sees
@@ -55,6 +60,11 @@ class EnvironmentCredential:
     allowed_hosts: tuple[str, ...] | None = None
     header: bool = True
     body: bool = True
+    placeholder: str | None = None
+    """What the sandbox sees instead of ``value``: the same for the session's
+    sandbox from every brain process (processes started earlier keep it in
+    their environment). None: the provider makes a random one and keeps it
+    while the credential stays in the sandbox's set."""
 
     def __repr__(self) -> str:  # never the value, in any traceback or log line
         return (

@@ -35,6 +35,7 @@ from anyio import to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.blobs import BlobStore
+from stead.egress_policy import EgressPolicy
 from stead.sandbox import (
     EXEC_OUTPUT_LIMIT,
     WORKSPACE,
@@ -62,7 +63,7 @@ from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.egress import AuditLog, EgressPolicy, EgressProxy, EgressTls, Secrets
+from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (

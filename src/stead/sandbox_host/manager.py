@@ -20,21 +20,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from stead.blobs import BlobNotFound, BlobStore
+from stead.egress_policy import HostSet, InvalidPolicy, host_entry, normalize_host
 from stead.sandbox import InvalidArgument, IsolationUnavailable, SandboxConfig, SandboxNotFound, ops
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import Cgroups
 from stead.sandbox_host.clock import HostClock, SystemClock
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.egress import (
-    EgressTls,
-    HeaderSecret,
-    HostSet,
-    InvalidPolicy,
-    PlaceholderSecret,
-    Secrets,
-    host_entry,
-    normalize_host,
-)
+from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret, Secrets
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.uids import UidRange

@@ -28,6 +28,7 @@ from pathlib import Path
 import anyio
 from anyio import to_thread
 
+from stead.egress_policy import EgressPolicy
 from stead.package_specs import PACKAGE_MANAGERS, spec_problem
 from stead.sandbox import PackagesUnavailable, SandboxConfig
 from stead.sandbox.local.shell import OutputTail
@@ -38,7 +39,7 @@ from stead.sandbox_host.bwrap import (
 )
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.egress import EgressPolicy, EgressProxy
+from stead.sandbox_host.egress import EgressProxy
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.installers import (
     IN_BODY,

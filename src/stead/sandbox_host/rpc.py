@@ -21,6 +21,7 @@ from typing import Any
 
 import anyio
 
+from stead.egress_policy import EgressPolicy, InvalidPolicy
 from stead.jsonvalues import Json
 from stead.sandbox import (
     InvalidArgument,
@@ -34,7 +35,6 @@ from stead.sandbox import (
 )
 from stead.sandbox.protocol import FrameStream, ProtocolError, error_frame
 from stead.sandbox_host.attach import attach
-from stead.sandbox_host.egress import EgressPolicy, InvalidPolicy
 from stead.sandbox_host.lifecycle import HostedSandbox
 from stead.sandbox_host.manager import SandboxManager
 from stead.sandbox_host.processes import Kind

@@ -22,6 +22,7 @@ from anyio import to_thread
 from anyio.abc import ByteStream, TaskStatus
 
 from stead.blobs import open_blob_store
+from stead.egress_policy import upstream_context
 from stead.sandbox import (
     IsolationUnavailable,
 )
@@ -33,12 +34,7 @@ from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import detect_cgroups
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.egress import (
-    CertificateAuthority,
-    EgressTls,
-    upstream_context,
-    write_sandbox_bundle,
-)
+from stead.sandbox_host.egress import CertificateAuthority, EgressTls, write_sandbox_bundle
 from stead.sandbox_host.manager import Isolation, SandboxManager
 from stead.sandbox_host.rpc import HostRpc
 from stead.sandbox_host.selfcheck import check_isolation

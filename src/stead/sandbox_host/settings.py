@@ -8,25 +8,19 @@ host's edge (``stead sandbox-host``) and turned into ``HostOptions``.
 
 from __future__ import annotations
 
-import ipaddress
-import re
-import ssl
 from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stead.blobs import BlobConfig
+from stead.blobs import BlobConfig, check_blob_url
+from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.sandbox_host.config import HostOptions, default_work_dir
-from stead.sandbox_host.egress import normalize_host, upstream_context
 
 LAST_UID = 2**31 - 2
 """The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
 MAX_UID_COUNT = 2**31 - 1 - 2_000_000
 """The most uids one host may claim: all the registry hands out."""
-
-
-_NAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,251}[a-z0-9_])?$")
 
 
 def _default_data_dir() -> Path:
@@ -82,17 +76,22 @@ class HostSettings(BaseSettings):
     """sources.list lines for environment apt packages (default: the machine's sources)."""
     package_hosts: list[str] = Field(default_factory=list)
     """More hosts the package installers may reach (mirrors, private indexes)."""
-    egress_hosts: dict[str, str] = Field(default_factory=dict)
+    egress_hosts: PinnedHosts = Field(default_factory=dict)
     """JSON object of host name -> IP address, like /etc/hosts, for every
     sandbox's egress proxy: the name resolves to that address only, and the
     address is reachable even if private or loopback (the operator chose it).
     The environment's allowlist still decides whether the name may be reached."""
-    egress_extra_ca_file: Path | None = None
+    egress_extra_ca_file: ExtraCaFile = None
     """A PEM bundle of CAs the egress proxy trusts for origins, besides the
     host's own trust store (a private CA of the operator's)."""
     terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
     """A terminal client that cannot take output for this long is dropped (too slow)."""
     log_level: str = "info"
+
+    @field_validator("blob_url")
+    @classmethod
+    def _blob_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_blob_url(url)
 
     @field_validator("sandbox_uid_base")
     @classmethod
@@ -103,30 +102,6 @@ class HostSettings(BaseSettings):
                 f"{base} + STEAD_SANDBOX_UID_COUNT ({count}) - 1 is past uid {LAST_UID}"
             )
         return base
-
-    @field_validator("egress_hosts")
-    @classmethod
-    def _hosts_are_names(cls, hosts: dict[str, str]) -> dict[str, str]:
-        checked = {}
-        for name, address in hosts.items():
-            host = normalize_host(name)
-            if not _NAME.match(host):
-                raise ValueError(f"{name!r} is not a host name")
-            try:
-                checked[host] = str(ipaddress.ip_address(address))
-            except ValueError:
-                raise ValueError(f"{name!r}: {address!r} is not an IP address") from None
-        return checked
-
-    @field_validator("egress_extra_ca_file")
-    @classmethod
-    def _bundle_loads(cls, path: Path | None) -> Path | None:
-        if path is not None:
-            try:
-                upstream_context(path)
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"{path}: not a readable PEM bundle of CAs ({exc})") from None
-        return path
 
     def options(self) -> HostOptions:
         state_dir = self.sandbox_host_state_dir or self.data_dir / "sandbox-host"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from stead.egress_policy import InvalidPolicy, domain_entry
 from stead.jsonvalues import Json
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
@@ -29,6 +30,8 @@ MAX_TOOLS = 256
 MAX_MCP_SERVERS = 20
 CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 DEFAULT_IDENTITY: Json = {"type": "service_account"}
+URL_SOURCES = ("user_input", "client_tool_results", "server_tool_results")
+SERVER_TOOLS = ("web_search", "web_fetch")
 
 
 def _policy(value: Json | None, default: Json) -> Json:
@@ -88,16 +91,57 @@ def _resolve_agent_toolset(field: str, tool: Json) -> Json:
     )
     for i, cfg in enumerate(configs):
         cfg["type"] = cfg["name"]
-        if cfg.get("allowed_domains") and cfg.get("blocked_domains"):
-            raise RequestError(
-                f"{field}.configs.{i}: allowed_domains and blocked_domains are mutually exclusive"
-            )
-        for key in ("allowed_domains", "blocked_domains"):
-            if key in cfg:
-                cfg[key] = list(cfg[key])
-                if len(cfg[key]) > 64:
-                    raise RequestError(f"{field}.configs.{i}.{key}: at most 64 entries")
+        _check_web_config(f"{field}.configs.{i}", cfg)
     return {"type": AGENT_TOOLSET, "default_config": default, "configs": configs}
+
+
+def _check_web_config(where: str, cfg: Json) -> None:
+    """The web tools' own fields: domain lists of plain host names, a positive
+    token cap, ``url_sources`` in the object form the API returns."""
+    if cfg.get("allowed_domains") is not None and cfg.get("blocked_domains") is not None:
+        raise RequestError(f"{where}: allowed_domains and blocked_domains are mutually exclusive")
+    for key in ("allowed_domains", "blocked_domains"):
+        if key in cfg:
+            cfg[key] = list(cfg[key])
+            if not cfg[key] or len(cfg[key]) > 64:
+                raise RequestError(f"{where}.{key}: 1 to 64 entries (omit it for none)")
+            try:
+                for j, entry in enumerate(cfg[key]):
+                    domain_entry(entry, f"{where}.{key}.{j}")
+            except InvalidPolicy as exc:
+                raise RequestError(str(exc)) from None
+    if cfg.get("max_content_tokens") is not None and cfg["max_content_tokens"] < 1:
+        raise RequestError(f"{where}.max_content_tokens: must be at least 1")
+    if "url_sources" in cfg:
+        cfg["url_sources"] = _url_sources(f"{where}.url_sources", cfg["url_sources"])
+
+
+def _url_sources(where: str, given: Json) -> Json:
+    """Each source as ``{"type": ...}`` (``"all"``/``"none"`` shorthands expanded);
+    an unset source stays null, which allows it."""
+    resolved: Json = {}
+    for key in URL_SOURCES:
+        value = given.get(key)
+        if isinstance(value, str):
+            value = {"type": value}
+        if value is not None and value["type"] in ("only", "except"):
+            tools = [{"type": "tool_reference", "name": t["name"]} for t in value["tools"]]
+            value = {"type": value["type"], "tools": tools}
+        elif value is not None:
+            value = {"type": value["type"]}
+        resolved[key] = value
+    if all(resolved[key] == {"type": "none"} for key in URL_SOURCES):
+        raise RequestError(f"{where}: every source is none, so nothing could be fetched")
+    for name in _listed(resolved.get("server_tool_results")):
+        if name not in SERVER_TOOLS:
+            raise RequestError(
+                f"{where}.server_tool_results: {name!r} is not web_search or web_fetch"
+            )
+    return resolved
+
+
+def _listed(source: Json | None) -> list[str]:
+    return [t["name"] for t in (source or {}).get("tools", [])]
 
 
 def _resolve_mcp_toolset(field: str, tool: Json) -> Json:
@@ -149,6 +193,7 @@ def _check_tool_set(tools: list[Json], mcp_servers: list[Json], field: str) -> N
     )
     server_names = {s["name"] for s in mcp_servers}
     referenced: set[str] = set()
+    custom: set[str] = set()
     for i, tool in enumerate(tools):
         if tool["type"] == AGENT_TOOLSET:
             count += len(BUILTIN_TOOLS)
@@ -164,9 +209,11 @@ def _check_tool_set(tools: list[Json], mcp_servers: list[Json], field: str) -> N
             referenced.add(server)
         else:
             count += 1
+            custom.add(tool["name"])
             if tool["name"] in names:
                 raise RequestError(f"{field}.{i}.name: tool name {tool['name']!r} is already used")
             names.add(tool["name"])
+    _check_client_sources(tools, custom, field)
     if count > MAX_TOOLS:
         raise RequestError(f"{field}: at most {MAX_TOOLS} tools across all toolsets, got {count}")
     unreferenced = server_names - referenced
@@ -175,6 +222,20 @@ def _check_tool_set(tools: list[Json], mcp_servers: list[Json], field: str) -> N
             f"mcp_servers: every server must be used by an mcp_toolset in {field}; "
             f"unused: {', '.join(sorted(unreferenced))}"
         )
+
+
+def _check_client_sources(tools: list[Json], custom: set[str], field: str) -> None:
+    """web_fetch's ``url_sources.client_tool_results`` may name only custom tools
+    of the same agent."""
+    for i, tool in enumerate(tools):
+        for j, cfg in enumerate(tool.get("configs", []) if tool["type"] == AGENT_TOOLSET else []):
+            sources = cfg.get("url_sources") or {}
+            for name in _listed(sources.get("client_tool_results")):
+                if name not in custom:
+                    raise RequestError(
+                        f"{field}.{i}.configs.{j}.url_sources.client_tool_results: "
+                        f"{name!r} is not a custom tool of this agent"
+                    )
 
 
 def resolve_mcp_servers(servers: list[Json], field: str = "mcp_servers") -> list[Json]:

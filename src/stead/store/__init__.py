@@ -1,7 +1,9 @@
 """The store room: durable state behind the ``Store`` interface.
 
 Other rooms import only from here. ``open_store`` picks the backend from the
-database URL and brings the schema up to date before returning.
+database URL (``sqlite:///path`` or ``postgresql://...``) and brings the schema
+up to date before returning; a database it cannot open raises ``StoreUnavailable``
+with one line to show the operator.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from anyio import to_thread
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
 
 from stead.store import migrate
 from stead.store.base import (
@@ -47,22 +51,41 @@ from stead.store.errors import (
     NotFound,
     SandboxLeaseEnded,
     StoreError,
+    StoreUnavailable,
 )
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
+from stead.store.work import (
+    ENVIRONMENT_KEY_PREFIX,
+    NO_HEARTBEAT,
+    TOKEN_PREFIX,
+    Claimed,
+    EnvironmentKey,
+    HeartbeatRefused,
+    QueueStats,
+    WorkItem,
+    WorkState,
+    WorkToken,
+)
 
 __all__ = [
+    "ENVIRONMENT_KEY_PREFIX",
     "LIVE_RUN_STATUSES",
+    "NO_HEARTBEAT",
+    "TOKEN_PREFIX",
     "AgentRecord",
     "ApiKey",
     "ClaimTerms",
+    "Claimed",
     "Conflict",
     "CredentialRecord",
+    "EnvironmentKey",
     "EnvironmentRecord",
     "EventFilter",
     "EventRecord",
     "EventsAccepted",
+    "HeartbeatRefused",
     "IntegrityFinding",
     "InvalidValue",
     "LeaseExpiry",
@@ -74,6 +97,7 @@ __all__ = [
     "Order",
     "Page",
     "PageRequest",
+    "QueueStats",
     "RunClaim",
     "RunStart",
     "RunStatus",
@@ -86,15 +110,21 @@ __all__ = [
     "SqlStore",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "VaultRecord",
     "VaultStore",
+    "WorkItem",
+    "WorkState",
+    "WorkToken",
     "Workspace",
     "WriteResult",
     "open_store",
     "open_store_sync",
+    "single_brain",
 ]
 
 READERS = 4
+POSTGRES_WRITERS = 4
 
 
 def open_store_sync(
@@ -104,14 +134,58 @@ def open_store_sync(
 ) -> SqlStore:
     """Opens the store and migrates it; blocking (use from the CLI or a thread).
     ``before_commit`` runs inside every write transaction (crash-test failpoints)."""
-    if not url.startswith("sqlite"):
-        raise ValueError(
-            f"unsupported database URL {url!r}: this build of stead stores data in SQLite "
-            "(sqlite:///path/to/stead.db)"
+    if single_brain(url):
+        writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
+        writers = 1
+    else:
+        writer, reader = _postgres_engines(url)
+        writers = POSTGRES_WRITERS
+    try:
+        migrate.upgrade(writer)
+    except StoreUnavailable:
+        _dispose(writer, reader)
+        raise
+    except OperationalError as exc:
+        _dispose(writer, reader)
+        raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
+    return SqlStore(writer, reader, readers=READERS, writers=writers, before_commit=before_commit)
+
+
+def single_brain(url: str) -> bool:
+    """True for SQLite, whose database one ``stead serve`` owns (under the data
+    directory's lock); False for PostgreSQL, which several may share."""
+    return url.startswith("sqlite")
+
+
+def _postgres_engines(url: str) -> tuple[Engine, Engine]:
+    # Imported here: a SQLite server never loads the PostgreSQL driver.
+    from stead.store import postgres
+
+    if not postgres.is_postgres(url):
+        raise StoreUnavailable(
+            f"unsupported database URL {_shown(url)}: stead stores data in SQLite "
+            "(sqlite:///path/to/stead.db) or PostgreSQL (postgresql://user@host/db)"
         )
-    writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
-    migrate.upgrade(writer)
-    return SqlStore(writer, reader, readers=READERS, before_commit=before_commit)
+    return postgres.postgres_engines(url, POSTGRES_WRITERS, READERS)
+
+
+def _shown(url: str) -> str:
+    if url.startswith("sqlite"):
+        return url
+    from stead.store import postgres
+
+    return postgres.shown(url)
+
+
+def _first_line(exc: OperationalError) -> str:
+    cause = exc.orig if exc.orig is not None else exc
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return lines[0] if lines else type(cause).__name__
+
+
+def _dispose(*engines: Engine) -> None:
+    for engine in engines:
+        engine.dispose()
 
 
 async def open_store(

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, Row, bindparam, insert, select, update
 
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.store import _locks
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import AgentChange, AgentRecord, Page, PageRequest
@@ -98,6 +99,7 @@ def update_(
     expected_version: int | None,
     change: AgentChange,
 ) -> AgentRecord:
+    _locks.row(conn, agents, agent_id)  # two updates make two versions, one after the other
     current = get(conn, workspace_id, agent_id)
     if current.archived_at is not None:
         raise Conflict(f"agent {agent_id} is archived and cannot be updated", status=400)
@@ -122,6 +124,7 @@ def update_(
 
 
 def archive(conn: Connection, now: datetime, workspace_id: str, agent_id: str) -> AgentRecord:
+    _locks.row(conn, agents, agent_id)
     current = get(conn, workspace_id, agent_id)
     if current.archived_at is not None:
         return current

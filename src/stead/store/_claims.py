@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from stead.store import _events, _runs, _sessions
+from stead.store import _events, _locks, _runs, _sessions
 from stead.store.base import ClaimTerms, EventRecord, RunStart, SessionRecord
 
 
@@ -28,6 +28,7 @@ def claim(
 ) -> RunStart | None:
     """``session``: the run's session as this transaction already read it;
     ``appended``: the events it appended to the session's log (last, in order)."""
+    _locks.run_session(conn, run_id)  # the session before its run (``_locks`` order)
     taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
     if taken is None:
         return None
@@ -49,5 +50,6 @@ def claim(
 def claim_next(
     conn: Connection, now: datetime, session_id: str, terms: ClaimTerms
 ) -> RunStart | None:
+    _locks.session(conn, session_id)
     run_id = _runs.oldest_queued(conn, session_id)
     return None if run_id is None else claim(conn, now, run_id, terms)

@@ -9,6 +9,7 @@ from sqlalchemy import Connection, Row, bindparam, delete, exists, insert, selec
 
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.store import _locks
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import EnvironmentChange, EnvironmentRecord, Page, PageRequest
@@ -119,6 +120,7 @@ def update_(
 
 
 def archive(conn: Connection, now: datetime, workspace_id: str, env_id: str) -> EnvironmentRecord:
+    _locks.row(conn, environments, env_id)
     current = get(conn, workspace_id, env_id)
     if current.archived_at is None:
         conn.execute(
@@ -128,6 +130,7 @@ def archive(conn: Connection, now: datetime, workspace_id: str, env_id: str) -> 
 
 
 def delete_(conn: Connection, workspace_id: str, env_id: str) -> None:
+    _locks.row(conn, environments, env_id)  # a session being created on it commits first
     get(conn, workspace_id, env_id)
     in_use = conn.execute(
         select(

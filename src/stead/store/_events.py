@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Update, bindparam, delete, insert, select, update
 
+from stead.store import _locks
 from stead.store._compiled import compiled
 from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
 from stead.store.errors import NotFound
@@ -68,6 +69,8 @@ def append_log(
     if not new:
         return []
     first = _bump(conn, session_id, "last_seq", len(new)) - len(new) + 1
+    if first > 1 and conn.dialect.name != "sqlite":
+        now = _not_before_last(conn, session_id, first - 1, now)
     records = [
         EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i) for i, e in enumerate(new)
     ]
@@ -88,12 +91,29 @@ def append_log(
     return records
 
 
+def _last_stamp_statement() -> Any:
+    return select(events.c.processed_at).where(
+        events.c.session_id == bindparam("session_id"), events.c.seq == bindparam("seq")
+    )
+
+
+def _not_before_last(conn: Connection, session_id: str, seq: int, now: datetime) -> datetime:
+    """``now``, or the stamp of event ``seq`` if that is later. With concurrent
+    writers (PostgreSQL) a transaction may read its clock before another that
+    then takes the next seq first; a session's stamps still follow its seq order."""
+    rows = compiled(conn, "events.stamp", _last_stamp_statement).fetch(
+        conn, {"session_id": session_id, "seq": seq}
+    )
+    return max(now, rows[0].processed_at) if rows else now
+
+
 def log_after(
     conn: Connection, session_id: str, since: int, written: Sequence[EventRecord]
 ) -> list[EventRecord]:
     """The log after ``since``, given ``written``: what this transaction appended
     last, in order. When ``written`` follows on at once from ``since`` it is that
-    log (seqs are contiguous and writes run one at a time); else it is read."""
+    log (a session's seqs are handed out under its row's lock, so no other
+    transaction's event can fall between or after them); else it is read."""
     if written and written[0].seq == since + 1:
         return list(written)
     return after(conn, session_id, since, READ_ALL)
@@ -140,6 +160,7 @@ def _pending_statement() -> Any:
 
 
 def drain(conn: Connection, now: datetime, session_id: str) -> list[EventRecord]:
+    _locks.session(conn, session_id)  # no event enqueued between the read and the delete
     rows = compiled(conn, "pending.all", _pending_statement).fetch(conn, {"session_id": session_id})
     if not rows:
         return []

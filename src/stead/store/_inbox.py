@@ -9,7 +9,7 @@ from itertools import groupby
 from sqlalchemy import Connection
 
 from stead.events import EventType
-from stead.store import _claims, _events, _runs, _sessions
+from stead.store import _claims, _events, _locks, _runs, _sessions, _work
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 
@@ -42,12 +42,16 @@ def accept(
     validate: Validator,
     claim: ClaimTerms | None = None,
 ) -> EventsAccepted:
+    # Busy or idle is decided on the session's state as of the lock: a run that
+    # finishes meanwhile drains the queue only after this commits.
+    _locks.session(conn, session_id)
     session = _sessions.get(conn, workspace_id, session_id)
     if session.archived_at is not None:
         raise Conflict(f"session {session_id} is archived; it accepts no new events")
     if session.terminated_at is not None:
         raise Conflict(f"session {session_id} is terminated; it accepts no new events")
     validate(session, lambda event_id: _events.find(conn, session_id, event_id))
+    new, repeated = _work.first_answers(conn, session_id, new)
     busy = session.status != "idle"
     queued = [e for e in new if busy and e.type in QUEUED_TYPES]
     if queued and _events.pending_count(conn, session_id) + len(queued) > MAX_PENDING:
@@ -56,7 +60,7 @@ def accept(
             "wait for the running turn to drain them",
             status=429,
         )
-    echoes: list[EventRecord] = []
+    echoes: list[EventRecord] = list(repeated)
     logged: list[EventRecord] = []
     # Keep the request's order: a run of queued events, then a run of logged ones, ...
     for is_queued, group in groupby(new, key=lambda e: busy and e.type in QUEUED_TYPES):

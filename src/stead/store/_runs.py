@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _events, _leases
+from stead.store import _events, _leases, _locks
 from stead.store._compiled import compiled
 from stead.store.base import (
     LIVE_RUN_STATUSES,
@@ -62,6 +62,7 @@ def _insert_run() -> Any:
 
 def start(conn: Connection, now: datetime, session_id: str) -> str:
     """The session's live run, or a new queued one (idempotent)."""
+    _locks.session(conn, session_id)  # two starts at once make one run
     live = compiled(conn, "runs.live", _live_statement).fetch(conn, {"session_id": session_id})
     if live:
         return str(live[0].id)
@@ -107,7 +108,12 @@ def claim(
 
 
 def _epoch_statement() -> Any:
-    return select(runs.c.epoch, runs.c.status).where(runs.c.id == bindparam("run_id"))
+    # Locked: a requeue or a claim of this run waits for the write it fences.
+    return (
+        select(runs.c.epoch, runs.c.status)
+        .where(runs.c.id == bindparam("run_id"))
+        .with_for_update()
+    )
 
 
 def check_epoch(conn: Connection, run_id: str, epoch: int) -> None:
@@ -129,19 +135,16 @@ def requeue(conn: Connection, now: datetime, *, not_owned_by: str | None) -> lis
     """Puts orphaned runs back in the queue: those whose lease expired, or (with
     ``not_owned_by``, when this process is known to be the only brain) every owned
     run of another owner."""
-    stmt = select(runs.c.id, runs.c.session_id).where(runs.c.status.in_(OWNED))
+    # One statement: its conditions are checked again on each row as it is
+    # updated, so a lease renewed by its owner meanwhile is left alone.
+    stmt = update(runs).where(runs.c.status.in_(OWNED))
     if not_owned_by is None:
         stmt = stmt.where(runs.c.lease_until < now)
     else:
         stmt = stmt.where(or_(runs.c.owner.is_(None), runs.c.owner != not_owned_by))
-    orphans = [(r.id, r.session_id) for r in conn.execute(stmt).all()]
-    for run_id, _ in orphans:
-        conn.execute(
-            update(runs)
-            .where(runs.c.id == run_id)
-            .values(status=RunStatus.QUEUED, owner=None, lease_until=None, updated_at=now)
-        )
-    return orphans
+    stmt = stmt.values(status=RunStatus.QUEUED, owner=None, lease_until=None, updated_at=now)
+    found = conn.execute(stmt.returning(runs.c.id, runs.c.session_id)).all()
+    return [(r.id, r.session_id) for r in found]
 
 
 def _queued_statement() -> Any:
@@ -152,8 +155,14 @@ def _queued_statement() -> Any:
     )
 
 
+def _oldest_queued_statement() -> Any:
+    # A run another transaction is claiming is passed over, not waited for.
+    return _queued_statement().limit(1).with_for_update(skip_locked=True)
+
+
 def oldest_queued(conn: Connection, session_id: str) -> str | None:
-    rows = compiled(conn, "runs.queued", _queued_statement).fetch(conn, {"session_id": session_id})
+    statement = compiled(conn, "runs.oldest_queued", _oldest_queued_statement)
+    rows = statement.fetch(conn, {"session_id": session_id})
     return str(rows[0].id) if rows else None
 
 
@@ -243,6 +252,7 @@ def _status_statement() -> Any:
 
 
 def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
+    _locks.session(conn, claim.session_id)  # before the run's row (``_locks`` order)
     check_epoch(conn, claim.run_id, claim.epoch)
     return write_claimed(conn, now, claim, change)
 
@@ -250,8 +260,9 @@ def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) ->
 def write_claimed(
     conn: Connection, now: datetime, claim: RunClaim, change: RunWrite
 ) -> WriteResult:
-    """``write`` for the transaction that has just claimed the run: its epoch is
-    this transaction's own, so there is no fence to check."""
+    """``write`` for the transaction that has just claimed the run (and so holds
+    its session's lock): its epoch is this transaction's own, so there is no
+    fence to check."""
     if (lease := change.lease) is not None:
         _leases.acquire(
             conn,

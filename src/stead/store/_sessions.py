@@ -27,7 +27,7 @@ from sqlalchemy import (
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.store import _agents, _environments, _events, _runs, _vaults
+from stead.store import _agents, _environments, _events, _locks, _runs, _vaults
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import (
@@ -43,7 +43,7 @@ from stead.store.base import (
     SessionRecord,
 )
 from stead.store.errors import Conflict, NotFound
-from stead.store.tables import events, ops, pending, runs, sessions
+from stead.store.tables import agents, environments, events, ops, pending, runs, sessions
 
 
 def _run_exists(*statuses: str) -> Any:
@@ -106,6 +106,9 @@ def create(
     initial_events: Sequence[NewEvent],
 ) -> tuple[SessionRecord, list[EventRecord]]:
     agent_id, version = agent_ref
+    # Neither may be archived or deleted until this session is committed.
+    _locks.row(conn, agents, agent_id, shared=True)
+    _locks.row(conn, environments, environment_id, shared=True)
     try:
         agent = _agents.get(conn, workspace_id, agent_id, version)
     except NotFound as exc:
@@ -165,6 +168,7 @@ def update_(
     change: SessionChange,
     event: NewEvent,
 ) -> tuple[SessionRecord, EventRecord | None]:
+    _locks.session(conn, session_id)
     current = get(conn, workspace_id, session_id)
     _check_writable(current)
     values = change(current)
@@ -192,6 +196,7 @@ def _check_writable(session: SessionRecord) -> None:
 
 
 def archive(conn: Connection, now: datetime, workspace_id: str, session_id: str) -> SessionRecord:
+    _locks.session(conn, session_id)
     current = get(conn, workspace_id, session_id)
     if current.archived_at is not None:
         return current
@@ -202,6 +207,7 @@ def archive(conn: Connection, now: datetime, workspace_id: str, session_id: str)
 
 
 def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
+    _locks.session(conn, session_id)
     current = get(conn, workspace_id, session_id)
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before deleting")

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Row, delete, insert, select, update
 
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.store import _locks
 from stead.store._paging import fetch_page
 from stead.store.base import Page, PageRequest
 from stead.store.errors import Conflict, NotFound
@@ -73,6 +74,8 @@ def get_vault(conn: Connection, workspace_id: str, vault_id: str) -> VaultRecord
 
 
 def _writable_vault(conn: Connection, workspace_id: str, vault_id: str) -> VaultRecord:
+    """The vault, locked until commit: its credentials' limits are checked one writer at a time."""
+    _locks.row(conn, vaults, vault_id)
     vault = get_vault(conn, workspace_id, vault_id)
     if vault.archived_at is not None:
         raise Conflict(
@@ -101,6 +104,7 @@ def archive_vault(conn: Connection, now: datetime, workspace_id: str, vault_id: 
 
 
 def delete_vault(conn: Connection, workspace_id: str, vault_id: str) -> None:
+    _locks.row(conn, vaults, vault_id)
     get_vault(conn, workspace_id, vault_id)
     conn.execute(delete(vault_credentials).where(vault_credentials.c.vault_id == vault_id))
     conn.execute(delete(vaults).where(vaults.c.id == vault_id))

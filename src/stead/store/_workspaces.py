@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import replace
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, func, insert, select, update
 
 from stead.ids import new_id
 from stead.store.base import ApiKey, Workspace
@@ -57,21 +59,40 @@ def create_api_key(
     return key, secret
 
 
-def authenticate(conn: Connection, secret: str) -> ApiKey | None:
-    row = conn.execute(
-        select(api_keys).where(
-            api_keys.c.key_hash == hash_secret(secret), api_keys.c.revoked_at.is_(None)
-        )
-    ).first()
-    if row is None:
-        return None
+def _api_key(row: Any) -> ApiKey:
     return ApiKey(
         id=row.id,
         workspace_id=row.workspace_id,
         name=row.name,
         hint=row.hint,
         created_at=row.created_at,
+        revoked_at=row.revoked_at,
     )
+
+
+def list_api_keys(conn: Connection) -> list[ApiKey]:
+    rows = conn.execute(select(api_keys).order_by(api_keys.c.created_at, api_keys.c.id)).all()
+    return [_api_key(r) for r in rows]
+
+
+def revoke_api_key(conn: Connection, now: datetime, key_id: str) -> ApiKey:
+    """Revokes the key (again: keeps the first revocation's time)."""
+    row = conn.execute(select(api_keys).where(api_keys.c.id == key_id)).first()
+    if row is None:
+        raise NotFound("api_key", key_id)
+    if row.revoked_at is None:
+        conn.execute(update(api_keys).where(api_keys.c.id == key_id).values(revoked_at=now))
+        return replace(_api_key(row), revoked_at=now)
+    return _api_key(row)
+
+
+def authenticate(conn: Connection, secret: str) -> ApiKey | None:
+    row = conn.execute(
+        select(api_keys).where(
+            api_keys.c.key_hash == hash_secret(secret), api_keys.c.revoked_at.is_(None)
+        )
+    ).first()
+    return None if row is None else _api_key(row)
 
 
 def count_api_keys(conn: Connection) -> int:
@@ -88,7 +109,8 @@ def find_installation_secret(conn: Connection, name: str) -> bytes | None:
 def installation_secret(conn: Connection, now: datetime, name: str) -> bytes:
     """The installation's secret ``name`` (32 random bytes), made on first use.
 
-    Runs on the single writer, so two first uses cannot both insert.
+    Two first uses at once cannot both insert: the name is the primary key, and a
+    transaction that loses the race is run again (``workers.py``) and finds it.
     """
     found = find_installation_secret(conn, name)
     if found is not None:

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
 from stead.store.vaults import VaultStore
+from stead.store.work import WorkStore
 
 T = TypeVar("T")
 Order = Literal["asc", "desc"]
@@ -73,6 +74,7 @@ class ApiKey:
     name: str
     hint: str
     created_at: datetime
+    revoked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +343,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, Protocol):
+class Store(VaultStore, WorkStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...
@@ -355,6 +357,15 @@ class Store(VaultStore, Protocol):
 
     async def authenticate(self, secret: str) -> ApiKey | None: ...
     async def count_api_keys(self) -> int: ...
+    async def list_api_keys(self) -> list[ApiKey]:
+        """Every key of every workspace, revoked ones too, oldest first."""
+        ...
+
+    async def revoke_api_key(self, key_id: str) -> ApiKey:
+        """The key stops authenticating (servers that verified it recently trust it
+        for at most ``STEAD_AUTH_CACHE_SECONDS`` more). ``NotFound`` if unknown."""
+        ...
+
     async def installation_secret(self, name: str) -> bytes:
         """32 random bytes kept for this installation under ``name`` (made on first use),
         the same for every process that opens the store."""

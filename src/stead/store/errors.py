@@ -3,8 +3,9 @@
 StoreError
 ├── NotFound        no such row in this workspace (other workspaces look the same)
 ├── InvalidValue    a value the store's own reads could not render; nothing was written
-└── Conflict        the row exists but its state forbids the change
-    └── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
+├── Conflict        the row exists but its state forbids the change
+│   └── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
+└── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
 """
 
 from __future__ import annotations
@@ -66,3 +67,9 @@ class LeaseLost(BaseException):
         self.run_id = run_id
         self.epoch = epoch
         super().__init__(f"run {run_id} is no longer at epoch {epoch}")
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened: an unsupported or wrong URL, a server that
+    does not answer, or a schema migrated by a newer stead. The message is one
+    line for the operator and names no password."""

@@ -5,6 +5,12 @@ Alembic is imported only for a database that is behind: a database already at
 from ``tables.py`` with what the migrations seed, then stamped ``HEAD`` (a test
 checks that this gives the very schema the migrations build). Importing Alembic
 costs a fifth of a second and 8 MB that a server would keep for its lifetime.
+
+Concurrent starts migrate once: on SQLite they queue for the write lock, on
+PostgreSQL for a transaction-scoped advisory lock; each checks the revision
+again once it holds the lock, and creates or migrates in that transaction.
+A database stamped with a revision this build does not know was migrated by a
+newer stead: opening it fails (``StoreUnavailable``) before anything is written.
 """
 
 from __future__ import annotations
@@ -25,18 +31,23 @@ from sqlalchemy import (
     insert,
     inspect,
     select,
+    text,
 )
 
+from stead.store.errors import StoreUnavailable
 from stead.store.tables import installation_secrets, metadata
 
 if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0005"
+HEAD = "0006"
 """The newest migration's revision; a test checks it is Alembic's head, so a new
 migration that forgets to move it fails there."""
 CURSOR_SECRET = "page_cursors"
+MIGRATION_LOCK = 0x5374_6561_6400
+"""PostgreSQL advisory lock key held while a database is created or migrated."""
+MIGRATION_LOCK_TIMEOUT = "60s"
 
 # Alembic's own version table, as it creates it.
 version_table = Table(
@@ -56,24 +67,54 @@ def alembic_config() -> Config:
 
 
 def upgrade(engine: Engine) -> None:
-    """Idempotent; concurrent callers serialise on the write lock."""
+    """Idempotent; concurrent callers serialise on the write lock (SQLite) or the
+    advisory lock (PostgreSQL)."""
     with engine.connect() as conn:
-        if revisions(conn) == {HEAD}:
-            return
-    with engine.begin() as conn:
-        # Checked again under the write lock: another process may have been first.
         found = revisions(conn)
+    check_known(found)
+    if found == {HEAD}:
+        return
+    postgres = engine.dialect.name == "postgresql"
+    with engine.begin() as conn:
+        if postgres:
+            conn.execute(text(f"SET LOCAL lock_timeout = '{MIGRATION_LOCK_TIMEOUT}'"))
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+        # Checked again under the lock: another process may have been first.
+        found = revisions(conn)
+        check_known(found)
         if found == {HEAD}:
             return
         if not found and not inspect(conn).get_table_names():
             create(conn)
             return
+        if postgres:  # DDL is transactional here: migrate under the lock just taken
+            _run_migrations(conn)
+            return
+    with engine.begin() as conn:
+        _run_migrations(conn)
+
+
+def _run_migrations(conn: Connection) -> None:
     from alembic import command
 
     config = alembic_config()
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, "head")
+    config.attributes["connection"] = conn
+    command.upgrade(config, "head")
+
+
+def known_revisions() -> list[str]:
+    """This build's revisions, oldest first, read from the migration files' names
+    (``NNNN_what.py``) rather than by importing Alembic."""
+    return sorted(path.name[:4] for path in (MIGRATIONS / "versions").glob("[0-9]*_*.py"))
+
+
+def check_known(found: set[str]) -> None:
+    unknown = sorted(found - set(known_revisions()))
+    if unknown:
+        raise StoreUnavailable(
+            f"the database was migrated by a newer stead (revision {', '.join(unknown)}; "
+            f"this stead knows up to {HEAD}): run the newer stead, or restore a backup"
+        )
 
 
 def create(conn: Connection) -> None:

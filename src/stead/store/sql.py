@@ -1,9 +1,10 @@
 """``SqlStore``: the Store on SQLAlchemy Core, one implementation for every dialect.
 
 Each method runs one whole transaction on a connection worker (``workers.py``):
-one hop per call, not per statement. All writes run on the single write worker,
-which also makes ``seq`` order and commit order the same; reads run on their own
-workers, each on a snapshot of its own.
+one hop per call, not per statement. On SQLite all writes run on the single
+write worker; on PostgreSQL on several, kept apart by row locks (``_locks.py``).
+Either way a session's ``seq`` order is its commit order. Reads run on their
+own workers, each on a snapshot of its own.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from stead.store import (
     _vaults,
     _workspaces,
 )
+from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
     AgentRecord,
@@ -72,20 +74,21 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore:
+class SqlStore(WorkMethods):
     def __init__(
         self,
         writer: Engine,
         reader: Engine,
         *,
         readers: int = 4,
+        writers: int = 1,
         clock: Callable[[], datetime] = utc_now,
         before_commit: Callable[[], None] | None = None,
     ) -> None:
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
-        self._writer = ConnectionWorkers(writer, 1, "store-writer", before_commit)
+        self._writer = ConnectionWorkers(writer, writers, "store-writer", before_commit)
         self._readers = ConnectionWorkers(reader, readers, "store-reader")
 
     async def close(self) -> None:
@@ -98,7 +101,8 @@ class SqlStore:
         self._reader_engine.dispose()
 
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
-        # The clock is read on the writer thread: processed_at follows seq order.
+        # The clock is read on the writer thread: with one writer, processed_at
+        # follows seq order (with several, ``_events.append_log`` keeps it so).
         return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
 
     async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
@@ -210,6 +214,12 @@ class SqlStore:
 
     async def count_api_keys(self) -> int:
         return await self._read(_workspaces.count_api_keys)
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        return await self._read(_workspaces.list_api_keys)
+
+    async def revoke_api_key(self, key_id: str) -> ApiKey:
+        return await self._write(_workspaces.revoke_api_key, key_id)
 
     async def installation_secret(self, name: str) -> bytes:
         # Read first: the ones stead uses are made by migrations, and a start that

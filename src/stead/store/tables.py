@@ -275,3 +275,46 @@ installation_secrets = Table(
     Column("value", LargeBinary, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
 )
+
+environment_keys = Table(
+    "environment_keys",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("environment_id", String(64), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("hint", String(16), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("revoked_at", UTCDateTime, nullable=True),
+    Index("ix_environment_keys_environment", "environment_id"),
+)
+
+work_items = Table(
+    "work_items",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("environment_id", String(64), nullable=False),
+    Column("session_id", String(64), nullable=True),
+    Column("state", String(16), nullable=False),
+    Column("metadata", JsonType, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("worker_id", String(200), nullable=True),
+    Column("token_hash", String(64), nullable=True, unique=True),
+    Column("last_heartbeat", String(64), nullable=True),
+    Column("ttl_seconds", Float, nullable=False),
+    Column("lease_until", UTCDateTime, nullable=True),
+    Column("in_doubt", Integer, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("polled_at", UTCDateTime, nullable=True),
+    Column("acknowledged_at", UTCDateTime, nullable=True),
+    Column("started_at", UTCDateTime, nullable=True),
+    Column("latest_heartbeat_at", UTCDateTime, nullable=True),
+    Column("stop_requested_at", UTCDateTime, nullable=True),
+    Column("stopped_at", UTCDateTime, nullable=True),
+    Index("ix_work_items_environment_state", "environment_id", "state", "created_at"),
+    Index("ix_work_items_session", "session_id"),
+)
+"""Self-hosted environments' work queue (``_work.py``): one row per time a
+session needed a worker; ``epoch`` fences claims, ``token_hash`` is the current
+claim's sessions token (a new claim revokes the old one)."""

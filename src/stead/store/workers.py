@@ -1,7 +1,11 @@
 """Connection workers: threads that each own one long-lived database connection.
 
-The store runs every transaction on one of them: a single worker for writes
-(so writes run one at a time, in submission order) and a few for reads. A
+The store runs every transaction on one of them: a single worker for writes on
+SQLite (so writes run one at a time, in submission order), a few on PostgreSQL
+(whose transactions keep their invariants with row locks, ``_locks.py``), and a
+few for reads. A write that PostgreSQL aborted for a deadlock, a serialisation
+failure or a lost race to insert a unique key is run again from the start: its
+transaction was rolled back as a whole, and the rerun decides on what won. A
 dedicated thread hands work over in a fraction of the time a general worker
 pool needs, and a long-lived connection skips the pool's checkout and reset on
 every transaction. The ``SqlStore`` that starts the workers stops them in ``close``.
@@ -17,13 +21,17 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import StatementError
+from sqlalchemy.exc import DBAPIError, StatementError
 
 from stead.jsonvalues import JsonValueError
 from stead.store.errors import InvalidValue
 
 R = TypeVar("R")
 _STOP = object()
+RETRIED_SQLSTATES = frozenset({"40001", "40P01", "23505"})
+"""serialization_failure, deadlock_detected, unique_violation (PostgreSQL's codes;
+SQLite's single writer never raises them)."""
+ATTEMPTS = 3
 
 
 class ConnectionWorkers:
@@ -67,13 +75,14 @@ class ConnectionWorkers:
         try:
             while (item := self._queue.get()) is not _STOP:
                 work, loop, future = item
-                if conn is None or conn.invalidated or conn.closed:
-                    conn = self._engine.connect()
                 try:
-                    with conn.begin():
-                        result = work(conn)
-                        if self._before_commit is not None:
-                            self._before_commit()
+                    # Inside the try: a server that does not answer fails this
+                    # call (after the connect timeout), not the worker.
+                    if conn is None or conn.invalidated or conn.closed:
+                        if conn is not None:
+                            conn.close()
+                        conn = self._engine.connect()
+                    result = self._transaction(conn, work)
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
                     _deliver(loop, future, _refusal(exc) or exc, failed=True)
                 else:
@@ -81,6 +90,46 @@ class ConnectionWorkers:
         finally:
             if conn is not None:
                 conn.close()
+
+    def _transaction(self, conn: Connection, work: Callable[[Connection], R]) -> R:
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                with conn.begin():
+                    result = work(conn)
+                    if self._before_commit is not None:
+                        self._before_commit()
+                return result
+            except Exception as exc:
+                _forget_if_disconnected(conn, exc)
+                if attempt == ATTEMPTS or _sqlstate(exc) not in RETRIED_SQLSTATES:
+                    raise
+        raise AssertionError("unreachable")
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's own exception: compiled statements (``_compiled.py``) raise it
+    bare, SQLAlchemy wraps it."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        return exc.orig
+    return exc
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(_driver_error(exc), "sqlstate", None)
+
+
+def _forget_if_disconnected(conn: Connection, exc: BaseException) -> None:
+    """Drops a connection the server closed (a restart, say), so the next
+    transaction opens a new one; SQLAlchemy does this itself only for the
+    errors it raised, not for a compiled statement's."""
+    if conn.invalidated or isinstance(exc, DBAPIError):
+        return
+    dialect = conn.dialect
+    error = getattr(dialect.loaded_dbapi, "Error", None)
+    if error is not None and isinstance(exc, error):
+        raw = conn.connection.dbapi_connection
+        if dialect.is_disconnect(exc, raw, None):
+            conn.invalidate(exc)
 
 
 def _refusal(exc: BaseException) -> InvalidValue | None:

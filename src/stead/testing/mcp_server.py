@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +29,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
+MCP_TEST_HOST = "mcp.stead.test"
+"""The name the fake's URLs use: stead's egress rules refuse loopback
+addresses, so a server under test pins this name to 127.0.0.1 in
+``STEAD_EGRESS_HOSTS`` (``MCP_TEST_PIN``), as an operator would a private host."""
+MCP_TEST_PIN = {MCP_TEST_HOST: "127.0.0.1"}
 
 
 @dataclass
@@ -102,7 +108,15 @@ class FakeMcpServer:
                 self._book.tool_calls.append(("add", {"a": a, "b": b}))
             return a + b
 
-        inner = mcp.streamable_http_app(streamable_http_path="/", stateless_http=True)
+        # The SDK guards a loopback server against DNS rebinding by its Host
+        # header; stead reaches this one by the pinned test name.
+        security = TransportSecuritySettings(
+            allowed_hosts=[f"{MCP_TEST_HOST}:*", "127.0.0.1:*"],
+            allowed_origins=[f"http://{MCP_TEST_HOST}:*", "http://127.0.0.1:*"],
+        )
+        inner = mcp.streamable_http_app(
+            streamable_http_path="/", stateless_http=True, transport_security=security
+        )
         self._app = Starlette(
             routes=[
                 Route("/token", self._token, methods=["POST"]),
@@ -124,11 +138,16 @@ class FakeMcpServer:
 
     @property
     def url(self) -> str:
+        return f"http://{MCP_TEST_HOST}:{self.port}/mcp/"
+
+    @property
+    def loopback_url(self) -> str:
+        """The same server by its address, which the egress rules refuse."""
         return f"http://127.0.0.1:{self.port}/mcp/"
 
     @property
     def token_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        return f"http://{MCP_TEST_HOST}:{self.port}/token"
 
     def issue_token(self) -> str:
         token = "mcp-at-" + secrets.token_hex(12)

@@ -148,7 +148,8 @@ class ServerProcess:
         while time.monotonic() < deadline:
             assert self._process is not None
             if self._process.poll() is not None:
-                if b"address already in use" in self.log_path.read_bytes()[self._log_start :]:
+                logged = self.log_path.read_bytes()[self._log_start :].lower()
+                if b"address already in use" in logged:
                     raise PortTaken(f"port {self.port} was taken:\n{self.log_text()}")
                 raise RuntimeError(f"stead serve exited early:\n{self.log_text()}")
             try:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from stead.sandbox import EXEC_OUTPUT_LIMIT, GLOB_RESULT_LIMIT, GREP_OUTPUT_LIMIT
+from stead.tools.web.page import DEFAULT_MAX_CONTENT_TOKENS
 
 BASH_DEFAULT_TIMEOUT = 120.0
 """Seconds a command may run when the call gives no ``timeout_ms``."""
@@ -33,11 +34,14 @@ MEDIA_TYPES = {
 }
 """Files ``read`` returns as base64 image or document blocks instead of text."""
 
-TOOL_NAMES: tuple[str, ...] = ("bash", "read", "write", "edit", "glob", "grep")
-IDEMPOTENT_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep"})
+WEB_TOOL_NAMES: tuple[str, ...] = ("web_fetch", "web_search")
+"""Tools the brain runs itself (``run_web_tool``); they never use the sandbox."""
+TOOL_NAMES: tuple[str, ...] = ("bash", "read", "write", "edit", "glob", "grep", *WEB_TOOL_NAMES)
+IDEMPOTENT_TOOLS: frozenset[str] = frozenset({"read", "glob", "grep", *WEB_TOOL_NAMES})
 """Tools the op ledger may simply run again when a call is in doubt (DESIGN
 rule 5). ``bash``, ``write`` and ``edit`` change the workspace: a call that may
-have run is reported to the model instead of being repeated."""
+have run is reported to the model instead of being repeated. The web tools
+only read (an HTTP GET, a search)."""
 RESUMABLE_TOOLS: frozenset[str] = frozenset({"bash"})
 """Tools whose calls the sandbox itself runs at most once per op key, keeping
 the result: a call in doubt is simply made again with the same op key. The
@@ -165,6 +169,34 @@ TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
                 | {"description": "File or directory to search; defaults to the workspace."},
             },
             "required": ["pattern"],
+        },
+    },
+    {
+        "name": "web_fetch",
+        "description": (
+            "Fetch a web page or document (an http or https URL) and return its content. "
+            "HTML comes back as readable text with links as absolute URLs, other text as "
+            "it is, PDFs as documents. Only URLs that appeared in this conversation can be "
+            "fetched: in a user message or the system prompt, a custom tool's result, or "
+            "an earlier web_search or web_fetch result. Text is cut at about "
+            f"{DEFAULT_MAX_CONTENT_TOKENS} tokens unless configured otherwise."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {"url": _STRING | {"description": "The URL to fetch."}},
+            "required": ["url"],
+        },
+    },
+    {
+        "name": "web_search",
+        "description": (
+            "Search the web. Returns results as a numbered list of title, URL and "
+            "snippet; read a result in full with web_fetch."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {"query": _STRING | {"description": "The search query."}},
+            "required": ["query"],
         },
     },
 )

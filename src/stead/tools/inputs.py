@@ -51,7 +51,19 @@ class SearchInput:
     path: str | None
 
 
-ToolInput = BashInput | ReadInput | WriteInput | EditInput | SearchInput
+@dataclass(frozen=True, slots=True)
+class WebFetchInput:
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class WebSearchInput:
+    query: str
+
+
+ToolInput = (
+    BashInput | ReadInput | WriteInput | EditInput | SearchInput | WebFetchInput | WebSearchInput
+)
 
 
 def parse_input(tool: str, raw: object) -> ToolInput:
@@ -77,6 +89,10 @@ def parse_input(tool: str, raw: object) -> ToolInput:
         )
     if tool in ("glob", "grep"):
         return SearchInput(fields.required_text("pattern"), fields.text("path", required=False))
+    if tool == "web_fetch":
+        return WebFetchInput(fields.path("url"))
+    if tool == "web_search":
+        return WebSearchInput(fields.path("query"))
     raise InputError(f"unknown tool {tool!r}")
 
 

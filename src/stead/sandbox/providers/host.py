@@ -26,7 +26,12 @@ from stead.sandbox.base import Sandbox
 from stead.sandbox.client import HostAddress, HostClient, HostSandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import SandboxUnavailable
-from stead.sandbox.provider import EgressCredential, EgressSecret, EnvironmentCredential
+from stead.sandbox.provider import (
+    PLACEHOLDER_PREFIX,
+    EgressCredential,
+    EgressSecret,
+    EnvironmentCredential,
+)
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 log = logging.getLogger("stead.sandbox.host")
@@ -161,7 +166,7 @@ class _Secrets:
             if isinstance(s, EgressCredential)
         ]
         variables = [
-            _variable(s, known.get((s.credential_id, s.secret_name)))
+            _variable(s, s.placeholder or known.get((s.credential_id, s.secret_name)))
             for s in secrets
             if isinstance(s, EnvironmentCredential)
         ]
@@ -184,7 +189,7 @@ def _variable(credential: EnvironmentCredential, placeholder: str | None) -> ops
         credential_id=credential.credential_id,
         name=credential.secret_name,
         # Random, so it says nothing of the value; the proxy finds it by exact match.
-        placeholder=placeholder or f"stead_placeholder_{secrets.token_hex(20)}",
+        placeholder=placeholder or f"{PLACEHOLDER_PREFIX}{secrets.token_hex(20)}",
         value=credential.value,
         allowed_hosts=list(hosts) if hosts is not None else None,
         header=credential.header,

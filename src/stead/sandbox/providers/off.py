@@ -1,5 +1,6 @@
-"""``off``: no sandbox at all, so built-in tools and terminals are refused
-with a message that says how to turn them on."""
+"""``off``: no sandbox at all, so the sandbox's tools and terminals are refused
+with a message that says how to turn them on (web_fetch and web_search, which
+run in the brain, still work)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from stead.sandbox.provider import EgressSecret
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_SANDBOX = (
-    "No sandbox is configured on this stead server, so built-in tools cannot run. "
+    "No sandbox is configured on this stead server, so bash, read, write, edit, glob "
+    "and grep cannot run. "
     "The operator can set STEAD_SANDBOX=bwrap (isolated) to enable them."
 )
 

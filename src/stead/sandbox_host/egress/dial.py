@@ -1,30 +1,21 @@
-"""Opening the upstream side of a request: policy, one resolution, address check, connect.
-
-The name is resolved exactly once and the proxy connects to the addresses it
-checked, never to the name: a second lookup could answer differently (DNS
-rebinding) and walk past the blocklist.
-"""
+"""Opening the upstream side of a request: policy, one resolution, address check
+(``stead.egress_policy.checked_addresses``), then a connection to the checked
+addresses, never to the name (DNS rebinding)."""
 
 from __future__ import annotations
 
-import ipaddress
-import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping
 
 import anyio
 from anyio.abc import SocketStream
 
-from stead.sandbox_host.egress.errors import UpstreamFailed, UpstreamTimeout
-from stead.sandbox_host.egress.policy import EgressPolicy, normalize_host
-
-Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
-"""``(host, port) -> IP addresses``; raises ``OSError`` when the name does not resolve."""
-
-
-async def system_resolver(host: str, port: int) -> list[str]:
-    """The machine's resolver (``getaddrinfo``), as addresses in the order it gave them."""
-    infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [str(info[4][0]) for info in infos]
+from stead.egress_policy import (
+    EgressPolicy,
+    Resolver,
+    UpstreamFailed,
+    UpstreamTimeout,
+    checked_addresses,
+)
 
 
 async def dial(
@@ -44,34 +35,10 @@ async def dial(
     name (the operator's ``STEAD_EGRESS_HOSTS``) goes to its address without
     resolving, and that address passes the blocklist: the operator chose it.
     """
-    policy.check_host(host)
-    address = (pinned or {}).get(normalize_host(host))
-    if address is not None:
-        return await _connect(host, port, [address], connect_timeout)
-    addresses = await _resolve(host, port, resolver, connect_timeout)
-    policy.check_addresses(host, addresses)
+    addresses = await checked_addresses(
+        host, port, policy, resolver=resolver, resolve_seconds=connect_timeout, pinned=pinned
+    )
     return await _connect(host, port, addresses, connect_timeout)
-
-
-async def _resolve(host: str, port: int, resolver: Resolver, seconds: float) -> list[str]:
-    try:
-        return [str(ipaddress.ip_address(host))]
-    except ValueError:
-        pass
-    try:
-        with anyio.fail_after(seconds):
-            found = await resolver(host, port)
-    except TimeoutError:
-        raise UpstreamTimeout(host, "resolving the host timed out") from None
-    except OSError:
-        raise UpstreamFailed(host, "cannot resolve the host") from None
-    try:
-        addresses = list(dict.fromkeys(str(ipaddress.ip_address(a)) for a in found))
-    except ValueError:
-        raise UpstreamFailed(host, "the resolver returned a non-address") from None
-    if not addresses:
-        raise UpstreamFailed(host, "the host has no addresses")
-    return addresses
 
 
 async def _connect(host: str, port: int, addresses: list[str], seconds: float) -> SocketStream:

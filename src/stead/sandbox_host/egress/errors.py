@@ -1,26 +1,19 @@
-"""Egress errors. Each request-level error carries the HTTP status the proxy answers
-with; ``str(error)`` is the short text body the client sees, so it names the host
-as the client spelled it and never anything of the host machine's but addresses.
+"""The egress proxy's own request errors, beside the shared ones of
+``stead.egress_policy`` (``EgressError``, ``Denied``, ``UpstreamFailed``,
+``UpstreamTimeout``, ``InvalidPolicy``). Each carries the HTTP status the proxy
+answers with; ``str(error)`` is the short text body the client sees.
 
-EgressError              base of the errors a proxied request ends in; ``status``
+EgressError              (stead.egress_policy) base; ``status``
 ├── BadRequest           400 (or 431): not a proxy request the proxy can parse
-├── Denied               403: the policy or the address blocklist refuses the host
+├── Denied               403 (stead.egress_policy): the policy or the blocklist refuses the host
 ├── Refused              403: a credential's placeholder is headed for a host it may not reach
 ├── TooLarge             413: a body the proxy must read whole to inject into is too large
-└── UpstreamFailed       502: the name does not resolve or the origin refuses or breaks
-    └── UpstreamTimeout  504: resolving, connecting or the origin's answer took too long
-
-InvalidPolicy            a ``networking`` config or host entry the policy cannot
-                         enforce (a ``ValueError``; raised when building the policy)
+└── UpstreamFailed       502 (stead.egress_policy), UpstreamTimeout 504
 """
 
 from __future__ import annotations
 
-
-class EgressError(Exception):
-    """Base of the errors that end one proxied request with an HTTP error response."""
-
-    status: int = 500
+from stead.egress_policy import EgressError
 
 
 class BadRequest(EgressError):
@@ -31,15 +24,6 @@ class BadRequest(EgressError):
         # h11 hints 431 for an oversized head; anything else is a plain 400.
         self.status = status if status in (400, 431) else 400
         super().__init__(f"bad proxy request: {reason}")
-
-
-class Denied(EgressError):
-    status: int = 403
-
-    def __init__(self, host: str, reason: str) -> None:
-        self.host = host
-        self.reason = reason
-        super().__init__(f"egress to {host} denied: {reason}")
 
 
 class Refused(EgressError):
@@ -64,20 +48,3 @@ class TooLarge(EgressError):
             f"egress to {host} refused: a request body into which credentials are "
             f"injected may be at most {limit} bytes"
         )
-
-
-class UpstreamFailed(EgressError):
-    status: int = 502
-
-    def __init__(self, host: str, reason: str) -> None:
-        self.host = host
-        self.reason = reason
-        super().__init__(f"{host}: {reason}")
-
-
-class UpstreamTimeout(UpstreamFailed):
-    status: int = 504
-
-
-class InvalidPolicy(ValueError):
-    """The ``networking`` config or a host entry cannot be enforced as written."""

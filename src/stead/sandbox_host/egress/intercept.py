@@ -22,15 +22,10 @@ import h11
 from anyio.abc import ByteStream
 from anyio.streams.tls import TLSStream
 
+from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout, normalize_host
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
-from stead.sandbox_host.egress.errors import (
-    BadRequest,
-    EgressError,
-    UpstreamFailed,
-    UpstreamTimeout,
-)
+from stead.sandbox_host.egress.errors import BadRequest
 from stead.sandbox_host.egress.origin import forward
-from stead.sandbox_host.egress.policy import normalize_host
 from stead.sandbox_host.egress.reply import answer
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Kind, Target, read_request
 from stead.sandbox_host.egress.secrets import Secrets

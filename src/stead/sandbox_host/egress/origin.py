@@ -20,14 +20,9 @@ import anyio
 import h11
 from anyio.abc import ByteStream
 
+from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout
 from stead.sandbox_host.egress.audit import Exchange
-from stead.sandbox_host.egress.errors import (
-    BadRequest,
-    EgressError,
-    TooLarge,
-    UpstreamFailed,
-    UpstreamTimeout,
-)
+from stead.sandbox_host.egress.errors import BadRequest, TooLarge
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
 from stead.sandbox_host.egress.secrets import HostSecrets, Scrubber, credential_ids
 from stead.sandbox_host.egress.splice import splice

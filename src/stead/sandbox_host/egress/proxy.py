@@ -28,12 +28,11 @@ import anyio
 import h11
 from anyio.abc import ByteStream, SocketStream, TaskGroup
 
+from stead.egress_policy import Denied, EgressError, EgressPolicy, Resolver, system_resolver
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
-from stead.sandbox_host.egress.dial import Resolver, dial, system_resolver
-from stead.sandbox_host.egress.errors import Denied, EgressError
+from stead.sandbox_host.egress.dial import dial
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Interception, Replayed
 from stead.sandbox_host.egress.origin import forward
-from stead.sandbox_host.egress.policy import EgressPolicy
 from stead.sandbox_host.egress.reply import answer, send_quietly
 from stead.sandbox_host.egress.request import (
     MAX_HEAD_BYTES,

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from stead.egress_policy import HostSet, normalize_host
 from stead.sandbox_host.egress.errors import Refused
-from stead.sandbox_host.egress.policy import HostSet, normalize_host
 
 Headers = list[tuple[bytes, bytes]]
 

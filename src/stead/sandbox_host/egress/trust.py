@@ -3,9 +3,10 @@
 Inside: a bundle of the machine's system CAs plus the installation's egress CA,
 mounted read-only at ``SANDBOX_BUNDLE`` and over every system bundle path, and
 named by the variables that tools read instead (``CA_ENV``). Outside: the
-proxy verifies each origin against the host's own trust store plus the
-operator's optional bundle (``STEAD_EGRESS_EXTRA_CA_FILE``), never the
-sandbox's bundle: the egress CA vouches for the proxy only.
+proxy verifies each origin with ``stead.egress_policy.upstream_context`` (the
+host's own trust store plus the operator's optional bundle,
+``STEAD_EGRESS_EXTRA_CA_FILE``), never the sandbox's bundle: the egress CA
+vouches for the proxy only.
 """
 
 from __future__ import annotations
@@ -73,18 +74,6 @@ def write_sandbox_bundle(directory: Path, ca_pem: bytes) -> Path:
     os.chmod(partial, 0o644)
     partial.rename(bundle)
     return bundle
-
-
-def upstream_context(extra_ca_file: Path | None) -> ssl.SSLContext:
-    """A client context that verifies origins (host names included) against the
-    system's CAs and ``extra_ca_file``; raises ``ssl.SSLError``/``OSError`` for an
-    unreadable extra bundle."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.set_alpn_protocols(["http/1.1"])
-    if extra_ca_file is not None:
-        context.load_verify_locations(cafile=str(extra_ca_file))
-    return context
 
 
 def trust_environment() -> dict[str, str]:

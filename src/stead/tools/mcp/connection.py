@@ -1,5 +1,10 @@
 """One MCP server over Streamable HTTP with a bearer token.
 
+Each operation opens a connection (``initialize``), does its work and closes
+it: stead keeps no MCP connection between tool calls, so a brain that restarts
+or a server that restarts loses nothing, and a server's session state never
+outlives one call.
+
 The SDK reports an HTTP-level refusal (a 401 from the server's auth, a 5xx
 from its proxy) as an exception without the response; a response hook keeps
 the first refused one, so callers can tell "the token is not accepted" from
@@ -8,16 +13,21 @@ the first refused one, so callers can tell "the token is not accepted" from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import anyio
 import httpx2
-from mcp import Client
+from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
+
+from stead.jsonvalues import Json
+from stead.tools.mcp.transport import EgressRules
 
 BODY_LIMIT = 4096
 """Characters of a refused response's body kept for the caller."""
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,23 @@ class McpFailed(Exception):
         return self.http is not None and self.http.status_code == 401
 
 
+class McpRefused(Exception):
+    """The server answered the request with an MCP error (an unknown tool, bad
+    arguments): the connection and the token are fine, the call is not."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolSpec:
+    """A tool as the server lists it."""
+
+    name: str
+    description: str
+    input_schema: Json
+    read_only: bool
+    """The server says the tool changes nothing (``readOnlyHint``), so a call
+    in doubt after a crash may simply be made again."""
+
+
 async def captured(response: httpx2.Response) -> HttpResponse:
     text = (await response.aread()).decode("utf-8", errors="replace")
     return HttpResponse(
@@ -62,41 +89,117 @@ async def captured(response: httpx2.Response) -> HttpResponse:
     )
 
 
-async def list_tools(url: str, token: str, seconds: float) -> list[str]:
-    """Connects (``initialize``), lists the server's tools and disconnects; the
-    tool names. Each HTTP exchange, and the whole, ends after ``seconds``;
-    ``McpFailed`` names the step that failed."""
+async def _connected(
+    url: str,
+    token: str | None,
+    seconds: float,
+    rules: EgressRules,
+    step: str,
+    work: Callable[[Client], Awaitable[T]],
+) -> T:
+    """``work`` on a connection that is initialised, then closed. Each HTTP
+    exchange, and the whole, ends after ``seconds``; ``McpFailed`` names the
+    step that failed (``initialize`` until the connection is up, then ``step``)."""
     refused: list[HttpResponse] = []
-    step = "initialize"
+    current = "initialize"
 
     async def keep_refusal(response: httpx2.Response) -> None:
         if response.status_code >= 400 and not refused:
             refused.append(await captured(response))
 
     http = httpx2.AsyncClient(
-        headers={"authorization": f"Bearer {token}"},
+        headers={"authorization": f"Bearer {token}"} if token else {},
         timeout=httpx2.Timeout(seconds),
         event_hooks={"response": [keep_refusal]},
         follow_redirects=False,
+        transport=rules.transport(),
     )
     try:
         with anyio.fail_after(seconds):
             async with http, Client(streamable_http_client(url, http_client=http)) as client:
-                step = "tools/list"
-                listed = await client.list_tools()
-                return [tool.name for tool in listed.tools]
+                current = step
+                return await work(client)
     except TimeoutError:
-        raise McpFailed(step, f"{step}: no answer within {seconds:g}s") from None
+        raise McpFailed(current, f"{current}: no answer within {seconds:g}s") from None
+    except MCPError as exc:
+        if refused:
+            raise _refusal(current, refused[0]) from None
+        raise McpRefused(f"{current}: the server refused: {exc.error.message}") from None
     except Exception as exc:  # the SDK raises ExceptionGroups and its own errors alike
-        http_refusal = refused[0] if refused else None
-        if http_refusal is not None:
-            message = f"{step}: the server answered HTTP {http_refusal.status_code}"
-        else:
-            message = f"{step}: {_first_cause(exc)}"
-        raise McpFailed(step, message, http_refusal) from None
+        refusal = _first(exc, MCPError)
+        if isinstance(refusal, MCPError) and not refused and current == step:
+            raise McpRefused(f"{current}: the server refused: {refusal.error.message}") from None
+        if refused:
+            raise _refusal(current, refused[0]) from None
+        raise McpFailed(current, f"{current}: {_describe(exc)}") from None
 
 
-def _first_cause(exc: BaseException) -> str:
+def _refusal(step: str, response: HttpResponse) -> McpFailed:
+    return McpFailed(step, f"{step}: the server answered HTTP {response.status_code}", response)
+
+
+async def list_tools(
+    url: str, token: str | None, seconds: float, rules: EgressRules
+) -> list[McpToolSpec]:
+    """Connects, lists all the server's tools (every page) and disconnects."""
+
+    async def listed(client: Client) -> list[McpToolSpec]:
+        found: list[McpToolSpec] = []
+        cursor: str | None = None
+        for _ in range(100):  # a server that pages forever is cut off, not followed
+            page = await client.list_tools(cursor=cursor)
+            found.extend(_spec(tool) for tool in page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return found
+
+    return await _connected(url, token, seconds, rules, "tools/list", listed)
+
+
+def _spec(tool: Any) -> McpToolSpec:
+    hints = tool.annotations
+    return McpToolSpec(
+        name=tool.name,
+        description=tool.description or "",
+        input_schema=dict(tool.input_schema),
+        read_only=bool(hints is not None and hints.read_only_hint),
+    )
+
+
+async def call_tool(
+    url: str,
+    token: str | None,
+    seconds: float,
+    rules: EgressRules,
+    name: str,
+    arguments: Json,
+    *,
+    op_key: str,
+) -> Any:
+    """Connects, calls tool ``name`` and disconnects; the SDK's ``CallToolResult``.
+    ``op_key`` goes with the call in ``_meta``, for servers that deduplicate."""
+
+    async def called(client: Client) -> Any:
+        meta: Any = {"stead/op_key": op_key}
+        return await client.call_tool(name, arguments, read_timeout_seconds=seconds, meta=meta)
+
+    return await _connected(url, token, seconds, rules, "tools/call", called)
+
+
+def _first(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of ``kind`` in ``exc`` or the groups it nests."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first(inner, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}"[:500]

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import httpx2
 
 from stead.tools.mcp.connection import HttpResponse, captured
+from stead.tools.mcp.transport import EgressRules
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ async def refresh_access_token(
     scope: str | None,
     resource: str | None,
     seconds: float,
+    rules: EgressRules,
 ) -> TokenGrant:
     form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": client_id}
     if scope:
@@ -57,7 +59,9 @@ async def refresh_access_token(
     elif auth_method == "client_secret_post":
         form["client_secret"] = client_secret or ""
     try:
-        async with httpx2.AsyncClient(timeout=seconds, follow_redirects=False) as http:
+        async with httpx2.AsyncClient(
+            timeout=seconds, follow_redirects=False, transport=rules.transport()
+        ) as http:
             response = await http.post(token_endpoint, data=form, headers=headers)
             if response.status_code != 200:
                 refusal = await captured(response)

@@ -1,5 +1,6 @@
 """Which hosts and addresses a sandbox may reach: the environment's ``networking``
-config made enforceable. Pure data and checks; no I/O, no resolving.
+config made enforceable, and the host matching and address blocklist every
+egress rule of stead shares. Pure data and checks; no I/O, no resolving.
 
 Two checks, in this order, for every request:
 
@@ -23,7 +24,7 @@ import ipaddress
 import re
 from collections.abc import Iterable, Mapping, Sequence
 
-from stead.sandbox_host.egress.errors import Denied, InvalidPolicy
+from stead.egress_policy.errors import Denied, InvalidPolicy
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -104,17 +105,31 @@ def _own_block_reason(ip: IPAddress) -> str | None:
     return next((reason for blocked, reason in checks if blocked), None)
 
 
+def is_address(host: str) -> bool:
+    """Whether ``host`` is an IP address (unbracketed) rather than a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def refuse_blocked(host: str, addresses: Sequence[str]) -> None:
+    """Raises ``Denied`` naming the first of ``addresses`` on the blocklist."""
+    for address in addresses:
+        reason = block_reason(address)
+        if reason is not None:
+            raise Denied(host, f"address {address} is blocked ({reason})")
+
+
 def host_entry(raw: object, where: str) -> str:
     """A validated, normalised host entry: a name, an address or ``*.`` + a name."""
     if not isinstance(raw, str):
         raise InvalidPolicy(f"{where}: {raw!r} is not a string")
     host = normalize_host(raw)
     name = host.removeprefix("*.")
-    try:
-        ipaddress.ip_address(host)
+    if is_address(host):
         return host
-    except ValueError:
-        pass
     if not name or len(name) > _MAX_NAME or not _NAME.match(name):
         raise InvalidPolicy(f"{where}: {raw!r} is not a host name, address or *.wildcard")
     return host
@@ -215,12 +230,8 @@ class EgressPolicy:
         """Raises ``Denied`` if any address ``host`` resolved to is blocked (and the
         host is not explicit). All must pass: a name that resolves to a public and a
         private address is refused, not half-trusted."""
-        if self.is_explicit(host):
-            return
-        for address in addresses:
-            reason = block_reason(address)
-            if reason is not None:
-                raise Denied(host, f"address {address} is blocked ({reason})")
+        if not self.is_explicit(host):
+            refuse_blocked(host, addresses)
 
 
 def _expect_keys(networking: Mapping[str, object], keys: set[str]) -> None:

@@ -1,0 +1,136 @@
+"""``stead keys``: API keys of the installation's workspaces, made, listed and
+revoked beside a running server (the secret is shown once, at creation)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+
+from stead.cli_support import PLAIN, DataDir, console, opened, read_settings
+from stead.config import Settings
+from stead.store import ApiKey
+
+keys_app = typer.Typer(help="API keys: each belongs to one workspace.", **PLAIN)
+
+
+@keys_app.command("create")
+def keys_create(
+    name: Annotated[str, typer.Option(help="A label for the key.")] = "key",
+    workspace: Annotated[
+        str | None, typer.Option(help="Workspace id; default: the first workspace.")
+    ] = None,
+    new_workspace: Annotated[
+        str | None, typer.Option(help="Create a new workspace with this name for the key.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Create an API key and print it (it is shown only once)."""
+    settings = existing(data_dir)
+    key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace)
+    if as_json:
+        print(json.dumps({"id": key.id, "workspace_id": key.workspace_id, "key": secret}))
+    else:
+        console().print(
+            f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once), "
+            f"in {settings.data_dir}"
+        )
+
+
+async def _create_key(
+    settings: Settings, name: str, workspace: str | None, new_workspace: str | None
+) -> tuple[ApiKey, str]:
+    async with opened(settings) as store:
+        if new_workspace is not None:
+            workspace = (await store.create_workspace(new_workspace)).id
+        elif workspace is None:
+            existing = await store.list_workspaces()
+            workspace = existing[0].id if existing else (await store.create_workspace("default")).id
+        return await store.create_api_key(workspace, name)
+
+
+@keys_app.command("list")
+def keys_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """List the API keys of every workspace (never their secrets)."""
+    settings = existing(data_dir)
+    keys = anyio.run(_list_keys, settings)
+    rows = [
+        {
+            "id": k.id,
+            "workspace_id": k.workspace_id,
+            "name": k.name,
+            "ends_with": k.hint,
+            "created_at": k.created_at.isoformat(),
+            "revoked_at": None if k.revoked_at is None else k.revoked_at.isoformat(),
+        }
+        for k in keys
+    ]
+    if as_json:
+        print(json.dumps(rows))
+        return
+    header: tuple[str, ...] = ("id", "workspace", "name", "ends with", "created", "revoked")
+    lines: list[tuple[str, ...]] = [header] + [
+        (
+            k.id,
+            k.workspace_id,
+            k.name,
+            f"…{k.hint}",
+            k.created_at.isoformat()[:19],
+            k.revoked_at.isoformat()[:19] if k.revoked_at else "",
+        )
+        for k in keys
+    ]
+    # Plain columns, never cut: an id is what `stead keys revoke` takes.
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+
+
+async def _list_keys(settings: Settings) -> list[ApiKey]:
+    async with opened(settings) as store:
+        return await store.list_api_keys()
+
+
+@keys_app.command("revoke")
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(help="The key's id (see stead keys list).")],
+    data_dir: DataDir = None,
+) -> None:
+    """Revoke an API key. Running servers refuse it within STEAD_AUTH_CACHE_SECONDS."""
+    from stead.store import NotFound
+
+    settings = existing(data_dir)
+    try:
+        key = anyio.run(_revoke_key, settings, key_id)
+    except NotFound:
+        typer.echo(f"stead: no API key {key_id} in {settings.data_dir}", err=True)
+        raise typer.Exit(1) from None
+    assert key.revoked_at is not None
+    typer.echo(f"revoked {key.id} (workspace {key.workspace_id}) at {key.revoked_at.isoformat()}")
+
+
+async def _revoke_key(settings: Settings, key_id: str) -> ApiKey:
+    async with opened(settings) as store:
+        return await store.revoke_api_key(key_id)
+
+
+def existing(data_dir: Path | None) -> Settings:
+    """The settings of a command that works on an installation's database: one
+    that does not exist yet is a wrong ``--data-dir``, not a new installation."""
+    settings = read_settings(data_dir=data_dir)
+    embedded = settings.database_url is None
+    if embedded and not (settings.data_dir / "stead.db").exists():
+        typer.echo(
+            f"stead: no stead database in {settings.data_dir}; pass the --data-dir "
+            "(or STEAD_DATA_DIR) that stead serve uses, or start stead serve there first",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return settings

@@ -1,0 +1,88 @@
+"""What the ``stead`` commands share: settings read with one line per bad one,
+the ``--data-dir`` option, the store opened for one command, printing."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import anyio
+import typer
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsError
+
+from stead.config import Settings, settings_errors, unparsed_setting
+from stead.store import Store, StoreUnavailable, open_store
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+SettingsT = TypeVar("SettingsT", bound=BaseSettings)
+
+# Plain help (no rich panels): flags show no type placeholder, and defaults
+# and environment variables read as one line.
+PLAIN: dict[str, Any] = {"no_args_is_help": True, "rich_markup_mode": None}
+
+
+def setting_help(text: str, name: str) -> str:
+    """``text`` with the setting's variable and default, which the option
+    overrides (the option itself defaults to None: unset, the variable applies)."""
+    default = Settings.model_fields[name].get_default(call_default_factory=True)
+    return f"{text} [env var: STEAD_{name.upper()}; default: {default}]"
+
+
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help=setting_help("Data directory.", "data_dir"))
+]
+
+
+def console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def bold(text: str) -> str:
+    return typer.style(text, bold=True)
+
+
+def read_settings(**given: Any) -> Settings:
+    return validated(Settings, **given)
+
+
+def validated(kind: type[SettingsT], **given: Any) -> SettingsT:
+    # Only options the user passed override the environment (STEAD_*).
+    try:
+        return kind(**{k: v for k, v in given.items() if v is not None})
+    except ValidationError as exc:
+        lines = settings_errors(exc)
+    except SettingsError as exc:  # a complex value (JSON) that does not parse
+        lines = [unparsed_setting(exc)]
+    for line in lines:
+        typer.echo(f"stead: {line}", err=True)
+    raise typer.Exit(2)
+
+
+@asynccontextmanager
+async def opened(settings: Settings) -> AsyncIterator[Store]:
+    """The store ``settings`` name, migrated, for one command; closed on every path.
+    A database that cannot be opened stops the command with one line."""
+    try:
+        store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
+    except StoreUnavailable as exc:
+        typer.echo(f"stead: STEAD_DATABASE_URL: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+async def stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return

@@ -1,0 +1,217 @@
+"""A session's MCP toolsets: the tools its agent's servers offer, and calls to them.
+
+MCP tools run in the brain (spec §5.3), with the session's vault credentials
+as bearer tokens (``mcp_auth.py``); nothing of them reaches the sandbox. Each
+server's tool list is asked for once per session and kept (a bounded cache
+shared by the session's turns); a server that failed is asked again on the
+session's next turn, and a call that could not reach the server drops the
+list, so the next turn lists its tools anew.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+
+from stead.config import Settings
+from stead.egress_policy import InvalidPolicy
+from stead.harness import McpTool, servers_in_use
+from stead.jsonvalues import Json
+from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
+from stead.store import NotFound, SessionRecord, Store
+from stead.tools import ToolOutcome
+from stead.vault import SecretBox
+
+log = logging.getLogger("stead.runtime.mcp")
+T = TypeVar("T")
+CONNECTION_FAILED = "mcp_connection_failed_error"
+AUTHENTICATION_FAILED = "mcp_authentication_failed_error"
+LISTS_KEPT = 4096
+"""Server tool lists kept in memory (one per session and server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpProblem:
+    """A server that could not be used, as its ``session.error`` says."""
+
+    server: str
+    error_type: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Discovery:
+    tools: tuple[McpTool, ...]
+    problems: tuple[McpProblem, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class McpCall:
+    outcome: ToolOutcome
+    problem: McpProblem | None = None
+
+
+_ListKey = tuple[str, str, str]
+"""(session id, server name, server URL)."""
+
+
+class McpGateway:
+    def __init__(self, settings: Settings, store: Store, box: SecretBox) -> None:
+        self._store = store
+        self._timeout = settings.mcp_timeout_seconds
+        self._egress = McpEgress(settings)
+        self._tokens = McpTokens(store, box, self._egress, timeout=self._timeout)
+        self._lists: OrderedDict[_ListKey, tuple[McpTool, ...]] = OrderedDict()
+
+    def cached(self, session_id: str, agent: Json) -> tuple[McpTool, ...] | None:
+        """The tools of every server the agent uses if all are listed already;
+        None if one is not (then only ``discover`` can say)."""
+        tools: list[McpTool] = []
+        for server in servers_in_use(agent):
+            listed = self._lists.get((session_id, server["name"], server["url"]))
+            if listed is None:
+                return None
+            tools.extend(listed)
+        return tuple(tools)
+
+    async def discover(self, session: SessionRecord) -> Discovery:
+        """The tools of the session's agent's servers: the kept lists, and the
+        others asked for now, all at once; each server that fails is a problem
+        and offers no tools."""
+        servers = servers_in_use(session.agent)
+        if not servers:
+            return Discovery((), ())
+        found: dict[str, tuple[McpTool, ...] | McpProblem] = {}
+
+        async def ask(server: Json) -> None:
+            key = (session.id, server["name"], server["url"])
+            kept = self._lists.get(key)
+            if kept is not None:
+                self._lists.move_to_end(key)
+                found[server["name"]] = kept
+                return
+            listed = await self._list(session, server)
+            if not isinstance(listed, McpProblem):
+                self._keep(key, listed)
+            found[server["name"]] = listed
+
+        async with anyio.create_task_group() as group:
+            for server in servers:
+                group.start_soon(ask, server)
+        tools: list[McpTool] = []
+        problems: list[McpProblem] = []
+        for server in servers:  # in the agent's order, not the order answers came
+            result = found[server["name"]]
+            if isinstance(result, McpProblem):
+                problems.append(result)
+            else:
+                tools.extend(result)
+        return Discovery(tuple(tools), tuple(problems))
+
+    def _keep(self, key: _ListKey, tools: tuple[McpTool, ...]) -> None:
+        self._lists[key] = tools
+        self._lists.move_to_end(key)
+        while len(self._lists) > LISTS_KEPT:
+            self._lists.popitem(last=False)
+
+    async def _list(self, session: SessionRecord, server: Json) -> tuple[McpTool, ...] | McpProblem:
+        mcp = await load_mcp()
+
+        async def listed(token: str | None, rules: Any) -> Any:
+            return await mcp.list_tools(server["url"], token, self._timeout, rules)
+
+        try:
+            specs = await self._authorised(session, server, listed)
+        except _Unusable as exc:
+            return exc.problem
+        except mcp.McpRefused as exc:
+            return McpProblem(server["name"], CONNECTION_FAILED, f"{server['name']}: {exc}")
+        return tuple(
+            McpTool(server["name"], s.name, s.description, s.input_schema, s.read_only)
+            for s in specs
+        )
+
+    async def call(
+        self, session: SessionRecord, server_name: str, tool: str, arguments: Json, op_key: str
+    ) -> McpCall:
+        """Calls ``tool`` of the session's server ``server_name``. Never raises for
+        anything the server did: that is an error outcome, with a problem when
+        the server could not be used at all."""
+        servers = session.agent.get("mcp_servers", [])
+        server = next((s for s in servers if s["name"] == server_name), None)
+        if server is None:
+            return McpCall(ToolOutcome.error(f"the agent has no MCP server {server_name!r} now"))
+        mcp = await load_mcp()
+
+        async def called(token: str | None, rules: Any) -> Any:
+            return await mcp.call_tool(
+                server["url"], token, self._timeout, rules, tool, arguments, op_key=op_key
+            )
+
+        try:
+            result = await self._authorised(session, server, called)
+        except _Unusable as exc:
+            self._lists.pop((session.id, server["name"], server["url"]), None)
+            return McpCall(ToolOutcome.error(exc.problem.message), exc.problem)
+        except mcp.McpRefused as exc:
+            return McpCall(ToolOutcome.error(f"{server_name}: {exc}"))
+        outcome: ToolOutcome = mcp.call_outcome(result)
+        return McpCall(outcome)
+
+    async def _authorised(
+        self,
+        session: SessionRecord,
+        server: Json,
+        work: Callable[[str | None, Any], Awaitable[T]],
+    ) -> T:
+        """``work`` with the server's token and egress rules; after a 401, once
+        more with a refreshed token. ``_Unusable`` when the server cannot be used."""
+        mcp = await load_mcp()
+        name, url = server["name"], server["url"]
+        try:
+            rules = self._egress.rules(mcp, await self._networking(session), url)
+        except InvalidPolicy as exc:
+            message = f"{name}: the environment's networking cannot be enforced: {exc}"
+            raise _Unusable(McpProblem(name, CONNECTION_FAILED, message)) from None
+        try:
+            held = await self._tokens.token_for(session.workspace_id, list(session.vault_ids), url)
+            try:
+                return await work(held.token, rules)
+            except mcp.McpFailed as exc:
+                if not exc.unauthorized:
+                    raise
+                if held.credential is None:
+                    raise McpAuthFailed(
+                        f"the server refused the connection and the session's vaults hold "
+                        f"no credential for {url}"
+                    ) from None
+            held = await self._tokens.refreshed(held)
+            return await work(held.token, rules)
+        except McpAuthFailed as exc:
+            raise _Unusable(McpProblem(name, AUTHENTICATION_FAILED, f"{name}: {exc}")) from None
+        except mcp.McpFailed as exc:
+            kind = AUTHENTICATION_FAILED if exc.unauthorized else CONNECTION_FAILED
+            raise _Unusable(McpProblem(name, kind, f"{name}: {exc}")) from None
+
+    async def _networking(self, session: SessionRecord) -> Json | None:
+        """The session's environment's ``networking`` (None: unrestricted, as a
+        self-hosted environment's, or one deleted since)."""
+        try:
+            environment = await self._store.get_environment(
+                session.workspace_id, session.environment_id
+            )
+        except NotFound:
+            return None
+        networking = environment.config.get("networking")
+        return networking if isinstance(networking, dict) else None
+
+
+class _Unusable(Exception):
+    def __init__(self, problem: McpProblem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem

@@ -1,0 +1,186 @@
+"""Self-hosted environments from the brain's side: the work queue a session's
+built-in tool calls go to, and how their answers come back.
+
+A session on a ``self_hosted`` environment gets a work item when a turn starts
+(``ensure``); a worker claims it, follows the session's events and answers each
+``agent.tool_use`` with a ``user.tool_result`` (spec §2.3, §5.3). The turn
+waits for that answer (``answer``) instead of running the tool here. When a
+worker's lease lapses, the calls it may have started are settled before a new
+worker is handed the item (``settle``): read-only tools are left for the next
+worker, any other gets a ``user.tool_result`` saying it may have run — the
+rule the ledger keeps for a call in doubt after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import anyio
+
+from stead import tools
+from stead.config import Settings
+from stead.events import EventType
+from stead.harness import unresolved_tool_uses
+from stead.ids import new_id
+from stead.jsonvalues import Json
+from stead.runtime.bus import EventBus
+from stead.runtime.logcache import LogCache
+from stead.store import (
+    Conflict,
+    EventsAccepted,
+    NewEvent,
+    NotFound,
+    SessionRecord,
+    Store,
+    WorkItem,
+)
+
+log = logging.getLogger("stead.runtime.work")
+
+WORKER_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
+"""The tools a worker runs (the SDK worker's default toolset); web tools and MCP
+stay in the brain."""
+RECHECK_SECONDS = 5.0
+"""How often a waiting turn reads the log itself, in case it missed a notice."""
+
+
+def in_doubt_result(use_id: str, message: str) -> NewEvent:
+    """stead's own answer to a worker's tool call. A ``user.tool_result``: the
+    worker treats only those as answers, so a new worker will not run it again."""
+    body: Json = {
+        "tool_use_id": use_id,
+        "content": [{"type": "text", "text": message}],
+        "is_error": True,
+        "_internal": {"answered_by": "stead"},
+    }
+    return NewEvent(id=new_id("event"), type=EventType.USER_TOOL_RESULT, body=body)
+
+
+def _answer_in(events: Sequence[Json], use_id: str) -> Json | None:
+    for event in events:
+        if (
+            event["type"] in (EventType.USER_TOOL_RESULT, EventType.AGENT_TOOL_RESULT)
+            and event.get("tool_use_id") == use_id
+        ):
+            return event
+    return None
+
+
+class WorkQueue:
+    def __init__(self, settings: Settings, store: Store, bus: EventBus, logs: LogCache) -> None:
+        self._settings = settings
+        self._store = store
+        self._bus = bus
+        self._logs = logs
+        self._self_hosted: dict[str, bool] = {}
+        """Environment id -> self-hosted; a config never changes type (spec §2.2)."""
+        self._arrivals: dict[str, anyio.Event] = {}
+        """Environment id -> set when an item is queued there (long polls wait on it)."""
+        self._pollers: dict[str, dict[str, float]] = {}
+        """Environment id -> worker id -> when it last polled (for ``stats``)."""
+
+    async def self_hosted(self, session: SessionRecord) -> bool:
+        env_id = session.environment_id
+        if env_id not in self._self_hosted:
+            try:
+                env = await self._store.get_environment(session.workspace_id, env_id)
+            except NotFound:
+                return False
+            self._self_hosted[env_id] = env.config.get("type") == "self_hosted"
+        return self._self_hosted[env_id]
+
+    async def ensure(self, session: SessionRecord) -> WorkItem | None:
+        """The session's live work item, queued now if it has none."""
+        item = await self._store.ensure_work_item(
+            session.workspace_id,
+            session.environment_id,
+            session.id,
+            self._settings.work_lease_seconds,
+        )
+        if item is not None and item.state == "queued":
+            self.notify(item.environment_id)
+        return item
+
+    def notify(self, environment_id: str) -> None:
+        arrived = self._arrivals.pop(environment_id, None)
+        if arrived is not None:
+            arrived.set()
+
+    async def wait_for_work(self, environment_id: str, seconds: float) -> None:
+        """Returns when an item is queued in the environment, or after ``seconds``."""
+        arrived = self._arrivals.setdefault(environment_id, anyio.Event())
+        with anyio.move_on_after(seconds):
+            await arrived.wait()
+
+    def polled(self, environment_id: str, worker_id: str | None) -> None:
+        seen = self._pollers.setdefault(environment_id, {})
+        seen[worker_id or "anonymous"] = anyio.current_time()
+        horizon = anyio.current_time() - self._settings.work_lease_seconds
+        for worker, at in list(seen.items()):
+            if at < horizon:
+                del seen[worker]
+
+    def workers_polling(self, environment_id: str) -> int:
+        horizon = anyio.current_time() - self._settings.work_lease_seconds
+        return sum(1 for at in self._pollers.get(environment_id, {}).values() if at >= horizon)
+
+    async def settle(self, item: WorkItem) -> EventsAccepted | None:
+        """After a worker lost the item: answers the calls it may have started,
+        before anyone else is handed the item. Idempotent (results are recorded once)."""
+        if not item.in_doubt:
+            return None
+        accepted = None
+        if item.session_id is not None:
+            accepted = await self._answer_in_doubt(item)
+        await self._store.settled_work(item.id, item.epoch)
+        return accepted
+
+    async def _answer_in_doubt(self, item: WorkItem) -> EventsAccepted | None:
+        assert item.session_id is not None
+        events = await self._logs.read(item.session_id)
+        answers = [
+            in_doubt_result(use["id"], _lost_worker_message())
+            for use in unresolved_tool_uses(events)
+            if use["type"] == EventType.AGENT_TOOL_USE
+            and use["name"] in WORKER_TOOLS
+            and use["name"] not in tools.IDEMPOTENT_TOOLS
+        ]
+        if not answers:
+            return None
+        return await self.record(item.workspace_id, item.session_id, answers)
+
+    async def record(
+        self, workspace_id: str, session_id: str, answers: Sequence[NewEvent]
+    ) -> EventsAccepted | None:
+        """Logs stead's answers as a client's would be (recorded once), and
+        tells stream readers. None when the session takes no more events."""
+        try:
+            accepted = await self._store.accept_user_events(
+                workspace_id, session_id, answers, lambda _session, _lookup: None, None
+            )
+        except (Conflict, NotFound) as exc:
+            log.info("session %s: in-doubt answers not recorded: %s", session_id, exc)
+            return None
+        self._bus.publish(session_id, accepted.echoes)
+        return accepted
+
+    async def answer(self, session_id: str, use_id: str, seconds: float) -> Json | None:
+        """Waits for the result of tool use ``use_id``; None after ``seconds``."""
+        with anyio.move_on_after(seconds), self._bus.subscribe(session_id) as subscription:
+            while True:
+                found = _answer_in(await self._logs.read(session_id), use_id)
+                if found is not None:
+                    return found
+                # Any notice (or none for a while): read the log again.
+                with anyio.move_on_after(RECHECK_SECONDS):
+                    await subscription.take()
+        return None
+
+
+def _lost_worker_message() -> str:
+    return (
+        "This call may have run: the worker running it stopped answering and lost "
+        "its claim, so running it again could repeat its effect. Verify its effect "
+        "before retrying."
+    )

@@ -1,0 +1,41 @@
+"""One web_fetch or web_search call: input checked, the tool's domain lists
+built, the work done, every failure turned into an ``is_error`` outcome, and
+the session's credential values scrubbed from whatever the model will see."""
+
+from __future__ import annotations
+
+from stead.egress_policy import DomainPolicy, InvalidPolicy
+from stead.jsonvalues import Json
+from stead.tools.inputs import InputError, WebFetchInput, WebSearchInput, parse_input
+from stead.tools.outcome import ToolOutcome
+from stead.tools.web.errors import WebError
+from stead.tools.web.fetch import fetch
+from stead.tools.web.guard import CredentialGuard
+from stead.tools.web.options import WebOptions
+from stead.tools.web.page import page_outcome
+from stead.tools.web.search import search
+
+
+async def run_web_tool(
+    name: str, tool_input: object, config: Json, options: WebOptions, guard: CredentialGuard
+) -> ToolOutcome:
+    """Runs ``name`` (``web_fetch`` or ``web_search``) with the model's input under
+    ``config``, the tool's resolved agent config. Never raises for a failed call;
+    cancellation propagates."""
+    try:
+        parsed = parse_input(name, tool_input)
+        policy = DomainPolicy.from_config(config)
+        if isinstance(parsed, WebFetchInput):
+            fetched = await fetch(parsed.url, policy, options, guard)
+            outcome = page_outcome(fetched, config.get("max_content_tokens"))
+        elif isinstance(parsed, WebSearchInput):
+            outcome = await search(parsed.query, policy, options, guard)
+        else:
+            outcome = ToolOutcome.error(f"{name} is not a web tool")
+    except InputError as exc:
+        outcome = ToolOutcome.error(str(exc))
+    except InvalidPolicy as exc:
+        outcome = ToolOutcome.error(f"{name}: the agent's {name} config cannot be enforced: {exc}")
+    except WebError as exc:
+        outcome = ToolOutcome.error(f"{name}: {exc}")
+    return guard.scrub(outcome)

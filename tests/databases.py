@@ -1,0 +1,139 @@
+"""The databases tests run the store on: a SQLite file, or a PostgreSQL schema.
+
+PostgreSQL is the server on 127.0.0.1:5432 (``STEAD_TEST_POSTGRES_URL`` names
+another). Each test run (each xdist worker) creates a database of its own with a
+unique name and drops it at the end; each test gets a schema of its own in it,
+reached by a URL whose ``search_path`` names that schema. Without a server the
+PostgreSQL tests are skipped, unless ``STEAD_TEST_POSTGRES=require`` (set by
+``scripts/test``, so CI) makes that a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from sqlalchemy import Engine, create_engine, make_url
+
+ADMIN_URL = os.environ.get(
+    "STEAD_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+CONNECT_TIMEOUT = 5
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+"""Parameters of the ``database_url`` fixture: the store's conformance tests run on both."""
+
+
+def engine(url: str) -> Engine:
+    """A plain engine on ``url``, for a test's own reads and writes (psycopg 3 for PostgreSQL)."""
+    if url.startswith("postgresql"):
+        from stead.store.postgres import engine_url
+
+        parsed = engine_url(url)
+        options = parsed.query.get("options")
+        args = {"connect_timeout": CONNECT_TIMEOUT}
+        if options:
+            args["options"] = options  # type: ignore[assignment]
+        return create_engine(parsed.difference_update_query(["options"]), connect_args=args)
+    return create_engine(url)
+
+
+def _admin(database: str = "postgres") -> Engine:
+    url = make_url(ADMIN_URL).set(drivername="postgresql+psycopg", database=database)
+    return create_engine(
+        url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": CONNECT_TIMEOUT}
+    )
+
+
+@dataclass(frozen=True)
+class PostgresRun:
+    """The database of this test run."""
+
+    name: str
+
+    def url(self, schema: str | None = None) -> str:
+        base = make_url(ADMIN_URL).set(database=self.name).render_as_string(hide_password=False)
+        if schema is None:
+            return base
+        return f"{base}?options={quote(f'-csearch_path={schema}')}"
+
+    def new_schema(self) -> str:
+        schema = f"t_{secrets.token_hex(6)}"
+        self._run(f"CREATE SCHEMA {schema}")
+        return schema
+
+    def drop_schema(self, schema: str) -> None:
+        self._run(f"DROP SCHEMA {schema} CASCADE")
+
+    def _run(self, sql: str) -> None:
+        from sqlalchemy import text
+
+        admin = _admin(self.name)
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(sql))
+        finally:
+            admin.dispose()
+
+
+def start_postgres_run() -> PostgresRun | str:
+    """A new database for this run, or why there is none."""
+    from sqlalchemy import text
+
+    name = f"stead_test_{os.getpid()}_{secrets.token_hex(4)}"
+    admin = _admin()
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    except Exception as exc:
+        return f"PostgreSQL at {ADMIN_URL} cannot be used: {str(exc).splitlines()[0]}"
+    finally:
+        admin.dispose()
+    return PostgresRun(name)
+
+
+def end_postgres_run(run: PostgresRun) -> None:
+    from sqlalchemy import text
+
+    admin = _admin()
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {run.name} WITH (FORCE)"))
+    finally:
+        admin.dispose()
+
+
+def postgres_required() -> bool:
+    return os.environ.get("STEAD_TEST_POSTGRES") == "require"
+
+
+@pytest.fixture(scope="session")
+def postgres_run() -> Iterator[PostgresRun]:
+    found = start_postgres_run()
+    if isinstance(found, str):
+        if postgres_required():
+            pytest.fail(found)
+        pytest.skip(found)
+    yield found
+    end_postgres_run(found)
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'stead.db'}"
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database: SQLite unless the test is parametrised with ``BACKENDS``."""
+    backend = getattr(request, "param", "sqlite")
+    if backend == "sqlite":
+        yield sqlite_url(tmp_path)
+        return
+    run: PostgresRun = request.getfixturevalue("postgres_run")
+    schema = run.new_schema()
+    yield run.url(schema)
+    run.drop_schema(schema)

@@ -1,0 +1,304 @@
+"""MCP toolsets in sessions, through the official SDK against a real server, the
+fake model and a real MCP server on loopback (the ``mcp`` SDK's): tools listed
+and offered to the model, called with the session's vault credentials, asked
+for first by default, refreshed after a 401, failures reported, and a call
+that completed never made again after a SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn, free_port
+from stead.testing.mcp_server import FakeMcpServer
+from stead.testing.scripts import assistant_turns
+from tests.conftest import loop_env, sdk_of
+from tests.integration.helpers import wait_idle
+
+Json = dict[str, Any]
+ECHO = "mcp__tools__echo"
+
+
+def _first_text(body: Json) -> str:
+    for message in body.get("messages", []):
+        for block in message["content"]:
+            if message["role"] == "user" and block.get("type") == "text":
+                return str(block["text"])
+    return ""
+
+
+def script(body: Json) -> Turn:
+    """Calls ``echo`` with the session's first words once, if it is offered;
+    then says which tools it was offered."""
+    offered = sorted(t["name"] for t in body.get("tools", []))
+    if assistant_turns(body) == 0 and ECHO in offered:
+        return Turn([ToolCall(ECHO, {"text": _first_text(body)})])
+    return Turn([Text("offered: " + ",".join(offered))])
+
+
+@pytest.fixture(scope="module")
+def mcp() -> Iterator[FakeMcpServer]:
+    server = FakeMcpServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeModel]:
+    with FakeModel(script) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, fake: FakeModel) -> Iterator[ServerProcess]:
+    process = ServerProcess(tmp_path_factory.mktemp("mcp"), env=loop_env(fake)).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def sdk(served: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(served) as client:
+        yield client
+
+
+def _session(
+    sdk: anthropic.Anthropic,
+    url: str,
+    auth: Json | None,
+    *,
+    policy: str | None = "always_allow",
+    networking: Json | None = None,
+) -> str:
+    toolset: Json = {"type": "mcp_toolset", "mcp_server_name": "tools"}
+    if policy is not None:
+        toolset["default_config"] = {"permission_policy": {"type": policy}}
+    agent = sdk.beta.agents.create(
+        name="mcp",
+        model="claude-sonnet-4-6",
+        mcp_servers=[{"type": "url", "name": "tools", "url": url}],
+        tools=[toolset],  # type: ignore[list-item]
+    )
+    config: Json = {"type": "cloud"}
+    if networking is not None:
+        config["networking"] = networking
+    env = sdk.beta.environments.create(name=f"mcp-{uuid.uuid4().hex[:8]}", config=config)  # type: ignore[arg-type]
+    vault_ids = []
+    if auth is not None:
+        vault = sdk.beta.vaults.create(display_name="mcp")
+        sdk.beta.vaults.credentials.create(vault.id, auth=auth)  # type: ignore[arg-type]
+        vault_ids.append(vault.id)
+    return sdk.beta.sessions.create(agent=agent.id, environment_id=env.id, vault_ids=vault_ids).id
+
+
+def _bearer(mcp: FakeMcpServer, token: str) -> Json:
+    return {"type": "static_bearer", "mcp_server_url": mcp.url, "token": token}
+
+
+def _say(sdk: anthropic.Anthropic, session_id: str, text: str) -> list[Json]:
+    sdk.beta.sessions.events.send(
+        session_id, events=[{"type": "user.message", "content": [{"type": "text", "text": text}]}]
+    )
+    wait_idle(sdk, session_id)
+    return _events(sdk, session_id)
+
+
+def _events(sdk: anthropic.Anthropic, session_id: str) -> list[Json]:
+    return [e.model_dump(mode="json") for e in sdk.beta.sessions.events.list(session_id)]
+
+
+def _one(events: list[Json], kind: str) -> Json:
+    found = [e for e in events if e["type"] == kind]
+    assert len(found) == 1, [e["type"] for e in events]
+    return found[0]
+
+
+def test_a_tool_is_listed_called_with_the_vault_token_and_answered(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer, served: ServerProcess
+) -> None:
+    token = mcp.issue_token()
+    session_id = _session(sdk, mcp.url, _bearer(mcp, token))
+    words = f"hello-{uuid.uuid4().hex[:8]}"
+    events = _say(sdk, session_id, words)
+    use = _one(events, "agent.mcp_tool_use")
+    assert (use["mcp_server_name"], use["name"], use["input"]) == ("tools", "echo", {"text": words})
+    assert use["evaluated_permission"] == "allow"
+    result = _one(events, "agent.mcp_tool_result")
+    assert result["mcp_tool_use_id"] == use["id"] and not result["is_error"]
+    assert result["content"] == [{"type": "text", "text": words}]
+    assert ("echo", {"text": words}) in mcp.tool_calls
+    assert token in mcp.seen_tokens
+    answer = [e for e in events if e["type"] == "agent.message"][-1]
+    assert answer["content"][0]["text"] == f"offered: mcp__tools__add,{ECHO}"
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+    assert token not in json.dumps(events) and token not in served.log_text()
+
+
+def test_the_default_policy_asks_before_calling(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    session_id = _session(sdk, mcp.url, _bearer(mcp, mcp.issue_token()), policy=None)
+    words = f"ask-{uuid.uuid4().hex[:8]}"
+    events = _say(sdk, session_id, words)
+    use = _one(events, "agent.mcp_tool_use")
+    assert (use["evaluated_permission"], use["evaluation"]["type"]) == ("ask", "always_ask")
+    assert events[-1]["stop_reason"] == {"type": "requires_action", "event_ids": [use["id"]]}
+    assert ("echo", {"text": words}) not in mcp.tool_calls
+    confirm = {"type": "user.tool_confirmation", "tool_use_id": use["id"], "result": "allow"}
+    sdk.beta.sessions.events.send(session_id, events=[confirm])  # type: ignore[list-item]
+    wait_idle(sdk, session_id)
+    events = _events(sdk, session_id)
+    assert _one(events, "agent.mcp_tool_result")["content"][0]["text"] == words
+    assert mcp.tool_calls.count(("echo", {"text": words})) == 1
+
+
+def test_a_denied_call_is_answered_without_calling(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    session_id = _session(sdk, mcp.url, _bearer(mcp, mcp.issue_token()), policy="always_ask")
+    words = f"deny-{uuid.uuid4().hex[:8]}"
+    use = _one(_say(sdk, session_id, words), "agent.mcp_tool_use")
+    deny = {
+        "type": "user.tool_confirmation",
+        "tool_use_id": use["id"],
+        "result": "deny",
+        "deny_message": "not that one",
+    }
+    sdk.beta.sessions.events.send(session_id, events=[deny])  # type: ignore[list-item]
+    wait_idle(sdk, session_id)
+    result = _one(_events(sdk, session_id), "agent.mcp_tool_result")
+    assert result["is_error"] and "not that one" in result["content"][0]["text"]
+    assert ("echo", {"text": words}) not in mcp.tool_calls
+
+
+def test_an_expired_oauth_token_is_refreshed_once_and_written_back(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    expired = mcp.issue_token()
+    mcp.revoke(expired)
+    auth = {
+        "type": "mcp_oauth",
+        "mcp_server_url": mcp.url,
+        "access_token": expired,
+        "refresh": {
+            "client_id": mcp.client.client_id,
+            "refresh_token": mcp.issue_refresh_token(),
+            "token_endpoint": mcp.token_url,
+            "token_endpoint_auth": {"type": "none"},
+        },
+    }
+    session_id = _session(sdk, mcp.url, auth)
+    before = mcp.refreshes
+    words = f"refresh-{uuid.uuid4().hex[:8]}"
+    events = _say(sdk, session_id, words)
+    assert _one(events, "agent.mcp_tool_result")["content"][0]["text"] == words
+    assert mcp.refreshes == before + 1
+    assert not [e for e in events if e["type"] == "session.error"]
+    vault_id = sdk.beta.sessions.retrieve(session_id).vault_ids[0]
+    (credential,) = sdk.beta.vaults.credentials.list(vault_id).data
+    assert credential.auth.expires_at is not None  # type: ignore[union-attr]
+    # The next turn uses the written-back token: no second refresh.
+    _say(sdk, session_id, "again")
+    assert mcp.refreshes == before + 1
+
+
+def test_a_server_without_a_credential_fails_authentication_and_the_turn_goes_on(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    session_id = _session(sdk, mcp.url, None)
+    events = _say(sdk, session_id, "no-token")
+    error = _one(events, "session.error")["error"]
+    assert error["type"] == "mcp_authentication_failed_error"
+    assert error["mcp_server_name"] == "tools" and error["retry_status"]["type"] == "retrying"
+    answer = [e for e in events if e["type"] == "agent.message"][-1]
+    assert answer["content"][0]["text"] == "offered: "
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
+def test_an_unreachable_server_fails_to_connect(sdk: anthropic.Anthropic) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp/"
+    session_id = _session(sdk, url, None)
+    events = _say(sdk, session_id, "nobody-home")
+    error = _one(events, "session.error")["error"]
+    assert (error["type"], error["mcp_server_name"]) == ("mcp_connection_failed_error", "tools")
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
+def test_a_loopback_address_is_refused_by_the_egress_rules(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    """The agent names the server by its address, which nobody pinned: the
+    brain holds its MCP traffic to the sandbox's address blocklist."""
+    session_id = _session(sdk, mcp.loopback_url, _bearer(mcp, mcp.issue_token()))
+    events = _say(sdk, session_id, "loopback")
+    error = _one(events, "session.error")["error"]
+    assert error["type"] == "mcp_connection_failed_error"
+    assert "egress rules refuse 127.0.0.1" in error["message"]
+    assert not any(c[1].get("text") == "loopback" for c in mcp.tool_calls)
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_limited_environment_lets_mcp_servers_through_only_when_it_says_so(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer, allow: bool
+) -> None:
+    networking = {
+        "type": "limited",
+        "allowed_hosts": ["example.com"],
+        "allow_mcp_servers": allow,
+        "allow_package_managers": False,
+    }
+    token = mcp.issue_token()
+    session_id = _session(sdk, mcp.url, _bearer(mcp, token), networking=networking)
+    words = f"limited-{allow}-{uuid.uuid4().hex[:6]}"
+    events = _say(sdk, session_id, words)
+    if allow:
+        assert _one(events, "agent.mcp_tool_result")["content"][0]["text"] == words
+    else:
+        error = _one(events, "session.error")["error"]
+        assert error["type"] == "mcp_connection_failed_error"
+        assert "not in the environment's allowed_hosts" in error["message"]
+        assert ("echo", {"text": words}) not in mcp.tool_calls
+
+
+@pytest.mark.parametrize("point", ["mcp.after_call:1", "model.before_request:2"])
+def test_a_call_that_reached_the_server_is_never_made_again_after_a_sigkill(
+    tmp_path: Path, fake: FakeModel, mcp: FakeMcpServer, forker: ServeForker, point: str
+) -> None:
+    """Killed after the call returned (not yet recorded: the model is told it
+    may have run) and after it was recorded (its result is reused)."""
+    data = tmp_path / "data"
+    env = loop_env(fake, STEAD_LEASE_SECONDS="30")
+    doomed = ServerProcess(data, env={**env, "STEAD_FAILPOINTS": point}, forker=forker).start()
+    key = doomed.first_key
+    assert key
+    words = f"crash-{uuid.uuid4().hex[:8]}"
+    with sdk_of(doomed) as client:
+        session_id = _session(client, mcp.url, _bearer(mcp, mcp.issue_token()))
+        message = {"type": "user.message", "content": [{"type": "text", "text": words}]}
+        with contextlib.suppress(anthropic.APIConnectionError):  # it may die before answering
+            client.beta.sessions.events.send(session_id, events=[message])  # type: ignore[list-item]
+    assert doomed.wait_exit(timeout=30)
+    doomed.kill()
+    survivor = ServerProcess(data, env=env, forker=forker)
+    survivor.first_key = key
+    survivor.start()
+    try:
+        with sdk_of(survivor) as client:
+            wait_idle(client, session_id)
+            events = _events(client, session_id)
+    finally:
+        survivor.stop()
+    assert mcp.tool_calls.count(("echo", {"text": words})) == 1
+    result = _one(events, "agent.mcp_tool_result")
+    if point.startswith("mcp."):
+        assert result["is_error"] and "may have run" in result["content"][0]["text"]
+    else:
+        assert result["content"] == [{"type": "text", "text": words}]
+    assert events[-1]["stop_reason"]["type"] == "end_turn"

@@ -1,0 +1,229 @@
+"""Self-hosted environments through the official SDK against a real server: the
+work API's calls and errors, and sessions whose tools run in ``stead worker``
+(the SDK's ``EnvironmentWorker``) instead of a stead sandbox."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
+from stead.testing.scripts import assistant_turns
+from tests.conftest import loop_env, make_client, sdk_of
+from tests.databases import BACKENDS, PostgresRun
+from tests.integration.test_agent_loop import SCENARIOS, _first_user_text, kinds, say, until_idle
+
+Json = dict[str, Any]
+WAIT = 40.0
+
+SELF_HOSTED = {
+    **SCENARIOS,
+    "once": [
+        Turn([ToolCall("bash", {"command": "echo ran >> count.txt; sleep 20"})]),
+        Turn([Text("done")]),
+    ],
+}
+
+
+def scripted(body: Json) -> Turn:
+    words = _first_user_text(body).split()
+    turns = SELF_HOSTED.get(words[0] if words else "")
+    step = assistant_turns(body)
+    if turns is None or step >= len(turns):
+        return Turn([Text("done")])
+    return turns[step]
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def hosted(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    """A server on each store: the work queue's fenced claims and leases are
+    row-locked writes on PostgreSQL, serialised ones on SQLite."""
+    extra: dict[str, str] = {}
+    run: PostgresRun | None = None
+    schema = None
+    if request.param == "postgres":
+        run = request.getfixturevalue("postgres_run")
+        schema = run.new_schema()
+        extra["STEAD_DATABASE_URL"] = run.url(schema)
+    with FakeModel(scripted) as fake:
+        env = loop_env(fake, STEAD_WORK_LEASE_SECONDS="2", **extra)
+        process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=env).start()
+        yield process
+        process.stop()
+    if run is not None and schema is not None:
+        run.drop_schema(schema)
+
+
+@pytest.fixture
+def sdk(hosted: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(hosted) as client:
+        yield client
+
+
+def environment(sdk: anthropic.Anthropic) -> tuple[str, str]:
+    """A new self-hosted environment and a key for it."""
+    env = sdk.beta.environments.create(
+        name=f"mine-{uuid.uuid4().hex[:8]}", config={"type": "self_hosted"}
+    )
+    made = sdk.post(f"/v1/environments/{env.id}/keys", cast_to=object, body={})
+    assert isinstance(made, dict)
+    return env.id, str(made["key"])
+
+
+def session_on(sdk: anthropic.Anthropic, env_id: str, tools: bool = True) -> str:
+    agent = sdk.beta.agents.create(
+        name="hosted",
+        model="claude-sonnet-4-6",
+        tools=[{"type": "agent_toolset_20260401"}] if tools else [],  # type: ignore[list-item]
+    )
+    return sdk.beta.sessions.create(agent=agent.id, environment_id=env_id).id
+
+
+def eventually(check: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_work_api_through_the_sdk(sdk: anthropic.Anthropic, hosted: ServerProcess) -> None:
+    env_id, key = environment(sdk)
+    with make_client(hosted.url, key) as worker:
+        work = worker.beta.environments.work
+        assert work.poll(env_id) is None
+        session_id = session_on(sdk, env_id, tools=False)
+        sdk.beta.sessions.events.send(session_id, events=[say("hello")])  # type: ignore[list-item]
+        item = eventually(lambda: work.poll(env_id, block_ms=999), "a work item")
+        assert item.state == "queued" and item.data.id == session_id and item.secret
+        assert work.ack(item.id, environment_id=env_id).state == "starting"
+        beat = work.heartbeat(
+            item.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT"
+        )
+        assert beat.state == "active" and beat.lease_extended and beat.ttl_seconds == 2
+        # A second claim of the same item is refused with the lease as it stands.
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            work.heartbeat(item.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT")
+        assert refused.value.status_code == 412
+        body = refused.value.body
+        assert isinstance(body, dict)
+        details = body["error"]["details"]
+        assert details["error_code"] == "heartbeat_precondition_failed"
+        assert details["current_state"]["last_heartbeat"] == beat.last_heartbeat
+        again = work.heartbeat(
+            item.id,
+            environment_id=env_id,
+            expected_last_heartbeat=beat.last_heartbeat,
+            desired_ttl_seconds=30,
+        )
+        assert again.ttl_seconds == 30
+        assert [w.id for w in work.list(env_id)] == [item.id]
+    work = sdk.beta.environments.work
+    assert work.retrieve(item.id, environment_id=env_id).secret is None
+    updated = work.update(item.id, environment_id=env_id, metadata={"host": "laptop"})
+    assert updated.metadata == {"host": "laptop"}
+    stats = work.stats(env_id)
+    assert (stats.depth, stats.pending, stats.workers_polling) == (0, 0, 1)
+    assert work.stop(item.id, environment_id=env_id, force=True).state == "stopped"
+    with pytest.raises(anthropic.ConflictError):
+        work.stop(item.id, environment_id=env_id, force=True)
+
+
+def test_bad_input_gets_the_api_errors(sdk: anthropic.Anthropic, hosted: ServerProcess) -> None:
+    env_id, key = environment(sdk)
+    other_id, other_key = environment(sdk)
+    with make_client(hosted.url, key) as worker, make_client(hosted.url, other_key) as stranger:
+        wrong = make_client(hosted.url, "sk-stead-env-wrong")
+        with wrong, pytest.raises(anthropic.AuthenticationError):
+            wrong.beta.environments.work.poll(env_id)
+        with pytest.raises(anthropic.PermissionDeniedError):
+            stranger.beta.environments.work.poll(env_id)
+        with pytest.raises(anthropic.PermissionDeniedError):
+            sdk.beta.environments.work.list(env_id)
+        with pytest.raises(anthropic.NotFoundError):
+            worker.beta.environments.work.ack("work_unknown", environment_id=env_id)
+        for bad in ({"block_ms": 0}, {"block_ms": 1000}, {"reclaim_older_than_ms": -1}):
+            with pytest.raises(anthropic.BadRequestError) as caught:
+                worker.beta.environments.work.poll(env_id, **bad)  # type: ignore[arg-type]
+            assert next(iter(bad)) in caught.value.message
+        with pytest.raises(anthropic.BadRequestError):
+            worker.beta.environments.work.heartbeat(
+                "work_x", environment_id=env_id, desired_ttl_seconds=0
+            )
+        assert other_id != env_id
+
+
+def start_worker(hosted: ServerProcess, env_id: str, key: str, workdir: Path, log: Path) -> Any:
+    command = [sys.executable, "-c", "from stead.cli import main; main()", "worker"]
+    command += ["--environment", env_id, "--url", hosted.url, "--environment-key", key]
+    command += ["--workdir", str(workdir), "--max-idle", "1"]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+
+def test_a_multi_tool_turn_runs_in_stead_worker(
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path
+) -> None:
+    env_id, key = environment(sdk)
+    worker = start_worker(hosted, env_id, key, tmp_path / "work", tmp_path / "worker.log")
+    try:
+        session_id = session_on(sdk, env_id)
+        with sdk.beta.sessions.events.stream(session_id) as stream:
+            sdk.beta.sessions.events.send(session_id, events=[say("tools please")])  # type: ignore[list-item]
+            events = until_idle(stream)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=WAIT)
+    seen = kinds(events)
+    assert seen.count("user.tool_result") == 6, (tmp_path / "worker.log").read_text()
+    assert "agent.tool_result" not in seen
+    assert events[-1].stop_reason.type == "end_turn"
+    assert (tmp_path / "work" / "notes.txt").read_text() == "hello stead\n"
+    bash = [e for e in events if e.type == "user.tool_result"][3]
+    assert "42" in bash.content[0].text
+
+
+def test_a_killed_worker_loses_its_item_and_bash_runs_once(
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path
+) -> None:
+    env_id, key = environment(sdk)
+    workdir = tmp_path / "shared"
+    logs = [tmp_path / "a.log", tmp_path / "b.log"]
+    workers = [start_worker(hosted, env_id, key, workdir, log) for log in logs]
+    try:
+        session_id = session_on(sdk, env_id)
+        with sdk.beta.sessions.events.stream(session_id) as stream:
+            sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+            eventually(lambda: (workdir / "count.txt").exists(), "the bash call to run")
+            claimed = [i for i, log in enumerate(logs) if "claimed work" in log.read_text()]
+            assert len(claimed) == 1, "each item is claimed by one worker"
+            workers[claimed[0]].send_signal(signal.SIGKILL)
+            events = until_idle(stream)
+    finally:
+        for process in workers:
+            process.kill()
+            process.wait(timeout=WAIT)
+    results = [e for e in events if e.type == "user.tool_result"]
+    assert len(results) == 1 and results[0].is_error
+    assert "may have run" in results[0].content[0].text
+    assert (workdir / "count.txt").read_text() == "ran\n"
+    assert events[-1].stop_reason.type == "end_turn"

@@ -1,0 +1,53 @@
+"""``stead sandbox-host status`` and ``stop`` against a real sandbox host, as an
+operator runs them: the host that outlives ``stead serve`` can be seen and
+stopped, and a host that is not there is said to be not there."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from stead.testing import HostProcess
+from tests.sandbox.conftest import requires_isolation
+
+pytestmark = requires_isolation
+COMMAND_TIMEOUT = 60.0
+
+
+def _host_command(host: HostProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "stead", "sandbox-host", *args],
+        env={**inherited, **host.settings_env},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+
+
+def test_the_host_is_seen_and_stopped(tmp_path: Path) -> None:
+    host = HostProcess(tmp_path / "state").start()
+    try:
+        status = _host_command(host, "status")
+        assert status.returncode == 0, status.stderr
+        assert status.stdout.splitlines()[0] == (
+            f"sandbox host pid {host.pid} at {host.socket_path}"
+        )
+        assert status.stdout.splitlines()[1] == "sandboxes: none"
+
+        stopped = _host_command(host, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.strip() == (
+            f"stopped the sandbox host (pid {host.pid}) at {host.socket_path}"
+        )
+
+        gone = _host_command(host, "status")
+        assert gone.returncode == 1
+        assert gone.stdout.startswith(f"no sandbox host answers at {host.socket_path}")
+        again = _host_command(host, "stop")
+        assert again.returncode == 0 and "nothing to stop" in again.stdout
+    finally:
+        host.stop()

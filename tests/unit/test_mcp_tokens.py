@@ -1,0 +1,112 @@
+"""MCP bearer tokens from vault credentials (``runtime/mcp_auth.py``) on a real
+SQLite store and a real OAuth token endpoint on loopback: concurrent callers
+share one refresh, a caller that waited uses the winner's token, and an
+expiring token is refreshed before use."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+
+from stead.config import Settings
+from stead.ids import new_id
+from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, ServerToken
+from stead.store import SqlStore
+from stead.testing.mcp_server import MCP_TEST_PIN, FakeMcpServer
+from stead.vault import SecretBox
+from stead.vault.keys import new_key
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def mcp() -> Iterator[FakeMcpServer]:
+    server = FakeMcpServer().start()
+    yield server
+    server.stop()
+
+
+async def _tokens(
+    store: SqlStore, mcp: FakeMcpServer, expires_at: datetime | None
+) -> tuple[McpTokens, SecretBox, str, str]:
+    """(tokens, box, workspace id, vault id) with one mcp_oauth credential whose
+    access token the server has revoked."""
+    box = SecretBox(new_key())
+    workspace = await store.create_workspace("w")
+    vault = await store.create_vault(workspace.id, "v", {})
+    stale = mcp.issue_token()
+    mcp.revoke(stale)
+    credential_id = new_id("credential")
+    auth = {
+        "type": "mcp_oauth",
+        "mcp_server_url": mcp.url,
+        "expires_at": None if expires_at is None else expires_at.isoformat(),
+        "refresh": {
+            "client_id": mcp.client.client_id,
+            "token_endpoint": mcp.token_url,
+            "token_endpoint_auth": {"type": "none"},
+        },
+    }
+    secret = {"access_token": stale, "refresh_token": mcp.issue_refresh_token()}
+    await store.create_credential(
+        workspace.id, vault.id, credential_id, None, {}, auth, box.seal(credential_id, secret)
+    )
+    egress = McpEgress(Settings(egress_hosts=MCP_TEST_PIN))
+    return McpTokens(store, box, egress, timeout=10.0), box, workspace.id, vault.id
+
+
+async def test_concurrent_refreshes_of_one_credential_make_one_request(
+    store: SqlStore, mcp: FakeMcpServer
+) -> None:
+    tokens, _, workspace_id, vault_id = await _tokens(store, mcp, None)
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    before = mcp.refreshes
+    got: list[ServerToken] = []
+
+    async def refresh() -> None:
+        got.append(await tokens.refreshed(held))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(5):
+            group.start_soon(refresh)
+    assert mcp.refreshes == before + 1
+    assert len({t.token for t in got}) == 1 and got[0].token != held.token
+    again = await tokens.token_for(workspace_id, [vault_id], mcp.url.rstrip("/"))
+    assert again.token == got[0].token  # written back, and the URL matched without its slash
+
+
+async def test_a_token_about_to_expire_is_refreshed_before_use(
+    store: SqlStore, mcp: FakeMcpServer
+) -> None:
+    soon = datetime.now(UTC) + timedelta(seconds=20)
+    tokens, _, workspace_id, vault_id = await _tokens(store, mcp, soon)
+    before = mcp.refreshes
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert mcp.refreshes == before + 1
+    assert held.credential is not None and held.credential.auth["expires_at"] > soon.isoformat()
+
+
+async def test_a_refused_refresh_says_so_without_the_tokens(
+    store: SqlStore, mcp: FakeMcpServer
+) -> None:
+    tokens, box, workspace_id, vault_id = await _tokens(store, mcp, None)
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert held.credential is not None
+    await tokens.refreshed(held)
+    # The endpoint rotates refresh tokens: the one ``held`` came with is spent.
+    # A caller still holding the old access token after the credential's
+    # refresh token was swapped for one the endpoint never issued is refused.
+    await store.update_credential(
+        workspace_id,
+        vault_id,
+        held.credential.id,
+        lambda current: {
+            "sealed": box.seal(current.id, {"access_token": "old", "refresh_token": "unknown"})
+        },
+    )
+    with pytest.raises(McpAuthFailed) as failed:
+        await tokens.refreshed(ServerToken(held.credential, "old"))
+    assert "unknown" not in str(failed.value) and "HTTP 400" in str(failed.value)
