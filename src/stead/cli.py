@@ -9,7 +9,6 @@ import shlex
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -19,7 +18,9 @@ from stead.cli_host import sandbox_host_app
 from stead.cli_keys import keys_app
 from stead.cli_support import (
     PLAIN,
+    ApiKeyOption,
     DataDir,
+    Url,
     bold,
     console,
     opened,
@@ -27,6 +28,7 @@ from stead.cli_support import (
     setting_help,
     validated,
 )
+from stead.cli_worker import worker
 from stead.config import Settings
 from stead.startup import summary
 from stead.store import (
@@ -47,6 +49,7 @@ app.add_typer(db_app, name="db")
 secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(sandbox_host_app, name="sandbox-host")
+app.command()(worker)
 
 
 def _version(shown: bool) -> None:
@@ -261,14 +264,6 @@ async def _reseal(settings: Settings, box: SecretBox) -> int:
         return await store.reseal_credentials(reseal)
 
 
-Url = Annotated[
-    str, typer.Option("--url", envvar="STEAD_URL", show_envvar=True, help="The stead server.")
-]
-ApiKeyOption = Annotated[
-    str, typer.Option("--api-key", envvar="STEAD_API_KEY", show_envvar=True, help="API key.")
-]
-
-
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def exec_command(
     session_id: Annotated[str, typer.Argument(help="The session whose sandbox runs it.")],
@@ -312,52 +307,6 @@ def _run_client(function: Any, url: str, api_key: str, *args: Any) -> int:
     except OSError as exc:
         console().print(f"stead: cannot reach {url}: {exc}", style="red")
         return 1
-
-
-@app.command()
-def worker(
-    environment: Annotated[
-        str, typer.Option("--environment", help="The self_hosted environment to serve.")
-    ],
-    url: Url = "http://127.0.0.1:8787",
-    environment_key: Annotated[
-        str,
-        typer.Option(
-            "--environment-key",
-            envvar="STEAD_ENVIRONMENT_KEY",
-            help="The environment's key; made with --api-key when not given.",
-        ),
-    ] = "",
-    api_key: ApiKeyOption = "",
-    workdir: Annotated[
-        Path | None, typer.Option("--workdir", help="Where the tools run (default: here).")
-    ] = None,
-    worker_id: Annotated[str | None, typer.Option("--worker-id")] = None,
-    max_idle: Annotated[
-        float, typer.Option("--max-idle", help="Seconds to stay on an idle session.")
-    ] = 60.0,
-) -> None:
-    """Serve a self-hosted environment's work on this machine: its sessions' tools run here."""
-    from stead.client.worker import WorkerSetupError, make_environment_key, run_worker
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-
-    async def serve() -> None:
-        key = environment_key
-        if not key:
-            if not api_key:
-                raise WorkerSetupError("give --environment-key, or --api-key to make one")
-            key = await make_environment_key(url, api_key, environment)
-        where = (workdir or Path()).resolve()
-        await run_worker(url, environment, key, where, worker_id=worker_id, max_idle=max_idle)
-
-    try:
-        anyio.run(serve)
-    except WorkerSetupError as exc:
-        console().print(f"stead: {exc}", style="red")
-        raise typer.Exit(2) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
 
 
 @app.command()

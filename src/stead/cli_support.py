@@ -86,3 +86,11 @@ async def stop_on_signal(scope: anyio.CancelScope) -> None:
         async for _ in signals:
             scope.cancel()
             return
+
+
+Url = Annotated[
+    str, typer.Option("--url", envvar="STEAD_URL", show_envvar=True, help="The stead server.")
+]
+ApiKeyOption = Annotated[
+    str, typer.Option("--api-key", envvar="STEAD_API_KEY", show_envvar=True, help="API key.")
+]

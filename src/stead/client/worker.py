@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import anyio
@@ -49,8 +50,11 @@ async def run_worker(
     *,
     worker_id: str | None = None,
     max_idle: float | None = 60.0,
+    tools: Any = None,
 ) -> None:
-    """Serves the environment's work until cancelled."""
+    """Serves the environment's work until cancelled. ``tools``: the worker's
+    toolset (the SDK's ``EnvironmentWorker`` ``tools``); None: the SDK's own,
+    run in ``workdir`` as this process's user."""
     await anyio.Path(workdir).mkdir(parents=True, exist_ok=True)
     # The worker authenticates every call itself (environment key, then each
     # item's sessions token); the client's own key is never sent.
@@ -65,6 +69,7 @@ async def run_worker(
             max_idle=max_idle,
             memory_sync_interval=None,
             worker_id=worker_id,
+            tools=tools,
         )
         log.info("worker for %s serving in %s", environment_id, workdir)
         await worker.run()

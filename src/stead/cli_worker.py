@@ -1,0 +1,104 @@
+"""``stead worker``: serve a self-hosted environment's work on this machine,
+its sessions' built-in tools run here: as this user in ``--workdir``, or with
+``--sandbox`` in stead sandboxes (bubblewrap) from a local sandbox host."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+import typer
+
+from stead.cli_support import ApiKeyOption, DataDir, Url, console, validated
+from stead.config import Settings
+
+NETWORKING = {"type": "unrestricted"}
+"""A worker's sandboxes reach what the worker's machine reaches (minus the
+blocklist); the environment's own config has no networking for self-hosted."""
+
+
+def worker(
+    environment: Annotated[
+        str, typer.Option("--environment", help="The self_hosted environment to serve.")
+    ],
+    url: Url = "http://127.0.0.1:8787",
+    environment_key: Annotated[
+        str,
+        typer.Option(
+            "--environment-key",
+            envvar="STEAD_ENVIRONMENT_KEY",
+            help="The environment's key; made with --api-key when not given.",
+        ),
+    ] = "",
+    api_key: ApiKeyOption = "",
+    workdir: Annotated[
+        Path | None, typer.Option("--workdir", help="Where the tools run (default: here).")
+    ] = None,
+    worker_id: Annotated[str | None, typer.Option("--worker-id")] = None,
+    max_idle: Annotated[
+        float, typer.Option("--max-idle", help="Seconds to stay on an idle session.")
+    ] = 60.0,
+    sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--sandbox",
+            help="Run the tools in stead sandboxes (bubblewrap; needs root), one per "
+            "session, from the sandbox host of --data-dir (started if none answers).",
+        ),
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
+    """Serve a self-hosted environment's work on this machine: its sessions' tools run here."""
+    from stead.client.worker import WorkerSetupError, make_environment_key, run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+
+    async def serve() -> None:
+        key = environment_key
+        if not key:
+            if not api_key:
+                raise WorkerSetupError("give --environment-key, or --api-key to make one")
+            key = await make_environment_key(url, api_key, environment)
+        where = (workdir or Path()).resolve()
+        if not sandbox:
+            await run_worker(url, environment, key, where, worker_id=worker_id, max_idle=max_idle)
+            return
+        sandboxes = _session_sandboxes(validated(Settings, data_dir=data_dir, sandbox="bwrap"))
+        try:
+            await run_worker(
+                url,
+                environment,
+                key,
+                where,
+                worker_id=worker_id,
+                max_idle=max_idle,
+                tools=_sandboxed_toolset(sandboxes),
+            )
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sandboxes.aclose()
+
+    try:
+        anyio.run(serve)
+    except WorkerSetupError as exc:
+        console().print(f"stead: {exc}", style="red")
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _session_sandboxes(settings: Settings) -> Any:
+    from stead.runtime.sandboxconfig import sandbox_config
+    from stead.sandbox import open_provider
+    from stead.tools.worker_toolset import SessionSandboxes
+
+    config = sandbox_config(settings, {"networking": NETWORKING})
+    return SessionSandboxes(open_provider(settings), config)
+
+
+def _sandboxed_toolset(sandboxes: Any) -> Any:
+    from stead.tools.worker_toolset import sandboxed_toolset
+
+    return sandboxed_toolset(sandboxes)
