@@ -16,6 +16,7 @@ from typing import Any
 
 import anthropic
 import pytest
+from anthropic.lib.environments._worker import _sessions_token_from_secret
 
 from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
@@ -227,3 +228,42 @@ def test_a_killed_worker_loses_its_item_and_bash_runs_once(
     assert "may have run" in results[0].content[0].text
     assert (workdir / "count.txt").read_text() == "ran\n"
     assert events[-1].stop_reason.type == "end_turn"
+
+
+def test_a_result_reported_twice_is_recorded_once(
+    sdk: anthropic.Anthropic, hosted: ServerProcess
+) -> None:
+    """A worker that retries its post (it timed out, its answer was kept) does
+    not answer the call twice: the second report is echoed, not logged."""
+    env_id, key = environment(sdk)
+    session_id = session_on(sdk, env_id)
+    sdk.beta.sessions.events.send(session_id, events=[say("once twice")])  # type: ignore[list-item]
+    with make_client(hosted.url, key) as worker:
+        work = worker.beta.environments.work
+        item = eventually(lambda: work.poll(env_id, block_ms=999), "a work item")
+        work.ack(item.id, environment_id=env_id)
+        work.heartbeat(item.id, environment_id=env_id, expected_last_heartbeat="NO_HEARTBEAT")
+    use = eventually(
+        lambda: next(
+            (e for e in sdk.beta.sessions.events.list(session_id) if e.type == "agent.tool_use"),
+            None,
+        ),
+        "the bash call",
+    )
+    answer = {
+        "type": "user.tool_result",
+        "tool_use_id": use.id,
+        "content": [{"type": "text", "text": "ran once"}],
+    }
+    token = _sessions_token_from_secret(item.secret)
+    assert token is not None
+    with make_client(hosted.url, token) as session_client:
+        for _ in range(2):
+            session_client.beta.sessions.events.send(session_id, events=[answer])  # type: ignore[list-item]
+    eventually(
+        lambda: sdk.beta.sessions.retrieve(session_id).status == "idle" or None, "the turn's end"
+    )
+    events = list(sdk.beta.sessions.events.list(session_id))
+    answers = [e for e in events if e.type == "user.tool_result" and e.tool_use_id == use.id]
+    assert len(answers) == 1
+    assert events[-1].type == "session.status_idle" and events[-1].stop_reason.type == "end_turn"
