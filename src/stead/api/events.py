@@ -64,14 +64,7 @@ async def send_events(
         _reference_check(params),
         app.runtime.claim_terms(session_id),
     )
-    app.bus.publish(session_id, accepted.echoes)
-    if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
-        app.runtime.interrupt(session_id)
-    if accepted.started is not None:
-        app.bus.publish(session_id, accepted.started.opened)
-        app.runtime.take(accepted.started)
-    elif accepted.starts_work:
-        app.runtime.wake(session_id)
+    app.runtime.accepted(session_id, accepted)
     return JSONResponse({"data": [wire.event(e) for e in accepted.echoes]})
 
 

@@ -1,8 +1,10 @@
-"""The runtime: owns the session actors, recovery at start and the reaper.
+"""The runtime: owns the session actors, recovery at start and the reaper, and
+the one way a committed write reaches readers and runs (``committed``).
 
-``serve`` runs for the life of the app inside its lifespan. At start it
-re-queues runs left behind by a dead process (immediately when this process is
-the only brain on the store, else once their leases expire) and wakes every
+``serve`` runs for the life of the app inside its lifespan. It starts the bus
+(notices from other processes come to this runtime as its ``Peers``). At start
+it re-queues runs left behind by a dead process (immediately when this process
+is the only brain on the store, else once their leases expire) and wakes every
 session with queued work; then every reaper interval it does the same for
 leases that expired since.
 """
@@ -10,14 +12,16 @@ leases that expired since.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from stead.events import EventType
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.deps import LoopDeps
 from stead.runtime.work import WorkQueue
-from stead.store import ClaimTerms, RunStart
+from stead.store import ClaimTerms, EventRecord, EventsAccepted, RunStart
 
 log = logging.getLogger("stead.runtime")
 
@@ -34,6 +38,7 @@ class Runtime:
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
+                await group.start(self._deps.bus.serve, self)
                 owner = self._deps.owner if self._exclusive else None
                 orphans = await store.requeue_runs(not_owned_by=owner)
                 if orphans:
@@ -60,6 +65,49 @@ class Runtime:
     def work(self) -> WorkQueue:
         """Self-hosted environments' work queue."""
         return self._deps.work
+
+    def committed(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord] = (),
+        *,
+        started: RunStart | None = None,
+        queued: bool = False,
+    ) -> None:
+        """Commit -> publish -> wake: what a writer outside the loop calls once its
+        write returned (rule 1). Readers here and elsewhere learn of ``events``,
+        then of the opening events of ``started`` (a run the write claimed on
+        ``claim_terms``), which goes to its actor here; ``queued`` (the write
+        queued work it did not claim) wakes this runtime and tells the others,
+        so whichever claims first runs it."""
+        bus = self._deps.bus
+        bus.publish(session_id, events)
+        if started is not None:
+            bus.publish(session_id, started.opened)
+            self.take(started)
+        elif queued:
+            self.wake(session_id)
+            bus.run_queued(session_id)
+
+    def accepted(self, session_id: str, accepted: EventsAccepted) -> None:
+        """``committed`` for user events: their echoes, an interrupt among them
+        (here and wherever the turn runs), the run they queued or claimed."""
+        self._deps.bus.publish(session_id, accepted.echoes)
+        if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
+            self.interrupt(session_id)
+            self._deps.bus.interrupt(session_id)
+        self.committed(session_id, started=accepted.started, queued=accepted.starts_work)
+
+    async def vault_changed(self, vault_id: str) -> None:
+        """A credential of ``vault_id`` changed: sandboxes served by any process get
+        the new set (the others refresh theirs when the notice reaches them)."""
+        self._deps.bus.credentials_changed(vault_id)
+        await self._deps.tools.credentials_changed(vault_id)
+
+    def credentials_changed(self, vault_id: str) -> None:
+        """Another process changed a credential of ``vault_id`` (``Peers``)."""
+        if self._group is not None:
+            self._group.start_soon(self._deps.tools.credentials_changed, vault_id)
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""

@@ -44,7 +44,9 @@ from stead.store.base import (
     Workspace,
     WriteResult,
 )
+from stead.store.channel import Channel, open_channel
 from stead.store.errors import (
+    ChannelDown,
     Conflict,
     InvalidValue,
     LeaseLost,
@@ -76,6 +78,8 @@ __all__ = [
     "TOKEN_PREFIX",
     "AgentRecord",
     "ApiKey",
+    "Channel",
+    "ChannelDown",
     "ClaimTerms",
     "Claimed",
     "Conflict",
@@ -118,6 +122,7 @@ __all__ = [
     "WorkToken",
     "Workspace",
     "WriteResult",
+    "open_channel",
     "open_store",
     "open_store_sync",
     "single_brain",
