@@ -19,6 +19,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from stead.events import EventType
 from stead.runtime.actor import SessionActor, claim_terms
+from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
 from stead.runtime.work import WorkQueue
 from stead.store import ClaimTerms, EventRecord, EventsAccepted, RunStart
@@ -34,28 +35,37 @@ class Runtime:
         self._group: TaskGroup | None = None
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        store = self._deps.store
+        deps = self._deps
+        # Alone on the store (SQLite, under the data directory's lock), every run
+        # another owner holds is orphaned; sharing it, only those of dead brains are.
+        brain = None if self._exclusive else Brain(deps.settings, deps.store, deps.owner)
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
-                await group.start(self._deps.bus.serve, self)
-                owner = self._deps.owner if self._exclusive else None
-                orphans = await store.requeue_runs(not_owned_by=owner)
+                await group.start(deps.bus.serve, self)
+                if brain is not None:
+                    await group.start(brain.serve)
+                owner = deps.owner if self._exclusive else None
+                orphans = await deps.store.requeue_runs(not_owned_by=owner)
+                orphans += await brain.recover() if brain is not None else []
                 if orphans:
                     log.info("recovering %d runs left by a previous process", len(orphans))
                 await self._wake_queued()
                 task_status.started()
                 while True:
-                    await self._deps.clock.sleep(self._deps.settings.reaper_interval_seconds)
-                    expired = await store.requeue_runs()
+                    await deps.clock.sleep(deps.settings.reaper_interval_seconds)
+                    expired = await deps.store.requeue_runs()
                     if expired:
                         log.info("re-queued %d runs whose lease expired", len(expired))
+                    orphans = await brain.recover() if brain is not None else []
+                    if orphans:
+                        log.info("re-queued %d runs of processes that died", len(orphans))
                     await self._wake_queued()
         finally:
             self._group = None
             with anyio.CancelScope(shield=True):
-                await self._deps.tools.aclose()
-                await self._deps.models.aclose()
+                await deps.tools.aclose()
+                await deps.models.aclose()
 
     async def _wake_queued(self) -> None:
         for _, session_id in await self._deps.store.queued_runs():

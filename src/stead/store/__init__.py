@@ -44,6 +44,7 @@ from stead.store.base import (
     Workspace,
     WriteResult,
 )
+from stead.store.brains import BrainRecord, BrainStore
 from stead.store.channel import Channel, open_channel
 from stead.store.errors import (
     ChannelDown,
@@ -78,6 +79,8 @@ __all__ = [
     "TOKEN_PREFIX",
     "AgentRecord",
     "ApiKey",
+    "BrainRecord",
+    "BrainStore",
     "Channel",
     "ChannelDown",
     "ClaimTerms",
