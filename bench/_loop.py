@@ -13,7 +13,7 @@ import anyio
 from stead.config import Settings
 from stead.ids import new_id
 from stead.runtime import (
-    EventBus,
+    LocalBus,
     McpGateway,
     Runtime,
     SandboxToolbox,
@@ -29,7 +29,7 @@ from stead.vault import load_secret_box
 @dataclass
 class Loop:
     store: SqlStore
-    bus: EventBus
+    bus: LocalBus
     runtime: Runtime
     workspace_id: str
     agent_id: str
@@ -55,8 +55,7 @@ class Loop:
             accepted = await self.store.accept_user_events(
                 self.workspace_id, session_id, [message], lambda _s, _l: None
             )
-            self.bus.publish(session_id, accepted.echoes)
-            self.runtime.wake(session_id)
+            self.runtime.committed(session_id, accepted.echoes, queued=True)
             while True:
                 notices, _ = await subscription.take()
                 if any(n.event.type == "session.status_idle" for n in notices):
@@ -75,7 +74,7 @@ async def running_loop(data_dir: Path, model_url: str, tools: bool) -> AsyncIter
         sandbox="off",
     )
     store = await open_store(settings.resolved_database_url)
-    bus = EventBus(settings.sse_subscriber_buffer)
+    bus = LocalBus(settings.sse_subscriber_buffer)
     box = load_secret_box(settings)
     toolbox = SandboxToolbox(
         settings, store, open_provider(settings), SessionCredentials(store, box)

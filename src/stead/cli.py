@@ -9,6 +9,7 @@ import shlex
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -33,6 +34,7 @@ from stead.config import Settings
 from stead.startup import summary
 from stead.store import (
     ApiKey,
+    BrainRecord,
     CredentialRecord,
     IntegrityFinding,
 )
@@ -206,6 +208,43 @@ def db_check(
         hint = "" if repair else " (run again with --repair to fix stored values)"
         console().print(f"{len(left)} problem(s) left{hint}")
         raise typer.Exit(1)
+
+
+@db_app.command("brains")
+def db_brains(data_dir: DataDir = None) -> None:
+    """List the stead serve processes of a shared (PostgreSQL) store and their heartbeats.
+
+    A process is "alive" while it beats, "stale" once silent for
+    STEAD_BRAIN_STALE_SECONDS (its runs go to the others), "stopped" after a
+    clean stop. On SQLite one process owns the store and none is listed.
+    """
+    settings = read_settings(data_dir=data_dir)
+    brains = anyio.run(_list_brains, settings)
+    if not brains:
+        typer.echo("no processes recorded (on SQLite, the one stead serve owns the store)")
+        return
+    now = datetime.now(UTC)
+    stale = timedelta(seconds=settings.brain_stale_seconds)
+    header = ("id", "host", "pid", "started", "heartbeat", "state")
+    lines = [header] + [
+        (
+            b.id,
+            b.host,
+            str(b.pid),
+            b.started_at.isoformat()[:19],
+            f"{(now - b.heartbeat_at).total_seconds():.1f}s ago",
+            "stopped" if b.stopped_at else "stale" if now - b.heartbeat_at > stale else "alive",
+        )
+        for b in brains
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    for line in lines:
+        typer.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+
+
+async def _list_brains(settings: Settings) -> list[BrainRecord]:
+    async with opened(settings) as store:
+        return await store.list_brains()
 
 
 async def _check_store(settings: Settings, repair: bool) -> list[IntegrityFinding]:

@@ -73,6 +73,14 @@ class Settings(BaseSettings):
     lease_seconds: float = 30.0
     """A run's lease; renewed every third of it while the run makes progress."""
     reaper_interval_seconds: float = 5.0
+    bus_poll_seconds: float = 5.0
+    """With several processes on PostgreSQL: how often a stream reader reads the
+    store in case a notice from another process was lost."""
+    brain_heartbeat_seconds: float = 5.0
+    """With several processes on PostgreSQL: how often each writes its heartbeat."""
+    brain_stale_seconds: float = 20.0
+    """A process silent this long is taken for dead: its runs are re-queued
+    without waiting for their leases."""
     max_run_attempts: int = 5
     sandbox: Literal["bwrap", "unsafe_local", "off"] = "bwrap"
     """Sandbox backend for tools: ``bwrap`` (isolated, in the sandbox host),

@@ -132,9 +132,18 @@ def test_the_app_factory_loads_no_body_module() -> None:
     the ``anthropic`` SDK (a second of start-up) until a model call needs it, nor
     Alembic (needed only by a database behind the newest migration), nor the
     PostgreSQL dialect of a SQLite server, nor rich (for the commands that print),
-    nor the mcp SDK and cryptography (for vault credentials, when first used)."""
+    nor the mcp SDK and cryptography (for vault credentials, when first used),
+    nor psycopg (the PostgreSQL store and bus)."""
     body = ("stead.sandbox_host", "stead.sandbox.local", "obstore")
-    lazy = ("anthropic", "alembic", "sqlalchemy.dialects.postgresql", "rich", "mcp", "cryptography")
+    lazy = (
+        "anthropic",
+        "alembic",
+        "sqlalchemy.dialects.postgresql",
+        "psycopg",
+        "rich",
+        "mcp",
+        "cryptography",
+    )
     imports = "stead.api.app, stead.cli, stead.tools, stead.runtime"
     assert _loaded_after(imports, body + lazy) == []
 

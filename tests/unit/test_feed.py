@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from stead.runtime import EventBus, SessionFeed
+from stead.runtime import LocalBus, SessionFeed
 from stead.store import EventRecord, SqlStore
 from tests.unit.conftest import new_session, user_message
 
@@ -22,7 +22,7 @@ async def _collect(feed: SessionFeed, count: int) -> list[EventRecord]:
 
 async def test_backlog_then_live_without_duplicates(store: SqlStore) -> None:
     _, session_id = await new_session(store)
-    bus = EventBus(capacity=100)
+    bus = LocalBus(capacity=100)
     early = await store.append_events(session_id, [user_message(f"sevt_{i}") for i in range(5)])
     with bus.subscribe(session_id) as subscription:
         feed = SessionFeed(store, subscription, session_id, last_seq=2)
@@ -34,7 +34,7 @@ async def test_backlog_then_live_without_duplicates(store: SqlStore) -> None:
 
 async def test_a_gap_in_live_notices_is_filled_from_the_store(store: SqlStore) -> None:
     _, session_id = await new_session(store)
-    bus = EventBus(capacity=100)
+    bus = LocalBus(capacity=100)
     with bus.subscribe(session_id) as subscription:
         feed = SessionFeed(store, subscription, session_id, last_seq=0)
         first = await store.append_events(session_id, [user_message("sevt_a")])
@@ -47,7 +47,7 @@ async def test_a_gap_in_live_notices_is_filled_from_the_store(store: SqlStore) -
 
 async def test_a_lagging_reader_rereads_instead_of_growing(store: SqlStore) -> None:
     _, session_id = await new_session(store)
-    bus = EventBus(capacity=8)
+    bus = LocalBus(capacity=8)
     with bus.subscribe(session_id) as subscription:
         feed = SessionFeed(store, subscription, session_id, last_seq=0)
         for i in range(50):
@@ -59,7 +59,7 @@ async def test_a_lagging_reader_rereads_instead_of_growing(store: SqlStore) -> N
 
 async def test_pending_echoes_and_the_final_notice_pass_through(store: SqlStore) -> None:
     _, session_id = await new_session(store)
-    bus = EventBus(capacity=8)
+    bus = LocalBus(capacity=8)
     with bus.subscribe(session_id) as subscription:
         feed = SessionFeed(store, subscription, session_id, last_seq=0)
         await _collect(feed, 0)

@@ -27,7 +27,6 @@ from stead.api.middleware import RequestIdMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.runtime import (
-    EventBus,
     LeaseSweeper,
     McpGateway,
     Runtime,
@@ -35,6 +34,7 @@ from stead.runtime import (
     SessionCredentials,
     brain_lock,
     build_loop,
+    open_bus,
 )
 from stead.sandbox import open_provider
 from stead.store import Store, open_store, single_brain
@@ -81,7 +81,7 @@ def create_app(
                     partial(failpoints.hit, "store.before_commit") if failpoints.armed else None,
                 )
                 stack.push_async_callback(opened.close)
-            bus = EventBus(settings.sse_subscriber_buffer)
+            bus = open_bus(settings)
             box = load_secret_box(settings)
             credentials = SessionCredentials(opened, box)
             toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)

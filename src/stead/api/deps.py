@@ -12,7 +12,7 @@ from starlette.requests import HTTPConnection
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import EventBus, LeaseSweeper, Runtime, SandboxToolbox
+from stead.runtime import Bus, LeaseSweeper, Runtime, SandboxToolbox
 from stead.store import TOKEN_PREFIX, ApiKey, Store
 from stead.vault import SecretBox
 
@@ -58,7 +58,7 @@ class Services:
 
     settings: Settings
     store: Store
-    bus: EventBus
+    bus: Bus
     keys: KeyCache
     runtime: Runtime
     sandboxes: SandboxToolbox

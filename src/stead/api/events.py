@@ -64,18 +64,7 @@ async def send_events(
         _reference_check(params),
         app.runtime.claim_terms(session_id),
     )
-    if accepted.started is not None:
-        # Handed over before the readers are woken, so the loop runs the turn
-        # (up to its model request going out) first and the frames follow while
-        # the model answers. The bus order is the same either way.
-        app.runtime.take(accepted.started)
-    app.bus.publish(session_id, accepted.echoes)
-    if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
-        app.runtime.interrupt(session_id)
-    if accepted.started is not None:
-        app.bus.publish(session_id, accepted.started.opened)
-    elif accepted.starts_work:
-        app.runtime.wake(session_id)
+    app.runtime.accepted(session_id, accepted)
     return JSONResponse({"data": [wire.event(e) for e in accepted.echoes]})
 
 

@@ -47,9 +47,7 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
         spec.fields,
         new_events(spec.initial_events),
     )
-    app.bus.publish(record.id, logged)
-    if record.status != "idle":
-        app.runtime.wake(record.id)
+    app.runtime.committed(record.id, logged, queued=record.status != "idle")
     return JSONResponse(_json(record))
 
 
@@ -84,7 +82,7 @@ async def update_session(
         NewEvent(new_id("event"), EventType.SESSION_UPDATED, {}),
     )
     if event is not None:
-        app.bus.publish(session_id, [event])
+        app.runtime.committed(session_id, [event])
     return JSONResponse(_json(record))
 
 

@@ -15,7 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from stead.api import wire
-from stead.runtime import EventBus, FeedItem, SessionFeed
+from stead.runtime import Bus, FeedItem, SessionFeed
 from stead.store import Store
 
 OPENED = b": stream open\n\n"
@@ -40,7 +40,7 @@ class EventStream(Response):
     def __init__(
         self,
         store: Store,
-        bus: EventBus,
+        bus: Bus,
         session_id: str,
         after_seq: int | None,
         heartbeat_seconds: float,

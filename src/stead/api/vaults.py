@@ -60,7 +60,7 @@ async def archive_vault(
 ) -> JSONResponse:
     app = services(request)
     record = await app.store.archive_vault(who.workspace_id, vault_id)
-    await app.sandboxes.credentials_changed(vault_id)
+    await app.runtime.vault_changed(vault_id)
     return JSONResponse(wire.vault(record))
 
 
@@ -70,7 +70,7 @@ async def delete_vault(
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_vault(who.workspace_id, vault_id)
-    await app.sandboxes.credentials_changed(vault_id)
+    await app.runtime.vault_changed(vault_id)
     return JSONResponse({"id": vault_id, "type": "vault_deleted"})
 
 
@@ -116,7 +116,7 @@ async def create_credential(
         given.auth,
         app.secrets.seal(credential_id, given.secret),
     )
-    await app.sandboxes.credentials_changed(vault_id)
+    await app.runtime.vault_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 
@@ -153,7 +153,7 @@ async def update_credential(
 
     record = await app.store.update_credential(who.workspace_id, vault_id, credential_id, change)
     if "auth" in params:  # a new name or metadata changes nothing a sandbox holds
-        await app.sandboxes.credentials_changed(vault_id)
+        await app.runtime.vault_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 
@@ -163,7 +163,7 @@ async def archive_credential(
 ) -> JSONResponse:
     app = services(request)
     record = await app.store.archive_credential(who.workspace_id, vault_id, credential_id)
-    await app.sandboxes.credentials_changed(vault_id)
+    await app.runtime.vault_changed(vault_id)
     return JSONResponse(wire.credential(record))
 
 
@@ -176,7 +176,7 @@ async def delete_credential(
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_credential(who.workspace_id, vault_id, credential_id)
-    await app.sandboxes.credentials_changed(vault_id)
+    await app.runtime.vault_changed(vault_id)
     return JSONResponse({"id": credential_id, "type": "vault_credential_deleted"})
 
 

@@ -139,7 +139,7 @@ async def poll_work(
         return JSONResponse(None)
     accepted = await queue.settle(claimed.item)
     if accepted is not None and accepted.starts_work and claimed.item.session_id:
-        app.runtime.wake(claimed.item.session_id)
+        app.runtime.committed(claimed.item.session_id, queued=True)
     return JSONResponse(_work(claimed.item, _secret(claimed.token)))
 
 

@@ -2,7 +2,7 @@
 the delivery of committed events to stream readers."""
 
 from stead.runtime.brainlock import DataDirInUse, brain_lock
-from stead.runtime.bus import EventBus, Notice, Subscription
+from stead.runtime.bus import Bus, LocalBus, Notice, Peers, Subscription
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
@@ -14,26 +14,30 @@ from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_bac
 from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
+from stead.runtime.sharedbus import SharedBus, open_bus
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
 from stead.tools import ToolOutcome
 
 __all__ = [
+    "Bus",
     "Clock",
     "DataDirInUse",
-    "EventBus",
     "FeedItem",
     "LeaseSweeper",
+    "LocalBus",
     "LogCache",
     "LoopDeps",
     "McpEgress",
     "McpGateway",
     "ModelRouter",
     "Notice",
+    "Peers",
     "Runtime",
     "SandboxToolbox",
     "SandboxView",
     "SessionCredentials",
     "SessionFeed",
+    "SharedBus",
     "Subscription",
     "SweepRound",
     "SystemClock",
@@ -43,6 +47,7 @@ __all__ = [
     "brain_lock",
     "build_loop",
     "load_mcp",
+    "open_bus",
     "refresh_grant",
     "sandbox_config",
     "write_back_grant",

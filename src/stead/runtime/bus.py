@@ -1,19 +1,26 @@
-"""In-process fan-out of committed events to the stream readers of a session.
+"""Fan-out of committed events to a session's stream readers, and the wake-ups
+that pass between the processes serving one store.
 
-Publishers call ``publish`` only after the events are committed (rule 1), from
-the event loop. Each subscription buffers up to ``capacity`` notices; a reader
-that falls further behind is marked ``lagged`` and re-reads from the store, so
-a slow reader costs bounded memory and never slows the publisher.
+``Bus`` is the interface; ``LocalBus`` serves one process (SQLite) and
+``SharedBus`` (``sharedbus.py``) several on one PostgreSQL. Publishers call
+``publish`` only after the events are committed (rule 1), from the event loop.
+Each subscription buffers up to ``capacity`` notices; a reader that falls
+further behind is marked ``lagged`` and re-reads from the store, so a slow
+reader costs bounded memory and never slows the publisher. Events written by
+another process arrive as a hint ("the log reaches seq N"), never as bodies:
+the reader reads them from the store, as it does after a lag.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
+from anyio.abc import TaskStatus
 
 from stead.store import EventRecord
 
@@ -30,6 +37,8 @@ class Subscription:
         self._capacity = capacity
         self._queue: deque[Notice] = deque()
         self._lagged = False
+        self._known = 0
+        """The highest ``seq`` this reader has been handed or has read itself."""
         self._ready = anyio.Event()
 
     def push(self, notice: Notice) -> None:
@@ -38,10 +47,26 @@ class Subscription:
             self._lagged = True
         else:
             self._queue.append(notice)
+            self._known = max(self._known, notice.event.seq or 0)
         self._ready.set()
 
+    def hint(self, seq: int) -> None:
+        """The log reaches ``seq`` (written elsewhere): read it if it is news."""
+        if seq > self._known:
+            self.nudge()
+
+    def nudge(self) -> None:
+        """Read the store again, whatever came before (a notice may have been missed)."""
+        self._lagged = True
+        self._ready.set()
+
+    def seen(self, seq: int) -> None:
+        """The reader read the log up to ``seq`` from the store."""
+        self._known = max(self._known, seq)
+
     async def take(self) -> tuple[list[Notice], bool]:
-        """Waits for notices; returns them and whether some were dropped before them."""
+        """Waits for notices; returns them and whether the reader must re-read the
+        store (notices were dropped, or the log grew elsewhere)."""
         while not self._queue and not self._lagged:
             self._ready = anyio.Event()
             await self._ready.wait()
@@ -52,7 +77,62 @@ class Subscription:
         return notices, lagged
 
 
-class EventBus:
+class Peers(Protocol):
+    """What a notice from another process asks of this one."""
+
+    def wake(self, session_id: str) -> None:
+        """A run of the session was queued: claim it if nobody has."""
+        ...
+
+    def interrupt(self, session_id: str) -> None:
+        """A user interrupted the session: stop its turn if it runs here."""
+        ...
+
+    def credentials_changed(self, vault_id: str) -> None:
+        """A credential of the vault changed: refresh the sandboxes served here."""
+        ...
+
+
+class Bus(Protocol):
+    def subscribe(self, session_id: str) -> AbstractContextManager[Subscription]:
+        """A subscription to the session's notices while the context lasts."""
+        ...
+
+    def publish(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        """Committed events (or pending-queue echoes): to readers here at once, and
+        to other processes as "the log reaches seq N" (echoes stay here)."""
+        ...
+
+    def publish_final(self, session_id: str, event: EventRecord) -> None:
+        """The session was deleted: every reader, here and elsewhere, ends with ``event``."""
+        ...
+
+    def run_queued(self, session_id: str) -> None:
+        """Tells the other processes a run of the session waits to be claimed."""
+        ...
+
+    def interrupt(self, session_id: str) -> None:
+        """Tells the other processes to interrupt the session's turn."""
+        ...
+
+    def credentials_changed(self, vault_id: str) -> None:
+        """Tells the other processes a credential of ``vault_id`` changed."""
+        ...
+
+    async def serve(
+        self, peers: Peers, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Delivers other processes' notices to ``peers`` and this process's
+        readers until cancelled; started once notices flow (or once it gave up
+        waiting for the database, healing by polling meanwhile)."""
+        ...
+
+    def reader_count(self, session_id: str) -> int: ...
+
+
+class LocalBus:
+    """The bus of a process that is the only one on its store."""
+
     def __init__(self, capacity: int) -> None:
         self._capacity = capacity
         self._subscribers: dict[str, set[Subscription]] = {}
@@ -78,6 +158,30 @@ class EventBus:
     def publish_final(self, session_id: str, event: EventRecord) -> None:
         for subscription in self._subscribers.get(session_id, ()):
             subscription.push(Notice(event, final=True))
+
+    def hint(self, session_id: str, seq: int) -> None:
+        for subscription in self._subscribers.get(session_id, ()):
+            subscription.hint(seq)
+
+    def nudge_all(self) -> None:
+        for subscriptions in self._subscribers.values():
+            for subscription in subscriptions:
+                subscription.nudge()
+
+    # Alone on the store, this process is every peer: its runtime acts itself.
+    def run_queued(self, session_id: str) -> None:
+        pass
+
+    def interrupt(self, session_id: str) -> None:
+        pass
+
+    def credentials_changed(self, vault_id: str) -> None:
+        pass
+
+    async def serve(
+        self, peers: Peers, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
 
     def reader_count(self, session_id: str) -> int:
         return len(self._subscribers.get(session_id, ()))

@@ -12,7 +12,7 @@ from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.runtime.bus import EventBus
+from stead.runtime.bus import Bus
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import UnreachableCredential
 from stead.runtime.logcache import LogCache
@@ -79,6 +79,11 @@ class Toolbox(Protocol):
         its environment forbids their hosts."""
         ...
 
+    async def credentials_changed(self, vault_id: str) -> None:
+        """A credential of ``vault_id`` changed: the sandboxes served here that use
+        it get the new set now (or at their next call, if unreachable now)."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -86,7 +91,7 @@ class Toolbox(Protocol):
 class LoopDeps:
     settings: Settings
     store: Store
-    bus: EventBus
+    bus: Bus
     models: ModelRouter
     tools: Toolbox
     mcp: McpGateway
@@ -101,7 +106,7 @@ class LoopDeps:
 def build_loop(
     settings: Settings,
     store: Store,
-    bus: EventBus,
+    bus: Bus,
     tools: Toolbox,
     mcp: McpGateway,
     failpoints: FailPoints | None = None,

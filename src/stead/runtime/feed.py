@@ -3,8 +3,10 @@
 Log events are delivered in ``seq`` order with no gap and no duplicate: live
 notices at or below the last delivered ``seq`` are skipped, and a gap (a notice
 beyond ``last + 1``, or a lagged subscription) switches back to reading the
-store until the reader has caught up. Pending-queue echoes (no ``seq``) and
-the final ``session.deleted`` notice pass straight through.
+store until the reader has caught up; so does a hint that another process
+wrote beyond it (the ``Bus`` carries no bodies between processes).
+Pending-queue echoes (no ``seq``) and the final ``session.deleted`` notice pass
+straight through.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ class SessionFeed:
             self._catching_up = False
         if events:
             self._last = events[-1].seq or self._last
+        self._subscription.seen(self._last)
         return [FeedItem(e) for e in events]
 
     async def _live(self) -> list[FeedItem]:

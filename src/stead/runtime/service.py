@@ -1,8 +1,10 @@
-"""The runtime: owns the session actors, recovery at start and the reaper.
+"""The runtime: owns the session actors, recovery at start and the reaper, and
+the one way a committed write reaches readers and runs (``committed``).
 
-``serve`` runs for the life of the app inside its lifespan. At start it
-re-queues runs left behind by a dead process (immediately when this process is
-the only brain on the store, else once their leases expire) and wakes every
+``serve`` runs for the life of the app inside its lifespan. It starts the bus
+(notices from other processes come to this runtime as its ``Peers``). At start
+it re-queues runs left behind by a dead process (immediately when this process
+is the only brain on the store, else once their leases expire) and wakes every
 session with queued work; then every reaper interval it does the same for
 leases that expired since.
 """
@@ -10,14 +12,17 @@ leases that expired since.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from stead.events import EventType
 from stead.runtime.actor import SessionActor, claim_terms
+from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
 from stead.runtime.work import WorkQueue
-from stead.store import ClaimTerms, RunStart
+from stead.store import ClaimTerms, EventRecord, EventsAccepted, RunStart
 
 log = logging.getLogger("stead.runtime")
 
@@ -30,27 +35,37 @@ class Runtime:
         self._group: TaskGroup | None = None
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        store = self._deps.store
+        deps = self._deps
+        # Alone on the store (SQLite, under the data directory's lock), every run
+        # another owner holds is orphaned; sharing it, only those of dead brains are.
+        brain = None if self._exclusive else Brain(deps.settings, deps.store, deps.owner)
         try:
             async with anyio.create_task_group() as group:
                 self._group = group
-                owner = self._deps.owner if self._exclusive else None
-                orphans = await store.requeue_runs(not_owned_by=owner)
+                await group.start(deps.bus.serve, self)
+                if brain is not None:
+                    await group.start(brain.serve)
+                owner = deps.owner if self._exclusive else None
+                orphans = await deps.store.requeue_runs(not_owned_by=owner)
+                orphans += await brain.recover() if brain is not None else []
                 if orphans:
                     log.info("recovering %d runs left by a previous process", len(orphans))
                 await self._wake_queued()
                 task_status.started()
                 while True:
-                    await self._deps.clock.sleep(self._deps.settings.reaper_interval_seconds)
-                    expired = await store.requeue_runs()
+                    await deps.clock.sleep(deps.settings.reaper_interval_seconds)
+                    expired = await deps.store.requeue_runs()
                     if expired:
                         log.info("re-queued %d runs whose lease expired", len(expired))
+                    orphans = await brain.recover() if brain is not None else []
+                    if orphans:
+                        log.info("re-queued %d runs of processes that died", len(orphans))
                     await self._wake_queued()
         finally:
             self._group = None
             with anyio.CancelScope(shield=True):
-                await self._deps.tools.aclose()
-                await self._deps.models.aclose()
+                await deps.tools.aclose()
+                await deps.models.aclose()
 
     async def _wake_queued(self) -> None:
         for _, session_id in await self._deps.store.queued_runs():
@@ -60,6 +75,60 @@ class Runtime:
     def work(self) -> WorkQueue:
         """Self-hosted environments' work queue."""
         return self._deps.work
+
+    def committed(
+        self,
+        session_id: str,
+        events: Sequence[EventRecord] = (),
+        *,
+        started: RunStart | None = None,
+        queued: bool = False,
+    ) -> None:
+        """Commit -> publish -> wake: what a writer outside the loop calls once its
+        write returned (rule 1). Readers here and elsewhere learn of ``events``,
+        then of the opening events of ``started`` (a run the write claimed on
+        ``claim_terms``), which goes to its actor here; ``queued`` (the write
+        queued work it did not claim) wakes this runtime and tells the others,
+        so whichever claims first runs it."""
+        if started is not None:
+            # Handed over before the readers are woken, so the loop runs the
+            # turn (up to its model request going out) first and the frames
+            # follow while the model answers; the bus order is the same.
+            self.take(started)
+        self._deps.bus.publish(session_id, events)
+        self._announce(session_id, started, queued)
+
+    def accepted(self, session_id: str, accepted: EventsAccepted) -> None:
+        """``committed`` for user events: their echoes, an interrupt among them
+        (here and wherever the turn runs), the run they queued or claimed."""
+        if accepted.started is not None:
+            self.take(accepted.started)
+        self._deps.bus.publish(session_id, accepted.echoes)
+        if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
+            self.interrupt(session_id)
+            self._deps.bus.interrupt(session_id)
+        self._announce(session_id, accepted.started, accepted.starts_work)
+
+    def _announce(self, session_id: str, started: RunStart | None, queued: bool) -> None:
+        """Readers learn of the opening events of a run this process took; work
+        queued but not taken wakes this runtime and tells the others, so
+        whichever claims first runs it."""
+        if started is not None:
+            self._deps.bus.publish(session_id, started.opened)
+        elif queued:
+            self.wake(session_id)
+            self._deps.bus.run_queued(session_id)
+
+    async def vault_changed(self, vault_id: str) -> None:
+        """A credential of ``vault_id`` changed: sandboxes served by any process get
+        the new set (the others refresh theirs when the notice reaches them)."""
+        self._deps.bus.credentials_changed(vault_id)
+        await self._deps.tools.credentials_changed(vault_id)
+
+    def credentials_changed(self, vault_id: str) -> None:
+        """Another process changed a credential of ``vault_id`` (``Peers``)."""
+        if self._group is not None:
+            self._group.start_soon(self._deps.tools.credentials_changed, vault_id)
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""

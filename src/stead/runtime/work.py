@@ -24,7 +24,7 @@ from stead.events import EventType
 from stead.harness import unresolved_tool_uses
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.runtime.bus import EventBus
+from stead.runtime.bus import Bus
 from stead.runtime.logcache import LogCache
 from stead.store import (
     Conflict,
@@ -68,7 +68,7 @@ def _answer_in(events: Sequence[Json], use_id: str) -> Json | None:
 
 
 class WorkQueue:
-    def __init__(self, settings: Settings, store: Store, bus: EventBus, logs: LogCache) -> None:
+    def __init__(self, settings: Settings, store: Store, bus: Bus, logs: LogCache) -> None:
         self._settings = settings
         self._store = store
         self._bus = bus

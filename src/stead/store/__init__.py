@@ -44,7 +44,10 @@ from stead.store.base import (
     Workspace,
     WriteResult,
 )
+from stead.store.brains import BrainRecord, BrainStore
+from stead.store.channel import Channel, open_channel
 from stead.store.errors import (
+    ChannelDown,
     Conflict,
     InvalidValue,
     LeaseLost,
@@ -76,6 +79,10 @@ __all__ = [
     "TOKEN_PREFIX",
     "AgentRecord",
     "ApiKey",
+    "BrainRecord",
+    "BrainStore",
+    "Channel",
+    "ChannelDown",
     "ClaimTerms",
     "Claimed",
     "Conflict",
@@ -118,6 +125,7 @@ __all__ = [
     "WorkToken",
     "Workspace",
     "WriteResult",
+    "open_channel",
     "open_store",
     "open_store_sync",
     "single_brain",

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
+from stead.store.brains import BrainStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
 
@@ -343,7 +344,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, Protocol):
+class Store(VaultStore, WorkStore, BrainStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

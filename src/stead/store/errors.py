@@ -5,7 +5,8 @@ StoreError
 ├── InvalidValue    a value the store's own reads could not render; nothing was written
 ├── Conflict        the row exists but its state forbids the change
 │   └── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
-└── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
+├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
+└── ChannelDown     a notice could not be sent between processes (``channel.py``)
 """
 
 from __future__ import annotations
@@ -73,3 +74,8 @@ class StoreUnavailable(StoreError):
     """The database cannot be opened: an unsupported or wrong URL, a server that
     does not answer, or a schema migrated by a newer stead. The message is one
     line for the operator and names no password."""
+
+
+class ChannelDown(StoreError):
+    """A notice could not be sent to the other processes (the database did not
+    answer in time). Nothing durable is lost: readers heal by polling."""

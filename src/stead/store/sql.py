@@ -30,6 +30,7 @@ from stead.store import (
     _vaults,
     _workspaces,
 )
+from stead.store._brain_methods import BrainMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -74,7 +75,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore(WorkMethods):
+class SqlStore(WorkMethods, BrainMethods):
     def __init__(
         self,
         writer: Engine,

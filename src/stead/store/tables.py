@@ -318,3 +318,18 @@ work_items = Table(
 """Self-hosted environments' work queue (``_work.py``): one row per time a
 session needed a worker; ``epoch`` fences claims, ``token_hash`` is the current
 claim's sessions token (a new claim revokes the old one)."""
+
+brains = Table(
+    "brains",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("machine", String(64), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("heartbeat_at", UTCDateTime, nullable=False),
+    Column("stopped_at", UTCDateTime, nullable=True),
+)
+"""The ``stead serve`` processes of a shared store (PostgreSQL), one row each
+(``_brains.py``); a run's ``owner`` is its brain's id. ``machine`` tells which
+rows are of processes this machine can see (same boot and pid namespace)."""

@@ -1,0 +1,170 @@
+"""The ``Bus`` of several processes on one store (PostgreSQL).
+
+Readers in this process get this process's events as ``LocalBus`` gives them.
+Other processes get short notices through the store's ``Channel``, one line
+each, ``<kind> <origin> <arg>...``:
+
+* ``e <session> <seq>`` the session's log reaches ``seq`` (readers read it);
+* ``d <session> <event id>`` the session was deleted (readers end);
+* ``q <session>`` a run of the session waits to be claimed;
+* ``i <session>`` a user interrupted the session's turn;
+* ``c <vault>`` a credential of the vault changed.
+
+Notices are sent by one task, coalesced (a session's newest ``seq`` only), in
+one round trip per batch; publishing never waits on the database. A lost
+notice is healed by polling: every ``poll_seconds``, and after the channel
+reconnects, each reader here reads the store again, and the runtime's reaper
+looks for queued runs on its own schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+
+import anyio
+from anyio.abc import TaskStatus
+
+from stead.config import Settings
+from stead.events import EventType
+from stead.runtime.bus import Bus, LocalBus, Peers, Subscription
+from stead.store import Channel, ChannelDown, EventRecord, open_channel, single_brain
+
+log = logging.getLogger("stead.runtime.bus")
+
+BATCH = 500
+"""Notices per round trip at most (a NOTIFY payload is short; a batch stays small)."""
+RETRY_SECONDS = 0.5
+"""Pause after a failed send; notices coalesce meanwhile."""
+
+
+def open_bus(settings: Settings) -> Bus:
+    """The bus for the store ``settings`` name: local for SQLite (one process)."""
+    url = settings.resolved_database_url
+    if single_brain(url):
+        return LocalBus(settings.sse_subscriber_buffer)
+    return SharedBus(open_channel(url), settings.sse_subscriber_buffer, settings.bus_poll_seconds)
+
+
+class SharedBus:
+    def __init__(self, channel: Channel, capacity: int, poll_seconds: float) -> None:
+        self._local = LocalBus(capacity)
+        self._channel = channel
+        self._poll_seconds = poll_seconds
+        self._origin = secrets.token_hex(8)
+        """Tells this process's own notices apart when they come back."""
+        self._heads: dict[str, int] = {}
+        """Session -> newest seq not yet announced."""
+        self._outbox: dict[str, None] = {}
+        """Other notices not yet sent, in order, each once."""
+        self._waiting = anyio.Event()
+        self._peers: Peers | None = None
+
+    @contextmanager
+    def subscribe(self, session_id: str) -> Iterator[Subscription]:
+        with self._local.subscribe(session_id) as subscription:
+            yield subscription
+
+    def publish(self, session_id: str, events: Sequence[EventRecord]) -> None:
+        self._local.publish(session_id, events)
+        seq = max((e.seq for e in events if e.seq is not None), default=None)
+        if seq is not None and seq > self._heads.get(session_id, 0):
+            self._heads[session_id] = seq
+            self._waiting.set()
+
+    def publish_final(self, session_id: str, event: EventRecord) -> None:
+        self._local.publish_final(session_id, event)
+        self._post("d", session_id, event.id)
+
+    def run_queued(self, session_id: str) -> None:
+        self._post("q", session_id)
+
+    def interrupt(self, session_id: str) -> None:
+        self._post("i", session_id)
+
+    def credentials_changed(self, vault_id: str) -> None:
+        self._post("c", vault_id)
+
+    def reader_count(self, session_id: str) -> int:
+        return self._local.reader_count(session_id)
+
+    def _post(self, kind: str, *args: str) -> None:
+        self._outbox[" ".join((kind, self._origin, *args))] = None
+        self._waiting.set()
+
+    async def serve(
+        self, peers: Peers, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._peers = peers
+        try:
+            async with anyio.create_task_group() as group:
+                await group.start(self._channel.listen, self._received, self._local.nudge_all)
+                group.start_soon(self._send_loop)
+                group.start_soon(self._poll_loop)
+                task_status.started()
+        finally:
+            self._peers = None
+            with anyio.CancelScope(shield=True):
+                await self._channel.aclose()
+
+    def _take_batch(self) -> list[str]:
+        notices = [f"e {self._origin} {s} {seq}" for s, seq in self._heads.items()]
+        notices += self._outbox
+        self._heads.clear()
+        self._outbox.clear()
+        return notices
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._waiting.wait()
+            self._waiting = anyio.Event()
+            notices = self._take_batch()
+            for start in range(0, len(notices), BATCH):
+                try:
+                    await self._channel.send(notices[start : start + BATCH])
+                except ChannelDown as exc:
+                    # Other processes heal by polling; the notices are dropped.
+                    log.warning("%s; other processes will poll for them", exc)
+                    await anyio.sleep(RETRY_SECONDS)
+                    break
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await anyio.sleep(self._poll_seconds)
+            self._local.nudge_all()
+
+    def _received(self, notice: str) -> None:
+        try:
+            kind, origin, *args = notice.split(" ")
+            if origin != self._origin and self._peers is not None:
+                self._dispatch(self._peers, kind, args)
+        except (ValueError, IndexError):
+            log.warning("ignored a malformed notice %r", notice[:200])
+
+    def _dispatch(self, peers: Peers, kind: str, args: list[str]) -> None:
+        if kind == "e":
+            self._local.hint(args[0], int(args[1]))
+        elif kind == "d":
+            self._local.publish_final(args[0], _deleted(args[0], args[1]))
+        elif kind == "q":
+            peers.wake(args[0])
+        elif kind == "i":
+            peers.interrupt(args[0])
+        elif kind == "c":
+            peers.credentials_changed(args[0])
+        else:
+            raise ValueError(kind)
+
+
+def _deleted(session_id: str, event_id: str) -> EventRecord:
+    """The ``session.deleted`` notice as the deleting process sent its readers."""
+    return EventRecord(
+        session_id=session_id,
+        id=event_id,
+        type=EventType.SESSION_DELETED,
+        body={},
+        processed_at=datetime.now(UTC),
+    )

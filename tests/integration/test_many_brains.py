@@ -1,0 +1,217 @@
+"""Several ``stead serve`` processes on one PostgreSQL schema, each with its own
+data directory: a client sends to one and streams from another.
+
+* events written by one process reach a reader of another, every one once, in
+  order, and ``Last-Event-ID`` resumes on a third;
+* a run queued through one process is run by whichever claims it first;
+* a process SIGKILLed while it runs a turn: another finishes the turn (the dead
+  process is known dead at once: same host, its pid is gone) and the reader's
+  stream has no gap and no duplicate;
+* ``stead db brains`` lists the processes and their heartbeats.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+
+from stead.testing import FakeModel, ServeForker, ServerProcess
+from tests.conftest import loop_env, make_client
+from tests.databases import PostgresRun
+from tests.integration.helpers import message, new_session, sse_frames, wait_idle
+
+pytestmark = pytest.mark.postgres
+
+TOTAL = 60
+SERVERS = 3
+
+
+class Brains:
+    """Processes on one schema; ``first_key`` works on each of them."""
+
+    def __init__(self, run: PostgresRun, root: Path, fake: FakeModel, forker: ServeForker) -> None:
+        self.schema = run.new_schema()
+        self.url = run.url(self.schema)
+        self._root = root
+        self._fake = fake
+        self._forker = forker
+        # One sealing key for vault secrets: every process must open every credential.
+        self._secret = base64.b64encode(secrets.token_bytes(32)).decode()
+        self.servers: list[ServerProcess] = []
+
+    def start(self, **extra: str) -> ServerProcess:
+        env = loop_env(
+            self._fake,
+            STEAD_DATABASE_URL=self.url,
+            STEAD_SECRET_KEY=self._secret,
+            STEAD_REAPER_INTERVAL_SECONDS="0.2",
+            STEAD_BRAIN_HEARTBEAT_SECONDS="0.5",
+            # Readers learn of other processes' events by notice alone, so a
+            # notice that goes missing fails the test instead of being polled for.
+            STEAD_BUS_POLL_SECONDS="600",
+            **extra,
+        )
+        data = self._root / f"brain-{len(self.servers)}"
+        server = ServerProcess(data, env=env, forker=self._forker).start()
+        self.servers.append(server)
+        return server
+
+    @property
+    def key(self) -> str:
+        found = next((s.first_key for s in self.servers if s.first_key), None)
+        assert found, self.servers[0].log_text()
+        return found
+
+
+@pytest.fixture(scope="module")
+def brains(
+    postgres_run: PostgresRun,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_model: FakeModel,
+    forker: ServeForker,
+) -> Iterator[Brains]:
+    group = Brains(postgres_run, tmp_path_factory.mktemp("brains"), fake_model, forker)
+    try:
+        for _ in range(SERVERS):
+            group.start()
+        yield group
+    finally:
+        for server in group.servers:
+            server.kill()
+        postgres_run.drop_schema(group.schema)
+
+
+def _client(server: ServerProcess, key: str) -> anthropic.Anthropic:
+    return make_client(server.url, key)
+
+
+Done = Callable[[list[dict[str, Any]]], bool]
+
+
+def messages(count: int) -> Done:
+    return lambda got: sum(f["event"] == "user.message" for f in got) >= count
+
+
+def idle_after_answer(got: list[dict[str, Any]]) -> bool:
+    answered = [i for i, f in enumerate(got) if f["event"] == "agent.message"]
+    return bool(answered) and got[-1]["event"] == "session.status_idle"
+
+
+def _stream(
+    url: str, key: str, done: Done, opened: threading.Event, last_id: str | None = None
+) -> list[dict[str, Any]]:
+    """Logged frames (those with an SSE id) until ``done`` says so."""
+    headers = {"x-api-key": key}
+    if last_id is not None:
+        headers["Last-Event-ID"] = last_id
+    got: list[dict[str, Any]] = []
+    with httpx2.stream("GET", url, headers=headers, timeout=60) as response:
+        assert response.status_code == 200
+        opened.set()  # the server subscribes before it sends the headers
+        for frame in sse_frames(response):
+            if "id" not in frame:
+                continue
+            got.append(frame)
+            if done(got):
+                break
+    return got
+
+
+def _reader(url: str, key: str, done: Done, last_id: str | None = None) -> Any:
+    """Starts a reader thread; returns (thread, the frames it fills)."""
+    frames: list[dict[str, Any]] = []
+    opened = threading.Event()
+
+    def read() -> None:
+        frames.extend(_stream(url, key, done, opened, last_id))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    assert opened.wait(30)
+    return thread, frames
+
+
+def _seqs_are_whole(frames: list[dict[str, Any]], log: list[str]) -> None:
+    ids = [f["data"]["id"] for f in frames]
+    assert len(ids) == len(set(ids)), "a duplicate event"
+    start = log.index(ids[0])
+    assert ids == log[start : start + len(ids)], "a gap or an order other than the log's"
+
+
+def test_a_reader_of_another_process_sees_every_event_once_in_order(brains: Brains) -> None:
+    a, b, c = brains.servers[:3]
+    with _client(a, brains.key) as sdk_a, _client(c, brains.key) as sdk_c:
+        session_id = new_session(sdk_a)
+        path = f"/v1/sessions/{session_id}/events/stream"
+        thread, frames = _reader(b.url + path, brains.key, messages(TOTAL))
+        for i in range(TOTAL):
+            sdk_a.beta.sessions.events.send(session_id, events=[message(f"m{i}")])
+        thread.join(60)
+        assert not thread.is_alive()
+        wait_idle(sdk_c, session_id)
+        log = [e.id for e in sdk_c.beta.sessions.events.list(session_id, limit=1000).data]
+    _seqs_are_whole(frames, log)
+    texts = [f["data"]["content"][0]["text"] for f in frames if f["event"] == "user.message"]
+    assert texts == [f"m{i}" for i in range(TOTAL)]
+    # Resumed on a third process from the middle of what the second delivered.
+    middle = frames[len(frames) // 2]["data"]["id"]
+    rest = log[log.index(middle) + 1 :]
+    thread, resumed = _reader(c.url + path, brains.key, messages(1), last_id=middle)
+    thread.join(60)
+    assert [f["data"]["id"] for f in resumed] == rest[: len(resumed)]
+    assert resumed and resumed[0]["data"]["id"] == rest[0]
+
+
+def test_every_process_answers_turns_of_sessions_made_elsewhere(brains: Brains) -> None:
+    a, b = brains.servers[:2]
+    with _client(a, brains.key) as sdk_a, _client(b, brains.key) as sdk_b:
+        session_id = new_session(sdk_a)
+        sdk_b.beta.sessions.events.send(session_id, events=[message("hello from b")])
+        wait_idle(sdk_a, session_id)
+        events = sdk_a.beta.sessions.events.list(session_id, limit=1000).data
+    assert [e.type for e in events].count("agent.message") == 1
+
+
+def test_a_turn_of_a_killed_process_finishes_on_another(brains: Brains) -> None:
+    # The doomed process dies as its turn's first model request is about to go out,
+    # after it acknowledged the message (and claimed its run in that same commit).
+    doomed = brains.start(STEAD_FAILPOINTS="model.before_request:1")
+    reader = brains.servers[1]
+    with _client(doomed, brains.key) as sdk_doomed, _client(reader, brains.key) as sdk:
+        session_id = new_session(sdk)
+        path = f"/v1/sessions/{session_id}/events/stream"
+        thread, frames = _reader(reader.url + path, brains.key, idle_after_answer)
+        sdk_doomed.beta.sessions.events.send(session_id, events=[message("survive")])
+        assert doomed.wait_exit(30), "the failpoint did not fire"
+        wait_idle(sdk, session_id, timeout=60)
+        thread.join(30)
+        log = sdk.beta.sessions.events.list(session_id, limit=1000).data
+    types = [e.type for e in log]
+    assert types.count("agent.message") == 1
+    assert types.count("session.status_rescheduled") == 1
+    _seqs_are_whole(frames, [e.id for e in log])
+
+
+def test_db_brains_lists_each_process(brains: Brains) -> None:
+    listed = subprocess.run(
+        [sys.executable, "-m", "stead", "db", "brains"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "STEAD_DATABASE_URL": brains.url},
+    )
+    assert listed.returncode == 0, listed.stderr
+    for server in brains.servers:
+        if server.wait_exit(0):
+            continue
+        assert f":{server.pid}" in listed.stdout or str(server.pid) in listed.stdout
