@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 
 import pytest
 
 from stead.sandbox import HostClient, HostSandbox, IsolationUnavailable
 from stead.testing import HostProcess
-from tests.sandbox.conftest import client_of, config, new_id, requires_isolation, workspace_on_host
+from tests.sandbox.conftest import (
+    WAIT,
+    client_of,
+    config,
+    new_id,
+    requires_isolation,
+    workspace_on_host,
+)
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -31,13 +39,18 @@ def processes_of(uid: int) -> set[int]:
 
 def sleepers_of(uid: int) -> set[int]:
     """The ``sleep 600`` processes among ``uid``'s: the ones the test started,
-    which must live on (a sandbox's short-lived helpers come and go)."""
-    found = set()
-    for pid in processes_of(uid):
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00":
-                found.add(pid)
-    return found
+    which must live on (a sandbox's short-lived helpers come and go). Waits
+    for one: on a busy machine the command may not have reached ``sleep`` yet."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        found = set()
+        for pid in processes_of(uid):
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"sleep\x00600"):
+                    found.add(pid)
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def _real_uid(status: str) -> int:
