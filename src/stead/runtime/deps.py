@@ -20,6 +20,7 @@ from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
 from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SessionRecord, Store
+from stead.telemetry import Telemetry
 from stead.tools import ToolOutcome
 
 
@@ -96,6 +97,7 @@ class LoopDeps:
     logs: LogCache
     work: WorkQueue
     """Self-hosted environments' work queue (``work.py``)."""
+    telemetry: Telemetry
 
 
 def build_loop(
@@ -105,6 +107,7 @@ def build_loop(
     tools: Toolbox,
     mcp: McpGateway,
     failpoints: FailPoints | None = None,
+    telemetry: Telemetry | None = None,
 ) -> LoopDeps:
     """The agent loop's dependencies from settings, for a process that owns runs."""
     logs = LogCache(store)
@@ -120,4 +123,5 @@ def build_loop(
         failpoints=failpoints or FailPoints(None),
         logs=logs,
         work=WorkQueue(settings, store, bus, logs),
+        telemetry=telemetry or Telemetry(),
     )

@@ -19,6 +19,7 @@ import anyio.to_thread
 import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+from stead.telemetry import trace_headers
 
 if TYPE_CHECKING:
     import anthropic
@@ -106,7 +107,7 @@ class AnthropicModel:
         try:
             with anyio.fail_after(self._total_timeout):
                 async with client.messages.stream(
-                    **params, extra_headers={"idempotency-key": op_key}
+                    **params, extra_headers=trace_headers({"idempotency-key": op_key})
                 ) as stream:
                     message = await stream.get_final_message()
         except TimeoutError:
