@@ -5,7 +5,6 @@ turn and per tool error) holding no secret and no command text."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +17,10 @@ from websockets.sync.client import connect
 from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
-from tests.integration.helpers import message, wait_idle
+from tests.integration.helpers import message, new_session, wait_idle
 
 Json = dict[str, Any]
+TOOLSET = {"type": "agent_toolset_20260401"}
 COMMAND_MARK = "cmd-text-7f3a"
 """Text of a terminal command: it must never reach the log."""
 
@@ -81,15 +81,9 @@ def test_metrics_need_a_key_by_default(ops_server: ServerProcess) -> None:
 def test_metrics_move_with_requests_and_a_tool_turn(ops_server: ServerProcess) -> None:
     before = samples(ops_server)
     with sdk_of(ops_server) as client:
-        agent = client.beta.agents.create(
-            name="ops",
-            model="claude-sonnet-4-6",
-            tools=[{"type": "agent_toolset_20260401"}],  # type: ignore[list-item]
-        )
-        env = client.beta.environments.create(name=f"ops-{uuid.uuid4().hex[:8]}")
-        session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
-        client.beta.sessions.events.send(session.id, events=[message("go")])  # type: ignore[list-item]
-        wait_idle(client, session.id)
+        session_id = new_session(client, [TOOLSET])
+        client.beta.sessions.events.send(session_id, events=[message("go")])  # type: ignore[list-item]
+        wait_idle(client, session_id)
         with pytest.raises(anthropic.NotFoundError):
             client.beta.agents.retrieve("agent_" + "0" * 26)
     after = samples(ops_server)
@@ -117,9 +111,9 @@ def test_metrics_move_with_requests_and_a_tool_turn(ops_server: ServerProcess) -
 
     lines = log_lines(ops_server)
     turns = [line for line in lines if line["message"].startswith("turn ended")]
-    assert any(line["session_id"] == session.id and line["outcome"] == "end_turn" for line in turns)
+    assert any(line["session_id"] == session_id and line["outcome"] == "end_turn" for line in turns)
     failed = [line for line in lines if line["message"] == "tool call failed"]
-    assert any(line["session_id"] == session.id and line["tool"] == "read" for line in failed)
+    assert any(line["session_id"] == session_id and line["tool"] == "read" for line in failed)
 
 
 def test_an_access_line_per_request_by_route_template(ops_server: ServerProcess) -> None:
@@ -139,12 +133,10 @@ def test_the_log_holds_no_key_and_no_command_text(ops_server: ServerProcess) -> 
     key = ops_server.create_key()  # the first key is printed at start, by design
     url = ops_server.url.replace("http", "ws", 1)
     with make_client(ops_server.url, key) as client:
-        agent = client.beta.agents.create(name="ops", model="claude-sonnet-4-6")
-        env = client.beta.environments.create(name=f"ops-{uuid.uuid4().hex[:8]}")
-        session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+        session_id = new_session(client)
     query = f"command=echo+{COMMAND_MARK}&token={key}"
     with connect(
-        f"{url}/v1/sessions/{session.id}/sandbox/exec?{query}",
+        f"{url}/v1/sessions/{session_id}/sandbox/exec?{query}",
         additional_headers={"x-api-key": key},
         open_timeout=30,
     ) as socket:

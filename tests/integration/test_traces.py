@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,10 @@ from stead.testing import FakeModel, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from stead.testing.server import free_port
 from tests.conftest import make_client
-from tests.integration.helpers import message, wait_idle
+from tests.integration.helpers import message, new_session, wait_idle
 
 START_SECONDS = 30.0
+TOOLSET = {"type": "agent_toolset_20260401"}
 
 
 def one_tool(body: dict[str, Any]) -> Turn:
@@ -85,20 +85,14 @@ def test_the_span_tree_of_one_tool_turn(
 ) -> None:
     url, key, exporter, fake = traced
     with make_client(url, key) as client:
-        agent = client.beta.agents.create(
-            name="traced",
-            model="claude-sonnet-4-6",
-            tools=[{"type": "agent_toolset_20260401"}],  # type: ignore[list-item]
-        )
-        env = client.beta.environments.create(name=f"traced-{uuid.uuid4().hex[:8]}")
-        session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
-        client.beta.sessions.events.send(session.id, events=[message("go")])  # type: ignore[list-item]
-        wait_idle(client, session.id)
+        session_id = new_session(client, [TOOLSET])
+        client.beta.sessions.events.send(session_id, events=[message("go")])  # type: ignore[list-item]
+        wait_idle(client, session_id)
     spans = list(exporter.get_finished_spans())
     turns = [s for s in spans if s.name == "turn"]
     assert len(turns) == 1
     turn = turns[0]
-    assert turn.attributes is not None and turn.attributes["stead.session_id"] == session.id
+    assert turn.attributes is not None and turn.attributes["stead.session_id"] == session_id
     below = _children(spans, turn)
     assert [s.name for s in below] == ["model call", "tool call", "model call"]
     tool = below[1]
