@@ -4,7 +4,6 @@ keys, check the database, reach a sandbox (``exec``, ``shell``)."""
 from __future__ import annotations
 
 import errno
-import logging
 import shlex
 import socket
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from stead.store import (
     CredentialRecord,
     IntegrityFinding,
 )
+from stead.telemetry import configure_logging
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
@@ -104,13 +104,7 @@ def serve(
         validated(HostSettings, data_dir=data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _secret_box(settings)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    # httpx logs every request's URL at info; web_fetch URLs are the model's to
-    # write (query strings and all), and the brain logs no URL it was given.
-    logging.getLogger("httpx2").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, settings.log_format)
     # The data directory and the port are taken before anything is written:
     # a start that fails on either must not spend the shown-once first key.
     with _data_dir_lock(settings), _listening(settings) as sock:
@@ -136,6 +130,9 @@ def serve(
             loop="uvloop",
             http="httptools",
             log_level=settings.log_level,
+            # Our handler formats uvicorn's lines too (JSON, WebSocket queries cut);
+            # the access log is stead's own (stead.access), by route template.
+            log_config=None,
             access_log=False,
             timeout_graceful_shutdown=3,
         )

@@ -65,12 +65,9 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
 
 
 def _host_address(data_dir: Path | None) -> HostAddress:
-    from stead.sandbox import HostAddress, parse_address
+    from stead.sandbox import host_address
 
-    settings = read_settings(data_dir=data_dir)
-    if settings.sandbox_host:
-        return parse_address(settings.sandbox_host, settings.sandbox_host_token)
-    return HostAddress(unix_path=settings.resolved_sandbox_host_state_dir / "host.sock")
+    return host_address(read_settings(data_dir=data_dir))
 
 
 @sandbox_host_app.command("status")

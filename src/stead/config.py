@@ -131,6 +131,21 @@ class Settings(BaseSettings):
     max_request_bytes: int = 32 * 1024 * 1024
     max_events_per_request: int = 1000
     log_level: str = "info"
+    log_format: Literal["auto", "json", "text"] = "auto"
+    """``auto``: JSON lines when stderr is not a terminal, readable text when it is."""
+    metrics: Literal["off", "open", "key"] = "key"
+    """Who may read ``/metrics``: ``key`` (any valid API key; the counts are the
+    installation's, across workspaces), ``open`` (anyone who reaches the port,
+    for a scraper on a private network), ``off`` (not served)."""
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"
+        ),
+    )
+    """Set (by the standard OpenTelemetry variables): spans are exported there
+    over OTLP/HTTP; the exporter reads its other ``OTEL_EXPORTER_OTLP_*``
+    variables (headers, timeout) itself. Unset: no spans are recorded."""
 
     @field_validator("web_search_url")
     @classmethod

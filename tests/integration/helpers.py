@@ -26,8 +26,10 @@ def db_check(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def new_session(client: anthropic.Anthropic) -> str:
-    agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
+def new_session(client: anthropic.Anthropic, tools: list[dict[str, Any]] | None = None) -> str:
+    """A session on a new agent (with ``tools``, if given) and environment."""
+    extra: dict[str, Any] = {"tools": tools} if tools else {}
+    agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6", **extra)
     env = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:10]}")
     return client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx2
@@ -9,6 +10,9 @@ import httpx2
 from stead.testing import ServerProcess
 
 ROUTES = {
+    ("get", "/healthz"): None,
+    ("get", "/readyz"): None,
+    ("get", "/metrics"): None,
     ("post", "/v1/agents"): "AgentCreateParams",
     ("get", "/v1/agents"): None,
     ("get", "/v1/agents/{agent_id}"): None,
@@ -77,7 +81,12 @@ def _refs(node: Any) -> list[str]:
 
 def test_every_route_and_body_is_described(server: ServerProcess) -> None:
     document = httpx2.get(f"{server.url}/openapi.json").json()
-    served = {(method, path) for path, item in document["paths"].items() for method in item}
+    served = {
+        (method, path)
+        for path, item in document["paths"].items()
+        for method in item
+        if not method.startswith("x-")
+    }
     assert served == set(ROUTES)
     for (method, path), body in ROUTES.items():
         operation = document["paths"][path][method]
@@ -113,8 +122,11 @@ def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
     }
     assert {"ApiKey": []} in document["security"]
     for method, path in ROUTES:
-        answers = document["paths"][path][method]["responses"]
+        operation = document["paths"][path][method]
+        answers = operation["responses"]
         assert "422" not in answers, (method, path)
+        if operation.get("security") == []:
+            continue  # the health checks (test_health_checks_ask_for_no_key)
         expected = {"400", "401", "403"} | ({"404"} if "{" in path else set())
         expected |= {"413", "415"} if ROUTES[method, path] else set()
         assert expected <= set(answers), (method, path, sorted(answers))
@@ -124,3 +136,33 @@ def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
                 assert schema == {"$ref": "#/components/schemas/Error"}, (method, path, status)
     assert "409" in document["paths"]["/v1/sessions/{session_id}"]["delete"]["responses"]
     assert "404" in document["paths"]["/v1/sessions"]["post"]["responses"]
+
+
+def test_the_terminal_websockets_are_described(server: ServerProcess) -> None:
+    document = httpx2.get(f"{server.url}/openapi.json").json()
+    for kind in ("exec", "pty"):
+        item = document["paths"][f"/v1/sessions/{{session_id}}/sandbox/{kind}"]
+        assert set(item) == {"x-websocket"}, "no HTTP operation: the route answers none"
+        described = item["x-websocket"]
+        assert "0x03" in described["description"] and described["security"]
+        assert {p["name"] for p in described["parameters"]} >= {"session_id", "id", "offset"}
+
+
+def test_health_checks_ask_for_no_key(server: ServerProcess) -> None:
+    document = httpx2.get(f"{server.url}/openapi.json").json()
+    for path in ("/healthz", "/readyz"):
+        operation = document["paths"][path]["get"]
+        assert operation["security"] == []
+        assert "401" not in operation["responses"]
+    assert "503" in document["paths"]["/readyz"]["get"]["responses"]
+
+
+def test_docs_render_from_shipped_assets(server: ServerProcess) -> None:
+    for page in ("/docs", "/redoc"):
+        html = httpx2.get(f"{server.url}{page}", timeout=30).text
+        sources = re.findall(r'(?:src|href)="([^"]+)"', html)
+        assert sources, html
+        for source in sources:
+            assert source.startswith("/"), f"{page} loads {source} from elsewhere"
+            answer = httpx2.get(f"{server.url}{source}", timeout=30)
+            assert answer.status_code == 200 and answer.content, source

@@ -21,6 +21,7 @@ ROOMS = (
     "sandbox_host",
     "schemas",
     "store",
+    "telemetry",
     "testing",
     "tools",
     "vault",
@@ -49,6 +50,7 @@ FORBIDDEN = {
     "blobs": INNER | {"store", "schemas", "sandbox"},
     "client": {"api", "runtime", "store", "harness", "tools", "testing"},
     "vault": INNER | {"store", "schemas", "sandbox", "blobs"},
+    "telemetry": set(ROOMS) - {"telemetry"},
 }
 BRAIN = set(ROOMS) - {"sandbox_host"}
 """No brain room imports the body: they meet only through the host protocol."""

@@ -22,7 +22,8 @@ ALLOWED = {
         "package_specs",
         "egress_policy",
     },
-    "tools": {"tools", "sandbox", "jsonvalues", "egress_policy"},
+    # telemetry: the trace context an MCP request carries (a leaf: it imports only config).
+    "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry"},
 }
 SHARED_WITH_THE_BODY = {"stead.sandbox.local", "stead.sandbox.protocol"}
 

@@ -12,9 +12,11 @@ from fastapi import FastAPI
 from stead.api import (
     agents,
     credential_checks,
+    docs,
     environments,
     errors,
     events,
+    health,
     openapi,
     sandbox,
     sessions,
@@ -24,6 +26,7 @@ from stead.api import (
 )
 from stead.api.deps import KeyCache, Services
 from stead.api.middleware import RequestIdMiddleware
+from stead.api.observe import TelemetryMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.runtime import (
@@ -38,6 +41,7 @@ from stead.runtime import (
 )
 from stead.sandbox import open_provider
 from stead.store import Store, open_store, single_brain
+from stead.telemetry import Metrics, Telemetry, open_tracing
 from stead.vault import load_secret_box
 
 ROUTE_MODULES = (
@@ -50,6 +54,7 @@ ROUTE_MODULES = (
     sandbox,
     terminals,
     work,
+    health,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
@@ -58,17 +63,25 @@ SWEEP_DESTROY_SECONDS = 600.0
 
 
 def create_app(
-    settings: Settings, store: Store | None = None, *, data_dir_locked: bool = False
+    settings: Settings,
+    store: Store | None = None,
+    *,
+    data_dir_locked: bool = False,
+    telemetry: Telemetry | None = None,
 ) -> FastAPI:
     """The app. With ``store`` given the caller owns it; otherwise the lifespan opens
     the one ``settings`` names, holds the data directory's brain lock while it runs
     (one brain per SQLite store; ``data_dir_locked``: the caller holds it for the
     app's whole life; a PostgreSQL store may have several, so none takes it and
-    none treats another's runs as orphans), and closes it."""
+    none treats another's runs as orphans), and closes it. ``telemetry``: the
+    app's metrics registry and tracer (default: its own, spans exported as the
+    ``OTEL_EXPORTER_OTLP_*`` settings say)."""
+    observed = telemetry or Telemetry(Metrics(), open_tracing(settings))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
+            stack.callback(observed.tracing.shutdown)  # flushes spans not yet exported
             failpoints = FailPoints(settings.failpoints)
             opened = store
             exclusive = store is None and single_brain(settings.resolved_database_url)
@@ -84,9 +97,11 @@ def create_app(
             bus = open_bus(settings)
             box = load_secret_box(settings)
             credentials = SessionCredentials(opened, box)
-            toolbox = SandboxToolbox(settings, opened, open_provider(settings), credentials)
+            toolbox = SandboxToolbox(
+                settings, opened, open_provider(settings), credentials, observed
+            )
             mcp = McpGateway(settings, opened, box)
-            deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints)
+            deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints, observed)
             runtime = Runtime(deps, exclusive=exclusive)
             sweeper = None
             if toolbox.leased:
@@ -123,8 +138,14 @@ def create_app(
         description="Self-hosted runtime for the Claude Managed Agents API.",
         lifespan=lifespan,
         routes=routes,
+        docs_url=None,  # docs.install serves them from shipped files, not a CDN
+        redoc_url=None,
     )
+    app.state.telemetry = observed
+    # Added first, so it runs inside RequestIdMiddleware and logs the request's id.
+    app.add_middleware(TelemetryMiddleware, telemetry=observed)
     app.add_middleware(RequestIdMiddleware)
     errors.install(app)
     openapi.install(app)
+    docs.install(app)
     return app

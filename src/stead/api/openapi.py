@@ -8,6 +8,7 @@
   and what the route declares besides (``response(Model, 404, 409)``: a body
   that names another resource, a state conflict).
 * The API-key security schemes (``x-api-key`` or ``Authorization: Bearer``).
+* The terminal WebSockets, as ``x-websocket`` path items (``WEBSOCKET``).
 
 Routes name their SDK response types by path (``response("beta.BetaEnvironment")``)
 and the types are imported when the document is first built: importing the SDK
@@ -22,7 +23,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from fastapi.routing import APIRoute
+from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.utils import create_model_field
 
 from stead.schemas import StrictParams, agents, environments, events, sessions, vaults
@@ -109,11 +110,64 @@ def _error(status: int) -> dict[str, Any]:
 
 
 def _statuses(path: str, operation: dict[str, Any]) -> list[int]:
+    if operation.get("security") == []:
+        return []  # the health checks: no key, no parameters, no body
     found = [400, 401, 403]
     if "{" in path:
         found.append(404)
     if "requestBody" in operation:
         found += [413, 415]
+    return found
+
+
+WEBSOCKET = "x-websocket"
+"""Path-item extension describing a WebSocket route: OpenAPI has no WebSocket
+operations, and an HTTP operation there would invite clients (and the fuzzer)
+to send plain GETs that the route never answers."""
+TERMINAL_PARAMETERS = [
+    {"name": "id", "in": "query", "description": "Attach to this terminal (made when new)"},
+    {"name": "offset", "in": "query", "description": "Replay output from this byte offset"},
+    {"name": "rows", "in": "query", "description": "Terminal height (default 24)"},
+    {"name": "cols", "in": "query", "description": "Terminal width (default 80)"},
+]
+TERMINALS = {
+    "exec": "Runs one command in the session's sandbox and relays its output. The "
+    'command comes in ``?command=`` or in a first text frame ``{"type": "start", '
+    '"command": "..."}`` (preferred: a URL may be logged by proxies).',
+    "pty": "An interactive shell on a pseudo-terminal in the session's sandbox.",
+}
+TERMINAL_PROTOCOL = (
+    "WebSocket (DESIGN.md §5). Authenticate with ``x-api-key`` or "
+    "``Authorization: Bearer`` on the upgrade request. Binary frames: first byte "
+    "0x00 stdin, 0x01 stdout, 0x02 stderr, 0x03 + int32 exit code (then close 1000), "
+    "0x04 end of the scrollback replay. Text frames are JSON control messages "
+    "(``resize``, ``ping``; the server sends ``attached``, ``offset``, ``replayed``). "
+    "Close codes: 4400 bad request, 4401 no valid key, 4404 no such session, "
+    "4408 too slow, 4503 no sandbox, 1013 try again."
+)
+
+
+def _websockets(app: FastAPI) -> dict[str, dict[str, Any]]:
+    """Path items describing the app's WebSocket routes (``WEBSOCKET``)."""
+    found: dict[str, dict[str, Any]] = {}
+    for route in app.routes:
+        if not isinstance(route, APIWebSocketRoute):
+            continue
+        path = route.path
+        kind = path.rsplit("/", 1)[-1]
+        if kind not in TERMINALS:
+            continue
+        parameters = [{"name": "session_id", "in": "path", "required": True}]
+        if kind == "exec":
+            parameters.append({"name": "command", "in": "query", "description": "The command"})
+        found[path] = {
+            WEBSOCKET: {
+                "summary": f"Terminal ({kind}) over WebSocket",
+                "description": f"{TERMINALS[kind]}\n\n{TERMINAL_PROTOCOL}",
+                "parameters": parameters + TERMINAL_PARAMETERS,
+                "security": [{name: []} for name in SECURITY_SCHEMES],
+            }
+        }
     return found
 
 
@@ -144,6 +198,7 @@ def _document(app: FastAPI) -> dict[str, Any]:
             answers.pop("422", None)
             for status in _statuses(path, operation):
                 answers.setdefault(str(status), _error(status))
+    document.setdefault("paths", {}).update(_websockets(app))
     return document
 
 

@@ -20,6 +20,7 @@ from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
 from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SessionRecord, Store
+from stead.telemetry import Telemetry
 from stead.tools import ToolOutcome
 
 
@@ -101,6 +102,7 @@ class LoopDeps:
     logs: LogCache
     work: WorkQueue
     """Self-hosted environments' work queue (``work.py``)."""
+    telemetry: Telemetry
 
 
 def build_loop(
@@ -110,6 +112,7 @@ def build_loop(
     tools: Toolbox,
     mcp: McpGateway,
     failpoints: FailPoints | None = None,
+    telemetry: Telemetry | None = None,
 ) -> LoopDeps:
     """The agent loop's dependencies from settings, for a process that owns runs."""
     logs = LogCache(store)
@@ -125,4 +128,5 @@ def build_loop(
         failpoints=failpoints or FailPoints(None),
         logs=logs,
         work=WorkQueue(settings, store, bus, logs),
+        telemetry=telemetry or Telemetry(),
     )

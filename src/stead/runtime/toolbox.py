@@ -44,6 +44,7 @@ from stead.store import (
     SessionRecord,
     Store,
 )
+from stead.telemetry import Telemetry
 from stead.tools import ToolOutcome
 
 log = logging.getLogger("stead.runtime.toolbox")
@@ -85,8 +86,10 @@ class SandboxToolbox:
         store: Store,
         provider: SandboxProvider,
         credentials: SessionCredentials,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._settings = settings
+        self._telemetry = telemetry or Telemetry()
         self._store = store
         self._provider = provider
         self._credentials = credentials
@@ -137,7 +140,8 @@ class SandboxToolbox:
             found = self._sandboxes.get(session_id)
             if found is None:
                 config = await self._serve(session_id)
-                found = await self._provider.acquire(session_id, config)
+                with self._telemetry.sandbox_acquire(session_id):
+                    found = await self._provider.acquire(session_id, config)
                 self._sandboxes[session_id] = found
         if session_id in self._stale_secrets:  # a change that could not be pushed at once
             await self._give_secrets(self._served[session_id])

@@ -110,13 +110,15 @@ class TurnRunner:
     async def run(self) -> None:
         """Runs the turn; keeps the lease alive meanwhile. Raises ``LeaseLost``."""
         self.deps.failpoints.hit("turn.before_start")
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._heartbeat)
-            try:
-                with contextlib.suppress(TurnOver):
-                    await self._steps()
-            finally:
-                group.cancel_scope.cancel()
+        claim = self.claim
+        with self.deps.telemetry.turn(self.session_id, claim.run_id, claim.attempts):
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._heartbeat)
+                try:
+                    with contextlib.suppress(TurnOver):
+                        await self._steps()
+                finally:
+                    group.cancel_scope.cancel()
 
     async def _heartbeat(self) -> None:
         settings = self.deps.settings
@@ -209,6 +211,7 @@ class TurnRunner:
         await self._write(
             final, status=status, drain_pending=True, answer_drained=answer_drained, **change
         )
+        self.deps.telemetry.turn_ended(self.session_id, self.claim.run_id, stop_reason["type"])
         raise TurnOver
 
     # model requests
@@ -280,7 +283,10 @@ class TurnRunner:
         attempt = 0
         while True:
             try:
-                return await client.complete(request, op_key=key)
+                with self.deps.telemetry.model_call(self.session_id, model) as call:
+                    response = await client.complete(request, op_key=key)
+                    call.answered(response.usage)
+                    return response
             except UpstreamError as exc:
                 if not exc.retryable or attempt >= settings.upstream_retries:
                     raise
@@ -337,7 +343,9 @@ class TurnRunner:
         work = self.deps.work
         await work.ensure(self.start.session)
         timeout = self.deps.settings.work_answer_timeout_seconds
-        answer = await work.answer(self.session_id, use["id"], timeout)
+        with self.deps.telemetry.tool_call(self.session_id, "self_hosted", name) as counted:
+            answer = await work.answer(self.session_id, use["id"], timeout)
+            counted.finished(is_error=answer is None or bool(answer.get("is_error")))
         if answer is None:
             message = f"no worker of this self-hosted environment answered within {timeout:g}s"
             session = self.start.session
@@ -382,7 +390,9 @@ class TurnRunner:
         written = await self._write(ops_started=[(key, "mcp")])
         if written.started[key] is None or await self._read_only(server, name):
             self.deps.failpoints.hit("mcp.before_call")
-            call = await self.deps.mcp.call(self.start.session, server, name, tool_input, key)
+            with self.deps.telemetry.tool_call(self.session_id, "mcp", name) as counted:
+                call = await self.deps.mcp.call(self.start.session, server, name, tool_input, key)
+                counted.finished(is_error=call.outcome.is_error)
             self.deps.failpoints.hit("mcp.after_call")
         else:
             call = McpCall(ToolOutcome(ev.text(MAY_HAVE_RUN), True))
@@ -438,9 +448,12 @@ class TurnRunner:
         outcome: ToolOutcome
         if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
             self.deps.failpoints.hit("tool.before_run")
-            outcome = await tools.run(
-                self.session_id, name, tool_input, key, renewed=lease is not None
-            )
+            kind = "web" if name in tools.sandbox_free else "builtin"
+            with self.deps.telemetry.tool_call(self.session_id, kind, name) as counted:
+                outcome = await tools.run(
+                    self.session_id, name, tool_input, key, renewed=lease is not None
+                )
+                counted.finished(is_error=outcome.is_error)
             self.deps.failpoints.hit("tool.after_run")
         else:
             outcome = ToolOutcome(ev.text(MAY_HAVE_RUN), True)

@@ -11,6 +11,7 @@ runs it in the brain's own process.
 from __future__ import annotations
 
 from stead.sandbox import ops
+from stead.sandbox.admin import HostStatus, host_status
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     GLOB_RESULT_LIMIT,
@@ -66,7 +67,7 @@ from stead.sandbox.provider import (
     EnvironmentCredential,
     SandboxProvider,
 )
-from stead.sandbox.providers import open_provider
+from stead.sandbox.providers import host_address, open_provider
 from stead.sandbox.terminals import (
     Terminal,
     TerminalEnded,
@@ -107,6 +108,7 @@ __all__ = [
     "HostAddress",
     "HostClient",
     "HostSandbox",
+    "HostStatus",
     "HostTerminal",
     "HostUnreachable",
     "InvalidArgument",
@@ -133,6 +135,8 @@ __all__ = [
     "TerminalRequest",
     "VersionMismatch",
     "WorkspaceUnavailable",
+    "host_address",
+    "host_status",
     "open_provider",
     "ops",
     "parse_address",

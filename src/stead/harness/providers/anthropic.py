@@ -27,6 +27,7 @@ import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.providers.anthropic_answer import AnswerBuilder
+from stead.telemetry import trace_headers
 
 if TYPE_CHECKING:
     import anthropic
@@ -119,7 +120,7 @@ class AnthropicModel:
         try:
             with anyio.fail_after(self._total_timeout):
                 stream = await client.messages.create(
-                    **params, stream=True, extra_headers={"idempotency-key": op_key}
+                    **params, stream=True, extra_headers=trace_headers({"idempotency-key": op_key})
                 )
                 async with stream:
                     async for event in stream:

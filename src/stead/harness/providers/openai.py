@@ -12,6 +12,7 @@ import httpx2
 
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.jsonvalues import Json, JsonValueError, loads
+from stead.telemetry import trace_headers
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 
@@ -113,7 +114,9 @@ class OpenAICompatibleModel:
     async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
         try:
             response = await self._client.post(
-                "/chat/completions", json=to_chat(request), headers={"idempotency-key": op_key}
+                "/chat/completions",
+                json=to_chat(request),
+                headers=trace_headers({"idempotency-key": op_key}),
             )
         except httpx2.TimeoutException:
             raise UpstreamError("upstream timed out", retryable=True) from None

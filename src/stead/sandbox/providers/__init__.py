@@ -5,7 +5,16 @@ imports only the provider chosen, so a brain never loads the others."""
 from __future__ import annotations
 
 from stead.config import Settings
+from stead.sandbox.client import HostAddress, parse_address
 from stead.sandbox.provider import SandboxProvider
+
+
+def host_address(settings: Settings) -> HostAddress:
+    """Where the sandbox host of ``settings`` answers (``STEAD_SANDBOX_HOST``,
+    else the socket in its state directory)."""
+    if settings.sandbox_host:
+        return parse_address(settings.sandbox_host, settings.sandbox_host_token)
+    return HostAddress(unix_path=settings.resolved_sandbox_host_state_dir / "host.sock")
 
 
 def open_provider(settings: Settings) -> SandboxProvider:
@@ -18,14 +27,10 @@ def open_provider(settings: Settings) -> SandboxProvider:
         from stead.sandbox.providers.unsafe_local import UnsafeLocalProvider
 
         return UnsafeLocalProvider(settings.data_dir / "sandboxes")
-    from stead.sandbox.client import HostAddress, parse_address
     from stead.sandbox.providers.host import HostLauncher, HostProvider
 
     state_dir = settings.resolved_sandbox_host_state_dir
-    if settings.sandbox_host:
-        address = parse_address(settings.sandbox_host, settings.sandbox_host_token)
-    else:
-        address = HostAddress(unix_path=state_dir / "host.sock")
+    address = host_address(settings)
     launcher = None
     if settings.sandbox_host_autostart:
         launcher = HostLauncher(

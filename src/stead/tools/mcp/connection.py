@@ -23,6 +23,7 @@ from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
 
 from stead.jsonvalues import Json
+from stead.telemetry import trace_headers
 from stead.tools.mcp.transport import EgressRules
 
 BODY_LIMIT = 4096
@@ -108,7 +109,7 @@ async def _connected(
             refused.append(await captured(response))
 
     http = httpx2.AsyncClient(
-        headers={"authorization": f"Bearer {token}"} if token else {},
+        headers=trace_headers({"authorization": f"Bearer {token}"} if token else {}),
         timeout=httpx2.Timeout(seconds),
         event_hooks={"response": [keep_refusal]},
         follow_redirects=False,

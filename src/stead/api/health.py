@@ -1,0 +1,114 @@
+"""``/healthz``, ``/readyz`` and ``/metrics``: for load balancers and scrapers.
+
+``/healthz`` answers while the process serves HTTP; ``/readyz`` also asks the
+store and (``STEAD_SANDBOX=bwrap``) the sandbox host, and answers 503 naming
+what failed. Neither needs an API key. ``/metrics`` is the Prometheus text of
+this process, readable as ``STEAD_METRICS`` says (``key`` by default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from stead.api import openapi
+from stead.api.deps import authenticate, services
+from stead.api.errors import ApiError
+from stead.api.wire import JSONResponse
+from stead.config import Settings
+from stead.sandbox import host_address, host_status
+from stead.telemetry import CONTENT_TYPE, Telemetry
+
+router = APIRouter(tags=["operations"])
+CHECK_SECONDS = 5.0
+"""Longest a readiness check or a scrape waits for the store."""
+PUBLIC: dict[str, Any] = {"security": []}
+CHECKS_SCHEMA = {
+    "type": "object",
+    "required": ["status", "checks"],
+    "properties": {
+        "status": {"enum": ["ready", "unready"]},
+        "checks": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def telemetry(request: Request) -> Telemetry:
+    return request.app.state.telemetry  # type: ignore[no-any-return]
+
+
+@router.get("/healthz", openapi_extra=PUBLIC, summary="The process is up")
+async def healthz() -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+@router.get(
+    "/readyz",
+    openapi_extra=PUBLIC,
+    summary="The store and the sandbox host answer",
+    responses={
+        200: {"content": {"application/json": {"schema": CHECKS_SCHEMA}}},
+        503: {
+            "description": "A part stead needs does not answer: ``checks`` names it",
+            "content": {"application/json": {"schema": CHECKS_SCHEMA}},
+        },
+    },
+)
+async def readyz(request: Request) -> JSONResponse:
+    app = services(request)
+    checks = {"store": await _store_check(request)}
+    if app.settings.sandbox == "bwrap":
+        checks["sandbox_host"] = await _host_check(app.settings)
+    ready = all(found == "ok" or found.startswith("ok:") for found in checks.values())
+    body = {"status": "ready" if ready else "unready", "checks": checks}
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+async def _store_check(request: Request) -> str:
+    try:
+        with anyio.fail_after(CHECK_SECONDS):
+            await services(request).store.count_api_keys()
+    except TimeoutError:
+        return f"no answer within {CHECK_SECONDS:g}s"
+    except Exception as exc:  # any failure of the store is the answer, not a 500
+        return f"failed: {type(exc).__name__}"
+    return "ok"
+
+
+async def _host_check(settings: Settings) -> str:
+    address = host_address(settings)
+    found = await host_status(address)
+    if found.answer is not None:
+        return "ok"
+    if settings.sandbox_host_autostart and address.unix_path is not None:
+        # This server starts its local host at the first tool call or terminal.
+        return "ok: not started yet; starts on first use"
+    return f"unreachable: {found.problem}"
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics of this process",
+    response_class=Response,
+    responses={
+        200: {"content": {CONTENT_TYPE: {"schema": {"type": "string"}}}},
+        **openapi.errors(404),
+    },
+)
+async def metrics(request: Request) -> Response:
+    app = services(request)
+    if app.settings.metrics == "off":
+        raise ApiError(404, "metrics are off (STEAD_METRICS=off)")
+    if app.settings.metrics == "key":
+        await authenticate(request)
+    found = telemetry(request).metrics
+    with anyio.move_on_after(CHECK_SECONDS):
+        found.queued_runs.set(len(await app.store.queued_runs()))
+    if app.settings.sandbox == "bwrap":
+        host = await host_status(host_address(app.settings))
+        if host.answer is not None:
+            found.set_sandboxes(host.answer.get("sandboxes") or {})
+    return Response(found.render(), media_type=CONTENT_TYPE)

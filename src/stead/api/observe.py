@@ -1,0 +1,103 @@
+"""Pure ASGI middleware: a span, the request metrics and an access log line
+per HTTP request, and a line per terminal WebSocket.
+
+Labels and log lines name the route template (``/v1/sessions/{session_id}``),
+never the path with its query: a terminal URL's query carries the command it
+runs, and no query string, header or body is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from stead.telemetry import FIELDS, Telemetry
+
+log = logging.getLogger("stead.access")
+UNMATCHED = "unmatched"
+"""The route label of a request no route matched (a 404 for any path)."""
+
+
+def route_of(scope: Scope) -> str:
+    """The template of the route the router matched (it sets ``scope["route"]``)."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+class TelemetryMiddleware:
+    def __init__(self, app: ASGIApp, telemetry: Telemetry) -> None:
+        self.app = app
+        self.telemetry = telemetry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            await self._http(scope, receive, send)
+        elif scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        method = scope["method"]
+        status = 500  # what the server answers when the app raises before answering
+        tracer = self.telemetry.tracing.tracer
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        with tracer.start_as_current_span(method, kind=SpanKind.SERVER) as span:
+            try:
+                await self.app(scope, receive, send_status)
+            finally:
+                route = route_of(scope)
+                span.update_name(f"{method} {route}")
+                span.set_attribute("http.request.method", method)
+                span.set_attribute("http.route", route)
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(Status(StatusCode.ERROR))
+                self._account(scope, method, route, status, time.monotonic() - started)
+
+    def _account(self, scope: Scope, method: str, route: str, status: int, took: float) -> None:
+        metrics = self.telemetry.metrics
+        metrics.requests.labels(method, route, str(status)).inc()
+        metrics.request_seconds.labels(method, route).observe(took)
+        fields = {
+            "method": method,
+            "route": route,
+            "status": status,
+            "duration_ms": round(took * 1000, 3),
+            "request_id": scope.get("state", {}).get("request_id"),
+        }
+        log.info("%s %s %d", method, route, status, extra={FIELDS: fields})
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.monotonic()
+        closed: int | None = None
+
+        async def send_close(message: Message) -> None:
+            nonlocal closed
+            if message["type"] == "websocket.close":
+                closed = message.get("code", 1000)
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_close)
+        finally:
+            route = route_of(scope)
+            self.telemetry.metrics.websockets.labels(route).inc()
+            fields = {
+                "method": "WEBSOCKET",
+                "route": route,
+                "close_code": closed,
+                "duration_ms": round((time.monotonic() - started) * 1000, 3),
+            }
+            log.info("WEBSOCKET %s closed", route, extra={FIELDS: fields})

@@ -1,0 +1,79 @@
+"""The brain's log: JSON lines for a collector, readable text on a terminal.
+
+A line's structured fields travel in ``extra={"fields": {...}}`` and become
+JSON keys (or ``key=value`` in text). What must never reach the log: secrets,
+bodies, query strings and command text. Terminal WebSocket URLs carry an exec's
+command in their query, and uvicorn logs each WebSocket's path with its query
+string: ``WebSocketUrlFilter`` cuts the query off those lines.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any, Literal, TextIO
+
+FIELDS = "fields"
+"""The ``extra`` key whose dict a formatter renders as structured fields."""
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+QUIET = {"alembic": logging.WARNING, "httpx2": logging.WARNING, "httpx": logging.WARNING}
+"""httpx logs every request's URL at info; web_fetch URLs are the model's to
+write (query strings and all), and the brain logs no URL it was given."""
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        line.update(getattr(record, FIELDS, None) or {})
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        fields = getattr(record, FIELDS, None) or {}
+        text = super().formatMessage(record)
+        if not fields:
+            return text
+        return text + " " + " ".join(f"{key}={value}" for key, value in fields.items())
+
+
+class WebSocketUrlFilter(logging.Filter):
+    """Drops the query string from uvicorn's ``"WebSocket <path>"`` lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and '"WebSocket %s"' in record.msg:
+            args = record.args
+            if isinstance(args, tuple) and len(args) >= 2 and isinstance(args[1], str):
+                record.args = (args[0], args[1].partition("?")[0], *args[2:])
+        return True
+
+
+def configure_logging(
+    level: str, fmt: Literal["auto", "json", "text"], stream: TextIO | None = None
+) -> None:
+    """Sends every logger (uvicorn's too: start it with ``log_config=None``) to
+    ``stream`` (stderr) in ``fmt``; ``auto`` is JSON unless ``stream`` is a terminal."""
+    out = stream if stream is not None else sys.stderr
+    handler = logging.StreamHandler(out)
+    use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
+    handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
+    handler.addFilter(WebSocketUrlFilter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name, quiet in QUIET.items():
+        logging.getLogger(name).setLevel(quiet)

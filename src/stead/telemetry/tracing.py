@@ -1,0 +1,82 @@
+"""OpenTelemetry spans: a tracer each app owns, and ``traceparent`` for upstreams.
+
+No global tracer provider is set: an app gets its own (or the no-op tracer,
+when no exporter is configured), so several apps in one process never share
+spans. The SDK and the OTLP exporter are imported only when spans are
+recorded: a server without them starts as fast as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from stead.config import Settings
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+log = logging.getLogger("stead.telemetry")
+OTLP_PACKAGE = "opentelemetry-exporter-otlp-proto-http"
+SCOPE = "stead"
+
+
+@dataclass(frozen=True)
+class Tracing:
+    tracer: trace.Tracer
+    provider: TracerProvider | None = None
+    """The SDK provider this app owns (flushed at shutdown); None: spans are not recorded."""
+
+    @contextmanager
+    def span(self, name: str, **attributes: Any) -> Iterator[trace.Span]:
+        """A child of the current span (a root one outside any), ended on exit;
+        an exception marks it as an error and propagates."""
+        with self.tracer.start_as_current_span(name, attributes=attributes) as span:
+            yield span
+
+    def shutdown(self) -> None:
+        if self.provider is not None:
+            self.provider.shutdown()
+
+
+def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tracing:
+    """Spans exported to ``exporter`` (synchronously: for tests), else by OTLP
+    when ``settings.otlp_endpoint`` is set, else not recorded."""
+    if exporter is None and settings.otlp_endpoint is None:
+        return Tracing(trace.NoOpTracer())
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+
+    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself.
+    provider = TracerProvider(resource=Resource.create({"service.name": SCOPE}))
+    if exporter is not None:
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            log.warning(
+                "OTEL_EXPORTER_OTLP_ENDPOINT is set but %s is not installed: no spans are "
+                "exported (install it, or stead[otlp])",
+                OTLP_PACKAGE,
+            )
+            return Tracing(trace.NoOpTracer())
+        # The exporter reads the endpoint, headers and timeout from OTEL_EXPORTER_OTLP_*.
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    return Tracing(provider.get_tracer(SCOPE), provider)
+
+
+def trace_headers(into: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``into`` plus the W3C ``traceparent`` (and ``tracestate``) of the current
+    span, for a request to an upstream; unchanged outside a recorded span."""
+    carrier = dict(into or {})
+    TraceContextTextMapPropagator().inject(carrier)
+    return carrier

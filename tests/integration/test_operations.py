@@ -1,0 +1,168 @@
+"""Operating a server: health checks, Prometheus metrics moving as requests and
+turns happen, and the log (JSON lines, an access line per request, a line per
+turn and per tool error) holding no secret and no command text."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
+
+from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
+from stead.testing.scripts import assistant_turns
+from tests.conftest import loop_env, make_client, sdk_of
+from tests.integration.helpers import message, new_session, wait_idle
+
+Json = dict[str, Any]
+TOOLSET = {"type": "agent_toolset_20260401"}
+COMMAND_MARK = "cmd-text-7f3a"
+"""Text of a terminal command: it must never reach the log."""
+
+
+def scripted(body: Json) -> Turn:
+    """First answer: a bash call, then a read of a missing file (a tool error); then text."""
+    step = assistant_turns(body)
+    if step == 0:
+        return Turn([ToolCall("bash", {"command": "echo hi"})])
+    if step == 1:
+        return Turn([ToolCall("read", {"file_path": "no-such-file.txt"})])
+    return Turn([Text("done")])
+
+
+@pytest.fixture(scope="module")
+def ops_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with FakeModel(scripted) as fake:
+        process = ServerProcess(tmp_path_factory.mktemp("ops"), env=loop_env(fake)).start()
+        yield process
+        process.stop()
+
+
+def samples(server: ServerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` parsed by prometheus_client's parser: (name, labels) -> value."""
+    answer = httpx2.get(
+        f"{server.url}/metrics", headers={"x-api-key": server.first_key or ""}, timeout=30
+    )
+    assert answer.status_code == 200, answer.text
+    found = {}
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(found: dict[Any, float], name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def log_lines(server: ServerProcess) -> list[Json]:
+    """The server's JSON log lines (its start-up banner on stdout is plain text)."""
+    return [json.loads(line) for line in server.log_text().splitlines() if line.startswith("{")]
+
+
+def test_health_answers_without_a_key(ops_server: ServerProcess) -> None:
+    assert httpx2.get(f"{ops_server.url}/healthz", timeout=30).json() == {"status": "ok"}
+    ready = httpx2.get(f"{ops_server.url}/readyz", timeout=30)
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready", "checks": {"store": "ok"}}
+
+
+def test_metrics_need_a_key_by_default(ops_server: ServerProcess) -> None:
+    answer = httpx2.get(f"{ops_server.url}/metrics", timeout=30)
+    assert answer.status_code == 401
+    assert answer.json()["error"]["type"] == "authentication_error"
+
+
+def test_metrics_move_with_requests_and_a_tool_turn(ops_server: ServerProcess) -> None:
+    before = samples(ops_server)
+    with sdk_of(ops_server) as client:
+        session_id = new_session(client, [TOOLSET])
+        client.beta.sessions.events.send(session_id, events=[message("go")])  # type: ignore[list-item]
+        wait_idle(client, session_id)
+        with pytest.raises(anthropic.NotFoundError):
+            client.beta.agents.retrieve("agent_" + "0" * 26)
+    after = samples(ops_server)
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert moved("stead_http_requests_total", method="POST", route="/v1/agents", status="200") == 1
+    assert (
+        moved(
+            "stead_http_requests_total", method="GET", route="/v1/agents/{agent_id}", status="404"
+        )
+        == 1
+    )
+    assert (
+        moved("stead_http_request_duration_seconds_count", method="POST", route="/v1/agents") == 1
+    )
+    assert moved("stead_turns_total", outcome="end_turn") == 1
+    assert moved("stead_model_calls_total", model="claude-sonnet-4-6", outcome="ok") == 3
+    assert moved("stead_model_tokens_total", model="claude-sonnet-4-6", kind="output") > 0
+    assert moved("stead_tool_calls_total", kind="builtin", outcome="ok") == 1
+    assert moved("stead_tool_calls_total", kind="builtin", outcome="error") == 1
+    assert moved("stead_tool_call_duration_seconds_count", kind="builtin") == 2
+    assert value(after, "stead_queued_runs") == 0
+
+    lines = log_lines(ops_server)
+    turns = [line for line in lines if line["message"].startswith("turn ended")]
+    assert any(line["session_id"] == session_id and line["outcome"] == "end_turn" for line in turns)
+    failed = [line for line in lines if line["message"] == "tool call failed"]
+    assert any(line["session_id"] == session_id and line["tool"] == "read" for line in failed)
+
+
+def test_an_access_line_per_request_by_route_template(ops_server: ServerProcess) -> None:
+    with sdk_of(ops_server) as client:
+        answer = client.beta.agents.with_raw_response.list(limit=1)
+    request_id = answer.headers["request-id"]
+    found = [line for line in log_lines(ops_server) if line.get("request_id") == request_id]
+    assert len(found) == 1
+    line = found[0]
+    assert line["logger"] == "stead.access"
+    assert (line["method"], line["route"], line["status"]) == ("GET", "/v1/agents", 200)
+    assert line["duration_ms"] >= 0
+    assert "limit" not in json.dumps(line)  # never the query string
+
+
+def test_the_log_holds_no_key_and_no_command_text(ops_server: ServerProcess) -> None:
+    key = ops_server.create_key()  # the first key is printed at start, by design
+    url = ops_server.url.replace("http", "ws", 1)
+    with make_client(ops_server.url, key) as client:
+        session_id = new_session(client)
+    query = f"command=echo+{COMMAND_MARK}&token={key}"
+    with connect(
+        f"{url}/v1/sessions/{session_id}/sandbox/exec?{query}",
+        additional_headers={"x-api-key": key},
+        open_timeout=30,
+    ) as socket:
+        for _ in range(100):  # until the server closes it (the command ran, or was refused)
+            try:
+                socket.recv(timeout=30)
+            except Exception:
+                break
+    httpx2.get(f"{ops_server.url}/v1/agents?secret={key}", timeout=30)
+    text = ops_server.log_text()
+    assert COMMAND_MARK not in text
+    assert key not in text
+    socket_lines = [line for line in log_lines(ops_server) if "WebSocket" in line["message"]]
+    assert socket_lines, "uvicorn logs each WebSocket (its query cut off)"
+    assert any(
+        line.get("route") == "/v1/sessions/{session_id}/sandbox/exec"
+        for line in log_lines(ops_server)
+    )
+
+
+def test_metrics_open_or_off_as_set(fake_model: FakeModel, tmp_path: Any) -> None:
+    for setting, status in (("open", 200), ("off", 404)):
+        process = ServerProcess(
+            tmp_path / setting, env=loop_env(fake_model, STEAD_METRICS=setting)
+        ).start()
+        try:
+            assert httpx2.get(f"{process.url}/metrics", timeout=30).status_code == status
+        finally:
+            process.stop()
