@@ -19,6 +19,7 @@ from stead.api import (
     sandbox,
     sessions,
     terminals,
+    usage,
     vaults,
     work,
 )
@@ -50,6 +51,7 @@ ROUTE_MODULES = (
     sandbox,
     terminals,
     work,
+    usage,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""

@@ -14,6 +14,7 @@ import logging
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from stead.prices import PriceTable
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.deps import LoopDeps
 from stead.runtime.work import WorkQueue
@@ -60,6 +61,11 @@ class Runtime:
     def work(self) -> WorkQueue:
         """Self-hosted environments' work queue."""
         return self._deps.work
+
+    @property
+    def prices(self) -> PriceTable:
+        """The list prices model requests are costed at."""
+        return self._deps.prices
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""

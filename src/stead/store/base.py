@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
@@ -231,6 +231,29 @@ class LeaseTerms:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestUsage:
+    """What one model request used: ``stead.usage`` counters, added to the
+    session's usage and the ledger under ``model``."""
+
+    model: str
+    counters: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerRow:
+    """A workspace's usage on one UTC day for one session and model."""
+
+    day: date
+    session_id: str | None
+    """None: sandbox time of a shared sandbox."""
+    model: str | None
+    """None: sandbox time."""
+    counters: dict[str, int]
+    """``stead.usage.COUNTERS`` but ``cache_creation_input_tokens``."""
+    active_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class RunWrite:
     """What one fenced transaction of the agent loop writes, all or nothing."""
 
@@ -239,8 +262,16 @@ class RunWrite:
     """(op_key, kind) recorded as started before the side effect runs."""
     ops_completed: Sequence[tuple[str, Any]] = ()
     """(op_key, result) recorded with the events that report them."""
-    usage: dict[str, int] | None = None
-    """Added to the session's cumulative usage."""
+    usage: RequestUsage | None = None
+    """Added to the session's cumulative usage and the workspace's ledger."""
+    sandbox_seconds: float | None = None
+    """The host's count of the session's sandbox's active seconds: booked up to it."""
+    budget_gate: bool = False
+    """Write nothing and raise ``BudgetReached`` when the session's budget is reached
+    (checked under the session's lock, so an update that raises it is seen)."""
+    terminate: bool = False
+    """End the session for good: ``terminated_at`` set and ``session.status_terminated``
+    logged last, after the drained queue (the run's status is the caller's)."""
     status: RunStatus | None = None
     """The run's new status (``DONE`` ends it)."""
     drain_pending: bool = False
@@ -578,4 +609,28 @@ class Store(VaultStore, WorkStore, Protocol):
 
     async def sandbox_active_seconds(self, sandbox_id: str) -> float:
         """Cumulative active seconds of the sandbox (0.0 if none were recorded)."""
+        ...
+
+    async def book_sandbox_active_seconds(
+        self, sandbox_id: str, *, session_id: str | None, workspace_id: str, total: float
+    ) -> float:
+        """Books the sandbox's active time up to ``total`` (the host's cumulative
+        count): adds what is not booked yet to it, its session's usage and the
+        ledger, in one transaction; returns what was added (0.0 when nothing)."""
+        ...
+
+    # usage and termination
+    async def usage_ledger(
+        self, workspace_id: str, first: date | None = None, last: date | None = None
+    ) -> list[LedgerRow]:
+        """The workspace's usage by UTC day (``first`` to ``last``, both included),
+        session and model; sandbox time has no model."""
+        ...
+
+    async def terminate_session(
+        self, workspace_id: str, session_id: str, events: Sequence[NewEvent]
+    ) -> list[EventRecord]:
+        """Ends an idle session for good: logs ``events`` and
+        ``session.status_terminated`` and sets ``terminated_at``. ``Conflict`` when
+        it is running (interrupt it first), archived, or already terminated."""
         ...

@@ -129,6 +129,10 @@ class AnthropicModel:
                 "output_tokens": usage.output_tokens,
                 "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
                 "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+                # The 1-hour share of the cache writes, priced apart (``stead.usage``).
+                "ephemeral_1h_input_tokens": (
+                    usage.cache_creation.ephemeral_1h_input_tokens if usage.cache_creation else 0
+                ),
             },
         )
 
