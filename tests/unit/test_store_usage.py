@@ -179,3 +179,13 @@ async def test_only_an_idle_session_is_terminated_on_request(store: SqlStore) ->
     assert [e.type for e in logged] == ["session.status_terminated"]
     with pytest.raises(Conflict, match="terminated"):
         await store.terminate_session(workspace_id, session_id, [])
+
+
+async def test_a_deleted_sessions_sandbox_time_stays_in_the_ledger(store: SqlStore) -> None:
+    workspace_id, session_id = await _session(store)
+    await store.delete_session(workspace_id, session_id)
+    await store.book_sandbox_active_seconds(
+        session_id, session_id=session_id, workspace_id=workspace_id, total=3.0
+    )
+    [row] = await store.usage_ledger(workspace_id)
+    assert (row.session_id, row.model, row.active_seconds) == (session_id, None, 3.0)

@@ -27,13 +27,11 @@ from stead.store.base import (
     IntegrityFinding,
     LeaseExpiry,
     LeaseTerms,
-    LedgerRow,
     NewEvent,
     OpRecord,
     Order,
     Page,
     PageRequest,
-    RequestUsage,
     RunClaim,
     RunStart,
     RunStatus,
@@ -58,6 +56,7 @@ from stead.store.errors import (
 )
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
+from stead.store.usage import LedgerRow, RequestUsage, UsageStore
 from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
 from stead.store.work import (
     ENVIRONMENT_KEY_PREFIX,
@@ -117,6 +116,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "UsageStore",
     "VaultRecord",
     "VaultStore",
     "WorkItem",

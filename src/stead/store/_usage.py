@@ -18,8 +18,8 @@ from stead import usage as accounting
 from stead.store import _leases, _locks
 from stead.store._compiled import compiled
 from stead.store._leases import _insert
-from stead.store.base import LedgerRow
 from stead.store.tables import sandbox_usage, sessions, usage_ledger
+from stead.store.usage import LedgerRow
 
 LEDGER_COUNTERS = (
     "requests",
@@ -64,18 +64,19 @@ def at_cap(conn: Connection, session_id: str) -> bool:
 
 def add(
     conn: Connection, now: datetime, session_id: str, model: str, delta: Mapping[str, Any]
-) -> None:
+) -> bool:
     """Adds ``delta`` (``stead.usage`` counters, ``active_seconds``) to the session's
-    usage and to its ledger row for today and ``model``. A deleted session's
-    usage is gone; nothing is added."""
+    usage and to its ledger row for today and ``model``; False (nothing added)
+    when the session is gone."""
     row = _session(conn, session_id)
     if row is None:
-        return
+        return False
     total = accounting.added(row.usage or {}, delta)
     compiled(conn, "usage.set", _set_statement).execute(
         conn, {"b_id": session_id, "b_usage": total}
     ).close()
     ledger_add(conn, now, row.workspace_id, session_id, model, delta)
+    return True
 
 
 def ledger_add(
@@ -124,10 +125,9 @@ def add_active_seconds(
         _locks.session(conn, session_id)  # before the usage row (``_locks`` order)
     _leases.add_active_seconds(conn, now, sandbox_id, session_id, workspace_id, seconds)
     delta = {"active_seconds": seconds}
-    if session_id is None:
-        ledger_add(conn, now, workspace_id, SANDBOX_TIME, SANDBOX_TIME, delta)
-    else:
-        add(conn, now, session_id, SANDBOX_TIME, delta)
+    if session_id is None or not add(conn, now, session_id, SANDBOX_TIME, delta):
+        # A shared sandbox, or a deleted session's: the workspace's ledger still has it.
+        ledger_add(conn, now, workspace_id, session_id or SANDBOX_TIME, SANDBOX_TIME, delta)
 
 
 def book_session_sandbox(conn: Connection, now: datetime, session_id: str, total: float) -> None:

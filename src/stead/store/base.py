@@ -11,10 +11,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import datetime
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
+from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
 
@@ -231,29 +232,6 @@ class LeaseTerms:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestUsage:
-    """What one model request used: ``stead.usage`` counters, added to the
-    session's usage and the ledger under ``model``."""
-
-    model: str
-    counters: dict[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerRow:
-    """A workspace's usage on one UTC day for one session and model."""
-
-    day: date
-    session_id: str | None
-    """None: sandbox time of a shared sandbox."""
-    model: str | None
-    """None: sandbox time."""
-    counters: dict[str, int]
-    """``stead.usage.COUNTERS`` but ``cache_creation_input_tokens``."""
-    active_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
 class RunWrite:
     """What one fenced transaction of the agent loop writes, all or nothing."""
 
@@ -374,7 +352,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, Protocol):
+class Store(VaultStore, WorkStore, UsageStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...
@@ -609,22 +587,6 @@ class Store(VaultStore, WorkStore, Protocol):
 
     async def sandbox_active_seconds(self, sandbox_id: str) -> float:
         """Cumulative active seconds of the sandbox (0.0 if none were recorded)."""
-        ...
-
-    async def book_sandbox_active_seconds(
-        self, sandbox_id: str, *, session_id: str | None, workspace_id: str, total: float
-    ) -> float:
-        """Books the sandbox's active time up to ``total`` (the host's cumulative
-        count): adds what is not booked yet to it, its session's usage and the
-        ledger, in one transaction; returns what was added (0.0 when nothing)."""
-        ...
-
-    # usage and termination
-    async def usage_ledger(
-        self, workspace_id: str, first: date | None = None, last: date | None = None
-    ) -> list[LedgerRow]:
-        """The workspace's usage by UTC day (``first`` to ``last``, both included),
-        session and model; sandbox time has no model."""
         ...
 
     async def terminate_session(

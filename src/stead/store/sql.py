@@ -44,7 +44,6 @@ from stead.store.base import (
     EventsAccepted,
     IntegrityFinding,
     LeaseExpiry,
-    LedgerRow,
     NewEvent,
     Page,
     PageRequest,
@@ -59,6 +58,7 @@ from stead.store.base import (
     Workspace,
     WriteResult,
 )
+from stead.store.usage import LedgerRow
 from stead.store.vaults import (
     CredentialChange,
     CredentialRecord,
