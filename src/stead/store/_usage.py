@@ -21,16 +21,8 @@ from stead.store._leases import _insert
 from stead.store.tables import sandbox_usage, sessions, usage_ledger
 from stead.store.usage import LedgerRow
 
-LEDGER_COUNTERS = (
-    "requests",
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "ephemeral_5m_input_tokens",
-    "ephemeral_1h_input_tokens",
-    "list_cost_nanos",
-    "unpriced_requests",
-)
+LEDGER_COUNTERS = tuple(c for c in accounting.COUNTERS if c != "cache_creation_input_tokens")
+"""The ledger keeps cache writes by TTL only (their sum is the total)."""
 SANDBOX_TIME = ""
 """The ledger's ``model`` for sandbox time (and its ``session_id`` for a shared sandbox)."""
 
