@@ -16,6 +16,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 
+PRICE_KEYS = frozenset({"input", "output", "cache_write_5m", "cache_write_1h", "cache_read"})
+
 
 def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "stead"
@@ -63,6 +65,10 @@ class Settings(BaseSettings):
     openai_models: dict[str, str] = Field(default_factory=dict)
     """Model name -> base URL of an OpenAI-compatible server (JSON in STEAD_OPENAI_MODELS)."""
     openai_api_key: str | None = None
+    model_prices: dict[str, dict[str, float]] = Field(default_factory=dict)
+    """Model name -> USD per million tokens (JSON in STEAD_MODEL_PRICES):
+    ``input``, ``output`` and optionally ``cache_write_5m``, ``cache_write_1h``,
+    ``cache_read``; over the shipped list prices (``stead.prices``)."""
     model_read_timeout_seconds: float = 60.0
     model_total_timeout_seconds: float = 600.0
     max_output_tokens: int = 8192
@@ -155,6 +161,20 @@ class Settings(BaseSettings):
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
                 raise ValueError(f"{url!r} is not the http(s) base URL of a SearXNG instance")
         return url
+
+    @field_validator("model_prices")
+    @classmethod
+    def _prices(cls, prices: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        for model, price in prices.items():
+            unknown = set(price) - PRICE_KEYS
+            if unknown or not {"input", "output"} <= set(price):
+                raise ValueError(
+                    f"{model}: give input and output (and optionally cache_write_5m, "
+                    "cache_write_1h, cache_read) in USD per million tokens"
+                )
+            if any(value < 0 for value in price.values()):
+                raise ValueError(f"{model}: a price cannot be negative")
+        return prices
 
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:

@@ -27,6 +27,7 @@ class EventType(enum.StrEnum):
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
     SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
+    SESSION_STATUS_TERMINATED = "session.status_terminated"
     SESSION_ERROR = "session.error"
     SESSION_UPDATED = "session.updated"
     SESSION_DELETED = "session.deleted"

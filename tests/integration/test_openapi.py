@@ -50,6 +50,8 @@ ROUTES = {
     ("post", "/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate"): None,
     ("delete", "/v1/sessions/{session_id}/sandbox"): None,
     ("get", "/v1/sessions/{session_id}/sandbox/egress"): None,
+    ("post", "/v1/sessions/{session_id}/terminate"): None,
+    ("get", "/v1/usage"): None,
     ("get", "/v1/environments/{environment_id}/work/poll"): None,
     ("get", "/v1/environments/{environment_id}/work/stats"): None,
     ("get", "/v1/environments/{environment_id}/work"): None,

@@ -1,12 +1,17 @@
 """A session whose saved workspace cannot be restored (rule 6), seen through
-the official SDK: the tool call fails, the turn ends with a ``session.error``
-naming the cause, and the agent never gets an empty workspace in its place."""
+the official SDK: the tool call fails, the session ends with a terminal
+``session.error`` naming the cause and ``session.status_terminated``, refuses
+events after, its sandbox lease ends, and the agent never gets an empty
+workspace in its place."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 from typing import Any
+
+import anthropic
+import pytest
 
 from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
@@ -31,22 +36,35 @@ def script(body: dict[str, Any]) -> Turn:
     return Turn([Text("done")])
 
 
-def idle_events(client: Any, session_id: str, count: int) -> list[Any]:
-    """The session's events once ``count`` turns have gone idle."""
+def idle_events(client: Any, session_id: str, count: int, end: str = "idle") -> list[Any]:
+    """The session's events once ``count`` turns have gone idle, or it ended."""
     deadline = time.monotonic() + WAIT * 2
     while True:
         events = list(client.beta.sessions.events.list(session_id, limit=1000))
+        if end == "terminated" and events and events[-1].type == "session.status_terminated":
+            return events
         if sum(1 for e in events if e.type == "session.status_idle") >= count:
             return events
         assert time.monotonic() < deadline, [e.type for e in events]
         time.sleep(0.1)
 
 
-def test_a_lost_workspace_ends_the_turn_with_a_session_error(
-    host: HostProcess, tmp_path: Path
-) -> None:
+def released(client: Any, session_id: str) -> Any:
+    """The session's sandbox lease once the sweeper ended it and destroyed the
+    sandbox (bounded wait)."""
+    deadline = time.monotonic() + WAIT
+    while True:
+        view: Any = client.get(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+        if view["lease"]["status"] == "destroyed":
+            return view["lease"]
+        assert time.monotonic() < deadline, view
+        time.sleep(0.05)
+
+
+def test_a_lost_workspace_ends_the_session(host: HostProcess, tmp_path: Path) -> None:
     with FakeModel(script) as fake:
-        server = ServerProcess(tmp_path / "data", env=loop_env(fake, **host.settings_env))
+        env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.2", **host.settings_env)
+        server = ServerProcess(tmp_path / "data", env=env)
         server.start()
         try:
             assert server.first_key, server.log_text()
@@ -62,7 +80,12 @@ def test_a_lost_workspace_ends_the_turn_with_a_session_error(
                 snapshot.write_bytes(b"not a snapshot")
 
                 client.beta.sessions.events.send(session_id, events=[message("read it")])
-                events = idle_events(client, session_id, 2)
+                events = idle_events(client, session_id, 2, end="terminated")
+                assert client.beta.sessions.retrieve(session_id).status == "terminated"
+                with pytest.raises(anthropic.ConflictError):
+                    client.beta.sessions.events.send(session_id, events=[message("again")])
+                lease = released(client, session_id)
+                status = host.call({"op": "status", "sandbox_id": session_id})
         finally:
             server.stop()
     asked = [i for i, e in enumerate(events) if e.type == "user.message"]
@@ -73,7 +96,7 @@ def test_a_lost_workspace_ends_the_turn_with_a_session_error(
     assert results[1].content[0].text.startswith("not run:")
     (error,) = [e for e in second_turn if e.type == "session.error"]
     assert "cannot be restored" in error.error.message
-    assert error.error.retry_status.type == "exhausted"
-    assert second_turn[-1].stop_reason.type == "retries_exhausted"
-    status = host.call({"op": "status", "sandbox_id": session_id})
-    assert "corrupt" in status["result"]["last_error"]
+    assert error.error.retry_status.type == "terminal"
+    assert [e.type for e in second_turn[-2:]] == ["session.usage", "session.status_terminated"]
+    assert lease["expiry_reason"] == "session_terminated"
+    assert status.get("error") == "SandboxNotFound", status

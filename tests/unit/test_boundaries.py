@@ -34,7 +34,9 @@ SHARED = {
     "failpoints",
     "jsonvalues",
     "package_specs",
+    "prices",
     "sandbox_variables",
+    "usage",
 }
 INNER = {"api", "runtime", "harness", "tools", "client", "testing"}
 """Rooms that sit above the sandbox and what it stands on (DESIGN §2)."""

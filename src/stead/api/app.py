@@ -21,6 +21,7 @@ from stead.api import (
     sandbox,
     sessions,
     terminals,
+    usage,
     vaults,
     work,
 )
@@ -55,6 +56,7 @@ ROUTE_MODULES = (
     terminals,
     work,
     health,
+    usage,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import Response
 
+from stead import usage as accounting
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
@@ -34,10 +35,35 @@ def new_events(params: Sequence[Json]) -> list[NewEvent]:
     return created
 
 
+SETTLE_TYPES = frozenset(
+    {
+        EventType.USER_TOOL_CONFIRMATION,
+        EventType.USER_TOOL_RESULT,
+        EventType.USER_CUSTOM_TOOL_RESULT,
+    }
+)
+"""What a session at its budget accepts (spec §5.3 step 7); interrupts are
+accepted and ignored."""
+
+
+def _check_budget(session: SessionRecord, params: list[Json]) -> None:
+    if not accounting.at_cap(session.budget, session.usage):
+        return
+    for i, event in enumerate(params):
+        if event["type"] not in SETTLE_TYPES:
+            raise RequestError(
+                f"events.{i}: the session reached its budget; it accepts only tool results "
+                "and confirmations until the budget is raised or removed (sessions.update)",
+                code="budget_reached",
+            )
+
+
 def _reference_check(
     params: list[Json],
 ) -> Callable[[SessionRecord, Callable[[str], EventRecord | None]], None]:
-    def validate(_session: SessionRecord, lookup: Callable[[str], EventRecord | None]) -> None:
+    def validate(session: SessionRecord, lookup: Callable[[str], EventRecord | None]) -> None:
+        _check_budget(session, params)
+
         def found(event_id: str) -> tuple[str, Json] | None:
             record = lookup(event_id)
             return None if record is None else (record.type, record.body)
@@ -57,6 +83,14 @@ async def send_events(
 ) -> JSONResponse:
     app = services(request)
     params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
+    if any(e["type"] == EventType.USER_INTERRUPT for e in params):
+        # At the budget an interrupt is accepted and ignored, not logged (spec §3.1):
+        # read only when one is sent, to keep messages' path to one transaction.
+        session = await app.store.get_session(who.workspace_id, session_id)
+        if accounting.at_cap(session.budget, session.usage):
+            params = [e for e in params if e["type"] != EventType.USER_INTERRUPT]
+            if not params:
+                return JSONResponse({"data": []})
     accepted = await app.store.accept_user_events(
         who.workspace_id,
         session_id,

@@ -35,10 +35,15 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
     spec = sessions.parse_create(await json_body(request))
     events.check_initial_events(spec.initial_events)
 
-    def build_agent(agent: AgentRecord) -> dict[str, object]:
-        return sessions.snapshot(agent.id, agent.version, agent.definition, spec.overrides)
-
     app = services(request)
+    prices = app.runtime.prices
+
+    def build_agent(agent: AgentRecord) -> dict[str, object]:
+        built = sessions.snapshot(agent.id, agent.version, agent.definition, spec.overrides)
+        model = built["model"]["id"]
+        sessions.check_budgetable(spec.fields["budget"], model, prices.priced(model))
+        return built
+
     record, logged = await app.store.create_session(
         who.workspace_id,
         (spec.agent_id, spec.agent_version),
@@ -71,7 +76,12 @@ async def update_session(
     params = sessions.parse_update(await json_body(request))
 
     def change(current: SessionRecord) -> dict[str, object]:
-        columns = {"agent": current.agent, "budget": current.budget, "metadata": current.metadata}
+        columns = {
+            "agent": current.agent,
+            "budget": current.budget,
+            "metadata": current.metadata,
+            "usage": current.usage,
+        }
         return sessions.apply_update(columns, params)
 
     app = services(request)
@@ -83,6 +93,8 @@ async def update_session(
     )
     if event is not None:
         app.runtime.committed(session_id, [event])
+    if record.status != "idle":  # a raised budget let a stopped turn go on
+        app.runtime.wake(session_id)
     return JSONResponse(_json(record))
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse as StarletteJSONResponse
 
+from stead import usage as accounting
 from stead.jsonvalues import Json, repaired
 from stead.store import (
     AgentRecord,
@@ -79,6 +80,7 @@ def environment(record: EnvironmentRecord) -> Json:
 
 def session(record: SessionRecord, now: datetime) -> Json:
     end = record.terminated_at or now
+    usage = accounting.wire(record.usage)
     return {
         "type": "session",
         "id": record.id,
@@ -90,9 +92,9 @@ def session(record: SessionRecord, now: datetime) -> Json:
         "vault_ids": record.vault_ids,
         "metadata": record.metadata,
         "budget": record.budget,
-        "usage": record.usage,
+        "usage": usage,
         "stats": {
-            "active_seconds": float(record.usage.get("active_seconds") or 0.0),
+            "active_seconds": usage["active_seconds"],
             "duration_seconds": max(0.0, (end - record.created_at).total_seconds()),
         },
         "outcome_evaluations": [],

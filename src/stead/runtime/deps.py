@@ -12,6 +12,7 @@ from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.prices import PriceTable, price_table
 from stead.runtime.bus import Bus
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import UnreachableCredential
@@ -75,6 +76,11 @@ class Toolbox(Protocol):
         a call neither makes nor wakes one, nor renews its lease."""
         ...
 
+    async def active_seconds(self, session_id: str) -> float | None:
+        """The host's cumulative count of the session's sandbox's active time, when
+        this process used it (None otherwise); never wakes or renews anything."""
+        ...
+
     async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
         """The session's vault credentials its sandbox can never use, because
         its environment forbids their hosts."""
@@ -103,6 +109,8 @@ class LoopDeps:
     work: WorkQueue
     """Self-hosted environments' work queue (``work.py``)."""
     telemetry: Telemetry
+    prices: PriceTable
+    """List prices each model request is costed at (``STEAD_MODEL_PRICES``)."""
 
 
 def build_loop(
@@ -129,4 +137,5 @@ def build_loop(
         logs=logs,
         work=WorkQueue(settings, store, bus, logs),
         telemetry=telemetry or Telemetry(),
+        prices=price_table(settings.model_prices, settings.openai_models),
     )

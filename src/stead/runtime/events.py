@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from stead import usage as accounting
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
@@ -58,6 +59,6 @@ def as_log(record: EventRecord) -> Json:
     return {"type": record.type, "id": record.id, **record.body, "_seq": record.seq}
 
 
-def session_usage(usage: Json) -> NewEvent:
-    keys = ("input_tokens", "output_tokens", "cache_read_input_tokens")
-    return new(EventType.SESSION_USAGE, {"usage": {k: int(usage.get(k, 0)) for k in keys}})
+def session_usage(usage: Json, budget: Json | None) -> NewEvent:
+    """The session's cumulative usage (``stead.usage`` counters) as the spec shows it."""
+    return new(EventType.SESSION_USAGE, {"usage": accounting.wire(usage), "budget": budget})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from stead import usage as accounting
 from stead.events import EventType
 from stead.harness import CallModel, McpTool, ModelRequest, build_request, next_step
 from stead.jsonvalues import Json
@@ -69,6 +70,9 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
     ) -> RunWrite | None:
         if claim.attempts > deps.settings.max_run_attempts:
             return None
+        if accounting.at_cap(session.budget, session.usage):
+            return None  # the runner's gated write stops the turn
+
         # An agent with MCP servers whose tools are not listed yet: listing
         # takes I/O, which the claim's transaction must not wait for.
         mcp_tools = deps.mcp.cached(claim.session_id, session.agent)

@@ -18,6 +18,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.events import EventType
+from stead.prices import PriceTable
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
@@ -75,6 +76,11 @@ class Runtime:
     def work(self) -> WorkQueue:
         """Self-hosted environments' work queue."""
         return self._deps.work
+
+    @property
+    def prices(self) -> PriceTable:
+        """The list prices model requests are costed at."""
+        return self._deps.prices
 
     def committed(
         self,

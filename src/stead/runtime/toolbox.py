@@ -268,6 +268,19 @@ class SandboxToolbox:
         active = max(booked, float(host["active_seconds"])) if host else booked
         return SandboxView(lease, host, active)
 
+    async def active_seconds(self, session_id: str) -> float | None:
+        """The host's count of the session's sandbox's active time, all wakes
+        together, when this process gave the session a sandbox; None otherwise or
+        when the host cannot say. Wakes nothing."""
+        if session_id not in self._sandboxes:
+            return None
+        try:
+            host = await self._provider.status(session_id)
+        except SandboxError as exc:
+            log.info("session %s: sandbox time not read: %s", session_id, exc)
+            return None
+        return float(host["active_seconds"]) if host else None
+
     async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
         if not session.vault_ids:
             return []
@@ -308,15 +321,14 @@ class SandboxToolbox:
         if sandbox is not None:
             await sandbox.close()
         total = await self._provider.release(lease.sandbox_id)
-        booked = await self._store.sandbox_active_seconds(lease.sandbox_id)
-        if total is not None and total > booked:
+        if total is not None:
             # The host counts all wakes of the sandbox (also before an earlier
-            # destroy and revival); the store gets what it has not seen yet.
-            await self._store.add_sandbox_active_seconds(
+            # destroy and revival); the store books what it has not seen yet.
+            await self._store.book_sandbox_active_seconds(
                 lease.sandbox_id,
                 session_id=lease.session_id,
                 workspace_id=lease.workspace_id,
-                seconds=total - booked,
+                total=total,
             )
 
     async def aclose(self) -> None:
@@ -330,4 +342,7 @@ def _broken(name: str, exc: SandboxError) -> ToolOutcome:
     """The outcome of a call that found the sandbox unable to serve the session
     for good: an error for the model and a ``session.error`` for the turn."""
     message = f"the session's sandbox cannot be used: {exc}"
-    return ToolOutcome([{"type": "text", "text": f"{name}: {message}"}], True, message)
+    # A lost workspace never comes back (rule 6): the session ends. Packages
+    # or isolation an operator can fix end only the turn.
+    terminal = isinstance(exc, WorkspaceUnavailable)
+    return ToolOutcome([{"type": "text", "text": f"{name}: {message}"}], True, message, terminal)

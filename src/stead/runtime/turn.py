@@ -30,6 +30,7 @@ from typing import Any
 
 import anyio
 
+from stead import usage as accounting
 from stead.events import EventType
 from stead.harness import (
     TOOL_USE_TYPES,
@@ -53,9 +54,11 @@ from stead.runtime.opkeys import op_key
 from stead.runtime.plan import dangling_span, model_request
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
+    BudgetReached,
     LeaseLost,
     NewEvent,
     OpRecord,
+    RequestUsage,
     RunClaim,
     RunStart,
     RunStatus,
@@ -95,7 +98,7 @@ class TurnRunner:
     def __post_init__(self) -> None:
         self.claim: RunClaim = self.start.claim
         self.next_run: str | None = None
-        self._usage: dict[str, int] = dict(self.start.session.usage)
+        self._usage: Json = dict(self.start.session.usage)
         self._log: list[Json] | None = None
         self._mcp_tools: tuple[McpTool, ...] | None = None
         """What the agent's MCP servers offer, asked once per run."""
@@ -200,18 +203,34 @@ class TurnRunner:
     async def _end(
         self,
         events: Sequence[NewEvent],
-        stop_reason: Json,
+        stop_reason: Json | None,
         status: RunStatus,
         *,
         answer_drained: bool = True,
+        drain: bool = True,
         **change: Any,
     ) -> None:
+        """``stop_reason`` None: the session is terminated instead of idle."""
         self.deps.failpoints.hit("turn.before_idle")
-        final = [*events, ev.session_usage(self._usage), ev.status_idle(stop_reason)]
+        seconds = await self.deps.tools.active_seconds(self.session_id)
+        if seconds is not None:
+            # Booked in this write, up to the host's count: a replay books nothing twice.
+            booked = float(self._usage.get("active_seconds") or 0.0)
+            self._usage["active_seconds"] = max(booked, seconds)
+        final = [*events, ev.session_usage(self._usage, self.start.session.budget)]
+        if stop_reason is not None:
+            final.append(ev.status_idle(stop_reason))
         await self._write(
-            final, status=status, drain_pending=True, answer_drained=answer_drained, **change
+            final,
+            status=status,
+            drain_pending=drain,
+            answer_drained=answer_drained,
+            sandbox_seconds=seconds,
+            terminate=stop_reason is None,
+            **change,
         )
-        self.deps.telemetry.turn_ended(self.session_id, self.claim.run_id, stop_reason["type"])
+        outcome = "terminated" if stop_reason is None else str(stop_reason["type"])
+        self.deps.telemetry.turn_ended(self.session_id, self.claim.run_id, outcome)
         raise TurnOver
 
     # model requests
@@ -233,7 +252,12 @@ class TurnRunner:
         if opened is None:
             await self._close_dangling_span(events)
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
-            await self._write([start], ops_started=[(key, "model")])
+            try:
+                await self._write([start], ops_started=[(key, "model")], budget_gate=True)
+            except BudgetReached:
+                # Queued messages stay queued: raising the budget answers them.
+                stop = {"type": "budget_reached"}
+                await self._end([], stop, RunStatus.DONE, answer_drained=False, drain=False)
             opened = start.id
         self.deps.failpoints.hit("model.before_request")
         try:
@@ -249,9 +273,10 @@ class TurnRunner:
         self.deps.failpoints.hit("model.after_answer")
         found = response_events(response.content, agent, events, mcp_tools)
         answer = [ev.new(kind, body) for kind, body in found]
-        delta = ev.model_usage(response.usage)
-        for name, value in delta.items():
-            self._usage[name] = self._usage.get(name, 0) + value
+        model = agent["model"]["id"]
+        counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
+        self._usage = accounting.added(self._usage, counters)
+        delta = RequestUsage(model, counters)  # written with the span's end: counted once
         recorded = [*answer, ev.span_end(opened, response.usage)]
         completed = [(key, {"stop_reason": response.stop_reason})]
         if not any(e.type in TOOL_USE_TYPES for e in answer):
@@ -460,7 +485,7 @@ class TurnRunner:
         result = ev.tool_result(use, outcome.content, outcome.is_error)
         completed = [(key, {"is_error": outcome.is_error})]
         if outcome.session_error is not None:
-            await self._end_for_broken_sandbox(result, completed, not_run, outcome.session_error)
+            await self._end_for_broken_sandbox(result, completed, not_run, outcome)
         await self._write([result], ops_completed=completed)
 
     async def _end_for_broken_sandbox(
@@ -468,16 +493,20 @@ class TurnRunner:
         result: NewEvent,
         completed: list[tuple[str, Json]],
         not_run: Sequence[Json],
-        message: str,
+        outcome: ToolOutcome,
     ) -> None:
         """Every later call would fail the same way: answer the step's other
-        tool uses unrun and end the turn with a ``session.error`` (one commit)."""
+        tool uses unrun and end the turn with a ``session.error`` (one commit);
+        a terminal one ends the session too (its queued messages are logged,
+        unanswered, before ``session.status_terminated``)."""
+        message = str(outcome.session_error)
         skipped = ev.text(f"not run: {message}")
         events = [result, *(ev.tool_result(use, skipped, True) for use in not_run)]
-        events.append(ev.session_error("unknown_error", message, "exhausted"))
+        retry = "terminal" if outcome.terminal else "exhausted"
+        events.append(ev.session_error("unknown_error", message, retry))
         await self._end(
             events,
-            {"type": "retries_exhausted"},
+            None if outcome.terminal else {"type": "retries_exhausted"},
             RunStatus.FAILED,
             answer_drained=False,
             ops_completed=completed,

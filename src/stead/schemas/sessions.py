@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from stead import usage as accounting
 from stead.jsonvalues import Json
 from stead.schemas import agents
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
@@ -83,6 +84,16 @@ def parse_create(body: Any) -> SessionCreate:
     )
 
 
+def check_budgetable(budget: Json | None, model: str, priced: bool) -> None:
+    """A budget needs a list price for every model the session can call (spec §2.4)."""
+    if budget is not None and not priced:
+        raise RequestError(
+            f"budget: model {model!r} has no list price, so a budget cannot be tracked; "
+            "the operator can price it with STEAD_MODEL_PRICES",
+            code="model_not_budgetable",
+        )
+
+
 def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> Json:
     """The session's frozen copy of an agent version, with overrides applied."""
     servers = definition["mcp_servers"]
@@ -126,7 +137,8 @@ def parse_update(body: Any) -> Json:
 
 
 def apply_update(current: Json, params: Json) -> Json:
-    """Changed column values (agent, budget, metadata, title) from the current ones."""
+    """Changed column values (agent, budget, metadata, title) from the current ones
+    (``current`` also holds ``usage``, which a new budget must stay above)."""
     values: Json = {}
     if "title" in params:
         values["title"] = params["title"]
@@ -137,6 +149,14 @@ def apply_update(current: Json, params: Json) -> Json:
             raise RequestError(
                 "budget: a budget can only be set when the session is created",
                 code="budget_create_only",
+            )
+        cap = accounting.cap_nanos(params["budget"])
+        spent = int(current["usage"].get("list_cost_nanos") or 0)
+        if cap is not None and cap <= spent:
+            raise RequestError(
+                f"budget: the session has already spent ${accounting.cents(spent) / 100:.2f}; "
+                "a budget must be above what it spent",
+                code="budget_not_raised",
             )
         values["budget"] = params["budget"]
     change = params.get("agent")

@@ -47,6 +47,7 @@ from stead.store.base import (
 from stead.store.brains import BrainRecord, BrainStore
 from stead.store.channel import Channel, open_channel
 from stead.store.errors import (
+    BudgetReached,
     ChannelDown,
     Conflict,
     InvalidValue,
@@ -58,6 +59,7 @@ from stead.store.errors import (
 )
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
+from stead.store.usage import LedgerRow, RequestUsage, UsageStore
 from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
 from stead.store.work import (
     ENVIRONMENT_KEY_PREFIX,
@@ -81,6 +83,7 @@ __all__ = [
     "ApiKey",
     "BrainRecord",
     "BrainStore",
+    "BudgetReached",
     "Channel",
     "ChannelDown",
     "ClaimTerms",
@@ -98,6 +101,7 @@ __all__ = [
     "LeaseExpiry",
     "LeaseLost",
     "LeaseTerms",
+    "LedgerRow",
     "NewEvent",
     "NotFound",
     "OpRecord",
@@ -105,6 +109,7 @@ __all__ = [
     "Page",
     "PageRequest",
     "QueueStats",
+    "RequestUsage",
     "RunClaim",
     "RunStart",
     "RunStatus",
@@ -118,6 +123,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreUnavailable",
+    "UsageStore",
     "VaultRecord",
     "VaultStore",
     "WorkItem",

@@ -13,6 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, Update, bindparam, delete, insert, select, update
 
+from stead.events import EventType
+from stead.ids import new_id
 from stead.store import _locks
 from stead.store._compiled import compiled
 from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
@@ -166,6 +168,14 @@ def drain(conn: Connection, now: datetime, session_id: str) -> list[EventRecord]
         return []
     conn.execute(delete(pending).where(pending.c.session_id == session_id))
     return append_log(conn, now, session_id, [NewEvent(r.id, r.type, r.body) for r in rows])
+
+
+def terminate(conn: Connection, now: datetime, session_id: str) -> list[EventRecord]:
+    """Ends the session for good: ``terminated_at`` set, ``session.status_terminated``
+    logged. The caller holds the session's lock and has logged what led to it."""
+    conn.execute(update(sessions).where(sessions.c.id == session_id).values(terminated_at=now))
+    ended = NewEvent(new_id("event"), EventType.SESSION_STATUS_TERMINATED, {})
+    return append_log(conn, now, session_id, [ended])
 
 
 def _find_statement() -> Any:

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _events, _leases, _locks
+from stead.store import _events, _leases, _locks, _usage
 from stead.store._compiled import compiled
 from stead.store.base import (
     LIVE_RUN_STATUSES,
@@ -27,8 +27,8 @@ from stead.store.base import (
     RunWrite,
     WriteResult,
 )
-from stead.store.errors import LeaseLost
-from stead.store.tables import ops, runs, sessions
+from stead.store.errors import BudgetReached, LeaseLost
+from stead.store.tables import ops, runs
 
 OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
 NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
@@ -263,6 +263,8 @@ def write_claimed(
     """``write`` for the transaction that has just claimed the run (and so holds
     its session's lock): its epoch is this transaction's own, so there is no
     fence to check."""
+    if change.budget_gate and _usage.at_cap(conn, claim.session_id):
+        raise BudgetReached(claim.session_id)
     if (lease := change.lease) is not None:
         _leases.acquire(
             conn,
@@ -281,8 +283,10 @@ def write_claimed(
     logged = _events.append_log(conn, now, claim.session_id, change.events)
     for op_key, result in change.ops_completed:
         op_completed(conn, now, op_key, result)
-    if change.usage:
-        add_usage(conn, claim.session_id, change.usage)
+    if change.usage is not None:
+        _usage.add(conn, now, claim.session_id, change.usage.model, change.usage.counters)
+    if change.sandbox_seconds is not None:
+        _usage.book_session_sandbox(conn, now, claim.session_id, change.sandbox_seconds)
     next_run: str | None = None
     if change.status is not None:
         values = {"b_id": claim.run_id, "b_status": change.status, "b_now": now}
@@ -292,30 +296,9 @@ def write_claimed(
         logged += drained
         if drained and change.answer_drained:
             next_run = start(conn, now, claim.session_id)
+    if change.terminate:
+        logged += _events.terminate(conn, now, claim.session_id)
     log = None
     if change.since is not None:
         log = _events.log_after(conn, claim.session_id, change.since, logged)
     return WriteResult(logged, next_run, log, started)
-
-
-def _usage_statement() -> Any:
-    return select(sessions.c.usage).where(sessions.c.id == bindparam("session_id"))
-
-
-def _set_usage_statement() -> Any:
-    return (
-        update(sessions)
-        .where(sessions.c.id == bindparam("b_id"))
-        .values(usage=bindparam("b_usage"))
-    )
-
-
-def add_usage(conn: Connection, session_id: str, delta: dict[str, int]) -> None:
-    rows = compiled(conn, "sessions.usage", _usage_statement).fetch(
-        conn, {"session_id": session_id}
-    )
-    usage = dict(rows[0].usage or {}) if rows else {}
-    for key, value in delta.items():
-        usage[key] = usage.get(key, 0) + value
-    values = {"b_id": session_id, "b_usage": usage}
-    compiled(conn, "sessions.set_usage", _set_usage_statement).execute(conn, values).close()

@@ -24,6 +24,7 @@ from sqlalchemy import (
     update,
 )
 
+from stead import usage as accounting
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
@@ -185,7 +186,42 @@ def update_(
     )
     body = {**event.body, **changed}
     [logged] = _events.append_log(conn, now, session_id, [NewEvent(event.id, event.type, body)])
+    if "budget" in changed and _resumes(conn, current, changed["budget"]):
+        _runs.start(conn, now, session_id)  # the turn the budget stopped goes on
     return get(conn, workspace_id, session_id), logged
+
+
+def _resumes(conn: Connection, current: SessionRecord, budget: Json | None) -> bool:
+    """The session waits at its budget (its last turn ended ``budget_reached``)
+    and ``budget`` lets it go on."""
+    if current.status != "idle" or not accounting.at_cap(current.budget, current.usage):
+        return False
+    if accounting.at_cap(budget, current.usage):
+        return False
+    stmt = (
+        select(events.c.body)
+        .where(events.c.session_id == current.id, events.c.type == EventType.SESSION_STATUS_IDLE)
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    )
+    last = conn.execute(stmt).scalar_one_or_none() or {}
+    return bool(last.get("stop_reason", {}).get("type") == "budget_reached")
+
+
+def terminate(
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    logged_first: Sequence[NewEvent],
+) -> list[EventRecord]:
+    _locks.session(conn, session_id)
+    current = get(conn, workspace_id, session_id)
+    _check_writable(current)
+    if current.status in ("running", "rescheduling"):
+        raise Conflict(f"session {session_id} is {current.status}; interrupt it before ending it")
+    logged = _events.append_log(conn, now, session_id, logged_first)
+    return logged + _events.terminate(conn, now, session_id)
 
 
 def _check_writable(session: SessionRecord) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
 from stead.store.brains import BrainStore
+from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
 
@@ -240,8 +241,16 @@ class RunWrite:
     """(op_key, kind) recorded as started before the side effect runs."""
     ops_completed: Sequence[tuple[str, Any]] = ()
     """(op_key, result) recorded with the events that report them."""
-    usage: dict[str, int] | None = None
-    """Added to the session's cumulative usage."""
+    usage: RequestUsage | None = None
+    """Added to the session's cumulative usage and the workspace's ledger."""
+    sandbox_seconds: float | None = None
+    """The host's count of the session's sandbox's active seconds: booked up to it."""
+    budget_gate: bool = False
+    """Write nothing and raise ``BudgetReached`` when the session's budget is reached
+    (checked under the session's lock, so an update that raises it is seen)."""
+    terminate: bool = False
+    """End the session for good: ``terminated_at`` set and ``session.status_terminated``
+    logged last, after the drained queue (the run's status is the caller's)."""
     status: RunStatus | None = None
     """The run's new status (``DONE`` ends it)."""
     drain_pending: bool = False
@@ -344,7 +353,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, BrainStore, Protocol):
+class Store(VaultStore, WorkStore, UsageStore, BrainStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...
@@ -579,4 +588,12 @@ class Store(VaultStore, WorkStore, BrainStore, Protocol):
 
     async def sandbox_active_seconds(self, sandbox_id: str) -> float:
         """Cumulative active seconds of the sandbox (0.0 if none were recorded)."""
+        ...
+
+    async def terminate_session(
+        self, workspace_id: str, session_id: str, events: Sequence[NewEvent]
+    ) -> list[EventRecord]:
+        """Ends an idle session for good: logs ``events`` and
+        ``session.status_terminated`` and sets ``terminated_at``. ``Conflict`` when
+        it is running (interrupt it first), archived, or already terminated."""
         ...

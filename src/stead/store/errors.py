@@ -4,7 +4,8 @@ StoreError
 ├── NotFound        no such row in this workspace (other workspaces look the same)
 ├── InvalidValue    a value the store's own reads could not render; nothing was written
 ├── Conflict        the row exists but its state forbids the change
-│   └── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
+│   ├── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
+│   └── BudgetReached  a gated run write found the session's budget reached
 ├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
 └── ChannelDown     a notice could not be sent between processes (``channel.py``)
 """
@@ -59,6 +60,15 @@ class SandboxLeaseEnded(Conflict):
             f"sandbox {sandbox_id}: its lease has ended ({reason}); it cannot be acquired again",
             code="sandbox_lease_ended",
         )
+
+
+class BudgetReached(Conflict):
+    """A run write with ``budget_gate`` found the session's budget reached (or an
+    unpriced model run under it); nothing was written."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id} reached its budget", code="budget_reached")
 
 
 class LeaseLost(BaseException):

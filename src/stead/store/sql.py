@@ -10,7 +10,7 @@ own workers, each on a snapshot of its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, ParamSpec, TypeVar
 
 from anyio import to_thread
@@ -27,6 +27,7 @@ from stead.store import (
     _leases,
     _runs,
     _sessions,
+    _usage,
     _vaults,
     _workspaces,
 )
@@ -58,6 +59,7 @@ from stead.store.base import (
     Workspace,
     WriteResult,
 )
+from stead.store.usage import LedgerRow
 from stead.store.vaults import (
     CredentialChange,
     CredentialRecord,
@@ -466,8 +468,26 @@ class SqlStore(WorkMethods, BrainMethods):
         now: datetime | None = None,
     ) -> None:
         await self._write_at(
-            now, _leases.add_active_seconds, sandbox_id, session_id, workspace_id, seconds
+            now, _usage.add_active_seconds, sandbox_id, session_id, workspace_id, seconds
         )
 
     async def sandbox_active_seconds(self, sandbox_id: str) -> float:
         return await self._read(_leases.active_seconds, sandbox_id)
+
+    async def book_sandbox_active_seconds(
+        self, sandbox_id: str, *, session_id: str | None, workspace_id: str, total: float
+    ) -> float:
+        return await self._write(
+            _usage.book_active_seconds, sandbox_id, session_id, workspace_id, total
+        )
+
+    # usage and termination
+    async def usage_ledger(
+        self, workspace_id: str, first: date | None = None, last: date | None = None
+    ) -> list[LedgerRow]:
+        return await self._read(_usage.ledger, workspace_id, first, last)
+
+    async def terminate_session(
+        self, workspace_id: str, session_id: str, events: Sequence[NewEvent]
+    ) -> list[EventRecord]:
+        return await self._write(_sessions.terminate, workspace_id, session_id, events)

@@ -239,6 +239,28 @@ sandbox_usage = Table(
     Index("ix_sandbox_usage_session", "session_id"),
 )
 
+usage_ledger = Table(
+    "usage_ledger",
+    metadata,
+    # One row per workspace, UTC day, session and model ("" for sandbox time, and
+    # for the session of a shared sandbox): counters added to in the transaction
+    # that records what was used (``_usage.py``).
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), primary_key=True),
+    Column("day", String(10), primary_key=True),
+    Column("session_id", String(64), primary_key=True),
+    Column("model", String(256), primary_key=True),
+    Column("requests", BigInteger, nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("cache_read_input_tokens", BigInteger, nullable=False),
+    Column("ephemeral_5m_input_tokens", BigInteger, nullable=False),
+    Column("ephemeral_1h_input_tokens", BigInteger, nullable=False),
+    Column("list_cost_nanos", BigInteger, nullable=False),
+    Column("unpriced_requests", BigInteger, nullable=False),
+    Column("active_seconds", Float, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
 vaults = Table(
     "vaults",
     metadata,

@@ -65,7 +65,7 @@ class AnthropicDialect:
             "content": content,
             "stop_reason": turn.effective_stop_reason,
             "stop_sequence": None,
-            "usage": self._cache.usage(body, output_tokens),
+            "usage": {**self._cache.usage(body, output_tokens), **(turn.usage or {})},
         }
 
     def error_body(self, error_type: str, message: str, request_id: str) -> dict[str, Any]:

@@ -50,6 +50,9 @@ class OpenAIDialect:
         message = _message(turn, digest)
         prompt = tokens_for([body.get("messages"), body.get("tools")])
         completion = tokens_for(_generated_text(message))
+        if turn.usage:
+            prompt = turn.usage.get("input_tokens", prompt)
+            completion = turn.usage.get("output_tokens", completion)
         choice = {
             "index": 0,
             "message": message,

@@ -45,10 +45,15 @@ Block: TypeAlias = Text | ToolCall | Thinking
 
 @dataclass(frozen=True)
 class Turn:
-    """One model answer. ``stop_reason`` defaults to ``tool_use`` if it calls a tool."""
+    """One model answer. ``stop_reason`` defaults to ``tool_use`` if it calls a tool.
+    ``usage``: token counts the answer reports instead of those the fake works
+    out (Anthropic's names: ``input_tokens``, ``output_tokens``,
+    ``cache_creation_input_tokens``, ``cache_read_input_tokens``), so a test
+    knows exactly what a request used."""
 
     blocks: Sequence[Block]
     stop_reason: StopReason | None = None
+    usage: Mapping[str, int] | None = None
 
     def __post_init__(self) -> None:
         # A tuple keeps the frozen turn truly immutable when given a list.

@@ -18,6 +18,9 @@ class ToolOutcome:
     will change that (its saved workspace is lost, its packages cannot be
     installed, the machine cannot isolate): the turn ends with a
     ``session.error`` carrying this message instead of going on."""
+    terminal: bool = False
+    """With ``session_error``: the session itself cannot go on (its saved
+    workspace is lost for good), so it is terminated, not only the turn."""
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolOutcome:

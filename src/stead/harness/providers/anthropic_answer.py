@@ -44,6 +44,12 @@ class AnswerBuilder:
             usage = event.message.usage
             self._usage = {"output_tokens": usage.output_tokens}
             self._usage |= {name: getattr(usage, name) for name in USAGE_TOTALS}
+            # The 1-hour share of the cache writes, priced apart (``stead.usage``);
+            # only the start says it, as the SDK's own accumulator keeps it.
+            split = getattr(usage, "cache_creation", None)
+            self._usage["ephemeral_1h_input_tokens"] = (
+                split.ephemeral_1h_input_tokens if split is not None else 0
+            )
         elif event.type == "message_delta":
             self.stop_reason = event.delta.stop_reason
             self._usage["output_tokens"] = event.usage.output_tokens
@@ -80,5 +86,5 @@ class AnswerBuilder:
         return [block.model_dump(mode="json", exclude_none=True) for block in self._blocks]
 
     def usage(self) -> dict[str, int]:
-        order = ("input_tokens", "output_tokens", *USAGE_TOTALS[1:])
+        order = ("input_tokens", "output_tokens", *USAGE_TOTALS[1:], "ephemeral_1h_input_tokens")
         return {name: self._usage.get(name) or 0 for name in order}
