@@ -93,7 +93,14 @@ def delta(stop_reason: str, usage: Json) -> Json:
 
 STREAMS = {
     "every block": [
-        start({"input_tokens": 10, "output_tokens": 1, "cache_creation_input_tokens": 4}),
+        start(
+            {
+                "input_tokens": 10,
+                "output_tokens": 1,
+                "cache_creation_input_tokens": 4,
+                "cache_creation": {"ephemeral_1h_input_tokens": 3, "ephemeral_5m_input_tokens": 1},
+            }
+        ),
         *TEXT,
         *THINKING,
         *REDACTED,
@@ -135,6 +142,9 @@ def test_the_answer_is_the_sdk_accumulators_final_message(name: str) -> None:
         "output_tokens": usage.output_tokens,
         "cache_creation_input_tokens": usage.cache_creation_input_tokens or 0,
         "cache_read_input_tokens": usage.cache_read_input_tokens or 0,
+        "ephemeral_1h_input_tokens": (
+            usage.cache_creation.ephemeral_1h_input_tokens if usage.cache_creation else 0
+        ),
     }
 
 
