@@ -56,10 +56,10 @@ ROUTES = {
     ("get", "/v1/environments/{environment_id}/work/stats"): None,
     ("get", "/v1/environments/{environment_id}/work"): None,
     ("get", "/v1/environments/{environment_id}/work/{work_id}"): None,
-    ("post", "/v1/environments/{environment_id}/work/{work_id}"): None,
+    ("post", "/v1/environments/{environment_id}/work/{work_id}"): "WorkUpdateParams",
     ("post", "/v1/environments/{environment_id}/work/{work_id}/ack"): None,
     ("post", "/v1/environments/{environment_id}/work/{work_id}/heartbeat"): None,
-    ("post", "/v1/environments/{environment_id}/work/{work_id}/stop"): None,
+    ("post", "/v1/environments/{environment_id}/work/{work_id}/stop"): "WorkStopParams",
     ("post", "/v1/environments/{environment_id}/keys"): None,
     ("post", "/v1/environments/{environment_id}/keys/{key_id}/revoke"): None,
 }

@@ -26,7 +26,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.utils import create_model_field
 
-from stead.schemas import StrictParams, agents, environments, events, sessions, vaults
+from stead.schemas import StrictParams, agents, environments, events, sessions, vaults, work
 
 REQUEST_BODIES: dict[str, StrictParams] = {
     "AgentCreateParams": agents.CREATE,
@@ -40,6 +40,8 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "VaultUpdateParams": vaults.VAULT_UPDATE,
     "CredentialCreateParams": vaults.CREDENTIAL_CREATE,
     "CredentialUpdateParams": vaults.CREDENTIAL_UPDATE,
+    "WorkUpdateParams": work.UPDATE,
+    "WorkStopParams": work.STOP,
 }
 REF = "#/components/schemas/{model}"
 SDK_TYPES = "anthropic.types"

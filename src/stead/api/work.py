@@ -17,7 +17,7 @@ from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request
 
-from stead.api import pagination, wire
+from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, _presented_key, authenticate, services
 from stead.api.errors import ApiError
@@ -25,6 +25,7 @@ from stead.api.params import EnvironmentId, ResourceId
 from stead.api.wire import JSONResponse
 from stead.jsonvalues import Json
 from stead.schemas import RequestError
+from stead.schemas import work as work_schemas
 from stead.store import (
     ENVIRONMENT_KEY_PREFIX,
     TOKEN_PREFIX,
@@ -38,7 +39,6 @@ router = APIRouter(prefix="/v1/environments/{environment_id}", tags=["environmen
 KEY, TOKEN, API = "environment key", "sessions token", "API key"
 DEFAULT_RECLAIM_MS = 5000
 MAX_WORKER_ID = 200
-MAX_METADATA = 16
 
 
 @dataclass(frozen=True)
@@ -189,35 +189,16 @@ async def retrieve_work(
     return JSONResponse(_work(item))
 
 
-@router.post("/work/{work_id}")
+@router.post("/work/{work_id}", openapi_extra=openapi.body("WorkUpdateParams"))
 async def update_work(
     request: Request, environment_id: EnvironmentId, work_id: ResourceId
 ) -> JSONResponse:
     who = await _worker(request, environment_id, (API,))
-    patch = _metadata_patch(await json_body(request))
+    patch = work_schemas.metadata_patch(await json_body(request))
     item = await services(request).store.update_work_metadata(
         who.workspace_id, environment_id, work_id, patch
     )
     return JSONResponse(_work(item))
-
-
-def _metadata_patch(body: Any) -> dict[str, Any]:
-    if not isinstance(body, dict) or "metadata" not in body:
-        raise RequestError("metadata: required")
-    extra = sorted(set(body) - {"metadata"})
-    if extra:
-        raise RequestError(f"{extra[0]}: unknown field")
-    patch = body["metadata"]
-    if not isinstance(patch, dict):
-        raise RequestError("metadata: must be an object of strings")
-    if len(patch) > MAX_METADATA:
-        raise RequestError(f"metadata: at most {MAX_METADATA} keys")
-    for name, value in patch.items():
-        if len(name) > 64 or not name:
-            raise RequestError("metadata: keys are 1 to 64 characters")
-        if value is not None and (not isinstance(value, str) or len(value) > 512):
-            raise RequestError(f"metadata.{name}: must be a string of at most 512 characters")
-    return patch
 
 
 @router.post("/work/{work_id}/ack")
@@ -278,20 +259,13 @@ async def _stale_aware_worker(request: Request, environment_id: str, work_id: st
     return await _worker(request, environment_id, (KEY, TOKEN), work_id)
 
 
-@router.post("/work/{work_id}/stop")
+@router.post("/work/{work_id}/stop", openapi_extra=openapi.body("WorkStopParams", required=False))
 async def stop_work(
     request: Request, environment_id: EnvironmentId, work_id: ResourceId
 ) -> JSONResponse:
     who = await _worker(request, environment_id, (KEY, TOKEN, API), work_id)
-    body = await json_body(request) if await request.body() else {}
-    if not isinstance(body, dict) or set(body) - {"force"}:
-        raise RequestError("force: the only field of a stop request")
-    force = body.get("force", False)
-    if force is not None and not isinstance(force, bool):
-        raise RequestError("force: must be a boolean")
-    item = await services(request).store.stop_work(
-        who.workspace_id, environment_id, work_id, bool(force)
-    )
+    force = work_schemas.stop_force(await json_body(request) if await request.body() else {})
+    item = await services(request).store.stop_work(who.workspace_id, environment_id, work_id, force)
     return JSONResponse(_work(item))
 
 

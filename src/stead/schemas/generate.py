@@ -67,9 +67,15 @@ PARAMS = {
     "credential_update": (
         "anthropic.types.beta.vaults.credential_update_params:CredentialUpdateParams"
     ),
+    "work_update": "anthropic.types.beta.environments.work_update_params:WorkUpdateParams",
+    "work_stop": "anthropic.types.beta.environments.work_stop_params:WorkStopParams",
 }
 """Each generated file's name -> the SDK params type it is derived from."""
-PATH_PARAMS = {"credential_update": ("vault_id",)}
+PATH_PARAMS = {
+    "credential_update": ("vault_id",),
+    "work_update": ("environment_id",),
+    "work_stop": ("environment_id",),
+}
 """Fields the SDK sends in the URL, not the body, of a params type that has them."""
 EVENT_TYPES = "anthropic.types.beta.sessions:BetaManagedAgentsSessionEventType"
 """The SDK's session event type names, written to ``event_types.py``."""
