@@ -94,9 +94,10 @@ def server_on_each_store(
     fake_model: FakeModel,
 ) -> Iterator[ServerProcess]:
     """A ``stead serve`` of the module's own, on the store its parameter names
-    (parametrise with ``tests.databases.BACKENDS``, ``indirect=True``)."""
+    (parametrise with ``tests.databases.BACKENDS``, ``indirect=True``). A module's
+    ``SERVER_ENV`` (a dict of settings) is added to the server's environment."""
     data = tmp_path_factory.mktemp("stead-data")
-    extra: dict[str, str] = {}
+    extra: dict[str, str] = dict(getattr(request.module, "SERVER_ENV", {}))
     schema = None
     run: PostgresRun | None = None
     if request.param == "postgres":

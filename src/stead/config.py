@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 
 PRICE_KEYS = frozenset({"input", "output", "cache_write_5m", "cache_write_1h", "cache_read"})
@@ -135,6 +136,23 @@ class Settings(BaseSettings):
     """Test-only crash injection, see ``stead.failpoints``."""
 
     max_request_bytes: int = 32 * 1024 * 1024
+
+    # The Files API: bytes in the blob store, metadata in the store.
+    blob_url: str | None = None
+    """``file:///dir`` (default ``<data_dir>/blobs``, as the sandbox host's) or
+    ``s3://bucket/prefix``; the same ``STEAD_BLOB_URL``/``STEAD_S3_*`` the host reads."""
+    s3_endpoint: str | None = None
+    s3_region: str | None = None
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: str | None = None
+    blob_timeout_seconds: float = Field(default=30.0, gt=0)
+    """Longest the blob store may go without progress on one call."""
+    max_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
+    """Largest file ``POST /v1/files`` accepts (the hosted API's limit is 500 MB)."""
+    file_purge_interval_seconds: float = Field(default=300.0, gt=0)
+    """How often deleted files' blobs (and abandoned uploads) are removed."""
+    file_upload_grace_seconds: float = Field(default=6 * 3600.0, gt=0)
+    """An upload not finished after this long is abandoned and collected."""
     max_events_per_request: int = 1000
     log_level: str = "info"
     log_format: Literal["auto", "json", "text"] = "auto"
@@ -162,6 +180,11 @@ class Settings(BaseSettings):
                 raise ValueError(f"{url!r} is not the http(s) base URL of a SearXNG instance")
         return url
 
+    @field_validator("blob_url")
+    @classmethod
+    def _blob_url(cls, url: str | None) -> str | None:
+        return None if url is None else check_blob_url(url)
+
     @field_validator("model_prices")
     @classmethod
     def _prices(cls, prices: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -179,6 +202,17 @@ class Settings(BaseSettings):
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:
         return self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
+
+    def blob_config(self) -> BlobConfig:
+        """Where the brain keeps file bytes: the sandbox host's store, by default."""
+        return BlobConfig(
+            url=self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}",
+            s3_endpoint=self.s3_endpoint,
+            s3_region=self.s3_region,
+            s3_access_key_id=self.s3_access_key_id,
+            s3_secret_access_key=self.s3_secret_access_key,
+            timeout_seconds=self.blob_timeout_seconds,
+        )
 
     @property
     def resolved_database_url(self) -> str:

@@ -20,6 +20,7 @@ PREFIXES = {
     "credential": "vcrd",
     "work": "work",
     "environment_key": "envkey",
+    "file": "file",
 }
 
 

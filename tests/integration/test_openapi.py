@@ -62,6 +62,11 @@ ROUTES = {
     ("post", "/v1/environments/{environment_id}/work/{work_id}/stop"): "WorkStopParams",
     ("post", "/v1/environments/{environment_id}/keys"): None,
     ("post", "/v1/environments/{environment_id}/keys/{key_id}/revoke"): None,
+    ("post", "/v1/files"): None,
+    ("get", "/v1/files"): None,
+    ("get", "/v1/files/{file_id}"): None,
+    ("get", "/v1/files/{file_id}/content"): None,
+    ("delete", "/v1/files/{file_id}"): None,
 }
 
 

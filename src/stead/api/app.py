@@ -16,6 +16,7 @@ from stead.api import (
     environments,
     errors,
     events,
+    files,
     health,
     openapi,
     sandbox,
@@ -31,6 +32,7 @@ from stead.api.observe import TelemetryMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.runtime import (
+    FileKeeper,
     LeaseSweeper,
     McpGateway,
     Runtime,
@@ -52,6 +54,7 @@ ROUTE_MODULES = (
     events,
     vaults,
     credential_checks,
+    files,
     sandbox,
     terminals,
     work,
@@ -113,6 +116,12 @@ def create_app(
                     interval=settings.sandbox_sweep_interval_seconds,
                     destroy_timeout=SWEEP_DESTROY_SECONDS,
                 )
+            keeper = FileKeeper(
+                opened,
+                settings.blob_config(),
+                purge_interval=settings.file_purge_interval_seconds,
+                upload_grace=settings.file_upload_grace_seconds,
+            )
             app.state.services = Services(
                 settings=settings,
                 store=opened,
@@ -123,11 +132,13 @@ def create_app(
                 sweeper=sweeper,
                 cursor_secret=await opened.installation_secret(CURSOR_SECRET),
                 secrets=box,
+                files=keeper,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
                 if sweeper is not None:
                     group.start_soon(sweeper.serve)
+                group.start_soon(keeper.serve)
                 yield
                 group.cancel_scope.cancel()
 

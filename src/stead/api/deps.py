@@ -12,7 +12,7 @@ from starlette.requests import HTTPConnection
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import Bus, LeaseSweeper, Runtime, SandboxToolbox
+from stead.runtime import Bus, FileKeeper, LeaseSweeper, Runtime, SandboxToolbox
 from stead.store import TOKEN_PREFIX, ApiKey, Store
 from stead.vault import SecretBox
 
@@ -68,6 +68,8 @@ class Services:
     """The installation's key for page cursors (``pagination.py``)."""
     secrets: SecretBox
     """Seals and opens vault credentials' secrets (``stead.vault``)."""
+    files: FileKeeper
+    """The Files API's bytes (blob store) and metadata (store)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@
     store.NotFound        -> 404 not_found_error
     store.InvalidValue    -> 400 (a value the store refused: nothing was written)
     store.Conflict        -> its status (409 unless the spec says 400), x-should-retry: false
+    blobs.BlobUnavailable -> 503 (the blob store did not answer in time; retryable)
+    blobs.BlobError       -> 500, logged (a blob a visible file names is missing or refused)
     RequestValidationError-> 400 (query and path parameters)
     Starlette HTTPException -> 404 unknown route, 405 wrong method (with ``Allow``)
     anything else         -> 500 api_error, logged with the request id
@@ -23,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from stead.api.wire import JSONResponse
+from stead.blobs import BlobError, BlobUnavailable
 from stead.ids import new_id
 from stead.schemas import RequestError
 from stead.store import Conflict, InvalidValue, NotFound
@@ -125,6 +128,19 @@ async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, exc.status, str(exc), code=exc.code, headers=headers)
 
 
+async def _blob(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, BlobError)
+    if isinstance(exc, BlobUnavailable):
+        return error_response(request, 503, f"the blob store cannot be reached now: {exc}")
+    rid = request_id(request)
+    log.error(
+        "blob store error in %s %s (request %s): %s", request.method, request.url.path, rid, exc
+    )
+    return error_response(
+        request, 500, f"blob store error; quote request id {rid} when reporting it"
+    )
+
+
 async def _validation(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     first = exc.errors()[0]
@@ -168,6 +184,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(InvalidValue, _invalid_value)
     app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(BlobError, _blob)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(Exception, _unexpected)

@@ -17,6 +17,7 @@ from stead.store import (
     CredentialRecord,
     EnvironmentRecord,
     EventRecord,
+    FileRecord,
     SessionRecord,
     VaultRecord,
 )
@@ -137,4 +138,21 @@ def credential(record: CredentialRecord) -> Json:
         "created_at": ts(record.created_at),
         "updated_at": ts(record.updated_at),
         "archived_at": ts(record.archived_at),
+    }
+
+
+def file(record: FileRecord) -> Json:
+    """``BetaFileMetadata``. Every stead file can be downloaded: the bytes are the
+    installation's own (the hosted API refuses to serve back plain uploads)."""
+    scope = None if record.scope is None else {"type": record.scope.type, "id": record.scope.id}
+    return {
+        "type": "file",
+        "id": record.id,
+        "filename": record.filename,
+        "mime_type": record.mime_type,
+        "size_bytes": record.size_bytes,
+        "created_at": ts(record.created_at),
+        "expires_at": ts(record.expires_at),
+        "downloadable": True,
+        "scope": scope,
     }

@@ -7,6 +7,7 @@ from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
 from stead.runtime.feed import FeedItem, SessionFeed
+from stead.runtime.files import FileExpired, FileKeeper
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
@@ -23,6 +24,8 @@ __all__ = [
     "Clock",
     "DataDirInUse",
     "FeedItem",
+    "FileExpired",
+    "FileKeeper",
     "LeaseSweeper",
     "LocalBus",
     "LogCache",

@@ -57,6 +57,7 @@ from stead.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -95,6 +96,9 @@ __all__ = [
     "EventFilter",
     "EventRecord",
     "EventsAccepted",
+    "FileRecord",
+    "FileScope",
+    "FileStore",
     "HeartbeatRefused",
     "IntegrityFinding",
     "InvalidValue",
@@ -103,6 +107,7 @@ __all__ = [
     "LeaseTerms",
     "LedgerRow",
     "NewEvent",
+    "NewFile",
     "NotFound",
     "OpRecord",
     "Order",

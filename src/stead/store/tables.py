@@ -355,3 +355,26 @@ brains = Table(
 """The ``stead serve`` processes of a shared store (PostgreSQL), one row each
 (``_brains.py``); a run's ``owner`` is its brain's id. ``machine`` tells which
 rows are of processes this machine can see (same boot and pid namespace)."""
+
+files = Table(
+    "files",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("filename", Text, nullable=False),
+    Column("mime_type", String(255), nullable=False),
+    Column("size_bytes", BigInteger, nullable=False),
+    Column("blob_key", Text, nullable=False),
+    Column("scope_type", String(32), nullable=True),
+    Column("scope_id", String(64), nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=True),
+    Column("ready_at", UTCDateTime, nullable=True),
+    Column("deleted_at", UTCDateTime, nullable=True),
+    Index("ix_files_workspace_created", "workspace_id", "created_at", "id"),
+    Index("ix_files_workspace_scope", "workspace_id", "scope_id", "created_at", "id"),
+    Index("ix_files_deleted", "deleted_at"),
+)
+"""Files API metadata (``_files.py``); the bytes are in the blob store under
+``blob_key``. A row is visible once ``ready_at`` is set (its blob is complete)
+and until ``deleted_at`` is (a tombstone: its blob is being removed, then the row)."""

@@ -212,7 +212,8 @@ class ServerProcess:
         args = [sys.executable, "-m", "stead", "keys", "create", "--json"]
         if new_workspace:
             args += ["--new-workspace", new_workspace]
-        env = {**os.environ, "STEAD_DATA_DIR": str(self.data_dir)}
+        # The server's own settings: on PostgreSQL the key goes to its database.
+        env = {**os.environ, **self._env, "STEAD_DATA_DIR": str(self.data_dir)}
         out = subprocess.run(args, env=env, check=True, capture_output=True, timeout=60)
         found = KEY_PATTERN.search(out.stdout.decode())
         assert found, out.stdout

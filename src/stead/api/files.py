@@ -1,0 +1,131 @@
+"""/v1/files: upload (multipart), list, retrieve metadata, download, delete.
+
+Bytes go to the blob store and metadata to the store through
+``runtime.FileKeeper``; this module reads the request and shapes the answer.
+Another workspace's file ids answer 404, like unknown ones.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.responses import StreamingResponse
+
+from stead.api import openapi, pagination, uploads, wire
+from stead.api.deps import Caller, caller, services
+from stead.api.errors import ApiError
+from stead.api.params import FileId, ResourceId
+from stead.api.wire import JSONResponse
+from stead.runtime import FileExpired
+from stead.schemas import RequestError
+
+router = APIRouter(prefix="/v1/files", tags=["files"])
+FILE = openapi.response("beta.BetaFileMetadata")
+EXPIRES_MIN, EXPIRES_MAX = 3600, 7_776_000
+"""Bounds of ``expires_in_seconds`` (one hour to ninety days), as the spec says."""
+MAX_IDS = 100
+
+
+@router.post("", responses=openapi.response("beta.BetaFileMetadata", 413, 415))
+async def upload_file(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
+    app = services(request)
+    limit = app.settings.max_file_bytes
+    upload = await uploads.read_upload(request, limit, ("expires_in_seconds",))
+    try:
+        expires = _expires_in(upload.fields.get("expires_in_seconds"))
+        name, mime = await uploads.describe(upload)
+        record = await app.files.upload(
+            who.workspace_id,
+            name,
+            mime,
+            upload.size,
+            upload.chunks(),
+            expires_at=None if expires is None else app.files.now() + expires,
+        )
+    finally:
+        await upload.file.close()
+    return JSONResponse(wire.file(record))
+
+
+def _expires_in(raw: str | None) -> timedelta | None:
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.isdigit() or not EXPIRES_MIN <= int(text) <= EXPIRES_MAX:
+        raise RequestError(
+            f"expires_in_seconds: expected a whole number from {EXPIRES_MIN} to {EXPIRES_MAX}"
+        )
+    return timedelta(seconds=int(text))
+
+
+@router.get("")
+async def list_files(
+    request: Request,
+    limit: int | None = Query(None, ge=1, le=1000),
+    page: str | None = Query(None),
+    scope_id: ResourceId | None = Query(None),
+    ids: list[ResourceId] | None = Query(None, alias="ids[]"),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    store = services(request).store
+    if ids is not None:
+        if limit is not None or page is not None:
+            raise RequestError("ids: cannot be combined with page or limit")
+        wanted = list(dict.fromkeys(ids))
+        if len(wanted) > MAX_IDS:
+            raise RequestError(f"ids: at most {MAX_IDS} distinct ids")
+        found = await store.files_by_ids(who.workspace_id, wanted)
+        if scope_id is not None:
+            found = [f for f in found if f.scope is not None and f.scope.id == scope_id]
+        return JSONResponse({"data": [wire.file(f) for f in found], "next_page": None})
+    # The cursor is bound to the filter: reused with another scope it is a 400.
+    name = "files" if scope_id is None else f"files:{scope_id}"
+    return JSONResponse(
+        await pagination.newest_first(
+            request,
+            who,
+            name,
+            20 if limit is None else limit,
+            page,
+            lambda at: store.list_files(who.workspace_id, at, scope_id),
+            wire.file,
+        )
+    )
+
+
+@router.get("/{file_id}", responses=FILE)
+async def retrieve_file_metadata(
+    request: Request, file_id: FileId, who: Caller = Depends(caller)
+) -> JSONResponse:
+    record = await services(request).store.get_file(who.workspace_id, file_id)
+    return JSONResponse(wire.file(record))
+
+
+@router.get(
+    "/{file_id}/content",
+    responses={200: {"content": {"application/octet-stream": {}}}, **openapi.errors(503)},
+)
+async def download_file(
+    request: Request, file_id: FileId, who: Caller = Depends(caller)
+) -> StreamingResponse:
+    try:
+        record, chunks = await services(request).files.content(who.workspace_id, file_id)
+    except FileExpired as exc:
+        raise ApiError(404, str(exc), code="file_expired") from None
+    # RFC 6266/5987: the stored name may hold anything but control characters.
+    disposition = f"attachment; filename*=UTF-8''{quote(record.filename, safe='')}"
+    return StreamingResponse(
+        chunks,
+        media_type=record.mime_type,
+        headers={"content-length": str(record.size_bytes), "content-disposition": disposition},
+    )
+
+
+@router.delete("/{file_id}", responses=openapi.response("beta.BetaDeletedFile"))
+async def delete_file(
+    request: Request, file_id: FileId, who: Caller = Depends(caller)
+) -> JSONResponse:
+    await services(request).files.delete(who.workspace_id, file_id)
+    return JSONResponse({"id": file_id, "type": "file_deleted"})

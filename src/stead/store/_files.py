@@ -1,0 +1,152 @@
+"""Files (see ``files.py``): metadata rows, one workspace each, with a pending ->
+ready -> deleted lifecycle that keeps every blob named by a row."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, Connection, Row, delete, insert, select, update
+
+from stead.store import _locks
+from stead.store._paging import fetch_page
+from stead.store.base import Page, PageRequest
+from stead.store.errors import NotFound
+from stead.store.files import FileRecord, FileScope, NewFile
+from stead.store.tables import files
+
+
+def _record(row: Row[Any]) -> FileRecord:
+    scope = None if row.scope_type is None else FileScope(row.scope_type, row.scope_id)
+    return FileRecord(
+        id=row.id,
+        workspace_id=row.workspace_id,
+        filename=row.filename,
+        mime_type=row.mime_type,
+        size_bytes=row.size_bytes,
+        blob_key=row.blob_key,
+        scope=scope,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        ready_at=row.ready_at,
+        deleted_at=row.deleted_at,
+    )
+
+
+def _visible(workspace_id: str) -> list[ColumnElement[bool]]:
+    return [
+        files.c.workspace_id == workspace_id,
+        files.c.ready_at.is_not(None),
+        files.c.deleted_at.is_(None),
+    ]
+
+
+def begin_file(conn: Connection, now: datetime, new: NewFile) -> FileRecord:
+    scope_type = None if new.scope is None else new.scope.type
+    scope_id = None if new.scope is None else new.scope.id
+    conn.execute(
+        insert(files).values(
+            id=new.id,
+            workspace_id=new.workspace_id,
+            filename=new.filename,
+            mime_type=new.mime_type,
+            size_bytes=new.size_bytes,
+            blob_key=new.blob_key,
+            scope_type=scope_type,
+            scope_id=scope_id,
+            created_at=now,
+            expires_at=new.expires_at,
+        )
+    )
+    return FileRecord(
+        new.id,
+        new.workspace_id,
+        new.filename,
+        new.mime_type,
+        new.size_bytes,
+        new.blob_key,
+        new.scope,
+        now,
+        new.expires_at,
+        None,
+        None,
+    )
+
+
+def file_ready(conn: Connection, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
+    # One conditional UPDATE: a purger's tombstone and this cannot both win.
+    done = conn.execute(
+        update(files)
+        .where(
+            files.c.id == file_id,
+            files.c.workspace_id == workspace_id,
+            files.c.ready_at.is_(None),
+            files.c.deleted_at.is_(None),
+        )
+        .values(ready_at=now)
+    )
+    if done.rowcount != 1:
+        raise NotFound("file", file_id)
+    return get_file(conn, workspace_id, file_id)
+
+
+def get_file(conn: Connection, workspace_id: str, file_id: str) -> FileRecord:
+    row = conn.execute(select(files).where(files.c.id == file_id, *_visible(workspace_id))).first()
+    if row is None:
+        raise NotFound("file", file_id)
+    return _record(row)
+
+
+def list_files(
+    conn: Connection, workspace_id: str, page: PageRequest, scope_id: str | None
+) -> Page[FileRecord]:
+    stmt = select(files).where(*_visible(workspace_id))
+    if scope_id is not None:
+        stmt = stmt.where(files.c.scope_id == scope_id)
+    return fetch_page(conn, stmt, [files.c.created_at, files.c.id], page, _record)
+
+
+def files_by_ids(conn: Connection, workspace_id: str, file_ids: Sequence[str]) -> list[FileRecord]:
+    if not file_ids:
+        return []
+    rows = conn.execute(
+        select(files)
+        .where(files.c.id.in_(list(file_ids)), *_visible(workspace_id))
+        .order_by(files.c.created_at.desc(), files.c.id.desc())
+    ).all()
+    return [_record(row) for row in rows]
+
+
+def delete_file(conn: Connection, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
+    # Read, then decide: on PostgreSQL the row is held so two deletes cannot
+    # both see it visible (the second is a 404, as on SQLite).
+    _locks.row(conn, files, file_id)
+    current = get_file(conn, workspace_id, file_id)
+    conn.execute(update(files).where(files.c.id == file_id).values(deleted_at=now))
+    return current
+
+
+def files_to_purge(
+    conn: Connection, now: datetime, pending_before: datetime, limit: int
+) -> list[FileRecord]:
+    conn.execute(
+        update(files)
+        .where(
+            files.c.ready_at.is_(None),
+            files.c.deleted_at.is_(None),
+            files.c.created_at < pending_before,
+        )
+        .values(deleted_at=now)
+    )
+    rows = conn.execute(
+        select(files)
+        .where(files.c.deleted_at.is_not(None))
+        .order_by(files.c.deleted_at, files.c.id)
+        .limit(limit)
+    ).all()
+    return [_record(row) for row in rows]
+
+
+def forget_file(conn: Connection, file_id: str) -> None:
+    conn.execute(delete(files).where(files.c.id == file_id, files.c.deleted_at.is_not(None)))

@@ -1,0 +1,101 @@
+"""The file aggregate: metadata of the Files API, and the narrow protocol for it.
+
+The bytes live in the blob store under ``FileRecord.blob_key``; the store only
+says which blob a file is and whether it may be shown. A file row goes
+``pending`` (its blob is being written) -> ``ready`` (visible) -> ``deleted`` (a
+tombstone: its blob is being removed) -> gone. Only ready rows are visible to
+``get_file``/``list_files``; every other state is the purger's to finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # base.py builds Store on FileStore, so only types come from it
+    from stead.store.base import Page, PageRequest
+
+
+@dataclass(frozen=True, slots=True)
+class FileScope:
+    """What a file was made for (``{type: "session", id}``); uploads have none."""
+
+    type: str
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class NewFile:
+    """A file about to be written: its id and blob key are chosen by the caller."""
+
+    id: str
+    workspace_id: str
+    filename: str
+    mime_type: str
+    size_bytes: int
+    blob_key: str
+    expires_at: datetime | None = None
+    scope: FileScope | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    id: str
+    workspace_id: str
+    filename: str
+    mime_type: str
+    size_bytes: int
+    blob_key: str
+    scope: FileScope | None
+    created_at: datetime
+    expires_at: datetime | None
+    ready_at: datetime | None
+    deleted_at: datetime | None
+
+
+class FileStore(Protocol):
+    async def begin_file(self, new: NewFile) -> FileRecord:
+        """Records ``new`` as pending (invisible) before its blob is written, so
+        no blob exists that no row names. A pending row older than the purger's
+        grace is tombstoned and collected."""
+        ...
+
+    async def file_ready(self, workspace_id: str, file_id: str) -> FileRecord:
+        """Makes a pending file visible once its blob is complete. ``NotFound``
+        if the row was tombstoned meanwhile (the caller removes the blob)."""
+        ...
+
+    async def get_file(self, workspace_id: str, file_id: str) -> FileRecord:
+        """A visible file of the workspace; ``NotFound`` otherwise (another
+        workspace's, pending and deleted files look the same)."""
+        ...
+
+    async def list_files(
+        self, workspace_id: str, page: PageRequest, scope_id: str | None
+    ) -> Page[FileRecord]:
+        """Visible files, by (created_at, id) in ``page.order``; ``scope_id`` keeps
+        only the files of that scope."""
+        ...
+
+    async def files_by_ids(self, workspace_id: str, file_ids: Sequence[str]) -> list[FileRecord]:
+        """The visible files among ``file_ids``, newest first; unknown ids are skipped."""
+        ...
+
+    async def delete_file(self, workspace_id: str, file_id: str) -> FileRecord:
+        """Tombstones a visible file (it is gone for every reader at commit) and
+        returns it, so the caller can remove its blob and then ``forget_file``.
+        ``NotFound`` if it is not visible (deleting twice is a 404)."""
+        ...
+
+    async def files_to_purge(self, pending_before: datetime, limit: int) -> list[FileRecord]:
+        """Tombstones pending files begun before ``pending_before`` (their upload
+        died) and returns up to ``limit`` tombstones, oldest first, across
+        workspaces: each one's blob is to be removed, then ``forget_file``."""
+        ...
+
+    async def forget_file(self, file_id: str) -> None:
+        """Removes a tombstoned row (its blob is gone). A row that is not a
+        tombstone is left alone; a missing one is not an error (another purger)."""
+        ...

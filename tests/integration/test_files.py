@@ -1,0 +1,202 @@
+"""The Files API through the official SDK on a real server, on each store:
+upload, list (paging, scope and id filters), metadata, download, delete, the
+size limit, bad input and other workspaces."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import anthropic
+import httpx2
+import pytest
+
+from stead.testing import ServerProcess
+from tests.conftest import make_client
+from tests.databases import BACKENDS
+
+MAX_FILE_BYTES = 64 * 1024
+SERVER_ENV = {"STEAD_MAX_FILE_BYTES": str(MAX_FILE_BYTES)}
+"""A small limit, so the oversized upload is cheap to send."""
+
+pytestmark = pytest.mark.parametrize(
+    "server_on_each_store", BACKENDS, indirect=True, scope="module"
+)
+
+
+@pytest.fixture
+def client(client_on_each_store: anthropic.Anthropic) -> anthropic.Anthropic:
+    return client_on_each_store
+
+
+def _blob_files(server: ServerProcess) -> set[str]:
+    root = server.data_dir / "blobs" / "files"
+    return {p.name for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+def test_upload_retrieve_download_delete_round_trip(
+    client: anthropic.Anthropic, server_on_each_store: ServerProcess
+) -> None:
+    data = os.urandom(40_000) + b"\x00\xff end"
+    uploaded = client.beta.files.upload(file=("report.bin", data, "application/x-custom"))
+    assert uploaded.id.startswith("file_") and uploaded.type == "file"
+    assert (uploaded.filename, uploaded.mime_type) == ("report.bin", "application/x-custom")
+    assert uploaded.size_bytes == len(data) and uploaded.downloadable is True
+    assert uploaded.scope is None and uploaded.expires_at is None
+    assert client.beta.files.retrieve_metadata(uploaded.id) == uploaded
+    assert client.beta.files.download(uploaded.id).read() == data
+    assert uploaded.id in _blob_files(server_on_each_store)
+    deleted = client.beta.files.delete(uploaded.id)
+    assert (deleted.id, deleted.type) == (uploaded.id, "file_deleted")
+    assert uploaded.id not in _blob_files(server_on_each_store)
+    for call in (
+        lambda: client.beta.files.retrieve_metadata(uploaded.id),
+        lambda: client.beta.files.download(uploaded.id),
+        lambda: client.beta.files.delete(uploaded.id),
+    ):
+        with pytest.raises(anthropic.NotFoundError, match=uploaded.id):
+            call()
+    assert uploaded.id not in {f.id for f in client.beta.files.list(limit=1000)}
+
+
+def test_filename_and_mime_type_are_kept_guessed_or_sniffed(client: anthropic.Anthropic) -> None:
+    files = client.beta.files
+    assert files.upload(file=("a/b/notes.md", b"# hi", "text/markdown")).filename == "notes.md"
+    guessed = files.upload(file=("photo.png", b"\x89PNG\r\n\x1a\nrest"))
+    assert guessed.mime_type == "image/png"
+    sniffed = files.upload(file=("blob", b"%PDF-1.7 body", "application/octet-stream"))
+    assert (sniffed.filename, sniffed.mime_type) == ("blob", "application/pdf")
+    text = files.upload(file=("data", "héllo".encode(), "application/octet-stream"))
+    assert text.mime_type == "text/plain"
+    empty = files.upload(file=("empty.txt", b""))
+    assert empty.size_bytes == 0 and files.download(empty.id).read() == b""
+
+
+def test_expires_in_seconds_sets_expires_at(client: anthropic.Anthropic) -> None:
+    uploaded = client.beta.files.upload(file=("t.txt", b"x"), expires_in_seconds=3600)
+    assert uploaded.expires_at is not None
+    assert 3590 < (uploaded.expires_at - uploaded.created_at).total_seconds() <= 3601
+    for bad in (10, 7_776_001):
+        with pytest.raises(anthropic.BadRequestError, match="expires_in_seconds"):
+            client.beta.files.upload(file=("t.txt", b"x"), expires_in_seconds=bad)
+
+
+def test_list_pages_newest_first_and_filters_by_ids(client: anthropic.Anthropic) -> None:
+    tag = uuid.uuid4().hex[:8]
+    made = [client.beta.files.upload(file=(f"{tag}-{i}.txt", b"%d" % i)).id for i in range(5)]
+    first = client.beta.files.list(limit=2)
+    assert [f.id for f in first.data] == made[::-1][:2]
+    assert first.next_page and first.next_page.startswith("page_")
+    walked = [f.id for f in client.beta.files.list(limit=2)]
+    assert walked[:5] == made[::-1]
+    assert len(walked) == len(set(walked))
+    by_ids = client.beta.files.list(ids=[made[0], made[3], made[0], "file_nope"])
+    assert [f.id for f in by_ids.data] == [made[3], made[0]] and by_ids.next_page is None
+    with pytest.raises(anthropic.BadRequestError, match="ids"):
+        client.beta.files.list(ids=[made[0]], limit=5)
+    with pytest.raises(anthropic.BadRequestError, match="ids"):
+        client.beta.files.list(ids=[f"file_{i}" for i in range(101)])
+
+
+def test_scope_filter_and_its_cursor(client: anthropic.Anthropic) -> None:
+    client.beta.files.upload(file=("unscoped.txt", b"x"))
+    assert client.beta.files.list(scope_id="sesn_none").data == []
+    cursor = client.beta.files.list(limit=1).next_page
+    with pytest.raises(anthropic.BadRequestError, match="page"):
+        client.beta.files.list(scope_id="sesn_none", page=cursor)
+    with pytest.raises(anthropic.BadRequestError, match="scope_id"):
+        client.beta.files.list(scope_id="bad id!")
+
+
+def test_an_oversized_upload_is_refused_naming_the_limit(
+    client: anthropic.Anthropic, server_on_each_store: ServerProcess
+) -> None:
+    before = _blob_files(server_on_each_store)
+    for size in (MAX_FILE_BYTES + 1, MAX_FILE_BYTES + 2 * 1024 * 1024):
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            client.beta.files.upload(file=("big.bin", b"x" * size))
+        assert refused.value.status_code == 413
+        assert "STEAD_MAX_FILE_BYTES" in refused.value.message and str(MAX_FILE_BYTES) in (
+            refused.value.message
+        )
+    exact = client.beta.files.upload(file=("max.bin", b"y" * MAX_FILE_BYTES))
+    assert exact.size_bytes == MAX_FILE_BYTES
+    assert _blob_files(server_on_each_store) - before == {exact.id}
+
+
+@pytest.mark.parametrize(
+    ("files", "data", "headers", "status", "named"),
+    [
+        ({"expires_in_seconds": (None, "3600")}, None, None, 400, "file"),
+        ({"file": (None, "not a file part")}, None, None, 400, "file"),
+        (
+            {"file": ("a.txt", b"x"), "expires_in_seconds": ("e.txt", b"1")},
+            None,
+            None,
+            400,
+            "expires_in_seconds",
+        ),
+        ({"other": ("a.txt", b"x")}, None, None, 400, "other"),
+        ({"file": ("a.txt", b"x")}, {"colour": "red"}, None, 400, "colour"),
+        (
+            {"file": ("a.txt", b"x")},
+            {"expires_in_seconds": "soon"},
+            None,
+            400,
+            "expires_in_seconds",
+        ),
+        ({"file": ("a.txt", b"x", "not a type")}, None, None, 400, "content type"),
+        (None, None, {"content-type": "application/json"}, 415, "multipart/form-data"),
+        (None, None, {"content-type": "multipart/form-data"}, 400, "body"),
+    ],
+)
+def test_bad_uploads_are_4xx_naming_the_field(
+    server_on_each_store: ServerProcess,
+    files: dict[str, tuple[str | bytes | None, ...]] | None,
+    data: dict[str, str] | None,
+    headers: dict[str, str] | None,
+    status: int,
+    named: str,
+) -> None:
+    key = server_on_each_store.first_key
+    assert key
+    answer = httpx2.post(
+        f"{server_on_each_store.url}/v1/files",
+        headers={"x-api-key": key, **(headers or {})},
+        files=files,  # type: ignore[arg-type]
+        data=data,
+        content=None if files or data else b"{}",
+    )
+    assert answer.status_code == status, answer.text
+    body = answer.json()
+    assert body["type"] == "error" and named in body["error"]["message"], body
+
+
+def test_bad_ids_are_400_and_unknown_ones_404(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError, match="file_id"):
+        client.beta.files.retrieve_metadata("file id with spaces")
+    with pytest.raises(anthropic.NotFoundError):
+        client.beta.files.download("file_doesnotexist")
+    with pytest.raises(anthropic.BadRequestError, match="limit"):
+        client.beta.files.list(limit=1001)
+
+
+def test_other_workspaces_see_404(server_on_each_store: ServerProcess) -> None:
+    server = server_on_each_store
+    assert server.first_key
+    other_key = server.create_key(new_workspace=f"other-{uuid.uuid4().hex[:6]}")
+    with (
+        make_client(server.url, server.first_key) as mine,
+        make_client(server.url, other_key) as theirs,
+    ):
+        uploaded = mine.beta.files.upload(file=("mine.txt", b"secret"))
+        for call in (
+            lambda: theirs.beta.files.retrieve_metadata(uploaded.id),
+            lambda: theirs.beta.files.download(uploaded.id),
+            lambda: theirs.beta.files.delete(uploaded.id),
+        ):
+            with pytest.raises(anthropic.NotFoundError):
+                call()
+        assert uploaded.id not in {f.id for f in theirs.beta.files.list(limit=1000)}
+        assert theirs.beta.files.list(ids=[uploaded.id]).data == []
+        assert mine.beta.files.download(uploaded.id).read() == b"secret"
