@@ -57,6 +57,7 @@ from stead.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -86,6 +87,7 @@ __all__ = [
     "BudgetReached",
     "Channel",
     "ChannelDown",
+    "ClaimState",
     "ClaimTerms",
     "Claimed",
     "Conflict",
@@ -96,6 +98,8 @@ __all__ = [
     "EventRecord",
     "EventsAccepted",
     "HeartbeatRefused",
+    "IdempotencyClaim",
+    "IdempotencyStore",
     "IntegrityFinding",
     "InvalidValue",
     "LeaseExpiry",

@@ -16,6 +16,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from stead.jsonvalues import Json
 from stead.store.brains import BrainStore
+from stead.store.idempotency import IdempotencyStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
@@ -353,7 +354,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, UsageStore, BrainStore, Protocol):
+class Store(VaultStore, WorkStore, UsageStore, BrainStore, IdempotencyStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

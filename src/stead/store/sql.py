@@ -32,6 +32,7 @@ from stead.store import (
     _workspaces,
 )
 from stead.store._brain_methods import BrainMethods
+from stead.store._idempotency_methods import IdempotencyMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -77,7 +78,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore(WorkMethods, BrainMethods):
+class SqlStore(WorkMethods, BrainMethods, IdempotencyMethods):
     def __init__(
         self,
         writer: Engine,
