@@ -28,6 +28,7 @@ from stead.cli_support import (
     setting_help,
     validated,
 )
+from stead.cli_usage import usage
 from stead.cli_worker import worker
 from stead.config import Settings
 from stead.startup import summary
@@ -52,6 +53,7 @@ secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(sandbox_host_app, name="sandbox-host")
 app.command()(worker)
+app.command()(usage)
 
 
 def _version(shown: bool) -> None:

@@ -153,6 +153,17 @@ class Settings(BaseSettings):
     """How often deleted files' blobs (and abandoned uploads) are removed."""
     file_upload_grace_seconds: float = Field(default=6 * 3600.0, gt=0)
     """An upload not finished after this long is abandoned and collected."""
+    idempotency_ttl_seconds: float = Field(default=24 * 3600.0, gt=0)
+    """How long an ``Idempotency-Key`` answers with the first request's answer."""
+    idempotency_wait_seconds: float = Field(default=10.0, ge=0)
+    """How long a request waits for another that holds its key to answer,
+    before it gets a retryable 409."""
+    idempotency_abandoned_seconds: float = Field(default=600.0, gt=0)
+    """A key held this long without an answer is taken over (its server died):
+    the request runs again."""
+    idempotency_max_answer_bytes: int = Field(default=1024 * 1024, gt=0)
+    """Largest answer kept for replay; a larger one is answered once and its key
+    then refuses replays with a 409."""
     max_events_per_request: int = 1000
     log_level: str = "info"
     log_format: Literal["auto", "json", "text"] = "auto"

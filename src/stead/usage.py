@@ -95,6 +95,15 @@ def wire(usage: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def report(counters: Mapping[str, Any]) -> dict[str, Any]:
+    """A usage report's amounts (``GET /v1/usage``, ``stead usage``): ``wire``
+    with the request counts."""
+    shown = wire(counters)
+    shown["requests"] = int(counters.get("requests", 0))
+    shown["unpriced_requests"] = int(counters.get("unpriced_requests", 0))
+    return shown
+
+
 def cap_nanos(budget: Mapping[str, Any] | None) -> int | None:
     """The budget's ``max_list_cost`` (cents, as a string) in nano-USD; None: no budget."""
     if budget is None:

@@ -73,6 +73,7 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     with sqlite3.connect(database) as db:  # as it was before migration 0004
         for later in (
             "files",
+            "idempotency_keys",
             "brains",
             "usage_ledger",
             "work_items",

@@ -27,6 +27,7 @@ from stead.api import (
     work,
 )
 from stead.api.deps import KeyCache, Services
+from stead.api.idempotency import IdempotencyMiddleware
 from stead.api.middleware import RequestIdMiddleware
 from stead.api.observe import TelemetryMiddleware
 from stead.config import Settings
@@ -155,7 +156,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.telemetry = observed
-    # Added first, so it runs inside RequestIdMiddleware and logs the request's id.
+    # Innermost: a replayed answer is still counted, logged and given a request id.
+    app.add_middleware(IdempotencyMiddleware)
+    # Added before RequestIdMiddleware, so it runs inside it and logs the request's id.
     app.add_middleware(TelemetryMiddleware, telemetry=observed)
     app.add_middleware(RequestIdMiddleware)
     errors.install(app)

@@ -50,7 +50,7 @@ async def usage_report(
             "from": first.isoformat(),
             "to": last.isoformat(),
             "data": [_row(row) for row in rows],
-            "total": _amounts(total),
+            "total": accounting.report(total),
         }
     )
 
@@ -61,15 +61,8 @@ def _row(row: LedgerRow) -> Json:
         "day": row.day.isoformat(),
         "session_id": row.session_id,
         "model": row.model,
-        **_amounts(body),
+        **accounting.report(body),
     }
-
-
-def _amounts(counters: dict[str, float]) -> Json:
-    shown = accounting.wire(counters)
-    shown["requests"] = int(counters.get("requests", 0))
-    shown["unpriced_requests"] = int(counters.get("unpriced_requests", 0))
-    return shown
 
 
 @router.post("/v1/sessions/{session_id}/terminate", responses=openapi.errors(409))

@@ -58,6 +58,7 @@ from stead.store.errors import (
     StoreUnavailable,
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
+from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -87,6 +88,7 @@ __all__ = [
     "BudgetReached",
     "Channel",
     "ChannelDown",
+    "ClaimState",
     "ClaimTerms",
     "Claimed",
     "Conflict",
@@ -100,6 +102,8 @@ __all__ = [
     "FileScope",
     "FileStore",
     "HeartbeatRefused",
+    "IdempotencyClaim",
+    "IdempotencyStore",
     "IntegrityFinding",
     "InvalidValue",
     "LeaseExpiry",

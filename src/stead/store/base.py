@@ -17,6 +17,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from stead.jsonvalues import Json
 from stead.store.brains import BrainStore
 from stead.store.files import FileStore
+from stead.store.idempotency import IdempotencyStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
@@ -354,7 +355,7 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, Protocol):
+class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, IdempotencyStore, Protocol):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

@@ -33,6 +33,7 @@ from stead.store import (
 )
 from stead.store._brain_methods import BrainMethods
 from stead.store._file_methods import FileMethods
+from stead.store._idempotency_methods import IdempotencyMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -78,7 +79,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore(WorkMethods, BrainMethods, FileMethods):
+class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods):
     def __init__(
         self,
         writer: Engine,

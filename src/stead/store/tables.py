@@ -378,3 +378,20 @@ files = Table(
 """Files API metadata (``_files.py``); the bytes are in the blob store under
 ``blob_key``. A row is visible once ``ready_at`` is set (its blob is complete)
 and until ``deleted_at`` is (a tombstone: its blob is being removed, then the row)."""
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("token", String(64), nullable=False),
+    Column("status", Integer, nullable=True),
+    Column("content_type", String(255), nullable=True),
+    Column("body", LargeBinary, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_idempotency_keys_created", "created_at"),
+)
+"""``Idempotency-Key`` headers a workspace sent (``_idempotency.py``): the
+request's fingerprint and, once it has one, its answer. ``token`` names the
+request that holds the key; ``status`` is null while that request runs."""

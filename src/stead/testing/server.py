@@ -208,7 +208,8 @@ class ServerProcess:
             self._log = None
 
     def create_key(self, *, new_workspace: str | None = None) -> str:
-        """A key made with ``stead keys create`` (in a new workspace if named)."""
+        """A key made with ``stead keys create`` (in a new workspace if named), on
+        the server's store (its ``STEAD_DATABASE_URL`` too, when it has one)."""
         args = [sys.executable, "-m", "stead", "keys", "create", "--json"]
         if new_workspace:
             args += ["--new-workspace", new_workspace]

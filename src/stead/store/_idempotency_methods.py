@@ -1,0 +1,49 @@
+"""``IdempotencyStore`` on the SQL store: each method one transaction of ``_idempotency.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from stead.store import _idempotency
+from stead.store.idempotency import IdempotencyClaim
+
+R = TypeVar("R")
+
+
+class IdempotencyMethods:
+    """Mixed into ``SqlStore``, which provides ``_write``."""
+
+    async def _write(self, fn: Callable[..., R], *args: Any) -> R:
+        raise NotImplementedError
+
+    async def claim_idempotency_key(
+        self,
+        workspace_id: str,
+        key: str,
+        fingerprint: str,
+        *,
+        ttl_seconds: float,
+        abandoned_seconds: float,
+    ) -> IdempotencyClaim:
+        return await self._write(
+            _idempotency.claim, workspace_id, key, fingerprint, ttl_seconds, abandoned_seconds
+        )
+
+    async def keep_idempotent_answer(
+        self,
+        workspace_id: str,
+        key: str,
+        token: str,
+        *,
+        status: int,
+        content_type: str | None,
+        body: bytes | None,
+        ttl_seconds: float,
+    ) -> None:
+        await self._write(
+            _idempotency.keep, workspace_id, key, token, status, content_type, body, ttl_seconds
+        )
+
+    async def release_idempotency_key(self, workspace_id: str, key: str, token: str) -> None:
+        await self._write(_idempotency.release, workspace_id, key, token)

@@ -1,0 +1,140 @@
+"""``stead usage`` as a new user runs it: a fresh data directory, one scripted
+turn of known token counts through a real ``stead serve``, then the command in
+a subprocess, in JSON and as tables.
+
+The turn makes two model requests on ``claude-sonnet-4-6`` (a bash call:
+100,000 in, 10,000 out, 20,000 cache writes; the answer: 50,000 in, 2,000 out,
+20,000 cache reads), 71 cents in all (``test_usage_budget.py`` works it out).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
+from stead.testing.scripts import assistant_turns
+from tests.conftest import loop_env, sdk_of
+from tests.integration.helpers import message, wait_idle
+
+MODEL = "claude-sonnet-4-6"
+# Every count given: the fake model makes up the ones a script leaves out.
+FIRST = {
+    "input_tokens": 100_000,
+    "output_tokens": 10_000,
+    "cache_creation_input_tokens": 20_000,
+    "cache_read_input_tokens": 0,
+}
+SECOND = {
+    "input_tokens": 50_000,
+    "output_tokens": 2_000,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 20_000,
+}
+
+
+def script(body: dict[str, Any]) -> Turn:
+    if assistant_turns(body) == 0:
+        return Turn([ToolCall("bash", {"command": "echo counted"})], usage=FIRST)
+    return Turn([Text("done")], usage=SECOND)
+
+
+@pytest.fixture(scope="module")
+def turned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
+    """A data directory after one turn: (its path, the agent's id, the session's id)."""
+    data = tmp_path_factory.mktemp("usage-cli")
+    with FakeModel(script) as fake:
+        server = ServerProcess(data, env=loop_env(fake)).start()
+        try:
+            with sdk_of(server) as sdk:
+                agent = sdk.beta.agents.create(
+                    name="u", model=MODEL, tools=[{"type": "agent_toolset_20260401"}]
+                )
+                env = sdk.beta.environments.create(name=f"u-{uuid.uuid4().hex[:8]}")
+                session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+                sdk.beta.sessions.events.send(session.id, events=[message("count this")])
+                wait_idle(sdk, session.id)
+        finally:
+            server.stop()
+    yield data, agent.id, session.id
+
+
+def stead(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "STEAD_DATA_DIR": str(data_dir), "COLUMNS": "200"}
+    env.pop("STEAD_DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "stead", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_json_totals_the_turn_by_every_grouping(turned: tuple[Path, str, str]) -> None:
+    data, agent_id, session_id = turned
+    done = stead("usage", "--json", data_dir=data)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    total = report["total"]
+    assert (total["requests"], total["input_tokens"], total["output_tokens"]) == (
+        2,
+        150_000,
+        12_000,
+    )
+    assert total["cache_read_input_tokens"] == 20_000
+    assert total["cache_creation"]["ephemeral_5m_input_tokens"] == 20_000
+    assert total["list_cost"] == {"amount": "71", "currency": "USD"}
+    by = report["by"]
+    assert set(by) == {"workspace", "agent", "session", "model", "day"}
+    assert [row["agent"] for row in by["agent"]] == [agent_id]
+    assert [row["session"] for row in by["session"]] == [session_id]
+    assert len(by["workspace"]) == len(by["day"]) == 1
+    model = next(row for row in by["model"] if row["model"] == MODEL)
+    assert (model["requests"], model["list_cost"]["amount"]) == (2, "71")
+    # The bash call woke the sandbox: its time is a row of its own, with no model.
+    assert {row["model"] for row in by["model"]} <= {MODEL, "(sandbox time)"}
+
+
+def test_tables_show_the_same_figures(turned: tuple[Path, str, str]) -> None:
+    data, agent_id, _ = turned
+    done = stead("usage", "--by", "agent", "--by", "model", data_dir=data)
+    assert done.returncode == 0, done.stderr
+    assert "by agent" in done.stdout and "by model" in done.stdout
+    assert "by day" not in done.stdout
+    assert agent_id in done.stdout and MODEL in done.stdout
+    assert "150,000" in done.stdout and "$0.71" in done.stdout
+
+
+def test_a_day_range_without_usage_totals_zero(turned: tuple[Path, str, str]) -> None:
+    data, _, _ = turned
+    done = stead("usage", "--json", "--from", "2001-01-01", "--to", "2001-01-31", data_dir=data)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["total"]["requests"] == 0
+    assert report["by"]["session"] == []
+
+
+def test_mistakes_get_one_line_and_no_database_is_made(tmp_path: Path) -> None:
+    empty = tmp_path / "nothing-here"
+    done = stead("usage", data_dir=empty)
+    assert done.returncode == 1
+    assert "no stead database" in done.stderr
+    assert not (empty / "stead.db").exists()
+    for args in (
+        ("--from", "yesterday"),
+        ("--by", "colour"),
+        ("--from", "2026-02-02", "--to", "2026-02-01"),
+    ):
+        done = stead("usage", *args, data_dir=empty)
+        assert done.returncode == 2, args
+        assert done.stderr.startswith("stead: ") and "Traceback" not in done.stderr
