@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, delete, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Row, and_, delete, insert, or_, select, update
 
 from stead.store import _locks
 from stead.store._paging import fetch_page
@@ -125,6 +125,21 @@ def delete_file(conn: Connection, now: datetime, workspace_id: str, file_id: str
     current = get_file(conn, workspace_id, file_id)
     conn.execute(update(files).where(files.c.id == file_id).values(deleted_at=now))
     return current
+
+
+def anything_to_purge(conn: Connection, pending_before: datetime) -> bool:
+    """Whether ``files_to_purge`` would find a tombstone or an abandoned upload."""
+    found = conn.execute(
+        select(files.c.id)
+        .where(
+            or_(
+                files.c.deleted_at.is_not(None),
+                and_(files.c.ready_at.is_(None), files.c.created_at < pending_before),
+            )
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def files_to_purge(
