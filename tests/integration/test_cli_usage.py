@@ -16,35 +16,13 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
-from stead.testing.scripts import assistant_turns
+from stead.testing import FakeModel, ServerProcess
 from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
-
-MODEL = "claude-sonnet-4-6"
-# Every count given: the fake model makes up the ones a script leaves out.
-FIRST = {
-    "input_tokens": 100_000,
-    "output_tokens": 10_000,
-    "cache_creation_input_tokens": 20_000,
-    "cache_read_input_tokens": 0,
-}
-SECOND = {
-    "input_tokens": 50_000,
-    "output_tokens": 2_000,
-    "cache_creation_input_tokens": 0,
-    "cache_read_input_tokens": 20_000,
-}
-
-
-def script(body: dict[str, Any]) -> Turn:
-    if assistant_turns(body) == 0:
-        return Turn([ToolCall("bash", {"command": "echo counted"})], usage=FIRST)
-    return Turn([Text("done")], usage=SECOND)
+from tests.integration.test_usage_budget import MODEL, script
 
 
 @pytest.fixture(scope="module")

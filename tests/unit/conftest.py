@@ -7,8 +7,9 @@ from typing import Any
 import anyio
 import pytest
 
+from stead.runtime import SessionFeed
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
-from stead.store import NewEvent, SqlStore, open_store
+from stead.store import EventRecord, NewEvent, SqlStore, open_store
 
 WAIT = 10.0
 """Longest a test waits for a process or file it started."""
@@ -68,3 +69,12 @@ async def read_fifo(path: Path) -> str:
     """Blocks (off the loop, bounded) until a command writes a line to ``path``."""
     with anyio.fail_after(WAIT):
         return await anyio.to_thread.run_sync(path.read_text, abandon_on_cancel=True)
+
+
+async def collect_feed(feed: SessionFeed, count: int) -> list[EventRecord]:
+    """The next ``count`` events a reader's feed yields (waits at most ``WAIT``)."""
+    got: list[EventRecord] = []
+    with anyio.fail_after(WAIT):
+        while len(got) < count:
+            got += [item.event for item in await feed.next_batch()]
+    return got

@@ -7,17 +7,9 @@ import pytest
 
 from stead.runtime import LocalBus, SessionFeed
 from stead.store import EventRecord, SqlStore
-from tests.unit.conftest import new_session, user_message
+from tests.unit.conftest import collect_feed, new_session, user_message
 
 pytestmark = pytest.mark.anyio
-
-
-async def _collect(feed: SessionFeed, count: int) -> list[EventRecord]:
-    got: list[EventRecord] = []
-    with anyio.fail_after(10):
-        while len(got) < count:
-            got += [item.event for item in await feed.next_batch()]
-    return got
 
 
 async def test_backlog_then_live_without_duplicates(store: SqlStore) -> None:
@@ -28,7 +20,7 @@ async def test_backlog_then_live_without_duplicates(store: SqlStore) -> None:
         feed = SessionFeed(store, subscription, session_id, last_seq=2)
         late = await store.append_events(session_id, [user_message("sevt_x")])
         bus.publish(session_id, early + late)  # a republish of old events must not repeat
-        got = await _collect(feed, 4)
+        got = await collect_feed(feed, 4)
     assert [e.id for e in got] == ["sevt_2", "sevt_3", "sevt_4", "sevt_x"]
 
 
@@ -41,7 +33,7 @@ async def test_a_gap_in_live_notices_is_filled_from_the_store(store: SqlStore) -
         second = await store.append_events(session_id, [user_message("sevt_b")])
         bus.publish(session_id, second)  # published out of commit order
         bus.publish(session_id, first)
-        got = await _collect(feed, 2)
+        got = await collect_feed(feed, 2)
     assert [e.id for e in got] == ["sevt_a", "sevt_b"]
 
 
@@ -52,7 +44,7 @@ async def test_a_lagging_reader_rereads_instead_of_growing(store: SqlStore) -> N
         feed = SessionFeed(store, subscription, session_id, last_seq=0)
         for i in range(50):
             bus.publish(session_id, await store.append_events(session_id, [user_message(f"e{i}")]))
-        got = await _collect(feed, 50)
+        got = await collect_feed(feed, 50)
     assert [e.id for e in got] == [f"e{i}" for i in range(50)]
     assert bus.reader_count(session_id) == 0
 
@@ -62,7 +54,7 @@ async def test_pending_echoes_and_the_final_notice_pass_through(store: SqlStore)
     bus = LocalBus(capacity=8)
     with bus.subscribe(session_id) as subscription:
         feed = SessionFeed(store, subscription, session_id, last_seq=0)
-        await _collect(feed, 0)
+        await collect_feed(feed, 0)
         echo = EventRecord(session_id, "sevt_q", "user.message", {}, None, position=1)
         gone = EventRecord(session_id, "sevt_d", "session.deleted", {}, None)
         bus.publish(session_id, [echo])

@@ -17,9 +17,9 @@ import pytest
 from anyio.abc import TaskStatus
 
 from stead.runtime import SessionFeed, SharedBus
-from stead.store import ChannelDown, EventRecord, SqlStore, open_channel
+from stead.store import ChannelDown, SqlStore, open_channel
 from tests.databases import BACKENDS
-from tests.unit.conftest import new_session, user_message
+from tests.unit.conftest import collect_feed, new_session, user_message
 
 pytestmark = pytest.mark.anyio
 
@@ -95,14 +95,6 @@ async def serving(*buses: tuple[SharedBus, Peers]) -> AsyncIterator[None]:
         group.cancel_scope.cancel()
 
 
-async def _collect(feed: SessionFeed, count: int) -> list[EventRecord]:
-    got: list[EventRecord] = []
-    with anyio.fail_after(10):
-        while len(got) < count:
-            got += [item.event for item in await feed.next_batch()]
-    return got
-
-
 async def test_a_reader_reads_what_another_process_published(store: SqlStore) -> None:
     _, session_id = await new_session(store)
     wire = Wire()
@@ -114,7 +106,7 @@ async def test_a_reader_reads_what_another_process_published(store: SqlStore) ->
                 writer.publish(
                     session_id, await store.append_events(session_id, [user_message(f"e{i}")])
                 )
-            got = await _collect(feed, 5)
+            got = await collect_feed(feed, 5)
     assert [e.id for e in got] == [f"e{i}" for i in range(5)]
 
 
@@ -141,10 +133,10 @@ async def test_a_lost_notice_is_healed_by_the_slow_poll(store: SqlStore) -> None
     async with serving((writer, Peers()), (reader, Peers())):
         with reader.subscribe(session_id) as subscription:
             feed = SessionFeed(store, subscription, session_id, last_seq=0)
-            await _collect(feed, 0)
+            await collect_feed(feed, 0)
             wire.lose = True
             writer.publish(session_id, await store.append_events(session_id, [user_message("x")]))
-            got = await _collect(feed, 1)
+            got = await collect_feed(feed, 1)
     assert [e.id for e in got] == ["x"]
 
 

@@ -100,18 +100,23 @@ async def test_a_database_of_a_newer_stead_is_refused_with_one_line(database_url
     built.dispose()
 
 
-@pytest.mark.parametrize("database_url", BACKENDS[1:], indirect=True)
-async def test_starts_at_once_create_a_new_database_once(database_url: str) -> None:
+async def _open_at_once(database_url: str, count: int) -> None:
+    """``count`` processes' worth of stores opening ``database_url`` together, then closed."""
     stores = []
 
     async def start() -> None:
         stores.append(await open_store(database_url))
 
     async with anyio.create_task_group() as group:
-        for _ in range(4):
+        for _ in range(count):
             group.start_soon(start)
     for store in stores:
         await store.close()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[1:], indirect=True)
+async def test_starts_at_once_create_a_new_database_once(database_url: str) -> None:
+    await _open_at_once(database_url, 4)
     built = engine(database_url)
     with built.connect() as conn:
         assert migrate.revisions(conn) == {migrate.HEAD}
@@ -123,16 +128,7 @@ async def test_starts_at_once_create_a_new_database_once(database_url: str) -> N
 @pytest.mark.parametrize("database_url", BACKENDS[1:], indirect=True)
 async def test_starts_at_once_migrate_an_old_database_once(database_url: str) -> None:
     _migrated_at(database_url, "0003").dispose()
-    stores = []
-
-    async def start() -> None:
-        stores.append(await open_store(database_url))
-
-    async with anyio.create_task_group() as group:
-        for _ in range(3):
-            group.start_soon(start)
-    for store in stores:
-        await store.close()
+    await _open_at_once(database_url, 3)
     built = engine(database_url)
     with built.connect() as conn:
         assert migrate.revisions(conn) == {migrate.HEAD}
