@@ -4,13 +4,12 @@ revoked beside a running server (the secret is shown once, at creation)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import anyio
 import typer
 
-from stead.cli_support import PLAIN, DataDir, console, opened, read_settings
+from stead.cli_support import PLAIN, DataDir, console, existing, opened
 from stead.config import Settings
 from stead.store import ApiKey
 
@@ -119,18 +118,3 @@ def keys_revoke(
 async def _revoke_key(settings: Settings, key_id: str) -> ApiKey:
     async with opened(settings) as store:
         return await store.revoke_api_key(key_id)
-
-
-def existing(data_dir: Path | None) -> Settings:
-    """The settings of a command that works on an installation's database: one
-    that does not exist yet is a wrong ``--data-dir``, not a new installation."""
-    settings = read_settings(data_dir=data_dir)
-    embedded = settings.database_url is None
-    if embedded and not (settings.data_dir / "stead.db").exists():
-        typer.echo(
-            f"stead: no stead database in {settings.data_dir}; pass the --data-dir "
-            "(or STEAD_DATA_DIR) that stead serve uses, or start stead serve there first",
-            err=True,
-        )
-        raise typer.Exit(1)
-    return settings

@@ -94,3 +94,17 @@ Url = Annotated[
 ApiKeyOption = Annotated[
     str, typer.Option("--api-key", envvar="STEAD_API_KEY", show_envvar=True, help="API key.")
 ]
+
+
+def existing(data_dir: Path | None) -> Settings:
+    """The settings of a command that works on an installation's database: one
+    that does not exist yet is a wrong ``--data-dir``, not a new installation."""
+    settings = read_settings(data_dir=data_dir)
+    if settings.database_url is None and not settings.embedded_database.exists():
+        typer.echo(
+            f"stead: no stead database in {settings.data_dir}; pass the --data-dir "
+            "(or STEAD_DATA_DIR) that stead serve uses, or start stead serve there first",
+            err=True,
+        )
+        raise typer.Exit(1)
+    return settings

@@ -14,8 +14,7 @@ import anyio
 import typer
 
 from stead import usage as accounting
-from stead.cli_keys import existing
-from stead.cli_support import DataDir, console, opened
+from stead.cli_support import DataDir, console, existing, opened
 from stead.config import Settings
 from stead.store import LedgerRow, NotFound, Store
 

@@ -226,10 +226,15 @@ class Settings(BaseSettings):
         )
 
     @property
+    def embedded_database(self) -> Path:
+        """The SQLite file of the data directory (the store unless ``database_url``)."""
+        return self.data_dir / "stead.db"
+
+    @property
     def resolved_database_url(self) -> str:
         if self.database_url:
             return self.database_url
-        return f"sqlite:///{self.data_dir / 'stead.db'}"
+        return f"sqlite:///{self.embedded_database}"
 
 
 def settings_errors(error: ValidationError) -> list[str]:

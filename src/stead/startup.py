@@ -33,9 +33,7 @@ def _sandboxes(settings: Settings) -> str:
         return "sandboxes: off (built-in tools answer that there is no sandbox)"
     if settings.sandbox == "unsafe_local":
         return "sandboxes: unsafe_local (tools run as this user, NOT isolated)"
-    where = settings.sandbox_host or str(
-        (settings.sandbox_host_state_dir or settings.data_dir / "sandbox-host") / "host.sock"
-    )
+    where = settings.sandbox_host or str(settings.resolved_sandbox_host_state_dir / "host.sock")
     started = ", started if none answers" if settings.sandbox_host_autostart else ""
     return (
         f"sandboxes: bwrap, by the sandbox host at {_without_credentials(where)}{started} "

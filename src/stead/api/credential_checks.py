@@ -20,7 +20,7 @@ from stead.api.deps import Caller, Services, caller, services
 from stead.api.params import CredentialId, VaultId
 from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
-from stead.runtime import McpEgress, load_mcp, refresh_grant, write_back_grant
+from stead.runtime import load_mcp, refresh_grant, write_back_grant
 from stead.schemas import RequestError
 from stead.store import CredentialRecord
 
@@ -70,7 +70,7 @@ async def validate_credential(
     result: dict[str, Any] = {"status": "valid", "mcp_probe": None, "refresh": None}
     mcp = await load_mcp()
     # No session, so no environment: the blocklist alone, as for a token endpoint.
-    rules = McpEgress(app.settings).rules(mcp)
+    rules = app.runtime.mcp.egress.rules(mcp)
     try:
         await mcp.list_tools(url, token, timeout, rules)
     except mcp.McpFailed as failure:

@@ -23,7 +23,8 @@ from stead.egress_policy import InvalidPolicy
 from stead.harness import McpTool, servers_in_use
 from stead.jsonvalues import Json
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
-from stead.store import NotFound, SessionRecord, Store
+from stead.runtime.sandboxconfig import session_networking
+from stead.store import SessionRecord, Store
 from stead.tools import ToolOutcome
 from stead.vault import SecretBox
 
@@ -67,6 +68,11 @@ class McpGateway:
         self._egress = McpEgress(settings)
         self._tokens = McpTokens(store, box, self._egress, timeout=self._timeout)
         self._lists: OrderedDict[_ListKey, tuple[McpTool, ...]] = OrderedDict()
+
+    @property
+    def egress(self) -> McpEgress:
+        """The rules the brain's MCP and OAuth traffic keeps (built once: TLS trust)."""
+        return self._egress
 
     def cached(self, session_id: str, agent: Json) -> tuple[McpTool, ...] | None:
         """The tools of every server the agent uses if all are listed already;
@@ -174,7 +180,8 @@ class McpGateway:
         mcp = await load_mcp()
         name, url = server["name"], server["url"]
         try:
-            rules = self._egress.rules(mcp, await self._networking(session), url)
+            networking = await session_networking(self._store, session)
+            rules = self._egress.rules(mcp, networking, url)
         except InvalidPolicy as exc:
             message = f"{name}: the environment's networking cannot be enforced: {exc}"
             raise _Unusable(McpProblem(name, CONNECTION_FAILED, message)) from None
@@ -197,18 +204,6 @@ class McpGateway:
         except mcp.McpFailed as exc:
             kind = AUTHENTICATION_FAILED if exc.unauthorized else CONNECTION_FAILED
             raise _Unusable(McpProblem(name, kind, f"{name}: {exc}")) from None
-
-    async def _networking(self, session: SessionRecord) -> Json | None:
-        """The session's environment's ``networking`` (None: unrestricted, as a
-        self-hosted environment's, or one deleted since)."""
-        try:
-            environment = await self._store.get_environment(
-                session.workspace_id, session.environment_id
-            )
-        except NotFound:
-            return None
-        networking = environment.config.get("networking")
-        return networking if isinstance(networking, dict) else None
 
 
 class _Unusable(Exception):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import ssl
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
@@ -41,7 +42,10 @@ REFRESH_AHEAD = timedelta(seconds=60)
 async def load_mcp() -> ModuleType:
     """``stead.tools.mcp``. The mcp SDK costs a server about a second and 24 MB
     to import: it is loaded on first use, in a worker thread, not at start or
-    on the event loop."""
+    on the event loop. Once loaded, every call finds it without a thread hop."""
+    loaded = sys.modules.get(MCP_MODULE)
+    if loaded is not None:
+        return loaded
     return await to_thread.run_sync(importlib.import_module, MCP_MODULE)
 
 

@@ -1,10 +1,12 @@
-"""An environment turned into a sandbox's config."""
+"""An environment turned into a sandbox's config, and its networking for the
+brain's own egress checks."""
 
 from __future__ import annotations
 
 from stead.config import Settings
 from stead.jsonvalues import Json
 from stead.sandbox import SandboxConfig
+from stead.store import NotFound, SessionRecord, Store
 
 
 def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfig:
@@ -22,3 +24,14 @@ def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfi
             "packages": {k: v for k, v in packages.items() if k != "type" and v},
         }
     )
+
+
+async def session_networking(store: Store, session: SessionRecord) -> Json | None:
+    """The ``networking`` of the session's environment; None when it has none
+    (a self-hosted environment's config) or the environment is gone."""
+    try:
+        environment = await store.get_environment(session.workspace_id, session.environment_id)
+    except NotFound:
+        return None
+    networking = environment.config.get("networking")
+    return networking if isinstance(networking, dict) else None

@@ -22,6 +22,7 @@ from stead.prices import PriceTable
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
+from stead.runtime.mcp import McpGateway
 from stead.runtime.work import WorkQueue
 from stead.store import ClaimTerms, EventRecord, EventsAccepted, RunStart
 
@@ -76,6 +77,11 @@ class Runtime:
     def work(self) -> WorkQueue:
         """Self-hosted environments' work queue."""
         return self._deps.work
+
+    @property
+    def mcp(self) -> McpGateway:
+        """MCP servers of sessions' agents, and the egress rules their traffic keeps."""
+        return self._deps.mcp
 
     @property
     def prices(self) -> PriceTable:

@@ -20,7 +20,7 @@ from stead.config import Settings
 from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
-from stead.runtime.sandboxconfig import sandbox_config
+from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
     HostUnreachable,
@@ -37,7 +37,6 @@ from stead.sandbox import (
 from stead.store import (
     LeaseExpiry,
     LeaseTerms,
-    NotFound,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
@@ -284,14 +283,8 @@ class SandboxToolbox:
     async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
         if not session.vault_ids:
             return []
-        try:
-            environment = await self._store.get_environment(
-                session.workspace_id, session.environment_id
-            )
-        except NotFound:
-            return []
-        networking = environment.config.get("networking")
-        if not isinstance(networking, dict):
+        networking = await session_networking(self._store, session)
+        if networking is None:
             return []
         return await self._credentials.unreachable(
             session.workspace_id, session.vault_ids, networking
