@@ -5,7 +5,8 @@ turn and per tool error) holding no secret and no command text."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anthropic
@@ -18,6 +19,8 @@ from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, new_session, wait_idle
+
+LOG_WAIT = 10.0
 
 Json = dict[str, Any]
 TOOLSET = {"type": "agent_toolset_20260401"}
@@ -65,6 +68,17 @@ def log_lines(server: ServerProcess) -> list[Json]:
     return [json.loads(line) for line in server.log_text().splitlines() if line.startswith("{")]
 
 
+def logged(server: ServerProcess, match: Callable[[Json], bool]) -> list[Json]:
+    """The log lines ``match`` picks, once there are any: a line is written as
+    a response or a turn ends, which the client may see first."""
+    deadline = time.monotonic() + LOG_WAIT
+    while True:
+        found = [line for line in log_lines(server) if match(line)]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 def test_health_answers_without_a_key(ops_server: ServerProcess) -> None:
     assert httpx2.get(f"{ops_server.url}/healthz", timeout=30).json() == {"status": "ok"}
     ready = httpx2.get(f"{ops_server.url}/readyz", timeout=30)
@@ -109,10 +123,12 @@ def test_metrics_move_with_requests_and_a_tool_turn(ops_server: ServerProcess) -
     assert moved("stead_tool_call_duration_seconds_count", kind="builtin") == 2
     assert value(after, "stead_queued_runs") == 0
 
-    lines = log_lines(ops_server)
-    turns = [line for line in lines if line["message"].startswith("turn ended")]
-    assert any(line["session_id"] == session_id and line["outcome"] == "end_turn" for line in turns)
-    failed = [line for line in lines if line["message"] == "tool call failed"]
+    turns = logged(
+        ops_server,
+        lambda line: line["message"].startswith("turn ended") and line["session_id"] == session_id,
+    )
+    assert any(line["outcome"] == "end_turn" for line in turns)
+    failed = logged(ops_server, lambda line: line["message"] == "tool call failed")
     assert any(line["session_id"] == session_id and line["tool"] == "read" for line in failed)
 
 
@@ -120,7 +136,7 @@ def test_an_access_line_per_request_by_route_template(ops_server: ServerProcess)
     with sdk_of(ops_server) as client:
         answer = client.beta.agents.with_raw_response.list(limit=1)
     request_id = answer.headers["request-id"]
-    found = [line for line in log_lines(ops_server) if line.get("request_id") == request_id]
+    found = logged(ops_server, lambda line: line.get("request_id") == request_id)
     assert len(found) == 1
     line = found[0]
     assert line["logger"] == "stead.access"
