@@ -29,8 +29,6 @@ def new_events(params: Sequence[Json]) -> list[NewEvent]:
     created = []
     for event in params:
         body = {k: v for k, v in event.items() if k != "type"}
-        if event["type"] == EventType.USER_DEFINE_OUTCOME:
-            body["outcome_id"] = "outc_" + new_id("event").removeprefix("sevt_")
         created.append(NewEvent(id=new_id("event"), type=event["type"], body=body))
     return created
 
