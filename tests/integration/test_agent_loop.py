@@ -11,7 +11,16 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import Delay, FakeModel, FaultRule, ServerProcess, Text, ToolCall, Turn
+from stead.testing import (
+    Delay,
+    FakeModel,
+    FaultRule,
+    ServerProcess,
+    Text,
+    Thinking,
+    ToolCall,
+    Turn,
+)
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, sdk_of
 
@@ -43,6 +52,16 @@ SCENARIOS: dict[str, list[Turn]] = {
         Turn([Text("Finished.")]),
     ],
     "sleep": [Turn([ToolCall("bash", {"command": "sleep 30; echo woke > woke.txt"})])],
+    "previews": [
+        Turn(
+            [
+                Thinking("Which words to use."),
+                Text("A first block, long enough to arrive in several fragments. "),
+                Text(""),
+                Text("And a second block."),
+            ]
+        )
+    ],
 }
 
 
@@ -281,3 +300,40 @@ def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(
     assert [e.content[0].text for e in history] == ["slow start", "q1", "q2"]
     answers = [e for e in events if e.type == "agent.message"]
     assert len(answers) == 2
+
+
+def test_stream_previews_add_up_to_the_logged_message(sdk: anthropic.Anthropic) -> None:
+    session_id = new_session(sdk, [TOOLSET])
+    deltas = ["agent.message", "agent.thinking"]
+    with (
+        sdk.beta.sessions.events.stream(session_id, event_deltas=deltas) as previewed,
+        sdk.beta.sessions.events.stream(session_id) as plain,
+    ):
+        sdk.beta.sessions.events.send(session_id, events=[say("previews please")])
+        seen = until_idle(previewed)
+        unpreviewed = until_idle(plain)
+    types = kinds(seen)
+    thinking = next(e for e in seen if e.type == "agent.thinking")
+    logged = next(e for e in seen if e.type == "agent.message")
+    starts = [e for e in seen if e.type == "event_start"]
+    assert [(s.event.type, s.event.id) for s in starts] == [
+        ("agent.thinking", thinking.id),
+        ("agent.message", logged.id),
+    ]
+    fragments = [e for e in seen if e.type == "event_delta"]
+    assert len(fragments) > 2 and {f.event_id for f in fragments} == {logged.id}
+    entries: dict[int, str] = {}
+    for fragment in fragments:
+        index = fragment.delta.index or 0
+        entries[index] = entries.get(index, "") + fragment.delta.content.text
+    assert [entries[i] for i in sorted(entries)] == [b.text for b in logged.content]
+    assert len(logged.content) == 2
+    # Each preview comes before the event it previews, and the request's end after both.
+    message_start = seen.index(starts[1])
+    assert types.index("event_start") < types.index("agent.thinking")
+    assert message_start < seen.index(fragments[0]) < seen.index(logged)
+    assert seen.index(fragments[-1]) < seen.index(logged) < types.index("span.model_request_end")
+    # Without event_deltas a stream has no previews, and the log never holds any.
+    assert [e.id for e in unpreviewed] == [e.id for e in seen if not e.type.startswith("event_")]
+    listed = kinds(list(sdk.beta.sessions.events.list(session_id)))
+    assert "event_start" not in listed and "event_delta" not in listed

@@ -148,7 +148,7 @@ async def stream_events(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     who: Caller = Depends(caller),
 ) -> Any:
-    events.parse_delta_types(event_deltas or [])
+    previews = frozenset(events.parse_delta_types(event_deltas or []))
     app = services(request)
     await app.store.get_session(who.workspace_id, session_id)
     resume_from = after or last_event_id
@@ -159,5 +159,5 @@ async def stream_events(
             field = "after" if after else "Last-Event-ID"
             raise RequestError(f"{field}: no event {resume_from[:80]!r} in this session")
     return EventStream(
-        app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds
+        app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds, previews
     )

@@ -4,8 +4,9 @@ The subscription is made before the response headers go out, so a client that
 has its headers (the SDK returns from ``stream()`` then) misses nothing sent
 afterwards. Frames are ``event: <type>`` + ``data: <json>``; logged events also
 carry ``id: <event id>`` for ``Last-Event-ID`` resumption, pending-queue echoes
-do not (they are not in the log yet). A ping frame goes out whenever the stream
-has been quiet for the heartbeat interval.
+do not (they are not in the log yet), nor do stream previews (never logged). A
+ping frame goes out whenever the stream has been quiet for the heartbeat
+interval.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from stead.api import wire
-from stead.runtime import Bus, FeedItem, SessionFeed
+from stead.runtime import Bus, FeedItem, Preview, SessionFeed
 from stead.store import Store
 
 OPENED = b": stream open\n\n"
@@ -29,6 +30,8 @@ HEADERS = [
 
 def frame(item: FeedItem) -> bytes:
     event = item.event
+    if isinstance(event, Preview):
+        return f"event: {event.type}\ndata: ".encode() + wire.encoded(event.wire()) + b"\n\n"
     event_id = f"id: {event.id}\n" if event.seq is not None else ""
     head = f"event: {event.type}\n{event_id}data: ".encode()
     return head + wire.encoded(wire.event(event)) + b"\n\n"
@@ -44,6 +47,7 @@ class EventStream(Response):
         session_id: str,
         after_seq: int | None,
         heartbeat_seconds: float,
+        previews: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(media_type="text/event-stream")
         self._store = store
@@ -51,9 +55,10 @@ class EventStream(Response):
         self._session_id = session_id
         self._after_seq = after_seq
         self._heartbeat = heartbeat_seconds
+        self._previews = previews
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        with self._bus.subscribe(self._session_id) as subscription:
+        with self._bus.subscribe(self._session_id, self._previews) as subscription:
             start = self._after_seq
             if start is None:
                 start = await self._store.last_seq(self._session_id)

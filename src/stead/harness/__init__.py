@@ -6,7 +6,13 @@ store, sandbox or api: the runtime hands it events and tool definitions.
 
 from stead.harness.context import build_request, custom_tools, enabled_builtin_tools
 from stead.harness.mcp import McpTool, servers_in_use
-from stead.harness.model import ModelClient, ModelRequest, ModelResponse, UpstreamError
+from stead.harness.model import (
+    AnswerObserver,
+    ModelClient,
+    ModelRequest,
+    ModelResponse,
+    UpstreamError,
+)
 from stead.harness.parse import response_events
 from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
 from stead.harness.steps import (
@@ -22,6 +28,7 @@ from stead.harness.steps import (
 
 __all__ = [
     "TOOL_USE_TYPES",
+    "AnswerObserver",
     "AnthropicModel",
     "AwaitInput",
     "CallModel",

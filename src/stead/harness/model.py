@@ -62,14 +62,29 @@ class UpstreamError(Exception):
         super().__init__(message)
 
 
+class AnswerObserver(Protocol):
+    """Sees an answer's content blocks while they stream (for stream previews).
+
+    Indexes are the blocks' positions in the answer. Called from the event loop,
+    between stream reads: it must not block.
+    """
+
+    def block_started(self, index: int, kind: str) -> None: ...
+
+    def text_added(self, index: int, text: str) -> None: ...
+
+
 class ModelClient(Protocol):
     """One upstream model endpoint."""
 
-    async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
+    ) -> ModelResponse:
         """Runs ``request`` to its end (streaming underneath) and returns the answer.
 
         Raises ``UpstreamError``. Cancelling the caller closes the upstream
         stream. ``op_key`` goes to upstreams that accept an idempotency key.
+        ``observer`` sees the blocks as they stream, where the upstream streams.
         """
         ...
 

@@ -2,7 +2,7 @@
 the delivery of committed events to stream readers."""
 
 from stead.runtime.brainlock import DataDirInUse, brain_lock
-from stead.runtime.bus import Bus, LocalBus, Notice, Peers, Subscription
+from stead.runtime.bus import Bus, LocalBus, Notice, Peers, Preview, Subscription
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
@@ -35,6 +35,7 @@ __all__ = [
     "ModelRouter",
     "Notice",
     "Peers",
+    "Preview",
     "Runtime",
     "SandboxToolbox",
     "SandboxView",

@@ -9,6 +9,11 @@ further behind is marked ``lagged`` and re-reads from the store, so a slow
 reader costs bounded memory and never slows the publisher. Events written by
 another process arrive as a hint ("the log reaches seq N"), never as bodies:
 the reader reads them from the store, as it does after a lag.
+
+Stream previews (``Preview``, spec §3.7) reach only the readers in the process
+running the turn that asked for that kind, and are dropped rather than queued
+past capacity: they are best-effort, and the logged event carries the whole
+content anyway.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from typing import Protocol
 import anyio
 from anyio.abc import TaskStatus
 
+from stead.jsonvalues import Json
 from stead.store import EventRecord
 
 
@@ -32,10 +38,24 @@ class Notice:
     """The session is gone (``session.deleted``); nothing follows."""
 
 
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """A stream-only ``event_start`` or ``event_delta``: never logged, never replayed."""
+
+    previewed: str
+    """The type of the event it previews, which readers opt in to (``event_deltas``)."""
+    type: str
+    body: Json
+
+    def wire(self) -> Json:
+        return {"type": self.type, **self.body}
+
+
 class Subscription:
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, previews: frozenset[str] = frozenset()) -> None:
         self._capacity = capacity
-        self._queue: deque[Notice] = deque()
+        self._previews = previews
+        self._queue: deque[Notice | Preview] = deque()
         self._lagged = False
         self._known = 0
         """The highest ``seq`` this reader has been handed or has read itself."""
@@ -43,12 +63,20 @@ class Subscription:
 
     def push(self, notice: Notice) -> None:
         if len(self._queue) >= self._capacity and not notice.final:
+            # Previews make room first: they are best-effort, a lag costs a re-read.
+            self._queue = deque(n for n in self._queue if isinstance(n, Notice))
+        if len(self._queue) >= self._capacity and not notice.final:
             self._queue.clear()
             self._lagged = True
         else:
             self._queue.append(notice)
             self._known = max(self._known, notice.event.seq or 0)
         self._ready.set()
+
+    def push_preview(self, preview: Preview) -> None:
+        if preview.previewed in self._previews and len(self._queue) < self._capacity:
+            self._queue.append(preview)
+            self._ready.set()
 
     def hint(self, seq: int) -> None:
         """The log reaches ``seq`` (written elsewhere): read it if it is news."""
@@ -64,7 +92,7 @@ class Subscription:
         """The reader read the log up to ``seq`` from the store."""
         self._known = max(self._known, seq)
 
-    async def take(self) -> tuple[list[Notice], bool]:
+    async def take(self) -> tuple[list[Notice | Preview], bool]:
         """Waits for notices; returns them and whether the reader must re-read the
         store (notices were dropped, or the log grew elsewhere)."""
         while not self._queue and not self._lagged:
@@ -94,13 +122,21 @@ class Peers(Protocol):
 
 
 class Bus(Protocol):
-    def subscribe(self, session_id: str) -> AbstractContextManager[Subscription]:
-        """A subscription to the session's notices while the context lasts."""
+    def subscribe(
+        self, session_id: str, previews: frozenset[str] = frozenset()
+    ) -> AbstractContextManager[Subscription]:
+        """A subscription to the session's notices while the context lasts, with
+        previews of the event types in ``previews``."""
         ...
 
     def publish(self, session_id: str, events: Sequence[EventRecord]) -> None:
         """Committed events (or pending-queue echoes): to readers here at once, and
         to other processes as "the log reaches seq N" (echoes stay here)."""
+        ...
+
+    def preview(self, session_id: str, preview: Preview) -> None:
+        """A preview of an event the turn running here is producing: to readers
+        here that asked for its kind (never to other processes)."""
         ...
 
     def publish_final(self, session_id: str, event: EventRecord) -> None:
@@ -138,8 +174,10 @@ class LocalBus:
         self._subscribers: dict[str, set[Subscription]] = {}
 
     @contextmanager
-    def subscribe(self, session_id: str) -> Iterator[Subscription]:
-        subscription = Subscription(self._capacity)
+    def subscribe(
+        self, session_id: str, previews: frozenset[str] = frozenset()
+    ) -> Iterator[Subscription]:
+        subscription = Subscription(self._capacity, previews)
         self._subscribers.setdefault(session_id, set()).add(subscription)
         try:
             yield subscription
@@ -154,6 +192,10 @@ class LocalBus:
         for subscription in self._subscribers.get(session_id, ()):
             for event in events:
                 subscription.push(Notice(event))
+
+    def preview(self, session_id: str, preview: Preview) -> None:
+        for subscription in self._subscribers.get(session_id, ()):
+            subscription.push_preview(preview)
 
     def publish_final(self, session_id: str, event: EventRecord) -> None:
         for subscription in self._subscribers.get(session_id, ()):

@@ -6,14 +6,15 @@ beyond ``last + 1``, or a lagged subscription) switches back to reading the
 store until the reader has caught up; so does a hint that another process
 wrote beyond it (the ``Bus`` carries no bodies between processes).
 Pending-queue echoes (no ``seq``) and the final ``session.deleted`` notice pass
-straight through.
+straight through; so do stream previews, except while the reader catches up
+from the store (a preview then would come before the events it follows).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stead.runtime.bus import Subscription
+from stead.runtime.bus import Preview, Subscription
 from stead.store import EventRecord, Store
 
 CATCH_UP_BATCH = 500
@@ -21,7 +22,7 @@ CATCH_UP_BATCH = 500
 
 @dataclass(frozen=True, slots=True)
 class FeedItem:
-    event: EventRecord
+    event: EventRecord | Preview
     final: bool = False
 
 
@@ -61,6 +62,10 @@ class SessionFeed:
             self._catching_up = True
         items: list[FeedItem] = []
         for notice in notices:
+            if isinstance(notice, Preview):
+                if not self._catching_up:
+                    items.append(FeedItem(notice))
+                continue
             seq = notice.event.seq
             if notice.final or seq is None:
                 items.append(FeedItem(notice.event, notice.final))

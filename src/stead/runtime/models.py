@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from stead.config import Settings
 from stead.harness import (
+    AnswerObserver,
     AnthropicModel,
     ModelClient,
     ModelRequest,
@@ -19,7 +20,9 @@ class Unconfigured:
     def __init__(self, reason: str) -> None:
         self._reason = reason
 
-    async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
+    ) -> ModelResponse:
         raise UpstreamError(self._reason, retryable=False)
 
     async def aclose(self) -> None:

@@ -30,7 +30,7 @@ from anyio.abc import TaskStatus
 
 from stead.config import Settings
 from stead.events import EventType
-from stead.runtime.bus import Bus, LocalBus, Peers, Subscription
+from stead.runtime.bus import Bus, LocalBus, Peers, Preview, Subscription
 from stead.store import Channel, ChannelDown, EventRecord, open_channel, single_brain
 
 log = logging.getLogger("stead.runtime.bus")
@@ -64,9 +64,14 @@ class SharedBus:
         self._peers: Peers | None = None
 
     @contextmanager
-    def subscribe(self, session_id: str) -> Iterator[Subscription]:
-        with self._local.subscribe(session_id) as subscription:
+    def subscribe(
+        self, session_id: str, previews: frozenset[str] = frozenset()
+    ) -> Iterator[Subscription]:
+        with self._local.subscribe(session_id, previews) as subscription:
             yield subscription
+
+    def preview(self, session_id: str, preview: Preview) -> None:
+        self._local.preview(session_id, preview)
 
     def publish(self, session_id: str, events: Sequence[EventRecord]) -> None:
         self._local.publish(session_id, events)

@@ -23,6 +23,7 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
 from stead.runtime.plan import dangling_span, model_request
+from stead.runtime.previews import PreviewTracker
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
     BudgetReached,
@@ -260,8 +262,9 @@ class TurnRunner:
                 await self._end([], stop, RunStatus.DONE, answer_drained=False, drain=False)
             opened = start.id
         self.deps.failpoints.hit("model.before_request")
+        previews = PreviewTracker(functools.partial(self.deps.bus.preview, self.session_id))
         try:
-            response = await self._ask(agent["model"]["id"], request, key)
+            response = await self._ask(agent["model"]["id"], request, key, previews)
         except UpstreamError as exc:
             failed = [
                 ev.span_end(opened, {}, is_error=True),
@@ -272,7 +275,7 @@ class TurnRunner:
             )
         self.deps.failpoints.hit("model.after_answer")
         found = response_events(response.content, agent, events, mcp_tools)
-        answer = [ev.new(kind, body) for kind, body in found]
+        answer = previews.named(found)
         model = agent["model"]["id"]
         counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
         self._usage = accounting.added(self._usage, counters)
@@ -301,15 +304,18 @@ class TurnRunner:
             self._mcp_tools = found.tools
         return self._mcp_tools
 
-    async def _ask(self, model: str, request: ModelRequest, key: str) -> ModelResponse:
+    async def _ask(
+        self, model: str, request: ModelRequest, key: str, previews: PreviewTracker
+    ) -> ModelResponse:
         """The model's answer, retrying retryable upstream errors with backoff."""
         settings = self.deps.settings
         client = self.deps.models.client_for(model)
         attempt = 0
         while True:
             try:
+                previews.restart()
                 with self.deps.telemetry.model_call(self.session_id, model) as call:
-                    response = await client.complete(request, op_key=key)
+                    response = await client.complete(request, op_key=key, observer=previews)
                     call.answered(response.usage)
                     return response
             except UpstreamError as exc:

@@ -25,7 +25,7 @@ import anyio
 import anyio.to_thread
 import httpx2
 
-from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
 from stead.harness.providers.anthropic_answer import AnswerBuilder
 from stead.telemetry import trace_headers
 
@@ -111,12 +111,14 @@ class AnthropicModel:
             open_telemetry=None if traced else False,
         )
 
-    async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
+    ) -> ModelResponse:
         params = request.as_params()
         client = await self.client()
         import anthropic  # loaded by ``client()``
 
-        answer = AnswerBuilder()
+        answer = AnswerBuilder(observer)
         try:
             with anyio.fail_after(self._total_timeout):
                 stream = await client.messages.create(

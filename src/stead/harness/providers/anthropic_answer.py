@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from jiter import from_json
 
+from stead.harness.model import AnswerObserver
 from stead.jsonvalues import Json
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ USAGE_TOTALS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input
 
 
 class AnswerBuilder:
-    def __init__(self) -> None:
+    def __init__(self, observer: AnswerObserver | None = None) -> None:
+        self._observer = observer
         self._blocks: list[Any] = []
         self._inputs: dict[int, bytes] = {}
         self.stop_reason: str | None = None
@@ -39,6 +41,8 @@ class AnswerBuilder:
             self._delta(event.index, event.delta)
         elif event.type == "content_block_start":
             self._blocks.append(event.content_block)
+            if self._observer is not None:
+                self._started_block(len(self._blocks) - 1, event.content_block)
         elif event.type == "message_start":
             self._started = True
             usage = event.message.usage
@@ -60,11 +64,19 @@ class AnswerBuilder:
         if not self._started:
             raise RuntimeError(f'unexpected event order: {event.type} before "message_start"')
 
+    def _started_block(self, index: int, block: Any) -> None:
+        assert self._observer is not None
+        self._observer.block_started(index, block.type)
+        if block.type == "text" and block.text:
+            self._observer.text_added(index, block.text)
+
     def _delta(self, index: int, delta: Any) -> None:
         block = self._blocks[index]
         kind = delta.type
         if kind == "text_delta" and block.type == "text":
             block.text += delta.text
+            if self._observer is not None and delta.text:
+                self._observer.text_added(index, delta.text)
         elif kind == "input_json_delta" and block.type in TRACKS_INPUT:
             self._inputs[index] = self._inputs.get(index, b"") + delta.partial_json.encode()
         elif kind == "thinking_delta" and block.type == "thinking":

@@ -1,7 +1,9 @@
 """Any OpenAI-compatible ``/v1/chat/completions`` server (vLLM, Ollama, ...).
 
 The Messages-shaped request is translated to chat completions and the answer
-back into content blocks, so the rest of the harness sees one format.
+back into content blocks, so the rest of the harness sees one format. The
+answer is asked for whole (no ``stream``), so an observer sees nothing and
+streams show no previews of these models' messages.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 
 import httpx2
 
-from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
 
@@ -111,7 +113,9 @@ class OpenAICompatibleModel:
             base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
         )
 
-    async def complete(self, request: ModelRequest, *, op_key: str) -> ModelResponse:
+    async def complete(
+        self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
+    ) -> ModelResponse:
         try:
             response = await self._client.post(
                 "/chat/completions",
