@@ -5,6 +5,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
+import httpx2
 import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
@@ -115,3 +116,12 @@ def server_on_each_store(
 def client_on_each_store(server_on_each_store: ServerProcess) -> Iterator[anthropic.Anthropic]:
     with sdk_of(server_on_each_store) as sdk:
         yield sdk
+
+
+@pytest.fixture(scope="module")
+def admin(served: ServerProcess) -> Iterator[httpx2.Client]:
+    """A client with an operator's key (``stead keys create --admin``) of the
+    module's ``served`` server."""
+    key = served.create_key(admin=True)
+    with httpx2.Client(base_url=served.url, headers={"x-api-key": key}, timeout=30) as http:
+        yield http

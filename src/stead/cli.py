@@ -16,6 +16,7 @@ import typer
 
 from stead.cli_host import sandbox_host_app
 from stead.cli_keys import keys_app
+from stead.cli_limits import limits_app
 from stead.cli_support import (
     PLAIN,
     ApiKeyOption,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
 app.add_typer(keys_app, name="keys")
+app.add_typer(limits_app, name="limits")
 db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
 secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)

@@ -25,23 +25,28 @@ def keys_create(
     new_workspace: Annotated[
         str | None, typer.Option(help="Create a new workspace with this name for the key.")
     ] = None,
+    admin: Annotated[
+        bool, typer.Option("--admin", help="An operator's key: it may also set limits.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     data_dir: DataDir = None,
 ) -> None:
     """Create an API key and print it (it is shown only once)."""
     settings = existing(data_dir)
-    key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace)
+    key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace, admin)
     if as_json:
-        print(json.dumps({"id": key.id, "workspace_id": key.workspace_id, "key": secret}))
+        shown = {"id": key.id, "workspace_id": key.workspace_id, "key": secret, "admin": admin}
+        print(json.dumps(shown))
     else:
+        role = "admin key" if admin else "key"
         console().print(
-            f"{secret}\n  workspace {key.workspace_id}, key {key.id} (shown once), "
+            f"{secret}\n  workspace {key.workspace_id}, {role} {key.id} (shown once), "
             f"in {settings.data_dir}"
         )
 
 
 async def _create_key(
-    settings: Settings, name: str, workspace: str | None, new_workspace: str | None
+    settings: Settings, name: str, workspace: str | None, new_workspace: str | None, admin: bool
 ) -> tuple[ApiKey, str]:
     async with opened(settings) as store:
         if new_workspace is not None:
@@ -49,7 +54,7 @@ async def _create_key(
         elif workspace is None:
             existing = await store.list_workspaces()
             workspace = existing[0].id if existing else (await store.create_workspace("default")).id
-        return await store.create_api_key(workspace, name)
+        return await store.create_api_key(workspace, name, admin=admin)
 
 
 @keys_app.command("list")
@@ -68,13 +73,22 @@ def keys_list(
             "ends_with": k.hint,
             "created_at": k.created_at.isoformat(),
             "revoked_at": None if k.revoked_at is None else k.revoked_at.isoformat(),
+            "admin": k.admin,
         }
         for k in keys
     ]
     if as_json:
         print(json.dumps(rows))
         return
-    header: tuple[str, ...] = ("id", "workspace", "name", "ends with", "created", "revoked")
+    header: tuple[str, ...] = (
+        "id",
+        "workspace",
+        "name",
+        "ends with",
+        "created",
+        "revoked",
+        "admin",
+    )
     lines: list[tuple[str, ...]] = [header] + [
         (
             k.id,
@@ -83,6 +97,7 @@ def keys_list(
             f"…{k.hint}",
             k.created_at.isoformat()[:19],
             k.revoked_at.isoformat()[:19] if k.revoked_at else "",
+            "admin" if k.admin else "",
         )
         for k in keys
     ]

@@ -71,7 +71,9 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     server, key, ids = poisoned
     database = server.data_dir / "stead.db"
     with sqlite3.connect(database) as db:  # as it was before migration 0004
+        db.execute("ALTER TABLE api_keys DROP COLUMN admin")
         for later in (
+            "workspace_limits",
             "files",
             "idempotency_keys",
             "brains",

@@ -5,6 +5,7 @@ and on PostgreSQL where the test is not about SQLite's files."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import sys
 from pathlib import Path
@@ -43,12 +44,18 @@ def _migrated_at(url: str, revision: str = "head") -> Engine:
 
 def _schema(path: Path) -> dict[str, Any]:
     """Everything SQLite knows of a database's schema; a table's constraints are
-    compared as a set (the migrations and ``create_all`` list them in another order)."""
+    compared as a set (the migrations and ``create_all`` list them in another order,
+    and a column a migration adds follows the last one on its line)."""
     conn = sqlite3.connect(path)
     found: dict[str, Any] = {}
     master = "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name"
     for kind, name, table, sql in conn.execute(master):
-        lines = sorted(line.strip().rstrip(",") for line in (sql or "").splitlines())
+        items = [
+            item
+            for line in (sql or "").splitlines()
+            for item in re.split(r",\s+(?=\w+ [A-Z]+)", line.strip().rstrip(","))
+        ]
+        lines = sorted(items)
         found[name] = (kind, table, lines)
         if kind == "table":
             found[f"{name} columns"] = conn.execute(f"PRAGMA table_xinfo({name})").fetchall()

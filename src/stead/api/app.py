@@ -25,6 +25,7 @@ from stead.api import (
     usage,
     vaults,
     work,
+    workspace_limits,
 )
 from stead.api.deps import KeyCache, Services
 from stead.api.idempotency import IdempotencyMiddleware
@@ -61,6 +62,7 @@ ROUTE_MODULES = (
     work,
     health,
     usage,
+    workspace_limits,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""

@@ -76,6 +76,8 @@ class Services:
 class Caller:
     workspace_id: str
     key_id: str
+    admin: bool = False
+    """An operator's key (``stead keys create --admin``)."""
 
 
 def services(request: HTTPConnection) -> Services:
@@ -97,6 +99,13 @@ async def caller(request: Request) -> Caller:
     return await authenticate(request)
 
 
+async def admin_caller(request: Request) -> Caller:
+    who = await authenticate(request)
+    if not who.admin:
+        raise ApiError(403, "this route needs an admin API key (stead keys create --admin)")
+    return who
+
+
 async def authenticate(request: HTTPConnection) -> Caller:
     """The caller of an HTTP request or a WebSocket, from its API key header."""
     secret = _presented_key(request)
@@ -114,7 +123,7 @@ async def authenticate(request: HTTPConnection) -> Caller:
     workspace = request.headers.get("anthropic-workspace-id")
     if workspace and workspace != key.workspace_id:
         raise ApiError(403, "anthropic-workspace-id: this API key belongs to another workspace")
-    return Caller(workspace_id=key.workspace_id, key_id=key.id)
+    return Caller(workspace_id=key.workspace_id, key_id=key.id, admin=key.admin)
 
 
 async def _work_token_caller(request: HTTPConnection, secret: str) -> Caller:

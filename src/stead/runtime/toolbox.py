@@ -37,6 +37,7 @@ from stead.sandbox import (
 from stead.store import (
     LeaseExpiry,
     LeaseTerms,
+    LimitReached,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
@@ -227,9 +228,12 @@ class SandboxToolbox:
                 environment_id=terms.environment_id,
                 agent_id=terms.agent_id,
                 ttl_seconds=terms.ttl_seconds,
+                enforce_limits=True,
             )
         except SandboxLeaseEnded:
             raise NoSandbox(LEASE_ENDED) from None
+        except LimitReached as exc:
+            raise NoSandbox(str(exc)) from None
 
     async def run(
         self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False

@@ -58,6 +58,7 @@ from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
     BudgetReached,
     LeaseLost,
+    LimitReached,
     NewEvent,
     OpRecord,
     RequestUsage,
@@ -260,6 +261,11 @@ class TurnRunner:
                 # Queued messages stay queued: raising the budget answers them.
                 stop = {"type": "budget_reached"}
                 await self._end([], stop, RunStatus.DONE, answer_drained=False, drain=False)
+            except LimitReached as exc:
+                # The spec's error for a spend limit; the next message asks again.
+                error = ev.session_error("billing_error", str(exc), "exhausted")
+                stop = {"type": "retries_exhausted"}
+                await self._end([error], stop, RunStatus.DONE, answer_drained=False)
             opened = start.id
         self.deps.failpoints.hit("model.before_request")
         previews = PreviewTracker(functools.partial(self.deps.bus.preview, self.session_id))
@@ -472,8 +478,9 @@ class TurnRunner:
         lease = tools.lease_terms(self.start.session) if name not in tools.sandbox_free else None
         try:
             written = await self._write(ops_started=started, lease=lease)
-        except SandboxLeaseEnded:
-            # The lease ended: record the start alone; the call finds out for itself.
+        except (SandboxLeaseEnded, LimitReached):
+            # The lease ended, or a limit stops the sandbox: record the start
+            # alone; the call finds out for itself (and its result says which).
             written, lease = await self._write(ops_started=started), None
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome

@@ -2,7 +2,15 @@
 that turn requests into stored definitions. Imports nothing else from stead but
 the shared package-spec rules (``stead.package_specs``)."""
 
-from stead.schemas import agents, environments, events, sessions, vaults, work
+from stead.schemas import (
+    agents,
+    environments,
+    events,
+    sessions,
+    vaults,
+    work,
+    workspace_limits,
+)
 from stead.schemas.event_types import SessionEventType
 from stead.schemas.limits import MAX_VERSION
 from stead.schemas.validation import RequestError, StrictParams
@@ -18,4 +26,5 @@ __all__ = [
     "sessions",
     "vaults",
     "work",
+    "workspace_limits",
 ]

@@ -52,6 +52,7 @@ from stead.store.errors import (
     Conflict,
     InvalidValue,
     LeaseLost,
+    LimitReached,
     NotFound,
     SandboxLeaseEnded,
     StoreError,
@@ -59,6 +60,13 @@ from stead.store.errors import (
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.limits import (
+    ENVIRONMENT_LIMITS,
+    WORKSPACE,
+    WORKSPACE_LIMITS,
+    LimitStore,
+    MonthUse,
+)
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -78,9 +86,12 @@ from stead.store.work import (
 
 __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
+    "ENVIRONMENT_LIMITS",
     "LIVE_RUN_STATUSES",
     "NO_HEARTBEAT",
     "TOKEN_PREFIX",
+    "WORKSPACE",
+    "WORKSPACE_LIMITS",
     "AgentRecord",
     "ApiKey",
     "BrainRecord",
@@ -110,6 +121,9 @@ __all__ = [
     "LeaseLost",
     "LeaseTerms",
     "LedgerRow",
+    "LimitReached",
+    "LimitStore",
+    "MonthUse",
     "NewEvent",
     "NewFile",
     "NotFound",

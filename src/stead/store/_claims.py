@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from stead.store import _events, _locks, _runs, _sessions
+from stead.store import _events, _limits, _locks, _runs, _sessions
 from stead.store.base import ClaimTerms, EventRecord, RunStart, SessionRecord
 
 
@@ -37,7 +37,9 @@ def claim(
         session = _sessions.snapshot(conn, taken.session_id)
     session = replace(session, status="running")
     log = _events.log_after(conn, taken.session_id, terms.since, [*appended, *opened])
-    first = terms.plan(taken, session, log) if terms.plan is not None else None
+    first = None
+    if terms.plan is not None and _limits.allows_model_request(conn, now, session.workspace_id):
+        first = terms.plan(taken, session, log)
     if first is not None:
         # Taken in this transaction: no fence to check, and the log is the one
         # just read followed by what the first step appends.

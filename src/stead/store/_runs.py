@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _events, _leases, _locks, _usage
+from stead.store import _events, _limits, _locks, _usage
 from stead.store._compiled import compiled
 from stead.store.base import (
     LIVE_RUN_STATUSES,
@@ -27,7 +27,7 @@ from stead.store.base import (
     RunWrite,
     WriteResult,
 )
-from stead.store.errors import BudgetReached, LeaseLost
+from stead.store.errors import LeaseLost
 from stead.store.tables import ops, runs
 
 OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
@@ -263,10 +263,10 @@ def write_claimed(
     """``write`` for the transaction that has just claimed the run (and so holds
     its session's lock): its epoch is this transaction's own, so there is no
     fence to check."""
-    if change.budget_gate and _usage.at_cap(conn, claim.session_id):
-        raise BudgetReached(claim.session_id)
+    if change.budget_gate:
+        _limits.gate_model_request(conn, now, claim.session_id)
     if (lease := change.lease) is not None:
-        _leases.acquire(
+        _limits.acquire_lease(
             conn,
             now,
             lease.sandbox_id,

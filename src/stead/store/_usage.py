@@ -1,4 +1,4 @@
-"""Usage: a session's cumulative counters, the workspace ledger by day, the budget gate.
+"""Usage: a session's cumulative counters and the workspace ledger by day.
 
 Every addition is made in the transaction that records what was used (a model
 request's usage with its ``span.model_request_end``, sandbox time with the write
@@ -33,7 +33,8 @@ def _session_statement() -> Any:
     )
 
 
-def _session(conn: Connection, session_id: str) -> Any:
+def session_row(conn: Connection, session_id: str) -> Any:
+    """The session's workspace_id, usage and budget; None if it is gone."""
     rows = compiled(conn, "usage.session", _session_statement).fetch(
         conn, {"session_id": session_id}
     )
@@ -48,19 +49,13 @@ def _set_statement() -> Any:
     )
 
 
-def at_cap(conn: Connection, session_id: str) -> bool:
-    """The session's budget allows no more model requests (``stead.usage.at_cap``)."""
-    row = _session(conn, session_id)
-    return row is not None and accounting.at_cap(row.budget, row.usage or {})
-
-
 def add(
     conn: Connection, now: datetime, session_id: str, model: str, delta: Mapping[str, Any]
 ) -> bool:
     """Adds ``delta`` (``stead.usage`` counters, ``active_seconds``) to the session's
     usage and to its ledger row for today and ``model``; False (nothing added)
     when the session is gone."""
-    row = _session(conn, session_id)
+    row = session_row(conn, session_id)
     if row is None:
         return False
     total = accounting.added(row.usage or {}, delta)
@@ -124,7 +119,7 @@ def add_active_seconds(
 
 def book_session_sandbox(conn: Connection, now: datetime, session_id: str, total: float) -> None:
     """``book_active_seconds`` for the session's own sandbox (its id is the session's)."""
-    row = _session(conn, session_id)
+    row = session_row(conn, session_id)
     if row is not None:
         book_active_seconds(conn, now, session_id, session_id, row.workspace_id, total)
 

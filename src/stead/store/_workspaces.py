@@ -34,7 +34,7 @@ def list_workspaces(conn: Connection) -> list[Workspace]:
 
 
 def create_api_key(
-    conn: Connection, now: datetime, workspace_id: str, name: str
+    conn: Connection, now: datetime, workspace_id: str, name: str, admin: bool = False
 ) -> tuple[ApiKey, str]:
     if conn.execute(select(workspaces.c.id).where(workspaces.c.id == workspace_id)).first() is None:
         raise NotFound("workspace", workspace_id)
@@ -45,6 +45,7 @@ def create_api_key(
         name=name,
         hint=secret[-4:],
         created_at=now,
+        admin=admin,
     )
     conn.execute(
         insert(api_keys).values(
@@ -54,6 +55,7 @@ def create_api_key(
             key_hash=hash_secret(secret),
             hint=key.hint,
             created_at=now,
+            admin=admin,
         )
     )
     return key, secret
@@ -67,6 +69,7 @@ def _api_key(row: Any) -> ApiKey:
         hint=row.hint,
         created_at=row.created_at,
         revoked_at=row.revoked_at,
+        admin=row.admin,
     )
 
 

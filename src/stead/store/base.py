@@ -18,6 +18,7 @@ from stead.jsonvalues import Json
 from stead.store.brains import BrainStore
 from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
+from stead.store.limits import LimitStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
@@ -79,6 +80,8 @@ class ApiKey:
     hint: str
     created_at: datetime
     revoked_at: datetime | None = None
+    admin: bool = False
+    """An operator's key: it may also use the admin routes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +266,7 @@ class RunWrite:
     """When set, the write also returns the log after this ``seq`` as committed."""
     lease: LeaseTerms | None = None
     """A sandbox lease acquired or renewed first; ``SandboxLeaseEnded`` (the whole
-    write undone) when it ended."""
+    write undone) when it ended, ``LimitReached`` when a limit stops it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +358,16 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, IdempotencyStore, Protocol):
+class Store(
+    VaultStore,
+    WorkStore,
+    UsageStore,
+    BrainStore,
+    FileStore,
+    IdempotencyStore,
+    LimitStore,
+    Protocol,
+):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...
@@ -363,7 +375,9 @@ class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, Idempotenc
     # workspaces and keys
     async def create_workspace(self, name: str) -> Workspace: ...
     async def list_workspaces(self) -> list[Workspace]: ...
-    async def create_api_key(self, workspace_id: str, name: str) -> tuple[ApiKey, str]:
+    async def create_api_key(
+        self, workspace_id: str, name: str, *, admin: bool = False
+    ) -> tuple[ApiKey, str]:
         """Returns the key record and the secret, which is never stored in clear."""
         ...
 
@@ -533,6 +547,7 @@ class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, Idempotenc
         environment_id: str,
         agent_id: str | None,
         ttl_seconds: float,
+        enforce_limits: bool = False,
         now: datetime | None = None,
     ) -> SandboxLease:
         """Idempotent: renews the active lease (``expires_at = now + ttl_seconds``), or
@@ -540,7 +555,8 @@ class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, Idempotenc
         ``SandboxLeaseEnded`` when the lease ended otherwise, or when the session is
         terminated or gone or the environment archived or gone (nothing is written);
         ``Conflict`` when the sandbox belongs to another workspace. Safe to call
-        concurrently for one id: exactly one lease row results."""
+        concurrently for one id: exactly one lease row results. ``enforce_limits``:
+        ``LimitReached`` (nothing written) when a limit (``limits.py``) stops it."""
         ...
 
     async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:

@@ -5,7 +5,8 @@ StoreError
 ├── InvalidValue    a value the store's own reads could not render; nothing was written
 ├── Conflict        the row exists but its state forbids the change
 │   ├── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
-│   └── BudgetReached  a gated run write found the session's budget reached
+│   ├── BudgetReached  a gated run write found the session's budget reached
+│   └── LimitReached   a workspace or environment limit (``limits.py``) stops it
 ├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
 └── ChannelDown     a notice could not be sent between processes (``channel.py``)
 """
@@ -89,3 +90,12 @@ class StoreUnavailable(StoreError):
 class ChannelDown(StoreError):
     """A notice could not be sent to the other processes (the database did not
     answer in time). Nothing durable is lost: readers heal by polling."""
+
+
+class LimitReached(Conflict):
+    """A workspace or environment limit stops a model request or a sandbox;
+    ``limit`` names it and the message says what was used."""
+
+    def __init__(self, limit: str, message: str) -> None:
+        self.limit = limit
+        super().__init__(message)

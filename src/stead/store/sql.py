@@ -25,6 +25,7 @@ from stead.store import (
     _inbox,
     _integrity,
     _leases,
+    _limits,
     _runs,
     _sessions,
     _usage,
@@ -34,6 +35,7 @@ from stead.store import (
 from stead.store._brain_methods import BrainMethods
 from stead.store._file_methods import FileMethods
 from stead.store._idempotency_methods import IdempotencyMethods
+from stead.store._limit_methods import LimitMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -79,7 +81,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods):
+class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods, LimitMethods):
     def __init__(
         self,
         writer: Engine,
@@ -211,8 +213,10 @@ class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods):
     async def list_workspaces(self) -> list[Workspace]:
         return await self._read(_workspaces.list_workspaces)
 
-    async def create_api_key(self, workspace_id: str, name: str) -> tuple[ApiKey, str]:
-        return await self._write(_workspaces.create_api_key, workspace_id, name)
+    async def create_api_key(
+        self, workspace_id: str, name: str, *, admin: bool = False
+    ) -> tuple[ApiKey, str]:
+        return await self._write(_workspaces.create_api_key, workspace_id, name, admin)
 
     async def authenticate(self, secret: str) -> ApiKey | None:
         return await self._read(_workspaces.authenticate, secret)
@@ -423,11 +427,12 @@ class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods):
         environment_id: str,
         agent_id: str | None,
         ttl_seconds: float,
+        enforce_limits: bool = False,
         now: datetime | None = None,
     ) -> SandboxLease:
         return await self._write_at(
             now,
-            _leases.acquire,
+            _limits.acquire_lease if enforce_limits else _leases.acquire,
             sandbox_id,
             workspace_id,
             session_id,

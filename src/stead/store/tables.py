@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Dialect,
@@ -26,6 +27,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.types import TypeEngine
 
@@ -89,6 +91,8 @@ api_keys = Table(
     Column("hint", String(16), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("revoked_at", UTCDateTime, nullable=True),
+    # An operator's key: it may also use the admin routes (``/v1/stead/...``).
+    Column("admin", Boolean, nullable=False, server_default=false()),
 )
 
 agents = Table(
@@ -395,3 +399,15 @@ idempotency_keys = Table(
 """``Idempotency-Key`` headers a workspace sent (``_idempotency.py``): the
 request's fingerprint and, once it has one, its answer. ``token`` names the
 request that holds the key; ``status`` is null while that request runs."""
+
+workspace_limits = Table(
+    "workspace_limits",
+    metadata,
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), primary_key=True),
+    Column("scope", String(64), primary_key=True),
+    Column("name", String(64), primary_key=True),
+    Column("value", BigInteger, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+"""stead's own limits (``limits.py``): ``scope`` is "" for the workspace's, else
+the id of the environment they apply to."""

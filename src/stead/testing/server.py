@@ -207,12 +207,15 @@ class ServerProcess:
             self._log.close()
             self._log = None
 
-    def create_key(self, *, new_workspace: str | None = None) -> str:
-        """A key made with ``stead keys create`` (in a new workspace if named), on
-        the server's store (its ``STEAD_DATABASE_URL`` too, when it has one)."""
+    def create_key(self, *, new_workspace: str | None = None, admin: bool = False) -> str:
+        """A key made with ``stead keys create`` (in a new workspace if named; an
+        operator's if ``admin``), on the server's store (its ``STEAD_DATABASE_URL``
+        too, when it has one)."""
         args = [sys.executable, "-m", "stead", "keys", "create", "--json"]
         if new_workspace:
             args += ["--new-workspace", new_workspace]
+        if admin:
+            args.append("--admin")
         # The server's own settings: on PostgreSQL the key goes to its database.
         env = {**os.environ, **self._env, "STEAD_DATA_DIR": str(self.data_dir)}
         out = subprocess.run(args, env=env, check=True, capture_output=True, timeout=60)

@@ -1,0 +1,249 @@
+"""Workspace and environment limits (``limits.py``): stored values and the checks
+that run inside the store's transactions."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, case, delete, func, select
+
+from stead import usage as accounting
+from stead.store import _leases, _usage
+from stead.store._compiled import compiled
+from stead.store._leases import _insert
+from stead.store.base import SandboxLease
+from stead.store.errors import BudgetReached, LimitReached, NotFound
+from stead.store.limits import ENVIRONMENT_LIMITS, WORKSPACE, WORKSPACE_LIMITS, MonthUse
+from stead.store.tables import (
+    environments,
+    sandbox_leases,
+    sessions,
+    usage_ledger,
+    workspace_limits,
+    workspaces,
+)
+
+TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "ephemeral_5m_input_tokens",
+    "ephemeral_1h_input_tokens",
+)
+
+
+def _limits_statement() -> Any:
+    table = workspace_limits.c
+    return select(table.name, table.value).where(
+        table.workspace_id == bindparam("workspace_id"), table.scope == bindparam("scope")
+    )
+
+
+def get(conn: Connection, workspace_id: str, scope: str = WORKSPACE) -> dict[str, int]:
+    rows = compiled(conn, "limits.get", _limits_statement).fetch(
+        conn, {"workspace_id": workspace_id, "scope": scope}
+    )
+    return {row.name: int(row.value) for row in rows}
+
+
+def _check_scope(conn: Connection, workspace_id: str, scope: str) -> None:
+    found = select(workspaces.c.id).where(workspaces.c.id == workspace_id)
+    if conn.execute(found).first() is None:
+        raise NotFound("workspace", workspace_id)
+    if scope != WORKSPACE:
+        env = select(environments.c.id).where(
+            environments.c.id == scope, environments.c.workspace_id == workspace_id
+        )
+        if conn.execute(env).first() is None:
+            raise NotFound("environment", scope)
+
+
+def read(conn: Connection, workspace_id: str, scope: str = WORKSPACE) -> dict[str, int]:
+    """``get`` for a caller outside a check: ``NotFound`` for an unknown scope."""
+    _check_scope(conn, workspace_id, scope)
+    return get(conn, workspace_id, scope)
+
+
+def set_limits(
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    scope: str,
+    changes: dict[str, int | None],
+) -> dict[str, int]:
+    known = WORKSPACE_LIMITS if scope == WORKSPACE else ENVIRONMENT_LIMITS
+    unknown = sorted(set(changes) - set(known))
+    if unknown:
+        raise ValueError(f"unknown limit {unknown[0]!r}: one of {', '.join(known)}")
+    _check_scope(conn, workspace_id, scope)
+    table = workspace_limits.c
+    for name, value in changes.items():
+        where = (table.workspace_id == workspace_id) & (table.scope == scope) & (table.name == name)
+        if value is None:
+            conn.execute(delete(workspace_limits).where(where))
+            continue
+        row = {"workspace_id": workspace_id, "scope": scope, "name": name}
+        insert = _insert(conn, workspace_limits).values(**row, value=value, updated_at=now)
+        conn.execute(
+            insert.on_conflict_do_update(
+                index_elements=["workspace_id", "scope", "name"],
+                set_={"value": insert.excluded.value, "updated_at": now},
+            )
+        )
+    return get(conn, workspace_id, scope)
+
+
+def month_start(now: datetime) -> datetime:
+    return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def _ledger_statement() -> Any:
+    ledger = usage_ledger.c
+    sums = [func.sum(ledger[name]).label(name) for name in TOKEN_COLUMNS]
+    return select(
+        *sums,
+        func.sum(ledger.list_cost_nanos).label("cost"),
+        func.sum(ledger.active_seconds).label("seconds"),
+    ).where(ledger.workspace_id == bindparam("workspace_id"), ledger.day >= bindparam("first"))
+
+
+def _sandboxes_statement() -> Any:
+    leases = sandbox_leases.c
+    held = func.sum(case((leases.sandbox_id == bindparam("sandbox_id"), 1), else_=0))
+    return select(func.count().label("count"), held.label("held")).where(
+        leases.workspace_id == bindparam("workspace_id"),
+        leases.status == "active",
+        leases.expires_at > bindparam("now"),
+    )
+
+
+def _sandboxes(conn: Connection, now: datetime, workspace_id: str, sandbox_id: str = "") -> Any:
+    """(count, held): sandboxes with a live lease, and whether ``sandbox_id`` has one."""
+    values = {"workspace_id": workspace_id, "now": now, "sandbox_id": sandbox_id}
+    # Aggregates run uncompiled: the hot-path helper cannot read PostgreSQL's numeric sums.
+    return conn.execute(_sandboxes_statement(), values).one()
+
+
+def month_use(conn: Connection, now: datetime, workspace_id: str) -> MonthUse:
+    since = month_start(now)
+    values = {"workspace_id": workspace_id, "first": since.date().isoformat()}
+    row = conn.execute(_ledger_statement(), values).one()
+    # A month without rows sums to NULL.
+    return MonthUse(
+        since=since,
+        tokens=sum(int(getattr(row, name) or 0) for name in TOKEN_COLUMNS),
+        list_cost_nanos=int(row.cost or 0),
+        sandbox_seconds=float(row.seconds or 0.0),
+        sandboxes=int(_sandboxes(conn, now, workspace_id).count),
+    )
+
+
+def _dollars(nanos: int) -> str:
+    return f"${nanos / 1e9:,.2f}"
+
+
+def check_model_request(conn: Connection, now: datetime, workspace_id: str) -> None:
+    """Raises ``LimitReached`` when the workspace's monthly tokens or list cost
+    allow no more model requests."""
+    limits = get(conn, workspace_id)
+    tokens, cost = limits.get("monthly_tokens"), limits.get("monthly_list_cost_nanos")
+    if tokens is None and cost is None:
+        return
+    use = month_use(conn, now, workspace_id)
+    month = use.since.strftime("%Y-%m")
+    if tokens is not None and use.tokens >= tokens:
+        raise LimitReached(
+            "monthly_tokens",
+            f"the workspace's monthly token limit is reached: {use.tokens:,} of {tokens:,} "
+            f"tokens used in {month} (an operator raises it with `stead limits set`)",
+        )
+    if cost is not None and use.list_cost_nanos >= cost:
+        raise LimitReached(
+            "monthly_list_cost",
+            f"the workspace's monthly spend limit is reached: {_dollars(use.list_cost_nanos)} "
+            f"of {_dollars(cost)} list cost in {month} (an operator raises it with "
+            "`stead limits set`)",
+        )
+
+
+def _session_statement() -> Any:
+    return select(sessions.c.usage, sessions.c.environment_id).where(
+        sessions.c.id == bindparam("session_id")
+    )
+
+
+def check_sandbox(
+    conn: Connection, now: datetime, workspace_id: str, sandbox_id: str, session_id: str | None
+) -> None:
+    """Raises ``LimitReached`` when the workspace's or the session's environment's
+    limits allow the sandbox no more time, or no new sandbox may start."""
+    limits = get(conn, workspace_id)
+    if session_id is not None:
+        row = compiled(conn, "limits.session", _session_statement).fetch(
+            conn, {"session_id": session_id}
+        )
+        if row:
+            per_session = get(conn, workspace_id, row[0].environment_id)
+            cap = per_session.get("session_sandbox_seconds")
+            used = float((row[0].usage or {}).get("active_seconds") or 0.0)
+            if cap is not None and used >= cap:
+                raise LimitReached(
+                    "session_sandbox_seconds",
+                    f"the environment's sandbox time limit per session is reached: "
+                    f"{used:,.0f} of {cap:,} seconds (an operator raises it with "
+                    "`stead limits set-environment`)",
+                )
+    seconds = limits.get("monthly_sandbox_seconds")
+    if seconds is not None:
+        use = month_use(conn, now, workspace_id)
+        if use.sandbox_seconds >= seconds:
+            raise LimitReached(
+                "monthly_sandbox_seconds",
+                f"the workspace's monthly sandbox time limit is reached: "
+                f"{use.sandbox_seconds:,.0f} of {seconds:,} seconds in "
+                f"{use.since:%Y-%m} (an operator raises it with `stead limits set`)",
+            )
+    most = limits.get("concurrent_sandboxes")
+    if most is not None:
+        # A sandbox that holds its lease keeps it (even under a lowered limit).
+        live = _sandboxes(conn, now, workspace_id, sandbox_id)
+        if not live.held and live.count >= most:
+            raise LimitReached(
+                "concurrent_sandboxes",
+                f"the workspace's limit of {most} concurrent sandboxes is reached: "
+                "wait for one to be released, or an operator raises it with `stead limits set`",
+            )
+
+
+def gate_model_request(conn: Connection, now: datetime, session_id: str) -> None:
+    """What a run write's ``budget_gate`` checks: the session's budget
+    (``BudgetReached``), then its workspace's limits (``LimitReached``)."""
+    row = _usage.session_row(conn, session_id)
+    if row is None:
+        return
+    if accounting.at_cap(row.budget, row.usage or {}):
+        raise BudgetReached(session_id)
+    check_model_request(conn, now, row.workspace_id)
+
+
+def allows_model_request(conn: Connection, now: datetime, workspace_id: str) -> bool:
+    try:
+        check_model_request(conn, now, workspace_id)
+    except LimitReached:
+        return False
+    return True
+
+
+def acquire_lease(
+    conn: Connection,
+    now: datetime,
+    sandbox_id: str,
+    workspace_id: str,
+    session_id: str | None,
+    *lease: Any,
+) -> SandboxLease:
+    """``_leases.acquire`` (``lease``: its other arguments) once the limits allow
+    the sandbox more time."""
+    check_sandbox(conn, now, workspace_id, sandbox_id, session_id)
+    return _leases.acquire(conn, now, sandbox_id, workspace_id, session_id, *lease)
