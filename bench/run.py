@@ -34,6 +34,7 @@ BENCHMARKS = (
     "snapshot",
     "egress_tls",
     "work_queue",
+    "request_checks",
 )
 TIMEOUT_S = 120.0
 

@@ -146,6 +146,7 @@ BAD = [
     ({"monthly_list_cost": {"amount": "5", "currency": "EUR"}}, "monthly_list_cost.currency"),
     ({"monthly_list_cost": {"amount": "-5", "currency": "USD"}}, "monthly_list_cost.amount"),
     ({"monthly_list_cost": {"amount": "9" * 40, "currency": "USD"}}, "monthly_list_cost.amount"),
+    ({"monthly_list_cost": {"amount": "1" * 13, "currency": "USD"}}, "monthly_list_cost.amount"),
     ({"monthly_list_cost": 5}, "monthly_list_cost"),
     ({"session_sandbox_seconds": 5}, "session_sandbox_seconds"),
     ({"max_users": 5}, "max_users"),

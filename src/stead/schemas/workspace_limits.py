@@ -17,6 +17,8 @@ from stead.usage import NANOS_PER_CENT
 
 MAX_LIMIT = 2**53
 """Largest count accepted (exact in every JSON reader)."""
+MAX_CENTS = 10**11
+"""Largest spend limit: a billion dollars (in nanodollars it still fits 63 bits)."""
 WORKSPACE_FIELDS = {
     "monthly_tokens": "monthly_tokens",
     "monthly_list_cost": "monthly_list_cost_nanos",
@@ -27,9 +29,9 @@ WORKSPACE_FIELDS = {
 ENVIRONMENT_FIELDS = {"session_sandbox_seconds": "session_sandbox_seconds"}
 
 
-def _count(field: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
-        raise RequestError(f"{field}: must be null or a whole number from 0 to {MAX_LIMIT}")
+def _count(field: str, value: Any, most: int = MAX_LIMIT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+        raise RequestError(f"{field}: must be null or a whole number from 0 to {most}")
     return value
 
 
@@ -41,8 +43,8 @@ def _cost(field: str, value: Any) -> int:
     amount = value["amount"]
     if not isinstance(amount, str) or not amount.isascii() or not amount.isdigit():
         raise RequestError(f"{field}.amount: must be a string of whole US cents, e.g. '2500'")
-    cents = _count(f"{field}.amount", int(amount) if len(amount) <= 17 else MAX_LIMIT + 1)
-    return cents * NANOS_PER_CENT
+    cents = int(amount) if len(amount) <= 17 else MAX_CENTS + 1
+    return _count(f"{field}.amount", cents, MAX_CENTS) * NANOS_PER_CENT
 
 
 def changes(body: Any, fields: Mapping[str, str]) -> dict[str, int | None]:
