@@ -10,8 +10,8 @@ the first event kept word for word in ``_internal``); the context builder
 
 The older part ends where the model starts a new answer or the user speaks, and
 never between a tool use and its result. The most recent part is kept word for
-word, as much of it as fits ``keep_ratio`` of the window (at least the last
-answer and what followed it).
+word, as much of it as fits ``keep_ratio`` of the window. An older part too
+large for one summarising request is summarised in pieces, one compaction each.
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from stead.events import EventType
-from stead.harness.context import event_blocks, live_context, render_messages, request_with
+from stead.harness.context import (
+    event_blocks,
+    live_context,
+    render_messages,
+    request_with,
+    summary_block,
+)
 from stead.harness.mcp import McpTool
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
@@ -36,6 +42,7 @@ SUMMARY_INSTRUCTION = (
 )
 """The closing user text of a summarising request (a scripted fake model
 recognises the request by it)."""
+INSTRUCTION_TOKENS = estimate_tokens(SUMMARY_INSTRUCTION)
 BOUNDARY_TYPES = (EventType.USER_MESSAGE, EventType.SPAN_MODEL_REQUEST_START)
 
 
@@ -105,11 +112,12 @@ def plan_compaction(
             f"the model's context window of {window} tokens"
         )
     bare = request_with(agent, [], builtin_definitions, max_tokens=max_tokens, mcp_tools=mcp_tools)
-    cut = choose_cut(live, estimate_tokens(bare.as_params()), limits)
+    summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
+    cut = choose_cut(live, estimate_tokens(bare.as_params()), limits, summary_tokens)
     if cut is None:
         return CompactionLimit(
             f"the context (about {tokens} tokens) does not fit the model's context window "
-            f"of {window} tokens, and its most recent part alone does not fit either"
+            f"of {window} tokens, and no part of it can be summarised to make it fit"
         )
     messages = render_messages(summary, live[:cut])
     instruction: Json = {"type": "text", "text": SUMMARY_INSTRUCTION}
@@ -157,21 +165,32 @@ def consecutive_compactions(events: Sequence[Json]) -> int:
     return count
 
 
-def choose_cut(live: Sequence[Json], overhead: int, limits: ContextLimits) -> int | None:
+def choose_cut(
+    live: Sequence[Json], overhead: int, limits: ContextLimits, summary_tokens: int = 0
+) -> int | None:
     """Index in ``live`` of the first event kept word for word: the earliest
     boundary whose kept part fits ``limits.keep``, else the latest one whose kept
-    part fits under the trigger; None if there is none."""
+    part fits under the trigger. If the part before it is too large to summarise
+    in one request under the trigger, an earlier boundary that is not: the next
+    compaction summarises the rest. None if there is no such boundary.
+
+    ``overhead``: the system prompt and tools; ``summary_tokens``: the summary
+    the older part starts with."""
     sizes = [_tokens(event) for event in live]
-    suffix = [0] * (len(live) + 1)
-    for index in range(len(live) - 1, -1, -1):
-        suffix[index] = suffix[index + 1] + sizes[index]
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    kept = [prefix[-1] - before for before in prefix]
     boundaries = _boundaries(live)
-    for cut in boundaries:
-        if overhead + suffix[cut] <= limits.keep:
-            return cut
-    if boundaries and overhead + suffix[boundaries[-1]] <= limits.trigger:
-        return boundaries[-1]
-    return None
+    preferred = next((cut for cut in boundaries if overhead + kept[cut] <= limits.keep), None)
+    if preferred is None and boundaries and overhead + kept[boundaries[-1]] <= limits.trigger:
+        preferred = boundaries[-1]
+    if preferred is None:
+        return None
+    asking = overhead + summary_tokens + INSTRUCTION_TOKENS
+    room = limits.trigger - asking
+    fitting = [cut for cut in boundaries if cut <= preferred and prefix[cut] <= room]
+    return fitting[-1] if fitting else None
 
 
 def _boundaries(live: Sequence[Json]) -> list[int]:

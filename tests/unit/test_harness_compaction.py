@@ -19,6 +19,7 @@ from stead.harness import (
     context_window,
     plan_compaction,
 )
+from stead.harness.windows import estimate_tokens
 
 Json = dict[str, Any]
 AGENT: Json = {"model": {"id": "claude-test"}, "system": "Be brief.", "tools": []}
@@ -149,13 +150,32 @@ def test_a_recent_part_that_alone_does_not_fit_reaches_the_limit() -> None:
 
 def test_compactions_in_a_row_without_an_answer_reach_the_limit() -> None:
     log = conversation(5)
-    for _ in range(3):
-        planned = plan(log.events)
-        assert isinstance(planned, Compact)
-        log.compacted(WORDS * 8, planned.kept_from)  # a summary too long to help
+    for count in range(3):
+        assert isinstance(plan(log.events), Compact)
+        log.compacted(f"summary {count}", 1)  # keeping everything: it never helps
     planned = plan(log.events)
     assert isinstance(planned, CompactionLimit)
     assert "3 times in a row" in planned.message
+    log.answer("an answer in between")
+    log.user("more")
+    assert isinstance(plan(log.events), Compact)
+
+
+def test_an_older_part_too_large_for_one_request_is_summarised_in_pieces() -> None:
+    log = Log()
+    for number in range(14):  # about 1,450 tokens, nearly twice the trigger
+        log.user(f"question {number} {WORDS}")
+    log.answer("fine")
+    log.user("last question")
+    rounds = 0
+    while isinstance(planned := plan(log.events), Compact):
+        assert estimate_tokens(planned.request.as_params()) <= LIMITS.trigger
+        log.compacted(f"summary {rounds}", planned.kept_from)
+        rounds += 1
+    assert planned is None and rounds == 2
+    request = build_request(AGENT, log.events, {}, max_tokens=100)
+    assert "summary 1" in texts(request.messages) and "last question" in texts(request.messages)
+    assert "question 0 " not in texts(request.messages)
 
 
 def test_the_recorded_body_holds_the_summary_privately() -> None:
