@@ -26,6 +26,7 @@ from stead.testing import (
     ServeForker,
     ServerProcess,
     Text,
+    ToolCall,
     Turn,
     when_asked,
 )
@@ -187,3 +188,27 @@ def test_a_sigkill_mid_compaction_asks_the_same_request_and_logs_it_once(
     assert all(body == asked[0] for body in asked)
     last = requests[-1]
     assert first_text(last) == f"<conversation-summary>\n{SUMMARY}\n</conversation-summary>"
+
+
+def test_an_answer_with_no_summary_ends_the_turn_and_is_counted(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    no_summary = Turn([ToolCall("bash", {"command": "ls"})], usage=SUMMARY_USAGE)
+    with FakeModel(when_asked(SUMMARY_INSTRUCTION, no_summary, answer)) as silent:
+        env = loop_env(silent, STEAD_CONTEXT_WINDOWS=WINDOWS)
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            with sdk_of(server) as sdk:
+                session_id = new_session(sdk)
+                talk(sdk, session_id, "t", range(4))
+                events = types(sdk, session_id)
+                usage = sdk.beta.sessions.retrieve(session_id).usage
+        finally:
+            server.stop()
+    assert not any(e.type == "agent.thread_context_compacted" for e in events)
+    errors = [e for e in events if e.type == "session.error"]
+    assert [e.error.type for e in errors] == ["model_request_failed_error"]
+    assert "no text" in errors[0].error.message
+    assert events[-1].type == "session.status_idle"
+    assert events[-1].stop_reason.type == "retries_exhausted"
+    assert usage.input_tokens == 3 * ANSWER_USAGE["input_tokens"] + SUMMARY_USAGE["input_tokens"]

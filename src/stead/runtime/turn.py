@@ -318,18 +318,20 @@ class TurnRunner:
         key = op_key("compaction", params, self.claim.run_id, kept_from)
         await self._start_model_op([], key, "compaction")
         self.deps.failpoints.hit("compaction.before_request")
+        done: dict[str, Any] = {}
         try:
             response = await self._ask(model, planned.request, key)
+            self.deps.failpoints.hit("compaction.after_answer")
+            counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
+            self._usage = accounting.added(self._usage, counters)
+            done = {"usage": RequestUsage(model, counters), "ops_completed": [(key, {})]}
             body = compacted_body(response, planned)
-        except UpstreamError as exc:
+        except UpstreamError as exc:  # an answer with no summary is counted all the same
             error = ev.session_error(exc.error_type, str(exc), "exhausted")
-            return await self._end([error], exhausted, RunStatus.FAILED, answer_drained=False)
-        self.deps.failpoints.hit("compaction.after_answer")
-        counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
-        self._usage = accounting.added(self._usage, counters)
-        compacted = ev.new(EventType.AGENT_THREAD_CONTEXT_COMPACTED, body)
-        completed = [(key, {"kept_from": kept_from})]
-        await self._write([compacted], ops_completed=completed, usage=RequestUsage(model, counters))
+            return await self._end(
+                [error], exhausted, RunStatus.FAILED, answer_drained=False, **done
+            )
+        await self._write([ev.new(EventType.AGENT_THREAD_CONTEXT_COMPACTED, body)], **done)
 
     async def _offered_mcp_tools(self) -> tuple[McpTool, ...]:
         """The MCP tools this run offers the model: listed on its first request;
