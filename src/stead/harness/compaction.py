@@ -12,6 +12,11 @@ The older part ends where the model starts a new answer or the user speaks, and
 never between a tool use and its result. The most recent part is kept word for
 word, as much of it as fits ``keep_ratio`` of the window. An older part too
 large for one summarising request is summarised in pieces, one compaction each.
+
+The summarising request is the agent's own request cut at the boundary, with
+the instruction after it, so it reads its prefix from the prompt cache: at a
+new answer's boundary that prefix is exactly what the request made there
+cached (its last-block breakpoint).
 """
 
 from __future__ import annotations
