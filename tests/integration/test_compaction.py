@@ -212,3 +212,32 @@ def test_an_answer_with_no_summary_ends_the_turn_and_is_counted(
     assert events[-1].type == "session.status_idle"
     assert events[-1].stop_reason.type == "retries_exhausted"
     assert usage.input_tokens == 3 * ANSWER_USAGE["input_tokens"] + SUMMARY_USAGE["input_tokens"]
+
+
+def test_a_model_on_an_openai_compatible_server_compacts_too(
+    tmp_path: Path, fake: FakeModel, forker: ServeForker
+) -> None:
+    models = json.dumps({"local": fake.openai_url})
+    env = loop_env(fake, STEAD_OPENAI_MODELS=models, STEAD_CONTEXT_WINDOWS='{"local": 2000}')
+    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+    token = uuid.uuid4().hex[:12]
+    try:
+        with sdk_of(server) as sdk:
+            agent = sdk.beta.agents.create(name="local", model="local")
+            environment = sdk.beta.environments.create(name=f"local-{token}")
+            session_id = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+            talk(sdk, session_id, token, range(5))
+            events = types(sdk, session_id)
+    finally:
+        server.stop()
+    assert sum(e.type == "agent.thread_context_compacted" for e in events) == 1
+    assert [e.stop_reason.type for e in events if e.type == "session.status_idle"] == [
+        "end_turn"
+    ] * 5
+    requests = of_session(fake, token)
+    assert all(r.path.endswith("/chat/completions") for r in requests)
+    asked = [i for i, r in enumerate(requests) if summarising(r)]
+    assert len(asked) == 1
+    for request in requests[asked[0] + 1 :]:
+        assert SUMMARY in json.dumps(request.body)
+        assert f"{token} message 0" not in json.dumps(request.body)
