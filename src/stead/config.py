@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url
@@ -73,6 +80,18 @@ class Settings(BaseSettings):
     model_read_timeout_seconds: float = 60.0
     model_total_timeout_seconds: float = 600.0
     max_output_tokens: int = 8192
+    # Compaction (``stead.harness.compaction``).
+    context_windows: dict[str, int] = Field(default_factory=dict)
+    """Model name -> context window in tokens (JSON in STEAD_CONTEXT_WINDOWS), over
+    the shipped defaults: 200,000 for Claude models, 128,000 for a model an
+    OpenAI-compatible server answers."""
+    compaction_threshold: float = Field(default=0.8, gt=0, le=1)
+    """A request larger than this share of its model's window is compacted first."""
+    compaction_keep_ratio: float = Field(default=0.25, gt=0, lt=1)
+    """Share of the window the most recent part, kept word for word, may take."""
+    max_consecutive_compactions: int = Field(default=3, ge=1)
+    """Compactions in a row, with no model answer between, before the turn ends
+    with ``compaction_limit_reached_error``."""
     upstream_retries: int = 4
     """Retries of a retryable upstream error before the turn ends with retries_exhausted."""
     retry_initial_seconds: float = 1.0
@@ -195,6 +214,22 @@ class Settings(BaseSettings):
     @classmethod
     def _blob_url(cls, url: str | None) -> str | None:
         return None if url is None else check_blob_url(url)
+
+    @field_validator("context_windows")
+    @classmethod
+    def _windows(cls, windows: dict[str, int]) -> dict[str, int]:
+        for model, tokens in windows.items():
+            if tokens < 1:
+                raise ValueError(f"{model}: a context window is a positive number of tokens")
+        return windows
+
+    @field_validator("compaction_keep_ratio")
+    @classmethod
+    def _keep_ratio(cls, ratio: float, info: ValidationInfo) -> float:
+        threshold = info.data.get("compaction_threshold")
+        if threshold is not None and ratio >= threshold:
+            raise ValueError("must be below STEAD_COMPACTION_THRESHOLD")
+        return ratio
 
     @field_validator("model_prices")
     @classmethod

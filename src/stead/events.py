@@ -24,6 +24,7 @@ class EventType(enum.StrEnum):
     AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
     AGENT_MCP_TOOL_USE = "agent.mcp_tool_use"
     AGENT_MCP_TOOL_RESULT = "agent.mcp_tool_result"
+    AGENT_THREAD_CONTEXT_COMPACTED = "agent.thread_context_compacted"
     SESSION_STATUS_RUNNING = "session.status_running"
     SESSION_STATUS_IDLE = "session.status_idle"
     SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"

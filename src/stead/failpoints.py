@@ -16,6 +16,8 @@ SITES = frozenset(
     {
         "model.before_request",
         "model.after_answer",
+        "compaction.before_request",
+        "compaction.after_answer",
         "tool.before_run",
         "tool.after_run",
         "mcp.before_call",

@@ -28,6 +28,7 @@ from stead.testing import (
     Thinking,
     ToolCall,
     Turn,
+    when_asked,
 )
 from stead.testing.faults import FaultBook
 
@@ -176,6 +177,17 @@ async def test_a_rule_answers_from_the_request_and_can_override_the_stop_reason(
         message = await create(client, model="x-1")
     assert message.content[0].type == "text" and message.content[0].text == "model x-1"
     assert message.stop_reason == "max_tokens"
+
+
+async def test_when_asked_answers_requests_carrying_a_text_and_others_by_the_script() -> None:
+    summary = Turn([Text("the gist")])
+    script = when_asked("Summarise", summary, [Turn([Text("first")])])
+    asking = [*conversation(3)[:-1], {"role": "user", "content": "Summarise the above."}]
+    async with FakeModel(script) as fake, sdk(fake) as client:
+        summarised = await create(client, messages=asking)
+        plain = await create(client, messages=conversation(0))
+    assert summarised.content[0].type == "text" and summarised.content[0].text == "the gist"
+    assert plain.content[0].type == "text" and plain.content[0].text == "first"
 
 
 async def test_the_default_script_calls_every_tool_then_finishes() -> None:

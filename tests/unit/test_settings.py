@@ -73,6 +73,16 @@ EXTRA_CA = (
         ),
         (BRAIN, *EXTRA_CA),
         (BRAIN, {"STEAD_OPENAI_MODELS": "notjson"}, "STEAD_OPENAI_MODELS: not valid JSON"),
+        (
+            BRAIN,
+            {"STEAD_CONTEXT_WINDOWS": '{"llama3.1": 0}'},
+            "STEAD_CONTEXT_WINDOWS: llama3.1: a context window is a positive",
+        ),
+        (
+            BRAIN,
+            {"STEAD_COMPACTION_THRESHOLD": "0.5", "STEAD_COMPACTION_KEEP_RATIO": "0.6"},
+            "STEAD_COMPACTION_KEEP_RATIO: must be below STEAD_COMPACTION_THRESHOLD",
+        ),
         (BRAIN, {"STEAD_EGRESS_HOSTS": "notjson"}, "STEAD_EGRESS_HOSTS: not valid JSON"),
         (BRAIN, {"STEAD_PORT": "abc"}, "STEAD_PORT: Input should be a valid integer"),
         (BRAIN, {"STEAD_SANDBOX": "docker"}, "STEAD_SANDBOX: Input should be"),

@@ -4,6 +4,14 @@ Log events in, a model request and new events out (DESIGN rule 3). Imports no
 store, sandbox or api: the runtime hands it events and tool definitions.
 """
 
+from stead.harness.compaction import (
+    SUMMARY_INSTRUCTION,
+    Compact,
+    CompactionLimit,
+    ContextLimits,
+    compacted_body,
+    plan_compaction,
+)
 from stead.harness.context import build_request, custom_tools, enabled_builtin_tools
 from stead.harness.mcp import McpTool, servers_in_use
 from stead.harness.model import (
@@ -25,13 +33,18 @@ from stead.harness.steps import (
     next_step,
     unresolved_tool_uses,
 )
+from stead.harness.windows import context_window
 
 __all__ = [
+    "SUMMARY_INSTRUCTION",
     "TOOL_USE_TYPES",
     "AnswerObserver",
     "AnthropicModel",
     "AwaitInput",
     "CallModel",
+    "Compact",
+    "CompactionLimit",
+    "ContextLimits",
     "EndTurn",
     "McpTool",
     "ModelClient",
@@ -42,9 +55,12 @@ __all__ = [
     "Step",
     "UpstreamError",
     "build_request",
+    "compacted_body",
+    "context_window",
     "custom_tools",
     "enabled_builtin_tools",
     "next_step",
+    "plan_compaction",
     "response_events",
     "servers_in_use",
     "unresolved_tool_uses",

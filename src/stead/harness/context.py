@@ -4,6 +4,12 @@ Tool-use ids in the history are the ``agent.*_tool_use`` event ids, so the
 request needs nothing but the log. Prompt-caching breakpoints go on the system
 prompt, the last tool and the last message block, so each step re-reads the
 whole prefix from the cache.
+
+After a compaction (``agent.thread_context_compacted``) the history is the
+latest one's summary, then the events from the first one it kept word for word
+(``_internal.kept_from``, a ``seq``): older events never reach the model again.
+The summary carries a breakpoint of its own, as it opens every request until
+the next compaction.
 """
 
 from __future__ import annotations
@@ -74,7 +80,7 @@ def _tool_result(event: Json, key: str) -> Json:
     return block
 
 
-def _blocks(event: Json) -> tuple[str, list[Json]] | None:
+def event_blocks(event: Json) -> tuple[str, list[Json]] | None:
     """The message role and content blocks an event contributes, if any."""
     kind = event["type"]
     internal = event.get("_internal", {})
@@ -106,10 +112,43 @@ def _blocks(event: Json) -> tuple[str, list[Json]] | None:
     return None
 
 
+def live_context(events: Sequence[Json]) -> tuple[str | None, list[Json]]:
+    """The latest compaction's summary (None if none) and the events the model
+    still sees word for word: those from its ``kept_from`` on, compactions aside."""
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
+            internal = event.get("_internal", {})
+            kept_from = int(internal["kept_from"])
+            live = [e for e in events if _seq(e) >= kept_from and not _is_compaction(e)]
+            return str(internal["summary"]), live
+    return None, list(events)
+
+
+def _seq(event: Json) -> int:
+    return int(event["_seq"])
+
+
+def _is_compaction(event: Json) -> bool:
+    return bool(event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED)
+
+
+def summary_block(summary: str) -> Json:
+    text = f"<conversation-summary>\n{summary}\n</conversation-summary>"
+    return {"type": "text", "text": text, "cache_control": CACHE}
+
+
 def build_messages(events: Sequence[Json]) -> list[Json]:
+    return render_messages(*live_context(events))
+
+
+def render_messages(summary: str | None, events: Sequence[Json]) -> list[Json]:
+    """Messages of ``events``, after a user turn holding ``summary`` if given."""
     messages: list[Json] = []
+    if summary is not None:
+        messages.append({"role": "user", "content": [summary_block(summary)]})
     for event in events:
-        found = _blocks(event)
+        found = event_blocks(event)
         if found is None or not found[1]:
             continue
         role, blocks = found
@@ -139,11 +178,29 @@ def build_request(
     mcp_tools: Sequence[McpTool] = (),
 ) -> ModelRequest:
     """``mcp_tools``: what the agent's MCP servers listed (the runtime asks them)."""
+    return request_with(
+        agent,
+        build_messages(events),
+        builtin_definitions,
+        max_tokens=max_tokens,
+        mcp_tools=mcp_tools,
+    )
+
+
+def request_with(
+    agent: Json,
+    messages: list[Json],
+    builtin_definitions: Mapping[str, Json],
+    *,
+    max_tokens: int,
+    mcp_tools: Sequence[McpTool] = (),
+) -> ModelRequest:
+    """The agent's request (system prompt, tools) carrying ``messages``."""
     system = agent.get("system")
     return ModelRequest(
         model=agent["model"]["id"],
         system=[{"type": "text", "text": system, "cache_control": CACHE}] if system else None,
         tools=_tool_definitions(agent, builtin_definitions, mcp_tools),
-        messages=build_messages(events),
+        messages=messages,
         max_tokens=max_tokens,
     )

@@ -16,7 +16,18 @@ from collections.abc import Callable, Sequence
 
 from stead import usage as accounting
 from stead.events import EventType
-from stead.harness import CallModel, McpTool, ModelRequest, build_request, next_step
+from stead.harness import (
+    CallModel,
+    Compact,
+    CompactionLimit,
+    ContextLimits,
+    McpTool,
+    ModelRequest,
+    build_request,
+    context_window,
+    next_step,
+    plan_compaction,
+)
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
@@ -45,6 +56,29 @@ def model_request(
         mcp_tools=mcp_tools,
     )
     return request, op_key("model", request.as_params(), run_id, position)
+
+
+def compaction(
+    deps: LoopDeps, agent: Json, events: Sequence[Json], mcp_tools: Sequence[McpTool]
+) -> Compact | CompactionLimit | None:
+    """What a model step must do first: compact the log's context, give up, or
+    nothing (None: the request fits its model's window)."""
+    settings = deps.settings
+    model = agent["model"]["id"]
+    limits = ContextLimits(
+        window=context_window(model, settings.context_windows, settings.openai_models),
+        threshold=settings.compaction_threshold,
+        keep_ratio=settings.compaction_keep_ratio,
+        max_consecutive=settings.max_consecutive_compactions,
+    )
+    return plan_compaction(
+        agent,
+        events,
+        deps.tools.definitions,
+        max_tokens=settings.max_output_tokens,
+        limits=limits,
+        mcp_tools=mcp_tools,
+    )
 
 
 def dangling_span(events: Sequence[Json]) -> str | None:
@@ -83,6 +117,8 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
             step = next_step(events)
             if not isinstance(step, CallModel) or dangling_span(events) is not None:
                 return None
+            if compaction(deps, session.agent, events, mcp_tools) is not None:
+                return None  # the runner compacts first, with its own ledger entry
             _, key = model_request(
                 deps, session.agent, events, claim.run_id, step.position, mcp_tools
             )

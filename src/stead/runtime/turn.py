@@ -7,6 +7,10 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
 
 * model request: ``started`` with ``span.model_request_start``, ``completed`` with
   the answer's events. Idempotent: a crash in between re-asks the model.
+* compaction (the model summarising the older context, ``plan.compaction``):
+  ``started`` alone, ``completed`` with ``agent.thread_context_compacted``. Its
+  request and key come from the log up to the kept part: a crash in between
+  asks the same request again, and the summary is recorded once.
 * tool call: ``started`` before it runs, ``completed`` with ``agent.tool_result``.
   After a crash in between, idempotent tools run again; ``bash`` is asked of the
   sandbox again under the same op key, which runs it at most once (re-attaching
@@ -37,12 +41,15 @@ from stead.harness import (
     TOOL_USE_TYPES,
     AwaitInput,
     CallModel,
+    Compact,
+    CompactionLimit,
     EndTurn,
     McpTool,
     ModelRequest,
     ModelResponse,
     RunTools,
     UpstreamError,
+    compacted_body,
     next_step,
     response_events,
     unresolved_tool_uses,
@@ -52,7 +59,7 @@ from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
-from stead.runtime.plan import dangling_span, model_request
+from stead.runtime.plan import compaction, dangling_span, model_request
 from stead.runtime.previews import PreviewTracker
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
@@ -247,25 +254,20 @@ class TurnRunner:
     async def _model_step(
         self, agent: Json, events: list[Json], position: int, *, opened: str | None = None
     ) -> None:
-        """``opened``: the span the claim opened for this very request."""
+        """``opened``: the span the claim opened for this very request (the
+        claim opens none for a request that needs compacting first)."""
         mcp_tools = await self._offered_mcp_tools()
+        if opened is None:
+            await self._close_dangling_span(events)
+            planned = compaction(self.deps, agent, events, mcp_tools)
+            if planned is not None:
+                return await self._compact(agent["model"]["id"], planned)
         request, key = model_request(
             self.deps, agent, events, self.claim.run_id, position, mcp_tools
         )
         if opened is None:
-            await self._close_dangling_span(events)
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
-            try:
-                await self._write([start], ops_started=[(key, "model")], budget_gate=True)
-            except BudgetReached:
-                # Queued messages stay queued: raising the budget answers them.
-                stop = {"type": "budget_reached"}
-                await self._end([], stop, RunStatus.DONE, answer_drained=False, drain=False)
-            except LimitReached as exc:
-                # The spec's error for a spend limit; the next message asks again.
-                error = ev.session_error("billing_error", str(exc), "exhausted")
-                stop = {"type": "retries_exhausted"}
-                await self._end([error], stop, RunStatus.DONE, answer_drained=False)
+            await self._start_model_op([start], key, "model")
             opened = start.id
         self.deps.failpoints.hit("model.before_request")
         previews = PreviewTracker(functools.partial(self.deps.bus.preview, self.session_id))
@@ -299,6 +301,48 @@ class TurnRunner:
             )
         await self._write(recorded, ops_completed=completed, usage=delta)
 
+    async def _start_model_op(self, events: list[NewEvent], key: str, kind: str) -> None:
+        """Records a model request as started, unless the session is at its budget
+        or its workspace at a limit."""
+        try:
+            await self._write(events, ops_started=[(key, kind)], budget_gate=True)
+        except BudgetReached:
+            # Queued messages stay queued: raising the budget answers them.
+            stop = {"type": "budget_reached"}
+            await self._end([], stop, RunStatus.DONE, answer_drained=False, drain=False)
+        except LimitReached as exc:
+            # The spec's error for a spend limit; the next message asks again.
+            error = ev.session_error("billing_error", str(exc), "exhausted")
+            stop = {"type": "retries_exhausted"}
+            await self._end([error], stop, RunStatus.DONE, answer_drained=False)
+
+    async def _compact(self, model: str, planned: Compact | CompactionLimit) -> None:
+        """Has the model summarise the older context and records the summary
+        (``agent.thread_context_compacted``) with its usage, in one commit. A
+        crash before that commit plans the same request again and re-asks."""
+        exhausted = {"type": "retries_exhausted"}
+        if isinstance(planned, CompactionLimit):
+            error = ev.session_error("compaction_limit_reached_error", planned.message, "exhausted")
+            return await self._end([error], exhausted, RunStatus.FAILED, answer_drained=False)
+        params, kept_from = planned.request.as_params(), planned.kept_from
+        key = op_key("compaction", params, self.claim.run_id, kept_from)
+        await self._start_model_op([], key, "compaction")
+        self.deps.failpoints.hit("compaction.before_request")
+        done: dict[str, Any] = {}
+        try:
+            response = await self._ask(model, planned.request, key)
+            self.deps.failpoints.hit("compaction.after_answer")
+            counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
+            self._usage = accounting.added(self._usage, counters)
+            done = {"usage": RequestUsage(model, counters), "ops_completed": [(key, {})]}
+            body = compacted_body(response, planned)
+        except UpstreamError as exc:  # an answer with no summary is counted all the same
+            error = ev.session_error(exc.error_type, str(exc), "exhausted")
+            return await self._end(
+                [error], exhausted, RunStatus.FAILED, answer_drained=False, **done
+            )
+        await self._write([ev.new(EventType.AGENT_THREAD_CONTEXT_COMPACTED, body)], **done)
+
     async def _offered_mcp_tools(self) -> tuple[McpTool, ...]:
         """The MCP tools this run offers the model: listed on its first request;
         a server that fails is reported (``session.error``, the turn goes on
@@ -311,15 +355,18 @@ class TurnRunner:
         return self._mcp_tools
 
     async def _ask(
-        self, model: str, request: ModelRequest, key: str, previews: PreviewTracker
+        self, model: str, request: ModelRequest, key: str, previews: PreviewTracker | None = None
     ) -> ModelResponse:
-        """The model's answer, retrying retryable upstream errors with backoff."""
+        """The model's answer, retrying retryable upstream errors with backoff;
+        ``previews`` (none for a summary, which is never logged as a message)
+        names what streams."""
         settings = self.deps.settings
         client = self.deps.models.client_for(model)
         attempt = 0
         while True:
             try:
-                previews.restart()
+                if previews is not None:
+                    previews.restart()
                 with self.deps.telemetry.model_call(self.session_id, model) as call:
                     response = await client.complete(request, op_key=key, observer=previews)
                     call.answered(response.usage)

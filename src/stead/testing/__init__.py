@@ -35,6 +35,7 @@ from stead.testing.scripts import (
     assistant_turns,
     call_every_tool,
     echo,
+    when_asked,
 )
 from stead.testing.server import ServerProcess, free_port
 
@@ -68,4 +69,5 @@ __all__ = [
     "echo",
     "free_port",
     "serve_origin",
+    "when_asked",
 ]

@@ -91,6 +91,19 @@ def echo(body: dict[str, Any]) -> Turn:
     return Turn([Text(f"You said: {last_user_text(body)}")])
 
 
+def when_asked(text: str, turn: Turn, otherwise: Script = echo) -> Rule:
+    """A rule that answers ``turn`` to every request whose last user text
+    contains ``text`` (stead's summarising request, say: its instruction is
+    ``stead.harness.SUMMARY_INSTRUCTION``), and any other request as ``otherwise``."""
+
+    def rule(body: dict[str, Any]) -> Turn:
+        if text in last_user_text(body):
+            return turn
+        return choose_turn(otherwise, body)
+
+    return rule
+
+
 def call_every_tool(body: dict[str, Any]) -> Turn:
     """A rule that calls every offered tool once, then says ``done``.
 

@@ -1,0 +1,236 @@
+"""Compaction: when a request no longer fits its model's window, which older
+part of the conversation the model summarises, and the request that asks it.
+
+Pure functions of the log (rule 3): the same log plans the same compaction,
+with the same summarising request, in any process, so a brain that died while
+the model wrote the summary asks for it again word for word. The summary is
+recorded as ``agent.thread_context_compacted`` (the summary and the ``seq`` of
+the first event kept word for word in ``_internal``); the context builder
+(``context.py``) starts from the latest one.
+
+The older part ends where the model starts a new answer or the user speaks, and
+never between a tool use and its result. The most recent part is kept word for
+word, as much of it as fits ``keep_ratio`` of the window. An older part too
+large for one summarising request is summarised in pieces, one compaction each.
+
+The summarising request is the agent's own request cut at the boundary, with
+the instruction after it, so it reads its prefix from the prompt cache: at a
+new answer's boundary that prefix is exactly what the request made there
+cached (its last-block breakpoint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from stead.events import EventType
+from stead.harness.context import (
+    event_blocks,
+    live_context,
+    render_messages,
+    request_with,
+    summary_block,
+)
+from stead.harness.mcp import McpTool
+from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
+from stead.harness.windows import estimate_tokens
+from stead.jsonvalues import Json
+
+SUMMARY_INSTRUCTION = (
+    "Context compaction: the conversation above no longer fits the context window and "
+    "will be replaced by your summary of it. Write that summary so the work can go on "
+    "without the conversation: what the user asked for, decisions made, what was done "
+    "and found (files, commands, results, errors), and what remains to do. Reply with "
+    "the summary only; do not call tools."
+)
+"""The closing user text of a summarising request (a scripted fake model
+recognises the request by it)."""
+INSTRUCTION_TOKENS = estimate_tokens(SUMMARY_INSTRUCTION)
+BOUNDARY_TYPES = (EventType.USER_MESSAGE, EventType.SPAN_MODEL_REQUEST_START)
+
+
+@dataclass(frozen=True)
+class ContextLimits:
+    """``window`` tokens; compact above ``threshold`` of it, keeping at most
+    ``keep_ratio`` of it word for word; ``max_consecutive`` compactions in a row."""
+
+    window: int
+    threshold: float
+    keep_ratio: float
+    max_consecutive: int
+
+    @property
+    def trigger(self) -> int:
+        return int(self.window * self.threshold)
+
+    @property
+    def keep(self) -> int:
+        return int(self.window * self.keep_ratio)
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Ask ``request`` for a summary of the events before ``kept_from`` (a seq)."""
+
+    request: ModelRequest
+    kept_from: int
+    context_tokens: int
+    """How large the request it replaces was (``pre_compaction_tokens``)."""
+
+
+@dataclass(frozen=True)
+class CompactionLimit:
+    """Compacting cannot make the context fit: the turn ends."""
+
+    message: str
+
+
+def plan_compaction(
+    agent: Json,
+    events: Sequence[Json],
+    builtin_definitions: Mapping[str, Json],
+    *,
+    max_tokens: int,
+    limits: ContextLimits,
+    mcp_tools: Sequence[McpTool] = (),
+) -> Compact | CompactionLimit | None:
+    """What to do before the model request the log calls for: nothing (None:
+    it fits), compact, or give up."""
+    summary, live = live_context(events)
+    request = request_with(
+        agent,
+        render_messages(summary, live),
+        builtin_definitions,
+        max_tokens=max_tokens,
+        mcp_tools=mcp_tools,
+    )
+    tokens = context_tokens(request, events)
+    if tokens <= limits.trigger:
+        return None
+    window = limits.window
+    in_a_row = consecutive_compactions(events)
+    if in_a_row >= limits.max_consecutive:
+        return CompactionLimit(
+            f"the context was compacted {in_a_row} times in a row and still does not fit "
+            f"the model's context window of {window} tokens"
+        )
+    bare = request_with(agent, [], builtin_definitions, max_tokens=max_tokens, mcp_tools=mcp_tools)
+    summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
+    cut = choose_cut(live, estimate_tokens(bare.as_params()), limits, summary_tokens)
+    if cut is None:
+        return CompactionLimit(
+            f"the context (about {tokens} tokens) does not fit the model's context window "
+            f"of {window} tokens, and no part of it can be summarised to make it fit"
+        )
+    messages = render_messages(summary, live[:cut])
+    instruction: Json = {"type": "text", "text": SUMMARY_INSTRUCTION}
+    if messages and messages[-1]["role"] == "user":
+        messages[-1]["content"].append(instruction)
+    else:
+        messages.append({"role": "user", "content": [instruction]})
+    asking = request_with(
+        agent, messages, builtin_definitions, max_tokens=max_tokens, mcp_tools=mcp_tools
+    )
+    return Compact(asking, int(live[cut]["_seq"]), tokens)
+
+
+def context_tokens(request: ModelRequest, events: Sequence[Json]) -> int:
+    """The request's size: the estimate, or the model's count of the last answer
+    since the latest compaction plus the estimate of what came after, if larger."""
+    estimate = estimate_tokens(request.as_params())
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
+            break
+        if event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
+            used = event.get("model_usage") or {}
+            counted = sum(
+                int(used.get(key, 0))
+                for key in (
+                    "input_tokens",
+                    "output_tokens",
+                    "cache_read_input_tokens",
+                    "cache_creation_input_tokens",
+                )
+            )
+            return max(estimate, counted + estimate_tokens(render_messages(None, events[index:])))
+    return estimate
+
+
+def consecutive_compactions(events: Sequence[Json]) -> int:
+    """Compactions since the model last answered."""
+    count = 0
+    for event in reversed(events):
+        if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
+            count += 1
+        elif event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
+            break
+    return count
+
+
+def choose_cut(
+    live: Sequence[Json], overhead: int, limits: ContextLimits, summary_tokens: int = 0
+) -> int | None:
+    """Index in ``live`` of the first event kept word for word: the earliest
+    boundary whose kept part fits ``limits.keep``, else the latest one whose kept
+    part fits under the trigger. If the part before it is too large to summarise
+    in one request under the trigger, an earlier boundary that is not: the next
+    compaction summarises the rest. None if there is no such boundary.
+
+    ``overhead``: the system prompt and tools; ``summary_tokens``: the summary
+    the older part starts with."""
+    sizes = [_tokens(event) for event in live]
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    kept = [prefix[-1] - before for before in prefix]
+    boundaries = _boundaries(live)
+    preferred = next((cut for cut in boundaries if overhead + kept[cut] <= limits.keep), None)
+    if preferred is None and boundaries and overhead + kept[boundaries[-1]] <= limits.trigger:
+        preferred = boundaries[-1]
+    if preferred is None:
+        return None
+    asking = overhead + summary_tokens + INSTRUCTION_TOKENS
+    room = limits.trigger - asking
+    fitting = [cut for cut in boundaries if cut <= preferred and prefix[cut] <= room]
+    return fitting[-1] if fitting else None
+
+
+def _boundaries(live: Sequence[Json]) -> list[int]:
+    """Indexes where the older part may end: at a new answer or a user message,
+    after some content, with every tool use before it answered before it."""
+    found: list[int] = []
+    open_uses: set[str] = set()
+    content = False
+    for index, event in enumerate(live):
+        if index and content and not open_uses and event["type"] in BOUNDARY_TYPES:
+            found.append(index)
+        if event["type"] in TOOL_USE_TYPES:
+            open_uses.add(event["id"])
+        elif event["type"] in RESULT_KEYS:
+            open_uses.discard(event.get(RESULT_KEYS[event["type"]]))
+        found_blocks = event_blocks(event)
+        content = content or bool(found_blocks and found_blocks[1])
+    return found
+
+
+def _tokens(event: Json) -> int:
+    found = event_blocks(event)
+    return 0 if found is None else estimate_tokens(found[1])
+
+
+def compacted_body(response: ModelResponse, plan: Compact) -> Json:
+    """The ``agent.thread_context_compacted`` body recording the model's summary.
+    Raises ``UpstreamError`` if the answer holds no text."""
+    summary = "\n".join(
+        str(block.get("text", "")) for block in response.content if block.get("type") == "text"
+    ).strip()
+    if not summary:
+        message = "the model answered the summarising request with no text"
+        raise UpstreamError(message, retryable=False)
+    return {
+        "pre_compaction_tokens": plan.context_tokens,
+        "_internal": {"summary": summary, "kept_from": plan.kept_from},
+    }

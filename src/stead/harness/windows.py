@@ -1,0 +1,49 @@
+"""How many tokens a model's context window holds, and how full a request is.
+
+The count of a request is an estimate made from the request alone (about four
+characters a token; a fixed size for each image or PDF), so the same log gives
+the same count in every process. The model's own count of the last request it
+answered, which the log records, takes over when it is larger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+CLAUDE_WINDOW = 200_000
+"""Every current Claude model's window without a long-context beta (stead
+sends none)."""
+OPENAI_COMPATIBLE_WINDOW = 128_000
+"""A model an OpenAI-compatible server answers, unless configured."""
+CHARS_PER_TOKEN = 4
+MEDIA_TOKENS = 1_600
+"""An image or a document sent as bytes: about what a full-size image costs."""
+
+
+def context_window(
+    model: str, configured: Mapping[str, int], openai_models: Iterable[str] = ()
+) -> int:
+    """``configured`` (``STEAD_CONTEXT_WINDOWS``) first, then the defaults."""
+    if model in configured:
+        return configured[model]
+    if model in set(openai_models):
+        return OPENAI_COMPATIBLE_WINDOW
+    return CLAUDE_WINDOW
+
+
+def estimate_tokens(value: Any) -> int:
+    """Estimated tokens of a request's JSON (or any part of it)."""
+    return _chars(value) // CHARS_PER_TOKEN
+
+
+def _chars(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        if value.get("type") == "base64" and "data" in value:
+            return MEDIA_TOKENS * CHARS_PER_TOKEN
+        return sum(len(str(k)) + _chars(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(_chars(v) for v in value)
+    return len(str(value))

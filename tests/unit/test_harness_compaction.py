@@ -1,0 +1,195 @@
+"""Compaction in the harness: a pure function of the log, from the plan to the
+context that follows the summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stead.harness import (
+    SUMMARY_INSTRUCTION,
+    Compact,
+    CompactionLimit,
+    ContextLimits,
+    ModelResponse,
+    UpstreamError,
+    build_request,
+    compacted_body,
+    context_window,
+    plan_compaction,
+)
+from stead.harness.windows import estimate_tokens
+
+Json = dict[str, Any]
+AGENT: Json = {"model": {"id": "claude-test"}, "system": "Be brief.", "tools": []}
+LIMITS = ContextLimits(window=1000, threshold=0.8, keep_ratio=0.25, max_consecutive=3)
+WORDS = "w" * 400  # 100 tokens by the estimate
+
+
+class Log:
+    """Builds a log with ``seq`` numbers, as the runtime hands it to the harness."""
+
+    def __init__(self) -> None:
+        self.events: list[Json] = []
+
+    def add(self, kind: str, **body: Any) -> Json:
+        seq = len(self.events) + 1
+        found = {"type": kind, "id": f"e{seq}", **body, "_seq": seq}
+        self.events.append(found)
+        return found
+
+    def user(self, text: str) -> Json:
+        return self.add("user.message", content=[{"type": "text", "text": text}])
+
+    def answer(self, text: str, *, tokens: int = 0) -> None:
+        start = self.add("span.model_request_start")
+        self.add("agent.message", content=[{"type": "text", "text": text}])
+        usage = {"input_tokens": tokens, "output_tokens": 0}
+        self.add("span.model_request_end", model_request_start_id=start["id"], model_usage=usage)
+
+    def tool_round(self, output: str) -> None:
+        start = self.add("span.model_request_start")
+        use = self.add("agent.tool_use", name="bash", input={"command": "ls"})
+        self.add("span.model_request_end", model_request_start_id=start["id"], model_usage={})
+        content = [{"type": "text", "text": output}]
+        self.add("agent.tool_result", tool_use_id=use["id"], content=content)
+
+    def compacted(self, summary: str, kept_from: int) -> None:
+        internal = {"summary": summary, "kept_from": kept_from}
+        self.add("agent.thread_context_compacted", pre_compaction_tokens=900, _internal=internal)
+
+
+def plan(events: list[Json], limits: ContextLimits = LIMITS) -> Compact | CompactionLimit | None:
+    return plan_compaction(AGENT, events, {}, max_tokens=100, limits=limits)
+
+
+def texts(request_messages: list[Json]) -> str:
+    return " ".join(str(b.get("text", "")) for m in request_messages for b in m["content"])
+
+
+def conversation(turns: int) -> Log:
+    log = Log()
+    for number in range(turns):
+        log.user(f"question {number} {WORDS}")
+        log.answer(f"answer {number} {WORDS}")
+    log.user("last question")
+    return log
+
+
+def test_a_context_that_fits_is_left_alone() -> None:
+    assert plan(conversation(2).events) is None
+
+
+def test_a_context_past_the_threshold_summarises_the_older_part() -> None:
+    log = conversation(5)  # about 1,000 tokens: past 800
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    messages = planned.request.messages
+    assert messages[-1]["content"][-1] == {"type": "text", "text": SUMMARY_INSTRUCTION}
+    assert "question 0" in texts(messages)
+    # The kept part starts at a user message or a new answer, and fits 250 tokens.
+    kept = next(e for e in log.events if e["_seq"] == planned.kept_from)
+    assert kept["type"] in ("user.message", "span.model_request_start")
+    assert "last question" not in texts(messages)
+    assert planned.context_tokens > LIMITS.trigger
+    # The same log plans the same request.
+    assert plan(log.events) == planned
+
+
+def test_after_the_compaction_the_request_is_the_summary_and_the_kept_events() -> None:
+    log = conversation(5)
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    log.compacted("SUMMARY OF THE START", planned.kept_from)
+    request = build_request(AGENT, log.events, {}, max_tokens=100)
+    first = request.messages[0]["content"][0]
+    assert first["text"] == "<conversation-summary>\nSUMMARY OF THE START\n</conversation-summary>"
+    # The summary is a cache breakpoint; with the system prompt and the last block: 3.
+    assert first["cache_control"] == {"type": "ephemeral"}
+    marks = [b for m in request.messages for b in m["content"] if "cache_control" in b]
+    assert len(marks) == 2 and request.system and "cache_control" in request.system[0]
+    assert "question 0" not in texts(request.messages)
+    assert "last question" in texts(request.messages)
+    assert plan(log.events) is None
+
+
+def test_a_tool_use_and_its_result_are_never_split() -> None:
+    log = Log()
+    log.user(f"start {WORDS}")
+    for _ in range(6):
+        log.tool_round(WORDS)
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    index = next(i for i, e in enumerate(log.events) if e["_seq"] == planned.kept_from)
+    summarised, kept = log.events[:index], log.events[index:]
+    used = {e["id"] for e in summarised if e["type"] == "agent.tool_use"}
+    answered = {e["tool_use_id"] for e in kept if e["type"] == "agent.tool_result"}
+    assert not used & answered
+    assert kept[0]["type"] == "span.model_request_start"
+
+
+def test_the_models_own_count_of_the_last_request_triggers_compaction() -> None:
+    log = Log()
+    log.user(f"first {WORDS}")
+    log.answer("short", tokens=700)
+    log.user("next")
+    assert plan(log.events) is None  # 700 plus the little after it fits 800
+    log.answer("short", tokens=850)
+    log.user("next again")
+    assert isinstance(plan(log.events), Compact)
+
+
+def test_a_recent_part_that_alone_does_not_fit_reaches_the_limit() -> None:
+    log = Log()
+    log.user("w" * 4000)  # 1,000 tokens in one message: nothing older to summarise
+    planned = plan(log.events)
+    assert isinstance(planned, CompactionLimit)
+    assert "does not fit" in planned.message
+
+
+def test_compactions_in_a_row_without_an_answer_reach_the_limit() -> None:
+    log = conversation(5)
+    for count in range(3):
+        assert isinstance(plan(log.events), Compact)
+        log.compacted(f"summary {count}", 1)  # keeping everything: it never helps
+    planned = plan(log.events)
+    assert isinstance(planned, CompactionLimit)
+    assert "3 times in a row" in planned.message
+    log.answer("an answer in between")
+    log.user("more")
+    assert isinstance(plan(log.events), Compact)
+
+
+def test_an_older_part_too_large_for_one_request_is_summarised_in_pieces() -> None:
+    log = Log()
+    for number in range(14):  # about 1,450 tokens, nearly twice the trigger
+        log.user(f"question {number} {WORDS}")
+    log.answer("fine")
+    log.user("last question")
+    rounds = 0
+    while isinstance(planned := plan(log.events), Compact):
+        assert estimate_tokens(planned.request.as_params()) <= LIMITS.trigger
+        log.compacted(f"summary {rounds}", planned.kept_from)
+        rounds += 1
+    assert planned is None and rounds == 2
+    request = build_request(AGENT, log.events, {}, max_tokens=100)
+    assert "summary 1" in texts(request.messages) and "last question" in texts(request.messages)
+    assert "question 0 " not in texts(request.messages)
+
+
+def test_the_recorded_body_holds_the_summary_privately() -> None:
+    planned = plan(conversation(5).events)
+    assert isinstance(planned, Compact)
+    answer = ModelResponse([{"type": "text", "text": " the gist "}], "end_turn")
+    body = compacted_body(answer, planned)
+    assert body["_internal"] == {"summary": "the gist", "kept_from": planned.kept_from}
+    assert body["pre_compaction_tokens"] == planned.context_tokens
+    with pytest.raises(UpstreamError):
+        compacted_body(ModelResponse([], "end_turn"), planned)
+
+
+def test_windows_come_from_the_settings_then_the_defaults() -> None:
+    assert context_window("claude-opus-4-6", {}) == 200_000
+    assert context_window("local", {}, ["local"]) == 128_000
+    assert context_window("local", {"local": 32_000}, ["local"]) == 32_000
