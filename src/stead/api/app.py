@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from stead.api import (
     agents,
+    console,
     credential_checks,
     docs,
     environments,
@@ -61,6 +62,7 @@ ROUTE_MODULES = (
     work,
     health,
     usage,
+    console,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
@@ -164,4 +166,5 @@ def create_app(
     errors.install(app)
     openapi.install(app)
     docs.install(app)
+    console.install(app)
     return app
