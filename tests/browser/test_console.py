@@ -271,6 +271,34 @@ def test_the_terminal_types_reads_and_reattaches_after_a_reload(
     expect(screen).to_contain_text("typed-42")  # its scrollback, replayed
 
 
+def test_the_terminal_redials_when_stead_restarts_and_shows_each_byte_once(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    assert stead.first_key
+    session_id = new_session(sdk, [TOOLSET])
+    log_in(page, stead.first_key)
+    page.goto(f"/console/#/sessions/{session_id}/terminal")
+    state = page.locator("#terminal-state")
+    expect(state).to_contain_text("attached")
+    screen = page.locator("#terminal .xterm-rows")
+    page.locator("#terminal").click()
+    page.keyboard.type("export KEPT=yes; echo before-$((1 + 1))")
+    page.keyboard.press("Enter")
+    expect(screen).to_contain_text("before-2")
+    # The shell prints this while no stead serve runs; the sandbox host keeps it.
+    page.keyboard.type("sleep 1; echo $((3 * 4))-meanwhile")
+    page.keyboard.press("Enter")
+    stead.kill()
+    expect(state).to_have_text("reconnecting…")
+    stead.start()
+    expect(state).to_contain_text("(redialled 1)")
+    expect(screen).to_contain_text("12-meanwhile")
+    page.keyboard.type("echo after-$KEPT-$((2 + 2))")
+    page.keyboard.press("Enter")
+    expect(screen).to_contain_text("after-yes-4")
+    assert screen.inner_text().count("12-meanwhile") == 1
+
+
 def test_another_workspaces_session_is_not_reachable(
     page: Page, stead: ServerProcess, shots: Path
 ) -> None:

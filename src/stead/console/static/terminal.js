@@ -1,10 +1,11 @@
 // A terminal into a session's sandbox: xterm.js over the PTY WebSocket
-// (DESIGN §5), with the rules of stead.client.Terminal: on an abnormal close,
-// redial with exponential backoff and jitter, reattaching to the same terminal
-// id from the offset of the last byte shown, so no byte shows twice; a refusal
-// (4400-4499 but 4408, too slow) ends it at once; more than FLAP_LIMIT redials
-// within FLAP_WINDOW_MS end it too. The terminal id is kept for the browser
-// tab, so a reload reattaches and replays the scrollback.
+// (DESIGN §5), with the rules of stead.client.Terminal: when an attached line
+// drops abnormally, redial with exponential backoff and jitter (a dial that
+// fails backs off further), reattaching to the same terminal id from the
+// offset of the last byte shown, so no byte shows twice; a refusal (4400-4499
+// but 4408, too slow) ends it at once; more than FLAP_LIMIT drops within
+// FLAP_WINDOW_MS end it too. The terminal id is kept for the browser tab, so a
+// reload reattaches and replays the scrollback.
 import { el, get } from "./api.js";
 
 const STDIN = 0, STDOUT = 1, STDERR = 2, EXIT = 3;
@@ -43,6 +44,7 @@ export async function terminalPage(main, sessionId) {
   function connect(attempt) {
     const ws = new WebSocket(address()); // the cookie goes along; the server checks the Origin
     ws.binaryType = "arraybuffer";
+    ws.attached = false;
     socket = ws;
     ws.onmessage = (message) => {
       if (typeof message.data === "string") return control(JSON.parse(message.data));
@@ -64,16 +66,18 @@ export async function terminalPage(main, sessionId) {
       if (closed || ws !== socket) return;
       if (event.code === 1000) { state.textContent = "ended"; return; }
       if (refused(event.code)) { state.textContent = `refused (${event.code}): ${event.reason}`; closed = true; return; }
-      redial(attempt);
+      if (ws.attached) dropped();
+      else retry = setTimeout(() => connect(attempt + 1), backoff(attempt + 1));
     };
   }
 
   function control(message) {
     if (message.type === "attached") {
+      socket.attached = true;
       terminalId = message.id;
       sessionStorage.setItem(storageKey, terminalId);
       state.textContent = `attached ${terminalId}`;
-      redials.length && (state.textContent += ` (redialled ${redials.length})`);
+      if (redials.length) state.textContent += ` (redialled ${redials.length})`;
       keepalive = setInterval(() => socket && socket.readyState === 1 && socket.send(new Uint8Array(0)), KEEPALIVE_MS);
       sendSize();
     } else if (message.type === "offset" || message.type === "replayed") {
@@ -81,7 +85,7 @@ export async function terminalPage(main, sessionId) {
     }
   }
 
-  function redial(attempt) {
+  function dropped() {
     const now = Date.now();
     redials = redials.filter((t) => now - t < FLAP_WINDOW_MS).concat(now);
     if (redials.length > FLAP_LIMIT) {
@@ -89,10 +93,11 @@ export async function terminalPage(main, sessionId) {
       closed = true;
       return;
     }
-    const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_INITIAL_MS * 2 ** attempt) * (0.5 + Math.random());
     state.textContent = "reconnecting…";
-    retry = setTimeout(() => connect(attempt + 1), delay);
+    retry = setTimeout(() => connect(0), backoff(0));
   }
+
+  const backoff = (attempt) => Math.min(BACKOFF_MAX_MS, BACKOFF_INITIAL_MS * 2 ** attempt) * (0.5 + Math.random());
 
   function sendSize() {
     if (socket && socket.readyState === 1) socket.send(JSON.stringify({ type: "resize", rows: term.rows, cols: term.cols }));
