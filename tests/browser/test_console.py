@@ -50,6 +50,7 @@ SCENARIOS: dict[str, list[Turn]] = {
         Turn([Text("All done.")]),
     ],
     "sleep": [Turn([ToolCall("bash", {"command": "sleep 60; echo woke"})])],
+    "custom": [Turn([ToolCall("lookup", {"q": "weather"})]), Turn([Text("Thanks for looking.")])],
     "ask": [
         Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
         Turn([Text("Written.")]),
@@ -221,9 +222,14 @@ def test_a_long_command_is_interrupted(
     use = page.locator('[data-type="agent.tool_use"]')
     expect(use.locator(".result")).to_have_text("running…")
     expect(page.locator("#session-status")).to_have_text("running")
+    listing = page.context.new_page()  # the sessions list, left open while the turn ends
+    listing.goto("/console/#/sessions")
+    row = listing.locator(f"#sessions tr[data-session='{session_id}'] .status")
+    expect(row).to_have_text("running")
     page.click("#interrupt")
     expect(use.locator(".tool-output.error")).to_be_visible()
     expect(page.locator("#session-status")).to_have_text("idle")
+    expect(row).to_have_text("idle")  # updated in place, no reload
     assert sdk.beta.sessions.retrieve(session_id).status == "idle"
 
 
@@ -246,6 +252,31 @@ def test_a_tool_confirmation_is_answered(
         e for e in sdk.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
     )
     assert not result.is_error  # type: ignore[union-attr]
+
+
+def test_a_custom_tools_result_is_sent(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    lookup = {
+        "type": "custom",
+        "name": "lookup",
+        "description": "Looks a thing up.",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+    session_id = open_session(page, stead, sdk, [lookup])
+    send(page, "custom lookup please")
+    waiting = page.locator("#actions .confirm")
+    expect(waiting).to_contain_text("weather")
+    waiting.locator("textarea").fill("sunny, 21 C")
+    waiting.locator("button", has_text="Send result").click()
+    expect(page.locator("#timeline .event.status").last).to_have_text("idle (end_turn)")
+    expect(page.locator('[data-type="agent.custom_tool_use"] .tool-output')).to_have_text(
+        "sunny, 21 C"
+    )
+    answered = [
+        e for e in sdk.beta.sessions.events.list(session_id) if e.type == "user.custom_tool_result"
+    ]
+    assert [block.text for block in answered[0].content] == ["sunny, 21 C"]  # type: ignore[union-attr]
 
 
 def test_the_terminal_types_reads_and_reattaches_after_a_reload(

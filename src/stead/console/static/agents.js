@@ -58,8 +58,8 @@ export function diffLines(a, b) {
   let i = 0, j = 0;
   while (i < n || j < m) {
     if (i < n && j < m && a[i] === b[j]) { lines.push(el("div", { text: `  ${a[i]}` })); i++; j++; }
-    else if (j < m && (i === n || lcs[i][j + 1] >= lcs[i + 1][j])) { lines.push(el("div", { class: "add", text: `+ ${b[j]}` })); j++; }
-    else { lines.push(el("div", { class: "del", text: `- ${a[i]}` })); i++; }
+    else if (i < n && (j === m || lcs[i + 1][j] >= lcs[i][j + 1])) { lines.push(el("div", { class: "del", text: `- ${a[i]}` })); i++; }
+    else { lines.push(el("div", { class: "add", text: `+ ${b[j]}` })); j++; }
   }
   return lines;
 }
