@@ -17,6 +17,10 @@ from tests.conftest import sdk_of
 CONSOLE = {"x-stead-console": "1"}
 
 
+def log_in(server: ServerProcess, body: object, headers: dict[str, str]) -> httpx2.Response:
+    return httpx2.post(f"{server.url}/console/login", json=body, headers=headers, timeout=30)
+
+
 @pytest.fixture
 def browser(server: ServerProcess, api_key: str) -> Iterator[httpx2.Client]:
     """A client holding the console's cookie, as a browser would after logging in."""
@@ -27,13 +31,20 @@ def browser(server: ServerProcess, api_key: str) -> Iterator[httpx2.Client]:
 
 
 def test_login_sets_an_httponly_strict_cookie(server: ServerProcess, api_key: str) -> None:
-    answer = httpx2.post(
-        f"{server.url}/console/login", json={"api_key": api_key}, headers=CONSOLE, timeout=30
-    )
+    answer = log_in(server, {"api_key": api_key}, CONSOLE)
     assert answer.status_code == 200
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
     assert answer.json()["workspace_id"].startswith("wrkspc_")
+
+
+def test_the_cookie_is_secure_behind_a_tls_proxy(server: ServerProcess, api_key: str) -> None:
+    proxied = CONSOLE | {"x-forwarded-proto": "https"}
+    answer = log_in(server, {"api_key": api_key}, proxied)
+    assert answer.status_code == 200
+    assert "secure" in answer.headers["set-cookie"].lower()
+    plain = log_in(server, {"api_key": api_key}, CONSOLE)
+    assert "secure" not in plain.headers["set-cookie"].lower()
 
 
 @pytest.mark.parametrize(
@@ -47,14 +58,14 @@ def test_login_sets_an_httponly_strict_cookie(server: ServerProcess, api_key: st
 def test_a_bad_login_is_refused_and_sets_no_cookie(
     server: ServerProcess, body: dict[str, object], status: int, words: str
 ) -> None:
-    answer = httpx2.post(f"{server.url}/console/login", json=body, headers=CONSOLE, timeout=30)
+    answer = log_in(server, body, CONSOLE)
     assert answer.status_code == status
     assert words in answer.json()["error"]["message"]
     assert "set-cookie" not in answer.headers
 
 
 def test_login_and_logout_need_the_console_header(server: ServerProcess, api_key: str) -> None:
-    login = httpx2.post(f"{server.url}/console/login", json={"api_key": api_key}, timeout=30)
+    login = log_in(server, {"api_key": api_key}, {})
     assert login.status_code == 403 and "set-cookie" not in login.headers
     logout = httpx2.post(f"{server.url}/console/logout", timeout=30)
     assert logout.status_code == 403
