@@ -319,10 +319,20 @@ def test_the_terminal_redials_when_stead_restarts_and_shows_each_byte_once(
     # The shell prints this while no stead serve runs; the sandbox host keeps it.
     page.keyboard.type("sleep 1; echo $((3 * 4))-meanwhile")
     page.keyboard.press("Enter")
+    timeline = page.context.new_page()  # the session's live timeline, open across the restart
+    timeline.goto(f"/console/#/sessions/{session_id}")
+    stream = timeline.locator("#stream-state")
+    expect(stream).to_have_text("stream: live")
     stead.kill()
     expect(state).to_have_text("reconnecting…")
+    expect(stream).to_have_text("stream: reconnecting")
     stead.start()
     expect(state).to_contain_text("(redialled 1)")
+    expect(stream).to_have_text("stream: live")
+    send(timeline, "still there?")
+    expect(timeline.locator('[data-type="agent.message"] pre')).to_have_text(
+        "You said: still there?"
+    )
     expect(screen).to_contain_text("12-meanwhile")
     page.keyboard.type("echo after-$KEPT-$((2 + 2))")
     page.keyboard.press("Enter")
