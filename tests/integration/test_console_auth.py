@@ -13,6 +13,7 @@ from websockets.sync.client import connect
 
 from stead.testing import ServerProcess
 from tests.conftest import sdk_of
+from tests.integration.test_operations import logged
 
 CONSOLE = {"x-stead-console": "1"}
 
@@ -119,3 +120,14 @@ def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> Non
     assert httpx2.get(f"{server.url}/console/vendor/package.json", timeout=30).status_code == 404
     script = httpx2.get(f"{server.url}/console/static/app.js", timeout=30)
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+
+
+def test_the_key_reaches_no_log(server: ServerProcess) -> None:
+    key = server.create_key()  # the first key is printed at start, by design
+    with httpx2.Client(base_url=server.url, timeout=30.0) as http:
+        assert log_in(server, {"api_key": key}, CONSOLE).status_code == 200
+        http.cookies.set("stead_console_key", key)
+        assert http.get("/v1/sessions", headers=CONSOLE).status_code == 200
+        last = http.post("/console/logout", headers=CONSOLE)
+    assert logged(server, lambda line: line.get("request_id") == last.headers["request-id"])
+    assert key not in server.log_text()
