@@ -391,6 +391,9 @@ def test_the_resource_pages_and_logout(
         page.goto(f"/console/#/{name}")
         expect(page.locator(f"#{name}")).to_contain_text(shows)
         page.screenshot(path=shots / f"{name}.png", full_page=True)
+    with page.expect_download() as download:
+        page.locator("#files tr", has_text="console-notes.txt").locator("button").click()
+    assert Path(download.value.path()).read_bytes() == b"notes"
     page.goto("/console/#/vaults")
     expect(page.locator(f"#credentials-{vault.id}")).to_contain_text("static_bearer")
     assert SECRET not in page.content()
