@@ -244,6 +244,9 @@ def test_a_tool_confirmation_is_answered(
     send(page, "ask before writing")
     confirm = page.locator("#actions .confirm")
     expect(confirm).to_contain_text("asked.txt")
+    expect(page.locator('[data-type="agent.tool_use"] .result')).to_have_text(
+        "waiting for confirmation"
+    )
     page.screenshot(path=shots / "requires_action.png", full_page=True)
     confirm.locator("button", has_text="Allow").click()
     expect(page.locator("#timeline .event.status").last).to_have_text("idle (end_turn)")

@@ -30,7 +30,7 @@ export async function vaultsPage(main) {
       table(`credentials-${vault.id}`, ["Credential", "Kind", "For", "Updated"], credentials.map((c) => el("tr", {},
         el("td", {}, c.display_name || "", el("div", { class: "muted mono", text: c.id })),
         el("td", { text: (c.auth && c.auth.type) || "" }),
-        el("td", { class: "mono", text: (c.auth && c.auth.mcp_server_url) || "" }),
+        el("td", { class: "mono", text: (c.auth && (c.auth.mcp_server_url || c.auth.secret_name)) || "" }),
         el("td", { text: age(c.updated_at) })))));
   }
   main.replaceChildren(el("h1", { text: "Vaults" }),

@@ -94,7 +94,9 @@ export class Timeline {
   toolUse(event) {
     const server = event.mcp_server_name ? `${event.mcp_server_name} · ` : "";
     const label = event.type === "agent.mcp_tool_use" ? "MCP tool" : event.type === "agent.custom_tool_use" ? "custom tool" : "tool";
-    const result = el("div", { class: "result muted", text: "running…" });
+    const waiting = event.type === "agent.custom_tool_use" ? "waiting for its result"
+      : event.evaluated_permission === "ask" ? "waiting for confirmation" : "running…";
+    const result = el("div", { class: "result muted", text: waiting });
     this.toolUses.set(event.id, result);
     const permission = event.evaluated_permission && event.evaluated_permission !== "allow" ? ` · ${event.evaluated_permission}` : "";
     return this.card("tool", `${label}${permission}`, el("div", { class: "mono" }, el("strong", { text: `${server}${event.name}` })),
