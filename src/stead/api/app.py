@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from stead.api import (
     agents,
+    console,
     credential_checks,
     docs,
     environments,
@@ -63,6 +64,7 @@ ROUTE_MODULES = (
     health,
     usage,
     workspace_limits,
+    console,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
@@ -166,4 +168,5 @@ def create_app(
     errors.install(app)
     openapi.install(app)
     docs.install(app)
+    console.install(app)
     return app

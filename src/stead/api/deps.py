@@ -84,6 +84,14 @@ def services(request: HTTPConnection) -> Services:
     return request.app.state.services  # type: ignore[no-any-return]
 
 
+CONSOLE_COOKIE = "stead_console_key"
+"""The console's API key: HttpOnly, SameSite=Strict, set by ``POST /console/login``."""
+CONSOLE_HEADER = "x-stead-console"
+"""Sent by the console's every request. Another origin cannot send a custom
+header without a CORS preflight, which stead never grants, so the cookie alone
+authorises nothing it could forge."""
+
+
 def _presented_key(request: HTTPConnection) -> str | None:
     header = request.headers.get("x-api-key")
     if header:
@@ -92,7 +100,29 @@ def _presented_key(request: HTTPConnection) -> str | None:
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
         return token.strip()
-    return None
+    return _console_key(request)
+
+
+def _console_key(request: HTTPConnection) -> str | None:
+    """The console's cookie, when the request shows it came from the console's
+    own pages: an HTTP request by its custom header, a WebSocket (whose browser
+    API sends no custom header) by an ``Origin`` naming this very host."""
+    cookie = request.cookies.get(CONSOLE_COOKIE)
+    if not cookie or cookie.startswith(TOKEN_PREFIX):
+        return None
+    if request.scope["type"] == "websocket":
+        return cookie if same_origin(request) else None
+    if request.headers.get(CONSOLE_HEADER) != "1":
+        return None
+    origin = request.headers.get("origin")
+    return cookie if origin is None or same_origin(request) else None
+
+
+def same_origin(request: HTTPConnection) -> bool:
+    """The request's ``Origin`` names the host it was sent to."""
+    origin = request.headers.get("origin", "")
+    _, _, authority = origin.partition("://")
+    return bool(authority) and authority == request.headers.get("host")
 
 
 async def caller(request: Request) -> Caller:

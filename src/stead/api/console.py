@@ -1,0 +1,99 @@
+"""``/console``: the browser console's pages, its browser packages, and the
+login that keeps an API key in a cookie.
+
+The pages are files of ``stead.console``; once logged in they call the public
+API (``/v1/...``) like any client, with the key in an HttpOnly, SameSite=Strict
+cookie that ``deps.authenticate`` accepts only beside the console's own header
+(or, for a terminal's WebSocket, from this host's own origin). Logging in and
+out need that header too, so another site can neither log a browser in nor out.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import FileResponse, RedirectResponse, Response
+from starlette.staticfiles import StaticFiles
+
+from stead.api.body import json_body
+from stead.api.deps import CONSOLE_COOKIE, CONSOLE_HEADER, services
+from stead.api.errors import ApiError
+from stead.api.wire import JSONResponse
+from stead.console import assets_dir, vendor_file
+from stead.schemas import RequestError
+from stead.store import TOKEN_PREFIX
+
+PREFIX = "/console"
+NO_STORE = {"cache-control": "no-store"}
+PAGE_HEADERS = NO_STORE | {
+    "content-security-policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+"""Scripts from this server only; no framing, so no click-jacking of the buttons."""
+
+router = APIRouter(prefix=PREFIX, include_in_schema=False)
+
+
+@router.get("")
+async def console_root() -> RedirectResponse:
+    return RedirectResponse(f"{PREFIX}/", status_code=307)
+
+
+@router.get("/")
+async def console_page() -> FileResponse:
+    return FileResponse(assets_dir() / "index.html", headers=PAGE_HEADERS)
+
+
+@router.get("/vendor/{name}")
+async def vendor(name: str) -> FileResponse:
+    path = vendor_file(name)
+    if path is None:
+        raise ApiError(404, f"no console package file {name!r} (./scripts/setup installs them)")
+    return FileResponse(path, headers={"x-content-type-options": "nosniff"})
+
+
+@router.post("/login")
+async def login(request: Request) -> JSONResponse:
+    _require_console_header(request)
+    body = await json_body(request)
+    secret = body.get("api_key") if isinstance(body, dict) else None
+    if not isinstance(secret, str) or not secret.strip():
+        raise RequestError("api_key: a string is required")
+    secret = secret.strip()
+    store = services(request).store
+    # A worker's sessions token is good for one session's routes, never a console.
+    key = None if secret.startswith(TOKEN_PREFIX) else await store.authenticate(secret)
+    if key is None:
+        raise ApiError(401, "api_key: invalid API key")
+    response = JSONResponse({"type": "console_login", "workspace_id": key.workspace_id})
+    response.set_cookie(
+        CONSOLE_COOKIE,
+        secret,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    response.headers.update(NO_STORE)
+    return response
+
+
+@router.post("/logout")
+async def logout(request: Request) -> Response:
+    _require_console_header(request)
+    response = Response(status_code=204, headers=NO_STORE)
+    response.delete_cookie(CONSOLE_COOKIE, path="/", httponly=True, samesite="strict")
+    return response
+
+
+def _require_console_header(request: Request) -> None:
+    if request.headers.get(CONSOLE_HEADER) != "1":
+        raise ApiError(403, f"{CONSOLE_HEADER}: the console's requests carry this header")
+
+
+def install(app: FastAPI) -> None:
+    """The pages and their files; the routes are in ``router``."""
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=assets_dir()), name="console-static")

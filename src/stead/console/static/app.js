@@ -1,0 +1,89 @@
+// The console's shell: log in, the navigation, and the pages by location hash
+// (#/sessions, #/sessions/<id>, #/sessions/<id>/terminal, #/agents, ...), so a
+// reload shows the same page.
+import { ApiError, el, get, request } from "./api.js";
+import { agentsPage } from "./agents.js";
+import { environmentsPage, filesPage, vaultsPage } from "./resources.js";
+import { sessionPage } from "./session.js";
+import { sessionsPage } from "./sessions.js";
+import { terminalPage } from "./terminal.js";
+import { usagePage } from "./usage.js";
+
+const main = document.getElementById("main");
+const nav = document.getElementById("nav");
+let leave = null; // the current page's clean-up (streams, timers, sockets)
+
+const ROUTES = [
+  [/^#\/sessions\/([\w-]+)\/terminal$/, terminalPage],
+  [/^#\/sessions\/([\w-]+)$/, sessionPage],
+  [/^#\/sessions$/, sessionsPage],
+  [/^#\/agents(?:\/([\w-]+))?$/, agentsPage],
+  [/^#\/environments$/, environmentsPage],
+  [/^#\/vaults$/, vaultsPage],
+  [/^#\/files$/, filesPage],
+  [/^#\/usage$/, usagePage],
+];
+
+function loginPage(message) {
+  nav.hidden = true;
+  const key = el("input", { type: "password", name: "api_key", placeholder: "sk-stead-…", autocomplete: "off", required: true });
+  const problem = el("p", { class: "error", id: "login-error", text: message || "" });
+  const form = el("form", { class: "login", id: "login" },
+    el("h1", { text: "Log in to stead" }),
+    el("label", { text: "API key" }), key,
+    el("button", { class: "primary", type: "submit", text: "Log in" }), problem,
+    el("p", { class: "muted", text: "The key is kept in an HttpOnly cookie for this browser session." }));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    problem.textContent = "";
+    try {
+      await request("POST", "/console/login", { api_key: key.value });
+      if (!location.hash || location.hash === "#/login") location.hash = "#/sessions";
+      route();
+    } catch (error) {
+      problem.textContent = error.message;
+    }
+  });
+  main.replaceChildren(form);
+  key.focus();
+}
+
+async function route() {
+  if (leave) { leave(); leave = null; }
+  const hash = location.hash || "#/sessions";
+  for (const [pattern, page] of ROUTES) {
+    const match = hash.match(pattern);
+    if (!match) continue;
+    nav.hidden = false;
+    for (const link of nav.querySelectorAll("a")) {
+      link.classList.toggle("active", hash.startsWith(link.getAttribute("href")));
+    }
+    main.replaceChildren(el("p", { class: "muted", text: "Loading…" }));
+    try {
+      leave = (await page(main, ...match.slice(1))) || null;
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) return loginPage();
+      main.replaceChildren(el("p", { class: "error", id: "page-error", text: error.message }));
+    }
+    return;
+  }
+  location.hash = "#/sessions";
+}
+
+document.getElementById("logout").addEventListener("click", async () => {
+  await request("POST", "/console/logout");
+  if (leave) { leave(); leave = null; }
+  loginPage("Logged out.");
+});
+window.addEventListener("stead-logged-out", () => { if (leave) { leave(); leave = null; } loginPage(); });
+window.addEventListener("hashchange", route);
+
+(async () => {
+  try {
+    await get("/v1/agents?limit=1"); // logged in already (the cookie is HttpOnly: ask the server)
+    route();
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) loginPage();
+    else main.replaceChildren(el("p", { class: "error", text: error.message }));
+  }
+})();

@@ -1,0 +1,43 @@
+// The sessions list: status, agent, age, tokens and cost, refreshed while shown.
+import { age, dollars, el, get, tokens } from "./api.js";
+
+const REFRESH_MS = 2000;
+
+export async function sessionsPage(main) {
+  const body = el("tbody");
+  const note = el("p", { class: "muted", id: "sessions-note" });
+  main.replaceChildren(
+    el("h1", { text: "Sessions" }),
+    el("table", { id: "sessions" },
+      el("thead", {}, el("tr", {},
+        el("th", { text: "Session" }), el("th", { text: "Status" }), el("th", { text: "Agent" }),
+        el("th", { text: "Age" }), el("th", { class: "num", text: "Tokens" }), el("th", { class: "num", text: "Cost" }))),
+      body),
+    note);
+  async function refresh() {
+    const page = await get("/v1/sessions?limit=100&order=desc");
+    body.replaceChildren(...page.data.map(row));
+    note.textContent = page.data.length ? `Updated ${new Date().toLocaleTimeString()}` : "No sessions yet.";
+  }
+  await refresh();
+  let timer = null;
+  let stopped = false;
+  const loop = async () => {
+    try { await refresh(); } catch (error) { note.textContent = error.message; }
+    if (!stopped) timer = setTimeout(loop, REFRESH_MS);
+  };
+  timer = setTimeout(loop, REFRESH_MS);
+  return () => { stopped = true; clearTimeout(timer); };
+}
+
+function row(session) {
+  const agent = session.agent || {};
+  return el("tr", { "data-session": session.id },
+    el("td", {}, el("a", { href: `#/sessions/${session.id}`, text: session.title || session.id }),
+      session.title ? el("div", { class: "muted mono", text: session.id }) : null),
+    el("td", {}, el("span", { class: `status ${session.status}`, text: session.status })),
+    el("td", {}, agent.name || agent.id || "", agent.version ? el("span", { class: "muted", text: ` v${agent.version}` }) : null),
+    el("td", { title: session.created_at, text: age(session.created_at) }),
+    el("td", { class: "num", text: tokens(session.usage).toLocaleString() }),
+    el("td", { class: "num", text: dollars(session.usage && session.usage.list_cost) }));
+}

@@ -1,0 +1,414 @@
+"""The console in a real browser (Debian's Chromium, headless, driven by
+Playwright) against a real ``stead serve`` with a real sandbox host and the
+fake model: log in, watch a scripted session, send, interrupt, confirm a tool,
+type in a terminal, reload, and stay inside the key's workspace. Each page's
+screenshot is written to ``STEAD_SCREENSHOT_DIR`` (or the test's tmp path)."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from stead.testing import FakeModel, HostProcess, ServerProcess, Text, Thinking, ToolCall, Turn
+from stead.testing.scripts import assistant_turns, echo
+from tests.conftest import loop_env, make_client
+from tests.sandbox.conftest import requires_isolation
+
+pytestmark = requires_isolation
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+WAIT_MS = 20_000
+"""Longest a step waits for the page to show what the server did."""
+TOOLSET = {"type": "agent_toolset_20260401"}
+SECRET = "sk-console-secret-never-shown"
+SCENARIOS: dict[str, list[Turn]] = {
+    "tools": [
+        Turn(
+            [
+                Thinking("First a note, then read it back."),
+                Text("Writing a note."),
+                ToolCall("write", {"file_path": "notes.txt", "content": "hello console\n"}),
+            ]
+        ),
+        Turn([ToolCall("bash", {"command": "cat notes.txt; echo sum=$((6 * 7))"})]),
+        Turn([Text("All done.")]),
+    ],
+    "sleep": [Turn([ToolCall("bash", {"command": "sleep 60; echo woke"})])],
+    "custom": [Turn([ToolCall("lookup", {"q": "weather"})]), Turn([Text("Thanks for looking.")])],
+    "ask": [
+        Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
+        Turn([Text("Written.")]),
+    ],
+}
+
+
+def scripted(body: dict[str, Any]) -> Turn:
+    """Plays the scenario the session's first message names, then echoes."""
+    first = next(
+        (
+            block["text"]
+            for message in body["messages"]
+            if message["role"] == "user"
+            for block in message["content"]
+            if block.get("type") == "text"
+        ),
+        "",
+    )
+    turns = SCENARIOS.get(first.split(" ")[0], [])
+    step = assistant_turns(body)
+    return turns[step] if step < len(turns) else echo(body)
+
+
+@pytest.fixture(scope="module")
+def stead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("console")
+    host = HostProcess(root / "host").start()
+    try:
+        with FakeModel(scripted) as fake:
+            env = loop_env(fake, **host.settings_env)
+            server = ServerProcess(root / "data", env=env).start()
+            yield server
+            server.stop()
+    finally:
+        host.stop()
+
+
+@pytest.fixture(scope="module")
+def sdk(stead: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    assert stead.first_key
+    with make_client(stead.url, stead.first_key) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail("no /usr/bin/chromium: ./scripts/setup installs it")
+    with sync_playwright() as playwright:
+        opened = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
+        )
+        yield opened
+        opened.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    given = os.environ.get("STEAD_SCREENSHOT_DIR")
+    folder = Path(given) if given else tmp_path_factory.mktemp("screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def page(browser: Browser, stead: ServerProcess) -> Iterator[Page]:
+    context = browser.new_context(base_url=stead.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(WAIT_MS)
+    expect.set_options(timeout=WAIT_MS)
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda error: problems.append(str(error)))
+    yield opened
+    context.close()
+    assert not problems, f"the page's scripts failed: {problems}"
+
+
+def log_in(page: Page, key: str) -> None:
+    page.goto("/console/")
+    page.fill("input[name=api_key]", key)
+    page.click("#login button[type=submit]")
+    expect(page.locator("#nav")).to_be_visible()
+
+
+def new_session(sdk: anthropic.Anthropic, tools: list[dict[str, Any]]) -> str:
+    agent = sdk.beta.agents.create(name="console", model="claude-sonnet-4-6", tools=tools)  # type: ignore[arg-type]
+    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
+    return sdk.beta.sessions.create(agent=agent.id, environment_id=env.id).id
+
+
+def open_session(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, tools: list[dict[str, Any]]
+) -> str:
+    """A new session, its page open in the console and its stream live."""
+    assert stead.first_key
+    session_id = new_session(sdk, tools)
+    log_in(page, stead.first_key)
+    page.goto(f"/console/#/sessions/{session_id}")
+    expect(page.locator("#stream-state")).to_have_text("stream: live")
+    return session_id
+
+
+def send(page: Page, text: str) -> None:
+    page.fill("#message", text)
+    page.click("#composer button[type=submit]")
+
+
+def timeline_ids(page: Page) -> list[str]:
+    return page.locator("#timeline > [data-id]").evaluate_all(
+        "(nodes) => nodes.map(n => n.dataset.id)"
+    )
+
+
+def test_a_wrong_key_is_refused(page: Page, shots: Path) -> None:
+    page.goto("/console/")
+    page.fill("input[name=api_key]", "sk-stead-not-a-key")
+    page.click("#login button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("invalid API key")
+    expect(page.locator("#nav")).to_be_hidden()
+    page.screenshot(path=shots / "login.png")
+
+
+def test_a_scripted_session_runs_to_idle_in_the_timeline_and_survives_a_reload(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, shots: Path
+) -> None:
+    session_id = open_session(page, stead, sdk, [TOOLSET])
+    send(page, "tools please")
+    timeline = page.locator("#timeline")
+    expect(timeline.locator(".event.status").last).to_have_text("idle (end_turn)")
+    uses = timeline.locator('[data-type="agent.tool_use"]')
+    expect(uses).to_have_count(2)
+    expect(uses.nth(0).locator(".tool-input")).to_contain_text("notes.txt")
+    expect(uses.nth(1).locator(".tool-output")).to_contain_text("hello console")
+    expect(uses.nth(1).locator(".tool-output")).to_contain_text("sum=42")
+    expect(timeline.locator('[data-type="agent.thinking"] details')).not_to_have_attribute(
+        "open", ""
+    )
+    expect(timeline.locator('[data-type="agent.message"]').last).to_have_text(
+        re.compile("All done")
+    )
+    send(page, "and hello again")
+    expect(timeline.locator('[data-type="agent.message"]').last).to_contain_text(
+        "You said: and hello again"
+    )
+    expect(page.locator("#session-status")).to_have_text("idle")
+    expect(page.locator("#session-usage")).not_to_have_text(re.compile(r"^0 tokens"))
+    page.screenshot(path=shots / "session.png", full_page=True)
+    before = timeline_ids(page)
+
+    page.reload()
+    expect(page.locator("#timeline > [data-id]")).to_have_count(len(before))
+    assert timeline_ids(page) == before
+    expect(page.locator("#session-status")).to_have_text("idle")
+
+    page.click("#nav a[href='#/sessions']")
+    row = page.locator(f"#sessions tr[data-session='{session_id}']")
+    expect(row).to_contain_text("idle")
+    expect(row).to_contain_text("console")
+    expect(row.locator("td.num").first).not_to_have_text("0")
+    page.screenshot(path=shots / "sessions.png", full_page=True)
+
+
+def test_a_long_command_is_interrupted(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    session_id = open_session(page, stead, sdk, [TOOLSET])
+    send(page, "sleep for a minute")
+    use = page.locator('[data-type="agent.tool_use"]')
+    expect(use.locator(".result")).to_have_text("running…")
+    expect(page.locator("#session-status")).to_have_text("running")
+    listing = page.context.new_page()  # the sessions list, left open while the turn ends
+    listing.goto("/console/#/sessions")
+    row = listing.locator(f"#sessions tr[data-session='{session_id}'] .status")
+    expect(row).to_have_text("running")
+    page.click("#interrupt")
+    expect(use.locator(".tool-output.error")).to_be_visible()
+    expect(page.locator("#session-status")).to_have_text("idle")
+    expect(row).to_have_text("idle")  # updated in place, no reload
+    assert sdk.beta.sessions.retrieve(session_id).status == "idle"
+
+
+def test_a_tool_confirmation_is_answered(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, shots: Path
+) -> None:
+    asking = {
+        **TOOLSET,
+        "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}],
+    }
+    session_id = open_session(page, stead, sdk, [asking])
+    send(page, "ask before writing")
+    confirm = page.locator("#actions .confirm")
+    expect(confirm).to_contain_text("asked.txt")
+    expect(page.locator('[data-type="agent.tool_use"] .result')).to_have_text(
+        "waiting for confirmation"
+    )
+    page.screenshot(path=shots / "requires_action.png", full_page=True)
+    confirm.locator("button", has_text="Allow").click()
+    expect(page.locator("#timeline .event.status").last).to_have_text("idle (end_turn)")
+    expect(page.locator("#actions .confirm")).to_have_count(0)
+    result = next(
+        e for e in sdk.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    )
+    assert not result.is_error  # type: ignore[union-attr]
+
+
+def test_a_custom_tools_result_is_sent(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    lookup = {
+        "type": "custom",
+        "name": "lookup",
+        "description": "Looks a thing up.",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+    session_id = open_session(page, stead, sdk, [lookup])
+    send(page, "custom lookup please")
+    waiting = page.locator("#actions .confirm")
+    expect(waiting).to_contain_text("weather")
+    waiting.locator("textarea").fill("sunny, 21 C")
+    waiting.locator("button", has_text="Send result").click()
+    expect(page.locator("#timeline .event.status").last).to_have_text("idle (end_turn)")
+    expect(page.locator('[data-type="agent.custom_tool_use"] .tool-output')).to_have_text(
+        "sunny, 21 C"
+    )
+    answered = [
+        e for e in sdk.beta.sessions.events.list(session_id) if e.type == "user.custom_tool_result"
+    ]
+    assert [block.text for block in answered[0].content] == ["sunny, 21 C"]  # type: ignore[union-attr]
+
+
+def test_the_terminal_types_reads_and_reattaches_after_a_reload(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, shots: Path
+) -> None:
+    assert stead.first_key
+    session_id = new_session(sdk, [TOOLSET])
+    log_in(page, stead.first_key)
+    page.goto(f"/console/#/sessions/{session_id}")
+    page.click("#open-terminal")
+    state = page.locator("#terminal-state")
+    expect(state).to_contain_text("attached")
+    attached = state.inner_text()
+    page.locator("#terminal").click()
+    page.keyboard.type("echo typed-$((6 * 7))")
+    page.keyboard.press("Enter")
+    screen = page.locator("#terminal .xterm-rows")
+    expect(screen).to_contain_text("typed-42")
+    page.screenshot(path=shots / "terminal.png")
+
+    page.reload()
+    expect(state).to_have_text(attached)  # the same terminal id, reattached
+    expect(screen).to_contain_text("typed-42")  # its scrollback, replayed
+
+
+def test_the_terminal_redials_when_stead_restarts_and_shows_each_byte_once(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    assert stead.first_key
+    session_id = new_session(sdk, [TOOLSET])
+    log_in(page, stead.first_key)
+    page.goto(f"/console/#/sessions/{session_id}/terminal")
+    state = page.locator("#terminal-state")
+    expect(state).to_contain_text("attached")
+    screen = page.locator("#terminal .xterm-rows")
+    page.locator("#terminal").click()
+    page.keyboard.type("export KEPT=yes; echo before-$((1 + 1))")
+    page.keyboard.press("Enter")
+    expect(screen).to_contain_text("before-2")
+    # The shell prints this while no stead serve runs; the sandbox host keeps it.
+    page.keyboard.type("sleep 1; echo $((3 * 4))-meanwhile")
+    page.keyboard.press("Enter")
+    timeline = page.context.new_page()  # the session's live timeline, open across the restart
+    timeline.goto(f"/console/#/sessions/{session_id}")
+    stream = timeline.locator("#stream-state")
+    expect(stream).to_have_text("stream: live")
+    stead.kill()
+    expect(state).to_have_text("reconnecting…")
+    expect(stream).to_have_text("stream: reconnecting")
+    stead.start()
+    expect(state).to_contain_text("(redialled 1)")
+    expect(stream).to_have_text("stream: live")
+    send(timeline, "still there?")
+    expect(timeline.locator('[data-type="agent.message"] pre')).to_have_text(
+        "You said: still there?"
+    )
+    expect(screen).to_contain_text("12-meanwhile")
+    page.keyboard.type("echo after-$KEPT-$((2 + 2))")
+    page.keyboard.press("Enter")
+    expect(screen).to_contain_text("after-yes-4")
+    assert screen.inner_text().count("12-meanwhile") == 1
+
+
+def test_another_workspaces_session_is_not_reachable(
+    page: Page, stead: ServerProcess, shots: Path
+) -> None:
+    assert stead.first_key
+    theirs = stead.create_key(new_workspace="console-other")
+    with make_client(stead.url, theirs) as other:
+        their_session = new_session(other, [])
+    log_in(page, stead.first_key)
+    page.goto(f"/console/#/sessions/{their_session}")
+    expect(page.locator("#page-error")).to_contain_text(their_session)
+    page.goto(f"/console/#/sessions/{their_session}/terminal")
+    expect(page.locator("#page-error")).to_contain_text(their_session)
+    page.goto("/console/#/sessions")
+    expect(page.locator("#sessions")).not_to_contain_text(their_session)
+
+
+def test_the_resource_pages_and_logout(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, shots: Path
+) -> None:
+    assert stead.first_key
+    agent = sdk.beta.agents.create(name="diffed", model="claude-sonnet-4-6")
+    sdk.beta.agents.update(agent.id, version=1, system="be brief")
+    vault = sdk.beta.vaults.create(display_name="console vault")
+    bearer = {
+        "type": "static_bearer",
+        "mcp_server_url": "https://mcp.example.com/mcp",
+        "token": SECRET,
+    }
+    sdk.beta.vaults.credentials.create(vault.id, auth=bearer, display_name="example")  # type: ignore[arg-type]
+    sdk.beta.files.upload(file=("console-notes.txt", b"notes", "text/plain"))
+    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
+    used = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    with sdk.beta.sessions.events.stream(used.id) as stream:
+        sdk.beta.sessions.events.send(
+            used.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
+        )
+        next(e for e in stream if e.type == "session.status_idle")
+    log_in(page, stead.first_key)
+
+    page.goto(f"/console/#/agents/{agent.id}")
+    expect(page.locator("#diff .add")).to_contain_text('"system": "be brief"')
+    expect(page.locator("#diff .del")).to_contain_text('"system": null')
+    page.screenshot(path=shots / "agent.png", full_page=True)
+    for name, shows in [
+        ("agents", "diffed"),
+        ("environments", "console-"),
+        ("files", "console-notes.txt"),
+    ]:
+        page.goto(f"/console/#/{name}")
+        expect(page.locator(f"#{name}")).to_contain_text(shows)
+        page.screenshot(path=shots / f"{name}.png", full_page=True)
+    with page.expect_download() as download:
+        page.locator("#files tr", has_text="console-notes.txt").locator("button").click()
+    assert Path(download.value.path()).read_bytes() == b"notes"
+    page.goto("/console/#/vaults")
+    expect(page.locator(f"#credentials-{vault.id}")).to_contain_text("static_bearer")
+    assert SECRET not in page.content()
+    page.screenshot(path=shots / "vaults.png", full_page=True)
+    page.goto("/console/#/usage")
+    expect(page.locator("#usage-total")).to_contain_text("model requests")
+    expect(page.locator("#usage-per-day rect.bar")).to_have_count(30)
+    expect(page.locator("#usage-agents")).to_contain_text("diffed")
+    expect(page.locator("#usage-per-agent rect.bar").first).to_be_visible()
+    page.screenshot(path=shots / "usage.png", full_page=True)
+
+    page.click("#logout")
+    expect(page.locator("#login")).to_be_visible()
+    page.reload()
+    expect(page.locator("#login")).to_be_visible()

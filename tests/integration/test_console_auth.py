@@ -1,0 +1,133 @@
+"""The console's login: the API key in an HttpOnly, SameSite=Strict cookie that
+authorises a request only beside the console's own header (a terminal's
+WebSocket: only from the server's own origin), so another site cannot use it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from stead.testing import ServerProcess
+from tests.conftest import sdk_of
+from tests.integration.test_operations import logged
+
+CONSOLE = {"x-stead-console": "1"}
+
+
+def log_in(server: ServerProcess, body: object, headers: dict[str, str]) -> httpx2.Response:
+    return httpx2.post(f"{server.url}/console/login", json=body, headers=headers, timeout=30)
+
+
+@pytest.fixture
+def browser(server: ServerProcess, api_key: str) -> Iterator[httpx2.Client]:
+    """A client holding the console's cookie, as a browser would after logging in."""
+    with httpx2.Client(base_url=server.url, timeout=30.0) as http:
+        answer = http.post("/console/login", json={"api_key": api_key}, headers=CONSOLE)
+        assert answer.status_code == 200, answer.text
+        yield http
+
+
+def test_login_sets_an_httponly_strict_cookie(server: ServerProcess, api_key: str) -> None:
+    answer = log_in(server, {"api_key": api_key}, CONSOLE)
+    assert answer.status_code == 200
+    cookie = answer.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
+    assert answer.json()["workspace_id"].startswith("wrkspc_")
+
+
+def test_the_cookie_is_secure_behind_a_tls_proxy(server: ServerProcess, api_key: str) -> None:
+    proxied = CONSOLE | {"x-forwarded-proto": "https"}
+    answer = log_in(server, {"api_key": api_key}, proxied)
+    assert answer.status_code == 200
+    assert "secure" in answer.headers["set-cookie"].lower()
+    plain = log_in(server, {"api_key": api_key}, CONSOLE)
+    assert "secure" not in plain.headers["set-cookie"].lower()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ({"api_key": "sk-stead-wrong"}, 401, "api_key"),
+        ({"api_key": 7}, 400, "api_key"),
+        ({}, 400, "api_key"),
+    ],
+)
+def test_a_bad_login_is_refused_and_sets_no_cookie(
+    server: ServerProcess, body: dict[str, object], status: int, words: str
+) -> None:
+    answer = log_in(server, body, CONSOLE)
+    assert answer.status_code == status
+    assert words in answer.json()["error"]["message"]
+    assert "set-cookie" not in answer.headers
+
+
+def test_login_and_logout_need_the_console_header(server: ServerProcess, api_key: str) -> None:
+    login = log_in(server, {"api_key": api_key}, {})
+    assert login.status_code == 403 and "set-cookie" not in login.headers
+    logout = httpx2.post(f"{server.url}/console/logout", timeout=30)
+    assert logout.status_code == 403
+
+
+def test_the_cookie_works_only_with_the_console_header(browser: httpx2.Client) -> None:
+    assert browser.get("/v1/sessions", headers=CONSOLE).status_code == 200
+    assert browser.get("/v1/sessions").status_code == 401
+    agent = {"name": "forged", "model": "claude-sonnet-4-6"}
+    assert browser.post("/v1/agents", json=agent).status_code == 401
+    elsewhere = CONSOLE | {"origin": "https://evil.example"}
+    assert browser.get("/v1/sessions", headers=elsewhere).status_code == 401
+
+
+def test_logout_clears_the_cookie(browser: httpx2.Client) -> None:
+    assert browser.post("/console/logout", headers=CONSOLE).status_code == 204
+    assert browser.get("/v1/sessions", headers=CONSOLE).status_code == 401
+
+
+def _close_code(server: ServerProcess, session_id: str, cookie: str, origin: str) -> int:
+    url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/pty"
+    opened = connect(url, origin=origin, additional_headers={"cookie": cookie}, open_timeout=30)  # type: ignore[arg-type]
+    with opened as ws, pytest.raises(ConnectionClosed) as closed:
+        while True:
+            ws.recv(timeout=30)
+    assert closed.value.rcvd is not None
+    return closed.value.rcvd.code
+
+
+def test_a_terminal_takes_the_cookie_from_the_console_origin_only(
+    server: ServerProcess, browser: httpx2.Client
+) -> None:
+    with sdk_of(server) as sdk:
+        agent = sdk.beta.agents.create(name="console", model="claude-sonnet-4-6")
+        environment = sdk.beta.environments.create(name="console-terminal")
+        session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    cookie = f"stead_console_key={browser.cookies['stead_console_key']}"
+    assert _close_code(server, session.id, cookie, "https://evil.example") == 4401
+    # Past authentication: this server's sandboxes (unsafe_local) have no terminals.
+    assert _close_code(server, session.id, cookie, server.url) == 4503
+
+
+def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> None:
+    page = httpx2.get(f"{server.url}/console", follow_redirects=True, timeout=30)
+    assert page.status_code == 200 and "/console/static/app.js" in page.text
+    assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+    for name in ("xterm.js", "xterm.css", "addon-fit.js"):
+        packaged = httpx2.get(f"{server.url}/console/vendor/{name}", timeout=30)
+        assert packaged.status_code == 200, f"{name}: run ./scripts/setup (npm ci)"
+        assert len(packaged.content) > 1000
+    assert httpx2.get(f"{server.url}/console/vendor/package.json", timeout=30).status_code == 404
+    script = httpx2.get(f"{server.url}/console/static/app.js", timeout=30)
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+
+
+def test_the_key_reaches_no_log(server: ServerProcess) -> None:
+    key = server.create_key()  # the first key is printed at start, by design
+    with httpx2.Client(base_url=server.url, timeout=30.0) as http:
+        assert log_in(server, {"api_key": key}, CONSOLE).status_code == 200
+        http.cookies.set("stead_console_key", key)
+        assert http.get("/v1/sessions", headers=CONSOLE).status_code == 200
+        last = http.post("/console/logout", headers=CONSOLE)
+    assert logged(server, lambda line: line.get("request_id") == last.headers["request-id"])
+    assert key not in server.log_text()
