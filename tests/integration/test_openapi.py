@@ -91,8 +91,13 @@ def _refs(node: Any) -> list[str]:
     return []
 
 
+def openapi_document(server: ServerProcess) -> dict[str, Any]:
+    """The server's /openapi.json; building it the first time takes a while on a busy machine."""
+    return dict(httpx2.get(f"{server.url}/openapi.json", timeout=30).json())
+
+
 def test_every_route_and_body_is_described(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = openapi_document(server)
     served = {
         (method, path)
         for path, item in document["paths"].items()
@@ -115,7 +120,7 @@ def test_every_route_and_body_is_described(server: ServerProcess) -> None:
 
 
 def test_query_parameters_use_the_wire_names(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = openapi_document(server)
     listed = document["paths"]["/v1/sessions"]["get"]["parameters"]
     names = {p["name"] for p in listed}
     assert {"statuses[]", "created_at[gte]", "order", "page", "limit"} <= names
@@ -126,7 +131,7 @@ def test_query_parameters_use_the_wire_names(server: ServerProcess) -> None:
 def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
     server: ServerProcess,
 ) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = openapi_document(server)
     assert document["components"]["securitySchemes"]["ApiKey"] == {
         "type": "apiKey",
         "in": "header",
@@ -151,7 +156,7 @@ def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
 
 
 def test_the_terminal_websockets_are_described(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = openapi_document(server)
     for kind in ("exec", "pty"):
         item = document["paths"][f"/v1/sessions/{{session_id}}/sandbox/{kind}"]
         assert set(item) == {"x-websocket"}, "no HTTP operation: the route answers none"
@@ -161,7 +166,7 @@ def test_the_terminal_websockets_are_described(server: ServerProcess) -> None:
 
 
 def test_health_checks_ask_for_no_key(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = openapi_document(server)
     for path in ("/healthz", "/readyz"):
         operation = document["paths"][path]["get"]
         assert operation["security"] == []
