@@ -38,7 +38,7 @@ from stead.sandbox.base import (
 )
 from stead.sandbox.errors import InvalidArgument
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Raised on any change to a request or reply type."""
 
 
@@ -369,6 +369,75 @@ class EgressAudit(SandboxRequest):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+MountPath = Annotated[str, StringConstraints(min_length=2, max_length=1024)]
+RelativePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class MountFile(Message):
+    """One file to put under a mount: ``path`` relative to the mount."""
+
+    path: RelativePath
+    data: Bytes
+
+
+class MountedFile(Message):
+    """A regular file found under a mount (symlinks and others are skipped)."""
+
+    path: str
+    """Relative to the mount."""
+    size: int
+    sha256: str
+
+
+class PutMount(SandboxRequest):
+    """Puts ``files`` under the directory ``mount`` (an absolute path inside the
+    sandbox's mount tree, ``/mnt/...``), replacing files of the same paths and
+    leaving others. ``writable``: owned by the sandbox user; otherwise owned by
+    root and read-only for it. Works on a sleeping sandbox without waking it."""
+
+    reply: ClassVar[Any] = Empty
+    op: Literal["put_mount"] = "put_mount"
+    mount: MountPath
+    files: list[MountFile] = []
+    writable: bool = False
+
+
+class ListMount(SandboxRequest):
+    """The regular files under ``mount`` with their sha256, by path; never wakes."""
+
+    op: Literal["list_mount"] = "list_mount"
+    mount: MountPath
+
+
+class MountListing(Message):
+    files: list[MountedFile]
+    truncated: bool = False
+    """The walk stopped at the host's entry limit."""
+
+
+ListMount.reply = MountListing
+
+
+class ReadMount(SandboxRequest):
+    """One regular file under ``mount``; never wakes."""
+
+    reply: ClassVar[Any] = Data
+    op: Literal["read_mount"] = "read_mount"
+    mount: MountPath
+    path: RelativePath
+    max_bytes: int = Field(ge=0)
+
+
+class RemoveMount(SandboxRequest):
+    """Removes ``paths`` under ``mount`` (None: the mount and all it holds).
+    Missing paths are not an error."""
+
+    reply: ClassVar[Any] = Empty
+    op: Literal["remove_mount"] = "remove_mount"
+    mount: MountPath
+    paths: list[RelativePath] | None = None
+
+
 class Terminal(SandboxRequest):
     """Attaches the connection to a terminal until it ends (``attach.py``)."""
 
@@ -480,6 +549,10 @@ AnyRequest = Annotated[
     | Status
     | SetSecrets
     | EgressAudit
+    | PutMount
+    | ListMount
+    | ReadMount
+    | RemoveMount
     | Terminal,
     Field(discriminator="op"),
 ]
