@@ -59,6 +59,7 @@ from stead.store.errors import (
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.resources import SessionResourceStore
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -128,6 +129,7 @@ __all__ = [
     "SandboxLeaseStatus",
     "SessionFilter",
     "SessionRecord",
+    "SessionResourceStore",
     "SqlStore",
     "Store",
     "StoreError",

@@ -395,3 +395,17 @@ idempotency_keys = Table(
 """``Idempotency-Key`` headers a workspace sent (``_idempotency.py``): the
 request's fingerprint and, once it has one, its answer. ``token`` names the
 request that holds the key; ``status`` is null while that request runs."""
+
+session_outputs = Table(
+    "session_outputs",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("sha256", String(64), primary_key=True),
+    Column("file_id", String(64), nullable=False),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+"""Captured outputs (``_resources.py``): which file holds each content a
+session wrote at a path under ``/mnt/session/outputs``. Outlives the session,
+as its files do."""
