@@ -180,8 +180,8 @@ class SandboxToolbox:
         """Files what the session's sandbox wrote to its outputs (never wakes it).
         A sandbox or blob store that fails is logged: the next capture (after
         the next turn, or at release) files what this one missed."""
-        if self._mounts is None:
-            return
+        if self._mounts is None or await self._store.sandbox_lease(session_id) is None:
+            return  # never had a sandbox: nothing to capture, no host to start for it
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
         self._stale_mounts.add(session_id)
