@@ -374,26 +374,23 @@ RelativePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
 
 class MountFile(Message):
-    """One file to put under a mount: ``path`` relative to the mount."""
-
     path: RelativePath
+    """Relative to the mount."""
     data: Bytes
 
 
 class MountedFile(Message):
-    """A regular file found under a mount (symlinks and others are skipped)."""
+    """A regular file under a mount (links and special files are not listed)."""
 
     path: str
-    """Relative to the mount."""
     size: int
     sha256: str
 
 
 class PutMount(SandboxRequest):
-    """Puts ``files`` under the directory ``mount`` (an absolute path inside the
-    sandbox's mount tree, ``/mnt/...``), replacing files of the same paths and
-    leaving others. ``writable``: owned by the sandbox user; otherwise owned by
-    root and read-only for it. Works on a sleeping sandbox without waking it."""
+    """Puts ``files`` under the directory ``mount`` (``/mnt/...``), replacing
+    files at the same paths: owned by the sandbox user when ``writable``, else
+    root's and read-only for it. Mount ops never wake the sandbox."""
 
     reply: ClassVar[Any] = Empty
     op: Literal["put_mount"] = "put_mount"
@@ -402,25 +399,18 @@ class PutMount(SandboxRequest):
     writable: bool = False
 
 
-class ListMount(SandboxRequest):
-    """The regular files under ``mount`` with their sha256, by path; never wakes."""
+class MountListing(Message):
+    files: list[MountedFile]
+    truncated: bool = False
 
+
+class ListMount(SandboxRequest):
+    reply: ClassVar[Any] = MountListing
     op: Literal["list_mount"] = "list_mount"
     mount: MountPath
 
 
-class MountListing(Message):
-    files: list[MountedFile]
-    truncated: bool = False
-    """The walk stopped at the host's entry limit."""
-
-
-ListMount.reply = MountListing
-
-
 class ReadMount(SandboxRequest):
-    """One regular file under ``mount``; never wakes."""
-
     reply: ClassVar[Any] = Data
     op: Literal["read_mount"] = "read_mount"
     mount: MountPath
@@ -429,8 +419,7 @@ class ReadMount(SandboxRequest):
 
 
 class RemoveMount(SandboxRequest):
-    """Removes ``paths`` under ``mount`` (None: the mount and all it holds).
-    Missing paths are not an error."""
+    """Removes ``paths`` under ``mount`` (None: all of it); missing ones are fine."""
 
     reply: ClassVar[Any] = Empty
     op: Literal["remove_mount"] = "remove_mount"
