@@ -85,6 +85,14 @@ def test_resources_added_and_deleted_take_effect(client: anthropic.Anthropic) ->
     assert "No such file" in bash_turn(client, session_id, f"ls {UPLOADS}/data/report.csv 2>&1")
 
 
+def test_a_deleted_file_leaves_its_mount(client: anthropic.Anthropic) -> None:
+    file_id = upload(client, "brief.txt", b"brief")
+    session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])
+    assert bash_turn(client, session_id, f"cat {UPLOADS}/{file_id}") == "brief"
+    client.beta.files.delete(file_id)
+    assert "No such file" in bash_turn(client, session_id, f"cat {UPLOADS}/{file_id} 2>&1")
+
+
 def test_outputs_are_filed_once_per_content(client: anthropic.Anthropic) -> None:
     session_id = new_session(client)
     bash_turn(

@@ -61,7 +61,8 @@ async def check_file_mounts(
     found = {
         f.id: f for f in await app.store.files_by_ids(workspace_id, [m.file_id for m in mounts])
     }
-    now = wire.ts(datetime.now(UTC))
+    moment = datetime.now(UTC)
+    now = wire.ts(moment)
     assert now is not None
     made = []
     for i, mount in enumerate(mounts):
@@ -69,6 +70,8 @@ async def check_file_mounts(
         record = found.get(mount.file_id)
         if record is None:
             raise NotFound("file", mount.file_id, field=field)
+        if record.expires_at is not None and record.expires_at <= moment:
+            raise RequestError(f"{field}: {mount.file_id} has expired", code="file_expired")
         if record.size_bytes > MAX_MOUNTED_BYTES:
             raise RequestError(
                 f"{field}: {mount.file_id} is {record.size_bytes} bytes; "

@@ -21,10 +21,17 @@ import mimetypes
 import posixpath
 from collections.abc import AsyncIterator
 
+from stead.blobs import BlobError
 from stead.failpoints import FailPoints
 from stead.ids import new_id
-from stead.runtime.files import KEY_PREFIX, FileKeeper
-from stead.sandbox import MountedFile, MountFile, SandboxConfig, SandboxMounts
+from stead.runtime.files import KEY_PREFIX, FileExpired, FileKeeper
+from stead.sandbox import (
+    MountedFile,
+    MountFile,
+    SandboxConfig,
+    SandboxMounts,
+    SandboxUnavailable,
+)
 from stead.store import FileScope, NewFile, NotFound, Store
 
 log = logging.getLogger("stead.runtime.mounts")
@@ -59,30 +66,42 @@ class SessionMounts:
         }
         held = {f.path: f for f in await self._mounts.listing(session_id, UPLOADS)}
         await self._mounts.put(session_id, config, OUTPUTS, [], writable=True)
+        now = self._files.now()
+        live = {
+            f.id
+            for f in await self._store.files_by_ids(session.workspace_id, list(wanted.values()))
+            if f.expires_at is None or f.expires_at > now
+        }
+        gone = {path for path, file_id in wanted.items() if file_id not in live}
         for path, file_id in wanted.items():
             found = held.get(path)
+            if path in gone:
+                continue
             if found is not None and self._digests.get(file_id) == found.sha256:
                 continue
             data = await self._read_file(session.workspace_id, file_id)
             if data is None:
+                gone.add(path)
                 continue
             await self._mounts.put(
                 session_id, config, UPLOADS, [MountFile(path, data)], writable=False
             )
-        stale = [path for path in held if path not in wanted]
+        stale = [path for path in held if path not in wanted or path in gone]
         if stale:
             await self._mounts.remove(session_id, UPLOADS, stale)
 
     async def _read_file(self, workspace_id: str, file_id: str) -> bytes | None:
         try:
             record, chunks = await self._files.content(workspace_id, file_id)
-        except NotFound:
+            if record.size_bytes > MAX_MOUNTED_BYTES:
+                log.warning("file %s is over %d bytes; not mounted", file_id, MAX_MOUNTED_BYTES)
+                return None
+            data = b"".join([chunk async for chunk in chunks])
+        except (NotFound, FileExpired):
             log.warning("file %s of a session resource is gone; not mounted", file_id)
             return None
-        if record.size_bytes > MAX_MOUNTED_BYTES:
-            log.warning("file %s is larger than %d bytes; not mounted", file_id, MAX_MOUNTED_BYTES)
-            return None
-        data = b"".join([chunk async for chunk in chunks])
+        except BlobError as exc:  # retryable: the turn waits and tries again
+            raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
         self._digests[file_id] = hashlib.sha256(data).hexdigest()
         return data
 
