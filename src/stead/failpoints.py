@@ -25,6 +25,8 @@ SITES = frozenset(
         "turn.before_start",
         "turn.before_idle",
         "store.before_commit",
+        "outputs.after_begin",
+        "outputs.after_capture",
     }
 )
 

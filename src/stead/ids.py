@@ -21,6 +21,7 @@ PREFIXES = {
     "work": "work",
     "environment_key": "envkey",
     "file": "file",
+    "session_resource": "sesrsc",
 }
 
 

@@ -72,6 +72,11 @@ ROUTES = {
     ("get", "/v1/files/{file_id}"): None,
     ("get", "/v1/files/{file_id}/content"): None,
     ("delete", "/v1/files/{file_id}"): None,
+    ("post", "/v1/sessions/{session_id}/resources"): "ResourceAddParams",
+    ("get", "/v1/sessions/{session_id}/resources"): None,
+    ("get", "/v1/sessions/{session_id}/resources/{resource_id}"): None,
+    ("post", "/v1/sessions/{session_id}/resources/{resource_id}"): "ResourceUpdateParams",
+    ("delete", "/v1/sessions/{session_id}/resources/{resource_id}"): None,
 }
 
 

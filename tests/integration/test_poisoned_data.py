@@ -74,6 +74,7 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
         db.execute("ALTER TABLE api_keys DROP COLUMN admin")
         for later in (
             "workspace_limits",
+            "session_outputs",
             "files",
             "idempotency_keys",
             "brains",

@@ -7,6 +7,7 @@ create cgroups and start sandboxes under their own uids.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -20,6 +21,7 @@ import pytest
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
 from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
+from tests.integration.helpers import message, wait_idle
 
 WAIT = 30.0
 """Longest a test waits for something the host does in the background."""
@@ -104,6 +106,29 @@ def shell(body: dict[str, Any]) -> Turn:
     if text.startswith("web_search "):
         return Turn([ToolCall("web_search", {"query": text.removeprefix("web_search ")})])
     return Turn([Text("ok")])
+
+
+@contextlib.contextmanager
+def sweepless_server(host: HostProcess, fake: FakeModel, data: Path) -> Iterator[ServerProcess]:
+    """A real ``stead serve`` on the module's host whose lease sweeper runs only
+    when a release pokes it."""
+    env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600", **host.settings_env)
+    started = ServerProcess(data, env=env).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def bash_turn(client: anthropic.Anthropic, session_id: str, command: str) -> str:
+    """Runs ``command`` as the session's one bash call (the ``shell`` model) and
+    returns the tool result's text once the session is idle."""
+    client.beta.sessions.events.send(session_id, events=[message(f"$ {command}")])
+    wait_idle(client, session_id, timeout=60)
+    results = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    return results[-1].content[0].text  # type: ignore[union-attr,no-any-return]
 
 
 def quiet(body: dict[str, Any]) -> Turn:

@@ -14,6 +14,7 @@ import pytest
 from stead.sandbox import (
     EgressCredential,
     FileNotFound,
+    MountFile,
     NoSandbox,
     PathOutsideWorkspace,
     SandboxConfig,
@@ -43,6 +44,8 @@ class Case:
     """Can hold credentials out of the sandbox's reach."""
     egress_log: bool = False
     """Keeps an audit log of what its sandboxes send out."""
+    mounts: bool = False
+    """Puts API content under /mnt in its sandboxes."""
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +71,7 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
             terminals=True,
             secrets=True,
             egress_log=True,
+            mounts=True,
         )
     elif request.param == "unsafe_local":
         made = Case(UnsafeLocalProvider(tmp_path / "sandboxes"))
@@ -174,6 +178,34 @@ async def test_the_egress_log_is_read_without_acquiring(case: Case) -> None:
             assert log is None
     finally:
         await case.provider.release(sandbox_id)
+
+
+async def test_mounts_where_the_provider_has_them(case: Case) -> None:
+    mounts = case.provider.mounts()
+    if not case.mounts:
+        assert mounts is None
+        return
+    assert mounts is not None
+    sandbox_id = new_id()
+    assert await mounts.listing(sandbox_id, "/mnt/session/outputs") == []
+    assert await case.provider.status(sandbox_id) is None  # listing made nothing
+    try:
+        await mounts.put(sandbox_id, WANTED, "/mnt/m", [MountFile("a/b.txt", b"hi")], writable=True)
+        status = await case.provider.status(sandbox_id)
+        assert status is not None and status["state"] == "cold"  # made, never woken
+        sandbox = await case.provider.acquire(sandbox_id, WANTED)
+        wrote = await sandbox.exec(
+            "cat /mnt/m/a/b.txt && echo more > /mnt/m/c.txt", op_key="w", timeout=30
+        )
+        assert wrote.output == "hi"
+        found = await mounts.listing(sandbox_id, "/mnt/m")
+        assert [(f.path, f.size) for f in found] == [("a/b.txt", 2), ("c.txt", 5)]
+        assert await mounts.read(sandbox_id, "/mnt/m", "c.txt", max_bytes=10) == b"more\n"
+        await mounts.remove(sandbox_id, "/mnt/m", ["a"])
+        assert [f.path for f in await mounts.listing(sandbox_id, "/mnt/m")] == ["c.txt"]
+    finally:
+        await case.provider.release(sandbox_id)
+    assert await mounts.listing(sandbox_id, "/mnt/m") == []  # gone with the sandbox
 
 
 async def test_terminals_where_the_provider_has_them(case: Case) -> None:

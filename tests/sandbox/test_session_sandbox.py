@@ -19,12 +19,14 @@ from stead.testing import (
     HostProcess,
     ServerProcess,
 )
-from tests.conftest import loop_env, sdk_of
+from tests.conftest import sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import (
     WAIT,
+    bash_turn,
     requires_isolation,
     shell,
+    sweepless_server,
     tool_session,
     workspace_on_host,
 )
@@ -45,10 +47,8 @@ def server(
     host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     # The sweep interval is long: only the release's own poke can make it prompt.
-    env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600", **host.settings_env)
-    started = ServerProcess(tmp_path_factory.mktemp("sandbox-api") / "data", env=env).start()
-    yield started
-    started.stop()
+    with sweepless_server(host, fake, tmp_path_factory.mktemp("sandbox-api") / "data") as started:
+        yield started
 
 
 @pytest.fixture
@@ -62,15 +62,6 @@ def sandbox_of(client: anthropic.Anthropic, session_id: str) -> Json:
     return found
 
 
-def run(client: anthropic.Anthropic, session_id: str, command: str) -> str:
-    client.beta.sessions.events.send(session_id, events=[message(f"$ {command}")])
-    wait_idle(client, session_id, timeout=60)
-    results = [
-        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
-    ]
-    return results[-1].content[0].text  # type: ignore[union-attr,no-any-return]
-
-
 def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
     client: anthropic.Anthropic, host: HostProcess
 ) -> None:
@@ -78,7 +69,7 @@ def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
     unused = sandbox_of(client, session_id)
     assert (unused["type"], unused["lease"], unused["state"]) == ("session_sandbox", None, None)
 
-    assert run(client, session_id, "printf kept > note; cat note") == "kept"
+    assert bash_turn(client, session_id, "printf kept > note; cat note") == "kept"
     held = sandbox_of(client, session_id)
     assert held["lease"]["status"] == "active"
     assert held["state"] in ("active", "cold")
@@ -93,7 +84,7 @@ def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
     assert view["state"] is None and view["active_seconds"] > 0
     assert not workspace_on_host(host, session_id).exists()
 
-    assert run(client, session_id, "cat note") == "kept"  # from the final snapshot
+    assert bash_turn(client, session_id, "cat note") == "kept"  # from the final snapshot
     again = sandbox_of(client, session_id)
     assert again["lease"]["status"] == "active"
     assert again["lease"]["created_at"] > view["lease"]["created_at"]
@@ -140,11 +131,11 @@ def test_a_call_after_the_lease_ended_is_refused_and_the_turn_goes_on(
     client: anthropic.Anthropic,
 ) -> None:
     session_id = tool_session(client)
-    assert run(client, session_id, "echo first") == "first"
+    assert bash_turn(client, session_id, "echo first") == "first"
     environment_id = client.beta.sessions.retrieve(session_id).environment_id
     client.beta.environments.archive(environment_id)
     # The lease is renewed in the commit that records the call as started; an
     # archived environment ended it, so the call never reaches the sandbox.
-    assert "lease ended" in run(client, session_id, "echo second")
+    assert "lease ended" in bash_turn(client, session_id, "echo second")
     events = client.beta.sessions.events.list(session_id)
     assert [e.type for e in events][-1] == "session.status_idle"

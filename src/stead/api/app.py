@@ -20,6 +20,7 @@ from stead.api import (
     files,
     health,
     openapi,
+    resources,
     sandbox,
     sessions,
     terminals,
@@ -54,6 +55,7 @@ ROUTE_MODULES = (
     agents,
     environments,
     sessions,
+    resources,
     events,
     vaults,
     credential_checks,
@@ -107,8 +109,20 @@ def create_app(
             bus = open_bus(settings)
             box = load_secret_box(settings)
             credentials = SessionCredentials(opened, box)
+            keeper = FileKeeper(
+                opened,
+                settings.blob_config(),
+                purge_interval=settings.file_purge_interval_seconds,
+                upload_grace=settings.file_upload_grace_seconds,
+            )
             toolbox = SandboxToolbox(
-                settings, opened, open_provider(settings), credentials, observed
+                settings,
+                opened,
+                open_provider(settings),
+                credentials,
+                observed,
+                files=keeper,
+                failpoints=failpoints,
             )
             mcp = McpGateway(settings, opened, box)
             deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints, observed)
@@ -121,12 +135,6 @@ def create_app(
                     interval=settings.sandbox_sweep_interval_seconds,
                     destroy_timeout=SWEEP_DESTROY_SECONDS,
                 )
-            keeper = FileKeeper(
-                opened,
-                settings.blob_config(),
-                purge_interval=settings.file_purge_interval_seconds,
-                upload_grace=settings.file_upload_grace_seconds,
-            )
             app.state.services = Services(
                 settings=settings,
                 store=opened,

@@ -7,7 +7,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 
-from stead.api import openapi, pagination, wire
+from stead.api import openapi, pagination, resources, wire
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
 from stead.api.events import new_events
@@ -37,6 +37,9 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
 
     app = services(request)
     prices = app.runtime.prices
+    spec.fields["resources"] = await resources.check_file_mounts(
+        app, who.workspace_id, spec.environment_id, spec.file_mounts, "resources."
+    )
 
     def build_agent(agent: AgentRecord) -> dict[str, object]:
         built = sessions.snapshot(agent.id, agent.version, agent.definition, spec.overrides)

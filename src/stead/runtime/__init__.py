@@ -13,6 +13,7 @@ from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
 from stead.runtime.models import ModelRouter
+from stead.runtime.mounts import MAX_MOUNTED_BYTES, SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
@@ -20,6 +21,7 @@ from stead.runtime.toolbox import SandboxToolbox, SandboxView
 from stead.tools import ToolOutcome
 
 __all__ = [
+    "MAX_MOUNTED_BYTES",
     "Bus",
     "Clock",
     "DataDirInUse",
@@ -41,6 +43,7 @@ __all__ = [
     "SandboxView",
     "SessionCredentials",
     "SessionFeed",
+    "SessionMounts",
     "SharedBus",
     "Subscription",
     "SweepRound",

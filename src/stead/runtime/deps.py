@@ -91,6 +91,12 @@ class Toolbox(Protocol):
         it get the new set now (or at their next call, if unreachable now)."""
         ...
 
+    async def capture_outputs(self, session_id: str, workspace_id: str) -> None:
+        """Files what the session's sandbox wrote to ``/mnt/session/outputs``
+        into the Files API, each content once (``mounts.py``); never raises for
+        a sandbox or blob store that fails."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

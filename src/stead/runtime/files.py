@@ -93,12 +93,18 @@ class FileKeeper:
         new = NewFile(
             file_id, workspace_id, filename, mime_type, size_bytes, key, expires_at, scope
         )
-        await self._store.begin_file(new)
+        return await self.finish(await self._store.begin_file(new), chunks)
+
+    async def finish(self, pending: FileRecord, chunks: AsyncIterable[bytes]) -> FileRecord:
+        """Writes the bytes of a pending file and makes it visible. Writing the
+        same bytes again (a capture cut short) is harmless: the blob is replaced
+        whole. ``NotFound`` if the purger took the row meanwhile."""
+        key = pending.blob_key
         written = await self._blob_store().put_stream(key, chunks)
-        if written.size != size_bytes:  # the caller counted what it sent; never expected
-            raise BlobError(f"blob {key!r} holds {written.size} bytes, not {size_bytes}")
+        if written.size != pending.size_bytes:  # the caller counted what it sent; never expected
+            raise BlobError(f"blob {key!r} holds {written.size} bytes, not {pending.size_bytes}")
         try:
-            return await self._store.file_ready(workspace_id, file_id)
+            return await self._store.file_ready(pending.workspace_id, pending.id)
         except NotFound:
             # The purger took the row for an abandoned upload (this one ran past
             # the grace): nothing names the blob now, so it goes here.

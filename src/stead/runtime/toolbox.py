@@ -16,10 +16,14 @@ from dataclasses import dataclass
 import anyio
 
 from stead import tools
+from stead.blobs import BlobError
 from stead.config import Settings
+from stead.failpoints import FailPoints
 from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
+from stead.runtime.files import FileKeeper
+from stead.runtime.mounts import SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -87,6 +91,9 @@ class SandboxToolbox:
         provider: SandboxProvider,
         credentials: SessionCredentials,
         telemetry: Telemetry | None = None,
+        *,
+        files: FileKeeper | None = None,
+        failpoints: FailPoints | None = None,
     ) -> None:
         self._settings = settings
         self._telemetry = telemetry or Telemetry()
@@ -104,6 +111,12 @@ class SandboxToolbox:
         self._secrets_lock = anyio.Lock()
         """One push at a time: a set computed earlier never overtakes a later one."""
         self._web = WebTools(settings, store, credentials)
+        mounts = provider.mounts()
+        self._mounts = None
+        if mounts is not None and files is not None:
+            self._mounts = SessionMounts(store, mounts, files, failpoints or FailPoints(None))
+        self._stale_mounts: set[str] = set()
+        """Sessions whose sandbox is staged (``mounts.py``) before its next use."""
 
     @property
     def leased(self) -> bool:
@@ -131,6 +144,7 @@ class SandboxToolbox:
         this server's provider has none."""
         await self._renew(session_id)
         config = await self._serve(session_id)
+        await self._stage(session_id, config)
         return await self._provider.terminal(session_id, config, request)
 
     async def _sandbox(self, session_id: str, *, renewed: bool = False) -> Sandbox:
@@ -145,7 +159,37 @@ class SandboxToolbox:
                 self._sandboxes[session_id] = found
         if session_id in self._stale_secrets:  # a change that could not be pushed at once
             await self._give_secrets(self._served[session_id])
+        await self._stage(session_id, self._served[session_id].config)
         return found
+
+    @property
+    def mounts_supported(self) -> bool:
+        """Whether sessions' file resources and outputs reach their sandboxes."""
+        return self._mounts is not None
+
+    def resources_changed(self, session_id: str) -> None:
+        """The session's resources changed: its sandbox is staged before its next use."""
+        self._stale_mounts.add(session_id)
+
+    async def _stage(self, session_id: str, config: SandboxConfig) -> None:
+        if self._mounts is None or session_id not in self._stale_mounts:
+            return
+        await self._mounts.stage(session_id, config)
+        self._stale_mounts.discard(session_id)
+
+    async def capture_outputs(self, session_id: str, workspace_id: str) -> None:
+        """Files what the session's sandbox wrote to its outputs (never wakes it).
+        A sandbox or blob store that fails is logged: the next capture (after
+        the next turn, or at release) files what this one missed."""
+        if self._mounts is None or await self._store.sandbox_lease(session_id) is None:
+            return  # never had a sandbox: nothing to capture, no host to start for it
+        # Resources may have changed in another brain meanwhile: staged again
+        # before the next turn's first call.
+        self._stale_mounts.add(session_id)
+        try:
+            await self._mounts.capture(session_id, workspace_id)
+        except (SandboxError, BlobError) as exc:
+            log.warning("outputs of session %s not captured yet: %s", session_id, exc)
 
     async def _serve(self, session_id: str) -> SandboxConfig:
         """The session's sandbox config as it is now; its credentials given to
@@ -160,6 +204,7 @@ class SandboxToolbox:
             served = _Served(session_id, session.workspace_id, tuple(session.vault_ids), config)
             self._served[session_id] = served
             self._stale_secrets.add(session_id)
+            self._stale_mounts.add(session_id)
         await self._give_secrets(served)
         return config
 
@@ -310,11 +355,14 @@ class SandboxToolbox:
     async def destroy(self, lease: SandboxLease) -> None:
         """Destroys an expired lease's sandbox in the host and books its active
         time as usage (the lease sweeper calls this)."""
+        if lease.session_id is not None:
+            await self.capture_outputs(lease.session_id, lease.workspace_id)
         async with self._lock:
             sandbox = self._sandboxes.pop(lease.sandbox_id, None)
             self._served.pop(lease.sandbox_id, None)
             self._secrets_held.discard(lease.sandbox_id)
             self._stale_secrets.discard(lease.sandbox_id)
+            self._stale_mounts.discard(lease.sandbox_id)
         if sandbox is not None:
             await sandbox.close()
         total = await self._provider.release(lease.sandbox_id)

@@ -222,6 +222,7 @@ class TurnRunner:
     ) -> None:
         """``stop_reason`` None: the session is terminated instead of idle."""
         self.deps.failpoints.hit("turn.before_idle")
+        await self.deps.tools.capture_outputs(self.session_id, self.start.session.workspace_id)
         seconds = await self.deps.tools.active_seconds(self.session_id)
         if seconds is not None:
             # Booked in this write, up to the host's count: a replay books nothing twice.

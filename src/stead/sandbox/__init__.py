@@ -59,6 +59,7 @@ from stead.sandbox.errors import (
     VersionMismatch,
     WorkspaceUnavailable,
 )
+from stead.sandbox.mounts import MountedFile, MountFile, SandboxMounts
 from stead.sandbox.ops import PROTOCOL_VERSION
 from stead.sandbox.provider import (
     PLACEHOLDER_PREFIX,
@@ -113,6 +114,8 @@ __all__ = [
     "HostUnreachable",
     "InvalidArgument",
     "IsolationUnavailable",
+    "MountFile",
+    "MountedFile",
     "NoSandbox",
     "NotARegularFile",
     "PackagesUnavailable",
@@ -121,6 +124,7 @@ __all__ = [
     "Sandbox",
     "SandboxConfig",
     "SandboxError",
+    "SandboxMounts",
     "SandboxNotFound",
     "SandboxProvider",
     "SandboxUnavailable",

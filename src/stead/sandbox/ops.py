@@ -38,7 +38,7 @@ from stead.sandbox.base import (
 )
 from stead.sandbox.errors import InvalidArgument
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 """Raised on any change to a request or reply type."""
 
 
@@ -369,6 +369,64 @@ class EgressAudit(SandboxRequest):
     limit: int = Field(default=100, ge=1, le=1000)
 
 
+MountPath = Annotated[str, StringConstraints(min_length=2, max_length=1024)]
+RelativePath = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class MountFile(Message):
+    path: RelativePath
+    """Relative to the mount."""
+    data: Bytes
+
+
+class MountedFile(Message):
+    """A regular file under a mount (links and special files are not listed)."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+class PutMount(SandboxRequest):
+    """Puts ``files`` under the directory ``mount`` (``/mnt/...``), replacing
+    files at the same paths: owned by the sandbox user when ``writable``, else
+    root's and read-only for it. Mount ops never wake the sandbox."""
+
+    reply: ClassVar[Any] = Empty
+    op: Literal["put_mount"] = "put_mount"
+    mount: MountPath
+    files: list[MountFile] = []
+    writable: bool = False
+
+
+class MountListing(Message):
+    files: list[MountedFile]
+    truncated: bool = False
+
+
+class ListMount(SandboxRequest):
+    reply: ClassVar[Any] = MountListing
+    op: Literal["list_mount"] = "list_mount"
+    mount: MountPath
+
+
+class ReadMount(SandboxRequest):
+    reply: ClassVar[Any] = Data
+    op: Literal["read_mount"] = "read_mount"
+    mount: MountPath
+    path: RelativePath
+    max_bytes: int = Field(ge=0)
+
+
+class RemoveMount(SandboxRequest):
+    """Removes ``paths`` under ``mount`` (None: all of it); missing ones are fine."""
+
+    reply: ClassVar[Any] = Empty
+    op: Literal["remove_mount"] = "remove_mount"
+    mount: MountPath
+    paths: list[RelativePath] | None = None
+
+
 class Terminal(SandboxRequest):
     """Attaches the connection to a terminal until it ends (``attach.py``)."""
 
@@ -480,6 +538,10 @@ AnyRequest = Annotated[
     | Status
     | SetSecrets
     | EgressAudit
+    | PutMount
+    | ListMount
+    | ReadMount
+    | RemoveMount
     | Terminal,
     Field(discriminator="op"),
 ]

@@ -18,6 +18,7 @@ from typing import Protocol
 from stead.jsonvalues import Json
 from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
+from stead.sandbox.mounts import SandboxMounts
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 
@@ -120,6 +121,11 @@ class SandboxProvider(Protocol):
         the credential ids it injected; never a value), oldest first, at most
         ``limit``. None when the provider keeps no such log or has no such
         sandbox. Never acquires or wakes the sandbox."""
+        ...
+
+    def mounts(self) -> SandboxMounts | None:
+        """Puts API content under ``/mnt`` in its sandboxes (``mounts.py``); None
+        when this provider cannot, and sessions that need mounts are refused."""
         ...
 
     async def release(self, sandbox_id: str) -> float | None:

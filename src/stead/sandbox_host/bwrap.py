@@ -81,6 +81,8 @@ class BodySpec:
     workspace: Path
     egress_dir: Path | None = None
     """Host directory holding the egress proxy's ``proxy.sock``; None: no network."""
+    mounts_dir: Path | None = None
+    """Host directory of the sandbox's mount tree (``mounts.py``), at /mnt."""
     packages_dir: Path | None = None
     """Host directory of the environment's installed packages, at /opt/stead."""
     packages_writable: bool = False
@@ -130,6 +132,10 @@ def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[
             argv += ["--ro-bind", f"/{name}", f"/{name}"]
     if "egress" in fds:
         argv += ["--bind-fd", str(fds["egress"]), "/run/stead/egress"]
+    if "mounts" in fds:
+        # Writable as a mount; what the sandbox user may change is set by each
+        # file's owner and mode there.
+        argv += ["--bind-fd", str(fds["mounts"]), "/mnt"]
     if "packages" in fds:
         mount = "--bind-fd" if spec.packages_writable else "--ro-bind-fd"
         argv += [mount, str(fds["packages"]), "/opt/stead"]
@@ -137,8 +143,8 @@ def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[
         argv += ["--ro-bind-fd", str(fds["ca"]), SANDBOX_CA_DIR]
         for path in system_bundles():
             argv += ["--ro-bind-fd", str(fds["ca_bundle"]), path]
-    # Last: the root bwrap built (a tmpfs) becomes read-only; /workspace, /tmp
-    # and the egress socket's directory are mounts of their own and stay writable.
+    # Last: the root bwrap built (a tmpfs) becomes read-only; /workspace, /tmp,
+    # /mnt and the egress socket's directory are mounts of their own and stay writable.
     argv += ["--remount-ro", "/"]
     argv += ["--chdir", WORKSPACE, "--clearenv", "--setenv", "PATH", "/usr/bin:/bin"]
     argv += [SANDBOX_PYTHON, "-I", "-S", "-c", BOOT, str(control_fd)]
@@ -529,6 +535,8 @@ def _open_paths(spec: BodySpec) -> dict[str, int]:
     paths = {"workspace": spec.workspace, "lib": spec.lib_dir}
     if spec.egress_dir is not None:
         paths["egress"] = spec.egress_dir
+    if spec.mounts_dir is not None:
+        paths["mounts"] = spec.mounts_dir
     if spec.packages_dir is not None:
         paths["packages"] = spec.packages_dir
     if spec.ca_dir is not None:

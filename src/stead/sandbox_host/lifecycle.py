@@ -1,13 +1,13 @@
 """One sandbox in the host: cold -> warming -> active -> stopping -> cold (rule 6).
 
 Waking restores the workspace (``workspace.py``; unless the warm marker says
-the directory on disk is current), installs nothing twice (``packages.py`` caches per package
-set), creates the cgroup, starts the egress proxy and the bwrap body under a
-keeper task that owns them. Sleeping stops the body, snapshots the workspace
-to the blob store, verifies the snapshot, and only then drops the older
-snapshots, the warm marker and the directory. A snapshot that cannot be taken
-leaves the directory and the marker in place; one that cannot be restored is
-reported as ``WorkspaceUnavailable``, never replaced by an empty workspace.
+the directory on disk is current), installs nothing twice (``packages.py``),
+creates the cgroup, starts the egress proxy and the bwrap body under a keeper
+task that owns them. Sleeping stops the body, snapshots the workspace, verifies
+the snapshot, and only then drops the older snapshots, the warm marker and the
+directory; the mount tree (``mounts.py``) stays on disk. A snapshot that cannot
+be taken leaves the directory and marker; one that cannot be restored is
+``WorkspaceUnavailable``, never an empty workspace.
 
 Activity (what keeps a sandbox awake): a call in progress, a process the
 agent left running in the sandbox, a background process, an attached
@@ -65,6 +65,7 @@ from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
+from stead.sandbox_host.mounts import MountTree
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
     BackgroundProcess,
@@ -107,11 +108,9 @@ class HostedSandbox:
         self.uid = row.uid
         self.config = config
         self._options = options
-        self.secrets_generation: int | None = None
-        """In memory only: a restarted host has none until the brain resends."""
+        self.secrets_generation: int | None = None  # memory only: resent after a restart
         self._secrets = Secrets()
-        self._variables: dict[str, str] = {}
-        """Each secret variable's name -> its placeholder (not a secret)."""
+        self._variables: dict[str, str] = {}  # each secret variable's name -> its placeholder
         self._egress_tls = egress_tls
         self.audit = AuditLog()
         """Every request through the egress proxy, in memory across wakes."""
@@ -133,6 +132,7 @@ class HostedSandbox:
             clock=clock,
         )
         self._egress_dir = self.root / "egress"
+        self.mounts = MountTree(self.root / "mnt", row.uid)
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
         self.state = State.COLD
         self._transition = anyio.Lock()
@@ -226,6 +226,7 @@ class HostedSandbox:
         except (WorkspaceUnavailable, SandboxUnavailable) as exc:
             self.last_error = str(exc)
             raise
+        await to_thread.run_sync(self.mounts.ensure)
         packages_dir = await self._packages.ensure(self.config)
         limits = CgroupLimits(self.config.memory_bytes, self.config.pids, self.config.cpus)
         cgroup = await to_thread.run_sync(self._cgroups.create, self._cgroup_name, limits)
@@ -234,6 +235,7 @@ class HostedSandbox:
             uid=self.uid,
             workspace=self.workspace,
             egress_dir=self._egress_dir,
+            mounts_dir=self.mounts.directory,
             packages_dir=packages_dir,
             lib_dir=self._options.work_dir / "lib",
             ca_dir=self._options.work_dir / "ca",

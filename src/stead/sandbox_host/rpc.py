@@ -17,9 +17,11 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 import anyio
+from anyio import to_thread
 
 from stead.egress_policy import EgressPolicy, InvalidPolicy
 from stead.jsonvalues import Json
@@ -76,6 +78,10 @@ class HostRpc:
             ops.Status: self._status,
             ops.SetSecrets: self._set_secrets,
             ops.EgressAudit: self._egress_audit,
+            ops.PutMount: self._put_mount,
+            ops.ListMount: self._list_mount,
+            ops.ReadMount: self._read_mount,
+            ops.RemoveMount: self._remove_mount,
             ops.Terminal: self._terminal,
         }
         """Every request type but ``Hello`` (the connection's first frame)."""
@@ -236,6 +242,30 @@ class HostRpc:
 
     async def _grep(self, request: ops.Grep, frames: FrameStream) -> Any:
         return await (await self._sandbox(request)).grep(request.pattern, request.path)
+
+    # Mount ops work on the host's copy of the tree: they never wake the body.
+
+    async def _put_mount(self, request: ops.PutMount, frames: FrameStream) -> ops.Empty:
+        sandbox = await self._sandbox(request)
+        async with sandbox.activity(wake=False):
+            await to_thread.run_sync(
+                partial(sandbox.mounts.put, request.mount, request.files, writable=request.writable)
+            )
+        return ops.Empty()
+
+    async def _list_mount(self, request: ops.ListMount, frames: FrameStream) -> ops.MountListing:
+        sandbox = await self._sandbox(request)
+        return await to_thread.run_sync(sandbox.mounts.listing, request.mount)
+
+    async def _read_mount(self, request: ops.ReadMount, frames: FrameStream) -> ops.Data:
+        sandbox = await self._sandbox(request)
+        read = partial(sandbox.mounts.read, request.mount, request.path, request.max_bytes)
+        return ops.Data(data=await to_thread.run_sync(read))
+
+    async def _remove_mount(self, request: ops.RemoveMount, frames: FrameStream) -> ops.Empty:
+        sandbox = await self._sandbox(request)
+        await to_thread.run_sync(sandbox.mounts.remove, request.mount, request.paths)
+        return ops.Empty()
 
     async def _start_process(self, request: ops.StartProcess, frames: FrameStream) -> Json:
         sandbox = await self._sandbox(request)

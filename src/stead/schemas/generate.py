@@ -69,12 +69,17 @@ PARAMS = {
     ),
     "work_update": "anthropic.types.beta.environments.work_update_params:WorkUpdateParams",
     "work_stop": "anthropic.types.beta.environments.work_stop_params:WorkStopParams",
+    "resource_add": "anthropic.types.beta.sessions.resource_add_params:ResourceAddParams",
+    "resource_update": (
+        "anthropic.types.beta.sessions.resource_update_params:ResourceUpdateParams"
+    ),
 }
 """Each generated file's name -> the SDK params type it is derived from."""
 PATH_PARAMS = {
     "credential_update": ("vault_id",),
     "work_update": ("environment_id",),
     "work_stop": ("environment_id",),
+    "resource_update": ("session_id",),
 }
 """Fields the SDK sends in the URL, not the body, of a params type that has them."""
 EVENT_TYPES = "anthropic.types.beta.sessions:BetaManagedAgentsSessionEventType"

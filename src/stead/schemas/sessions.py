@@ -8,7 +8,7 @@ from typing import Any
 
 from stead import usage as accounting
 from stead.jsonvalues import Json
-from stead.schemas import agents
+from stead.schemas import agents, resources
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -27,6 +27,8 @@ class SessionCreate:
     environment_id: str
     fields: Json
     initial_events: list[Json]
+    file_mounts: list[resources.FileMount]
+    """Files to mount: ``fields["resources"]`` once their files are checked."""
 
 
 def _budget(value: Json | None, field: str = "budget") -> Json | None:
@@ -52,11 +54,7 @@ def parse_create(body: Any) -> SessionCreate:
     check_version("agent.version", version)
     check_length("title", params.get("title"), high=512)
     check_metadata("metadata", params.get("metadata", {}))
-    if params.get("resources"):
-        kinds = sorted({r["type"] for r in params["resources"]})
-        raise RequestError(
-            f"resources: {', '.join(kinds)} resources are not supported by stead yet"
-        )
+    file_mounts = resources.parse_create(list(params.get("resources", [])))
     vault_ids = list(params.get("vault_ids", []))
     if len(vault_ids) > MAX_VAULTS:
         raise RequestError(f"vault_ids: at most {MAX_VAULTS} vaults")
@@ -81,6 +79,7 @@ def parse_create(body: Any) -> SessionCreate:
             "resources": [],
         },
         initial_events=initial,
+        file_mounts=file_mounts,
     )
 
 

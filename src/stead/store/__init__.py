@@ -67,6 +67,7 @@ from stead.store.limits import (
     LimitStore,
     MonthUse,
 )
+from stead.store.resources import SessionResourceStore
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -142,6 +143,7 @@ __all__ = [
     "SandboxLeaseStatus",
     "SessionFilter",
     "SessionRecord",
+    "SessionResourceStore",
     "SqlStore",
     "Store",
     "StoreError",

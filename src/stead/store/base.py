@@ -19,6 +19,7 @@ from stead.store.brains import BrainStore
 from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
 from stead.store.limits import LimitStore
+from stead.store.resources import SessionResourceStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
@@ -366,6 +367,7 @@ class Store(
     FileStore,
     IdempotencyStore,
     LimitStore,
+    SessionResourceStore,
     Protocol,
 ):
     """Durable state of a stead installation. Safe to share between tasks."""

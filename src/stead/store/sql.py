@@ -36,6 +36,7 @@ from stead.store._brain_methods import BrainMethods
 from stead.store._file_methods import FileMethods
 from stead.store._idempotency_methods import IdempotencyMethods
 from stead.store._limit_methods import LimitMethods
+from stead.store._resource_methods import ResourceMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -81,7 +82,9 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods, LimitMethods):
+class SqlStore(
+    WorkMethods, BrainMethods, FileMethods, IdempotencyMethods, LimitMethods, ResourceMethods
+):
     def __init__(
         self,
         writer: Engine,

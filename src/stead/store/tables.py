@@ -411,3 +411,16 @@ workspace_limits = Table(
 )
 """stead's own limits (``limits.py``): ``scope`` is "" for the workspace's, else
 the id of the environment they apply to."""
+session_outputs = Table(
+    "session_outputs",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("sha256", String(64), primary_key=True),
+    Column("file_id", String(64), nullable=False),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+"""Captured outputs (``_resources.py``): which file holds each content a
+session wrote at a path under ``/mnt/session/outputs``. Outlives the session,
+as its files do."""

@@ -35,6 +35,7 @@ from stead.sandbox import (
     RangeTooLarge,
     Sandbox,
     SandboxConfig,
+    SandboxMounts,
     SandboxUnavailable,
     Terminal,
     TerminalRequest,
@@ -211,6 +212,9 @@ class MemoryProvider:
         sandbox = await self.acquire(sandbox_id, config)
         assert isinstance(sandbox, MemorySandbox)
         sandbox.secrets = tuple(secrets)
+
+    def mounts(self) -> SandboxMounts | None:
+        return None
 
     async def release(self, sandbox_id: str) -> float | None:
         found = self.sandboxes.pop(sandbox_id, None)

@@ -26,6 +26,7 @@ from stead.sandbox.base import Sandbox
 from stead.sandbox.client import HostAddress, HostClient, HostSandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import SandboxUnavailable
+from stead.sandbox.mounts import HostMounts, SandboxMounts
 from stead.sandbox.provider import (
     PLACEHOLDER_PREFIX,
     EgressCredential,
@@ -130,6 +131,9 @@ class HostProvider:
     ) -> None:
         sandbox = HostSandbox(await self.client(), sandbox_id, config, self._secrets)
         await self._secrets.replace(sandbox, secrets)
+
+    def mounts(self) -> SandboxMounts | None:
+        return HostMounts(self.client)
 
     async def release(self, sandbox_id: str) -> float | None:
         self._secrets.forget(sandbox_id)

@@ -10,6 +10,7 @@ from stead.jsonvalues import Json
 from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
+from stead.sandbox.mounts import SandboxMounts
 from stead.sandbox.provider import EgressSecret
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
@@ -41,6 +42,9 @@ class OffProvider:
         self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         raise NoSandbox(NO_SANDBOX)
+
+    def mounts(self) -> SandboxMounts | None:
+        return None
 
     async def release(self, sandbox_id: str) -> float | None:
         return None

@@ -18,6 +18,7 @@ from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
+from stead.sandbox.mounts import SandboxMounts
 from stead.sandbox.provider import EgressSecret
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
@@ -72,6 +73,9 @@ class UnsafeLocalProvider:
         self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
         raise NoSandbox(NO_SECRETS)
+
+    def mounts(self) -> SandboxMounts | None:
+        return None
 
     async def release(self, sandbox_id: str) -> float | None:
         async with self._lock:

@@ -1,0 +1,180 @@
+"""/v1/sessions/{id}/resources: add, list, retrieve, update, delete; and the
+``resources`` of a session create.
+
+A ``file`` resource mounts an uploaded file read-only in the session's sandbox
+(``runtime.mounts``). The file is checked in the workspace (unknown, another
+workspace's and deleted files are a 404 naming the field) in the transaction
+that stores the resource; the sandbox gets it before its next use.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+
+from stead.api import openapi, pagination, wire
+from stead.api.body import json_body
+from stead.api.deps import Caller, Services, caller, services
+from stead.api.params import ID_PATTERN, SessionId
+from stead.api.wire import JSONResponse
+from stead.ids import new_id
+from stead.jsonvalues import Json
+from stead.runtime import MAX_MOUNTED_BYTES
+from stead.schemas import RequestError, resources
+from stead.store import NotFound, Page, PageRequest
+
+router = APIRouter(prefix="/v1/sessions/{session_id}/resources", tags=["sessions"])
+RESOURCE = openapi.response("beta.sessions.BetaManagedAgentsFileResource", 409)
+ANY_RESOURCE = openapi.response("beta.sessions.BetaManagedAgentsSessionResource")
+DELETED = openapi.response("beta.sessions.BetaManagedAgentsDeleteSessionResource")
+SessionResourceId = Annotated[str, Path(pattern=ID_PATTERN)]
+KEY_TYPES: tuple[type, ...] = (str, str)
+"""A resource's (created_at, id), the order resources are listed in."""
+
+
+async def check_file_mounts(
+    app: Services,
+    workspace_id: str,
+    environment_id: str,
+    mounts: list[resources.FileMount],
+    prefix: str,
+) -> list[Json]:
+    """The stored shapes of ``mounts`` once this server can mount files in the
+    environment's sandboxes and every file is a visible file of the workspace
+    that is small enough."""
+    if not mounts:
+        return []
+    field = prefix.rstrip(".") or "type"
+    if not app.sandboxes.mounts_supported:
+        raise RequestError(
+            f"{field}: this stead server's sandbox provider ({app.settings.sandbox}) "
+            "cannot mount files; file resources need STEAD_SANDBOX=bwrap"
+        )
+    environment = await app.store.get_environment(workspace_id, environment_id)
+    if environment.config.get("type") == "self_hosted":
+        raise RequestError(
+            f"{field}: environment {environment_id} is self-hosted (its workers supply "
+            "the sandbox), so stead cannot mount files there"
+        )
+    found = {
+        f.id: f for f in await app.store.files_by_ids(workspace_id, [m.file_id for m in mounts])
+    }
+    moment = datetime.now(UTC)
+    now = wire.ts(moment)
+    assert now is not None
+    made = []
+    for i, mount in enumerate(mounts):
+        field = f"{prefix}{i}.file_id" if prefix else "file_id"
+        record = found.get(mount.file_id)
+        if record is None:
+            raise NotFound("file", mount.file_id, field=field)
+        if record.expires_at is not None and record.expires_at <= moment:
+            raise RequestError(f"{field}: {mount.file_id} has expired", code="file_expired")
+        if record.size_bytes > MAX_MOUNTED_BYTES:
+            raise RequestError(
+                f"{field}: {mount.file_id} is {record.size_bytes} bytes; "
+                f"stead mounts files of up to {MAX_MOUNTED_BYTES} bytes"
+            )
+        made.append(resources.file_resource(new_id("session_resource"), mount, now))
+    return made
+
+
+@router.post(
+    "",
+    responses=RESOURCE,
+    openapi_extra=openapi.body("ResourceAddParams"),
+)
+async def add_resource(
+    request: Request, session_id: SessionId, who: Caller = Depends(caller)
+) -> JSONResponse:
+    mount = resources.parse_add(await json_body(request))
+    app = services(request)
+    session = await app.store.get_session(who.workspace_id, session_id)  # 404 before the file's
+    workspace_id, environment_id = who.workspace_id, session.environment_id
+    [resource] = await check_file_mounts(app, workspace_id, environment_id, [mount], "")
+    added = await app.store.add_session_resource(
+        who.workspace_id, session_id, resource, limit=resources.MAX_RESOURCES
+    )
+    app.sandboxes.resources_changed(session_id)
+    return JSONResponse(added)
+
+
+@router.get("")
+async def list_resources(
+    request: Request,
+    session_id: SessionId,
+    limit: int | None = Query(None, ge=1, le=1000),
+    page: str | None = Query(None),
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    session = await services(request).store.get_session(who.workspace_id, session_id)
+    held = sorted(session.resources, key=_key)
+    bound = pagination.listing(request, who, f"resources:{session_id}")
+    wanted = pagination.page_request(bound, "asc", limit or len(held) or 1, page, KEY_TYPES)
+    return JSONResponse(pagination.page_body(bound, "asc", _page(held, wanted), _key, dict))
+
+
+def _key(resource: Json) -> tuple[str, str]:
+    return str(resource.get("created_at", "")), str(resource.get("id", ""))
+
+
+def _page(held: list[Json], wanted: PageRequest) -> Page[Json]:
+    after = wanted.after
+    rest = [r for r in held if after is None or _key(r) > tuple(after)]
+    return Page(rest[: wanted.limit], len(rest) > wanted.limit, len(rest) < len(held))
+
+
+@router.get("/{resource_id}", responses=ANY_RESOURCE)
+async def retrieve_resource(
+    request: Request,
+    session_id: SessionId,
+    resource_id: SessionResourceId,
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    session = await services(request).store.get_session(who.workspace_id, session_id)
+    return JSONResponse(_find(session.resources, resource_id))
+
+
+def _find(held: list[Json], resource_id: str) -> Json:
+    found = next((r for r in held if r.get("id") == resource_id), None)
+    if found is None:
+        raise NotFound("session resource", resource_id)
+    return found
+
+
+@router.post(
+    "/{resource_id}",
+    responses=ANY_RESOURCE,
+    openapi_extra=openapi.body("ResourceUpdateParams"),
+)
+async def update_resource(
+    request: Request,
+    session_id: SessionId,
+    resource_id: SessionResourceId,
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    resources.parse_update(await json_body(request))
+    session = await services(request).store.get_session(who.workspace_id, session_id)
+    found = _find(session.resources, resource_id)
+    raise RequestError(
+        f"authorization_token: {resource_id} is a {found.get('type')} resource; "
+        "only github_repository resources take a token"
+    )
+
+
+@router.delete(
+    "/{resource_id}",
+    responses=openapi.response("beta.sessions.BetaManagedAgentsDeleteSessionResource"),
+)
+async def delete_resource(
+    request: Request,
+    session_id: SessionId,
+    resource_id: SessionResourceId,
+    who: Caller = Depends(caller),
+) -> JSONResponse:
+    app = services(request)
+    await app.store.delete_session_resource(who.workspace_id, session_id, resource_id)
+    app.sandboxes.resources_changed(session_id)
+    return JSONResponse({"id": resource_id, "type": "session_resource_deleted"})

@@ -1,0 +1,128 @@
+"""The mounts seam: API content put at paths under ``/mnt`` inside a sandbox.
+
+A mount is a directory inside the sandbox (``/mnt/session/uploads``,
+``/mnt/session/outputs``, later ``/mnt/memory/<slug>``) holding files the brain
+puts there, read-only or writable for the sandbox user, and what the sandbox
+wrote there, which the brain lists (with each file's sha256) and reads back.
+Paths are checked by the host: nothing reaches outside the mount, and a link
+the sandbox makes is never followed. Mount ops never wake a sleeping sandbox,
+and mount content is not in its snapshots: the brain puts it again before the
+sandbox serves (``stead.sandbox_host.mounts`` says why).
+
+A provider that cannot mount answers None from ``SandboxProvider.mounts``;
+the API then refuses a session that needs mounts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from stead.sandbox import ops
+from stead.sandbox.client import HostClient
+from stead.sandbox.config import SandboxConfig
+from stead.sandbox.errors import FileNotFound, SandboxNotFound
+
+MOUNT_ROOT = "/mnt"
+
+
+@dataclass(frozen=True, slots=True)
+class MountFile:
+    """A file to put under a mount, at ``path`` relative to it."""
+
+    path: str
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class MountedFile:
+    """A regular file under a mount, at ``path`` relative to it."""
+
+    path: str
+    size: int
+    sha256: str
+
+
+class SandboxMounts(Protocol):
+    async def put(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        mount: str,
+        files: Sequence[MountFile],
+        *,
+        writable: bool,
+    ) -> None:
+        """Puts ``files`` under the directory ``mount`` (made if missing, the
+        sandbox made if new, never woken), replacing files at the same paths and
+        leaving others. ``InvalidArgument`` for a path outside the mount or one
+        with a link or a file in the way; nothing outside the mount changes."""
+        ...
+
+    async def listing(self, sandbox_id: str, mount: str) -> list[MountedFile]:
+        """The regular files under ``mount``, by path; empty if there is no
+        such mount or sandbox. Links and special files are not listed."""
+        ...
+
+    async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
+        """One regular file under ``mount``: ``FileNotFound``, ``NotARegularFile``
+        (a link, a directory), ``FileTooLarge``."""
+        ...
+
+    async def remove(self, sandbox_id: str, mount: str, paths: Sequence[str] | None = None) -> None:
+        """Removes ``paths`` under ``mount`` (None: the whole mount); missing
+        ones, or a missing sandbox, are not an error."""
+        ...
+
+
+class HostMounts:
+    """``SandboxMounts`` over the host protocol."""
+
+    def __init__(self, client: Callable[[], Awaitable[HostClient]]) -> None:
+        self._client = client
+
+    async def put(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        mount: str,
+        files: Sequence[MountFile],
+        *,
+        writable: bool,
+    ) -> None:
+        request = ops.PutMount(
+            sandbox_id=sandbox_id,
+            config=config.to_json(),
+            mount=mount,
+            files=[ops.MountFile(path=f.path, data=f.data) for f in files],
+            writable=writable,
+        )
+        await (await self._client()).call(request)
+
+    async def listing(self, sandbox_id: str, mount: str) -> list[MountedFile]:
+        try:
+            reply = await (await self._client()).call(
+                ops.ListMount(sandbox_id=sandbox_id, mount=mount)
+            )
+        except SandboxNotFound:
+            return []
+        return [MountedFile(f.path, f.size, f.sha256) for f in reply.files]
+
+    async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
+        request = ops.ReadMount(sandbox_id=sandbox_id, mount=mount, path=path, max_bytes=max_bytes)
+        try:
+            reply = await (await self._client()).call(request)
+        except SandboxNotFound:
+            raise FileNotFound(f"{mount}/{path}") from None
+        data: bytes = reply.data
+        return data
+
+    async def remove(self, sandbox_id: str, mount: str, paths: Sequence[str] | None = None) -> None:
+        request = ops.RemoveMount(
+            sandbox_id=sandbox_id, mount=mount, paths=None if paths is None else list(paths)
+        )
+        try:
+            await (await self._client()).call(request)
+        except SandboxNotFound:
+            return

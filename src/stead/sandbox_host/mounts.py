@@ -1,0 +1,230 @@
+"""A sandbox's mount tree: API content put at paths under ``/mnt`` inside it.
+
+The tree is a host directory beside the workspace, bound at ``/mnt`` in the
+body (``bwrap.py``). The host puts files there as root and reads what the
+sandbox wrote, always through descriptors opened relative to their parent's
+with ``O_NOFOLLOW``: a symlink or a rename the sandbox makes inside a writable
+mount can point the host at nothing outside the mount.
+
+Read-only content is owned by root (files 0444, directories 0755), so the
+sandbox user can read it and neither change nor remove it; writable mounts are
+owned by the sandbox user. Directories above a mount stay root's.
+
+Mount content is not part of the workspace snapshot. It stays on the host's
+disk while the sandbox sleeps, and the brain puts it again (only what differs)
+before the sandbox serves a turn: its source of truth is the API (files,
+skills, memory stores), which can change while the sandbox sleeps, and a
+snapshot would bring back content since removed. What the sandbox writes to a
+writable mount is read back by the brain after each turn (outputs, memories).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import secrets
+import shutil
+import stat
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
+
+MOUNT_ROOT = "/mnt"
+"""Where the tree appears inside the sandbox."""
+MAX_ENTRIES = 10_000
+"""Directory entries one listing visits before it stops (``truncated``)."""
+MAX_DEPTH = 32
+CHUNK = 1 << 20
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def mount_parts(mount: str) -> list[str]:
+    """The components of ``mount`` below ``/mnt``; ``InvalidArgument`` unless it
+    is a plain absolute path strictly inside it."""
+    prefix = MOUNT_ROOT + "/"
+    if not mount.startswith(prefix):
+        raise InvalidArgument(f"mount: {mount!r} is not under {prefix}")
+    return relative_parts(mount[len(prefix) :], field="mount")
+
+
+def relative_parts(path: str, *, field: str = "path") -> list[str]:
+    """The components of a relative path; ``InvalidArgument`` for an empty,
+    absolute or dotted one (``.`` or ``..`` segments), or one with a NUL."""
+    parts = path.split("/")
+    if "\0" in path or any(part in ("", ".", "..") for part in parts):
+        raise InvalidArgument(f"{field}: {path!r} must be a plain path without '.', '..' or '//'")
+    if len(parts) > MAX_DEPTH:
+        raise InvalidArgument(f"{field}: {path!r} is deeper than {MAX_DEPTH} levels")
+    return parts
+
+
+class MountTree:
+    """One sandbox's ``/mnt``. Blocking: the host calls it in a worker thread."""
+
+    def __init__(self, directory: Path, uid: int) -> None:
+        self.directory = directory
+        self._uid = uid
+
+    def ensure(self) -> None:
+        """Makes the tree's root (root's, 0755) if it is missing."""
+        self.directory.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.directory.mkdir(mode=0o755, exist_ok=True)
+        os.chown(self.directory, 0, 0)
+        os.chmod(self.directory, 0o755)
+
+    def put(self, mount: str, files: Sequence[ops.MountFile], *, writable: bool) -> None:
+        parts = mount_parts(mount)
+        checked = [(relative_parts(f.path), f.data) for f in files]
+        self.ensure()
+        owner = self._uid if writable else 0
+        with self._directory(parts, create=True) as mount_fd:
+            os.fchown(mount_fd, owner, owner)
+            for path, data in checked:
+                with _walk(mount_fd, path[:-1], create=True, owner=owner) as parent:
+                    _write(parent, path[-1], data, owner=owner, writable=writable)
+
+    def listing(self, mount: str) -> ops.MountListing:
+        parts = mount_parts(mount)
+        found: list[ops.MountedFile] = []
+        try:
+            with self._directory(parts) as mount_fd:
+                truncated = _list(mount_fd, [], found, budget=[MAX_ENTRIES])
+        except FileNotFoundError:
+            return ops.MountListing(files=[])
+        found.sort(key=lambda f: f.path)
+        return ops.MountListing(files=found, truncated=truncated)
+
+    def read(self, mount: str, path: str, max_bytes: int) -> bytes:
+        parts, relative = mount_parts(mount), relative_parts(path)
+        try:
+            with self._directory(parts + relative[:-1]) as parent:
+                fd = os.open(relative[-1], _READ_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            raise FileNotFound(f"{mount}/{path}") from None
+        except OSError:  # a link (ELOOP) or a file on the way (ENOTDIR)
+            raise NotARegularFile(f"{mount}/{path}") from None
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise NotARegularFile(f"{mount}/{path}")
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise FileTooLarge(f"{mount}/{path}", info.st_size, max_bytes)
+        return data
+
+    def remove(self, mount: str, paths: Sequence[str] | None) -> None:
+        parts = mount_parts(mount)
+        targets = [parts] if paths is None else [parts + relative_parts(p) for p in paths]
+        for target in targets:
+            try:
+                with self._directory(target[:-1]) as parent:
+                    _remove(parent, target[-1])
+            except FileNotFoundError:
+                continue
+            except OSError:
+                raise InvalidArgument(f"path: {'/'.join(target)!r} crosses a link") from None
+
+    @contextlib.contextmanager
+    def _directory(self, parts: list[str], *, create: bool = False) -> Iterator[int]:
+        """The directory ``parts`` below the tree's root; made root's if missing
+        and ``create`` (the caller sets the mount's own owner)."""
+        root = os.open(self.directory, _DIR_FLAGS)
+        try:
+            with _walk(root, parts, create=create) as fd:
+                yield fd
+        finally:
+            os.close(root)
+
+
+@contextlib.contextmanager
+def _walk(start: int, parts: list[str], *, create: bool = False, owner: int = 0) -> Iterator[int]:
+    """An fd of the directory ``parts`` below ``start``, never following a link;
+    missing directories are made (owned by ``owner``) when ``create``."""
+    fd = os.dup(start)
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                os.fchown(child, owner, owner)
+                os.fchmod(child, 0o755)
+            except OSError:
+                raise InvalidArgument(
+                    f"path: {part!r} is a link or a file, not a directory"
+                ) from None
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _write(parent: int, name: str, data: bytes, *, owner: int, writable: bool) -> None:
+    # Written aside and renamed over: a reader never sees half a file, and a
+    # link the sandbox left at ``name`` is replaced, never written through.
+    temporary = f".stead-put-{secrets.token_hex(8)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(temporary, flags, 0o600, dir_fd=parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            os.fchown(handle.fileno(), owner, owner)
+            os.fchmod(handle.fileno(), 0o644 if writable else 0o444)
+        try:
+            os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except IsADirectoryError:
+            raise InvalidArgument(f"path: {name!r} is a directory") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=parent)
+        raise
+
+
+def _list(fd: int, prefix: list[str], found: list[ops.MountedFile], *, budget: list[int]) -> bool:
+    """Adds the regular files below ``fd`` to ``found``; True if it stopped early."""
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return True
+            path = [*prefix, entry.name]
+            if entry.is_dir(follow_symlinks=False) and len(path) < MAX_DEPTH:
+                with contextlib.suppress(OSError), _walk(fd, [entry.name]) as child:
+                    if _list(child, path, found, budget=budget):
+                        return True
+            elif entry.is_file(follow_symlinks=False):
+                described = _describe(fd, entry.name, "/".join(path))
+                if described is not None:
+                    found.append(described)
+    return False
+
+
+def _describe(parent: int, name: str, path: str) -> ops.MountedFile | None:
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+    except OSError:  # replaced by a link or removed since the scan
+        return None
+    digest = hashlib.sha256()
+    size = 0
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return ops.MountedFile(path=path, size=size, sha256=digest.hexdigest())
+
+
+def _remove(parent: int, name: str) -> None:
+    info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=parent)
+    else:
+        os.unlink(name, dir_fd=parent)

@@ -1,0 +1,133 @@
+"""The mounts seam with real bubblewrap: content put under ``/mnt`` is there,
+read-only or writable as asked; what the sandbox writes is listed and read
+back; paths and links that try to leave a mount are refused and the sandbox
+is unharmed; mounts survive sleep and wake."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from stead.sandbox import (
+    FileNotFound,
+    HostClient,
+    HostSandbox,
+    InvalidArgument,
+    MountFile,
+    NotARegularFile,
+)
+from stead.sandbox.mounts import HostMounts
+from stead.testing import HostProcess
+from tests.sandbox.conftest import new_id, requires_isolation
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+UPLOADS = "/mnt/session/uploads"
+OUTPUTS = "/mnt/session/outputs"
+
+
+async def run(sandbox: HostSandbox, command: str) -> tuple[int | None, str]:
+    result = await sandbox.exec(command, op_key=new_id(), timeout=30)
+    return result.exit_code, result.output
+
+
+def mounts_of(client: HostClient) -> HostMounts:
+    async def same() -> HostClient:
+        return client
+
+    return HostMounts(same)
+
+
+async def test_read_only_content_is_readable_and_not_writable(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    mounts = mounts_of(client)
+    data = b"quarterly numbers\n"
+    await mounts.put(
+        sandbox.sandbox_id, sandbox.config, UPLOADS, [MountFile("file_1", data)], writable=False
+    )
+    code, output = await run(sandbox, f"cat {UPLOADS}/file_1")
+    assert (code, output) == (0, data.decode())
+    for attempt in (
+        f"echo x >> {UPLOADS}/file_1",
+        f"rm -f {UPLOADS}/file_1",
+        f"touch {UPLOADS}/other",
+        f"mv {UPLOADS}/file_1 /tmp/stolen",
+        f"chmod 666 {UPLOADS}/file_1",
+    ):
+        code, _ = await run(sandbox, attempt)
+        assert code != 0, attempt
+    assert await run(sandbox, f"cat {UPLOADS}/file_1") == (0, data.decode())
+
+
+async def test_writes_under_a_writable_mount_are_listed_and_read_back(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    mounts = mounts_of(client)
+    await mounts.put(sandbox.sandbox_id, sandbox.config, OUTPUTS, [], writable=True)
+    code, output = await run(
+        sandbox,
+        f"mkdir -p {OUTPUTS}/charts && printf 'a,b\\n1,2\\n' > {OUTPUTS}/table.csv"
+        f" && head -c 3000 /dev/zero > {OUTPUTS}/charts/zeros.bin"
+        f" && ln -s /etc/passwd {OUTPUTS}/passwd && mkfifo {OUTPUTS}/pipe",
+    )
+    assert code == 0, output
+    listing = await mounts.listing(sandbox.sandbox_id, OUTPUTS)
+    assert [(f.path, f.size) for f in listing] == [("charts/zeros.bin", 3000), ("table.csv", 8)]
+    table = await mounts.read(sandbox.sandbox_id, OUTPUTS, "table.csv", max_bytes=100)
+    assert table == b"a,b\n1,2\n"
+    assert listing[1].sha256 == hashlib.sha256(table).hexdigest()
+    with pytest.raises(NotARegularFile):
+        await mounts.read(sandbox.sandbox_id, OUTPUTS, "passwd", max_bytes=100_000)
+    with pytest.raises(FileNotFound):
+        await mounts.read(sandbox.sandbox_id, OUTPUTS, "missing", max_bytes=10)
+
+
+async def test_escaping_paths_and_links_are_refused_and_the_sandbox_is_unharmed(
+    sandbox: HostSandbox, client: HostClient, host: HostProcess
+) -> None:
+    mounts = mounts_of(client)
+    sandbox_id, config = sandbox.sandbox_id, sandbox.config
+    await mounts.put(sandbox_id, config, OUTPUTS, [], writable=True)
+    outside = host.work_dir / "outside-target"
+    outside.mkdir()
+    # The sandbox cannot name host paths, but it can plant links in its mount.
+    code, output = await run(sandbox, f"ln -s /workspace {OUTPUTS}/dir && echo kept > keep.txt")
+    assert code == 0, output
+    for mount, path in (
+        ("/mnt/session/../../etc", "passwd"),
+        ("/etc", "passwd"),
+        (OUTPUTS, "../uploads/x"),
+        (OUTPUTS, "/etc/passwd"),
+        (OUTPUTS, "dir/through-link"),
+    ):
+        with pytest.raises(InvalidArgument):
+            await mounts.put(sandbox_id, config, mount, [MountFile(path, b"no")], writable=True)
+    with pytest.raises(InvalidArgument):
+        await mounts.remove(sandbox_id, OUTPUTS, ["dir/keep.txt"])
+    with pytest.raises(InvalidArgument):
+        await mounts.read(sandbox_id, OUTPUTS, "dir/keep.txt", max_bytes=100)
+    assert await run(sandbox, "cat keep.txt; ls /mnt/session") == (0, "kept\noutputs\n")
+    assert list(outside.iterdir()) == []
+
+
+async def test_mounts_survive_sleep_and_wake_and_can_be_removed(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    mounts = mounts_of(client)
+    sandbox_id, config = sandbox.sandbox_id, sandbox.config
+    await mounts.put(
+        sandbox_id, config, UPLOADS, [MountFile("a", b"A"), MountFile("b", b"B")], writable=False
+    )
+    await mounts.put(sandbox_id, config, OUTPUTS, [], writable=True)
+    assert (await run(sandbox, f"echo out > {OUTPUTS}/o.txt"))[0] == 0
+    assert await sandbox.sleep()
+    # Asleep: listing and reading do not wake it.
+    assert [f.path for f in await mounts.listing(sandbox_id, OUTPUTS)] == ["o.txt"]
+    assert (await sandbox.status())["state"] == "cold"
+    assert await run(sandbox, f"cat {UPLOADS}/a {UPLOADS}/b {OUTPUTS}/o.txt") == (0, "ABout\n")
+    await mounts.remove(sandbox_id, UPLOADS, ["a", "never-there"])
+    assert await run(sandbox, f"ls {UPLOADS}") == (0, "b\n")
+    await mounts.remove(sandbox_id, UPLOADS)
+    assert (await run(sandbox, f"ls {UPLOADS}"))[0] != 0

@@ -1,0 +1,151 @@
+"""Session ``file`` resources and outputs, through the official SDK against a real
+``stead serve`` and sandbox host (bubblewrap): an uploaded file is readable and
+not writable at its mount, resources added and deleted take effect at the next
+call, what the agent writes to ``/mnt/session/outputs`` is in ``files.list`` for
+the session with the same bytes (each content once), and the mounts come back
+after the sandbox is destroyed and made again."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import FakeModel, HostProcess, ServerProcess
+from tests.conftest import make_client, sdk_of
+from tests.sandbox.conftest import bash_turn, requires_isolation, shell, sweepless_server
+
+pytestmark = requires_isolation
+
+UPLOADS = "/mnt/session/uploads"
+OUTPUTS = "/mnt/session/outputs"
+
+
+@pytest.fixture(scope="module")
+def server(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with (
+        FakeModel(shell) as fake,
+        sweepless_server(host, fake, tmp_path_factory.mktemp("files") / "data") as started,
+    ):
+        yield started
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(server) as opened:
+        yield opened
+
+
+def upload(client: anthropic.Anthropic, name: str, data: bytes) -> str:
+    return client.beta.files.upload(file=(name, io.BytesIO(data), "text/plain")).id
+
+
+def new_session(client: anthropic.Anthropic, **create: Any) -> str:
+    agent = client.beta.agents.create(
+        name="files", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = client.beta.environments.create(name=f"files-{agent.id[-8:]}")
+    return client.beta.sessions.create(agent=agent.id, environment_id=environment.id, **create).id
+
+
+def outputs_of(client: anthropic.Anthropic, session_id: str) -> list[Any]:
+    return list(client.beta.files.list(scope_id=session_id))
+
+
+def test_an_attached_file_is_readable_and_not_writable(client: anthropic.Anthropic) -> None:
+    file_id = upload(client, "notes.txt", b"line one\n")
+    session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])
+    [resource] = client.beta.sessions.retrieve(session_id).resources
+    assert (resource.type, resource.mount_path) == ("file", f"{UPLOADS}/{file_id}")
+    path = f"{UPLOADS}/{file_id}"
+    output = bash_turn(
+        client, session_id, f"cat {path}; echo x >> {path}; echo rc=$?; rm -f {path}; cat {path}"
+    )
+    assert output.startswith("line one\n")
+    assert "rc=1" in output
+    assert output.count("line one") == 2
+
+
+def test_resources_added_and_deleted_take_effect(client: anthropic.Anthropic) -> None:
+    session_id = new_session(client)
+    file_id = upload(client, "report.csv", b"a,b\n1,2\n")
+    added = client.beta.sessions.resources.add(
+        session_id, type="file", file_id=file_id, mount_path=f"{UPLOADS}/data/report.csv"
+    )
+    assert added.id.startswith("sesrsc_") and added.file_id == file_id
+    assert client.beta.sessions.resources.retrieve(added.id, session_id=session_id) == added
+    assert [r.id for r in client.beta.sessions.resources.list(session_id)] == [added.id]
+    assert bash_turn(client, session_id, f"cat {UPLOADS}/data/report.csv") == "a,b\n1,2"
+    deleted = client.beta.sessions.resources.delete(added.id, session_id=session_id)
+    assert (deleted.id, deleted.type) == (added.id, "session_resource_deleted")
+    assert client.beta.sessions.resources.list(session_id).data == []
+    assert "No such file" in bash_turn(client, session_id, f"ls {UPLOADS}/data/report.csv 2>&1")
+
+
+def test_a_deleted_file_leaves_its_mount(client: anthropic.Anthropic) -> None:
+    file_id = upload(client, "brief.txt", b"brief")
+    session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])
+    assert bash_turn(client, session_id, f"cat {UPLOADS}/{file_id}") == "brief"
+    client.beta.files.delete(file_id)
+    assert "No such file" in bash_turn(client, session_id, f"cat {UPLOADS}/{file_id} 2>&1")
+
+
+def test_outputs_are_filed_once_per_content(client: anthropic.Anthropic) -> None:
+    session_id = new_session(client)
+    bash_turn(
+        client, session_id, f"printf 'first' > {OUTPUTS}/result.txt && mkdir -p {OUTPUTS}/deep"
+    )
+    [filed] = outputs_of(client, session_id)
+    assert (filed.filename, filed.size_bytes, filed.scope.id) == ("result.txt", 5, session_id)
+    assert client.beta.files.download(filed.id).read() == b"first"
+    bash_turn(client, session_id, "true")  # nothing new: nothing filed
+    assert [f.id for f in outputs_of(client, session_id)] == [filed.id]
+    bash_turn(client, session_id, f"printf 'second' > {OUTPUTS}/result.txt")
+    newest, first = outputs_of(client, session_id)
+    assert first.id == filed.id
+    assert client.beta.files.download(newest.id).read() == b"second"
+
+
+def test_mounts_come_back_after_the_sandbox_is_destroyed(client: anthropic.Anthropic) -> None:
+    file_id = upload(client, "keep.txt", b"kept\n")
+    session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])
+    assert bash_turn(client, session_id, f"cat {UPLOADS}/{file_id}") == "kept"
+    client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+    assert bash_turn(client, session_id, f"cat {UPLOADS}/{file_id}; touch {OUTPUTS}/ok") == "kept"
+    assert [f.filename for f in outputs_of(client, session_id)] == ["ok"]
+
+
+def test_bad_file_resources_are_refused_and_nothing_is_stored(
+    client: anthropic.Anthropic, server: ServerProcess
+) -> None:
+    session_id = new_session(client)
+    file_id = upload(client, "gone.txt", b"x")
+    client.beta.files.delete(file_id)
+    for bad, field in (
+        ({"file_id": "file_unknown"}, "file_id"),
+        ({"file_id": file_id}, "file_id"),
+    ):
+        with pytest.raises(anthropic.NotFoundError, match=field):
+            client.beta.sessions.resources.add(session_id, type="file", **bad)
+    live = upload(client, "live.txt", b"y")
+    for mount_path in ("/etc/passwd", f"{UPLOADS}/../../etc/x", f"{OUTPUTS}/x", UPLOADS):
+        with pytest.raises(anthropic.BadRequestError, match="mount_path"):
+            client.beta.sessions.resources.add(
+                session_id, type="file", file_id=live, mount_path=mount_path
+            )
+    client.beta.sessions.resources.add(session_id, type="file", file_id=live)
+    with pytest.raises(anthropic.BadRequestError, match="mount_path"):
+        client.beta.sessions.resources.add(session_id, type="file", file_id=live)
+    assert len(client.beta.sessions.resources.list(session_id).data) == 1
+    with pytest.raises(anthropic.NotFoundError, match=r"resources\.1\.file_id"):
+        new_session(
+            client,
+            resources=[{"type": "file", "file_id": live}, {"type": "file", "file_id": file_id}],
+        )
+    # Another workspace's file is as unknown as a made-up one.
+    other = make_client(server.url, server.create_key(new_workspace="other"))
+    with other, pytest.raises(anthropic.NotFoundError, match="file_id"):
+        new_session(other, resources=[{"type": "file", "file_id": live}])

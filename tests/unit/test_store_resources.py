@@ -1,0 +1,95 @@
+"""Session resources and the outputs ledger in the SQL store, on SQLite and
+PostgreSQL: a resource needs a visible file of the workspace and a free mount
+path, nothing is stored when it is refused, and each (path, content) of a
+session's outputs begins one file however often it is captured."""
+
+from __future__ import annotations
+
+import pytest
+
+from stead.ids import new_id
+from stead.store import Conflict, FileScope, NewFile, NotFound, SqlStore
+from tests.databases import BACKENDS
+from tests.unit.conftest import definition
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+
+
+async def _session(store: SqlStore) -> tuple[str, str]:
+    workspace = await store.create_workspace("w")
+    agent = await store.create_agent(workspace.id, definition())
+    env = await store.create_environment(workspace.id, "env", None, {"type": "cloud"}, {}, None)
+    session, _ = await store.create_session(
+        workspace.id, (agent.id, None), lambda a: {"id": a.id}, env.id, {}, []
+    )
+    return workspace.id, session.id
+
+
+def _new_file(workspace_id: str, scope: FileScope | None = None) -> NewFile:
+    file_id = new_id("file")
+    return NewFile(file_id, workspace_id, "a.txt", "text/plain", 1, f"files/{file_id}", None, scope)
+
+
+async def _ready_file(store: SqlStore, workspace_id: str) -> str:
+    new = _new_file(workspace_id)
+    await store.begin_file(new)
+    await store.file_ready(workspace_id, new.id)
+    return new.id
+
+
+def _resource(file_id: str, path: str) -> dict[str, str]:
+    return {
+        "id": new_id("session_resource"),
+        "type": "file",
+        "file_id": file_id,
+        "mount_path": path,
+    }
+
+
+async def test_a_resource_needs_a_visible_file_and_a_free_path(store: SqlStore) -> None:
+    workspace_id, session_id = await _session(store)
+    other_workspace, _ = await _session(store)
+    theirs = await _ready_file(store, other_workspace)
+    ours = await _ready_file(store, workspace_id)
+    for missing in ("file_unknown", theirs):
+        with pytest.raises(NotFound) as refused:
+            await store.add_session_resource(
+                workspace_id, session_id, _resource(missing, "/mnt/session/uploads/x"), limit=5
+            )
+        assert refused.value.field == "file_id"
+    first = _resource(ours, "/mnt/session/uploads/dir")
+    assert await store.add_session_resource(workspace_id, session_id, first, limit=5) == first
+    for clash in ("/mnt/session/uploads/dir", "/mnt/session/uploads/dir/inner"):
+        with pytest.raises(Conflict, match="mount_path"):
+            await store.add_session_resource(
+                workspace_id, session_id, _resource(ours, clash), limit=5
+            )
+    with pytest.raises(Conflict, match="1 resources"):
+        await store.add_session_resource(
+            workspace_id, session_id, _resource(ours, "/mnt/session/uploads/y"), limit=1
+        )
+    assert (await store.get_session(workspace_id, session_id)).resources == [first]
+    with pytest.raises(NotFound):
+        await store.delete_session_resource(other_workspace, session_id, first["id"])
+    assert await store.delete_session_resource(workspace_id, session_id, first["id"]) == first
+    assert (await store.get_session(workspace_id, session_id)).resources == []
+    with pytest.raises(NotFound):
+        await store.delete_session_resource(workspace_id, session_id, first["id"])
+
+
+async def test_each_output_content_begins_one_file(store: SqlStore) -> None:
+    workspace_id, session_id = await _session(store)
+    scope = FileScope("session", session_id)
+    begun = await store.begin_output(_new_file(workspace_id, scope), session_id, "r.txt", "aa")
+    assert begun is not None and begun.ready_at is None
+    again = await store.begin_output(_new_file(workspace_id, scope), session_id, "r.txt", "aa")
+    assert again is not None and again.id == begun.id  # the pending one, to finish
+    await store.file_ready(workspace_id, begun.id)
+    done = await store.begin_output(_new_file(workspace_id, scope), session_id, "r.txt", "aa")
+    assert done is not None and done.ready_at is not None and done.id == begun.id
+    changed = await store.begin_output(_new_file(workspace_id, scope), session_id, "r.txt", "bb")
+    assert changed is not None and changed.id != begun.id
+    await store.delete_file(workspace_id, begun.id)
+    assert (
+        await store.begin_output(_new_file(workspace_id, scope), session_id, "r.txt", "aa") is None
+    )
