@@ -21,6 +21,7 @@ PREFIXES = {
     "work": "work",
     "environment_key": "envkey",
     "file": "file",
+    "skill": "skill",
 }
 
 

@@ -67,6 +67,15 @@ ROUTES = {
     ("get", "/v1/files/{file_id}"): None,
     ("get", "/v1/files/{file_id}/content"): None,
     ("delete", "/v1/files/{file_id}"): None,
+    ("post", "/v1/skills"): None,
+    ("get", "/v1/skills"): None,
+    ("get", "/v1/skills/{skill_id}"): None,
+    ("delete", "/v1/skills/{skill_id}"): None,
+    ("post", "/v1/skills/{skill_id}/versions"): None,
+    ("get", "/v1/skills/{skill_id}/versions"): None,
+    ("get", "/v1/skills/{skill_id}/versions/{version}"): None,
+    ("delete", "/v1/skills/{skill_id}/versions/{version}"): None,
+    ("get", "/v1/skills/{skill_id}/versions/{version}/content"): None,
 }
 
 

@@ -9,6 +9,7 @@ from stead.harness.mcp import McpTool, servers_in_use
 from stead.harness.model import ModelClient, ModelRequest, ModelResponse, UpstreamError
 from stead.harness.parse import response_events
 from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
+from stead.harness.skills import SKILLS_ROOT, SkillPrompt
 from stead.harness.steps import (
     TOOL_USE_TYPES,
     AwaitInput,
@@ -21,6 +22,7 @@ from stead.harness.steps import (
 )
 
 __all__ = [
+    "SKILLS_ROOT",
     "TOOL_USE_TYPES",
     "AnthropicModel",
     "AwaitInput",
@@ -32,6 +34,7 @@ __all__ = [
     "ModelResponse",
     "OpenAICompatibleModel",
     "RunTools",
+    "SkillPrompt",
     "Step",
     "UpstreamError",
     "build_request",

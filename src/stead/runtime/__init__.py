@@ -16,6 +16,7 @@ from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
+from stead.runtime.skills import ResolvedSkills, SkillKeeper, check_skill_refs, resolve_skills
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
 from stead.tools import ToolOutcome
 
@@ -35,12 +36,14 @@ __all__ = [
     "ModelRouter",
     "Notice",
     "Peers",
+    "ResolvedSkills",
     "Runtime",
     "SandboxToolbox",
     "SandboxView",
     "SessionCredentials",
     "SessionFeed",
     "SharedBus",
+    "SkillKeeper",
     "Subscription",
     "SweepRound",
     "SystemClock",
@@ -49,9 +52,11 @@ __all__ = [
     "ToolsUnavailable",
     "brain_lock",
     "build_loop",
+    "check_skill_refs",
     "load_mcp",
     "open_bus",
     "refresh_grant",
+    "resolve_skills",
     "sandbox_config",
     "write_back_grant",
 ]

@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 
 from stead import usage as accounting
 from stead.events import EventType
-from stead.harness import CallModel, McpTool, ModelRequest, build_request, next_step
+from stead.harness import (
+    CallModel,
+    McpTool,
+    ModelRequest,
+    SkillPrompt,
+    build_request,
+    next_step,
+)
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
@@ -35,6 +42,7 @@ def model_request(
     run_id: str,
     position: int,
     mcp_tools: Sequence[McpTool],
+    skills: Sequence[SkillPrompt] = (),
 ) -> tuple[ModelRequest, str]:
     """The request a model step at ``position`` sends, and its op key."""
     request = build_request(
@@ -43,6 +51,7 @@ def model_request(
         deps.tools.definitions,
         max_tokens=deps.settings.max_output_tokens,
         mcp_tools=mcp_tools,
+        skills=skills,
     )
     return request, op_key("model", request.as_params(), run_id, position)
 
@@ -78,6 +87,8 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
         mcp_tools = deps.mcp.cached(claim.session_id, session.agent)
         if mcp_tools is None:
             return None
+        if session.agent.get("skills"):
+            return None  # resolved by a store read, which the claim must not wait for
         try:
             events = held + [ev.as_log(r) for r in tail]
             step = next_step(events)

@@ -2,20 +2,23 @@
 that turn requests into stored definitions. Imports nothing else from stead but
 the shared package-spec rules (``stead.package_specs``)."""
 
-from stead.schemas import agents, environments, events, sessions, vaults, work
+from stead.schemas import agents, environments, events, sessions, skills, vaults, work
 from stead.schemas.event_types import SessionEventType
 from stead.schemas.limits import MAX_VERSION
+from stead.schemas.skill_archive import SkillLimits
 from stead.schemas.validation import RequestError, StrictParams
 
 __all__ = [
     "MAX_VERSION",
     "RequestError",
     "SessionEventType",
+    "SkillLimits",
     "StrictParams",
     "agents",
     "environments",
     "events",
     "sessions",
+    "skills",
     "vaults",
     "work",
 ]

@@ -59,6 +59,14 @@ from stead.store.errors import (
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.skills import (
+    SKILL_SCOPE,
+    NewSkillVersion,
+    SkillRecord,
+    SkillStore,
+    SkillVersionRecord,
+    skill_name_taken,
+)
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -80,6 +88,7 @@ __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
     "LIVE_RUN_STATUSES",
     "NO_HEARTBEAT",
+    "SKILL_SCOPE",
     "TOKEN_PREFIX",
     "AgentRecord",
     "ApiKey",
@@ -112,6 +121,7 @@ __all__ = [
     "LedgerRow",
     "NewEvent",
     "NewFile",
+    "NewSkillVersion",
     "NotFound",
     "OpRecord",
     "Order",
@@ -128,6 +138,9 @@ __all__ = [
     "SandboxLeaseStatus",
     "SessionFilter",
     "SessionRecord",
+    "SkillRecord",
+    "SkillStore",
+    "SkillVersionRecord",
     "SqlStore",
     "Store",
     "StoreError",
@@ -144,6 +157,7 @@ __all__ = [
     "open_store",
     "open_store_sync",
     "single_brain",
+    "skill_name_taken",
 ]
 
 READERS = 4
