@@ -96,7 +96,7 @@ def _refs(node: Any) -> list[str]:
 
 
 def test_every_route_and_body_is_described(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = httpx2.get(f"{server.url}/openapi.json", timeout=30).json()
     served = {
         (method, path)
         for path, item in document["paths"].items()
@@ -119,7 +119,7 @@ def test_every_route_and_body_is_described(server: ServerProcess) -> None:
 
 
 def test_query_parameters_use_the_wire_names(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = httpx2.get(f"{server.url}/openapi.json", timeout=30).json()
     listed = document["paths"]["/v1/sessions"]["get"]["parameters"]
     names = {p["name"] for p in listed}
     assert {"statuses[]", "created_at[gte]", "order", "page", "limit"} <= names
@@ -130,7 +130,7 @@ def test_query_parameters_use_the_wire_names(server: ServerProcess) -> None:
 def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
     server: ServerProcess,
 ) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = httpx2.get(f"{server.url}/openapi.json", timeout=30).json()
     assert document["components"]["securitySchemes"]["ApiKey"] == {
         "type": "apiKey",
         "in": "header",
@@ -155,7 +155,7 @@ def test_each_route_lists_the_statuses_it_answers_with_the_error_envelope(
 
 
 def test_the_terminal_websockets_are_described(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = httpx2.get(f"{server.url}/openapi.json", timeout=30).json()
     for kind in ("exec", "pty"):
         item = document["paths"][f"/v1/sessions/{{session_id}}/sandbox/{kind}"]
         assert set(item) == {"x-websocket"}, "no HTTP operation: the route answers none"
@@ -165,7 +165,7 @@ def test_the_terminal_websockets_are_described(server: ServerProcess) -> None:
 
 
 def test_health_checks_ask_for_no_key(server: ServerProcess) -> None:
-    document = httpx2.get(f"{server.url}/openapi.json").json()
+    document = httpx2.get(f"{server.url}/openapi.json", timeout=30).json()
     for path in ("/healthz", "/readyz"):
         operation = document["paths"][path]["get"]
         assert operation["security"] == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anthropic
@@ -300,3 +301,24 @@ def test_skill_zips_stay_out_of_the_files_api(client: anthropic.Anthropic) -> No
     listed = {f.filename for f in client.beta.files.list(limit=1000)}
     assert not any(name.startswith("skill-") and name.endswith(".zip") for name in listed)
     assert skill.id
+
+
+def test_concurrent_creates_of_one_name_make_one_skill(
+    server_on_each_store: ServerProcess,
+) -> None:
+    assert server_on_each_store.first_key
+    name = _name()
+
+    def create(_: int) -> str:
+        with make_client(server_on_each_store.url, server_on_each_store.first_key) as sdk:  # type: ignore[arg-type]
+            try:
+                return sdk.beta.skills.create(files=skill_files(name)).id
+            except anthropic.ConflictError:
+                return "409"
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(create, range(4)))
+    made = [r for r in results if r != "409"]
+    assert len(made) == 1 and results.count("409") == 3
+    with make_client(server_on_each_store.url, server_on_each_store.first_key) as sdk:
+        assert [v.name for v in sdk.beta.skills.versions.list(made[0])] == [name]
