@@ -170,15 +170,19 @@ def test_list_pages_newest_first_and_filters_by_source(client: anthropic.Anthrop
         client.beta.skills.list(limit=1001)
 
 
-def test_a_taken_name_is_a_409_and_a_version_keeps_the_name(client: anthropic.Anthropic) -> None:
+def test_a_taken_name_is_a_409_and_a_version_keeps_the_name(
+    client: anthropic.Anthropic, server_on_each_store: ServerProcess
+) -> None:
     name = _name()
     skill = client.beta.skills.create(files=skill_files(name))
     with pytest.raises(anthropic.ConflictError, match=name) as caught:
         client.beta.skills.create(files=skill_files(name))
     assert caught.value.body["error"]["details"]["error_code"] == "skill_name_taken"  # type: ignore[index]
     other = _name()
+    before = _blobs(server_on_each_store)
     with pytest.raises(anthropic.BadRequestError, match=r"files: SKILL\.md names"):
         client.beta.skills.versions.create(skill.id, files=skill_files(other))
+    assert _blobs(server_on_each_store) == before
     assert [v.id for v in client.beta.skills.versions.list(skill.id)] == [skill.latest_version_id]
 
 

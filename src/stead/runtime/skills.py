@@ -32,6 +32,7 @@ from stead.store import (
     SkillRecord,
     SkillVersionRecord,
     Store,
+    skill_name_changed,
     skill_name_taken,
 )
 
@@ -109,8 +110,10 @@ class SkillKeeper:
         self, workspace_id: str, skill_id: str, parts: Sequence[tuple[str, bytes]]
     ) -> SkillVersionRecord:
         """A new version of the skill (``NotFound`` for another workspace's)."""
-        await self._store.get_skill(workspace_id, skill_id)
+        skill = await self._store.get_skill(workspace_id, skill_id)
         found = await self._bundle(parts)
+        if found.name != skill.name:
+            raise skill_name_changed(found.name, skill.name)  # the store checks it too
         staged = await self._stage(workspace_id, skill_id, found)
         _, version = await self._record(
             staged, lambda new: self._store.add_skill_version(skill_id, new), found

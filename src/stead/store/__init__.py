@@ -65,6 +65,7 @@ from stead.store.skills import (
     SkillRecord,
     SkillStore,
     SkillVersionRecord,
+    skill_name_changed,
     skill_name_taken,
 )
 from stead.store.sql import SqlStore
@@ -157,6 +158,7 @@ __all__ = [
     "open_store",
     "open_store_sync",
     "single_brain",
+    "skill_name_changed",
     "skill_name_taken",
 ]
 

@@ -17,6 +17,7 @@ from stead.store.skills import (
     NewSkillVersion,
     SkillRecord,
     SkillVersionRecord,
+    skill_name_changed,
     skill_name_taken,
 )
 from stead.store.tables import files, skill_versions, skills, workspaces
@@ -112,11 +113,7 @@ def add_skill_version(
     _locks.row(conn, skills, skill_id)
     skill = get_skill(conn, new.workspace_id, skill_id)
     if new.name != skill.name:
-        raise Conflict(
-            f"files: SKILL.md names the skill {new.name!r}, but this skill is "
-            f"{skill.name!r} (a skill's name never changes)",
-            status=400,
-        )
+        raise skill_name_changed(new.name, skill.name)
     version = _version_id(now, skill.latest_version)
     _insert_version(conn, now, skill_id, version, new)
     conn.execute(

@@ -31,6 +31,14 @@ def skill_name_taken(name: str) -> Conflict:
     )
 
 
+def skill_name_changed(new: str, current: str) -> Conflict:
+    return Conflict(
+        f"files: SKILL.md names the skill {new!r}, but this skill is {current!r} "
+        "(a skill's name never changes)",
+        status=400,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class NewSkillVersion:
     """A version whose zip is staged as the pending file ``file_id``."""
