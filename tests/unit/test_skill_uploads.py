@@ -182,6 +182,6 @@ def test_bad_names_are_refused(name: str, problem: str) -> None:
 def test_display_names() -> None:
     assert display_name(None, "pdf-tools") == "pdf-tools"
     assert display_name("PDF tools", "pdf-tools") == "PDF tools"
-    for bad in ("", " ", "a\nb", "x" * 256):
+    for bad in ("", " ", "a\nb", "tab\there", "nul\x00", "x" * 256):
         with pytest.raises(RequestError, match=r"^display_name"):
             display_name(bad, "n")

@@ -29,6 +29,7 @@ MAX_DISPLAY_NAME = 255
 RESERVED_WORDS = ("anthropic", "claude")
 _SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _TAG = re.compile(r"<[^>]*>")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 FIELD = "files"
 
 
@@ -141,6 +142,6 @@ def display_name(raw: str | None, name: str) -> str:
     """The skill's label: ``raw`` if given (one line, 1-255 characters), else ``name``."""
     if raw is None:
         return name
-    if not raw.strip() or len(raw) > MAX_DISPLAY_NAME or "\n" in raw or "\r" in raw:
+    if not raw.strip() or len(raw) > MAX_DISPLAY_NAME or _CONTROL.search(raw):
         raise RequestError(f"display_name: one line of 1 to {MAX_DISPLAY_NAME} characters")
     return raw
