@@ -3,8 +3,9 @@ stored filename and MIME type.
 
 The body is parsed by Starlette's multipart parser into a spooled temporary
 file (in memory up to 1 MiB, then on disk), counted as it arrives so a body past
-the limit stops at the limit. Only ``file`` and the route's named text fields
-are accepted; anything else is a 400 naming it.
+the limit stops at the limit. Only the file part (``file`` for the Files API,
+``files`` for skills) and the route's named text fields are accepted; anything
+else is a 400 naming it.
 """
 
 from __future__ import annotations
