@@ -23,6 +23,7 @@ SITES = frozenset(
         "turn.before_start",
         "turn.before_idle",
         "store.before_commit",
+        "skills.after_stage",
     }
 )
 

@@ -135,6 +135,7 @@ def create_app(
                     settings.skill_max_file_bytes,
                     settings.skill_max_files,
                 ),
+                failpoints,
             )
             app.state.services = Services(
                 settings=settings,

@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import anyio
 
+from stead.failpoints import FailPoints
 from stead.jsonvalues import Json
 from stead.runtime.files import FileKeeper
 from stead.schemas import RequestError, SkillLimits, skills
@@ -79,10 +80,17 @@ async def check_skill_refs(
 
 
 class SkillKeeper:
-    def __init__(self, store: Store, files: FileKeeper, limits: SkillLimits) -> None:
+    def __init__(
+        self,
+        store: Store,
+        files: FileKeeper,
+        limits: SkillLimits,
+        failpoints: FailPoints | None = None,
+    ) -> None:
         self._store = store
         self._files = files
         self._limits = limits
+        self._failpoints = failpoints or FailPoints(None)
 
     @property
     def limits(self) -> SkillLimits:
@@ -145,6 +153,7 @@ class SkillKeeper:
         write: Callable[[NewSkillVersion], Awaitable[R]],
         found: skills.SkillBundle,
     ) -> R:
+        self._failpoints.hit("skills.after_stage")
         new = NewSkillVersion(staged.workspace_id, found.name, found.description, staged.id)
         try:
             return await write(new)
