@@ -172,6 +172,13 @@ class Settings(BaseSettings):
     """How often deleted files' blobs (and abandoned uploads) are removed."""
     file_upload_grace_seconds: float = Field(default=6 * 3600.0, gt=0)
     """An upload not finished after this long is abandoned and collected."""
+    # Skills: each version's files, zipped, in the blob store (through the Files API's keeper).
+    skill_max_bytes: int = Field(default=30 * 1024 * 1024, gt=0)
+    """Largest skill version: its files together, uncompressed, and its upload."""
+    skill_max_file_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
+    """Largest single file of a skill, uncompressed."""
+    skill_max_files: int = Field(default=1000, gt=0)
+    """Most files one skill version may hold."""
     idempotency_ttl_seconds: float = Field(default=24 * 3600.0, gt=0)
     """How long an ``Idempotency-Key`` answers with the first request's answer."""
     idempotency_wait_seconds: float = Field(default=10.0, ge=0)

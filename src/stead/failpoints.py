@@ -27,6 +27,7 @@ SITES = frozenset(
         "store.before_commit",
         "outputs.after_begin",
         "outputs.after_capture",
+        "skills.after_stage",
     }
 )
 

@@ -22,6 +22,7 @@ PREFIXES = {
     "environment_key": "envkey",
     "file": "file",
     "session_resource": "sesrsc",
+    "skill": "skill",
 }
 
 

@@ -77,6 +77,15 @@ ROUTES = {
     ("get", "/v1/sessions/{session_id}/resources/{resource_id}"): None,
     ("post", "/v1/sessions/{session_id}/resources/{resource_id}"): "ResourceUpdateParams",
     ("delete", "/v1/sessions/{session_id}/resources/{resource_id}"): None,
+    ("post", "/v1/skills"): None,
+    ("get", "/v1/skills"): None,
+    ("get", "/v1/skills/{skill_id}"): None,
+    ("delete", "/v1/skills/{skill_id}"): None,
+    ("post", "/v1/skills/{skill_id}/versions"): None,
+    ("get", "/v1/skills/{skill_id}/versions"): None,
+    ("get", "/v1/skills/{skill_id}/versions/{version}"): None,
+    ("delete", "/v1/skills/{skill_id}/versions/{version}"): None,
+    ("get", "/v1/skills/{skill_id}/versions/{version}/content"): None,
 }
 
 

@@ -9,6 +9,7 @@ from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
 from stead.api.params import AgentId, Timestamp
 from stead.api.wire import JSONResponse
+from stead.runtime import check_skill_refs
 from stead.schemas import MAX_VERSION, agents
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
@@ -19,7 +20,9 @@ AGENT_OR_CONFLICT = openapi.response("beta.BetaManagedAgentsAgent", 409)
 @router.post("", responses=AGENT, openapi_extra=openapi.body("AgentCreateParams"))
 async def create_agent(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
     definition = agents.definition_from_create(await json_body(request))
-    record = await services(request).store.create_agent(who.workspace_id, definition)
+    store = services(request).store
+    await check_skill_refs(store, who.workspace_id, definition["skills"], "skills")
+    record = await store.create_agent(who.workspace_id, definition)
     return JSONResponse(wire.agent(record))
 
 
@@ -41,7 +44,11 @@ async def update_agent(
     request: Request, agent_id: AgentId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     expected, params = agents.parse_update(await json_body(request))
-    record = await services(request).store.update_agent(
+    store = services(request).store
+    if "skills" in params:
+        skills = agents.resolve_skills(list(params["skills"] or []))
+        await check_skill_refs(store, who.workspace_id, skills, "skills")
+    record = await store.update_agent(
         who.workspace_id, agent_id, expected, lambda current: agents.apply_update(current, params)
     )
     return JSONResponse(wire.agent(record))

@@ -23,6 +23,7 @@ from stead.api import (
     resources,
     sandbox,
     sessions,
+    skills,
     terminals,
     usage,
     vaults,
@@ -42,11 +43,13 @@ from stead.runtime import (
     Runtime,
     SandboxToolbox,
     SessionCredentials,
+    SkillKeeper,
     brain_lock,
     build_loop,
     open_bus,
 )
 from stead.sandbox import open_provider
+from stead.schemas import SkillLimits
 from stead.store import Store, open_store, single_brain
 from stead.telemetry import Metrics, Telemetry, open_tracing
 from stead.vault import load_secret_box
@@ -60,6 +63,7 @@ ROUTE_MODULES = (
     vaults,
     credential_checks,
     files,
+    skills,
     sandbox,
     terminals,
     work,
@@ -115,6 +119,16 @@ def create_app(
                 purge_interval=settings.file_purge_interval_seconds,
                 upload_grace=settings.file_upload_grace_seconds,
             )
+            skill_keeper = SkillKeeper(
+                opened,
+                keeper,
+                SkillLimits(
+                    settings.skill_max_bytes,
+                    settings.skill_max_file_bytes,
+                    settings.skill_max_files,
+                ),
+                failpoints,
+            )
             toolbox = SandboxToolbox(
                 settings,
                 opened,
@@ -146,6 +160,7 @@ def create_app(
                 cursor_secret=await opened.installation_secret(CURSOR_SECRET),
                 secrets=box,
                 files=keeper,
+                skills=skill_keeper,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)

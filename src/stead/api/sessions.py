@@ -15,7 +15,8 @@ from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.wire import JSONResponse
 from stead.events import EventType
 from stead.ids import new_id
-from stead.schemas import MAX_VERSION, events, sessions
+from stead.runtime import check_skill_refs
+from stead.schemas import MAX_VERSION, agents, events, sessions
 from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -40,6 +41,9 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
     spec.fields["resources"] = await resources.check_file_mounts(
         app, who.workspace_id, spec.environment_id, spec.file_mounts, "resources."
     )
+    if "skills" in spec.overrides:
+        skills = agents.resolve_skills(list(spec.overrides["skills"] or []), "agent.skills")
+        await check_skill_refs(app.store, who.workspace_id, skills, "agent.skills")
 
     def build_agent(agent: AgentRecord) -> dict[str, object]:
         built = sessions.snapshot(agent.id, agent.version, agent.definition, spec.overrides)

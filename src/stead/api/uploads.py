@@ -3,8 +3,9 @@ stored filename and MIME type.
 
 The body is parsed by Starlette's multipart parser into a spooled temporary
 file (in memory up to 1 MiB, then on disk), counted as it arrives so a body past
-the limit stops at the limit. Only ``file`` and the route's named text fields
-are accepted; anything else is a 400 naming it.
+the limit stops at the limit. Only the file part (``file`` for the Files API,
+``files`` for skills) and the route's named text fields are accepted; anything
+else is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 import anyio
 from fastapi import Request
-from starlette.datastructures import UploadFile
+from starlette.datastructures import FormData, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from stead.api.errors import ApiError
@@ -57,56 +58,100 @@ class Upload:
             yield chunk
 
 
-def too_large(limit: int) -> ApiError:
-    return ApiError(
-        413, f"file: larger than the {limit}-byte limit of this server (STEAD_MAX_FILE_BYTES)"
-    )
+def too_large(limit: int, field: str = "file", setting: str = "STEAD_MAX_FILE_BYTES") -> ApiError:
+    return ApiError(413, f"{field}: larger than the {limit}-byte limit of this server ({setting})")
 
 
 async def read_upload(request: Request, max_file_bytes: int, fields: tuple[str, ...]) -> Upload:
     """The upload in ``request``: one part ``file`` and at most the text ``fields``.
     The caller closes ``Upload.file``."""
+    form = await _parse(request, max_file_bytes, max_files=1000)
+    try:
+        return _upload(form.multi_items(), fields, max_file_bytes)
+    except BaseException:
+        await form.close()
+        raise
+
+
+async def _parse(
+    request: Request,
+    max_file_bytes: int,
+    *,
+    max_files: int,
+    field: str = "file",
+    setting: str = "STEAD_MAX_FILE_BYTES",
+) -> FormData:
+    """The form of a multipart body at most ``max_file_bytes`` (plus the form's
+    overhead) long; the caller closes it."""
     media = request.headers.get("content-type", "")
     if media.partition(";")[0].strip().lower() != "multipart/form-data":
         raise ApiError(415, "content-type: send the file as multipart/form-data")
     limit = max_file_bytes + FORM_OVERHEAD
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large(max_file_bytes)
+        raise too_large(max_file_bytes, field, setting)
     parser = MultiPartParser(
-        request.headers, _capped(request, limit, max_file_bytes), max_fields=MAX_FIELDS
+        request.headers,
+        _capped(request, limit, too_large(max_file_bytes, field, setting)),
+        max_fields=MAX_FIELDS,
+        max_files=max_files,
     )
     try:
-        form = await parser.parse()
+        return await parser.parse()
     except MultiPartException as exc:
+        if str(exc).startswith("Too many files"):
+            raise RequestError(f"{field}: send at most {max_files} files") from None
         raise RequestError(f"body: {exc}") from None
-    files = [value for _, value in form.multi_items() if isinstance(value, UploadFile)]
+
+
+async def read_files(
+    request: Request, max_bytes: int, max_files: int, fields: tuple[str, ...]
+) -> tuple[list[tuple[str, bytes]], dict[str, str]]:
+    """The parts named ``files`` (or ``files[]``, as the SDK sends a list), each
+    as (its filename with the path it names, its bytes), at most ``max_bytes``
+    together, and the text ``fields``."""
+    form = await _parse(
+        request, max_bytes, max_files=max_files, field="files", setting="STEAD_SKILL_MAX_BYTES"
+    )
     try:
-        return _upload(form.multi_items(), fields, max_file_bytes)
-    except BaseException:
-        for opened in files:
-            await opened.close()
-        raise
+        found, text = _split(form.multi_items(), ("files", "files[]"), fields)
+        parts: list[tuple[str, bytes]] = []
+        for i, part in enumerate(found):
+            if not part.filename:
+                raise RequestError(f"files.{i}: send the file's path as its filename")
+            parts.append((part.filename, await part.read()))
+        return parts, text
+    finally:
+        await form.close()
 
 
-def _upload(
-    items: list[tuple[str, str | UploadFile]], fields: tuple[str, ...], limit: int
-) -> Upload:
-    found: UploadFile | None = None
+def _split(
+    items: list[tuple[str, str | UploadFile]], names: tuple[str, ...], fields: tuple[str, ...]
+) -> tuple[list[UploadFile], dict[str, str]]:
+    """The file parts named one of ``names``, and the text ``fields`` (each once)."""
+    found: list[UploadFile] = []
     text: dict[str, str] = {}
     for name, value in items:
-        if name == "file" and isinstance(value, UploadFile):
-            if found is not None:
-                raise RequestError("file: send exactly one file")
-            found = value
-        elif name == "file":
-            raise RequestError("file: send the file as a file part (with a filename)")
+        if name in names and isinstance(value, UploadFile):
+            found.append(value)
+        elif name in names:
+            raise RequestError(f"{names[0]}: send each file as a file part (with a filename)")
         elif name not in fields:
             raise RequestError(f"{name}: unknown field")
         elif isinstance(value, UploadFile) or name in text:
             raise RequestError(f"{name}: send one text value")
         else:
             text[name] = value
+    return found, text
+
+
+def _upload(
+    items: list[tuple[str, str | UploadFile]], fields: tuple[str, ...], limit: int
+) -> Upload:
+    files, text = _split(items, ("file",), fields)
+    if len(files) > 1:
+        raise RequestError("file: send exactly one file")
+    found = files[0] if files else None
     if found is None:
         raise RequestError("file: a file part named 'file' is required")
     size = found.size or 0
@@ -116,12 +161,12 @@ def _upload(
     return Upload(found, size, filename(found.filename), declared, text)
 
 
-async def _capped(request: Request, limit: int, file_limit: int) -> AsyncGenerator[bytes, None]:
+async def _capped(request: Request, limit: int, error: ApiError) -> AsyncGenerator[bytes, None]:
     received = 0
     async for chunk in request.stream():
         received += len(chunk)
         if received > limit:
-            raise too_large(file_limit)
+            raise error
         yield chunk
 
 

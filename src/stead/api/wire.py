@@ -19,6 +19,8 @@ from stead.store import (
     EventRecord,
     FileRecord,
     SessionRecord,
+    SkillRecord,
+    SkillVersionRecord,
     VaultRecord,
 )
 
@@ -138,6 +140,30 @@ def credential(record: CredentialRecord) -> Json:
         "created_at": ts(record.created_at),
         "updated_at": ts(record.updated_at),
         "archived_at": ts(record.archived_at),
+    }
+
+
+def skill(record: SkillRecord) -> Json:
+    """``BetaSkill``: every skill stead keeps is a workspace's own (``custom``)."""
+    return {
+        "type": "skill",
+        "id": record.id,
+        "display_name": record.display_name,
+        "latest_version_id": record.latest_version,
+        "source": {"type": "custom"},
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+    }
+
+
+def skill_version(record: SkillVersionRecord) -> Json:
+    return {
+        "type": "skill_version",
+        "id": record.version,
+        "skill_id": record.skill_id,
+        "name": record.name,
+        "description": record.description,
+        "created_at": ts(record.created_at),
     }
 
 

@@ -23,6 +23,7 @@ from stead.harness.model import (
 )
 from stead.harness.parse import response_events
 from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
+from stead.harness.skills import SKILLS_ROOT, SkillPrompt
 from stead.harness.steps import (
     TOOL_USE_TYPES,
     AwaitInput,
@@ -36,6 +37,7 @@ from stead.harness.steps import (
 from stead.harness.windows import context_window
 
 __all__ = [
+    "SKILLS_ROOT",
     "SUMMARY_INSTRUCTION",
     "TOOL_USE_TYPES",
     "AnswerObserver",
@@ -52,6 +54,7 @@ __all__ = [
     "ModelResponse",
     "OpenAICompatibleModel",
     "RunTools",
+    "SkillPrompt",
     "Step",
     "UpstreamError",
     "build_request",

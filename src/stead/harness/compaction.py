@@ -34,6 +34,7 @@ from stead.harness.context import (
 )
 from stead.harness.mcp import McpTool
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
+from stead.harness.skills import SkillPrompt
 from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
 from stead.harness.windows import estimate_tokens
 from stead.jsonvalues import Json
@@ -95,17 +96,24 @@ def plan_compaction(
     max_tokens: int,
     limits: ContextLimits,
     mcp_tools: Sequence[McpTool] = (),
+    skills: Sequence[SkillPrompt] = (),
 ) -> Compact | CompactionLimit | None:
     """What to do before the model request the log calls for: nothing (None:
     it fits), compact, or give up."""
     summary, live = live_context(events)
-    request = request_with(
-        agent,
-        render_messages(summary, live),
-        builtin_definitions,
-        max_tokens=max_tokens,
-        mcp_tools=mcp_tools,
-    )
+
+    def shaped(messages: list[Json]) -> ModelRequest:
+        """The agent's own request (system prompt, skills, tools) with ``messages``."""
+        return request_with(
+            agent,
+            messages,
+            builtin_definitions,
+            max_tokens=max_tokens,
+            mcp_tools=mcp_tools,
+            skills=skills,
+        )
+
+    request = shaped(render_messages(summary, live))
     tokens = context_tokens(request, events)
     if tokens <= limits.trigger:
         return None
@@ -116,7 +124,7 @@ def plan_compaction(
             f"the context was compacted {in_a_row} times in a row and still does not fit "
             f"the model's context window of {window} tokens"
         )
-    bare = request_with(agent, [], builtin_definitions, max_tokens=max_tokens, mcp_tools=mcp_tools)
+    bare = shaped([])
     summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
     cut = choose_cut(live, estimate_tokens(bare.as_params()), limits, summary_tokens)
     if cut is None:
@@ -130,9 +138,7 @@ def plan_compaction(
         messages[-1]["content"].append(instruction)
     else:
         messages.append({"role": "user", "content": [instruction]})
-    asking = request_with(
-        agent, messages, builtin_definitions, max_tokens=max_tokens, mcp_tools=mcp_tools
-    )
+    asking = shaped(messages)
     return Compact(asking, int(live[cut]["_seq"]), tokens)
 
 

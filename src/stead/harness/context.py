@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from stead.events import EventType
 from stead.harness.mcp import McpTool, definition, enabled_mcp_tools, model_tool_name
 from stead.harness.model import ModelRequest
+from stead.harness.skills import SkillPrompt, skills_prompt
 from stead.jsonvalues import Json
 
 CACHE = {"type": "ephemeral"}
@@ -169,6 +170,15 @@ def render_messages(summary: str | None, events: Sequence[Json]) -> list[Json]:
     return messages
 
 
+def _system(system: str | None, skills: Sequence[SkillPrompt]) -> list[Json] | None:
+    texts = [text for text in (system, skills_prompt(skills)) if text]
+    blocks: list[Json] = [{"type": "text", "text": text} for text in texts]
+    if not blocks:
+        return None
+    blocks[-1]["cache_control"] = CACHE
+    return blocks
+
+
 def build_request(
     agent: Json,
     events: Sequence[Json],
@@ -176,14 +186,17 @@ def build_request(
     *,
     max_tokens: int,
     mcp_tools: Sequence[McpTool] = (),
+    skills: Sequence[SkillPrompt] = (),
 ) -> ModelRequest:
-    """``mcp_tools``: what the agent's MCP servers listed (the runtime asks them)."""
+    """``mcp_tools``: what the agent's MCP servers listed (the runtime asks
+    them); ``skills``: the agent's skills as the runtime resolved them."""
     return request_with(
         agent,
         build_messages(events),
         builtin_definitions,
         max_tokens=max_tokens,
         mcp_tools=mcp_tools,
+        skills=skills,
     )
 
 
@@ -194,12 +207,12 @@ def request_with(
     *,
     max_tokens: int,
     mcp_tools: Sequence[McpTool] = (),
+    skills: Sequence[SkillPrompt] = (),
 ) -> ModelRequest:
     """The agent's request (system prompt, tools) carrying ``messages``."""
-    system = agent.get("system")
     return ModelRequest(
         model=agent["model"]["id"],
-        system=[{"type": "text", "text": system, "cache_control": CACHE}] if system else None,
+        system=_system(agent.get("system"), skills),
         tools=_tool_definitions(agent, builtin_definitions, mcp_tools),
         messages=messages,
         max_tokens=max_tokens,

@@ -17,6 +17,7 @@ from stead.runtime.mounts import MAX_MOUNTED_BYTES, SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
+from stead.runtime.skills import ResolvedSkills, SkillKeeper, check_skill_refs, resolve_skills
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
 from stead.tools import ToolOutcome
 
@@ -38,6 +39,7 @@ __all__ = [
     "Notice",
     "Peers",
     "Preview",
+    "ResolvedSkills",
     "Runtime",
     "SandboxToolbox",
     "SandboxView",
@@ -45,6 +47,7 @@ __all__ = [
     "SessionFeed",
     "SessionMounts",
     "SharedBus",
+    "SkillKeeper",
     "Subscription",
     "SweepRound",
     "SystemClock",
@@ -53,9 +56,11 @@ __all__ = [
     "ToolsUnavailable",
     "brain_lock",
     "build_loop",
+    "check_skill_refs",
     "load_mcp",
     "open_bus",
     "refresh_grant",
+    "resolve_skills",
     "sandbox_config",
     "write_back_grant",
 ]

@@ -17,7 +17,7 @@ never stores a file never loads it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -88,29 +88,74 @@ class FileKeeper:
         """Stores ``chunks`` (``size_bytes`` long) as a new file and returns it,
         visible. Raises ``BlobError`` if the blob store fails; the pending row
         is then collected by the purger."""
+        new = await self.stage(
+            workspace_id, filename, mime_type, size_bytes, chunks, expires_at, scope
+        )
+        try:
+            return await self._store.file_ready(workspace_id, new.id)
+        except NotFound:
+            await self.abandon(new)
+            raise
+
+    async def stage(
+        self,
+        workspace_id: str,
+        filename: str,
+        mime_type: str,
+        size_bytes: int,
+        chunks: AsyncIterable[bytes],
+        expires_at: datetime | None = None,
+        scope: FileScope | None = None,
+    ) -> NewFile:
+        """Writes a pending (invisible) file: its row, then its blob. The caller
+        makes it ready in a transaction of its own (``file_ready``, or one that
+        records what the file belongs to with it); left pending, the purger
+        collects it after the grace. ``BlobError`` if the blob store fails."""
         file_id = new_id("file")
         key = f"{KEY_PREFIX}/{workspace_id}/{file_id}"
         new = NewFile(
             file_id, workspace_id, filename, mime_type, size_bytes, key, expires_at, scope
         )
-        return await self.finish(await self._store.begin_file(new), chunks)
+        await self._store.begin_file(new)
+        await self._write_blob(key, size_bytes, chunks)
+        return new
 
     async def finish(self, pending: FileRecord, chunks: AsyncIterable[bytes]) -> FileRecord:
         """Writes the bytes of a pending file and makes it visible. Writing the
         same bytes again (a capture cut short) is harmless: the blob is replaced
         whole. ``NotFound`` if the purger took the row meanwhile."""
-        key = pending.blob_key
-        written = await self._blob_store().put_stream(key, chunks)
-        if written.size != pending.size_bytes:  # the caller counted what it sent; never expected
-            raise BlobError(f"blob {key!r} holds {written.size} bytes, not {pending.size_bytes}")
+        await self._write_blob(pending.blob_key, pending.size_bytes, chunks)
         try:
             return await self._store.file_ready(pending.workspace_id, pending.id)
         except NotFound:
             # The purger took the row for an abandoned upload (this one ran past
             # the grace): nothing names the blob now, so it goes here.
             with anyio.CancelScope(shield=True):
-                await self._blob_store().delete(key)
+                await self._blob_store().delete(pending.blob_key)
             raise
+
+    async def _write_blob(self, key: str, size_bytes: int, chunks: AsyncIterable[bytes]) -> None:
+        written = await self._blob_store().put_stream(key, chunks)
+        if written.size != size_bytes:  # the caller counted what it sent; never expected
+            raise BlobError(f"blob {key!r} holds {written.size} bytes, not {size_bytes}")
+
+    async def abandon(self, staged: NewFile) -> None:
+        """Removes the blob of a staged file whose row the purger already took
+        (it ran past the grace): nothing names the blob now, so it goes here."""
+        with anyio.CancelScope(shield=True):
+            await self._blob_store().delete(staged.blob_key)
+
+    async def blob(self, blob_key: str) -> AsyncIterator[bytes]:
+        """The bytes of a file row's blob in chunks, for an aggregate that keeps
+        its own files (skills): each chunk bounded by the blob store's timeout."""
+        return await self._blob_store().get_stream(blob_key)
+
+    async def remove(self, tombstones: Sequence[FileRecord]) -> None:
+        """Removes the blobs and rows of files another aggregate tombstoned; a
+        blob store failure leaves the tombstone for the purger."""
+        with anyio.CancelScope(shield=True):  # bounded by the blob store's timeout
+            for record in tombstones:
+                await self._remove(record)
 
     async def content(
         self, workspace_id: str, file_id: str

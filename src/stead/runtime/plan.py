@@ -23,6 +23,7 @@ from stead.harness import (
     ContextLimits,
     McpTool,
     ModelRequest,
+    SkillPrompt,
     build_request,
     context_window,
     next_step,
@@ -46,6 +47,7 @@ def model_request(
     run_id: str,
     position: int,
     mcp_tools: Sequence[McpTool],
+    skills: Sequence[SkillPrompt] = (),
 ) -> tuple[ModelRequest, str]:
     """The request a model step at ``position`` sends, and its op key."""
     request = build_request(
@@ -54,12 +56,17 @@ def model_request(
         deps.tools.definitions,
         max_tokens=deps.settings.max_output_tokens,
         mcp_tools=mcp_tools,
+        skills=skills,
     )
     return request, op_key("model", request.as_params(), run_id, position)
 
 
 def compaction(
-    deps: LoopDeps, agent: Json, events: Sequence[Json], mcp_tools: Sequence[McpTool]
+    deps: LoopDeps,
+    agent: Json,
+    events: Sequence[Json],
+    mcp_tools: Sequence[McpTool],
+    skills: Sequence[SkillPrompt] = (),
 ) -> Compact | CompactionLimit | None:
     """What a model step must do first: compact the log's context, give up, or
     nothing (None: the request fits its model's window)."""
@@ -78,6 +85,7 @@ def compaction(
         max_tokens=settings.max_output_tokens,
         limits=limits,
         mcp_tools=mcp_tools,
+        skills=skills,
     )
 
 
@@ -112,6 +120,8 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
         mcp_tools = deps.mcp.cached(claim.session_id, session.agent)
         if mcp_tools is None:
             return None
+        if session.agent.get("skills"):
+            return None  # resolved by a store read, which the claim must not wait for
         try:
             events = held + [ev.as_log(r) for r in tail]
             step = next_step(events)

@@ -48,6 +48,7 @@ from stead.harness import (
     ModelRequest,
     ModelResponse,
     RunTools,
+    SkillPrompt,
     UpstreamError,
     compacted_body,
     next_step,
@@ -61,6 +62,7 @@ from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
 from stead.runtime.plan import compaction, dangling_span, model_request
 from stead.runtime.previews import PreviewTracker
+from stead.runtime.skills import resolve_skills
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.store import (
     BudgetReached,
@@ -112,6 +114,8 @@ class TurnRunner:
         self._log: list[Json] | None = None
         self._mcp_tools: tuple[McpTool, ...] | None = None
         """What the agent's MCP servers offer, asked once per run."""
+        self._skills: tuple[SkillPrompt, ...] | None = None
+        """The agent's skills, resolved once per run."""
         self._credentials_checked = False
         self._on_workers: bool | None = None
         """The session's environment is self-hosted: workers run its tools."""
@@ -258,13 +262,14 @@ class TurnRunner:
         """``opened``: the span the claim opened for this very request (the
         claim opens none for a request that needs compacting first)."""
         mcp_tools = await self._offered_mcp_tools()
+        skills = await self._offered_skills()
         if opened is None:
             await self._close_dangling_span(events)
-            planned = compaction(self.deps, agent, events, mcp_tools)
+            planned = compaction(self.deps, agent, events, mcp_tools, skills)
             if planned is not None:
                 return await self._compact(agent["model"]["id"], planned)
         request, key = model_request(
-            self.deps, agent, events, self.claim.run_id, position, mcp_tools
+            self.deps, agent, events, self.claim.run_id, position, mcp_tools, skills
         )
         if opened is None:
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
@@ -354,6 +359,20 @@ class TurnRunner:
                 await self._write([_mcp_error(p) for p in found.problems])
             self._mcp_tools = found.tools
         return self._mcp_tools
+
+    async def _offered_skills(self) -> tuple[SkillPrompt, ...]:
+        """The skills this run describes to the model, resolved on its first
+        request; one deleted since the agent named it is reported and left out."""
+        if self._skills is None:
+            session = self.start.session
+            refs = session.agent.get("skills") or []
+            found = await resolve_skills(self.deps.store, session.workspace_id, refs)
+            if found.missing:
+                await self._write(
+                    [ev.session_error("unknown_error", m, "retrying") for m in found.missing]
+                )
+            self._skills = tuple(SkillPrompt(v.name, v.description) for v in found.versions)
+        return self._skills
 
     async def _ask(
         self, model: str, request: ModelRequest, key: str, previews: PreviewTracker | None = None

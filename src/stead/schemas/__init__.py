@@ -8,24 +8,28 @@ from stead.schemas import (
     events,
     resources,
     sessions,
+    skills,
     vaults,
     work,
     workspace_limits,
 )
 from stead.schemas.event_types import SessionEventType
 from stead.schemas.limits import MAX_VERSION
+from stead.schemas.skill_archive import SkillLimits
 from stead.schemas.validation import RequestError, StrictParams
 
 __all__ = [
     "MAX_VERSION",
     "RequestError",
     "SessionEventType",
+    "SkillLimits",
     "StrictParams",
     "agents",
     "environments",
     "events",
     "resources",
     "sessions",
+    "skills",
     "vaults",
     "work",
     "workspace_limits",

@@ -28,6 +28,7 @@ WEB_TOOL_KEYS = (
 )
 MAX_TOOLS = 256
 MAX_MCP_SERVERS = 20
+MAX_SKILLS = 20
 CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 DEFAULT_IDENTITY: Json = {"type": "service_account"}
 URL_SOURCES = ("user_input", "client_tool_results", "server_tool_results")
@@ -254,7 +255,23 @@ def resolve_mcp_servers(servers: list[Json], field: str = "mcp_servers") -> list
     return resolved
 
 
-def resolve_skills(skills: list[Json]) -> list[Json]:
+def resolve_skills(skills: list[Json], field: str = "skills") -> list[Json]:
+    """Skill references with ``latest`` for an unpinned version. Only custom
+    skills: stead has no copy of Anthropic's pre-built ones to mount. That each
+    skill exists is the runtime's check (``check_skill_refs``)."""
+    if len(skills) > MAX_SKILLS:
+        raise RequestError(f"{field}: at most {MAX_SKILLS} skills, got {len(skills)}")
+    seen: set[str] = set()
+    for i, skill in enumerate(skills):
+        if skill["type"] != "custom":
+            raise RequestError(
+                f"{field}.{i}.type: stead does not provide Anthropic pre-built skills "
+                f"({skill['skill_id']!r}); upload the skill's files with POST /v1/skills "
+                "and name it as a custom skill"
+            )
+        if skill["skill_id"] in seen:
+            raise RequestError(f"{field}.{i}.skill_id: {skill['skill_id']!r} is named twice")
+        seen.add(skill["skill_id"])
     return [
         {"type": s["type"], "skill_id": s["skill_id"], "version": s.get("version") or "latest"}
         for s in skills

@@ -115,7 +115,7 @@ def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> 
         else definition["model"],
         "tools": tools,
         "mcp_servers": servers,
-        "skills": agents.resolve_skills(list(overrides["skills"]))
+        "skills": agents.resolve_skills(list(overrides["skills"]), "agent.skills")
         if "skills" in overrides
         else definition["skills"],
         "multiagent": None,

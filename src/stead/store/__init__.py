@@ -68,6 +68,15 @@ from stead.store.limits import (
     MonthUse,
 )
 from stead.store.resources import SessionResourceStore
+from stead.store.skills import (
+    SKILL_SCOPE,
+    NewSkillVersion,
+    SkillRecord,
+    SkillStore,
+    SkillVersionRecord,
+    skill_name_changed,
+    skill_name_taken,
+)
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -90,6 +99,7 @@ __all__ = [
     "ENVIRONMENT_LIMITS",
     "LIVE_RUN_STATUSES",
     "NO_HEARTBEAT",
+    "SKILL_SCOPE",
     "TOKEN_PREFIX",
     "WORKSPACE",
     "WORKSPACE_LIMITS",
@@ -127,6 +137,7 @@ __all__ = [
     "MonthUse",
     "NewEvent",
     "NewFile",
+    "NewSkillVersion",
     "NotFound",
     "OpRecord",
     "Order",
@@ -144,6 +155,9 @@ __all__ = [
     "SessionFilter",
     "SessionRecord",
     "SessionResourceStore",
+    "SkillRecord",
+    "SkillStore",
+    "SkillVersionRecord",
     "SqlStore",
     "Store",
     "StoreError",
@@ -160,6 +174,8 @@ __all__ = [
     "open_store",
     "open_store_sync",
     "single_brain",
+    "skill_name_changed",
+    "skill_name_taken",
 ]
 
 READERS = 4

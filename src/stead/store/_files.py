@@ -14,6 +14,7 @@ from stead.store._paging import fetch_page
 from stead.store.base import Page, PageRequest
 from stead.store.errors import NotFound
 from stead.store.files import FileRecord, FileScope, NewFile
+from stead.store.skills import SKILL_SCOPE
 from stead.store.tables import files
 
 
@@ -35,10 +36,13 @@ def _record(row: Row[Any]) -> FileRecord:
 
 
 def _visible(workspace_id: str) -> list[ColumnElement[bool]]:
+    # A skill version's zip is a file row too (``skills.py``), but it is the
+    # Skills API's to show, never the Files API's.
     return [
         files.c.workspace_id == workspace_id,
         files.c.ready_at.is_not(None),
         files.c.deleted_at.is_(None),
+        or_(files.c.scope_type.is_(None), files.c.scope_type != SKILL_SCOPE),
     ]
 
 
@@ -74,7 +78,8 @@ def begin_file(conn: Connection, now: datetime, new: NewFile) -> FileRecord:
     )
 
 
-def file_ready(conn: Connection, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
+def mark_ready(conn: Connection, now: datetime, workspace_id: str, file_id: str) -> None:
+    """Makes a pending file ready; ``NotFound`` if the purger tombstoned it."""
     # One conditional UPDATE: a purger's tombstone and this cannot both win.
     done = conn.execute(
         update(files)
@@ -88,7 +93,25 @@ def file_ready(conn: Connection, now: datetime, workspace_id: str, file_id: str)
     )
     if done.rowcount != 1:
         raise NotFound("file", file_id)
+
+
+def file_ready(conn: Connection, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
+    mark_ready(conn, now, workspace_id, file_id)
     return get_file(conn, workspace_id, file_id)
+
+
+def tombstone(conn: Connection, now: datetime, file_ids: Sequence[str]) -> list[FileRecord]:
+    """Tombstones ready files (of another aggregate, which decided they go) and
+    returns them, for the caller to remove their blobs and then ``forget_file``."""
+    if not file_ids:
+        return []
+    conn.execute(
+        update(files)
+        .where(files.c.id.in_(list(file_ids)), files.c.deleted_at.is_(None))
+        .values(deleted_at=now)
+    )
+    rows = conn.execute(select(files).where(files.c.id.in_(list(file_ids)))).all()
+    return [_record(row) for row in rows]
 
 
 def get_file(conn: Connection, workspace_id: str, file_id: str) -> FileRecord:

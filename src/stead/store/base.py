@@ -20,6 +20,7 @@ from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
 from stead.store.limits import LimitStore
 from stead.store.resources import SessionResourceStore
+from stead.store.skills import SkillStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
@@ -368,6 +369,7 @@ class Store(
     IdempotencyStore,
     LimitStore,
     SessionResourceStore,
+    SkillStore,
     Protocol,
 ):
     """Durable state of a stead installation. Safe to share between tasks."""

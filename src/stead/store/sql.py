@@ -37,6 +37,7 @@ from stead.store._file_methods import FileMethods
 from stead.store._idempotency_methods import IdempotencyMethods
 from stead.store._limit_methods import LimitMethods
 from stead.store._resource_methods import ResourceMethods
+from stead.store._skill_methods import SkillMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -83,7 +84,13 @@ def utc_now() -> datetime:
 
 
 class SqlStore(
-    WorkMethods, BrainMethods, FileMethods, IdempotencyMethods, LimitMethods, ResourceMethods
+    WorkMethods,
+    BrainMethods,
+    FileMethods,
+    IdempotencyMethods,
+    LimitMethods,
+    ResourceMethods,
+    SkillMethods,
 ):
     def __init__(
         self,

@@ -383,6 +383,35 @@ files = Table(
 ``blob_key``. A row is visible once ``ready_at`` is set (its blob is complete)
 and until ``deleted_at`` is (a tombstone: its blob is being removed, then the row)."""
 
+skills = Table(
+    "skills",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("display_name", String(255), nullable=False),
+    Column("latest_version", String(32), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_skills_workspace_name", "workspace_id", "name", unique=True),
+    Index("ix_skills_workspace_created", "workspace_id", "created_at", "id"),
+)
+"""Custom skills (``_skills.py``); ``name`` is the immutable slug of every version."""
+
+skill_versions = Table(
+    "skill_versions",
+    metadata,
+    Column("skill_id", String(64), ForeignKey("skills.id"), primary_key=True),
+    Column("version", String(32), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("name", String(64), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("file_id", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Index("ix_skill_versions_created", "skill_id", "created_at", "version"),
+)
+"""Immutable skill versions; the zip is the files row ``file_id`` (scope ``skill``)."""
+
 idempotency_keys = Table(
     "idempotency_keys",
     metadata,
