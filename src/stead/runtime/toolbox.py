@@ -102,6 +102,9 @@ class SandboxToolbox:
         self._credentials = credentials
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
+        self._sandbox_locks: dict[str, anyio.Lock] = {}
+        """Sandbox id -> held while its sandbox is acquired and staged, or
+        destroyed: a destroy never comes between a call's staging and its use."""
         self._served: dict[str, _Served] = {}
         """Sessions this process gave a sandbox (tools or a terminal)."""
         self._stale_secrets: set[str] = set()
@@ -143,23 +146,25 @@ class SandboxToolbox:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
         this server's provider has none."""
         await self._renew(session_id)
-        config = await self._serve(session_id)
-        await self._stage(session_id, config)
+        async with self._sandbox_locks.setdefault(session_id, anyio.Lock()):
+            config = await self._serve(session_id)
+            await self._stage(session_id, config)
         return await self._provider.terminal(session_id, config, request)
 
     async def _sandbox(self, session_id: str, *, renewed: bool = False) -> Sandbox:
         if not renewed:
             await self._renew(session_id)
-        async with self._lock:
-            found = self._sandboxes.get(session_id)
-            if found is None:
-                config = await self._serve(session_id)
-                with self._telemetry.sandbox_acquire(session_id):
-                    found = await self._provider.acquire(session_id, config)
-                self._sandboxes[session_id] = found
-        if session_id in self._stale_secrets:  # a change that could not be pushed at once
-            await self._give_secrets(self._served[session_id])
-        await self._stage(session_id, self._served[session_id].config)
+        async with self._sandbox_locks.setdefault(session_id, anyio.Lock()):
+            async with self._lock:
+                found = self._sandboxes.get(session_id)
+                if found is None:
+                    config = await self._serve(session_id)
+                    with self._telemetry.sandbox_acquire(session_id):
+                        found = await self._provider.acquire(session_id, config)
+                    self._sandboxes[session_id] = found
+            if session_id in self._stale_secrets:  # a change that could not be pushed at once
+                await self._give_secrets(self._served[session_id])
+            await self._stage(session_id, self._served[session_id].config)
         return found
 
     @property
@@ -357,15 +362,24 @@ class SandboxToolbox:
         time as usage (the lease sweeper calls this)."""
         if lease.session_id is not None:
             await self.capture_outputs(lease.session_id, lease.workspace_id)
-        async with self._lock:
-            sandbox = self._sandboxes.pop(lease.sandbox_id, None)
-            self._served.pop(lease.sandbox_id, None)
-            self._secrets_held.discard(lease.sandbox_id)
-            self._stale_secrets.discard(lease.sandbox_id)
-            self._stale_mounts.discard(lease.sandbox_id)
-        if sandbox is not None:
-            await sandbox.close()
-        total = await self._provider.release(lease.sandbox_id)
+        held = self._sandbox_locks.setdefault(lease.sandbox_id, anyio.Lock())
+        async with held:
+            current = await self._store.sandbox_lease(lease.sandbox_id)
+            if current is not None and current.status == SandboxLeaseStatus.ACTIVE:
+                # Taken again since the sweeper listed it (an explicit release,
+                # then a call): the sandbox is in use, and no longer to destroy.
+                return
+            async with self._lock:
+                sandbox = self._sandboxes.pop(lease.sandbox_id, None)
+                self._served.pop(lease.sandbox_id, None)
+                self._secrets_held.discard(lease.sandbox_id)
+                self._stale_secrets.discard(lease.sandbox_id)
+                self._stale_mounts.discard(lease.sandbox_id)
+            if sandbox is not None:
+                await sandbox.close()
+            total = await self._provider.release(lease.sandbox_id)
+        if held.statistics().tasks_waiting == 0:
+            self._sandbox_locks.pop(lease.sandbox_id, None)
         if total is not None:
             # The host counts all wakes of the sandbox (also before an earlier
             # destroy and revival); the store books what it has not seen yet.
