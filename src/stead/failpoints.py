@@ -23,6 +23,8 @@ SITES = frozenset(
         "turn.before_start",
         "turn.before_idle",
         "store.before_commit",
+        "webhook.before_send",
+        "webhook.after_send",
     }
 )
 

@@ -21,6 +21,9 @@ PREFIXES = {
     "work": "work",
     "environment_key": "envkey",
     "file": "file",
+    "webhook": "whk",
+    "webhook_event": "wevt",
+    "webhook_delivery": "whmsg",
 }
 
 

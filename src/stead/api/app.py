@@ -24,6 +24,7 @@ from stead.api import (
     terminals,
     usage,
     vaults,
+    webhooks,
     work,
 )
 from stead.api.deps import KeyCache, Services
@@ -39,9 +40,12 @@ from stead.runtime import (
     Runtime,
     SandboxToolbox,
     SessionCredentials,
+    WebhookCourier,
+    WebhookEndpoints,
     brain_lock,
     build_loop,
     open_bus,
+    webhook_parts,
 )
 from stead.sandbox import open_provider
 from stead.store import Store, open_store, single_brain
@@ -61,6 +65,7 @@ ROUTE_MODULES = (
     work,
     health,
     usage,
+    webhooks,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
@@ -123,6 +128,8 @@ def create_app(
                 purge_interval=settings.file_purge_interval_seconds,
                 upload_grace=settings.file_upload_grace_seconds,
             )
+            egress, terms = webhook_parts(settings)
+            courier = WebhookCourier(opened, box, egress, terms, failpoints)
             app.state.services = Services(
                 settings=settings,
                 store=opened,
@@ -134,12 +141,14 @@ def create_app(
                 cursor_secret=await opened.installation_secret(CURSOR_SECRET),
                 secrets=box,
                 files=keeper,
+                webhooks=WebhookEndpoints(opened, box, egress),
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
                 if sweeper is not None:
                     group.start_soon(sweeper.serve)
                 group.start_soon(keeper.serve)
+                group.start_soon(courier.serve)
                 yield
                 group.cancel_scope.cancel()
 

@@ -17,11 +17,15 @@ from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
+from stead.runtime.webhook_endpoints import WebhookEndpoints
+from stead.runtime.webhook_targets import WebhookEgress
+from stead.runtime.webhooks import CourierTerms, WebhookCourier, webhook_parts
 from stead.tools import ToolOutcome
 
 __all__ = [
     "Bus",
     "Clock",
+    "CourierTerms",
     "DataDirInUse",
     "FeedItem",
     "FileExpired",
@@ -47,11 +51,15 @@ __all__ = [
     "ToolOutcome",
     "Toolbox",
     "ToolsUnavailable",
+    "WebhookCourier",
+    "WebhookEgress",
+    "WebhookEndpoints",
     "brain_lock",
     "build_loop",
     "load_mcp",
     "open_bus",
     "refresh_grant",
     "sandbox_config",
+    "webhook_parts",
     "write_back_grant",
 ]

@@ -69,6 +69,9 @@ PARAMS = {
     ),
     "work_update": "anthropic.types.beta.environments.work_update_params:WorkUpdateParams",
     "work_stop": "anthropic.types.beta.environments.work_stop_params:WorkStopParams",
+    # stead's own admin bodies (the SDK has none for webhook endpoints)
+    "webhook_create": "stead.schemas.webhook_params:WebhookCreateParams",
+    "webhook_update": "stead.schemas.webhook_params:WebhookUpdateParams",
 }
 """Each generated file's name -> the SDK params type it is derived from."""
 PATH_PARAMS = {

@@ -63,6 +63,16 @@ from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
 from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
+from stead.store.webhooks import (
+    AttemptResult,
+    DueDelivery,
+    RetryTerms,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookStore,
+    WorkspaceScope,
+)
 from stead.store.work import (
     ENVIRONMENT_KEY_PREFIX,
     NO_HEARTBEAT,
@@ -83,6 +93,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "AgentRecord",
     "ApiKey",
+    "AttemptResult",
     "BrainRecord",
     "BrainStore",
     "BudgetReached",
@@ -93,6 +104,7 @@ __all__ = [
     "Claimed",
     "Conflict",
     "CredentialRecord",
+    "DueDelivery",
     "EnvironmentKey",
     "EnvironmentRecord",
     "EventFilter",
@@ -119,6 +131,7 @@ __all__ = [
     "PageRequest",
     "QueueStats",
     "RequestUsage",
+    "RetryTerms",
     "RunClaim",
     "RunStart",
     "RunStatus",
@@ -135,10 +148,15 @@ __all__ = [
     "UsageStore",
     "VaultRecord",
     "VaultStore",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookStore",
     "WorkItem",
     "WorkState",
     "WorkToken",
     "Workspace",
+    "WorkspaceScope",
     "WriteResult",
     "open_channel",
     "open_store",

@@ -20,6 +20,7 @@ from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
+from stead.store.webhooks import WebhookStore
 from stead.store.work import WorkStore
 
 T = TypeVar("T")
@@ -355,7 +356,16 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, IdempotencyStore, Protocol):
+class Store(
+    VaultStore,
+    WorkStore,
+    UsageStore,
+    BrainStore,
+    FileStore,
+    IdempotencyStore,
+    WebhookStore,
+    Protocol,
+):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

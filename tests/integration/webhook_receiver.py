@@ -1,0 +1,58 @@
+"""A real HTTP receiver on loopback for webhook tests: records every request
+(headers and body) and answers with the status it is told to."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Received:
+    headers: dict[str, str]
+    body: str
+
+
+class Receiver:
+    def __init__(self, port: int = 0) -> None:
+        self.received: list[Received] = []
+        self.status = 200
+        self._changed = threading.Condition()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = self.rfile.read(length).decode()
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                with receiver._changed:
+                    receiver.received.append(Received(headers, body))
+                    receiver._changed.notify_all()
+                self.send_response(receiver.status)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return None
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def wait_for(self, count: int, timeout: float = 30.0) -> list[Received]:
+        """The first ``count`` requests, once that many have arrived (bounded wait)."""
+        with self._changed:
+            arrived = self._changed.wait_for(lambda: len(self.received) >= count, timeout)
+            assert arrived, f"{len(self.received)} of {count} webhook deliveries arrived"
+            return list(self.received[:count])
