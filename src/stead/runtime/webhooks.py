@@ -29,7 +29,7 @@ from stead.vault import SealError, SecretBox
 log = logging.getLogger("stead.webhooks")
 BATCH = 16
 """Deliveries claimed per round; each is its endpoint's oldest pending one."""
-LEASE_MARGIN_SECONDS = 5.0
+LEASE_MARGIN_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
