@@ -29,6 +29,7 @@ from stead.cli_support import (
     validated,
 )
 from stead.cli_usage import usage
+from stead.cli_webhooks import webhooks_app
 from stead.cli_worker import worker
 from stead.config import Settings
 from stead.startup import summary
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
 app.add_typer(keys_app, name="keys")
+app.add_typer(webhooks_app, name="webhooks")
 db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
 secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
