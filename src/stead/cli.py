@@ -9,6 +9,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -285,23 +286,30 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
         _secret_box(settings)  # the current key file exists and is usable
         box = begin_file_rotation(settings.data_dir)
     try:
-        count = anyio.run(_reseal, settings, box)
+        count, hooks = anyio.run(_reseal, settings, box)
     except SealError as exc:
         typer.echo(f"stead: a credential cannot be opened: {exc}", err=True)
         raise typer.Exit(1) from None
     if settings.secret_key is None:
         finish_file_rotation(settings.data_dir)
-    console().print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
+    console().print(
+        f"re-sealed {count} credential(s) and {hooks} webhook secret(s) "
+        f"under key {box.key_id.hex()}"
+    )
 
 
-async def _reseal(settings: Settings, box: SecretBox) -> int:
+async def _reseal(settings: Settings, box: SecretBox) -> tuple[int, int]:
     def reseal(credential: CredentialRecord) -> bytes | None:
         if box.sealed_by_current_key(credential.sealed):
             return None
         return box.seal(credential.id, box.open(credential.id, credential.sealed))
 
+    from stead.runtime import resealed  # loaded only by this command
+
     async with opened(settings) as store:
-        return await store.reseal_credentials(reseal)
+        credentials = await store.reseal_credentials(reseal)
+        hooks = await store.reseal_webhook_secrets(partial(resealed, box))
+        return credentials, hooks
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -7,19 +7,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import anyio
 import typer
 
-from stead.api.webhooks import delivery_json, endpoint_json
 from stead.cli_support import PLAIN, DataDir, existing, opened
 from stead.config import Settings
 from stead.jsonvalues import Json
-from stead.runtime import WebhookEndpoints, webhook_parts
-from stead.schemas import RequestError, webhooks
-from stead.store import NotFound, Store
-from stead.vault import load_secret_box
+from stead.store import NotFound, Store, WebhookDelivery, WebhookEndpoint
+
+if TYPE_CHECKING:
+    from stead.runtime import WebhookEndpoints
 
 webhooks_app = typer.Typer(help="Webhook endpoints: each belongs to one workspace.", **PLAIN)
 T = TypeVar("T")
@@ -35,6 +34,11 @@ def _run(settings: Settings, work: Callable[[Store, WebhookEndpoints], Awaitable
     """``work`` on the store, with the endpoints service; a refused request or an
     unknown id stops the command with one line."""
 
+    # Loaded here, not at import: every other ``stead`` command starts without them.
+    from stead.runtime import WebhookEndpoints, webhook_parts
+    from stead.schemas import RequestError
+    from stead.vault import load_secret_box
+
     async def main() -> T:
         async with opened(settings) as store:
             egress, _ = webhook_parts(settings)
@@ -49,6 +53,31 @@ def _run(settings: Settings, work: Callable[[Store, WebhookEndpoints], Awaitable
     except NotFound as exc:
         typer.echo(f"stead: {exc} in {settings.data_dir}", err=True)
         raise typer.Exit(1) from None
+
+
+# The wire form and the checks are the admin route's, loaded when a command runs.
+def _endpoint_json(endpoint: WebhookEndpoint) -> Json:
+    from stead.api.webhooks import endpoint_json
+
+    return endpoint_json(endpoint)
+
+
+def _delivery_json(delivery: WebhookDelivery) -> Json:
+    from stead.api.webhooks import delivery_json
+
+    return delivery_json(delivery)
+
+
+def _parse_create(body: Json) -> Json:
+    from stead.schemas.webhooks import parse_create
+
+    return parse_create(body)
+
+
+def _parse_update(body: Json) -> Json:
+    from stead.schemas.webhooks import parse_update
+
+    return parse_update(body)
 
 
 def _print(body: Json | list[Json], as_json: bool) -> None:
@@ -74,12 +103,12 @@ def webhooks_create(
     settings = existing(data_dir)
 
     async def create(store: Store, service: WebhookEndpoints) -> Json:
-        fields = webhooks.parse_create(
+        fields = _parse_create(
             {"url": url, "event_types": event_type or [], "description": description}
         )
         owner = workspace or (await store.list_workspaces())[0].id
         endpoint, secret = await service.create(owner, fields)
-        return {**endpoint_json(endpoint), "workspace_id": owner, "secret": secret}
+        return {**_endpoint_json(endpoint), "workspace_id": owner, "secret": secret}
 
     _print(_run(settings, create), as_json)
 
@@ -94,7 +123,7 @@ def webhooks_list(
 
     async def listed(store: Store, _: WebhookEndpoints) -> list[Json]:
         found = await store.list_webhook_endpoints(workspace)
-        return [{**endpoint_json(e), "workspace_id": e.workspace_id} for e in found]
+        return [{**_endpoint_json(e), "workspace_id": e.workspace_id} for e in found]
 
     _print(_run(existing(data_dir), listed), as_json)
 
@@ -118,8 +147,8 @@ def webhooks_update(
     body = {k: v for k, v in given.items() if v is not None}
 
     async def update(_: Store, service: WebhookEndpoints) -> Json:
-        endpoint = await service.update(None, endpoint_id, webhooks.parse_update(body))
-        return endpoint_json(endpoint)
+        endpoint = await service.update(None, endpoint_id, _parse_update(body))
+        return _endpoint_json(endpoint)
 
     _print(_run(existing(data_dir), update), as_json)
 
@@ -132,7 +161,7 @@ def webhooks_rotate_secret(
 
     async def rotate(_: Store, service: WebhookEndpoints) -> Json:
         endpoint, secret = await service.rotate_secret(None, endpoint_id)
-        return {**endpoint_json(endpoint), "secret": secret}
+        return {**_endpoint_json(endpoint), "secret": secret}
 
     _print(_run(existing(data_dir), rotate), as_json)
 
@@ -159,6 +188,6 @@ def webhooks_deliveries(
 
     async def listed(store: Store, _: WebhookEndpoints) -> list[Json]:
         found = await store.list_webhook_deliveries(None, endpoint_id, limit)
-        return [delivery_json(d) for d in found]
+        return [_delivery_json(d) for d in found]
 
     _print(_run(existing(data_dir), listed), as_json)

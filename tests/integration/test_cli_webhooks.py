@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 
 from stead.testing import FakeModel, ServerProcess
@@ -82,3 +83,36 @@ def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess) -> None:
     assert bad.returncode == 2 and "'nope'" in bad.stderr
     missing = stead("delete", "whk_nothing", data_dir=server.data_dir)
     assert missing.returncode == 1 and "whk_nothing" in missing.stderr
+
+
+def test_rotating_the_secret_key_keeps_every_signing_secret(
+    tmp_path: Path, fake_model: FakeModel
+) -> None:
+    settings = {"STEAD_EGRESS_HOSTS": PINS, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
+    fresh = ServerProcess(tmp_path / "data", env=loop_env(fake_model, **settings)).start()
+    with Receiver() as receiver:
+        try:
+            hook = {"url": f"http://hooks.test:{receiver.port}/", "event_types": ["agent.created"]}
+            made = httpx2.post(
+                f"{fresh.url}/v1/stead/webhooks",
+                json=hook,
+                headers={"x-api-key": str(fresh.first_key)},
+                timeout=30,
+            )
+            secret = made.json()["secret"]
+            fresh.stop()
+            rotated = subprocess.run(
+                [sys.executable, "-m", "stead", "secrets", "rotate-key"],
+                env={**os.environ, "STEAD_DATA_DIR": str(fresh.data_dir)},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert "1 webhook secret(s)" in rotated.stdout, rotated.stderr
+            fresh.start()
+            with sdk_of(fresh) as client:
+                client.beta.agents.create(name="after", model="claude-sonnet-4-6")
+                [received] = receiver.wait_for(1)
+                client.beta.webhooks.unwrap(received.body, headers=received.headers, key=secret)
+        finally:
+            fresh.stop()

@@ -18,6 +18,7 @@ from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
 from stead.runtime.webhook_endpoints import WebhookEndpoints
+from stead.runtime.webhook_signing import resealed
 from stead.runtime.webhook_targets import WebhookEgress
 from stead.runtime.webhooks import CourierTerms, WebhookCourier, webhook_parts
 from stead.tools import ToolOutcome
@@ -59,6 +60,7 @@ __all__ = [
     "load_mcp",
     "open_bus",
     "refresh_grant",
+    "resealed",
     "sandbox_config",
     "webhook_parts",
     "write_back_grant",

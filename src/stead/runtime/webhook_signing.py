@@ -39,6 +39,14 @@ def open_secret(box: SecretBox, endpoint_id: str, sealed: bytes) -> str:
     return str(box.open(_bound_to(endpoint_id), sealed)["secret"])
 
 
+def resealed(box: SecretBox, endpoint_id: str, sealed: bytes) -> bytes | None:
+    """``sealed`` sealed again under the box's current key, or None when it is
+    already (``stead secrets rotate-key``)."""
+    if box.sealed_by_current_key(sealed):
+        return None
+    return seal_secret(box, endpoint_id, open_secret(box, endpoint_id, sealed))
+
+
 def signed_headers(secret: str, message_id: str, timestamp: int, body: str) -> dict[str, str]:
     key = base64.b64decode(secret.removeprefix(PREFIX))
     signed = f"{message_id}.{timestamp}.{body}".encode()

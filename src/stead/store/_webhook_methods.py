@@ -72,6 +72,9 @@ class WebhookMethods:
     async def claim_webhook_deliveries(self, limit: int, lease_seconds: float) -> list[DueDelivery]:
         return await self._write(_webhooks.claim, limit, lease_seconds)
 
+    async def reseal_webhook_secrets(self, reseal: Callable[[str, bytes], bytes | None]) -> int:
+        return await self._write(_webhooks.reseal, reseal)
+
     async def finish_webhook_delivery(
         self, delivery: DueDelivery, result: AttemptResult, retry: RetryTerms
     ) -> None:

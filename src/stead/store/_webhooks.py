@@ -119,6 +119,18 @@ def delete_(conn: Connection, workspace_id: WorkspaceScope, endpoint_id: str) ->
     conn.execute(delete(webhook_endpoints).where(ends.id == endpoint_id))
 
 
+def reseal(conn: Connection, now: datetime, resealed: Callable[[str, bytes], bytes | None]) -> int:
+    changed = 0
+    for row in conn.execute(select(ends.id, ends.sealed_secret)).all():
+        sealed = resealed(row.id, bytes(row.sealed_secret))
+        if sealed is not None:
+            conn.execute(
+                update(webhook_endpoints).where(ends.id == row.id).values(sealed_secret=sealed)
+            )
+            changed += 1
+    return changed
+
+
 def publish(
     conn: Connection,
     now: datetime,

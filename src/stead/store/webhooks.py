@@ -10,7 +10,7 @@ endpoint's deliveries go out one at a time, in ``position`` order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -148,6 +148,11 @@ class WebhookStore(Protocol):
         """Claims up to ``limit`` due deliveries, each the oldest pending one of its
         enabled endpoint, for ``lease_seconds``. Processes sharing the store never
         claim the same delivery at once (``FOR UPDATE SKIP LOCKED`` on PostgreSQL)."""
+        ...
+
+    async def reseal_webhook_secrets(self, reseal: Callable[[str, bytes], bytes | None]) -> int:
+        """Replaces each endpoint's sealed secret with ``reseal(endpoint_id, sealed)``
+        where that is not None (a key rotation); returns how many changed."""
         ...
 
     async def finish_webhook_delivery(
