@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row, and_, delete, insert, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select, update
 from sqlalchemy.orm import aliased
 
 from stead.ids import new_id
 from stead.schemas import webhooks
+from stead.store._compiled import compiled
 from stead.store.base import EventRecord
 from stead.store.errors import NotFound
 from stead.store.tables import sessions, webhook_attempts, webhook_deliveries, webhook_endpoints
@@ -145,7 +146,18 @@ def publish(
             ends.workspace_id == workspace_id, ends.enabled.is_(True)
         )
     ).all()
-    targets = [row.id for row in found if event_type in row.event_types]
+    _enqueue(conn, now, workspace_id, event_type, data, found)
+
+
+def _enqueue(
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    event_type: str,
+    data: Mapping[str, object],
+    endpoints: Sequence[Any],
+) -> None:
+    targets = [row.id for row in endpoints if event_type in row.event_types]
     if not targets:
         return
     event_id = new_id("webhook_event")
@@ -185,19 +197,28 @@ def publish(
     )
 
 
+def _session_endpoints_statement() -> Any:
+    return (
+        select(ends.id, ends.event_types, ends.workspace_id)
+        .select_from(sessions.join(webhook_endpoints, ends.workspace_id == sessions.c.workspace_id))
+        .where(sessions.c.id == bindparam("session_id"), ends.enabled.is_(True))
+    )
+
+
 def publish_log(
     conn: Connection, now: datetime, session_id: str, logged: Sequence[EventRecord]
 ) -> None:
-    """``publish`` for the log events that raise a webhook event (``FROM_LOG``);
-    costs nothing for a batch with none."""
+    """``publish`` for the log events that raise a webhook event (``FROM_LOG``):
+    nothing for a batch with none, one compiled read when no endpoint listens."""
     raised = [webhooks.FROM_LOG[e.type] for e in logged if e.type in webhooks.FROM_LOG]
     if not raised:
         return
-    workspace_id = conn.execute(
-        select(sessions.c.workspace_id).where(sessions.c.id == session_id)
-    ).scalar_one()
+    statement = compiled(conn, "webhooks.session_endpoints", _session_endpoints_statement)
+    found = statement.fetch(conn, {"session_id": session_id})
+    if not found:
+        return
     for event_type in raised:
-        publish(conn, now, workspace_id, event_type, {"id": session_id})
+        _enqueue(conn, now, found[0].workspace_id, event_type, {"id": session_id}, found)
 
 
 def raising(
