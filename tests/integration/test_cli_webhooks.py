@@ -18,7 +18,7 @@ import pytest
 from stead.testing import FakeModel, ServerProcess
 from stead.testing.mcp_server import MCP_TEST_PIN
 from tests.conftest import loop_env, sdk_of
-from tests.integration.webhook_receiver import Receiver
+from tests.webhook_receiver import Receiver
 
 PINS = json.dumps({**MCP_TEST_PIN, "hooks.test": "127.0.0.1"})
 

@@ -15,7 +15,7 @@ import pytest
 from stead.testing import FakeModel, ServeForker, ServerProcess
 from stead.testing.mcp_server import MCP_TEST_PIN
 from tests.conftest import loop_env, make_client
-from tests.integration.webhook_receiver import Receiver
+from tests.webhook_receiver import Receiver
 
 HOOKS_HOST = "hooks.test"
 FAST = {

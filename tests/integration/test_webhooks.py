@@ -21,7 +21,7 @@ from stead.testing.server import free_port
 from tests.conftest import make_client
 from tests.databases import BACKENDS
 from tests.integration.helpers import message, wait_idle
-from tests.integration.webhook_receiver import Receiver
+from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.parametrize(
     "server_on_each_store", BACKENDS, indirect=True, scope="module"

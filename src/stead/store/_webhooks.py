@@ -252,12 +252,9 @@ def removing(
     return removed
 
 
-def any_due(conn: Connection, now: datetime) -> bool:
-    stmt = select(outbox.position).where(outbox.state == PENDING, outbox.next_attempt_at <= now)
-    return conn.execute(stmt.limit(1)).first() is not None
-
-
-def claim(conn: Connection, now: datetime, limit: int, lease_seconds: float) -> list[DueDelivery]:
+def _due(now: datetime) -> Any:
+    """Deliveries that may go now: pending, past their wait, the oldest pending
+    one of an enabled endpoint (an endpoint's deliveries go one at a time, in order)."""
     earlier = aliased(webhook_deliveries)
     first_pending = ~(
         select(earlier.c.position)
@@ -268,7 +265,7 @@ def claim(conn: Connection, now: datetime, limit: int, lease_seconds: float) -> 
         )
         .exists()
     )
-    due = (
+    return (
         select(outbox.position)
         .join(webhook_endpoints, ends.id == outbox.endpoint_id)
         .where(
@@ -277,6 +274,16 @@ def claim(conn: Connection, now: datetime, limit: int, lease_seconds: float) -> 
             ends.enabled.is_(True),
             first_pending,
         )
+    )
+
+
+def any_due(conn: Connection, now: datetime) -> bool:
+    return conn.execute(_due(now).limit(1)).first() is not None
+
+
+def claim(conn: Connection, now: datetime, limit: int, lease_seconds: float) -> list[DueDelivery]:
+    due = (
+        _due(now)
         .order_by(outbox.next_attempt_at, outbox.position)
         .limit(limit)
         .with_for_update(of=webhook_deliveries, skip_locked=True)
