@@ -47,13 +47,13 @@ class Admin:
 
     def __init__(self, server: ServerProcess, key: str) -> None:
         self.key = key
-        self._http = httpx2.Client(base_url=server.url, headers={"x-api-key": key}, timeout=30)
+        self.http = httpx2.Client(base_url=server.url, headers={"x-api-key": key}, timeout=30)
 
     def close(self) -> None:
-        self._http.close()
+        self.http.close()
 
     def call(self, method: str, path: str = "", body: Json | None = None) -> httpx2.Response:
-        return self._http.request(method, f"/v1/stead/webhooks{path}", json=body)
+        return self.http.request(method, f"/v1/stead/webhooks{path}", json=body)
 
     def create(self, url: str, event_types: list[str]) -> Json:
         answer = self.call("POST", body={"url": url, "event_types": event_types})
@@ -106,7 +106,12 @@ def test_each_subscribed_event_arrives_once_signed_for_the_sdk(
 ) -> None:
     server = server_on_each_store
     with Receiver() as receiver, workspace_client(server, admin) as client:
-        wanted = ["session.created", "session.status_run_started", "session.status_idled"]
+        wanted = [
+            "session.created",
+            "session.status_run_started",
+            "session.status_idled",
+            "session.status_terminated",
+        ]
         endpoint = admin.create(f"http://{HOOKS_HOST}:{receiver.port}/hook", wanted)
         assert endpoint["secret"].startswith("whsec_")
         assert "secret" not in admin.call("GET", f"/{endpoint['id']}").json()
@@ -115,17 +120,19 @@ def test_each_subscribed_event_arrives_once_signed_for_the_sdk(
         session = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
         client.beta.sessions.events.send(session.id, events=[message("hello")])  # type: ignore[list-item]
         wait_idle(client, session.id)
-        arrived = receiver.wait_for(3)
+        ended = admin.http.post(f"/v1/sessions/{session.id}/terminate")
+        assert ended.status_code == 200, ended.text
+        arrived = receiver.wait_for(4)
         events = [verified(client, r, endpoint["secret"]) for r in arrived]
         assert [e.data.type for e in events] == wanted
         assert {e.data.id for e in events} == {session.id}
-        assert len({r.headers["webhook-id"] for r in arrived}) == 3
+        assert len({r.headers["webhook-id"] for r in arrived}) == 4
         with pytest.raises(standardwebhooks.WebhookVerificationError):
             verified(client, arrived[0], "whsec_" + "A" * 44)
-        shown = admin.settled(endpoint["id"], 3)
+        shown = admin.settled(endpoint["id"], 4)
         assert [d["event_type"] for d in reversed(shown)] == wanted
         assert all(d["state"] == "delivered" and len(d["attempts"]) == 1 for d in shown)
-        assert len(receiver.received) == 3  # every delivery recorded as delivered, none sent twice
+        assert len(receiver.received) == 4  # every delivery recorded as delivered, none sent twice
 
 
 def test_a_receiver_that_is_down_gets_the_events_later_in_order(
@@ -207,6 +214,14 @@ def test_bad_registrations_are_a_400_naming_the_field(
     assert error["type"] == "invalid_request_error"
     assert named in error["message"]
     assert refused.call("GET").json()["data"] == []  # nothing stored
+
+
+def test_an_idempotency_key_is_refused_where_answers_carry_a_secret(refused: Admin) -> None:
+    hook = {"url": "https://example.com/", "event_types": ["session.created"]}
+    answer = refused.http.post("/v1/stead/webhooks", json=hook, headers={"Idempotency-Key": "k"})
+    assert answer.status_code == 400
+    assert "Idempotency-Key" in answer.json()["error"]["message"]
+    assert refused.call("GET").json()["data"] == []
 
 
 def test_endpoints_belong_to_their_workspace(
