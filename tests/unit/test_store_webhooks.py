@@ -9,8 +9,9 @@ import json
 import anyio
 import pytest
 
-from stead.store import AttemptResult, Conflict, DueDelivery, RetryTerms, SqlStore
+from stead.store import AttemptResult, Conflict, DueDelivery, NewEvent, RetryTerms, SqlStore
 from tests.databases import BACKENDS
+from tests.unit.conftest import new_session, user_message
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
 LEASE = 60.0
@@ -119,3 +120,33 @@ async def test_concurrent_claims_never_share_a_delivery(store: SqlStore) -> None
         for _ in range(10):
             group.start_soon(claim)
     assert len(claimed) == 8 and len(set(claimed)) == 8
+
+
+async def test_a_session_going_idle_raises_its_webhook_events(store: SqlStore) -> None:
+    workspace_id, session_id = await new_session(store)
+    await _endpoint(
+        store,
+        workspace_id,
+        "a",
+        "session.status_idled",
+        "session.requires_action",
+        "session.budget_reached",
+    )
+    stops = ("end_turn", "requires_action", "budget_reached")
+    for n, stop in enumerate(stops):
+        body = {"stop_reason": {"type": stop}}
+        await store.append_events(session_id, [NewEvent(f"sevt_{n}", "session.status_idle", body)])
+    await store.append_events(session_id, [user_message("sevt_u")])  # raises none
+    raised = []
+    while batch := await store.claim_webhook_deliveries(16, LEASE):
+        raised += [json.loads(d.payload)["data"]["type"] for d in batch]
+        for delivery in batch:
+            assert _subject(delivery) == session_id
+            await store.finish_webhook_delivery(delivery, OK, RETRY)
+    assert raised == [
+        "session.status_idled",
+        "session.status_idled",
+        "session.requires_action",
+        "session.status_idled",
+        "session.budget_reached",
+    ]

@@ -27,6 +27,12 @@ FROM_LOG = {
     "session.updated": "session.updated",
 }
 """A session log event type -> the webhook event type it raises."""
+FROM_STOP_REASON = {
+    "budget_reached": "session.budget_reached",
+    "requires_action": "session.requires_action",
+}
+"""A ``session.status_idle``'s ``stop_reason.type`` -> the webhook event type it
+raises besides ``session.status_idled``."""
 RESOURCE_TYPES = (
     "session.created",
     "session.archived",
@@ -43,8 +49,22 @@ RESOURCE_TYPES = (
     "vault.deleted",
 )
 """Webhook event types raised by a change of a resource (not by a log event)."""
-EVENT_TYPES = frozenset(FROM_LOG.values()) | frozenset(RESOURCE_TYPES)
+EVENT_TYPES = (
+    frozenset(FROM_LOG.values()) | frozenset(FROM_STOP_REASON.values()) | frozenset(RESOURCE_TYPES)
+)
 """Every webhook event type stead delivers; a subscription to another is a 400."""
+
+
+def raised_by(event_type: str, body: Json) -> list[str]:
+    """The webhook event types a session log event raises (none for most)."""
+    raised = FROM_LOG.get(event_type)
+    if raised is None:
+        return []
+    reason = body.get("stop_reason") if event_type == "session.status_idle" else None
+    kind = reason.get("type") if isinstance(reason, dict) else None
+    extra = FROM_STOP_REASON.get(kind) if isinstance(kind, str) else None
+    return [raised] if extra is None else [raised, extra]
+
 
 MAX_URL_CHARS = 2048
 MAX_DESCRIPTION_CHARS = 512

@@ -210,7 +210,9 @@ def publish_log(
 ) -> None:
     """``publish`` for the log events that raise a webhook event (``FROM_LOG``):
     nothing for a batch with none, one compiled read when no endpoint listens."""
-    raised = [webhooks.FROM_LOG[e.type] for e in logged if e.type in webhooks.FROM_LOG]
+    raised = [
+        t for e in logged if e.type in webhooks.FROM_LOG for t in webhooks.raised_by(e.type, e.body)
+    ]
     if not raised:
         return
     statement = compiled(conn, "webhooks.session_endpoints", _session_endpoints_statement)
