@@ -9,7 +9,15 @@ import json
 import anyio
 import pytest
 
-from stead.store import AttemptResult, Conflict, DueDelivery, NewEvent, RetryTerms, SqlStore
+from stead.store import (
+    AttemptResult,
+    Conflict,
+    DueDelivery,
+    NewEvent,
+    PageRequest,
+    RetryTerms,
+    SqlStore,
+)
 from tests.databases import BACKENDS
 from tests.unit.conftest import new_session, user_message
 
@@ -149,4 +157,31 @@ async def test_a_session_going_idle_raises_its_webhook_events(store: SqlStore) -
         "session.requires_action",
         "session.status_idled",
         "session.budget_reached",
+    ]
+
+
+async def test_resource_changes_raise_their_events_and_no_ops_none(store: SqlStore) -> None:
+    workspace_id, session_id = await new_session(store)
+    types = ("session.archived", "environment.updated", "environment.deleted", "agent.updated")
+    await _endpoint(store, workspace_id, "a", *types)
+    env = await _environment(store, workspace_id, "spare")
+    await store.archive_session(workspace_id, session_id)
+    await store.archive_session(workspace_id, session_id)  # already archived: no event
+    await store.update_environment(workspace_id, env, lambda e: {"description": "d"})
+    await store.update_environment(workspace_id, env, lambda e: {"description": "d"})  # no-op
+    await store.delete_environment(workspace_id, env)
+    [agent] = (
+        await store.list_agents(workspace_id, PageRequest(10, "asc"), False, None, None)
+    ).items
+    await store.update_agent(workspace_id, agent.id, None, lambda d: {**d, "name": "renamed"})
+    raised = []
+    while batch := await store.claim_webhook_deliveries(16, LEASE):
+        raised += [(json.loads(d.payload)["data"]["type"], _subject(d)) for d in batch]
+        for delivery in batch:
+            await store.finish_webhook_delivery(delivery, OK, RETRY)
+    assert raised == [
+        ("session.archived", session_id),
+        ("environment.updated", env),
+        ("environment.deleted", env),
+        ("agent.updated", agent.id),
     ]
