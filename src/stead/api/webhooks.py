@@ -19,7 +19,7 @@ from stead.api.params import ID_PATTERN
 from stead.api.wire import JSONResponse
 from stead.jsonvalues import Json
 from stead.schemas import webhooks
-from stead.store import WebhookDelivery, WebhookEndpoint
+from stead.store import DeliveryState, WebhookDelivery, WebhookEndpoint
 
 router = APIRouter(prefix="/v1/stead/webhooks", tags=["webhooks"])
 WebhookId = Annotated[str, Path(pattern=ID_PATTERN)]
@@ -45,7 +45,7 @@ def delivery_json(delivery: WebhookDelivery) -> Json:
         "id": delivery.id,
         "event_id": delivery.event_id,
         "event_type": delivery.event_type,
-        "state": delivery.state,
+        "state": delivery.state.value,
         "attempts": [
             {
                 "attempt": t.attempt,
@@ -55,7 +55,9 @@ def delivery_json(delivery: WebhookDelivery) -> Json:
             }
             for t in delivery.tries
         ],
-        "next_attempt_at": _time(delivery.next_attempt_at) if delivery.state == "pending" else None,
+        "next_attempt_at": _time(delivery.next_attempt_at)
+        if delivery.state is DeliveryState.PENDING
+        else None,
         "created_at": _time(delivery.created_at),
         "finished_at": None if delivery.finished_at is None else _time(delivery.finished_at),
     }

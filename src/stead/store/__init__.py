@@ -65,6 +65,7 @@ from stead.store.usage import LedgerRow, RequestUsage, UsageStore
 from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
 from stead.store.webhooks import (
     AttemptResult,
+    DeliveryState,
     DueDelivery,
     RetryTerms,
     WebhookAttempt,
@@ -104,6 +105,7 @@ __all__ = [
     "Claimed",
     "Conflict",
     "CredentialRecord",
+    "DeliveryState",
     "DueDelivery",
     "EnvironmentKey",
     "EnvironmentRecord",

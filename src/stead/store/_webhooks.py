@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select, update
-from sqlalchemy.orm import aliased
 
 from stead.ids import new_id
 from stead.schemas import webhooks
@@ -23,6 +22,7 @@ from stead.store.errors import NotFound
 from stead.store.tables import sessions, webhook_attempts, webhook_deliveries, webhook_endpoints
 from stead.store.webhooks import (
     AttemptResult,
+    DeliveryState,
     DueDelivery,
     RetryTerms,
     WebhookAttempt,
@@ -34,7 +34,7 @@ from stead.store.webhooks import (
 ends = webhook_endpoints.c
 outbox = webhook_deliveries.c
 tries = webhook_attempts.c
-PENDING, DELIVERED, FAILED = "pending", "delivered", "failed"
+PENDING, DELIVERED, FAILED = DeliveryState.PENDING, DeliveryState.DELIVERED, DeliveryState.FAILED
 PURGE_BATCH = 100
 R = TypeVar("R")
 
@@ -257,7 +257,7 @@ def removing(
 def _due(now: datetime) -> Any:
     """Deliveries that may go now: pending, past their wait, the oldest pending
     one of an enabled endpoint (an endpoint's deliveries go one at a time, in order)."""
-    earlier = aliased(webhook_deliveries)
+    earlier = webhook_deliveries.alias("earlier")
     first_pending = ~(
         select(earlier.c.position)
         .where(
@@ -389,7 +389,7 @@ def deliveries(
             endpoint_id=row.endpoint_id,
             event_id=row.event_id,
             event_type=row.event_type,
-            state=row.state,
+            state=DeliveryState(row.state),
             attempts=row.attempts,
             next_attempt_at=row.next_attempt_at,
             created_at=row.created_at,

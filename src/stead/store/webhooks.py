@@ -10,6 +10,7 @@ endpoint's deliveries go out one at a time, in ``position`` order.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,14 +41,24 @@ class WebhookAttempt:
     error: str | None
 
 
+class DeliveryState(enum.StrEnum):
+    """``pending -> delivered | failed``; pending again after each failed attempt."""
+
+    PENDING = "pending"
+    """Waiting for its next attempt (``next_attempt_at``) or out on one."""
+    DELIVERED = "delivered"
+    """The receiver answered 2xx."""
+    FAILED = "failed"
+    """Still failing ``give_up_seconds`` after its event: no more attempts."""
+
+
 @dataclass(frozen=True, slots=True)
 class WebhookDelivery:
     id: str
     endpoint_id: str
     event_id: str
     event_type: str
-    state: str
-    """``pending`` (retried at ``next_attempt_at``), ``delivered`` or ``failed``."""
+    state: DeliveryState
     attempts: int
     next_attempt_at: datetime
     created_at: datetime
