@@ -4,6 +4,7 @@ and alone, concurrent claims never sharing one, leases, backoff and giving up.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import anyio
@@ -18,6 +19,7 @@ from stead.store import (
     RetryTerms,
     SqlStore,
 )
+from stead.store._webhooks import MAX_ENDPOINTS
 from tests.databases import BACKENDS
 from tests.unit.conftest import new_session, user_message
 
@@ -185,3 +187,18 @@ async def test_resource_changes_raise_their_events_and_no_ops_none(store: SqlSto
         ("environment.deleted", env),
         ("agent.updated", agent.id),
     ]
+
+
+async def test_a_workspace_holds_a_bounded_number_of_endpoints(store: SqlStore) -> None:
+    workspace = await store.create_workspace("w")
+
+    async def add(n: int) -> None:
+        with contextlib.suppress(Conflict):
+            await _endpoint(store, workspace.id, f"h{n}", "agent.created")
+
+    async with anyio.create_task_group() as group:
+        for n in range(MAX_ENDPOINTS + 4):
+            group.start_soon(add, n)
+    assert len(await store.list_webhook_endpoints(workspace.id)) == MAX_ENDPOINTS
+    with pytest.raises(Conflict, match="delete one first"):
+        await _endpoint(store, workspace.id, "more", "agent.created")

@@ -12,14 +12,21 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row, and_, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, delete, func, insert, select, update
 
 from stead.ids import new_id
 from stead.schemas import webhooks
+from stead.store import _locks
 from stead.store._compiled import compiled
 from stead.store.base import EventRecord
-from stead.store.errors import NotFound
-from stead.store.tables import sessions, webhook_attempts, webhook_deliveries, webhook_endpoints
+from stead.store.errors import Conflict, NotFound
+from stead.store.tables import (
+    sessions,
+    webhook_attempts,
+    webhook_deliveries,
+    webhook_endpoints,
+    workspaces,
+)
 from stead.store.webhooks import (
     AttemptResult,
     DeliveryState,
@@ -36,6 +43,8 @@ outbox = webhook_deliveries.c
 tries = webhook_attempts.c
 PENDING, DELIVERED, FAILED = DeliveryState.PENDING, DeliveryState.DELIVERED, DeliveryState.FAILED
 PURGE_BATCH = 100
+MAX_ENDPOINTS = 16
+"""Endpoints per workspace: each event is written once per subscribed endpoint."""
 R = TypeVar("R")
 
 
@@ -65,6 +74,14 @@ def create(
     fields: Mapping[str, object],
     sealed_secret: bytes,
 ) -> WebhookEndpoint:
+    _locks.row(conn, workspaces, workspace_id)  # concurrent creates count one by one
+    held = select(func.count()).select_from(webhook_endpoints)
+    if conn.execute(held.where(ends.workspace_id == workspace_id)).scalar_one() >= MAX_ENDPOINTS:
+        raise Conflict(
+            f"the workspace has {MAX_ENDPOINTS} webhook endpoints, the most it may; "
+            "delete one first",
+            status=400,
+        )
     row = {
         "id": endpoint_id,
         "workspace_id": workspace_id,
