@@ -264,7 +264,8 @@ def _secret_box(settings: Settings) -> SecretBox:
 
 @secrets_app.command("rotate-key")
 def secrets_rotate_key(data_dir: DataDir = None) -> None:
-    """Re-seal every vault credential under a new key. Stop `stead serve` first.
+    """Re-seal every vault credential and webhook signing secret under a new key.
+    Stop `stead serve` first.
 
     With the key file (the default), a new key is made and replaces
     <data dir>/secret.key once every credential is re-sealed; a run that was
