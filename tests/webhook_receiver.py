@@ -3,10 +3,18 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from stead.testing.mcp_server import MCP_TEST_PIN
+
+HOOKS_HOST = "hooks.test"
+PINNED = json.dumps({**MCP_TEST_PIN, HOOKS_HOST: "127.0.0.1"})
+"""``STEAD_EGRESS_HOSTS`` of a server whose webhooks reach a receiver on loopback
+(and whose agents the fake MCP servers)."""
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,11 @@ class Receiver:
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        """The receiver by its pinned name (``PINNED``)."""
+        return f"http://{HOOKS_HOST}:{self.port}/"
 
     def __enter__(self) -> Receiver:
         self._thread.start()

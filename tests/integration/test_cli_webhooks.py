@@ -16,16 +16,13 @@ import httpx2
 import pytest
 
 from stead.testing import FakeModel, ServerProcess
-from stead.testing.mcp_server import MCP_TEST_PIN
 from tests.conftest import loop_env, sdk_of
-from tests.webhook_receiver import Receiver
-
-PINS = json.dumps({**MCP_TEST_PIN, "hooks.test": "127.0.0.1"})
+from tests.webhook_receiver import HOOKS_HOST, PINNED, Receiver
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel) -> Iterator[Any]:
-    settings = {"STEAD_EGRESS_HOSTS": PINS, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
+    settings = {"STEAD_EGRESS_HOSTS": PINNED, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
     process = ServerProcess(
         tmp_path_factory.mktemp("webhooks-cli"), env=loop_env(fake_model, **settings)
     ).start()
@@ -34,7 +31,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel) -> I
 
 
 def stead(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "STEAD_DATA_DIR": str(data_dir), "STEAD_EGRESS_HOSTS": PINS}
+    env = {**os.environ, "STEAD_DATA_DIR": str(data_dir), "STEAD_EGRESS_HOSTS": PINNED}
     env.pop("STEAD_DATABASE_URL", None)
     return subprocess.run(
         [sys.executable, "-m", "stead", "webhooks", *args],
@@ -48,7 +45,7 @@ def stead(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
 def test_an_endpoint_made_with_the_cli_gets_signed_deliveries(server: ServerProcess) -> None:
     data = server.data_dir
     with Receiver() as receiver:
-        url = f"http://hooks.test:{receiver.port}/in"
+        url = f"http://{HOOKS_HOST}:{receiver.port}/in"
         made = stead(
             "create", "--url", url, "--event-type", "agent.created", "--json", data_dir=data
         )
@@ -88,11 +85,14 @@ def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess) -> None:
 def test_rotating_the_secret_key_keeps_every_signing_secret(
     tmp_path: Path, fake_model: FakeModel
 ) -> None:
-    settings = {"STEAD_EGRESS_HOSTS": PINS, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
+    settings = {"STEAD_EGRESS_HOSTS": PINNED, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
     fresh = ServerProcess(tmp_path / "data", env=loop_env(fake_model, **settings)).start()
     with Receiver() as receiver:
         try:
-            hook = {"url": f"http://hooks.test:{receiver.port}/", "event_types": ["agent.created"]}
+            hook = {
+                "url": f"http://{HOOKS_HOST}:{receiver.port}/",
+                "event_types": ["agent.created"],
+            }
             made = httpx2.post(
                 f"{fresh.url}/v1/stead/webhooks",
                 json=hook,

@@ -5,7 +5,6 @@ were committed, whichever process claims them."""
 from __future__ import annotations
 
 import base64
-import json
 import secrets
 import time
 from pathlib import Path
@@ -14,10 +13,9 @@ import httpx2
 import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess
-from stead.testing.mcp_server import MCP_TEST_PIN
 from tests.conftest import loop_env, make_client
 from tests.databases import PostgresRun
-from tests.webhook_receiver import Receiver
+from tests.webhook_receiver import HOOKS_HOST, PINNED, Receiver
 
 pytestmark = pytest.mark.postgres
 EVENTS = 12
@@ -32,7 +30,7 @@ def test_processes_on_one_database_deliver_each_event_once_in_order(
         STEAD_DATABASE_URL=postgres_run.url(schema),
         # One sealing key: every process must open every endpoint's secret.
         STEAD_SECRET_KEY=base64.b64encode(secrets.token_bytes(32)).decode(),
-        STEAD_EGRESS_HOSTS=json.dumps({**MCP_TEST_PIN, "hooks.test": "127.0.0.1"}),
+        STEAD_EGRESS_HOSTS=PINNED,
         STEAD_WEBHOOK_POLL_SECONDS="0.02",
     )
     servers = [
@@ -41,7 +39,10 @@ def test_processes_on_one_database_deliver_each_event_once_in_order(
     try:
         key = next(s.first_key for s in servers if s.first_key)
         with Receiver() as receiver:
-            hook = {"url": f"http://hooks.test:{receiver.port}/", "event_types": ["vault.created"]}
+            hook = {
+                "url": f"http://{HOOKS_HOST}:{receiver.port}/",
+                "event_types": ["vault.created"],
+            }
             made = httpx2.post(
                 f"{servers[0].url}/v1/stead/webhooks",
                 json=hook,

@@ -5,7 +5,6 @@ the same ``webhook-id`` (the at-least-once promise receivers dedupe by)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import anthropic
@@ -13,13 +12,11 @@ import httpx2
 import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess
-from stead.testing.mcp_server import MCP_TEST_PIN
 from tests.conftest import loop_env, make_client
-from tests.webhook_receiver import Receiver
+from tests.webhook_receiver import PINNED, Receiver
 
-HOOKS_HOST = "hooks.test"
 FAST = {
-    "STEAD_EGRESS_HOSTS": json.dumps({**MCP_TEST_PIN, HOOKS_HOST: "127.0.0.1"}),
+    "STEAD_EGRESS_HOSTS": PINNED,
     "STEAD_WEBHOOK_POLL_SECONDS": "0.05",
     "STEAD_WEBHOOK_RETRY_BASE_SECONDS": "0.05",
     # A claim's lease is twice this plus a second: the restarted server takes
@@ -41,7 +38,7 @@ def test_a_kill_between_commit_and_delivery_loses_nothing(
     key = doomed.first_key
     assert key, doomed.log_text()
     with Receiver() as receiver:
-        hook = {"url": f"http://{HOOKS_HOST}:{receiver.port}/", "event_types": ["vault.created"]}
+        hook = {"url": receiver.url, "event_types": ["vault.created"]}
         answer = httpx2.post(
             f"{doomed.url}/v1/stead/webhooks", json=hook, headers={"x-api-key": key}, timeout=30
         )

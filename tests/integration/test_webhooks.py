@@ -5,7 +5,6 @@ after the receiver was down, and the egress rules at registration."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,19 +15,17 @@ import pytest
 import standardwebhooks
 
 from stead.testing import ServerProcess
-from stead.testing.mcp_server import MCP_TEST_PIN
 from stead.testing.server import free_port
 from tests.conftest import make_client
 from tests.databases import BACKENDS
 from tests.integration.helpers import message, wait_idle
-from tests.webhook_receiver import Receiver
+from tests.webhook_receiver import HOOKS_HOST, PINNED, Receiver
 
 pytestmark = pytest.mark.parametrize(
     "server_on_each_store", BACKENDS, indirect=True, scope="module"
 )
-HOOKS_HOST = "hooks.test"
 SERVER_ENV = {
-    "STEAD_EGRESS_HOSTS": json.dumps({**MCP_TEST_PIN, HOOKS_HOST: "127.0.0.1"}),
+    "STEAD_EGRESS_HOSTS": PINNED,
     "STEAD_WEBHOOK_POLL_SECONDS": "0.05",
     "STEAD_WEBHOOK_RETRY_BASE_SECONDS": "0.05",
     "STEAD_WEBHOOK_RETRY_MAX_SECONDS": "0.2",
