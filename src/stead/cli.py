@@ -9,6 +9,7 @@ import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -30,6 +31,7 @@ from stead.cli_support import (
     validated,
 )
 from stead.cli_usage import usage
+from stead.cli_webhooks import webhooks_app
 from stead.cli_worker import worker
 from stead.config import Settings
 from stead.startup import summary
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
 app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
 app.add_typer(keys_app, name="keys")
 app.add_typer(limits_app, name="limits")
+app.add_typer(webhooks_app, name="webhooks")
 db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
 secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
@@ -263,7 +266,8 @@ def _secret_box(settings: Settings) -> SecretBox:
 
 @secrets_app.command("rotate-key")
 def secrets_rotate_key(data_dir: DataDir = None) -> None:
-    """Re-seal every vault credential under a new key. Stop `stead serve` first.
+    """Re-seal every vault credential and webhook signing secret under a new key.
+    Stop `stead serve` first.
 
     With the key file (the default), a new key is made and replaces
     <data dir>/secret.key once every credential is re-sealed; a run that was
@@ -285,23 +289,30 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
         _secret_box(settings)  # the current key file exists and is usable
         box = begin_file_rotation(settings.data_dir)
     try:
-        count = anyio.run(_reseal, settings, box)
+        count, hooks = anyio.run(_reseal, settings, box)
     except SealError as exc:
         typer.echo(f"stead: a credential cannot be opened: {exc}", err=True)
         raise typer.Exit(1) from None
     if settings.secret_key is None:
         finish_file_rotation(settings.data_dir)
-    console().print(f"re-sealed {count} credential(s) under key {box.key_id.hex()}")
+    console().print(
+        f"re-sealed {count} credential(s) and {hooks} webhook secret(s) "
+        f"under key {box.key_id.hex()}"
+    )
 
 
-async def _reseal(settings: Settings, box: SecretBox) -> int:
+async def _reseal(settings: Settings, box: SecretBox) -> tuple[int, int]:
     def reseal(credential: CredentialRecord) -> bytes | None:
         if box.sealed_by_current_key(credential.sealed):
             return None
         return box.seal(credential.id, box.open(credential.id, credential.sealed))
 
+    from stead.runtime import resealed  # loaded only by this command
+
     async with opened(settings) as store:
-        return await store.reseal_credentials(reseal)
+        credentials = await store.reseal_credentials(reseal)
+        hooks = await store.reseal_webhook_secrets(partial(resealed, box))
+        return credentials, hooks
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

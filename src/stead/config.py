@@ -190,6 +190,19 @@ class Settings(BaseSettings):
     idempotency_max_answer_bytes: int = Field(default=1024 * 1024, gt=0)
     """Largest answer kept for replay; a larger one is answered once and its key
     then refuses replays with a 409."""
+    # webhooks (``runtime.WebhookCourier``)
+    webhook_poll_seconds: float = Field(default=1.0, gt=0)
+    """How often the outbox is read for deliveries that are due."""
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    """One delivery's whole HTTP exchange (connect, send, answer)."""
+    webhook_retry_base_seconds: float = Field(default=5.0, gt=0)
+    """The wait after a delivery's first failed attempt; doubled after each one."""
+    webhook_retry_max_seconds: float = Field(default=3600.0, gt=0)
+    """The longest wait between two attempts."""
+    webhook_retry_for_seconds: float = Field(default=24 * 3600.0, gt=0)
+    """A delivery still failing this long after its event is given up (``failed``)."""
+    webhook_keep_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    """Finished deliveries and their attempts are kept this long for the admin route."""
     max_events_per_request: int = 1000
     log_level: str = "info"
     log_format: Literal["auto", "json", "text"] = "auto"

@@ -28,6 +28,8 @@ SITES = frozenset(
         "outputs.after_begin",
         "outputs.after_capture",
         "skills.after_stage",
+        "webhook.before_send",
+        "webhook.after_send",
     }
 )
 

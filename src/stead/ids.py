@@ -23,6 +23,9 @@ PREFIXES = {
     "file": "file",
     "session_resource": "sesrsc",
     "skill": "skill",
+    "webhook": "whk",
+    "webhook_event": "wevt",
+    "webhook_delivery": "whmsg",
 }
 
 

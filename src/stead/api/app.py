@@ -27,6 +27,7 @@ from stead.api import (
     terminals,
     usage,
     vaults,
+    webhooks,
     work,
     workspace_limits,
 )
@@ -44,9 +45,12 @@ from stead.runtime import (
     SandboxToolbox,
     SessionCredentials,
     SkillKeeper,
+    WebhookCourier,
+    WebhookEndpoints,
     brain_lock,
     build_loop,
     open_bus,
+    webhook_parts,
 )
 from stead.sandbox import open_provider
 from stead.schemas import SkillLimits
@@ -71,6 +75,7 @@ ROUTE_MODULES = (
     usage,
     workspace_limits,
     console,
+    webhooks,
 )
 CURSOR_SECRET = "page_cursors"
 """Made by migration 0004."""
@@ -149,6 +154,8 @@ def create_app(
                     interval=settings.sandbox_sweep_interval_seconds,
                     destroy_timeout=SWEEP_DESTROY_SECONDS,
                 )
+            egress, terms = webhook_parts(settings)
+            courier = WebhookCourier(opened, box, egress, terms, failpoints)
             app.state.services = Services(
                 settings=settings,
                 store=opened,
@@ -161,12 +168,14 @@ def create_app(
                 secrets=box,
                 files=keeper,
                 skills=skill_keeper,
+                webhooks=WebhookEndpoints(opened, box, egress),
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
                 if sweeper is not None:
                     group.start_soon(sweeper.serve)
                 group.start_soon(keeper.serve)
+                group.start_soon(courier.serve)
                 yield
                 group.cancel_scope.cancel()
 

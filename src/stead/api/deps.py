@@ -12,7 +12,15 @@ from starlette.requests import HTTPConnection
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import Bus, FileKeeper, LeaseSweeper, Runtime, SandboxToolbox, SkillKeeper
+from stead.runtime import (
+    Bus,
+    FileKeeper,
+    LeaseSweeper,
+    Runtime,
+    SandboxToolbox,
+    SkillKeeper,
+    WebhookEndpoints,
+)
 from stead.store import TOKEN_PREFIX, ApiKey, Store
 from stead.vault import SecretBox
 
@@ -72,6 +80,8 @@ class Services:
     """The Files API's bytes (blob store) and metadata (store)."""
     skills: SkillKeeper
     """Skill versions: their zips (through ``files``) and metadata."""
+    webhooks: WebhookEndpoints
+    """Registers webhook endpoints (``api/webhooks.py``)."""
 
 
 @dataclass(frozen=True)

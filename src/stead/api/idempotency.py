@@ -31,6 +31,9 @@ REPLAYED = (b"idempotent-replayed", b"true")
 MAX_KEY_LENGTH = 255
 FIRST_POLL_SECONDS = 0.02
 LAST_POLL_SECONDS = 0.5
+SECRET_ANSWERS = "/v1/stead/webhooks"
+"""Routes whose answers carry a secret shown once (a webhook's signing secret):
+never kept in the store, so a key there is refused rather than ignored."""
 """Waiting for another request's answer polls the store (it may run in another
 process), from the first interval doubling up to the last."""
 
@@ -72,6 +75,10 @@ class IdempotencyMiddleware:
         key = _header(scope)
         if key is None:
             await self.app(scope, receive, send)
+            return
+        if scope["path"].startswith(SECRET_ANSWERS):
+            refused = f"Idempotency-Key: not accepted on {SECRET_ANSWERS} (answers carry a secret)"
+            await error_response(Request(scope), 400, refused)(scope, receive, send)
             return
         await self._keyed(scope, receive, send, key)
 

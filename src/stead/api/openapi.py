@@ -34,6 +34,7 @@ from stead.schemas import (
     resources,
     sessions,
     vaults,
+    webhooks,
     work,
 )
 
@@ -53,6 +54,8 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "WorkStopParams": work.STOP,
     "ResourceAddParams": resources.ADD,
     "ResourceUpdateParams": resources.UPDATE,
+    "WebhookCreateParams": webhooks.CREATE,
+    "WebhookUpdateParams": webhooks.UPDATE,
 }
 REF = "#/components/schemas/{model}"
 SDK_TYPES = "anthropic.types"

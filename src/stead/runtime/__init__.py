@@ -19,12 +19,17 @@ from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
 from stead.runtime.skills import ResolvedSkills, SkillKeeper, check_skill_refs, resolve_skills
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
+from stead.runtime.webhook_endpoints import WebhookEndpoints
+from stead.runtime.webhook_signing import resealed
+from stead.runtime.webhook_targets import WebhookEgress
+from stead.runtime.webhooks import CourierTerms, WebhookCourier, webhook_parts
 from stead.tools import ToolOutcome
 
 __all__ = [
     "MAX_MOUNTED_BYTES",
     "Bus",
     "Clock",
+    "CourierTerms",
     "DataDirInUse",
     "FeedItem",
     "FileExpired",
@@ -54,13 +59,18 @@ __all__ = [
     "ToolOutcome",
     "Toolbox",
     "ToolsUnavailable",
+    "WebhookCourier",
+    "WebhookEgress",
+    "WebhookEndpoints",
     "brain_lock",
     "build_loop",
     "check_skill_refs",
     "load_mcp",
     "open_bus",
     "refresh_grant",
+    "resealed",
     "resolve_skills",
     "sandbox_config",
+    "webhook_parts",
     "write_back_grant",
 ]

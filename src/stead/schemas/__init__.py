@@ -10,6 +10,7 @@ from stead.schemas import (
     sessions,
     skills,
     vaults,
+    webhooks,
     work,
     workspace_limits,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "sessions",
     "skills",
     "vaults",
+    "webhooks",
     "work",
     "workspace_limits",
 ]

@@ -73,6 +73,9 @@ PARAMS = {
     "resource_update": (
         "anthropic.types.beta.sessions.resource_update_params:ResourceUpdateParams"
     ),
+    # stead's own admin bodies (the SDK has none for webhook endpoints)
+    "webhook_create": "stead.schemas.webhook_params:WebhookCreateParams",
+    "webhook_update": "stead.schemas.webhook_params:WebhookUpdateParams",
 }
 """Each generated file's name -> the SDK params type it is derived from."""
 PATH_PARAMS = {

@@ -81,6 +81,17 @@ from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
 from stead.store.vaults import CredentialRecord, VaultRecord, VaultStore
+from stead.store.webhooks import (
+    AttemptResult,
+    DeliveryState,
+    DueDelivery,
+    RetryTerms,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookStore,
+    WorkspaceScope,
+)
 from stead.store.work import (
     ENVIRONMENT_KEY_PREFIX,
     NO_HEARTBEAT,
@@ -105,6 +116,7 @@ __all__ = [
     "WORKSPACE_LIMITS",
     "AgentRecord",
     "ApiKey",
+    "AttemptResult",
     "BrainRecord",
     "BrainStore",
     "BudgetReached",
@@ -115,6 +127,8 @@ __all__ = [
     "Claimed",
     "Conflict",
     "CredentialRecord",
+    "DeliveryState",
+    "DueDelivery",
     "EnvironmentKey",
     "EnvironmentRecord",
     "EventFilter",
@@ -145,6 +159,7 @@ __all__ = [
     "PageRequest",
     "QueueStats",
     "RequestUsage",
+    "RetryTerms",
     "RunClaim",
     "RunStart",
     "RunStatus",
@@ -165,10 +180,15 @@ __all__ = [
     "UsageStore",
     "VaultRecord",
     "VaultStore",
+    "WebhookAttempt",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookStore",
     "WorkItem",
     "WorkState",
     "WorkToken",
     "Workspace",
+    "WorkspaceScope",
     "WriteResult",
     "open_channel",
     "open_store",

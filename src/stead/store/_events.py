@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Row, Update, bindparam, delete, insert, selec
 
 from stead.events import EventType
 from stead.ids import new_id
-from stead.store import _locks
+from stead.store import _locks, _webhooks
 from stead.store._compiled import compiled
 from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
 from stead.store.errors import NotFound
@@ -90,6 +90,7 @@ def append_log(
             for r in records
         ],
     )
+    _webhooks.publish_log(conn, now, session_id, records)  # the outbox commits with the log
     return records
 
 

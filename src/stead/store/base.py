@@ -23,6 +23,7 @@ from stead.store.resources import SessionResourceStore
 from stead.store.skills import SkillStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
+from stead.store.webhooks import WebhookStore
 from stead.store.work import WorkStore
 
 T = TypeVar("T")
@@ -370,6 +371,7 @@ class Store(
     LimitStore,
     SessionResourceStore,
     SkillStore,
+    WebhookStore,
     Protocol,
 ):
     """Durable state of a stead installation. Safe to share between tasks."""

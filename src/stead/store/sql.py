@@ -30,6 +30,7 @@ from stead.store import (
     _sessions,
     _usage,
     _vaults,
+    _webhooks,
     _workspaces,
 )
 from stead.store._brain_methods import BrainMethods
@@ -38,6 +39,7 @@ from stead.store._idempotency_methods import IdempotencyMethods
 from stead.store._limit_methods import LimitMethods
 from stead.store._resource_methods import ResourceMethods
 from stead.store._skill_methods import SkillMethods
+from stead.store._webhook_methods import WebhookMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -91,6 +93,7 @@ class SqlStore(
     LimitMethods,
     ResourceMethods,
     SkillMethods,
+    WebhookMethods,
 ):
     def __init__(
         self,
@@ -135,7 +138,12 @@ class SqlStore(
     async def create_vault(
         self, workspace_id: str, display_name: str, metadata: dict[str, str]
     ) -> VaultRecord:
-        return await self._write(_vaults.create_vault, workspace_id, display_name, metadata)
+        return await self._write(
+            _webhooks.raising("vault.created", _vaults.create_vault),
+            workspace_id,
+            display_name,
+            metadata,
+        )
 
     async def get_vault(self, workspace_id: str, vault_id: str) -> VaultRecord:
         return await self._read(_vaults.get_vault, workspace_id, vault_id)
@@ -146,10 +154,16 @@ class SqlStore(
         return await self._write(_vaults.update_vault, workspace_id, vault_id, change)
 
     async def archive_vault(self, workspace_id: str, vault_id: str) -> VaultRecord:
-        return await self._write(_vaults.archive_vault, workspace_id, vault_id)
+        return await self._write(
+            _webhooks.raising("vault.archived", _vaults.archive_vault, "archived_at"),
+            workspace_id,
+            vault_id,
+        )
 
     async def delete_vault(self, workspace_id: str, vault_id: str) -> None:
-        await self._write(lambda conn, _now: _vaults.delete_vault(conn, workspace_id, vault_id))
+        await self._write(
+            _webhooks.removing("vault.deleted", _vaults.delete_vault), workspace_id, vault_id
+        )
 
     async def list_vaults(
         self, workspace_id: str, page: PageRequest, include_archived: bool
@@ -254,7 +268,9 @@ class SqlStore(
 
     # agents
     async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord:
-        return await self._write(_agents.create, workspace_id, definition)
+        return await self._write(
+            _webhooks.raising("agent.created", _agents.create), workspace_id, definition
+        )
 
     async def get_agent(
         self, workspace_id: str, agent_id: str, version: int | None = None
@@ -264,10 +280,20 @@ class SqlStore(
     async def update_agent(
         self, workspace_id: str, agent_id: str, expected_version: int | None, change: AgentChange
     ) -> AgentRecord:
-        return await self._write(_agents.update_, workspace_id, agent_id, expected_version, change)
+        return await self._write(
+            _webhooks.raising("agent.updated", _agents.update_, "updated_at"),
+            workspace_id,
+            agent_id,
+            expected_version,
+            change,
+        )
 
     async def archive_agent(self, workspace_id: str, agent_id: str) -> AgentRecord:
-        return await self._write(_agents.archive, workspace_id, agent_id)
+        return await self._write(
+            _webhooks.raising("agent.archived", _agents.archive, "archived_at"),
+            workspace_id,
+            agent_id,
+        )
 
     async def list_agents(
         self,
@@ -297,7 +323,13 @@ class SqlStore(
         scope: str | None,
     ) -> EnvironmentRecord:
         return await self._write(
-            _environments.create, workspace_id, name, description, config, metadata, scope
+            _webhooks.raising("environment.created", _environments.create),
+            workspace_id,
+            name,
+            description,
+            config,
+            metadata,
+            scope,
         )
 
     async def get_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
@@ -306,13 +338,24 @@ class SqlStore(
     async def update_environment(
         self, workspace_id: str, env_id: str, change: EnvironmentChange
     ) -> EnvironmentRecord:
-        return await self._write(_environments.update_, workspace_id, env_id, change)
+        return await self._write(
+            _webhooks.raising("environment.updated", _environments.update_, "updated_at"),
+            workspace_id,
+            env_id,
+            change,
+        )
 
     async def archive_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
-        return await self._write(_environments.archive, workspace_id, env_id)
+        return await self._write(
+            _webhooks.raising("environment.archived", _environments.archive, "archived_at"),
+            workspace_id,
+            env_id,
+        )
 
     async def delete_environment(self, workspace_id: str, env_id: str) -> None:
-        await self._write(lambda conn, _now: _environments.delete_(conn, workspace_id, env_id))
+        await self._write(
+            _webhooks.removing("environment.deleted", _environments.delete_), workspace_id, env_id
+        )
 
     async def list_environments(
         self, workspace_id: str, page: PageRequest, include_archived: bool
@@ -330,7 +373,7 @@ class SqlStore(
         initial_events: Sequence[NewEvent],
     ) -> tuple[SessionRecord, list[EventRecord]]:
         return await self._write(
-            _sessions.create,
+            _webhooks.raising("session.created", _sessions.create),
             workspace_id,
             agent_ref,
             build_agent,
@@ -348,10 +391,16 @@ class SqlStore(
         return await self._write(_sessions.update_, workspace_id, session_id, change, event)
 
     async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord:
-        return await self._write(_sessions.archive, workspace_id, session_id)
+        return await self._write(
+            _webhooks.raising("session.archived", _sessions.archive, "archived_at"),
+            workspace_id,
+            session_id,
+        )
 
     async def delete_session(self, workspace_id: str, session_id: str) -> None:
-        await self._write(lambda conn, _now: _sessions.delete_(conn, workspace_id, session_id))
+        await self._write(
+            _webhooks.removing("session.deleted", _sessions.delete_), workspace_id, session_id
+        )
 
     async def list_sessions(
         self, workspace_id: str, page: PageRequest, where: SessionFilter

@@ -1,0 +1,119 @@
+"""``WebhookCourier``: delivers the webhook outbox, owned by the server's task group.
+
+Each round reads whether anything is due (an idle server commits nothing),
+claims the oldest pending delivery of each endpoint, signs it and POSTs it
+through the egress rules, and records the attempt. A claim is a lease: a
+delivery whose process died (SIGKILL between the claim and the answer) is
+claimed again once its lease ends, so nothing committed is lost; a receiver
+may see a delivery twice and tells by its ``webhook-id``. Several processes on
+one PostgreSQL database share the outbox (``FOR UPDATE SKIP LOCKED``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import anyio
+from anyio.abc import TaskStatus
+
+from stead.config import Settings
+from stead.egress_policy import upstream_context
+from stead.failpoints import FailPoints
+from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.webhook_signing import open_secret, signed_headers
+from stead.runtime.webhook_targets import WebhookEgress
+from stead.store import AttemptResult, DueDelivery, RetryTerms, WebhookStore
+from stead.vault import SealError, SecretBox
+
+log = logging.getLogger("stead.webhooks")
+BATCH = 16
+"""Deliveries claimed per round; each is its endpoint's oldest pending one."""
+LEASE_MARGIN_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CourierTerms:
+    poll_seconds: float
+    retry: RetryTerms
+
+
+class WebhookCourier:
+    def __init__(
+        self,
+        store: WebhookStore,
+        box: SecretBox,
+        egress: WebhookEgress,
+        terms: CourierTerms,
+        failpoints: FailPoints | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._store = store
+        self._box = box
+        self._egress = egress
+        self._terms = terms
+        self._failpoints = failpoints or FailPoints(None)
+        self._clock = clock or SystemClock()
+        # Longer than one exchange can take, so a live claim is never taken over.
+        self._lease_seconds = 2 * egress.timeout_seconds + LEASE_MARGIN_SECONDS
+
+    async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Delivers what is due every ``poll_seconds`` until cancelled, the first
+        round at once (what a previous process left)."""
+        task_status.started()
+        while True:
+            await self.deliver_due()
+            await self._clock.sleep(self._terms.poll_seconds)
+
+    async def deliver_due(self) -> int:
+        """Delivers until nothing is due; returns the attempts made."""
+        made = 0
+        while await self._store.webhook_deliveries_due():
+            batch = await self._store.claim_webhook_deliveries(BATCH, self._lease_seconds)
+            if not batch:
+                return made  # due, but held by another process's claim
+            # One delivery per endpoint in a batch: sending them at once keeps
+            # each endpoint's order.
+            async with anyio.create_task_group() as group:
+                for delivery in batch:
+                    group.start_soon(self._deliver, delivery)
+            made += len(batch)
+        return made
+
+    async def _deliver(self, delivery: DueDelivery) -> None:
+        try:
+            secret = open_secret(self._box, delivery.endpoint_id, delivery.sealed_secret)
+        except SealError as exc:
+            result = AttemptResult(None, f"the signing secret cannot be opened: {exc}")
+        else:
+            timestamp = int(self._clock.now().timestamp())
+            headers = signed_headers(secret, delivery.id, timestamp, delivery.payload)
+            self._failpoints.hit("webhook.before_send")
+            result = await self._egress.post(delivery.url, headers, delivery.payload)
+            self._failpoints.hit("webhook.after_send")
+        if not result.delivered:
+            log.warning(
+                "webhook delivery %s to endpoint %s, attempt %d: %s",
+                delivery.id,
+                delivery.endpoint_id,
+                delivery.attempt,
+                result.error,
+            )
+        with anyio.CancelScope(shield=True):  # an attempt made is an attempt recorded
+            await self._store.finish_webhook_delivery(delivery, result, self._terms.retry)
+
+
+def webhook_parts(settings: Settings) -> tuple[WebhookEgress, CourierTerms]:
+    """The egress rules and the courier's terms ``settings`` name."""
+    egress = WebhookEgress(
+        pinned=dict(settings.egress_hosts),
+        tls=upstream_context(settings.egress_extra_ca_file),
+        timeout_seconds=settings.webhook_timeout_seconds,
+    )
+    retry = RetryTerms(
+        base_seconds=settings.webhook_retry_base_seconds,
+        max_seconds=settings.webhook_retry_max_seconds,
+        give_up_seconds=settings.webhook_retry_for_seconds,
+        keep_seconds=settings.webhook_keep_seconds,
+    )
+    return egress, CourierTerms(poll_seconds=settings.webhook_poll_seconds, retry=retry)
