@@ -21,6 +21,9 @@ PREFIXES = {
     "work": "work",
     "environment_key": "envkey",
     "file": "file",
+    "memory_store": "memstore",
+    "memory": "mem",
+    "memory_version": "memver",
 }
 
 

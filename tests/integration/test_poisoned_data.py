@@ -72,6 +72,9 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     database = server.data_dir / "stead.db"
     with sqlite3.connect(database) as db:  # as it was before migration 0004
         for later in (
+            "memory_versions",
+            "memories",
+            "memory_stores",
             "files",
             "idempotency_keys",
             "brains",

@@ -18,6 +18,9 @@ from stead.api import (
     events,
     files,
     health,
+    memories,
+    memory_stores,
+    memory_versions,
     openapi,
     sandbox,
     sessions,
@@ -36,6 +39,7 @@ from stead.runtime import (
     FileKeeper,
     LeaseSweeper,
     McpGateway,
+    MemoryKeeper,
     Runtime,
     SandboxToolbox,
     SessionCredentials,
@@ -56,6 +60,9 @@ ROUTE_MODULES = (
     vaults,
     credential_checks,
     files,
+    memory_stores,
+    memories,
+    memory_versions,
     sandbox,
     terminals,
     work,
@@ -123,6 +130,12 @@ def create_app(
                 purge_interval=settings.file_purge_interval_seconds,
                 upload_grace=settings.file_upload_grace_seconds,
             )
+            memory_keeper = MemoryKeeper(
+                opened,
+                keeper.blob_store,
+                purge_interval=settings.file_purge_interval_seconds,
+                upload_grace=settings.file_upload_grace_seconds,
+            )
             app.state.services = Services(
                 settings=settings,
                 store=opened,
@@ -134,12 +147,14 @@ def create_app(
                 cursor_secret=await opened.installation_secret(CURSOR_SECRET),
                 secrets=box,
                 files=keeper,
+                memories=memory_keeper,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
                 if sweeper is not None:
                     group.start_soon(sweeper.serve)
                 group.start_soon(keeper.serve)
+                group.start_soon(memory_keeper.serve)
                 yield
                 group.cancel_scope.cancel()
 

@@ -12,7 +12,7 @@ from starlette.requests import HTTPConnection
 
 from stead.api.errors import ApiError
 from stead.config import Settings
-from stead.runtime import Bus, FileKeeper, LeaseSweeper, Runtime, SandboxToolbox
+from stead.runtime import Bus, FileKeeper, LeaseSweeper, MemoryKeeper, Runtime, SandboxToolbox
 from stead.store import TOKEN_PREFIX, ApiKey, Store
 from stead.vault import SecretBox
 
@@ -70,6 +70,8 @@ class Services:
     """Seals and opens vault credentials' secrets (``stead.vault``)."""
     files: FileKeeper
     """The Files API's bytes (blob store) and metadata (store)."""
+    memories: MemoryKeeper
+    """Memory content (blob store) and versions (store); shares ``files``' blob store."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,16 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute, APIWebSocketRoute
 from fastapi.utils import create_model_field
 
-from stead.schemas import StrictParams, agents, environments, events, sessions, vaults, work
+from stead.schemas import (
+    StrictParams,
+    agents,
+    environments,
+    events,
+    memories,
+    sessions,
+    vaults,
+    work,
+)
 
 REQUEST_BODIES: dict[str, StrictParams] = {
     "AgentCreateParams": agents.CREATE,
@@ -42,6 +51,10 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "CredentialUpdateParams": vaults.CREDENTIAL_UPDATE,
     "WorkUpdateParams": work.UPDATE,
     "WorkStopParams": work.STOP,
+    "MemoryStoreCreateParams": memories.MEMORY_STORE_CREATE,
+    "MemoryStoreUpdateParams": memories.MEMORY_STORE_UPDATE,
+    "MemoryCreateParams": memories.MEMORY_CREATE,
+    "MemoryUpdateParams": memories.MEMORY_UPDATE,
 }
 REF = "#/components/schemas/{model}"
 SDK_TYPES = "anthropic.types"

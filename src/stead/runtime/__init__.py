@@ -12,6 +12,7 @@ from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
+from stead.runtime.memories import MemoryKeeper
 from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
@@ -32,6 +33,7 @@ __all__ = [
     "LoopDeps",
     "McpEgress",
     "McpGateway",
+    "MemoryKeeper",
     "ModelRouter",
     "Notice",
     "Peers",

@@ -2,7 +2,7 @@
 that turn requests into stored definitions. Imports nothing else from stead but
 the shared package-spec rules (``stead.package_specs``)."""
 
-from stead.schemas import agents, environments, events, sessions, vaults, work
+from stead.schemas import agents, environments, events, memories, sessions, vaults, work
 from stead.schemas.event_types import SessionEventType
 from stead.schemas.limits import MAX_VERSION
 from stead.schemas.validation import RequestError, StrictParams
@@ -15,6 +15,7 @@ __all__ = [
     "agents",
     "environments",
     "events",
+    "memories",
     "sessions",
     "vaults",
     "work",

@@ -69,12 +69,22 @@ PARAMS = {
     ),
     "work_update": "anthropic.types.beta.environments.work_update_params:WorkUpdateParams",
     "work_stop": "anthropic.types.beta.environments.work_stop_params:WorkStopParams",
+    "memory_store_create": (
+        "anthropic.types.beta.memory_store_create_params:MemoryStoreCreateParams"
+    ),
+    "memory_store_update": (
+        "anthropic.types.beta.memory_store_update_params:MemoryStoreUpdateParams"
+    ),
+    "memory_create": "anthropic.types.beta.memory_stores.memory_create_params:MemoryCreateParams",
+    "memory_update": "anthropic.types.beta.memory_stores.memory_update_params:MemoryUpdateParams",
 }
 """Each generated file's name -> the SDK params type it is derived from."""
 PATH_PARAMS = {
     "credential_update": ("vault_id",),
     "work_update": ("environment_id",),
     "work_stop": ("environment_id",),
+    "memory_create": ("view",),
+    "memory_update": ("memory_store_id", "view"),
 }
 """Fields the SDK sends in the URL, not the body, of a params type that has them."""
 EVENT_TYPES = "anthropic.types.beta.sessions:BetaManagedAgentsSessionEventType"

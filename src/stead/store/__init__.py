@@ -59,6 +59,22 @@ from stead.store.errors import (
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.memories import (
+    PATH_CONFLICT,
+    PRECONDITION_FAILED,
+    Actor,
+    MemoryListing,
+    MemoryPrefix,
+    MemoryRecord,
+    MemoryStoreRecord,
+    MemoryStoreStore,
+    MemoryVersionRecord,
+    MemoryWrite,
+    NewVersion,
+    StoreFilter,
+    VersionFilter,
+    precondition_failed,
+)
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -80,7 +96,10 @@ __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
     "LIVE_RUN_STATUSES",
     "NO_HEARTBEAT",
+    "PATH_CONFLICT",
+    "PRECONDITION_FAILED",
     "TOKEN_PREFIX",
+    "Actor",
     "AgentRecord",
     "ApiKey",
     "BrainRecord",
@@ -110,8 +129,16 @@ __all__ = [
     "LeaseLost",
     "LeaseTerms",
     "LedgerRow",
+    "MemoryListing",
+    "MemoryPrefix",
+    "MemoryRecord",
+    "MemoryStoreRecord",
+    "MemoryStoreStore",
+    "MemoryVersionRecord",
+    "MemoryWrite",
     "NewEvent",
     "NewFile",
+    "NewVersion",
     "NotFound",
     "OpRecord",
     "Order",
@@ -131,10 +158,12 @@ __all__ = [
     "SqlStore",
     "Store",
     "StoreError",
+    "StoreFilter",
     "StoreUnavailable",
     "UsageStore",
     "VaultRecord",
     "VaultStore",
+    "VersionFilter",
     "WorkItem",
     "WorkState",
     "WorkToken",
@@ -143,6 +172,7 @@ __all__ = [
     "open_channel",
     "open_store",
     "open_store_sync",
+    "precondition_failed",
     "single_brain",
 ]
 

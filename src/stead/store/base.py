@@ -18,6 +18,7 @@ from stead.jsonvalues import Json
 from stead.store.brains import BrainStore
 from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
+from stead.store.memories import MemoryStoreStore
 from stead.store.usage import RequestUsage, UsageStore
 from stead.store.vaults import VaultStore
 from stead.store.work import WorkStore
@@ -355,7 +356,16 @@ class IntegrityFinding:
         return f"{self.where}: {self.problem}{done}"
 
 
-class Store(VaultStore, WorkStore, UsageStore, BrainStore, FileStore, IdempotencyStore, Protocol):
+class Store(
+    VaultStore,
+    WorkStore,
+    UsageStore,
+    BrainStore,
+    FileStore,
+    IdempotencyStore,
+    MemoryStoreStore,
+    Protocol,
+):
     """Durable state of a stead installation. Safe to share between tasks."""
 
     async def close(self) -> None: ...

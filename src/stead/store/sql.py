@@ -34,6 +34,7 @@ from stead.store import (
 from stead.store._brain_methods import BrainMethods
 from stead.store._file_methods import FileMethods
 from stead.store._idempotency_methods import IdempotencyMethods
+from stead.store._memory_methods import MemoryMethods
 from stead.store._work_methods import WorkMethods
 from stead.store.base import (
     AgentChange,
@@ -79,7 +80,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods):
+class SqlStore(WorkMethods, BrainMethods, FileMethods, IdempotencyMethods, MemoryMethods):
     def __init__(
         self,
         writer: Engine,
