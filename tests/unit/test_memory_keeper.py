@@ -217,3 +217,40 @@ async def test_the_purger_removes_abandoned_redacted_and_deleted_content(
     assert await keeper.purge() == 1
     assert await _blob_count(blobs) == 0
     assert await store.memory_blobs_to_purge(datetime.now(UTC) + timedelta(days=1), 10) == []
+
+
+async def test_of_creates_racing_for_one_path_one_wins_and_the_rest_conflict(
+    store: SqlStore,
+) -> None:
+    workspace = await store.create_workspace("w")
+    memory_store = await store.create_memory_store(workspace.id, "s", "", {})
+    staged = []
+    for _ in range(8):  # every version begun first, so the commits overlap
+        version_id = new_id("memory_version")
+        staged.append(version_id)
+        await store.begin_memory_version(
+            NewVersion(
+                version_id,
+                workspace.id,
+                memory_store.id,
+                new_id("memory"),
+                "/same.md",
+                sha(""),
+                0,
+                f"memories/{version_id}",
+                API,
+            )
+        )
+    outcomes: list[str] = []
+
+    async def commit(version_id: str) -> None:
+        try:
+            await store.commit_memory_create(workspace.id, version_id)
+            outcomes.append("made")
+        except Conflict as exc:
+            outcomes.append(str(exc.code))
+
+    async with anyio.create_task_group() as group:
+        for version_id in staged:
+            group.start_soon(commit, version_id)
+    assert sorted(outcomes) == ["made"] + ["memory_path_conflict_error"] * 7

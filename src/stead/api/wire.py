@@ -199,10 +199,18 @@ def memory_prefix(record: MemoryPrefix) -> Json:
     return {"type": "memory_prefix", "path": record.path}
 
 
+ACTOR_ID_FIELDS = {
+    "api_actor": "api_key_id",
+    "session_actor": "session_id",
+    "user_actor": "user_id",
+    "service_account_actor": "service_account_id",
+}
+
+
 def _actor(actor: Actor | None) -> Json | None:
     if actor is None:
         return None
-    field = {"session_actor": "session_id", "api_actor": "api_key_id"}.get(actor.type, "id")
+    field = ACTOR_ID_FIELDS[actor.type]
     return {"type": actor.type, field: actor.id}
 
 

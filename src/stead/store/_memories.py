@@ -114,7 +114,9 @@ def begin_memory_version(conn: Connection, now: datetime, new: NewVersion) -> No
 
 def _pending(conn: Connection, workspace_id: str, version_id: str) -> Row[Any]:
     """The pending version, with its store held first (the order every memory
-    write takes: store, version, memory) and checked writable."""
+    write takes: store, version, memory) and checked writable. Two writers that
+    take one path on PostgreSQL both find it free; the second's insert is a
+    unique violation, which the connection worker retries, and then it sees it taken."""
     store_id = conn.execute(
         select(V.memory_store_id).where(V.id == version_id, V.workspace_id == workspace_id)
     ).scalar()
