@@ -84,6 +84,7 @@ ROUTES = {
         "post",
         "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact",
     ): None,
+    ("post", "/v1/memory_stores/{memory_store_id}/search"): None,
 }
 
 

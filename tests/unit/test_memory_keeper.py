@@ -15,7 +15,7 @@ import pytest
 
 from stead.blobs import BlobConfig, BlobStore, open_blob_store
 from stead.ids import new_id
-from stead.runtime import MemoryKeeper
+from stead.runtime import Embedder, MemoryKeeper
 from stead.store import (
     PRECONDITION_FAILED,
     Actor,
@@ -56,7 +56,7 @@ def blobs(tmp_path: Path) -> BlobStore:
 
 @pytest.fixture
 async def keeper(store: SqlStore, blobs: BlobStore) -> AsyncIterator[MemoryKeeper]:
-    yield MemoryKeeper(store, lambda: blobs, purge_interval=60, upload_grace=60)
+    yield MemoryKeeper(store, lambda: blobs, Embedder(), purge_interval=60, upload_grace=60)
 
 
 async def _new_memory(store: SqlStore, keeper: MemoryKeeper, content: str) -> tuple[str, str, str]:
@@ -174,7 +174,7 @@ async def test_a_refused_commit_removes_its_blob_at_once(
 async def test_the_purger_removes_abandoned_redacted_and_deleted_content(
     store: SqlStore, blobs: BlobStore
 ) -> None:
-    keeper = MemoryKeeper(store, lambda: blobs, purge_interval=60, upload_grace=60)
+    keeper = MemoryKeeper(store, lambda: blobs, Embedder(), purge_interval=60, upload_grace=60)
     workspace, store_id, memory_id = await _new_memory(store, keeper, "one")
     written = await keeper.write(
         workspace,
@@ -188,13 +188,14 @@ async def test_the_purger_removes_abandoned_redacted_and_deleted_content(
     # A writer that died between beginning its version and committing it.
     version_id = new_id("memory_version")
     key = f"memories/{workspace}/{store_id}/{version_id}"
-    new = NewVersion(version_id, workspace, store_id, memory_id, None, sha("x"), 1, key, API)
+    new = NewVersion(version_id, workspace, store_id, memory_id, None, sha("x"), 1, key, API, b"")
     await store.begin_memory_version(new)
     await blobs.put_bytes(key, b"x")
     assert await keeper.purge() == 0  # within the grace it may still commit
     later = MemoryKeeper(
         store,
         lambda: blobs,
+        Embedder(),
         purge_interval=60,
         upload_grace=60,
         clock=LaterClock(timedelta(hours=1)),
@@ -239,6 +240,7 @@ async def test_of_creates_racing_for_one_path_one_wins_and_the_rest_conflict(
                 0,
                 f"memories/{version_id}",
                 API,
+                b"",
             )
         )
     outcomes: list[str] = []
@@ -254,3 +256,40 @@ async def test_of_creates_racing_for_one_path_one_wins_and_the_rest_conflict(
         for version_id in staged:
             group.start_soon(commit, version_id)
     assert sorted(outcomes) == ["made"] + ["memory_path_conflict_error"] * 7
+
+
+async def test_search_finds_current_content_by_meaning(
+    store: SqlStore, keeper: MemoryKeeper
+) -> None:
+    workspace = await store.create_workspace("w")
+    memory_store = await store.create_memory_store(workspace.id, "s", "", {})
+    texts = {
+        "/pets/cat.md": "The cat sleeps on the warm windowsill every afternoon.",
+        "/work/deploy.md": "Deploy the API with blue-green releases behind the load balancer.",
+        "/food/bread.md": "Knead the sourdough, let it rise overnight, bake at 230 degrees.",
+    }
+    made = {
+        path: await keeper.create(workspace.id, memory_store.id, path, text, API)
+        for path, text in texts.items()
+    }
+    hits = await keeper.search(workspace.id, memory_store.id, "how do we ship a new release", 3)
+    assert hits[0].path == "/work/deploy.md"
+    assert hits[0].score > hits[1].score >= hits[2].score
+    assert hits[0].version_id == made["/work/deploy.md"].memory.version_id
+    kitten = await keeper.search(workspace.id, memory_store.id, "a kitten napping", 1)
+    assert [h.path for h in kitten] == ["/pets/cat.md"]
+    only_food = await keeper.search(workspace.id, memory_store.id, "a kitten", 5, "/food/")
+    assert [h.path for h in only_food] == ["/food/bread.md"]
+
+    changed = await keeper.write(
+        workspace.id,
+        memory_store.id,
+        made["/pets/cat.md"].memory.id,
+        content="Release checklist: tag, build, deploy to production.",
+        expected_sha256=None,
+        actor=API,
+        keep_stale=False,
+    )
+    again = await keeper.search(workspace.id, memory_store.id, "a kitten napping", 3)
+    cat = next(h for h in again if h.path == "/pets/cat.md")
+    assert cat.version_id == changed.version.id and cat.score < kitten[0].score

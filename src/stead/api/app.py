@@ -19,6 +19,7 @@ from stead.api import (
     files,
     health,
     memories,
+    memory_search,
     memory_stores,
     memory_versions,
     openapi,
@@ -36,6 +37,7 @@ from stead.api.observe import TelemetryMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.runtime import (
+    Embedder,
     FileKeeper,
     LeaseSweeper,
     McpGateway,
@@ -63,6 +65,7 @@ ROUTE_MODULES = (
     memory_stores,
     memories,
     memory_versions,
+    memory_search,
     sandbox,
     terminals,
     work,
@@ -133,6 +136,7 @@ def create_app(
             memory_keeper = MemoryKeeper(
                 opened,
                 keeper.blob_store,
+                Embedder(),
                 purge_interval=settings.file_purge_interval_seconds,
                 upload_grace=settings.file_upload_grace_seconds,
             )

@@ -6,13 +6,14 @@ from stead.runtime.bus import Bus, LocalBus, Notice, Peers, Subscription
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
+from stead.runtime.embedder import Embedder
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.files import FileExpired, FileKeeper
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
-from stead.runtime.memories import MemoryKeeper
+from stead.runtime.memories import MemoryKeeper, SearchHit
 from stead.runtime.models import ModelRouter
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
@@ -24,6 +25,7 @@ __all__ = [
     "Bus",
     "Clock",
     "DataDirInUse",
+    "Embedder",
     "FeedItem",
     "FileExpired",
     "FileKeeper",
@@ -40,6 +42,7 @@ __all__ = [
     "Runtime",
     "SandboxToolbox",
     "SandboxView",
+    "SearchHit",
     "SessionCredentials",
     "SessionFeed",
     "SharedBus",

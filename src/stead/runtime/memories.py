@@ -21,15 +21,18 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
+from anyio import to_thread
 from anyio.abc import TaskStatus
 
 from stead.blobs import BlobError
 from stead.ids import new_id
 from stead.runtime.clock import Clock
+from stead.runtime.embedder import Embedder
 from stead.runtime.purging import PurgeTerms, purge_every, purge_in_batches
 from stead.store import (
     PRECONDITION_FAILED,
@@ -37,6 +40,7 @@ from stead.store import (
     Conflict,
     MemoryRecord,
     MemoryStoreStore,
+    MemoryVector,
     MemoryVersionRecord,
     MemoryWrite,
     NewVersion,
@@ -46,6 +50,7 @@ from stead.store import (
 
 if TYPE_CHECKING:
     from stead.blobs import BlobStore
+    from stead.runtime.minilm import Vectors
 
 log = logging.getLogger("stead.runtime.memories")
 
@@ -54,11 +59,22 @@ RENAME_ATTEMPTS = 3
 """A rename copies the current content; it is retried if a write lands meanwhile."""
 
 
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A memory whose current content is close to a query (cosine ``score``)."""
+
+    memory_id: str
+    version_id: str
+    path: str
+    score: float
+
+
 class MemoryKeeper:
     def __init__(
         self,
         store: MemoryStoreStore,
         blobs: Callable[[], BlobStore],
+        embedder: Embedder,
         *,
         purge_interval: float,
         upload_grace: float,
@@ -66,6 +82,7 @@ class MemoryKeeper:
     ) -> None:
         self._store = store
         self._blobs = blobs
+        self._embedder = embedder
         self._terms = PurgeTerms.of(purge_interval, upload_grace, clock)
 
     async def create(
@@ -181,6 +198,23 @@ class MemoryKeeper:
                 await self._remove(version_id, before.blob_key)
         return record
 
+    async def search(
+        self, workspace_id: str, store_id: str, query: str, limit: int, prefix: str = "/"
+    ) -> list[SearchHit]:
+        """The ``limit`` memories below ``prefix`` whose current content is most like
+        ``query``, best first. Reads the vectors from the store; the comparison
+        runs off the event loop."""
+        vectors = await self._store.memory_vectors(workspace_id, store_id, prefix)
+        if not vectors:
+            return []
+        wanted = (await self._embedder.embed([query]))[0]
+        scores = await to_thread.run_sync(_scores, vectors, wanted)
+        best = sorted(range(len(vectors)), key=lambda i: -scores[i])[:limit]
+        return [
+            SearchHit(vectors[i].memory_id, vectors[i].version_id, vectors[i].path, scores[i])
+            for i in best
+        ]
+
     async def content(self, record: MemoryRecord | MemoryVersionRecord) -> str | None:
         """The text a memory or a version holds (None for a redacted or deleted one)."""
         if record.blob_key is None:
@@ -198,6 +232,7 @@ class MemoryKeeper:
     ) -> tuple[str, str]:
         """Begins a version of ``content`` and writes its blob: (version id, blob key)."""
         data = content.encode()
+        vector = (await self._embedder.embed([content]))[0]
         version_id = new_id("memory_version")
         key = f"{KEY_PREFIX}/{workspace_id}/{store_id}/{version_id}"
         new = NewVersion(
@@ -210,6 +245,7 @@ class MemoryKeeper:
             len(data),
             key,
             actor,
+            vector.tobytes(),
         )
         await self._store.begin_memory_version(new)
         await self._blobs().put_bytes(key, data)
@@ -251,6 +287,14 @@ class MemoryKeeper:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Purges every ``purge_interval`` until cancelled (``purging.purge_every``)."""
         await purge_every(self._terms, self.purge, task_status)
+
+
+def _scores(vectors: list[MemoryVector], wanted: Vectors) -> list[float]:
+    import numpy as np  # loaded with the model, never at start
+
+    matrix = np.frombuffer(b"".join(v.embedding for v in vectors), dtype=np.float32)
+    scores: list[float] = (matrix.reshape(len(vectors), -1) @ wanted).tolist()
+    return scores
 
 
 def _sha256(content: str) -> str:

@@ -161,3 +161,32 @@ def parse_memory_update(body: Any) -> MemoryUpdate:
         path=None if path is None else check_path("path", path),
         expected_sha256=expected,
     )
+
+
+MAX_QUERY_CHARS = 2000
+MAX_SEARCH_RESULTS = 100
+SEARCH_FIELDS = frozenset({"query", "limit", "path_prefix"})
+
+
+def parse_search(body: Any) -> tuple[str, int, str]:
+    """(query, limit, path_prefix) of stead's ``POST /v1/memory_stores/{id}/search``."""
+    if not isinstance(body, dict):
+        raise RequestError("body: expected an object")
+    unknown = sorted(set(body) - SEARCH_FIELDS)
+    if unknown:
+        raise RequestError(f"{unknown[0]}: unknown field")
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise RequestError("query: required, a non-empty string")
+    check_length("query", query, high=MAX_QUERY_CHARS)
+    limit = body.get("limit", 10)
+    if (
+        isinstance(limit, bool)
+        or not isinstance(limit, int)
+        or not 1 <= limit <= MAX_SEARCH_RESULTS
+    ):
+        raise RequestError(f"limit: expected a whole number from 1 to {MAX_SEARCH_RESULTS}")
+    prefix = body.get("path_prefix", "/")
+    if not isinstance(prefix, str):
+        raise RequestError("path_prefix: must be a string")
+    return query, limit, check_prefix("path_prefix", prefix)

@@ -108,6 +108,7 @@ def begin_memory_version(conn: Connection, now: datetime, new: NewVersion) -> No
             actor_type=new.actor.type,
             actor_id=new.actor.id,
             created_at=now,
+            embedding=new.embedding,
         )
     )
 
@@ -290,6 +291,7 @@ def redact_memory_version(
             redacted_at=now,
             redacted_by_type=actor.type,
             redacted_by_id=actor.id,
+            embedding=None,
             blob_released_at=now if version.blob_key is not None else None,
         )
     )

@@ -15,6 +15,7 @@ from stead.store.memories import (
     MemoryRecord,
     MemoryStoreChange,
     MemoryStoreRecord,
+    MemoryVector,
     MemoryVersionRecord,
     MemoryWrite,
     NewVersion,
@@ -129,6 +130,11 @@ class MemoryMethods:
         return await self._write(
             _memories.redact_memory_version, workspace_id, store_id, version_id, actor
         )
+
+    async def memory_vectors(
+        self, workspace_id: str, store_id: str, prefix: str
+    ) -> list[MemoryVector]:
+        return await self._read(_memory_reads.memory_vectors, workspace_id, store_id, prefix)
 
     async def memory_blobs_to_purge(
         self, pending_before: datetime, limit: int

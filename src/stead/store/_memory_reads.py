@@ -12,6 +12,7 @@ from stead.store.memories import (
     MemoryListing,
     MemoryPrefix,
     MemoryRecord,
+    MemoryVector,
     MemoryVersionRecord,
     VersionFilter,
 )
@@ -83,3 +84,20 @@ def list_memory_versions(
     if where.created_lte is not None:
         stmt = stmt.where(V.created_at <= where.created_lte)
     return fetch_page(conn, stmt, [V.created_at, V.id], page, version_record)
+
+
+def memory_vectors(
+    conn: Connection, workspace_id: str, store_id: str, prefix: str
+) -> list[MemoryVector]:
+    get_memory_store(conn, workspace_id, store_id)
+    rows = conn.execute(
+        select(M.id, M.version_id, M.path, V.embedding)
+        .join(memory_versions, V.id == M.version_id)
+        .where(
+            M.memory_store_id == store_id,
+            M.path >= prefix,
+            M.path < _end_of(prefix),
+            V.embedding.is_not(None),
+        )
+    ).all()
+    return [MemoryVector(r.id, r.version_id, r.path, bytes(r.embedding)) for r in rows]

@@ -101,6 +101,18 @@ class NewVersion:
     content_size_bytes: int
     blob_key: str
     actor: Actor
+    embedding: bytes
+    """The content's vector (float32), for semantic search."""
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVector:
+    """A memory's current version and its content's vector."""
+
+    memory_id: str
+    version_id: str
+    path: str
+    embedding: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +265,12 @@ class MemoryStoreStore(Protocol):
         """Clears the version's content, path, hash and size and releases its blob;
         the record, its author and time stay. Idempotent. ``Conflict`` for the
         current version of a memory that still exists."""
+        ...
+
+    async def memory_vectors(
+        self, workspace_id: str, store_id: str, prefix: str
+    ) -> list[MemoryVector]:
+        """The vector of every memory below ``prefix`` at its current version."""
         ...
 
     async def memory_blobs_to_purge(

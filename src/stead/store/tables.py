@@ -450,6 +450,7 @@ memory_versions = Table(
     Column("redacted_at", UTCDateTime, nullable=True),
     Column("redacted_by_type", String(32), nullable=True),
     Column("redacted_by_id", String(64), nullable=True),
+    Column("embedding", LargeBinary, nullable=True),
     Index("ix_memory_versions_store_created", "memory_store_id", "created_at", "id"),
     Index("ix_memory_versions_memory", "memory_id"),
     Index("ix_memory_versions_committed", "committed_at"),
@@ -457,4 +458,6 @@ memory_versions = Table(
 )
 """Every write of a memory (``_memories.py``), visible once ``committed_at`` is
 set. Rows outlive their memory and, until the purger removed their blob
-(``blob_released_at`` set), their store: so no foreign key to either."""
+(``blob_released_at`` set), their store: so no foreign key to either.
+``embedding`` is the content's vector (``runtime.minilm``, float32), cleared with
+the content when the version is redacted."""

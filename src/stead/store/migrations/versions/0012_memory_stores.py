@@ -73,6 +73,7 @@ def upgrade() -> None:
         sa.Column("redacted_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("redacted_by_type", sa.String(length=32), nullable=True),
         sa.Column("redacted_by_id", sa.String(length=64), nullable=True),
+        sa.Column("embedding", sa.LargeBinary(), nullable=True),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index(
