@@ -34,6 +34,7 @@ BENCHMARKS = (
     "snapshot",
     "egress_tls",
     "work_queue",
+    "memory_search",
 )
 TIMEOUT_S = 120.0
 

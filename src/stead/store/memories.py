@@ -102,7 +102,7 @@ class NewVersion:
     blob_key: str
     actor: Actor
     embedding: bytes
-    """The content's vector (float32), for semantic search."""
+    """The content's vector (``runtime.memories.VECTOR_DTYPE``), for semantic search."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -459,5 +459,5 @@ memory_versions = Table(
 """Every write of a memory (``_memories.py``), visible once ``committed_at`` is
 set. Rows outlive their memory and, until the purger removed their blob
 (``blob_released_at`` set), their store: so no foreign key to either.
-``embedding`` is the content's vector (``runtime.minilm``, float32), cleared with
+``embedding`` is the content's vector (``runtime.minilm``, float16), cleared with
 the content when the version is redacted."""
