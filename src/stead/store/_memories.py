@@ -156,10 +156,11 @@ def _path_taken(conn: Connection, store_id: str, path: str, memory_id: str) -> N
 def _commit(
     conn: Connection, now: datetime, version_id: str, operation: str, path: str
 ) -> MemoryVersionRecord:
+    # Written when committed: versions list in the order their writes took effect.
     conn.execute(
         update(memory_versions)
         .where(V.id == version_id)
-        .values(operation=operation, path=path, committed_at=now)
+        .values(operation=operation, path=path, created_at=now, committed_at=now)
     )
     row = conn.execute(select(memory_versions).where(V.id == version_id)).one()
     return version_record(row)
