@@ -35,6 +35,7 @@ BENCHMARKS = (
     "egress_tls",
     "work_queue",
     "request_checks",
+    "memory_search",
 )
 TIMEOUT_S = 120.0
 

@@ -26,6 +26,9 @@ PREFIXES = {
     "webhook": "whk",
     "webhook_event": "wevt",
     "webhook_delivery": "whmsg",
+    "memory_store": "memstore",
+    "memory": "mem",
+    "memory_version": "memver",
 }
 
 

@@ -94,6 +94,24 @@ ROUTES = {
     ("get", "/v1/skills/{skill_id}/versions/{version}"): None,
     ("delete", "/v1/skills/{skill_id}/versions/{version}"): None,
     ("get", "/v1/skills/{skill_id}/versions/{version}/content"): None,
+    ("post", "/v1/memory_stores"): "MemoryStoreCreateParams",
+    ("get", "/v1/memory_stores"): None,
+    ("get", "/v1/memory_stores/{memory_store_id}"): None,
+    ("post", "/v1/memory_stores/{memory_store_id}"): "MemoryStoreUpdateParams",
+    ("delete", "/v1/memory_stores/{memory_store_id}"): None,
+    ("post", "/v1/memory_stores/{memory_store_id}/archive"): None,
+    ("post", "/v1/memory_stores/{memory_store_id}/memories"): "MemoryCreateParams",
+    ("get", "/v1/memory_stores/{memory_store_id}/memories"): None,
+    ("get", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"): None,
+    ("post", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"): "MemoryUpdateParams",
+    ("delete", "/v1/memory_stores/{memory_store_id}/memories/{memory_id}"): None,
+    ("get", "/v1/memory_stores/{memory_store_id}/memory_versions"): None,
+    ("get", "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}"): None,
+    (
+        "post",
+        "/v1/memory_stores/{memory_store_id}/memory_versions/{memory_version_id}/redact",
+    ): None,
+    ("post", "/v1/memory_stores/{memory_store_id}/search"): None,
 }
 
 

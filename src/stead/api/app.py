@@ -19,6 +19,10 @@ from stead.api import (
     events,
     files,
     health,
+    memories,
+    memory_search,
+    memory_stores,
+    memory_versions,
     openapi,
     resources,
     sandbox,
@@ -38,9 +42,11 @@ from stead.api.observe import TelemetryMiddleware
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.runtime import (
+    Embedder,
     FileKeeper,
     LeaseSweeper,
     McpGateway,
+    MemoryKeeper,
     Runtime,
     SandboxToolbox,
     SessionCredentials,
@@ -68,6 +74,10 @@ ROUTE_MODULES = (
     credential_checks,
     files,
     skills,
+    memory_stores,
+    memories,
+    memory_versions,
+    memory_search,
     sandbox,
     terminals,
     work,
@@ -156,6 +166,13 @@ def create_app(
                 )
             egress, terms = webhook_parts(settings)
             courier = WebhookCourier(opened, box, egress, terms, failpoints)
+            memory_keeper = MemoryKeeper(
+                opened,
+                keeper.blob_store,
+                Embedder(),
+                purge_interval=settings.file_purge_interval_seconds,
+                upload_grace=settings.file_upload_grace_seconds,
+            )
             app.state.services = Services(
                 settings=settings,
                 store=opened,
@@ -169,6 +186,7 @@ def create_app(
                 files=keeper,
                 skills=skill_keeper,
                 webhooks=WebhookEndpoints(opened, box, egress),
+                memories=memory_keeper,
             )
             async with anyio.create_task_group() as group:
                 await group.start(runtime.serve)
@@ -176,6 +194,7 @@ def create_app(
                     group.start_soon(sweeper.serve)
                 group.start_soon(keeper.serve)
                 group.start_soon(courier.serve)
+                group.start_soon(memory_keeper.serve)
                 yield
                 group.cancel_scope.cancel()
 

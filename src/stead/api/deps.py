@@ -16,6 +16,7 @@ from stead.runtime import (
     Bus,
     FileKeeper,
     LeaseSweeper,
+    MemoryKeeper,
     Runtime,
     SandboxToolbox,
     SkillKeeper,
@@ -82,6 +83,8 @@ class Services:
     """Skill versions: their zips (through ``files``) and metadata."""
     webhooks: WebhookEndpoints
     """Registers webhook endpoints (``api/webhooks.py``)."""
+    memories: MemoryKeeper
+    """Memory content (blob store) and versions (store); shares ``files``' blob store."""
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,9 @@ async def _invalid_value(request: Request, exc: Exception) -> JSONResponse:
 async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, Conflict)
     headers = {"x-should-retry": "false"} if exc.status == 409 else None
-    return error_response(request, exc.status, str(exc), code=exc.code, headers=headers)
+    return error_response(
+        request, exc.status, str(exc), code=exc.code, headers=headers, details=exc.details
+    )
 
 
 async def _blob(request: Request, exc: Exception) -> JSONResponse:

@@ -31,6 +31,7 @@ from stead.schemas import (
     agents,
     environments,
     events,
+    memories,
     resources,
     sessions,
     vaults,
@@ -56,6 +57,10 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "ResourceUpdateParams": resources.UPDATE,
     "WebhookCreateParams": webhooks.CREATE,
     "WebhookUpdateParams": webhooks.UPDATE,
+    "MemoryStoreCreateParams": memories.MEMORY_STORE_CREATE,
+    "MemoryStoreUpdateParams": memories.MEMORY_STORE_UPDATE,
+    "MemoryCreateParams": memories.MEMORY_CREATE,
+    "MemoryUpdateParams": memories.MEMORY_UPDATE,
 }
 REF = "#/components/schemas/{model}"
 SDK_TYPES = "anthropic.types"

@@ -13,11 +13,16 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from stead import usage as accounting
 from stead.jsonvalues import Json, repaired
 from stead.store import (
+    Actor,
     AgentRecord,
     CredentialRecord,
     EnvironmentRecord,
     EventRecord,
     FileRecord,
+    MemoryPrefix,
+    MemoryRecord,
+    MemoryStoreRecord,
+    MemoryVersionRecord,
     SessionRecord,
     SkillRecord,
     SkillVersionRecord,
@@ -181,4 +186,75 @@ def file(record: FileRecord) -> Json:
         "expires_at": ts(record.expires_at),
         "downloadable": True,
         "scope": scope,
+    }
+
+
+# memory stores, memories and memory versions
+
+
+def memory_store(record: MemoryStoreRecord) -> Json:
+    return {
+        "type": "memory_store",
+        "id": record.id,
+        "name": record.name,
+        "description": record.description,
+        "metadata": record.metadata,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+        "archived_at": ts(record.archived_at),
+    }
+
+
+def memory(record: MemoryRecord, content: str | None) -> Json:
+    """``BetaManagedAgentsMemory``; ``content`` None for ``view=basic``."""
+    return {
+        "type": "memory",
+        "id": record.id,
+        "memory_store_id": record.memory_store_id,
+        "path": record.path,
+        "content": content,
+        "content_sha256": record.content_sha256,
+        "content_size_bytes": record.content_size_bytes,
+        "memory_version_id": record.version_id,
+        "created_at": ts(record.created_at),
+        "updated_at": ts(record.updated_at),
+    }
+
+
+def memory_prefix(record: MemoryPrefix) -> Json:
+    return {"type": "memory_prefix", "path": record.path}
+
+
+ACTOR_ID_FIELDS = {
+    "api_actor": "api_key_id",
+    "session_actor": "session_id",
+    "user_actor": "user_id",
+    "service_account_actor": "service_account_id",
+}
+
+
+def _actor(actor: Actor | None) -> Json | None:
+    if actor is None:
+        return None
+    field = ACTOR_ID_FIELDS[actor.type]
+    return {"type": actor.type, field: actor.id}
+
+
+def memory_version(record: MemoryVersionRecord, content: str | None) -> Json:
+    """``BetaManagedAgentsMemoryVersion``; ``content`` None for ``view=basic``, a
+    redacted version or a ``deleted`` one."""
+    return {
+        "type": "memory_version",
+        "id": record.id,
+        "memory_id": record.memory_id,
+        "memory_store_id": record.memory_store_id,
+        "operation": record.operation,
+        "path": record.path,
+        "content": content,
+        "content_sha256": record.content_sha256,
+        "content_size_bytes": record.content_size_bytes,
+        "created_by": _actor(record.created_by),
+        "created_at": ts(record.created_at),
+        "redacted_at": ts(record.redacted_at),
+        "redacted_by": _actor(record.redacted_by),
     }

@@ -6,12 +6,14 @@ from stead.runtime.bus import Bus, LocalBus, Notice, Peers, Preview, Subscriptio
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
+from stead.runtime.embedder import Embedder
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.files import FileExpired, FileKeeper
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
+from stead.runtime.memories import MemoryKeeper, SearchHit
 from stead.runtime.models import ModelRouter
 from stead.runtime.mounts import MAX_MOUNTED_BYTES, SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config
@@ -31,6 +33,7 @@ __all__ = [
     "Clock",
     "CourierTerms",
     "DataDirInUse",
+    "Embedder",
     "FeedItem",
     "FileExpired",
     "FileKeeper",
@@ -40,6 +43,7 @@ __all__ = [
     "LoopDeps",
     "McpEgress",
     "McpGateway",
+    "MemoryKeeper",
     "ModelRouter",
     "Notice",
     "Peers",
@@ -48,6 +52,7 @@ __all__ = [
     "Runtime",
     "SandboxToolbox",
     "SandboxView",
+    "SearchHit",
     "SessionCredentials",
     "SessionFeed",
     "SessionMounts",

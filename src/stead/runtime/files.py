@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterable, AsyncIterator, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -27,7 +27,8 @@ from anyio.abc import TaskStatus
 import stead.blobs as blob_room
 from stead.blobs import BlobConfig, BlobError
 from stead.ids import new_id
-from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.clock import Clock
+from stead.runtime.purging import PurgeTerms, purge_every, purge_in_batches
 from stead.store import FileRecord, FileScope, FileStore, NewFile, NotFound
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stead.runtime.files")
 
-PURGE_BATCH = 100
 KEY_PREFIX = "files"
 
 
@@ -57,19 +57,18 @@ class FileKeeper:
         upload_grace: float,
         clock: Clock | None = None,
     ) -> None:
-        if purge_interval <= 0 or upload_grace <= 0:
-            raise ValueError("purge_interval and upload_grace must be > 0")
         self._store = store
         self._config = blobs
         self._blobs: BlobStore | None = None
-        self._purge_interval = purge_interval
-        self._upload_grace = timedelta(seconds=upload_grace)
-        self._clock = clock or SystemClock()
+        self._terms = PurgeTerms.of(purge_interval, upload_grace, clock)
+        self._clock = self._terms.clock
 
     def now(self) -> datetime:
         return self._clock.now()
 
-    def _blob_store(self) -> BlobStore:
+    def blob_store(self) -> BlobStore:
+        """The blob store, opened on first use; shared with ``MemoryKeeper`` so one
+        connection pool serves both."""
         if self._blobs is None:
             self._blobs = blob_room.open_blob_store(self._config)
         return self._blobs
@@ -131,11 +130,11 @@ class FileKeeper:
             # The purger took the row for an abandoned upload (this one ran past
             # the grace): nothing names the blob now, so it goes here.
             with anyio.CancelScope(shield=True):
-                await self._blob_store().delete(pending.blob_key)
+                await self.blob_store().delete(pending.blob_key)
             raise
 
     async def _write_blob(self, key: str, size_bytes: int, chunks: AsyncIterable[bytes]) -> None:
-        written = await self._blob_store().put_stream(key, chunks)
+        written = await self.blob_store().put_stream(key, chunks)
         if written.size != size_bytes:  # the caller counted what it sent; never expected
             raise BlobError(f"blob {key!r} holds {written.size} bytes, not {size_bytes}")
 
@@ -143,12 +142,12 @@ class FileKeeper:
         """Removes the blob of a staged file whose row the purger already took
         (it ran past the grace): nothing names the blob now, so it goes here."""
         with anyio.CancelScope(shield=True):
-            await self._blob_store().delete(staged.blob_key)
+            await self.blob_store().delete(staged.blob_key)
 
     async def blob(self, blob_key: str) -> AsyncIterator[bytes]:
         """The bytes of a file row's blob in chunks, for an aggregate that keeps
         its own files (skills): each chunk bounded by the blob store's timeout."""
-        return await self._blob_store().get_stream(blob_key)
+        return await self.blob_store().get_stream(blob_key)
 
     async def remove(self, tombstones: Sequence[FileRecord]) -> None:
         """Removes the blobs and rows of files another aggregate tombstoned; a
@@ -165,7 +164,7 @@ class FileKeeper:
         record = await self._store.get_file(workspace_id, file_id)
         if record.expires_at is not None and record.expires_at <= self._clock.now():
             raise FileExpired(file_id)
-        return record, await self._blob_store().get_stream(record.blob_key)
+        return record, await self.blob_store().get_stream(record.blob_key)
 
     async def delete(self, workspace_id: str, file_id: str) -> FileRecord:
         """Deletes a visible file (``NotFound`` otherwise). Once the tombstone is
@@ -178,7 +177,7 @@ class FileKeeper:
 
     async def _remove(self, record: FileRecord) -> bool:
         try:
-            await self._blob_store().delete(record.blob_key)
+            await self.blob_store().delete(record.blob_key)
         except BlobError as exc:
             log.warning("file %s: blob not removed yet, will retry: %s", record.id, exc)
             return False
@@ -189,20 +188,8 @@ class FileKeeper:
         """Removes the blobs and rows of deleted files and of uploads abandoned
         for longer than the grace; returns how many went. Failures stay for the
         next round."""
-        removed = 0
-        while True:
-            stale = self._clock.now() - self._upload_grace
-            batch = await self._store.files_to_purge(stale, PURGE_BATCH)
-            done = [await self._remove(record) for record in batch]
-            removed += sum(done)
-            if len(batch) < PURGE_BATCH or not any(done):
-                return removed
+        return await purge_in_batches(self._terms, self._store.files_to_purge, self._remove)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Purges every ``purge_interval`` until cancelled, the first round at once
-        (what a previous process left). A store error ends the loop, as it ends
-        the lease sweeper."""
-        task_status.started()
-        while True:
-            await self.purge()
-            await self._clock.sleep(self._purge_interval)
+        """Purges every ``purge_interval`` until cancelled (``purging.purge_every``)."""
+        await purge_every(self._terms, self.purge, task_status)

@@ -76,6 +76,14 @@ PARAMS = {
     # stead's own admin bodies (the SDK has none for webhook endpoints)
     "webhook_create": "stead.schemas.webhook_params:WebhookCreateParams",
     "webhook_update": "stead.schemas.webhook_params:WebhookUpdateParams",
+    "memory_store_create": (
+        "anthropic.types.beta.memory_store_create_params:MemoryStoreCreateParams"
+    ),
+    "memory_store_update": (
+        "anthropic.types.beta.memory_store_update_params:MemoryStoreUpdateParams"
+    ),
+    "memory_create": "anthropic.types.beta.memory_stores.memory_create_params:MemoryCreateParams",
+    "memory_update": "anthropic.types.beta.memory_stores.memory_update_params:MemoryUpdateParams",
 }
 """Each generated file's name -> the SDK params type it is derived from."""
 PATH_PARAMS = {
@@ -83,6 +91,8 @@ PATH_PARAMS = {
     "work_update": ("environment_id",),
     "work_stop": ("environment_id",),
     "resource_update": ("session_id",),
+    "memory_create": ("view",),
+    "memory_update": ("memory_store_id", "view"),
 }
 """Fields the SDK sends in the URL, not the body, of a params type that has them."""
 EVENT_TYPES = "anthropic.types.beta.sessions:BetaManagedAgentsSessionEventType"

@@ -19,6 +19,7 @@ from stead.store.brains import BrainStore
 from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
 from stead.store.limits import LimitStore
+from stead.store.memories import MemoryStoreStore
 from stead.store.resources import SessionResourceStore
 from stead.store.skills import SkillStore
 from stead.store.usage import RequestUsage, UsageStore
@@ -372,6 +373,7 @@ class Store(
     SessionResourceStore,
     SkillStore,
     WebhookStore,
+    MemoryStoreStore,
     Protocol,
 ):
     """Durable state of a stead installation. Safe to share between tasks."""

@@ -41,12 +41,21 @@ class Conflict(StoreError):
     """A deterministic state conflict; retrying the same request cannot succeed.
 
     ``status`` is the HTTP status the API should answer with (409 by default,
-    400 where the hosted API documents a 400 for the same condition).
+    400 where the hosted API documents a 400 for the same condition); ``details``
+    go into ``error.details`` beside ``code`` (``conflicting_memory_id``, say).
     """
 
-    def __init__(self, message: str, *, code: str | None = None, status: int = 409) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int = 409,
+        details: dict[str, str] | None = None,
+    ) -> None:
         self.code = code
         self.status = status
+        self.details = details
         super().__init__(message)
 
 

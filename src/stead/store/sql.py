@@ -37,6 +37,7 @@ from stead.store._brain_methods import BrainMethods
 from stead.store._file_methods import FileMethods
 from stead.store._idempotency_methods import IdempotencyMethods
 from stead.store._limit_methods import LimitMethods
+from stead.store._memory_methods import MemoryMethods
 from stead.store._resource_methods import ResourceMethods
 from stead.store._skill_methods import SkillMethods
 from stead.store._webhook_methods import WebhookMethods
@@ -91,6 +92,7 @@ class SqlStore(
     FileMethods,
     IdempotencyMethods,
     LimitMethods,
+    MemoryMethods,
     ResourceMethods,
     SkillMethods,
     WebhookMethods,
