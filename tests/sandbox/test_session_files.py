@@ -1,4 +1,4 @@
-"""Session ``file`` resources and outputs, through the official SDK against a real
+"""Session ``file`` resources, outputs and skills, through the official SDK against a real
 ``stead serve`` and sandbox host (bubblewrap): an uploaded file is readable and
 not writable at its mount, resources added and deleted take effect at the next
 call, what the agent writes to ``/mnt/session/outputs`` is in ``files.list`` for
@@ -8,6 +8,7 @@ after the sandbox is destroyed and made again."""
 from __future__ import annotations
 
 import io
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 
 from stead.testing import FakeModel, HostProcess, ServerProcess
 from tests.conftest import make_client, sdk_of
+from tests.integration.skill_files import skill_files
 from tests.sandbox.conftest import bash_turn, requires_isolation, shell, sweepless_server
 
 pytestmark = requires_isolation
@@ -149,3 +151,36 @@ def test_bad_file_resources_are_refused_and_nothing_is_stored(
     other = make_client(server.url, server.create_key(new_workspace="other"))
     with other, pytest.raises(anthropic.NotFoundError, match="file_id"):
         new_session(other, resources=[{"type": "file", "file_id": live}])
+
+
+def test_an_agents_skills_are_where_the_prompt_says_and_read_only(
+    client: anthropic.Anthropic,
+) -> None:
+    name = f"pdf-{uuid.uuid4().hex[:8]}"
+    skill = client.beta.skills.create(files=skill_files(name, script=b"print('v1')\n"))
+    agent = client.beta.agents.create(
+        name="skilled",
+        model="claude-sonnet-4-6",
+        tools=[{"type": "agent_toolset_20260401"}],
+        skills=[{"type": "custom", "skill_id": skill.id}],
+    )
+    environment = client.beta.environments.create(name=f"skills-{agent.id[-8:]}")
+    session_id = client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+    here = f"/workspace/skills/{name}"
+    assert bash_turn(client, session_id, f"cat {here}/scripts/fill.py") == "print('v1')"
+    assert f"name: {name}" in bash_turn(client, session_id, f"cat {here}/SKILL.md")
+    refused = bash_turn(
+        client, session_id, f"echo x > {here}/SKILL.md; rm -f {here}/SKILL.md; ls {here}"
+    )
+    assert "Read-only file system" in refused and refused.splitlines()[-2:] == [
+        "SKILL.md",
+        "scripts",
+    ]
+    # A new version (the agent follows "latest") shows at the next turn.
+    client.beta.skills.versions.create(skill.id, files=skill_files(name, script=b"print('v2')\n"))
+    assert bash_turn(client, session_id, f"cat {here}/scripts/fill.py") == "print('v2')"
+    # A session whose agent has no skills has no /workspace/skills.
+    plain = new_session(client)
+    assert "no skills" in bash_turn(
+        client, plain, "ls /workspace/skills 2>/dev/null || echo no skills"
+    )

@@ -151,6 +151,7 @@ def create_app(
                 credentials,
                 observed,
                 files=keeper,
+                skills=skill_keeper.mount_files,
                 failpoints=failpoints,
             )
             mcp = McpGateway(settings, opened, box)

@@ -6,6 +6,9 @@ back into the Files API.
   removes files of resources since deleted, and makes ``/mnt/session/outputs``
   writable. The toolbox stages before a session's first sandbox call in this
   process and again after each turn and each change of its resources.
+* Staging also puts the agent's skills read-only under ``/mnt/skills/<name>``,
+  which the sandbox host binds at ``/workspace/skills`` for an agent with
+  skills (``SandboxConfig.skills``), and removes skills the agent no longer has.
 * Capturing reads what the agent wrote under ``/mnt/session/outputs`` and files
   each distinct content of each path once, with ``scope {type: "session"}``:
   the store's outputs ledger begins the file before its bytes are written, so a
@@ -19,7 +22,7 @@ import hashlib
 import logging
 import mimetypes
 import posixpath
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
@@ -32,10 +35,14 @@ from stead.sandbox import (
     SandboxMounts,
     SandboxUnavailable,
 )
-from stead.store import FileScope, NewFile, NotFound, Store
+from stead.store import FileScope, NewFile, NotFound, SessionRecord, Store
 
 log = logging.getLogger("stead.runtime.mounts")
 
+SkillFiles = Callable[[SessionRecord], Awaitable[dict[str, dict[str, bytes]]]]
+"""Skill name -> (path inside the skill -> bytes) for a session (``SkillKeeper.mount_files``)."""
+
+SKILLS = "/mnt/skills"
 UPLOADS = "/mnt/session/uploads"
 OUTPUTS = "/mnt/session/outputs"
 MAX_MOUNTED_BYTES = 32 * 1024 * 1024
@@ -44,9 +51,16 @@ MAX_MOUNTED_BYTES = 32 * 1024 * 1024
 
 class SessionMounts:
     def __init__(
-        self, store: Store, mounts: SandboxMounts, files: FileKeeper, failpoints: FailPoints
+        self,
+        store: Store,
+        mounts: SandboxMounts,
+        files: FileKeeper,
+        failpoints: FailPoints,
+        *,
+        skills: SkillFiles | None = None,
     ) -> None:
         self._store = store
+        self._skills = skills
         self._failpoints = failpoints
         self._mounts = mounts
         self._files = files
@@ -89,6 +103,27 @@ class SessionMounts:
         stale = [path for path in held if path not in wanted or path in gone]
         if stale:
             await self._mounts.remove(session_id, UPLOADS, stale)
+        if self._skills is not None and session.agent.get("skills"):
+            await self._stage_skills(session, config)
+
+    async def _stage_skills(self, session: SessionRecord, config: SandboxConfig) -> None:
+        """Makes ``/mnt/skills`` hold exactly the agent's skills as they resolve now."""
+        wanted = {
+            f"{name}/{path}": data
+            for name, files in (await self._skills(session) if self._skills else {}).items()
+            for path, data in files.items()
+        }
+        held = {f.path: f.sha256 for f in await self._mounts.listing(session.id, SKILLS)}
+        changed = [
+            MountFile(path, data)
+            for path, data in wanted.items()
+            if held.get(path) != hashlib.sha256(data).hexdigest()
+        ]
+        if changed:
+            await self._mounts.put(session.id, config, SKILLS, changed, writable=False)
+        stale = [path for path in held if path not in wanted]
+        if stale:
+            await self._mounts.remove(session.id, SKILLS, stale)
 
     async def _read_file(self, workspace_id: str, file_id: str) -> bytes | None:
         try:

@@ -9,6 +9,7 @@ and a call after it ended stops the tools there.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.files import FileKeeper
-from stead.runtime.mounts import SessionMounts
+from stead.runtime.mounts import SessionMounts, SkillFiles
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -93,6 +94,7 @@ class SandboxToolbox:
         telemetry: Telemetry | None = None,
         *,
         files: FileKeeper | None = None,
+        skills: SkillFiles | None = None,
         failpoints: FailPoints | None = None,
     ) -> None:
         self._settings = settings
@@ -117,7 +119,9 @@ class SandboxToolbox:
         mounts = provider.mounts()
         self._mounts = None
         if mounts is not None and files is not None:
-            self._mounts = SessionMounts(store, mounts, files, failpoints or FailPoints(None))
+            self._mounts = SessionMounts(
+                store, mounts, files, failpoints or FailPoints(None), skills=skills
+            )
         self._stale_mounts: set[str] = set()
         """Sessions whose sandbox is staged (``mounts.py``) before its next use."""
 
@@ -204,6 +208,8 @@ class SandboxToolbox:
             session.workspace_id, session.environment_id
         )
         config = sandbox_config(self._settings, environment.config)
+        if session.agent.get("skills") and self._mounts is not None:
+            config = dataclasses.replace(config, skills=True)
         served = self._served.get(session_id)
         if served is None:
             served = _Served(session_id, session.workspace_id, tuple(session.vault_ids), config)

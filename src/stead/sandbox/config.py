@@ -22,6 +22,8 @@ class SandboxConfig:
     packages: dict[str, list[str]] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment variables of the sandbox's processes."""
+    skills: bool = False
+    """The agent has skills: ``/mnt/skills`` is also bound at ``/workspace/skills``."""
 
     @classmethod
     def from_json(cls, value: Any) -> SandboxConfig:
@@ -45,6 +47,7 @@ class SandboxConfig:
                 for name, text in _mapping(value, "env", {}).items()
                 if isinstance(name, str) and isinstance(text, str)
             },
+            skills=value.get("skills") is True,
         )
         return config
 

@@ -83,6 +83,8 @@ class BodySpec:
     """Host directory holding the egress proxy's ``proxy.sock``; None: no network."""
     mounts_dir: Path | None = None
     """Host directory of the sandbox's mount tree (``mounts.py``), at /mnt."""
+    skills: bool = False
+    """Also bind the tree's ``skills`` at /workspace/skills (the agent has skills)."""
     packages_dir: Path | None = None
     """Host directory of the environment's installed packages, at /opt/stead."""
     packages_writable: bool = False
@@ -136,6 +138,9 @@ def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[
         # Writable as a mount; what the sandbox user may change is set by each
         # file's owner and mode there.
         argv += ["--bind-fd", str(fds["mounts"]), "/mnt"]
+    if "skills" in fds:
+        # After /workspace: the skills show inside it, read-only, never in its snapshots.
+        argv += ["--ro-bind-fd", str(fds["skills"]), f"{WORKSPACE}/skills"]
     if "packages" in fds:
         mount = "--bind-fd" if spec.packages_writable else "--ro-bind-fd"
         argv += [mount, str(fds["packages"]), "/opt/stead"]
@@ -537,6 +542,8 @@ def _open_paths(spec: BodySpec) -> dict[str, int]:
         paths["egress"] = spec.egress_dir
     if spec.mounts_dir is not None:
         paths["mounts"] = spec.mounts_dir
+        if spec.skills:
+            paths["skills"] = spec.mounts_dir / "skills"
     if spec.packages_dir is not None:
         paths["packages"] = spec.packages_dir
     if spec.ca_dir is not None:
@@ -546,6 +553,9 @@ def _open_paths(spec: BodySpec) -> dict[str, int]:
     try:
         for name, path in paths.items():
             kind = 0 if name == "ca_bundle" else os.O_DIRECTORY
+            # The mount tree's root is root's (``mounts.py``): its skills
+            # directory cannot be a link the sandbox planted, but never follow one.
+            kind |= os.O_NOFOLLOW if name == "skills" else 0
             opened[name] = os.open(path, os.O_PATH | kind | os.O_CLOEXEC)
     except OSError as exc:
         for fd in opened.values():

@@ -236,6 +236,7 @@ class HostedSandbox:
             workspace=self.workspace,
             egress_dir=self._egress_dir,
             mounts_dir=self.mounts.directory,
+            skills=self.config.skills,
             packages_dir=packages_dir,
             lib_dir=self._options.work_dir / "lib",
             ca_dir=self._options.work_dir / "ca",

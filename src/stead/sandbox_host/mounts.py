@@ -32,6 +32,8 @@ from pathlib import Path
 from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
 
 MOUNT_ROOT = "/mnt"
+SKILLS = "skills"
+"""The agent's skills: ``/mnt/skills``, bound read-only at ``/workspace/skills`` too."""
 """Where the tree appears inside the sandbox."""
 MAX_ENTRIES = 10_000
 """Directory entries one listing visits before it stops (``truncated``)."""
@@ -69,11 +71,18 @@ class MountTree:
         self._uid = uid
 
     def ensure(self) -> None:
-        """Makes the tree's root (root's, 0755) if it is missing."""
+        """Makes the tree's root and its ``skills`` directory (root's, 0755) if
+        they are missing."""
         self.directory.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
-        self.directory.mkdir(mode=0o755, exist_ok=True)
-        os.chown(self.directory, 0, 0)
-        os.chmod(self.directory, 0o755)
+        for directory in (self.directory, self.skills_directory):
+            directory.mkdir(mode=0o755, exist_ok=True)
+            os.chown(directory, 0, 0)
+            os.chmod(directory, 0o755)
+
+    @property
+    def skills_directory(self) -> Path:
+        """``/mnt/skills``, which the sandbox also sees at ``/workspace/skills``."""
+        return self.directory / SKILLS
 
     def put(self, mount: str, files: Sequence[ops.MountFile], *, writable: bool) -> None:
         parts = mount_parts(mount)
