@@ -25,8 +25,6 @@ from stead.store.base import (
     EventRecord,
     EventsAccepted,
     IntegrityFinding,
-    LeaseExpiry,
-    LeaseTerms,
     NewEvent,
     OpRecord,
     Order,
@@ -36,8 +34,6 @@ from stead.store.base import (
     RunStart,
     RunStatus,
     RunWrite,
-    SandboxLease,
-    SandboxLeaseStatus,
     SessionFilter,
     SessionRecord,
     Store,
@@ -60,6 +56,13 @@ from stead.store.errors import (
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.leases import (
+    LeaseExpiry,
+    LeaseStore,
+    LeaseTerms,
+    SandboxLease,
+    SandboxLeaseStatus,
+)
 from stead.store.limits import (
     ENVIRONMENT_LIMITS,
     WORKSPACE,
@@ -164,6 +167,7 @@ __all__ = [
     "InvalidValue",
     "LeaseExpiry",
     "LeaseLost",
+    "LeaseStore",
     "LeaseTerms",
     "LedgerRow",
     "LimitReached",

@@ -17,13 +17,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, and_, or_, select, update
 
-from stead.store.base import (
+from stead.store.errors import Conflict, SandboxLeaseEnded
+from stead.store.leases import (
     REPLACEABLE_EXPIRIES,
     LeaseExpiry,
     SandboxLease,
     SandboxLeaseStatus,
 )
-from stead.store.errors import Conflict, SandboxLeaseEnded
 from stead.store.tables import environments, sandbox_leases, sandbox_usage, sessions
 
 ACTIVE = SandboxLeaseStatus.ACTIVE

@@ -12,8 +12,10 @@ from stead import usage as accounting
 from stead.store import _leases, _usage
 from stead.store._compiled import compiled
 from stead.store._leases import _insert
-from stead.store.base import SandboxLease
 from stead.store.errors import BudgetReached, LimitReached, NotFound
+from stead.store.leases import (
+    SandboxLease,
+)
 from stead.store.limits import ENVIRONMENT_LIMITS, WORKSPACE, WORKSPACE_LIMITS, MonthUse
 from stead.store.tables import (
     environments,

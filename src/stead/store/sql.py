@@ -53,7 +53,6 @@ from stead.store.base import (
     EventRecord,
     EventsAccepted,
     IntegrityFinding,
-    LeaseExpiry,
     NewEvent,
     Page,
     PageRequest,
@@ -61,12 +60,15 @@ from stead.store.base import (
     RunStart,
     RunStatus,
     RunWrite,
-    SandboxLease,
     SessionChange,
     SessionFilter,
     SessionRecord,
     Workspace,
     WriteResult,
+)
+from stead.store.leases import (
+    LeaseExpiry,
+    SandboxLease,
 )
 from stead.store.usage import LedgerRow
 from stead.store.vaults import (
