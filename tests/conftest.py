@@ -9,7 +9,7 @@ import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
 from stead.testing.mcp_server import MCP_TEST_PIN
-from tests.databases import PostgresRun, database_url, postgres_run
+from tests.databases import PostgresRun, database_url, postgres_run, serve_env
 
 __all__ = ["database_url", "postgres_run"]  # fixtures for every test module
 
@@ -103,7 +103,7 @@ def server_on_each_store(
     if request.param == "postgres":
         run = request.getfixturevalue("postgres_run")
         schema = run.new_schema()
-        extra["STEAD_DATABASE_URL"] = run.url(schema)
+        extra.update(serve_env(run.url(schema)))
     process = ServerProcess(data, env=loop_env(fake_model, **extra)).start()
     yield process
     process.stop()

@@ -104,6 +104,7 @@ def serve(
         from stead.sandbox_host.settings import HostSettings
 
         validated(HostSettings, data_dir=data_dir)
+    _shared_secret_key(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _secret_box(settings)
     configure_logging(settings.log_level, settings.log_format)
@@ -139,6 +140,20 @@ def serve(
             timeout_graceful_shutdown=3,
         )
         uvicorn.Server(config).run(sockets=[sock])
+
+
+def _shared_secret_key(settings: Settings) -> None:
+    """On PostgreSQL every process opens every vault credential, so they share one
+    key; a key file made in each data directory would differ between them."""
+    from stead.store import single_brain
+
+    if settings.secret_key is None and not single_brain(settings.resolved_database_url):
+        typer.echo(
+            "stead: STEAD_SECRET_KEY must be set on PostgreSQL: every stead serve of one "
+            "database needs the same key (make one with: openssl rand -base64 32)",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 @contextmanager

@@ -21,7 +21,7 @@ from anthropic.lib.environments._worker import _sessions_token_from_secret
 from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
-from tests.databases import BACKENDS, PostgresRun
+from tests.databases import BACKENDS, PostgresRun, serve_env
 from tests.integration.test_agent_loop import SCENARIOS, _first_user_text, kinds, say, until_idle
 
 Json = dict[str, Any]
@@ -57,7 +57,7 @@ def hosted(
     if request.param == "postgres":
         run = request.getfixturevalue("postgres_run")
         schema = run.new_schema()
-        extra["STEAD_DATABASE_URL"] = run.url(schema)
+        extra.update(serve_env(run.url(schema)))
     with FakeModel(scripted) as fake:
         env = loop_env(fake, STEAD_WORK_LEASE_SECONDS="2", **extra)
         process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=env).start()

@@ -28,7 +28,7 @@ import stead.blobs as blob_room
 from stead.blobs import BlobConfig, BlobError
 from stead.ids import new_id
 from stead.runtime.clock import Clock, SystemClock
-from stead.store import FileRecord, FileScope, FileStore, NewFile, NotFound
+from stead.store import DatabaseBusy, FileRecord, FileScope, FileStore, NewFile, NotFound
 
 if TYPE_CHECKING:
     from stead.blobs import BlobStore
@@ -149,9 +149,12 @@ class FileKeeper:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Purges every ``purge_interval`` until cancelled, the first round at once
-        (what a previous process left). A store error ends the loop, as it ends
-        the lease sweeper."""
+        (what a previous process left). A round the database cannot serve is
+        skipped; any other store error ends the loop."""
         task_status.started()
         while True:
-            await self.purge()
+            try:
+                await self.purge()
+            except DatabaseBusy as exc:  # the database is away: the next round retries
+                log.warning("file purge skipped: %s", exc)
             await self._clock.sleep(self._purge_interval)

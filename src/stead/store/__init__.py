@@ -50,6 +50,7 @@ from stead.store.errors import (
     BudgetReached,
     ChannelDown,
     Conflict,
+    DatabaseBusy,
     InvalidValue,
     LeaseLost,
     NotFound,
@@ -93,6 +94,7 @@ __all__ = [
     "Claimed",
     "Conflict",
     "CredentialRecord",
+    "DatabaseBusy",
     "EnvironmentKey",
     "EnvironmentRecord",
     "EventFilter",
@@ -148,15 +150,19 @@ __all__ = [
 
 READERS = 4
 POSTGRES_WRITERS = 4
+DATABASE_WAIT_SECONDS = 10.0
+"""Default of ``Settings.database_wait_seconds``."""
 
 
 def open_store_sync(
     url: str,
     sqlite_synchronous: str = "FULL",
     before_commit: Callable[[], None] | None = None,
+    wait_seconds: float = DATABASE_WAIT_SECONDS,
 ) -> SqlStore:
     """Opens the store and migrates it; blocking (use from the CLI or a thread).
-    ``before_commit`` runs inside every write transaction (crash-test failpoints)."""
+    ``before_commit`` runs inside every write transaction (crash-test failpoints);
+    a call that waited ``wait_seconds`` for a connection fails with ``DatabaseBusy``."""
     if single_brain(url):
         writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
         writers = 1
@@ -171,7 +177,14 @@ def open_store_sync(
     except OperationalError as exc:
         _dispose(writer, reader)
         raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
-    return SqlStore(writer, reader, readers=READERS, writers=writers, before_commit=before_commit)
+    return SqlStore(
+        writer,
+        reader,
+        readers=READERS,
+        writers=writers,
+        before_commit=before_commit,
+        wait_seconds=wait_seconds,
+    )
 
 
 def single_brain(url: str) -> bool:
@@ -215,5 +228,8 @@ async def open_store(
     url: str,
     sqlite_synchronous: str = "FULL",
     before_commit: Callable[[], None] | None = None,
+    wait_seconds: float = DATABASE_WAIT_SECONDS,
 ) -> SqlStore:
-    return await to_thread.run_sync(open_store_sync, url, sqlite_synchronous, before_commit)
+    return await to_thread.run_sync(
+        open_store_sync, url, sqlite_synchronous, before_commit, wait_seconds
+    )

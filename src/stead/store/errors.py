@@ -7,6 +7,8 @@ StoreError
 │   ├── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
 │   └── BudgetReached  a gated run write found the session's budget reached
 ├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
+├── DatabaseBusy    a call got no answer now (connection lost, none free in time,
+│                   a lock not granted in time): retrying later may succeed
 └── ChannelDown     a notice could not be sent between processes (``channel.py``)
 """
 
@@ -84,6 +86,14 @@ class StoreUnavailable(StoreError):
     """The database cannot be opened: an unsupported or wrong URL, a server that
     does not answer, or a schema migrated by a newer stead. The message is one
     line for the operator and names no password."""
+
+
+class DatabaseBusy(StoreError):
+    """One call could not be served now: the database went away or restarts, no
+    connection came free in time, or a lock was not granted in time. Its
+    transaction was rolled back or never began (a commit whose answer was lost
+    may have landed); the API answers a retryable 503. The message is the
+    driver's first line, for the log: it names no password."""
 
 
 class ChannelDown(StoreError):
