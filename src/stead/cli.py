@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from stead.cli_db import db_migrate, schema_status
 from stead.cli_host import sandbox_host_app
 from stead.cli_keys import keys_app
 from stead.cli_support import (
@@ -37,6 +38,7 @@ from stead.store import (
     BrainRecord,
     CredentialRecord,
     IntegrityFinding,
+    SchemaState,
 )
 from stead.telemetry import configure_logging
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
@@ -49,6 +51,7 @@ app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agen
 app.add_typer(keys_app, name="keys")
 db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
+db_app.command("migrate")(db_migrate)
 secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(sandbox_host_app, name="sandbox-host")
@@ -207,11 +210,19 @@ def db_check(
     ] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Check the database: the engine's integrity checks and stored values no read can render.
+    """Check the database: its schema revision against this stead's, the engine's
+    integrity checks and stored values no read can render.
 
-    Exits 1 if a problem remains (with --repair: one it could not repair).
+    Exits 1 if the schema is not this stead's (behind: run stead db migrate; ahead:
+    made by a newer stead) or a problem remains (with --repair: one it could not
+    repair); 2 if the database cannot be reached.
     """
     settings = read_settings(data_dir=data_dir)
+    schema = schema_status(settings)
+    if schema.state is not SchemaState.CURRENT:
+        typer.echo(f"stead: {schema.line()}", err=True)
+        raise typer.Exit(1)
+    console().print(schema.line())
     findings = anyio.run(_check_store, settings, repair)
     for finding in findings:
         console().print(str(finding))

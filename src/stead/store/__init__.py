@@ -60,6 +60,7 @@ from stead.store.errors import (
 )
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.migrate import SchemaState, SchemaStatus
 from stead.store.sql import SqlStore
 from stead.store.sqlite import sqlite_engines
 from stead.store.usage import LedgerRow, RequestUsage, UsageStore
@@ -128,6 +129,8 @@ __all__ = [
     "SandboxLease",
     "SandboxLeaseEnded",
     "SandboxLeaseStatus",
+    "SchemaState",
+    "SchemaStatus",
     "SessionFilter",
     "SessionRecord",
     "SqlStore",
@@ -145,6 +148,7 @@ __all__ = [
     "open_channel",
     "open_store",
     "open_store_sync",
+    "schema_status_sync",
     "single_brain",
 ]
 
@@ -163,12 +167,8 @@ def open_store_sync(
     """Opens the store and migrates it; blocking (use from the CLI or a thread).
     ``before_commit`` runs inside every write transaction (crash-test failpoints);
     a call that waited ``wait_seconds`` for a connection fails with ``DatabaseBusy``."""
-    if single_brain(url):
-        writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
-        writers = 1
-    else:
-        writer, reader = _postgres_engines(url)
-        writers = POSTGRES_WRITERS
+    writer, reader = _engines(url, sqlite_synchronous)
+    writers = 1 if single_brain(url) else POSTGRES_WRITERS
     try:
         migrate.upgrade(writer)
     except StoreUnavailable:
@@ -185,6 +185,24 @@ def open_store_sync(
         before_commit=before_commit,
         wait_seconds=wait_seconds,
     )
+
+
+def schema_status_sync(url: str) -> migrate.SchemaStatus:
+    """Where the database at ``url`` stands against this stead's migrations,
+    without migrating or writing anything; blocking (for the CLI)."""
+    writer, reader = _engines(url, "FULL")
+    try:
+        return migrate.status(writer)
+    except OperationalError as exc:
+        raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
+    finally:
+        _dispose(writer, reader)
+
+
+def _engines(url: str, sqlite_synchronous: str) -> tuple[Engine, Engine]:
+    if single_brain(url):
+        return sqlite_engines(url, sqlite_synchronous, READERS)
+    return _postgres_engines(url)
 
 
 def single_brain(url: str) -> bool:
