@@ -18,11 +18,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import anthropic
 import anyio
 import pytest
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 from stead.store import migrate, open_store
 from stead.testing import FakeModel, ServerProcess, free_port
@@ -36,6 +37,9 @@ pytestmark = pytest.mark.postgres
 __all__ = ["throwaway_postgres"]  # the fixture, for this module's tests
 
 START_TIMEOUT = 60.0
+LOCK_TIMEOUT_MS = 1500
+WRITERS = 4
+"""A PostgreSQL store's write workers (``stead.store.POSTGRES_WRITERS``)."""
 WAIT = 30.0
 """Longest a test waits for the load to reach a point or a turn to finish."""
 
@@ -95,6 +99,51 @@ async def _make(url: str) -> None:
     await (await open_store(url)).close()
 
 
+def test_writers_held_by_a_lock_answer_retryable_503s_then_serve_again(
+    postgres_run: PostgresRun, tmp_path: Path, fake_model: FakeModel
+) -> None:
+    """Every writer waits on a row lock the test holds: each of them gives up at
+    ``lock_timeout``, and the calls queued behind them once they waited
+    ``STEAD_DATABASE_WAIT_SECONDS``; reads go on; once the lock goes, writes work."""
+    schema = postgres_run.new_schema()
+    options = quote(f"-csearch_path={schema} -clock_timeout={LOCK_TIMEOUT_MS}")
+    url = f"{postgres_run.url()}?options={options}"
+    env = loop_env(
+        fake_model, **serve_env(url), STEAD_SANDBOX="off", STEAD_DATABASE_WAIT_SECONDS="0.3"
+    )
+    server = ServerProcess(tmp_path / "data", env=env).start()
+    engine = engine_of(postgres_run.url(schema))
+    try:
+        assert server.first_key, server.log_text()
+        client = make_client(server.url, server.first_key)
+        session_id = new_session(client)
+        answers: list[tuple[int, str | None]] = []
+
+        def send(i: int) -> None:
+            try:
+                client.beta.sessions.events.send(session_id, events=[message(f"held {i}")])
+                answers.append((200, None))
+            except anthropic.APIStatusError as exc:
+                answers.append((exc.status_code, exc.response.headers.get("x-should-retry")))
+
+        with engine.connect() as conn, conn.begin():
+            held = text("SELECT id FROM sessions WHERE id = :id FOR UPDATE")
+            conn.execute(held, {"id": session_id})
+            senders = [threading.Thread(target=send, args=(i,)) for i in range(WRITERS + 2)]
+            for sender in senders:
+                sender.start()
+            assert client.beta.sessions.retrieve(session_id).id == session_id  # reads go on
+            for sender in senders:
+                sender.join(WAIT)
+        assert answers == [(503, "true")] * (WRITERS + 2)
+        client.beta.sessions.events.send(session_id, events=[message("after")])
+        wait_idle(client, session_id, timeout=WAIT)
+    finally:
+        server.kill()
+        engine.dispose()
+        postgres_run.drop_schema(schema)
+
+
 @dataclass
 class Load:
     """What the load saw: acknowledged user events by session, and refusals."""
@@ -133,6 +182,11 @@ def _drive(load: Load, client: anthropic.Anthropic, name: str) -> None:
         except anthropic.APIError as exc:  # a dropped connection or a timeout
             with load.lock:
                 load.other.append(repr(exc))
+
+
+def _crash(line: str) -> bool:
+    """A line uvicorn logs when the app's lifespan failed (its runtime ended)."""
+    return '"logger": "uvicorn.error"' in line and '"level": "error"' in line
 
 
 def _until(condition: object, what: str) -> None:
@@ -191,6 +245,8 @@ def test_a_database_restart_under_load_gives_retryable_errors_and_loses_nothing(
             assert any(e.type == "agent.message" for e in answered), session_id
         for server in servers:
             assert not server.wait_exit(0), server.log_text()
+            crashed = [line for line in server.log_text().splitlines() if _crash(line)]
+            assert crashed == [], "the app's lifespan (and its runtime) ended"
     finally:
         for server in servers:
             server.kill()

@@ -94,3 +94,14 @@ async def test_a_crashed_database_is_busy_until_it_is_back(
         assert names == {before.id: "before", after.id: "after"}, "nothing half-written"
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_a_call_on_a_closed_store_is_refused_not_left_waiting(database_url: str) -> None:
+    store = await open_store(database_url)
+    await store.create_workspace("w")
+    await store.close()
+    with pytest.raises(DatabaseBusy, match="closed"):
+        await store.list_workspaces()
+    with pytest.raises(DatabaseBusy, match="closed"):
+        await store.create_workspace("late")

@@ -55,6 +55,7 @@ class ConnectionWorkers:
         self._before_commit = before_commit
         self._wait_seconds = wait_seconds
         self._losses = 0
+        self._closed = False
         """Connections lost so far by any worker (a counter: only ever grows)."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads = [
@@ -70,17 +71,29 @@ class ConnectionWorkers:
         If the caller is cancelled the transaction still finishes (committed or
         rolled back as a whole); only the caller stops waiting for it.
         """
+        if self._closed:
+            raise DatabaseBusy("the store is closed (the server is stopping)")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
         self._queue.put((work, loop, future, time.monotonic()))
         return await future
 
     def close(self) -> None:
-        """Finishes the queued work, then stops the threads (blocking)."""
+        """Finishes the queued work, then stops the threads (blocking). A call
+        that arrives later is refused, never left waiting for a worker."""
+        self._closed = True
         for _ in self._threads:
             self._queue.put(_STOP)
         for thread in self._threads:
             thread.join()
+        while True:  # queued behind the stops by a call that checked before the flag
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                _, loop, future, _ = item
+                _deliver(loop, future, DatabaseBusy("the store is closed"), failed=True)
 
     def _serve(self) -> None:
         conn: Connection | None = None
