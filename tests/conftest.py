@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anthropic
@@ -98,16 +99,25 @@ def server_on_each_store(
     ``SERVER_ENV`` (a dict of settings) is added to the server's environment."""
     data = tmp_path_factory.mktemp("stead-data")
     extra: dict[str, str] = dict(getattr(request.module, "SERVER_ENV", {}))
-    schema = None
-    run: PostgresRun | None = None
-    if request.param == "postgres":
-        run = request.getfixturevalue("postgres_run")
-        schema = run.new_schema()
-        extra.update(serve_env(run.url(schema)))
-    process = ServerProcess(data, env=loop_env(fake_model, **extra)).start()
-    yield process
-    process.stop()
-    if run is not None and schema is not None:
+    with store_env(request) as on_store:
+        process = ServerProcess(data, env=loop_env(fake_model, **extra, **on_store)).start()
+        yield process
+        process.stop()
+
+
+@contextmanager
+def store_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The settings that put a ``stead serve`` on the store ``request.param`` names
+    (one of ``tests.databases.BACKENDS``): none for SQLite, a schema of its own
+    (dropped afterwards) and a shared sealing key for PostgreSQL."""
+    if request.param != "postgres":
+        yield {}
+        return
+    run: PostgresRun = request.getfixturevalue("postgres_run")
+    schema = run.new_schema()
+    try:
+        yield serve_env(run.url(schema))
+    finally:
         run.drop_schema(schema)
 
 
