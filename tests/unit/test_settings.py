@@ -101,6 +101,11 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
             "cannot open postgresql://stead:***@127.0.0.1:1/stead: connection",
         ),
         ("postgresql://stead@127.0.0.1:notaport/stead", "database URL is not a valid URL"),
+        # A server that answers, with no such database.
+        (
+            "postgresql://postgres@127.0.0.1:5432/stead_no_such_database",
+            "cannot open postgresql://postgres@127.0.0.1:5432/stead_no_such_database: connection",
+        ),
     ],
 )
 def test_a_database_that_cannot_be_opened_stops_start_up_with_one_line(
