@@ -6,8 +6,8 @@ each on a ``stead serve`` of its own (``server_on_each_store``)::
     pytestmark = ON_EACH_STORE
     __all__ = ["client"]
 
-``client``, ``server`` and ``api_key`` (import the ones the module uses) stand in for the shared SQLite server's
-fixtures of the same names.
+``client``, ``server`` and ``api_key`` (import the ones the module uses) stand
+in for the shared SQLite server's fixtures of the same names.
 """
 
 from __future__ import annotations
