@@ -5,8 +5,8 @@
 * a PostgreSQL server of the test's own is crashed and started again while two
   ``stead serve`` processes take load: every failed request is a retryable 503
   in the error envelope (never a 500, never a dropped connection), nothing
-  acknowledged is lost, and both processes serve again and finish every turn
-  by themselves.
+  acknowledged is lost, both processes serve again and finish every turn by
+  themselves, and a stream open across the crash goes on without a reconnect.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tests.conftest import loop_env, make_client
 from tests.databases import PostgresRun, serve_env
 from tests.databases import engine as engine_of
 from tests.integration.helpers import message, new_session, wait_idle
+from tests.integration.test_many_brains import _reader, idle_after_answer
 from tests.pgcluster import ThrowawayPostgres, throwaway_postgres
 
 pytestmark = pytest.mark.postgres
@@ -222,6 +223,12 @@ def test_a_database_restart_under_load_gives_retryable_errors_and_loses_nothing(
         ]
         for driver in drivers:
             driver.start()
+        watched = new_session(clients[1])
+        # A reader of one process whose stream lives through the crash; the turn
+        # it waits for is queued through the other process after the restart.
+        reader, frames = _reader(
+            f"{servers[1].url}/v1/sessions/{watched}/events/stream", key, idle_after_answer
+        )
         _until(lambda: load.count() >= 4, "acknowledged sessions before the crash")
         cluster.stop()
         _until(lambda: load.refused() >= 2, "refusals while the database is down")
@@ -231,6 +238,11 @@ def test_a_database_restart_under_load_gives_retryable_errors_and_loses_nothing(
         load.stop.set()
         for driver in drivers:
             driver.join(WAIT)
+        clients[0].beta.sessions.events.send(watched, events=[message("after the restart")])
+        reader.join(WAIT)
+        seen = [f["event"] for f in frames]
+        assert "agent.message" in seen and seen[-1] == "session.status_idle", seen
+        assert len({f["id"] for f in frames}) == len(frames), "an event twice"
 
         assert load.other == [], "every failure was an HTTP answer"
         for status, retry, text in load.refusals:
