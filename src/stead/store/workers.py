@@ -54,8 +54,8 @@ class ConnectionWorkers:
         self._engine = engine
         self._before_commit = before_commit
         self._wait_seconds = wait_seconds
-        self._losses = 0
         self._closed = False
+        self._losses = 0
         """Connections lost so far by any worker (a counter: only ever grows)."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads = [
