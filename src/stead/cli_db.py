@@ -34,6 +34,8 @@ def db_migrate(data_dir: DataDir = None) -> None:
         typer.echo(f"stead: {before.line()}", err=True)
         raise typer.Exit(1)
     if before.state is not SchemaState.CURRENT:
+        if settings.database_url is None:  # the embedded database, as stead serve makes it
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
         anyio.run(_migrate, settings)
     done = {
         SchemaState.CURRENT: "already at",

@@ -18,7 +18,7 @@ from stead.store.migrate import alembic_config
 from tests.databases import BACKENDS
 from tests.databases import engine as engine_of
 
-pytestmark = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+ON_BOTH = pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
 HEAD = migrate.HEAD
 OLDER = "0008"
 
@@ -48,6 +48,7 @@ def _older_database(url: str) -> None:
         engine.dispose()
 
 
+@ON_BOTH
 def test_a_new_database_is_created_by_migrate_then_checks_clean(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -69,6 +70,7 @@ def test_a_new_database_is_created_by_migrate_then_checks_clean(
     ]
 
 
+@ON_BOTH
 def test_an_older_database_is_behind_until_migrated(database_url: str, tmp_path: Path) -> None:
     _older_database(database_url)
     behind = _db("check", database_url, tmp_path)
@@ -83,6 +85,7 @@ def test_an_older_database_is_behind_until_migrated(database_url: str, tmp_path:
     assert _db("check", database_url, tmp_path).exit_code == 0
 
 
+@ON_BOTH
 def test_a_database_of_a_newer_stead_is_refused_by_check_and_migrate(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -96,3 +99,14 @@ def test_a_database_of_a_newer_stead_is_refused_by_check_and_migrate(
         refused = _db(name, database_url, tmp_path)
         assert refused.exit_code == 1, refused.output
         assert refused.stderr.splitlines() == [line]
+
+
+def test_migrate_makes_the_data_directorys_database(tmp_path: Path) -> None:
+    data_dir = tmp_path / "new" / "data"
+    args = ["db", "migrate", "--data-dir", str(data_dir)]
+    made = CliRunner().invoke(app, args, env={})
+    assert made.exit_code == 0, made.output
+    assert made.stdout.splitlines() == [f"database created at revision {HEAD}"]
+    assert (data_dir / "stead.db").exists()
+    checked = CliRunner().invoke(app, ["db", "check", "--data-dir", str(data_dir)], env={})
+    assert checked.exit_code == 0, checked.output
