@@ -81,11 +81,15 @@ def client(server: ServerProcess, api_key: str) -> Iterator[anthropic.Anthropic]
 
 
 @pytest.fixture
-def fresh_server(tmp_path: Path, fake_model: FakeModel) -> Iterator[ServerProcess]:
-    """A server of the test's own, for tests that kill or restart it."""
-    process = ServerProcess(tmp_path / "data", env=loop_env(fake_model)).start()
-    yield process
-    process.kill()
+def fresh_server(
+    request: pytest.FixtureRequest, tmp_path: Path, fake_model: FakeModel
+) -> Iterator[ServerProcess]:
+    """A server of the test's own, for tests that kill or restart it: on SQLite,
+    or on each store with ``parametrize("fresh_server", BACKENDS, indirect=True)``."""
+    with store_env(request) as extra:
+        process = ServerProcess(tmp_path / "data", env=loop_env(fake_model, **extra)).start()
+        yield process
+        process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +114,7 @@ def store_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """The settings that put a ``stead serve`` on the store ``request.param`` names
     (one of ``tests.databases.BACKENDS``): none for SQLite, a schema of its own
     (dropped afterwards) and a shared sealing key for PostgreSQL."""
-    if request.param != "postgres":
+    if getattr(request, "param", "sqlite") != "postgres":
         yield {}
         return
     run: PostgresRun = request.getfixturevalue("postgres_run")
