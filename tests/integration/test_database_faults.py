@@ -31,7 +31,7 @@ from stead.testing import FakeModel, ServerProcess, free_port
 from tests.conftest import loop_env, make_client
 from tests.databases import PostgresRun, serve_env
 from tests.databases import engine as engine_of
-from tests.integration.helpers import message, new_session, wait_idle
+from tests.integration.helpers import lifespan_failed, message, new_session, wait_idle
 from tests.integration.test_many_brains import _reader, _seqs_are_whole, idle_after_answer
 from tests.pgcluster import ThrowawayPostgres, throwaway_postgres
 
@@ -191,11 +191,6 @@ def _drive(load: Load, client: anthropic.Anthropic, name: str) -> None:
                 load.other.append(repr(exc))
 
 
-def _crash(line: str) -> bool:
-    """A line uvicorn logs when the app's lifespan failed (its runtime ended)."""
-    return '"logger": "uvicorn.error"' in line and '"level": "error"' in line
-
-
 def _until(condition: object, what: str) -> None:
     deadline = time.monotonic() + WAIT
     while not condition():  # type: ignore[operator]
@@ -264,7 +259,7 @@ def test_a_database_restart_under_load_gives_retryable_errors_and_loses_nothing(
             assert any(e.type == "agent.message" for e in answered), session_id
         for server in servers:
             assert not server.wait_exit(0), server.log_text()
-            crashed = [line for line in server.log_text().splitlines() if _crash(line)]
+            crashed = [line for line in server.log_text().splitlines() if lifespan_failed(line)]
             assert crashed == [], "the app's lifespan (and its runtime) ended"
     finally:
         stack.close()
