@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anthropic
@@ -10,7 +11,7 @@ import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
 from stead.testing.mcp_server import MCP_TEST_PIN
-from tests.databases import PostgresRun, database_url, postgres_run
+from tests.databases import PostgresRun, database_url, postgres_run, serve_env
 
 __all__ = ["database_url", "postgres_run"]  # fixtures for every test module
 
@@ -81,11 +82,15 @@ def client(server: ServerProcess, api_key: str) -> Iterator[anthropic.Anthropic]
 
 
 @pytest.fixture
-def fresh_server(tmp_path: Path, fake_model: FakeModel) -> Iterator[ServerProcess]:
-    """A server of the test's own, for tests that kill or restart it."""
-    process = ServerProcess(tmp_path / "data", env=loop_env(fake_model)).start()
-    yield process
-    process.kill()
+def fresh_server(
+    request: pytest.FixtureRequest, tmp_path: Path, fake_model: FakeModel
+) -> Iterator[ServerProcess]:
+    """A server of the test's own, for tests that kill or restart it: on SQLite,
+    or on each store with ``parametrize("fresh_server", BACKENDS, indirect=True)``."""
+    with store_env(request) as extra:
+        process = ServerProcess(tmp_path / "data", env=loop_env(fake_model, **extra)).start()
+        yield process
+        process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -99,16 +104,25 @@ def server_on_each_store(
     ``SERVER_ENV`` (a dict of settings) is added to the server's environment."""
     data = tmp_path_factory.mktemp("stead-data")
     extra: dict[str, str] = dict(getattr(request.module, "SERVER_ENV", {}))
-    schema = None
-    run: PostgresRun | None = None
-    if request.param == "postgres":
-        run = request.getfixturevalue("postgres_run")
-        schema = run.new_schema()
-        extra["STEAD_DATABASE_URL"] = run.url(schema)
-    process = ServerProcess(data, env=loop_env(fake_model, **extra)).start()
-    yield process
-    process.stop()
-    if run is not None and schema is not None:
+    with store_env(request) as on_store:
+        process = ServerProcess(data, env=loop_env(fake_model, **extra, **on_store)).start()
+        yield process
+        process.stop()
+
+
+@contextmanager
+def store_env(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
+    """The settings that put a ``stead serve`` on the store ``request.param`` names
+    (one of ``tests.databases.BACKENDS``): none for SQLite, a schema of its own
+    (dropped afterwards) and a shared sealing key for PostgreSQL."""
+    if getattr(request, "param", "sqlite") != "postgres":
+        yield {}
+        return
+    run: PostgresRun = request.getfixturevalue("postgres_run")
+    schema = run.new_schema()
+    try:
+        yield serve_env(run.url(schema))
+    finally:
         run.drop_schema(schema)
 
 

@@ -10,6 +10,7 @@ PostgreSQL tests are skipped, unless ``STEAD_TEST_POSTGRES=require`` (set by
 
 from __future__ import annotations
 
+import base64
 import os
 import secrets
 from collections.abc import Iterator
@@ -78,6 +79,13 @@ class PostgresRun:
                 conn.execute(text(sql))
         finally:
             admin.dispose()
+
+
+def serve_env(url: str) -> dict[str, str]:
+    """What ``stead serve`` needs to run on the PostgreSQL ``url``: it refuses to
+    start there without a sealing key shared by every process of the database."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    return {"STEAD_DATABASE_URL": url, "STEAD_SECRET_KEY": key}
 
 
 def start_postgres_run() -> PostgresRun | str:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import typer
 
+from stead.cli_db import db_migrate, schema_status
 from stead.cli_host import sandbox_host_app
 from stead.cli_keys import keys_app
 from stead.cli_limits import limits_app
@@ -40,6 +41,7 @@ from stead.store import (
     BrainRecord,
     CredentialRecord,
     IntegrityFinding,
+    SchemaState,
 )
 from stead.telemetry import configure_logging
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
@@ -54,6 +56,7 @@ app.add_typer(limits_app, name="limits")
 app.add_typer(webhooks_app, name="webhooks")
 db_app = typer.Typer(help="The data directory's database.", **PLAIN)
 app.add_typer(db_app, name="db")
+db_app.command("migrate")(db_migrate)
 secrets_app = typer.Typer(help="The key that seals vault credentials.", **PLAIN)
 app.add_typer(secrets_app, name="secrets")
 app.add_typer(sandbox_host_app, name="sandbox-host")
@@ -109,6 +112,7 @@ def serve(
         from stead.sandbox_host.settings import HostSettings
 
         validated(HostSettings, data_dir=data_dir)
+    _shared_secret_key(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     _secret_box(settings)
     configure_logging(settings.log_level, settings.log_format)
@@ -144,6 +148,20 @@ def serve(
             timeout_graceful_shutdown=3,
         )
         uvicorn.Server(config).run(sockets=[sock])
+
+
+def _shared_secret_key(settings: Settings) -> None:
+    """On PostgreSQL every process opens every vault credential, so they share one
+    key; a key file made in each data directory would differ between them."""
+    from stead.store import single_brain
+
+    if settings.secret_key is None and not single_brain(settings.resolved_database_url):
+        typer.echo(
+            "stead: STEAD_SECRET_KEY must be set on PostgreSQL: every stead serve of one "
+            "database needs the same key (make one with: openssl rand -base64 32)",
+            err=True,
+        )
+        raise typer.Exit(2)
 
 
 @contextmanager
@@ -197,11 +215,19 @@ def db_check(
     ] = False,
     data_dir: DataDir = None,
 ) -> None:
-    """Check the database: the engine's integrity checks and stored values no read can render.
+    """Check the database: its schema revision against this stead's, the engine's
+    integrity checks and stored values no read can render.
 
-    Exits 1 if a problem remains (with --repair: one it could not repair).
+    Exits 1 if the schema is not this stead's (behind: run stead db migrate; ahead:
+    made by a newer stead) or a problem remains (with --repair: one it could not
+    repair); 2 if the database cannot be reached.
     """
     settings = read_settings(data_dir=data_dir)
+    schema = schema_status(settings)
+    if schema.state is not SchemaState.CURRENT:
+        typer.echo(f"stead: {schema.line()}", err=True)
+        raise typer.Exit(1)
+    console().print(schema.line())
     findings = anyio.run(_check_store, settings, repair)
     for finding in findings:
         console().print(str(finding))

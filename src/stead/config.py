@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8787
 
+    database_wait_seconds: float = Field(default=10.0, gt=0)
+    """Longest a database call waits for a free connection; past it the request
+    answers a retryable 503 instead of queueing on."""
+
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
     """FULL makes every acknowledged commit survive power loss, not only a process crash."""
 

@@ -34,6 +34,12 @@ def new_session(client: anthropic.Anthropic, tools: list[dict[str, Any]] | None 
     return client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
 
 
+def lifespan_failed(line: str) -> bool:
+    """A server log line uvicorn writes when the app's lifespan failed: the
+    runtime and its background tasks ended while HTTP may still answer."""
+    return '"logger": "uvicorn.error"' in line and '"level": "error"' in line
+
+
 def message(text: str) -> dict[str, Any]:
     return {"type": "user.message", "content": [{"type": "text", "text": text}]}
 

@@ -1,5 +1,6 @@
 """The agent loop through the official SDK, against a real server and the fake model,
-checked event by event: tools, custom tools, confirmations, interrupts, queued messages."""
+checked event by event: tools, custom tools, confirmations, interrupts, queued messages;
+on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from stead.testing import (
     Turn,
 )
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, sdk_of
+from tests.conftest import loop_env, sdk_of, store_env
+from tests.databases import BACKENDS
 
 Json = dict[str, Any]
 SCENARIOS: dict[str, list[Turn]] = {
@@ -88,11 +90,14 @@ def _slow_first_answer(request: Any) -> bool:
     return _first_user_text(request.body).startswith("slow") and assistant_turns(request.body) == 0
 
 
-@pytest.fixture(scope="module")
-def loop_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def loop_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     faults = [FaultRule(Delay(1.5), times=None, when=_slow_first_answer)]
-    with FakeModel(scripted, faults=faults) as fake:
-        process = ServerProcess(tmp_path_factory.mktemp("loop"), env=loop_env(fake)).start()
+    with store_env(request) as extra, FakeModel(scripted, faults=faults) as fake:
+        env = loop_env(fake, **extra)
+        process = ServerProcess(tmp_path_factory.mktemp("loop"), env=env).start()
         yield process
         process.stop()
 

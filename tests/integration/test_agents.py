@@ -5,6 +5,12 @@ from __future__ import annotations
 import anthropic
 import pytest
 
+from tests.integration.on_each_store import ON_EACH_STORE, client
+
+pytestmark = ON_EACH_STORE
+__all__ = ["client"]  # fixtures
+
+
 TOOLSET = {"type": "agent_toolset_20260401"}
 
 

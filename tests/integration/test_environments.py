@@ -7,6 +7,11 @@ import uuid
 import anthropic
 import pytest
 
+from tests.integration.on_each_store import ON_EACH_STORE, client
+
+pytestmark = ON_EACH_STORE
+__all__ = ["client"]  # fixtures
+
 
 def _name() -> str:
     return f"env-{uuid.uuid4().hex[:8]}"

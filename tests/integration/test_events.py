@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import anthropic
-import pytest
 
-from tests.databases import BACKENDS
 from tests.integration.helpers import message, new_session, wait_idle
+from tests.integration.on_each_store import ON_EACH_STORE, client
 
-pytestmark = pytest.mark.parametrize(
-    "server_on_each_store", BACKENDS, indirect=True, scope="module"
-)
-
-
-@pytest.fixture
-def client(client_on_each_store: anthropic.Anthropic) -> anthropic.Anthropic:
-    """The SDK on this module's server, once on SQLite and once on PostgreSQL."""
-    return client_on_each_store
+pytestmark = ON_EACH_STORE
+__all__ = ["client"]  # fixtures
 
 
 def test_send_echoes_with_ids_and_list_returns_them(client: anthropic.Anthropic) -> None:

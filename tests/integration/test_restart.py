@@ -1,4 +1,5 @@
-"""Durability: every acknowledged event survives a SIGKILL of the server."""
+"""Durability: every acknowledged event survives a SIGKILL of the server, on SQLite
+and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import pytest
 
 from stead.testing import ServerProcess
 from tests.conftest import make_client
+from tests.databases import BACKENDS
 from tests.integration.helpers import message, new_session, wait_idle
 
 SENDERS = 4
+pytestmark = pytest.mark.parametrize("fresh_server", BACKENDS, indirect=True)
 
 
 def test_acknowledged_events_survive_sigkill(fresh_server: ServerProcess) -> None:

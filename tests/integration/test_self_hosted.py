@@ -20,8 +20,8 @@ from anthropic.lib.environments._worker import _sessions_token_from_secret
 
 from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, make_client, sdk_of
-from tests.databases import BACKENDS, PostgresRun
+from tests.conftest import loop_env, make_client, sdk_of, store_env
+from tests.databases import BACKENDS
 from tests.integration.test_agent_loop import SCENARIOS, _first_user_text, kinds, say, until_idle
 
 Json = dict[str, Any]
@@ -51,20 +51,11 @@ def hosted(
 ) -> Iterator[ServerProcess]:
     """A server on each store: the work queue's fenced claims and leases are
     row-locked writes on PostgreSQL, serialised ones on SQLite."""
-    extra: dict[str, str] = {}
-    run: PostgresRun | None = None
-    schema = None
-    if request.param == "postgres":
-        run = request.getfixturevalue("postgres_run")
-        schema = run.new_schema()
-        extra["STEAD_DATABASE_URL"] = run.url(schema)
-    with FakeModel(scripted) as fake:
+    with store_env(request) as extra, FakeModel(scripted) as fake:
         env = loop_env(fake, STEAD_WORK_LEASE_SECONDS="2", **extra)
         process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=env).start()
         yield process
         process.stop()
-    if run is not None and schema is not None:
-        run.drop_schema(schema)
 
 
 @pytest.fixture

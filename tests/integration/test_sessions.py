@@ -9,17 +9,10 @@ import anthropic
 import pytest
 from anthropic.types.beta import BetaEnvironment, BetaManagedAgentsAgent
 
-from tests.databases import BACKENDS
+from tests.integration.on_each_store import ON_EACH_STORE, client
 
-pytestmark = pytest.mark.parametrize(
-    "server_on_each_store", BACKENDS, indirect=True, scope="module"
-)
-
-
-@pytest.fixture
-def client(client_on_each_store: anthropic.Anthropic) -> anthropic.Anthropic:
-    """The SDK on this module's server, once on SQLite and once on PostgreSQL."""
-    return client_on_each_store
+pytestmark = ON_EACH_STORE
+__all__ = ["client"]  # fixtures
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Upstream faults: sessions reschedule and finish, or end with the spec's error
-events, and never hang. Also: a model served by an OpenAI-compatible endpoint."""
+events, and never hang. Also: a model served by an OpenAI-compatible endpoint.
+On SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from stead.testing import (
     Turn,
     assistant_turns,
 )
-from tests.conftest import loop_env, sdk_of
+from tests.conftest import loop_env, sdk_of, store_env
+from tests.databases import BACKENDS
 
 Json = dict[str, Any]
 
@@ -60,11 +62,14 @@ FAULTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def fault_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with FakeModel(script, faults=FAULTS) as fake:
+@pytest.fixture(scope="module", params=BACKENDS)
+def fault_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    with store_env(request) as extra, FakeModel(script, faults=FAULTS) as fake:
         env = loop_env(
             fake,
+            **extra,
             STEAD_RETRY_INITIAL_SECONDS="0.05",
             STEAD_RETRY_MAX_SECONDS="0.2",
             STEAD_UPSTREAM_RETRIES="3",

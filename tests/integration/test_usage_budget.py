@@ -25,7 +25,8 @@ import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, make_client
+from tests.conftest import loop_env, make_client, store_env
+from tests.databases import BACKENDS
 from tests.integration.helpers import message, wait_idle
 
 FIRST = {
@@ -60,11 +61,16 @@ def fake() -> Iterator[FakeModel]:
         yield started
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, fake: FakeModel) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("usage"), env=loop_env(fake)).start()
-    yield process
-    process.stop()
+@pytest.fixture(scope="module", params=BACKENDS)
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fake: FakeModel
+) -> Iterator[ServerProcess]:
+    """The module's server, on SQLite and on PostgreSQL."""
+    with store_env(request) as extra:
+        env = loop_env(fake, **extra)
+        process = ServerProcess(tmp_path_factory.mktemp("usage"), env=env).start()
+        yield process
+        process.stop()
 
 
 @pytest.fixture

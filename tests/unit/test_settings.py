@@ -3,6 +3,7 @@ line per bad setting that names it as the operator sets it."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -111,6 +112,11 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
             "cannot open postgresql://stead:***@127.0.0.1:1/stead: connection",
         ),
         ("postgresql://stead@127.0.0.1:notaport/stead", "database URL is not a valid URL"),
+        # A server that answers, with no such database.
+        (
+            "postgresql://postgres@127.0.0.1:5432/stead_no_such_database",
+            "cannot open postgresql://postgres@127.0.0.1:5432/stead_no_such_database: connection",
+        ),
     ],
 )
 def test_a_database_that_cannot_be_opened_stops_start_up_with_one_line(
@@ -122,3 +128,34 @@ def test_a_database_that_cannot_be_opened_stops_start_up_with_one_line(
     assert result.stderr.startswith(f"stead: STEAD_DATABASE_URL: {line}"), result.stderr
     assert result.stderr.count("\n") == 1
     assert "hunter2" not in result.output
+
+
+def test_a_server_that_never_answers_stops_the_command_at_the_connect_timeout(
+    tmp_path: Path,
+) -> None:
+    # The kernel completes the handshake for a listening socket nobody accepts
+    # on; the server's answer never comes, so only the timeout ends the wait.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        url = f"postgresql://stead@127.0.0.1:{port}/stead?connect_timeout=1"
+        args = ["db", "check", "--data-dir", str(tmp_path)]
+        result = CliRunner().invoke(app, args, env={"STEAD_DATABASE_URL": url})
+    assert result.exit_code == 2, result.output
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"stead: STEAD_DATABASE_URL: cannot open {url}: "), (
+        result.stderr
+    )
+    assert "timeout" in result.stderr
+
+
+def test_a_connect_timeout_of_zero_is_refused(tmp_path: Path) -> None:
+    url = "postgresql://stead@127.0.0.1:5432/stead?connect_timeout=0"
+    args = ["db", "check", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args, env={"STEAD_DATABASE_URL": url})
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "stead: STEAD_DATABASE_URL: connect_timeout='0' in the database URL: give whole "
+        "seconds, 1 or more\n"
+    )

@@ -123,6 +123,7 @@ def create_app(
                     settings.resolved_database_url,
                     settings.sqlite_synchronous,
                     partial(failpoints.hit, "store.before_commit") if failpoints.armed else None,
+                    settings.database_wait_seconds,
                 )
                 stack.push_async_callback(opened.close)
             bus = open_bus(settings)

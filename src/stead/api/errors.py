@@ -5,6 +5,7 @@
     store.NotFound        -> 404 not_found_error
     store.InvalidValue    -> 400 (a value the store refused: nothing was written)
     store.Conflict        -> its status (409 unless the spec says 400), x-should-retry: false
+    store.DatabaseBusy    -> 503, x-should-retry: true (the database is away or busy; logged)
     blobs.BlobUnavailable -> 503 (the blob store did not answer in time; retryable)
     blobs.BlobError       -> 500, logged (a blob a visible file names is missing or refused)
     RequestValidationError-> 400 (query and path parameters)
@@ -28,7 +29,7 @@ from stead.api.wire import JSONResponse
 from stead.blobs import BlobError, BlobUnavailable
 from stead.ids import new_id
 from stead.schemas import RequestError
-from stead.store import Conflict, InvalidValue, NotFound
+from stead.store import Conflict, DatabaseBusy, InvalidValue, NotFound
 
 log = logging.getLogger("stead.api")
 
@@ -44,7 +45,9 @@ ERROR_TYPES = {
     415: "invalid_request_error",
     429: "rate_limit_error",
     500: "api_error",
+    503: "api_error",
 }
+DATABASE_RETRY_AFTER_SECONDS = 1
 
 
 class ApiError(Exception):
@@ -130,6 +133,29 @@ async def _conflict(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _database_busy(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DatabaseBusy)
+    return database_busy(request, exc)
+
+
+def database_busy(request: Request, exc: DatabaseBusy) -> JSONResponse:
+    """The retryable 503 of a request the database could not serve now (also
+    for middleware, which runs outside these handlers)."""
+    # The driver's words stay in the log: they name hosts a client has no business seeing.
+    log.warning("database busy in %s %s: %s", request.method, _route(request), exc)
+    return error_response(
+        request,
+        503,
+        "the database cannot serve this request now; retry it shortly",
+        headers={"x-should-retry": "true", "retry-after": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+
+
+def _route(request: Request) -> str:
+    route = request.scope.get("route")
+    return str(getattr(route, "path", "(no route)"))
+
+
 async def _blob(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BlobError)
     if isinstance(exc, BlobUnavailable):
@@ -186,6 +212,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(NotFound, _not_found)
     app.add_exception_handler(InvalidValue, _invalid_value)
     app.add_exception_handler(Conflict, _conflict)
+    app.add_exception_handler(DatabaseBusy, _database_busy)
     app.add_exception_handler(BlobError, _blob)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)

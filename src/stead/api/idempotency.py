@@ -23,8 +23,8 @@ from starlette.requests import HTTPConnection, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stead.api.deps import Caller, Services, authenticate, services
-from stead.api.errors import ApiError, error_response
-from stead.store import ClaimState, IdempotencyClaim
+from stead.api.errors import ApiError, database_busy, error_response
+from stead.store import ClaimState, DatabaseBusy, IdempotencyClaim
 
 HEADER = b"idempotency-key"
 REPLAYED = (b"idempotent-replayed", b"true")
@@ -94,6 +94,9 @@ class IdempotencyMiddleware:
                 return
             await error_response(request, exc.status, str(exc))(scope, receive, send)
             return
+        except DatabaseBusy as exc:
+            await database_busy(request, exc)(scope, receive, send)
+            return
         app = services(request)
         body, complete = await _read_body(receive, app.settings.max_request_bytes)
         replay = _replaying(body, complete, receive)
@@ -101,7 +104,11 @@ class IdempotencyMiddleware:
             await self.app(scope, replay, send)
             return
         fingerprint = _fingerprint(scope, body)
-        claim = await _claim(app, who, text, fingerprint)
+        try:
+            claim = await _claim(app, who, text, fingerprint)
+        except DatabaseBusy as exc:
+            await database_busy(request, exc)(scope, receive, send)
+            return
         if claim.state is ClaimState.CLAIMED:
             assert claim.token is not None
             await self._run(scope, replay, send, app, who, text, claim.token)

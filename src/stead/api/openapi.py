@@ -92,7 +92,7 @@ STATUS_TEXT = {
     409: "The resource's state forbids this change",
     413: "The body is larger than the server accepts",
     415: "The body is not application/json in UTF-8",
-    503: "A part stead depends on (the sandbox host) cannot be reached now; try again",
+    503: "The database or the sandbox host cannot serve this now; try again",
 }
 SECURITY_SCHEMES = {
     "ApiKey": {"type": "apiKey", "in": "header", "name": "x-api-key"},
@@ -133,7 +133,7 @@ def _error(status: int) -> dict[str, Any]:
 def _statuses(path: str, operation: dict[str, Any]) -> list[int]:
     if operation.get("security") == []:
         return []  # the health checks: no key, no parameters, no body
-    found = [400, 401, 403]
+    found = [400, 401, 403, 503]  # 503: the database is away or busy (retryable)
     if "{" in path:
         found.append(404)
     if "requestBody" in operation:

@@ -6,7 +6,7 @@ afterwards. Frames are ``event: <type>`` + ``data: <json>``; logged events also
 carry ``id: <event id>`` for ``Last-Event-ID`` resumption, pending-queue echoes
 do not (they are not in the log yet), nor do stream previews (never logged). A
 ping frame goes out whenever the stream has been quiet for the heartbeat
-interval.
+interval, or while the database cannot be read.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from starlette.types import Receive, Scope, Send
 
 from stead.api import wire
 from stead.runtime import Bus, FeedItem, Preview, SessionFeed
-from stead.store import Store
+from stead.store import DatabaseBusy, Store
 
 OPENED = b": stream open\n\n"
+BUSY_RETRY_SECONDS = 0.5
+"""How soon a stream reads the log again after the database could not serve it."""
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -75,10 +77,7 @@ class EventStream(Response):
 
     async def _pump(self, feed: SessionFeed, send: Send) -> None:
         while True:
-            items: list[FeedItem] | None = None
-            # Only the wait is bounded: a send cut short would lose what the feed handed over.
-            with anyio.move_on_after(self._heartbeat):
-                items = await feed.next_batch()
+            items = await self._next(feed)
             if items is None:
                 await send({"type": "http.response.body", "body": PING, "more_body": True})
                 continue
@@ -86,6 +85,18 @@ class EventStream(Response):
             await send({"type": "http.response.body", "body": body, "more_body": True})
             if any(item.final for item in items):
                 return
+
+    async def _next(self, feed: SessionFeed) -> list[FeedItem] | None:
+        """The feed's next batch; None after a quiet heartbeat interval, or a short
+        wait while the database cannot be read (the reader keeps its place and
+        gets a ping meanwhile, so a database restart does not end the stream)."""
+        # Only the wait is bounded: a send cut short would lose what the feed handed over.
+        with anyio.move_on_after(self._heartbeat):
+            try:
+                return await feed.next_batch()
+            except DatabaseBusy:
+                await anyio.sleep(min(self._heartbeat, BUSY_RETRY_SECONDS))
+        return None
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -17,7 +17,7 @@ import anyio
 from stead.runtime.deps import LoopDeps
 from stead.runtime.plan import first_step
 from stead.runtime.turn import TurnRunner, opening_events
-from stead.store import ClaimTerms, LeaseLost, RunStart
+from stead.store import ClaimTerms, DatabaseBusy, LeaseLost, RunStart
 
 log = logging.getLogger("stead.runtime")
 
@@ -62,9 +62,18 @@ class SessionActor:
     async def run(self) -> None:
         """Until no queued run is left; the caller forgets the actor when this returns."""
         next_run: str | None = None
-        while (start := await self._next(next_run)) is not None:
+        while (start := await self._next_or_none(next_run)) is not None:
             # A run that drained queued messages names the next one itself.
             next_run = await self._run_claim(start)
+
+    async def _next_or_none(self, run_id: str | None) -> RunStart | None:
+        """``_next``, or None while the database cannot serve the claim: the run
+        stays queued (or its lease expires) and the reaper wakes the session again."""
+        try:
+            return await self._next(run_id)
+        except DatabaseBusy as exc:
+            log.warning("session %s: no run claimed now: %s", self.session_id, exc)
+            return None
 
     async def _next(self, run_id: str | None) -> RunStart | None:
         """A handed run, else ``run_id`` claimed, else, when poked, the oldest queued one."""

@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from stead.runtime.clock import Clock, SystemClock
-from stead.store import SandboxLease, Store
+from stead.store import DatabaseBusy, SandboxLease, Store
 
 log = logging.getLogger("stead.runtime.leases")
 
@@ -62,12 +62,15 @@ class LeaseSweeper:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Runs rounds until cancelled, the first at once (leases a previous process
-        left), the next after ``interval`` or at once when poked. A store error
-        ends the loop, as it ends the run reaper."""
+        left), the next after ``interval`` or at once when poked. A round the
+        database cannot serve is skipped; any other store error ends the loop."""
         task_status.started()
         while True:
             self._poked = False
-            await self.sweep()
+            try:
+                await self.sweep()
+            except DatabaseBusy as exc:  # the database is away: the next round retries
+                log.warning("lease sweep skipped: %s", exc)
             if self._poked:  # during the round: what it asked for may be newer
                 continue
             with anyio.CancelScope() as self._waiting:

@@ -6,7 +6,8 @@ the one way a committed write reaches readers and runs (``committed``).
 it re-queues runs left behind by a dead process (immediately when this process
 is the only brain on the store, else once their leases expire) and wakes every
 session with queued work; then every reaper interval it does the same for
-leases that expired since.
+leases that expired since. A round the database cannot serve is skipped, so
+the runtime outlives a database restart and catches up once it is back.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
 from stead.runtime.mcp import McpGateway
 from stead.runtime.work import WorkQueue
-from stead.store import ClaimTerms, EventRecord, EventsAccepted, RunStart
+from stead.store import ClaimTerms, DatabaseBusy, EventRecord, EventsAccepted, RunStart
 
 log = logging.getLogger("stead.runtime")
 
@@ -56,18 +57,24 @@ class Runtime:
                 task_status.started()
                 while True:
                     await deps.clock.sleep(deps.settings.reaper_interval_seconds)
-                    expired = await deps.store.requeue_runs()
-                    if expired:
-                        log.info("re-queued %d runs whose lease expired", len(expired))
-                    orphans = await brain.recover() if brain is not None else []
-                    if orphans:
-                        log.info("re-queued %d runs of processes that died", len(orphans))
-                    await self._wake_queued()
+                    try:
+                        await self._reap(brain)
+                    except DatabaseBusy as exc:  # the database is away: the next round retries
+                        log.warning("reaper round skipped: %s", exc)
         finally:
             self._group = None
             with anyio.CancelScope(shield=True):
                 await deps.tools.aclose()
                 await deps.models.aclose()
+
+    async def _reap(self, brain: Brain | None) -> None:
+        expired = await self._deps.store.requeue_runs()
+        if expired:
+            log.info("re-queued %d runs whose lease expired", len(expired))
+        orphans = await brain.recover() if brain is not None else []
+        if orphans:
+            log.info("re-queued %d runs of processes that died", len(orphans))
+        await self._wake_queued()
 
     async def _wake_queued(self) -> None:
         for _, session_id in await self._deps.store.queued_runs():

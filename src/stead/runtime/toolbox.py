@@ -40,6 +40,7 @@ from stead.sandbox import (
     WorkspaceUnavailable,
 )
 from stead.store import (
+    DatabaseBusy,
     LeaseExpiry,
     LeaseTerms,
     LimitReached,
@@ -251,7 +252,7 @@ class SandboxToolbox:
             self._stale_secrets.add(session_id)
             try:
                 await self._give_secrets(served)
-            except SandboxError as exc:
+            except (SandboxError, DatabaseBusy) as exc:
                 log.warning(
                     "session %s gets its changed credentials at its next tool call: %s",
                     session_id,

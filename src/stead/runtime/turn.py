@@ -66,6 +66,7 @@ from stead.runtime.turn_tools import ToolSteps, mcp_error
 from stead.runtime.work import in_doubt_result
 from stead.store import (
     BudgetReached,
+    DatabaseBusy,
     LeaseLost,
     LimitReached,
     NewEvent,
@@ -95,6 +96,21 @@ class TurnOver(Exception):
     """The run is finished (its final events are written); unwinds the step loop."""
 
 
+def _first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The failure a turn's task group reports: ``LeaseLost`` if any (the run moved
+    on, whatever else failed with it), else the first."""
+    leaves: list[BaseException] = []
+    pending: list[BaseException] = [group]
+    while pending:
+        exc = pending.pop(0)
+        if isinstance(exc, BaseExceptionGroup):
+            pending[:0] = exc.exceptions
+        else:
+            leaves.append(exc)
+    lost = [exc for exc in leaves if isinstance(exc, LeaseLost)]
+    return (lost or leaves or [group])[0]
+
+
 @dataclass
 class TurnRunner(ToolSteps):
     deps: LoopDeps
@@ -118,21 +134,30 @@ class TurnRunner(ToolSteps):
         self.deps.failpoints.hit("turn.before_start")
         claim = self.claim
         with self.deps.telemetry.turn(self.session_id, claim.run_id, claim.attempts):
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._heartbeat)
-                try:
-                    with contextlib.suppress(TurnOver):
-                        await self._steps()
-                finally:
-                    group.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._heartbeat)
+                    try:
+                        with contextlib.suppress(TurnOver):
+                            await self._steps()
+                    finally:
+                        group.cancel_scope.cancel()
+            except BaseExceptionGroup as failed:
+                # The task group wraps even a single failure; the actor tells a
+                # lost lease from a failed run by the exception's type.
+                raise _first_cause(failed) from failed
 
     async def _heartbeat(self) -> None:
         settings = self.deps.settings
         while True:
             await self.deps.clock.sleep(settings.lease_seconds / 3)
-            renewed = await self.deps.store.renew_lease(
-                self.claim.run_id, self.claim.epoch, settings.lease_seconds
-            )
+            try:
+                renewed = await self.deps.store.renew_lease(
+                    self.claim.run_id, self.claim.epoch, settings.lease_seconds
+                )
+            except DatabaseBusy as exc:  # the next beat tries again, within the lease
+                log.warning("run %s: lease not renewed now: %s", self.claim.run_id, exc)
+                continue
             if not renewed:
                 raise LeaseLost(self.claim.run_id, self.claim.epoch)
 

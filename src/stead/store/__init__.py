@@ -46,6 +46,7 @@ from stead.store.errors import (
     BudgetReached,
     ChannelDown,
     Conflict,
+    DatabaseBusy,
     InvalidValue,
     LeaseLost,
     LimitReached,
@@ -87,6 +88,7 @@ from stead.store.memories import (
     VersionFilter,
     precondition_failed,
 )
+from stead.store.migrate import SchemaState, SchemaStatus
 from stead.store.resources import SessionResourceStore
 from stead.store.skills import (
     SKILL_SCOPE,
@@ -150,6 +152,7 @@ __all__ = [
     "Claimed",
     "Conflict",
     "CredentialRecord",
+    "DatabaseBusy",
     "DeliveryState",
     "DueDelivery",
     "EnvironmentKey",
@@ -200,6 +203,8 @@ __all__ = [
     "SandboxLease",
     "SandboxLeaseEnded",
     "SandboxLeaseStatus",
+    "SchemaState",
+    "SchemaStatus",
     "SessionFilter",
     "SessionRecord",
     "SessionResourceStore",
@@ -229,6 +234,7 @@ __all__ = [
     "open_store",
     "open_store_sync",
     "precondition_failed",
+    "schema_status_sync",
     "single_brain",
     "skill_name_changed",
     "skill_name_taken",
@@ -236,21 +242,21 @@ __all__ = [
 
 READERS = 4
 POSTGRES_WRITERS = 4
+DATABASE_WAIT_SECONDS = 10.0
+"""Default of ``Settings.database_wait_seconds``."""
 
 
 def open_store_sync(
     url: str,
     sqlite_synchronous: str = "FULL",
     before_commit: Callable[[], None] | None = None,
+    wait_seconds: float = DATABASE_WAIT_SECONDS,
 ) -> SqlStore:
     """Opens the store and migrates it; blocking (use from the CLI or a thread).
-    ``before_commit`` runs inside every write transaction (crash-test failpoints)."""
-    if single_brain(url):
-        writer, reader = sqlite_engines(url, sqlite_synchronous, READERS)
-        writers = 1
-    else:
-        writer, reader = _postgres_engines(url)
-        writers = POSTGRES_WRITERS
+    ``before_commit`` runs inside every write transaction (crash-test failpoints);
+    a call that waited ``wait_seconds`` for a connection fails with ``DatabaseBusy``."""
+    writer, reader = _engines(url, sqlite_synchronous)
+    writers = 1 if single_brain(url) else POSTGRES_WRITERS
     try:
         migrate.upgrade(writer)
     except StoreUnavailable:
@@ -259,7 +265,32 @@ def open_store_sync(
     except OperationalError as exc:
         _dispose(writer, reader)
         raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
-    return SqlStore(writer, reader, readers=READERS, writers=writers, before_commit=before_commit)
+    return SqlStore(
+        writer,
+        reader,
+        readers=READERS,
+        writers=writers,
+        before_commit=before_commit,
+        wait_seconds=wait_seconds,
+    )
+
+
+def schema_status_sync(url: str) -> migrate.SchemaStatus:
+    """Where the database at ``url`` stands against this stead's migrations,
+    without migrating or writing anything; blocking (for the CLI)."""
+    writer, reader = _engines(url, "FULL")
+    try:
+        return migrate.status(writer)
+    except OperationalError as exc:
+        raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
+    finally:
+        _dispose(writer, reader)
+
+
+def _engines(url: str, sqlite_synchronous: str) -> tuple[Engine, Engine]:
+    if single_brain(url):
+        return sqlite_engines(url, sqlite_synchronous, READERS)
+    return _postgres_engines(url)
 
 
 def single_brain(url: str) -> bool:
@@ -303,5 +334,8 @@ async def open_store(
     url: str,
     sqlite_synchronous: str = "FULL",
     before_commit: Callable[[], None] | None = None,
+    wait_seconds: float = DATABASE_WAIT_SECONDS,
 ) -> SqlStore:
-    return await to_thread.run_sync(open_store_sync, url, sqlite_synchronous, before_commit)
+    return await to_thread.run_sync(
+        open_store_sync, url, sqlite_synchronous, before_commit, wait_seconds
+    )

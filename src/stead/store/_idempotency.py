@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, or_, select, tuple_, update
 
-from stead.store._leases import _insert
+from stead.store._leases import _insert, inserted
 from stead.store.idempotency import ClaimState, IdempotencyClaim
 from stead.store.tables import idempotency_keys
 
@@ -45,8 +45,7 @@ def claim(
     for _ in range(CLAIM_ATTEMPTS):
         stmt = _insert(conn, idempotency_keys).values(workspace_id=workspace_id, key=key, **fresh)
         stmt = stmt.on_conflict_do_nothing(index_elements=["workspace_id", "key"])
-        # RETURNING, not rowcount: psycopg reports -1 for an INSERT ... ON CONFLICT.
-        if conn.execute(stmt.returning(keys.token)).first() is not None:
+        if inserted(conn, stmt, keys.token):
             return IdempotencyClaim(ClaimState.CLAIMED, token=token)
         expired = keys.created_at < now - timedelta(seconds=ttl_seconds)
         abandoned = and_(

@@ -43,6 +43,13 @@ def _insert(conn: Connection, table: Table) -> Any:
     return sqlite.insert(table)
 
 
+def inserted(conn: Connection, stmt: Any, key: Any) -> bool:
+    """Whether ``stmt``, an INSERT ... ON CONFLICT DO NOTHING, inserted its row.
+    Read from RETURNING ``key``, never ``rowcount``: through SQLAlchemy, psycopg
+    reports -1 for every INSERT, inserted or not (SQLite reports 1 or 0)."""
+    return conn.execute(stmt.returning(key)).first() is not None
+
+
 def _check_amount(name: str, value: float, *, allow_zero: bool) -> None:
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = "zero or more" if allow_zero else "above zero"
@@ -137,10 +144,12 @@ def acquire(
     insert = _insert(conn, sandbox_leases).values(
         sandbox_id=sandbox_id, **owner, **_fresh(now, ttl_seconds)
     )
-    inserted = conn.execute(insert.on_conflict_do_nothing(index_elements=["sandbox_id"]))
+    made = inserted(
+        conn, insert.on_conflict_do_nothing(index_elements=["sandbox_id"]), leases.sandbox_id
+    )
     current = _locked(conn, sandbox_id)
     assert current is not None, "inserted or already there"
-    if inserted.rowcount == 1:
+    if made:
         return current
     if current.workspace_id != workspace_id:
         raise Conflict(f"sandbox {sandbox_id} belongs to another workspace")

@@ -8,6 +8,8 @@ StoreError
 │   ├── BudgetReached  a gated run write found the session's budget reached
 │   └── LimitReached   a workspace or environment limit (``limits.py``) stops it
 ├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
+├── DatabaseBusy    a call got no answer now (connection lost, none free in time,
+│                   a lock not granted in time): retrying later may succeed
 └── ChannelDown     a notice could not be sent between processes (``channel.py``)
 """
 
@@ -94,6 +96,14 @@ class StoreUnavailable(StoreError):
     """The database cannot be opened: an unsupported or wrong URL, a server that
     does not answer, or a schema migrated by a newer stead. The message is one
     line for the operator and names no password."""
+
+
+class DatabaseBusy(StoreError):
+    """One call could not be served now: the database went away or restarts, no
+    connection came free in time, or a lock was not granted in time. Its
+    transaction was rolled back or never began (a commit whose answer was lost
+    may have landed); the API answers a retryable 503. The message is the
+    driver's first line, for the log: it names no password."""
 
 
 class ChannelDown(StoreError):

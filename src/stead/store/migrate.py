@@ -16,7 +16,9 @@ newer stead: opening it fails (``StoreUnavailable``) before anything is written.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -100,6 +102,59 @@ def _run_migrations(conn: Connection) -> None:
     config = alembic_config()
     config.attributes["connection"] = conn
     command.upgrade(config, "head")
+
+
+class SchemaState(StrEnum):
+    CURRENT = "current"
+    """At this stead's ``HEAD``."""
+    BEHIND = "behind"
+    """Made by an older stead: ``upgrade`` brings it to ``HEAD``."""
+    AHEAD = "ahead"
+    """Migrated by a newer stead: this one refuses it."""
+    EMPTY = "empty"
+    """No stead schema yet: ``upgrade`` creates it."""
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    state: SchemaState
+    found: tuple[str, ...]
+    """The revisions recorded in the database (none for an empty one)."""
+    head: str = HEAD
+    """This stead's newest revision."""
+
+    def line(self) -> str:
+        """The status in one line for an operator."""
+        found = ", ".join(self.found)
+        if self.state is SchemaState.CURRENT:
+            return f"schema at revision {self.head}, this stead's"
+        if self.state is SchemaState.EMPTY:
+            return "no stead schema yet: stead db migrate (or stead serve) creates it"
+        if self.state is SchemaState.BEHIND:
+            return (
+                f"schema behind: revision {found or 'none'}, this stead's is {self.head}: "
+                "run stead db migrate (stead serve migrates it too)"
+            )
+        return (
+            f"schema ahead: revision {found} was made by a newer stead (this one knows up "
+            f"to {self.head}): run the newer stead, or restore a backup"
+        )
+
+
+def status(engine: Engine) -> SchemaStatus:
+    """Where the database stands against ``HEAD``; reads only."""
+    with engine.connect() as conn:
+        found = revisions(conn)
+        empty = not found and not inspect(conn).get_table_names()
+    if found - set(known_revisions()):
+        state = SchemaState.AHEAD
+    elif found == {HEAD}:
+        state = SchemaState.CURRENT
+    elif empty:
+        state = SchemaState.EMPTY
+    else:
+        state = SchemaState.BEHIND
+    return SchemaStatus(state, tuple(sorted(found)))
 
 
 def known_revisions() -> list[str]:

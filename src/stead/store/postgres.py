@@ -53,11 +53,13 @@ def dumps_jsonb(value: Any) -> str:
 
 
 def _engine(url: URL, pool_size: int, isolation: str) -> Engine:
-    # The URL's own server options (``?options=-c...``) are kept, after ours.
+    # The URL's own server options (``?options=-c...``) are kept, after ours, and
+    # its ``connect_timeout`` (seconds) replaces ours.
     given = url.query.get("options", "")
     options = " ".join([f"-c lock_timeout={LOCK_TIMEOUT_MS}", *_strings(given)])
+    connect_timeout = _connect_timeout(url.query.get("connect_timeout"))
     return create_engine(
-        url.difference_update_query(["options"]),
+        url.difference_update_query(["options", "connect_timeout"]),
         pool_size=pool_size,
         max_overflow=0,
         pool_timeout=POOL_TIMEOUT_SECONDS,
@@ -65,11 +67,23 @@ def _engine(url: URL, pool_size: int, isolation: str) -> Engine:
         isolation_level=isolation,
         json_serializer=dumps_jsonb,
         connect_args={
-            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+            "connect_timeout": connect_timeout,
             "options": options,
             "application_name": "stead",
         },
     )
+
+
+def _connect_timeout(given: str | tuple[str, ...] | None) -> int:
+    """The URL's ``connect_timeout``, else ours; never none (0 waits forever)."""
+    if given is None:
+        return CONNECT_TIMEOUT_SECONDS
+    text = given if isinstance(given, str) else given[-1]
+    if not text.isdigit() or int(text) < 1:
+        raise StoreUnavailable(
+            f"connect_timeout={text!r} in the database URL: give whole seconds, 1 or more"
+        )
+    return int(text)
 
 
 def _strings(value: str | tuple[str, ...]) -> tuple[str, ...]:

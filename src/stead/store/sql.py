@@ -108,12 +108,17 @@ class SqlStore(
         writers: int = 1,
         clock: Callable[[], datetime] = utc_now,
         before_commit: Callable[[], None] | None = None,
+        wait_seconds: float | None = None,
     ) -> None:
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
-        self._writer = ConnectionWorkers(writer, writers, "store-writer", before_commit)
-        self._readers = ConnectionWorkers(reader, readers, "store-reader")
+        self._writer = ConnectionWorkers(
+            writer, writers, "store-writer", before_commit, wait_seconds=wait_seconds
+        )
+        self._readers = ConnectionWorkers(
+            reader, readers, "store-reader", wait_seconds=wait_seconds
+        )
 
     async def close(self) -> None:
         await to_thread.run_sync(self._dispose)

@@ -9,6 +9,11 @@ transaction was rolled back as a whole, and the rerun decides on what won. A
 dedicated thread hands work over in a fraction of the time a general worker
 pool needs, and a long-lived connection skips the pool's checkout and reset on
 every transaction. The ``SqlStore`` that starts the workers stops them in ``close``.
+
+A database that went away, a lock not granted in time, or a call that waited
+longer than ``wait_seconds`` for a free worker fails with ``DatabaseBusy`` (the
+API's retryable 503), never a hang: the worker drops a lost connection and the
+next call connects again, so the process recovers when the database returns.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ import asyncio
 import contextlib
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, StatementError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from stead.jsonvalues import JsonValueError
-from stead.store.errors import InvalidValue
+from stead.store.errors import DatabaseBusy, InvalidValue
 
 R = TypeVar("R")
 _STOP = object()
@@ -41,9 +48,15 @@ class ConnectionWorkers:
         count: int,
         name: str,
         before_commit: Callable[[], None] | None = None,
+        *,
+        wait_seconds: float | None = None,
     ) -> None:
         self._engine = engine
         self._before_commit = before_commit
+        self._wait_seconds = wait_seconds
+        self._closed = False
+        self._losses = 0
+        """Connections lost so far by any worker (a counter: only ever grows)."""
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._threads = [
             threading.Thread(target=self._serve, name=f"stead-{name}-{i}", daemon=True)
@@ -58,38 +71,68 @@ class ConnectionWorkers:
         If the caller is cancelled the transaction still finishes (committed or
         rolled back as a whole); only the caller stops waiting for it.
         """
+        if self._closed:
+            raise DatabaseBusy("the store is closed (the server is stopping)")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self._queue.put((work, loop, future))
+        self._queue.put((work, loop, future, time.monotonic()))
         return await future
 
     def close(self) -> None:
-        """Finishes the queued work, then stops the threads (blocking)."""
+        """Finishes the queued work, then stops the threads (blocking). A call
+        that arrives later is refused, never left waiting for a worker."""
+        self._closed = True
         for _ in self._threads:
             self._queue.put(_STOP)
         for thread in self._threads:
             thread.join()
+        while True:  # queued behind the stops by a call that checked before the flag
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                _, loop, future, _ = item
+                _deliver(loop, future, DatabaseBusy("the store is closed"), failed=True)
 
     def _serve(self) -> None:
         conn: Connection | None = None
+        made_at = self._losses
         try:
             while (item := self._queue.get()) is not _STOP:
-                work, loop, future = item
+                work, loop, future, queued_at = item
+                if self._waited_too_long(queued_at):
+                    busy = DatabaseBusy(
+                        f"no database connection came free in {self._wait_seconds}s"
+                    )
+                    _deliver(loop, future, busy, failed=True)
+                    continue
                 try:
                     # Inside the try: a server that does not answer fails this
                     # call (after the connect timeout), not the worker.
-                    if conn is None or conn.invalidated or conn.closed:
+                    # A connection made before another worker lost its own is
+                    # likely cut too (a database restart): made again first, so
+                    # one lost call per restart, not one per worker.
+                    if conn is None or conn.invalidated or conn.closed or made_at < self._losses:
                         if conn is not None:
                             conn.close()
+                        made_at = self._losses
+                        conn = None
                         conn = self._engine.connect()
                     result = self._transaction(conn, work)
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
-                    _deliver(loop, future, _refusal(exc) or exc, failed=True)
+                    if conn is None or conn.invalidated:
+                        self._losses += 1
+                    mapped = _refusal(exc) or _busy(exc, self._engine.dialect) or exc
+                    _deliver(loop, future, mapped, failed=True)
                 else:
                     _deliver(loop, future, result, failed=False)
         finally:
             if conn is not None:
                 conn.close()
+
+    def _waited_too_long(self, queued_at: float) -> bool:
+        return self._wait_seconds is not None and time.monotonic() - queued_at > self._wait_seconds
 
     def _transaction(self, conn: Connection, work: Callable[[Connection], R]) -> R:
         for attempt in range(1, ATTEMPTS + 1):
@@ -139,6 +182,25 @@ def _refusal(exc: BaseException) -> InvalidValue | None:
     if isinstance(cause, JsonValueError):
         return InvalidValue(cause.path, cause.reason)
     return None
+
+
+def _busy(exc: BaseException, dialect: Dialect) -> DatabaseBusy | None:
+    """The database could not serve the call now (``DatabaseBusy``), or None for
+    any other failure. On PostgreSQL that is every ``OperationalError`` (lost
+    connection, restart, lock or statement timeout, too many connections); on
+    SQLite only a lock not granted in time, since its ``OperationalError`` also
+    covers mistakes in a statement."""
+    if isinstance(exc, PoolTimeout):
+        return DatabaseBusy(f"no database connection came free: {exc}")
+    cause = _driver_error(exc)
+    operational = getattr(dialect.loaded_dbapi, "OperationalError", None)
+    if operational is None or not isinstance(cause, operational):
+        return None
+    text = str(cause)
+    if dialect.name == "sqlite" and "locked" not in text and "busy" not in text:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return DatabaseBusy(lines[0] if lines else type(cause).__name__)
 
 
 def _deliver(
