@@ -147,7 +147,7 @@ def measure(server: ServerProcess) -> str:
                 sends[label].append(timed(lambda: send(headers, f"queued {round_} {i}")))  # noqa: B023
                 headers = keyed() if label == "keyed" else {}
                 creates[label].append(timed(lambda: create(headers)))  # noqa: B023
-    return "request checks: " + " | ".join(
+    return "request_checks: " + " | ".join(
         [
             line("text turn with budget and limits", checked.turns, plain.turns, "plain"),
             line("events.send with Idempotency-Key", sends["keyed"], sends["plain"], "without"),
