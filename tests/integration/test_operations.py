@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -15,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn, free_port
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, new_session, wait_idle
@@ -83,7 +84,28 @@ def test_health_answers_without_a_key(ops_server: ServerProcess) -> None:
     assert httpx2.get(f"{ops_server.url}/healthz", timeout=30).json() == {"status": "ok"}
     ready = httpx2.get(f"{ops_server.url}/readyz", timeout=30)
     assert ready.status_code == 200
-    assert ready.json() == {"status": "ready", "checks": {"store": "ok"}}
+    assert ready.json() == {"status": "ready", "checks": {"store": "ok", "blobs": "ok"}}
+
+
+def test_readiness_names_a_blob_store_that_does_not_answer(tmp_path: Path) -> None:
+    closed = free_port()  # nothing listens there
+    env = {
+        "STEAD_SANDBOX": "off",
+        "STEAD_BLOB_URL": "s3://stead-blobs",
+        "STEAD_S3_ENDPOINT": f"http://127.0.0.1:{closed}",
+        "STEAD_S3_ACCESS_KEY_ID": "id",
+        "STEAD_S3_SECRET_ACCESS_KEY": "secret",
+        "STEAD_BLOB_TIMEOUT_SECONDS": "2",
+    }
+    server = ServerProcess(tmp_path / "data", env=env).start()
+    try:
+        ready = httpx2.get(f"{server.url}/readyz", timeout=30)
+    finally:
+        server.stop()
+    assert ready.status_code == 503
+    body = ready.json()
+    assert body["status"] == "unready" and body["checks"]["store"] == "ok"
+    assert body["checks"]["blobs"].startswith("failed")
 
 
 def test_metrics_need_a_key_by_default(ops_server: ServerProcess) -> None:

@@ -1,8 +1,8 @@
 """``/healthz``, ``/readyz`` and ``/metrics``: for load balancers and scrapers.
 
 ``/healthz`` answers while the process serves HTTP; ``/readyz`` also asks the
-store and (``STEAD_SANDBOX=bwrap``) the sandbox host, and answers 503 naming
-what failed. Neither needs an API key. ``/metrics`` is the Prometheus text of
+store, the blob store and (``STEAD_SANDBOX=bwrap``) the sandbox host, and
+answers 503 naming what failed. Neither needs an API key. ``/metrics`` is the Prometheus text of
 this process, readable as ``STEAD_METRICS`` says (``key`` by default).
 """
 
@@ -23,6 +23,7 @@ from stead.sandbox import host_address, host_status
 from stead.telemetry import CONTENT_TYPE, Telemetry
 
 router = APIRouter(tags=["operations"])
+READY_PROBE = "readyz/probe"
 CHECK_SECONDS = 5.0
 """Longest a readiness check or a scrape waits for the store."""
 PUBLIC: dict[str, Any] = {"security": []}
@@ -48,7 +49,7 @@ async def healthz() -> JSONResponse:
 @router.get(
     "/readyz",
     openapi_extra=PUBLIC,
-    summary="The store and the sandbox host answer",
+    summary="The store, the blob store and the sandbox host answer",
     responses={
         200: {"content": {"application/json": {"schema": CHECKS_SCHEMA}}},
         503: {
@@ -59,7 +60,7 @@ async def healthz() -> JSONResponse:
 )
 async def readyz(request: Request) -> JSONResponse:
     app = services(request)
-    checks = {"store": await _store_check(request)}
+    checks = {"store": await _store_check(request), "blobs": await _blob_check(request)}
     if app.settings.sandbox == "bwrap":
         checks["sandbox_host"] = await _host_check(app.settings)
     ready = all(found == "ok" or found.startswith("ok:") for found in checks.values())
@@ -74,6 +75,18 @@ async def _store_check(request: Request) -> str:
     except TimeoutError:
         return f"no answer within {CHECK_SECONDS:g}s"
     except Exception as exc:  # any failure of the store is the answer, not a 500
+        return f"failed: {type(exc).__name__}"
+    return "ok"
+
+
+async def _blob_check(request: Request) -> str:
+    """Asks the blob store (files, skills, memories) about a key it never holds."""
+    try:
+        with anyio.fail_after(CHECK_SECONDS):
+            await services(request).files.blob_store().head(READY_PROBE)
+    except TimeoutError:
+        return f"no answer within {CHECK_SECONDS:g}s"
+    except Exception as exc:  # any failure of the blob store is the answer, not a 500
         return f"failed: {type(exc).__name__}"
     return "ok"
 
@@ -111,4 +124,5 @@ async def metrics(request: Request) -> Response:
         host = await host_status(host_address(app.settings))
         if host.answer is not None:
             found.set_sandboxes(host.answer.get("sandboxes") or {})
+        found.host.update(host.answer.get("metrics") if host.answer is not None else None)
     return Response(found.render(), media_type=CONTENT_TYPE)

@@ -65,6 +65,7 @@ from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
+from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.mounts import MountTree
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
@@ -102,8 +103,10 @@ class HostedSandbox:
         egress_tls: EgressTls,
         tasks: TaskGroup,
         clock: HostClock,
+        metrics: HostMetrics,
     ) -> None:
         self._clock = clock
+        self._metrics = metrics
         self.id = row.id
         self.uid = row.uid
         self.config = config
@@ -210,7 +213,8 @@ class HostedSandbox:
             await self._stop_body()
             self.state = State.WARMING
             try:
-                await self._wake()
+                with self._metrics.timed("wake"):
+                    await self._wake()
             except BaseException:
                 self.state = State.COLD
                 with anyio.CancelScope(shield=True):
@@ -274,6 +278,7 @@ class HostedSandbox:
                         tls=self._egress_tls,
                         pinned=dict(self._options.egress_hosts),
                         audit=self.audit,
+                        counted=self._metrics.egress,
                     ) as proxy,
                     run_body(spec, cgroup) as body,
                 ):
@@ -325,7 +330,8 @@ class HostedSandbox:
                     self.state = State.COLD
             if not await to_thread.run_sync(lambda: self.saved.is_warm):
                 return False
-            await self.saved.save()
+            with self._metrics.timed("snapshot"):
+                await self.saved.save()
             return True
 
     async def snapshot(self) -> SnapshotRow | None:
@@ -336,7 +342,8 @@ class HostedSandbox:
         workspace expired."""
         async with self.activity(wake=False), self._transition:
             if await to_thread.run_sync(lambda: self.saved.is_warm):
-                return await self.saved.checkpoint()
+                with self._metrics.timed("snapshot"):
+                    return await self.saved.checkpoint()
             return await self.saved.latest()
 
     async def stop(self) -> None:

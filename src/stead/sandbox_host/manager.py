@@ -27,6 +27,7 @@ from stead.sandbox_host.cgroups import Cgroups
 from stead.sandbox_host.clock import HostClock, SystemClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret, Secrets
+from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.uids import UidRange
@@ -73,6 +74,7 @@ class SandboxManager:
         )
         self._sandboxes: dict[str, HostedSandbox] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._metrics = HostMetrics()
 
     @property
     def options(self) -> HostOptions:
@@ -145,6 +147,7 @@ class SandboxManager:
                 egress_tls=self._isolation.tls,
                 tasks=self._tasks,
                 clock=self._clock,
+                metrics=self._metrics,
             )
             self._sandboxes[sandbox_id] = sandbox
             return sandbox
@@ -186,6 +189,7 @@ class SandboxManager:
             "isolation_problem": self._isolation_problem,
             "cgroups": self._cgroups.describe() if self._cgroups is not None else None,
             "uids": self._isolation.uids.describe() if self._isolation is not None else None,
+            "metrics": self._metrics.as_json(),
         }
 
     async def load(self) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from stead.telemetry.host_metrics import HostCollector
+
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 """Most requests answer in a millisecond or two; event streams stay open for long."""
@@ -99,6 +101,9 @@ class Metrics:
         )
         self._states: set[str] = set()
         """Sandbox states reported so far."""
+        self.host = HostCollector()
+        """Wake and snapshot durations and egress requests, as the host counts them."""
+        r.register(self.host)
 
     def count_tokens(self, model: str, usage: Mapping[str, int]) -> None:
         for kind, value in usage.items():

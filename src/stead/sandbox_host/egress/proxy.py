@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -105,6 +105,7 @@ class EgressProxy:
         pinned: Mapping[str, str] | None = None,
         audit: AuditLog | None = None,
         body_limit: int = BODY_LIMIT,
+        counted: Callable[[bool], None] | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.policy = policy
@@ -122,6 +123,8 @@ class EgressProxy:
         self._active = 0
         self._allowed = 0
         self._denied = 0
+        self._counted = counted
+        """Told of each request's decision (allowed or not): the host's metrics."""
         self._stack: AsyncExitStack | None = None
 
     @property
@@ -215,6 +218,8 @@ class EgressProxy:
         except EgressError as exc:
             if isinstance(exc, Denied):
                 self._denied += 1
+                if self._counted is not None:
+                    self._counted(False)
                 log.info("egress proxy %s: %s", self.socket_path, exc)
             await answer(client, exc.status, str(exc), self.head_timeout)
             if exchange.host:
@@ -222,6 +227,8 @@ class EgressProxy:
                 self._record(exchange)
             return
         self._allowed += 1
+        if self._counted is not None:
+            self._counted(True)
         async with upstream:
             if target.kind is Kind.CONNECT:
                 await self._connect(client, upstream, conn, target)
