@@ -373,6 +373,10 @@ def test_the_resource_pages_and_logout(
     }
     sdk.beta.vaults.credentials.create(vault.id, auth=bearer, display_name="example")  # type: ignore[arg-type]
     sdk.beta.files.upload(file=("console-notes.txt", b"notes", "text/plain"))
+    store = sdk.beta.memory_stores.create(name="console memories")
+    sdk.beta.memory_stores.memories.create(
+        store.id, path="/notes/plan.md", content="remember the milk"
+    )
     env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
     used = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
     with sdk.beta.sessions.events.stream(used.id) as stream:
@@ -397,6 +401,12 @@ def test_the_resource_pages_and_logout(
     with page.expect_download() as download:
         page.locator("#files tr", has_text="console-notes.txt").locator("button").click()
     assert Path(download.value.path()).read_bytes() == b"notes"
+    page.goto("/console/#/memory_stores")
+    expect(page.locator("#memory-stores")).to_contain_text("console memories")
+    page.locator("#memory-stores a", has_text="console memories").click()
+    page.locator("#memories button", has_text="/notes/plan.md").click()
+    expect(page.locator("#memory-content")).to_have_text("remember the milk")
+    page.screenshot(path=shots / "memory_stores.png", full_page=True)
     page.goto("/console/#/vaults")
     expect(page.locator(f"#credentials-{vault.id}")).to_contain_text("static_bearer")
     assert SECRET not in page.content()

@@ -3,7 +3,7 @@
 // reload shows the same page.
 import { ApiError, el, get, request } from "./api.js";
 import { agentsPage } from "./agents.js";
-import { environmentsPage, filesPage, vaultsPage } from "./resources.js";
+import { environmentsPage, filesPage, memoryStoresPage, vaultsPage } from "./resources.js";
 import { sessionPage } from "./session.js";
 import { sessionsPage } from "./sessions.js";
 import { terminalPage } from "./terminal.js";
@@ -21,6 +21,7 @@ const ROUTES = [
   [/^#\/environments$/, environmentsPage],
   [/^#\/vaults$/, vaultsPage],
   [/^#\/files$/, filesPage],
+  [/^#\/memory_stores(?:\/([\w-]+))?$/, memoryStoresPage],
   [/^#\/usage$/, usagePage],
 ];
 

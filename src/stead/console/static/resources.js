@@ -1,6 +1,6 @@
 // Environments, vaults (names and credential kinds; the API never returns a
-// secret and the console shows only named fields) and files.
-import { age, el, listAll } from "./api.js";
+// secret and the console shows only named fields), files and memory stores.
+import { age, el, get, listAll } from "./api.js";
 
 function table(id, heads, rows) {
   return el("table", { id },
@@ -65,4 +65,31 @@ async function download(file) {
   link.click();
   link.remove();
   URL.revokeObjectURL(url);
+}
+
+export async function memoryStoresPage(main, storeId) {
+  if (storeId) return memoryStorePage(main, storeId);
+  const stores = await listAll("/v1/memory_stores?limit=100&include_archived=true");
+  main.replaceChildren(el("h1", { text: "Memory stores" }), table("memory-stores", ["Store", "Description", "Created"],
+    stores.map((store) => el("tr", {},
+      el("td", {}, el("a", { href: `#/memory_stores/${store.id}`, text: store.name }),
+        el("div", { class: "muted mono", text: store.id }), store.archived_at ? el("span", { class: "status", text: "archived" }) : null),
+      el("td", { text: store.description || "" }),
+      el("td", { text: age(store.created_at) })))));
+}
+
+async function memoryStorePage(main, storeId) {
+  const store = await get(`/v1/memory_stores/${storeId}`);
+  // Listed without depth, so every memory shows (prefixes fold only with a depth).
+  const memories = await listAll(`/v1/memory_stores/${storeId}/memories?limit=100`);
+  const shown = el("pre", { id: "memory-content", class: "mono" });
+  main.replaceChildren(el("h1", { text: store.name }), el("p", { class: "muted mono", text: store.id }),
+    table("memories", ["Path", "Size", "Updated"], memories.filter((m) => m.type === "memory").map((memory) => el("tr", {},
+      el("td", {}, el("button", { type: "button", class: "link mono", text: memory.path, onclick: async () => {
+        const full = await get(`/v1/memory_stores/${storeId}/memories/${memory.id}?view=full`);
+        shown.textContent = full.content;
+      } })),
+      el("td", { class: "num", text: size(memory.content_size_bytes) }),
+      el("td", { text: age(memory.updated_at) })))),
+    shown);
 }
