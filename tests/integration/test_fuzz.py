@@ -16,8 +16,9 @@ from typing import Any
 import httpx2
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Flaky
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 from schemathesis.specs.openapi.checks import status_code_conformance
@@ -59,20 +60,37 @@ def test_the_served_document_is_this_one(fuzzed_server: ServerProcess) -> None:
     assert served == openapi_document()
 
 
-@schema.parametrize()
-@settings(
-    max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None
-)
+OPERATIONS = [found.ok() for found in schema.get_all_operations()]
+CASES = [
+    pytest.param(op, mode, id=f"{mode.value}-{op.method.upper()} {op.path}")
+    for op in OPERATIONS
+    for mode in GenerationMode
+    # An operation that takes nothing has no invalid request to make.
+    if mode is GenerationMode.POSITIVE
+    or any(map(len, (op.path_parameters, op.query, op.headers, op.body)))
+]
+"""Every operation and generation mode as a test of its own: ``schema.parametrize()``
+runs the operations as subtests of one test, which under pytest-xdist ran only a
+fraction of them."""
+
+
+@pytest.mark.parametrize(("operation", "mode"), CASES)
 def test_no_server_error_and_every_status_documented(
-    case: schemathesis.Case, fuzzed_server: ServerProcess
+    operation: Any, mode: GenerationMode, fuzzed_server: ServerProcess
 ) -> None:
-    assert fuzzed_server.first_key
-    case.call_and_validate(
-        base_url=fuzzed_server.url,
-        headers={"x-api-key": fuzzed_server.first_key},
-        checks=CHECKS,
-        timeout=30,
+    key = fuzzed_server.first_key
+    assert key
+
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None
     )
+    def check(case: schemathesis.Case) -> None:
+        case.call_and_validate(
+            base_url=fuzzed_server.url, headers={"x-api-key": key}, checks=CHECKS, timeout=30
+        )
+
+    check()
 
 
 def test_stateful_sequences(fuzzed_server: ServerProcess) -> None:
