@@ -35,6 +35,7 @@ BENCHMARKS = (
     "egress_tls",
     "work_queue",
     "request_checks",
+    "file_transfer",
     "memory_search",
 )
 TIMEOUT_S = 120.0
