@@ -158,12 +158,17 @@ def publish(
 ) -> None:
     """Outbox rows of one event for each enabled endpoint of the workspace subscribed
     to ``event_type``; ``data``: the event's fields beside ``type`` and the ids."""
-    found = conn.execute(
-        select(ends.id, ends.event_types).where(
-            ends.workspace_id == workspace_id, ends.enabled.is_(True)
-        )
-    ).all()
-    _enqueue(conn, now, workspace_id, event_type, data, found)
+    # Compiled once per connection: every create, update and archive pays this read.
+    statement = compiled(conn, "webhooks.workspace_endpoints", _workspace_endpoints_statement)
+    found = statement.fetch(conn, {"workspace_id": workspace_id})
+    if found:
+        _enqueue(conn, now, workspace_id, event_type, data, found)
+
+
+def _workspace_endpoints_statement() -> Any:
+    return select(ends.id, ends.event_types).where(
+        ends.workspace_id == bindparam("workspace_id"), ends.enabled.is_(True)
+    )
 
 
 def _enqueue(
