@@ -121,6 +121,10 @@ class ConnectionWorkers:
                         conn = self._engine.connect()
                     result = self._transaction(conn, work)
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
+                    if conn is not None and not conn.invalidated and _connection_lost(exc, conn):
+                        # Never reused: a worker that kept it would fail every call.
+                        with contextlib.suppress(Exception):
+                            conn.invalidate(exc)
                     if conn is None or conn.invalidated:
                         self._losses += 1
                     mapped = _refusal(exc) or _busy(exc, self._engine.dialect) or exc
@@ -173,6 +177,22 @@ def _forget_if_disconnected(conn: Connection, exc: BaseException) -> None:
         raw = conn.connection.dbapi_connection
         if dialect.is_disconnect(exc, raw, None):
             conn.invalidate(exc)
+
+
+def _connection_lost(exc: BaseException, conn: Connection) -> bool:
+    """A PostgreSQL error that leaves the connection unusable, which SQLAlchemy does
+    not always see as a disconnect: a connection exception (SQLSTATE class 08),
+    a server shutting down or starting (57P01-57P03), or a closed connection
+    (the driver's error without a SQLSTATE). A cancelled statement (57014) leaves
+    the connection usable."""
+    if conn.dialect.name != "postgresql":
+        return False
+    cause = _driver_error(exc)
+    errors = conn.dialect.loaded_dbapi
+    if not isinstance(cause, (errors.OperationalError, errors.InterfaceError)):
+        return False
+    state = _sqlstate(exc)
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 def _refusal(exc: BaseException) -> InvalidValue | None:
