@@ -23,7 +23,7 @@ from stead.failpoints import FailPoints
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.webhook_signing import open_secret, signed_headers
 from stead.runtime.webhook_targets import WebhookEgress
-from stead.store import AttemptResult, DueDelivery, RetryTerms, WebhookStore
+from stead.store import AttemptResult, DatabaseBusy, DueDelivery, RetryTerms, WebhookStore
 from stead.vault import SealError, SecretBox
 
 log = logging.getLogger("stead.webhooks")
@@ -59,10 +59,15 @@ class WebhookCourier:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Delivers what is due every ``poll_seconds`` until cancelled, the first
-        round at once (what a previous process left)."""
+        round at once (what a previous process left). A round the database cannot
+        serve is skipped (a claim it made runs out, and the delivery is made again
+        later); any other store error ends the loop."""
         task_status.started()
         while True:
-            await self.deliver_due()
+            try:
+                await self.deliver_due()
+            except* DatabaseBusy as busy:  # the database is away: the next round retries
+                log.warning("webhook deliveries skipped: %s", busy.exceptions[0])
             await self._clock.sleep(self._terms.poll_seconds)
 
     async def deliver_due(self) -> int:
