@@ -7,7 +7,6 @@ new one. ``deliveries`` lists the newest deliveries with every attempt.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -16,7 +15,7 @@ from stead.api import openapi
 from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
 from stead.api.params import ID_PATTERN
-from stead.api.wire import JSONResponse
+from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
 from stead.schemas import webhooks
 from stead.store import DeliveryState, WebhookDelivery, WebhookEndpoint
@@ -34,8 +33,8 @@ def endpoint_json(endpoint: WebhookEndpoint) -> Json:
         "description": endpoint.description,
         "event_types": list(endpoint.event_types),
         "status": "enabled" if endpoint.enabled else "disabled",
-        "created_at": _time(endpoint.created_at),
-        "updated_at": _time(endpoint.updated_at),
+        "created_at": ts(endpoint.created_at),
+        "updated_at": ts(endpoint.updated_at),
     }
 
 
@@ -49,22 +48,18 @@ def delivery_json(delivery: WebhookDelivery) -> Json:
         "attempts": [
             {
                 "attempt": t.attempt,
-                "at": _time(t.at),
+                "at": ts(t.at),
                 "status_code": t.status_code,
                 "error": t.error,
             }
             for t in delivery.tries
         ],
-        "next_attempt_at": _time(delivery.next_attempt_at)
+        "next_attempt_at": ts(delivery.next_attempt_at)
         if delivery.state is DeliveryState.PENDING
         else None,
-        "created_at": _time(delivery.created_at),
-        "finished_at": None if delivery.finished_at is None else _time(delivery.finished_at),
+        "created_at": ts(delivery.created_at),
+        "finished_at": ts(delivery.finished_at),
     }
-
-
-def _time(value: datetime) -> str:
-    return value.isoformat().replace("+00:00", "Z")
 
 
 @router.post("", responses=openapi.errors(400), openapi_extra=openapi.body("WebhookCreateParams"))
