@@ -13,7 +13,7 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from stead.sandbox_host.bwrap import SupervisorChannel
+from stead.sandbox_host.supervisor_channel import SupervisorChannel
 
 pytestmark = pytest.mark.anyio
 

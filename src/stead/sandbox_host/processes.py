@@ -27,8 +27,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from stead.sandbox import InvalidArgument, SandboxUnavailable
-from stead.sandbox_host.bwrap import FdStream, SandboxedProcess
+from stead.sandbox_host.bwrap import SandboxedProcess
 from stead.sandbox_host.ring import STDERR, STDOUT, OutputRing
+from stead.sandbox_host.supervisor_channel import FdStream
 
 READ_CHUNK = 65536
 EXIT_WAIT_SECONDS = 5.0
