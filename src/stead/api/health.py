@@ -8,6 +8,7 @@ this process, readable as ``STEAD_METRICS`` says (``key`` by default).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -69,24 +70,22 @@ async def readyz(request: Request) -> JSONResponse:
 
 
 async def _store_check(request: Request) -> str:
-    try:
-        with anyio.fail_after(CHECK_SECONDS):
-            await services(request).store.count_api_keys()
-    except TimeoutError:
-        return f"no answer within {CHECK_SECONDS:g}s"
-    except Exception as exc:  # any failure of the store is the answer, not a 500
-        return f"failed: {type(exc).__name__}"
-    return "ok"
+    return await _answers(services(request).store.count_api_keys)
 
 
 async def _blob_check(request: Request) -> str:
     """Asks the blob store (files, skills, memories) about a key it never holds."""
+    return await _answers(lambda: services(request).files.blob_store().head(READY_PROBE))
+
+
+async def _answers(ask: Callable[[], Awaitable[object]]) -> str:
+    """``ok``, or why ``ask`` did not answer within ``CHECK_SECONDS``."""
     try:
         with anyio.fail_after(CHECK_SECONDS):
-            await services(request).files.blob_store().head(READY_PROBE)
+            await ask()
     except TimeoutError:
         return f"no answer within {CHECK_SECONDS:g}s"
-    except Exception as exc:  # any failure of the blob store is the answer, not a 500
+    except Exception as exc:  # any failure of the part is the answer, not a 500
         return f"failed: {type(exc).__name__}"
     return "ok"
 

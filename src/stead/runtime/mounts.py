@@ -104,13 +104,15 @@ class SessionMounts:
         if stale:
             await self._mounts.remove(session_id, UPLOADS, stale)
         if self._skills is not None and session.agent.get("skills"):
-            await self._stage_skills(session, config)
+            await self._stage_skills(self._skills, session, config)
 
-    async def _stage_skills(self, session: SessionRecord, config: SandboxConfig) -> None:
+    async def _stage_skills(
+        self, skills: SkillFiles, session: SessionRecord, config: SandboxConfig
+    ) -> None:
         """Makes ``/mnt/skills`` hold exactly the agent's skills as they resolve now."""
         wanted = {
             f"{name}/{path}": data
-            for name, files in (await self._skills(session) if self._skills else {}).items()
+            for name, files in (await skills(session)).items()
             for path, data in files.items()
         }
         held = {f.path: f.sha256 for f in await self._mounts.listing(session.id, SKILLS)}
