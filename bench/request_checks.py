@@ -10,7 +10,13 @@ alternating rounds so drift hits both alike:
   vs a plain session in a workspace without limits (its gate finds none).
 * ``events.send`` and ``agents.create`` carrying an ``Idempotency-Key`` (a new
   one each time: the claim and the kept answer, two writes) vs the same call
-  without one.
+  without one. The messages go to a session of their own, and the turns they
+  queue are finished before the next round, so they never run beside a
+  measured turn nor lengthen either side's context.
+
+Beside each turn's wall time the server's own CPU time per turn is shown (read
+from /proc around each side's block of turns): it moves far less than wall time
+when the machine is busy with other work.
 
 The target is that each check stays inside the brain's own budgets: a ratio
 near 1, and the absolute difference in the ``brain.py`` request and turn
@@ -32,7 +38,7 @@ import httpx2
 from stead.testing import ServerProcess
 
 # isort: split
-from _common import ms, percentile, size, user_message
+from _common import cpu_seconds, ms, percentile, size, user_message
 from _fake_server import fake_model_process
 
 ROUNDS = size("ROUNDS", 10, 1)
@@ -65,6 +71,7 @@ class Side:
         ).id
         self.stream = client.beta.sessions.events.stream(self.session_id).__enter__()
         self.turns: list[float] = []
+        self.cpu: list[float] = []
 
     def turn(self, text: str) -> float:
         start = time.perf_counter()
@@ -77,6 +84,23 @@ class Side:
         raise RuntimeError("the stream ended before the session went idle")
 
 
+def turns(side: Side, server_pid: int, count: int, label: str) -> None:
+    """``count`` turns on ``side``, with the server's CPU time per turn."""
+    before = cpu_seconds(server_pid)
+    for i in range(count):
+        side.turns.append(side.turn(f"{label} turn {i}"))
+    side.cpu.append((cpu_seconds(server_pid) - before) / count)
+
+
+def settle(client: anthropic.Anthropic, session_id: str) -> None:
+    """Waits until the session has answered everything sent to it."""
+    deadline = time.monotonic() + 60.0
+    while client.beta.sessions.retrieve(session_id).status != "idle":
+        if time.monotonic() > deadline:
+            raise RuntimeError("the queued messages were not answered within 60 s")
+        time.sleep(0.01)
+
+
 def keyed() -> dict[str, str]:
     return {"Idempotency-Key": uuid.uuid4().hex}
 
@@ -84,6 +108,11 @@ def keyed() -> dict[str, str]:
 def line(name: str, checked: list[float], plain: list[float], base: str) -> str:
     p50, b50 = percentile(checked, 50), percentile(plain, 50)
     return f"{name} p50 {ms(p50, 3)} vs {base} {ms(b50, 3)} = {p50 / b50:.2f}x ({ms(p50 - b50, 3)})"
+
+
+def cpu_line(checked: Side, plain: Side) -> str:
+    c50, b50 = percentile(checked.cpu, 50), percentile(plain.cpu, 50)
+    return f"server CPU per turn {ms(c50, 3)} vs plain {ms(b50, 3)} = {c50 / b50:.2f}x"
 
 
 def run() -> str:
@@ -120,6 +149,7 @@ def measure(server: ServerProcess) -> str:
         answer = admin.post(f"/v1/stead/workspaces/{own['workspace_id']}/limits", json=limits)
         answer.raise_for_status()
     plain, checked = Side(plain_client), Side(limited_client, budget=BUDGET)
+    inbox = Side(plain_client)  # takes the measured sends
     for i in range(WARMUP):
         plain.turn(f"warm {i}")
         checked.turn(f"warm {i}")
@@ -128,7 +158,7 @@ def measure(server: ServerProcess) -> str:
 
     def send(headers: dict[str, str], text: str) -> None:
         plain_client.beta.sessions.events.send(
-            plain.session_id,
+            inbox.session_id,
             events=[user_message(text)],  # type: ignore[list-item]
             extra_headers=headers,
         )
@@ -139,17 +169,18 @@ def measure(server: ServerProcess) -> str:
     for round_ in range(ROUNDS):
         sides = (plain, checked) if round_ % 2 == 0 else (checked, plain)
         for side in sides:
-            for i in range(PER_ROUND):
-                side.turns.append(side.turn(f"round {round_} turn {i}"))
+            turns(side, server.pid, PER_ROUND, f"round {round_}")
         for label in ("plain", "keyed") if round_ % 2 == 0 else ("keyed", "plain"):
             for i in range(PER_ROUND):
                 headers = keyed() if label == "keyed" else {}
                 sends[label].append(timed(lambda: send(headers, f"queued {round_} {i}")))  # noqa: B023
                 headers = keyed() if label == "keyed" else {}
                 creates[label].append(timed(lambda: create(headers)))  # noqa: B023
+        settle(plain_client, inbox.session_id)
     return "request_checks: " + " | ".join(
         [
             line("text turn with budget and limits", checked.turns, plain.turns, "plain"),
+            cpu_line(checked, plain),
             line("events.send with Idempotency-Key", sends["keyed"], sends["plain"], "without"),
             line(
                 "agents.create with Idempotency-Key", creates["keyed"], creates["plain"], "without"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, inspect, select, update
+from sqlalchemy import Engine, create_engine, insert, inspect, select, update
 
 from stead.store import StoreUnavailable, migrate, open_store
-from stead.store.tables import installation_secrets, metadata
+from stead.store._usage import LEDGER_COUNTERS
+from stead.store.tables import installation_secrets, metadata, usage_ledger, workspaces
 from tests.databases import BACKENDS, engine
 
 pytestmark = pytest.mark.anyio
@@ -179,3 +181,30 @@ async def test_a_database_behind_head_is_migrated_and_reopens(database_url: str)
         assert migrate.revisions(conn) == {migrate.HEAD}
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     built.dispose()
+
+
+@on_both
+async def test_the_monthly_totals_are_summed_from_the_ledger_on_upgrade(database_url: str) -> None:
+    built = _migrated_at(database_url, "0015")
+    stamp = datetime(2026, 3, 9, tzinfo=UTC)
+    row = dict.fromkeys(LEDGER_COUNTERS, 0)
+    with built.begin() as conn:
+        conn.execute(insert(workspaces).values(id="wrkspc_a", name="a", created_at=stamp))
+        for day, session, tokens, cost in [
+            ("2026-02-27", "sesn_1", 5, 70),
+            ("2026-03-01", "sesn_1", 7, 100),
+            ("2026-03-08", "sesn_2", 11, 1000),
+        ]:
+            values = {**row, "input_tokens": tokens, "ephemeral_1h_input_tokens": 1}
+            values |= {"list_cost_nanos": cost, "active_seconds": 0.5, "day": day}
+            values |= {"workspace_id": "wrkspc_a", "session_id": session, "model": "m"}
+            conn.execute(insert(usage_ledger).values(**values, updated_at=stamp))
+    store = await open_store(database_url)
+    try:
+        march = await store.month_use("wrkspc_a", now=stamp)
+        february = await store.month_use("wrkspc_a", now=datetime(2026, 2, 1, tzinfo=UTC))
+    finally:
+        await store.close()
+        built.dispose()
+    assert (march.tokens, march.list_cost_nanos, march.sandbox_seconds) == (20, 1100, 1.0)
+    assert (february.tokens, february.list_cost_nanos, february.sandbox_seconds) == (6, 70, 0.5)

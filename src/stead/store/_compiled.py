@@ -15,7 +15,7 @@ from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Float
 from sqlalchemy.sql import ClauseElement
 
 Processor = Callable[[Any], Any]
@@ -44,9 +44,7 @@ class Compiled:
         ]
         columns = list(getattr(statement, "selected_columns", ()))
         self._row = namedtuple("Row", [c.key for c in columns]) if columns else None
-        self._readers: list[Processor | None] = [
-            c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns
-        ]
+        self._readers: list[Processor | None] = [_reader(c.type, dialect) for c in columns]
 
     def params(self, values: Mapping[str, Any]) -> Any:
         if self._order is not None:
@@ -82,6 +80,19 @@ class Compiled:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         cursor.executemany(self.sql, [self.params(row) for row in rows])
         cursor.close()
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _reader(type_: Any, dialect: Any) -> Processor | None:
+    # A float's processor on PostgreSQL needs the cursor's column type code, which
+    # a compiled read does not have; every driver returns a float or a number.
+    if isinstance(type_, Float):
+        return _float
+    result: Processor | None = type_.dialect_impl(dialect).result_processor(dialect, None)
+    return result
 
 
 def compiled(conn: Connection, name: str, build: Callable[[], ClauseElement]) -> Compiled:

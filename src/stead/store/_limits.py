@@ -4,7 +4,7 @@ that run inside the store's transactions."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, case, delete, func, select
 
@@ -21,18 +21,21 @@ from stead.store.tables import (
     environments,
     sandbox_leases,
     sessions,
-    usage_ledger,
+    usage_months,
     workspace_limits,
     workspaces,
 )
 
-TOKEN_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_input_tokens",
-    "ephemeral_5m_input_tokens",
-    "ephemeral_1h_input_tokens",
-)
+
+class _Used(NamedTuple):
+    """A ``usage_months`` row's totals (its fields as the compiled read names them)."""
+
+    tokens: int
+    list_cost_nanos: int
+    active_seconds: float
+
+
+_NOTHING_USED = _Used(0, 0, 0.0)
 
 
 def _limits_statement() -> Any:
@@ -100,14 +103,18 @@ def month_start(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def _ledger_statement() -> Any:
-    ledger = usage_ledger.c
-    sums = [func.sum(ledger[name]).label(name) for name in TOKEN_COLUMNS]
-    return select(
-        *sums,
-        func.sum(ledger.list_cost_nanos).label("cost"),
-        func.sum(ledger.active_seconds).label("seconds"),
-    ).where(ledger.workspace_id == bindparam("workspace_id"), ledger.day >= bindparam("first"))
+def _month_statement() -> Any:
+    months = usage_months.c
+    return select(months.tokens, months.list_cost_nanos, months.active_seconds).where(
+        months.workspace_id == bindparam("workspace_id"), months.month == bindparam("month")
+    )
+
+
+def _month_totals(conn: Connection, now: datetime, workspace_id: str) -> Any:
+    """The workspace's (tokens, list_cost_nanos, active_seconds) this UTC month."""
+    values = {"workspace_id": workspace_id, "month": month_start(now).strftime("%Y-%m")}
+    rows = compiled(conn, "limits.month", _month_statement).fetch(conn, values)
+    return rows[0] if rows else _NOTHING_USED
 
 
 def _sandboxes_statement() -> Any:
@@ -128,15 +135,12 @@ def _sandboxes(conn: Connection, now: datetime, workspace_id: str, sandbox_id: s
 
 
 def month_use(conn: Connection, now: datetime, workspace_id: str) -> MonthUse:
-    since = month_start(now)
-    values = {"workspace_id": workspace_id, "first": since.date().isoformat()}
-    row = conn.execute(_ledger_statement(), values).one()
-    # A month without rows sums to NULL.
+    used = _month_totals(conn, now, workspace_id)
     return MonthUse(
-        since=since,
-        tokens=sum(int(getattr(row, name) or 0) for name in TOKEN_COLUMNS),
-        list_cost_nanos=int(row.cost or 0),
-        sandbox_seconds=float(row.seconds or 0.0),
+        since=month_start(now),
+        tokens=int(used.tokens),
+        list_cost_nanos=int(used.list_cost_nanos),
+        sandbox_seconds=float(used.active_seconds),
         sandboxes=int(_sandboxes(conn, now, workspace_id).count),
     )
 
@@ -152,18 +156,18 @@ def check_model_request(conn: Connection, now: datetime, workspace_id: str) -> N
     tokens, cost = limits.get("monthly_tokens"), limits.get("monthly_list_cost_nanos")
     if tokens is None and cost is None:
         return
-    use = month_use(conn, now, workspace_id)
-    month = use.since.strftime("%Y-%m")
-    if tokens is not None and use.tokens >= tokens:
+    used = _month_totals(conn, now, workspace_id)
+    month = month_start(now).strftime("%Y-%m")
+    if tokens is not None and used.tokens >= tokens:
         raise LimitReached(
             "monthly_tokens",
-            f"the workspace's monthly token limit is reached: {use.tokens:,} of {tokens:,} "
+            f"the workspace's monthly token limit is reached: {used.tokens:,} of {tokens:,} "
             f"tokens used in {month} (an operator raises it with `stead limits set`)",
         )
-    if cost is not None and use.list_cost_nanos >= cost:
+    if cost is not None and used.list_cost_nanos >= cost:
         raise LimitReached(
             "monthly_list_cost",
-            f"the workspace's monthly spend limit is reached: {_dollars(use.list_cost_nanos)} "
+            f"the workspace's monthly spend limit is reached: {_dollars(used.list_cost_nanos)} "
             f"of {_dollars(cost)} list cost in {month} (an operator raises it with "
             "`stead limits set`)",
         )
@@ -198,13 +202,13 @@ def check_sandbox(
                 )
     seconds = limits.get("monthly_sandbox_seconds")
     if seconds is not None:
-        use = month_use(conn, now, workspace_id)
-        if use.sandbox_seconds >= seconds:
+        used = float(_month_totals(conn, now, workspace_id).active_seconds)
+        if used >= seconds:
             raise LimitReached(
                 "monthly_sandbox_seconds",
                 f"the workspace's monthly sandbox time limit is reached: "
-                f"{use.sandbox_seconds:,.0f} of {seconds:,} seconds in "
-                f"{use.since:%Y-%m} (an operator raises it with `stead limits set`)",
+                f"{used:,.0f} of {seconds:,} seconds in "
+                f"{month_start(now):%Y-%m} (an operator raises it with `stead limits set`)",
             )
     most = limits.get("concurrent_sandboxes")
     if most is not None:

@@ -12,17 +12,25 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, select, update
+from sqlalchemy import Connection, Table, bindparam, select, update
 
 from stead import usage as accounting
 from stead.store import _leases, _locks
 from stead.store._compiled import compiled
 from stead.store._leases import _insert
-from stead.store.tables import sandbox_usage, sessions, usage_ledger
+from stead.store.tables import sandbox_usage, sessions, usage_ledger, usage_months
 from stead.store.usage import LedgerRow
 
 LEDGER_COUNTERS = tuple(c for c in accounting.COUNTERS if c != "cache_creation_input_tokens")
 """The ledger keeps cache writes by TTL only (their sum is the total)."""
+TOKEN_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "ephemeral_5m_input_tokens",
+    "ephemeral_1h_input_tokens",
+)
+"""The ledger's counters that are tokens: a monthly token limit counts their sum."""
 SANDBOX_TIME = ""
 """The ledger's ``model`` for sandbox time (and its ``session_id`` for a shared sandbox)."""
 
@@ -74,29 +82,42 @@ def ledger_add(
     model: str,
     delta: Mapping[str, Any],
 ) -> None:
+    """Adds ``delta`` to the ledger's row for today, and to the workspace's month."""
     counters = {name: int(delta.get(name, 0)) for name in LEDGER_COUNTERS}
     seconds = float(delta.get("active_seconds", 0.0))
-    insert = _insert(conn, usage_ledger).values(
-        workspace_id=workspace_id,
-        day=now.date().isoformat(),
-        session_id=session_id,
-        model=model,
-        active_seconds=seconds,
-        updated_at=now,
-        **counters,
+    day = now.date().isoformat()
+    row = {"workspace_id": workspace_id, "active_seconds": seconds, "updated_at": now}
+    compiled(conn, "usage.ledger_add", lambda: _ledger_upsert(conn)).execute(
+        conn, {**row, **counters, "day": day, "session_id": session_id, "model": model}
+    ).close()
+    month = {
+        "month": day[:7],
+        "tokens": sum(counters[name] for name in TOKEN_COLUMNS),
+        "list_cost_nanos": counters["list_cost_nanos"],
+    }
+    compiled(conn, "usage.month_add", lambda: _month_upsert(conn)).execute(
+        conn, {**row, **month}
+    ).close()
+
+
+def _added_on_conflict(conn: Connection, table: Table, keys: list[str], grown: list[str]) -> Any:
+    """INSERT of one row of ``table`` from bind parameters named like its columns
+    that, when the row with its ``keys`` exists, adds to its ``grown`` columns."""
+    insert = _insert(conn, table).values({c.name: bindparam(c.name) for c in table.columns})
+    added = {name: table.c[name] + insert.excluded[name] for name in grown}
+    return insert.on_conflict_do_update(
+        index_elements=keys, set_={**added, "updated_at": insert.excluded.updated_at}
     )
-    columns = usage_ledger.c
-    grown = {name: columns[name] + insert.excluded[name] for name in LEDGER_COUNTERS}
-    conn.execute(
-        insert.on_conflict_do_update(
-            index_elements=["workspace_id", "day", "session_id", "model"],
-            set_={
-                **grown,
-                "active_seconds": columns.active_seconds + insert.excluded.active_seconds,
-                "updated_at": insert.excluded.updated_at,
-            },
-        )
-    )
+
+
+def _ledger_upsert(conn: Connection) -> Any:
+    keys = ["workspace_id", "day", "session_id", "model"]
+    return _added_on_conflict(conn, usage_ledger, keys, [*LEDGER_COUNTERS, "active_seconds"])
+
+
+def _month_upsert(conn: Connection) -> Any:
+    grown = ["tokens", "list_cost_nanos", "active_seconds"]
+    return _added_on_conflict(conn, usage_months, ["workspace_id", "month"], grown)
 
 
 def add_active_seconds(

@@ -265,6 +265,21 @@ usage_ledger = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+usage_months = Table(
+    "usage_months",
+    metadata,
+    # The ledger summed per workspace and UTC month, kept in the same transaction
+    # as each ledger row (``_usage.ledger_add``), so the limit checks before every
+    # model request read one row instead of summing the month's ledger rows, whose
+    # number grows with the workspace's sessions.
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), primary_key=True),
+    Column("month", String(7), primary_key=True),
+    Column("tokens", BigInteger, nullable=False),
+    Column("list_cost_nanos", BigInteger, nullable=False),
+    Column("active_seconds", Float, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
 vaults = Table(
     "vaults",
     metadata,
