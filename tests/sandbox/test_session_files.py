@@ -111,6 +111,33 @@ def test_outputs_are_filed_once_per_content(client: anthropic.Anthropic) -> None
     assert client.beta.files.download(newest.id).read() == b"second"
 
 
+def test_outputs_past_the_quota_are_a_session_error_and_filed_once_there_is_room(
+    server: ServerProcess,
+) -> None:
+    key = server.create_key(new_workspace=f"quota-{uuid.uuid4().hex[:6]}")
+    admin = server.create_key(admin=True)
+    with make_client(server.url, key) as client:
+        own = client.get("/v1/stead/limits", cast_to=object)
+        limits = f"/v1/stead/workspaces/{own['workspace_id']}/limits"  # type: ignore[index]
+        with make_client(server.url, admin) as operator:
+            operator.post(limits, body={"file_storage_bytes": 100}, cast_to=object)
+            session_id = new_session(client)
+            bash_turn(
+                client,
+                session_id,
+                f"head -c 10 /dev/zero > {OUTPUTS}/small && head -c 500 /dev/zero > {OUTPUTS}/big",
+            )
+            assert [f.filename for f in outputs_of(client, session_id)] == ["small"]
+            [error] = [
+                e for e in client.beta.sessions.events.list(session_id) if e.type == "session.error"
+            ]
+            message = error.error.message  # type: ignore[union-attr]
+            assert "big" in message and "quota of 100 bytes" in message, message
+            operator.post(limits, body={"file_storage_bytes": None}, cast_to=object)
+        bash_turn(client, session_id, "true")
+        assert {f.filename for f in outputs_of(client, session_id)} == {"small", "big"}
+
+
 def test_mounts_come_back_after_the_sandbox_is_destroyed(client: anthropic.Anthropic) -> None:
     file_id = upload(client, "keep.txt", b"kept\n")
     session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])

@@ -13,7 +13,9 @@ back into the Files API.
   each distinct content of each path once, with ``scope {type: "session"}``:
   the store's outputs ledger begins the file before its bytes are written, so a
   capture cut short (a crash) is finished by the next one, never doubled. A
-  rewritten file is a new file; the earlier content's file stays.
+  rewritten file is a new file; the earlier content's file stays. An output
+  that would take the workspace past its file storage quota is left in the
+  sandbox (the next capture tries again) and named in the capture's refusal.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import logging
 import mimetypes
 import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
@@ -35,7 +38,14 @@ from stead.sandbox import (
     SandboxMounts,
     SandboxUnavailable,
 )
-from stead.store import FileScope, NewFile, NotFound, SessionRecord, Store
+from stead.store import (
+    FileScope,
+    NewFile,
+    NotFound,
+    SessionRecord,
+    StorageQuotaExceeded,
+    Store,
+)
 
 log = logging.getLogger("stead.runtime.mounts")
 
@@ -47,6 +57,27 @@ UPLOADS = "/mnt/session/uploads"
 OUTPUTS = "/mnt/session/outputs"
 MAX_MOUNTED_BYTES = 32 * 1024 * 1024
 """The largest file mounted or captured: one host protocol frame carries it."""
+
+
+@dataclass
+class Captured:
+    """What one capture filed, and the outputs it left for lack of quota."""
+
+    files: list[str] = field(default_factory=list)
+    """Ids of the files it made ready."""
+    refused: list[str] = field(default_factory=list)
+    """Paths under ``OUTPUTS`` over the workspace's file storage quota."""
+    quota: int = 0
+
+    def refusal(self) -> str | None:
+        """The ``session.error`` message for the refused outputs, if any."""
+        if not self.refused:
+            return None
+        return (
+            f"outputs not captured: {', '.join(self.refused)} would take the workspace past"
+            f" its file storage quota of {self.quota} bytes; they stay in the sandbox and"
+            " are captured after a later turn once files are deleted or the quota is raised"
+        )
 
 
 class SessionMounts:
@@ -142,18 +173,24 @@ class SessionMounts:
         self._digests[file_id] = hashlib.sha256(data).hexdigest()
         return data
 
-    async def capture(self, session_id: str, workspace_id: str) -> list[str]:
-        """Files what the sandbox holds under ``OUTPUTS`` that was never filed;
-        the ids of the files it finished. Never wakes the sandbox."""
-        finished = []
+    async def capture(self, session_id: str, workspace_id: str) -> Captured:
+        """Files what the sandbox holds under ``OUTPUTS`` that was never filed.
+        Never wakes the sandbox."""
+        captured = Captured()
         for found in await self._mounts.listing(session_id, OUTPUTS):
             if found.size > MAX_MOUNTED_BYTES:
                 log.warning("output %s of %s is too large to capture", found.path, session_id)
                 continue
-            file_id = await self._capture_one(session_id, workspace_id, found)
+            try:
+                file_id = await self._capture_one(session_id, workspace_id, found)
+            except StorageQuotaExceeded as exc:
+                log.warning("output %s of %s not captured: %s", found.path, session_id, exc)
+                captured.refused.append(found.path)
+                captured.quota = exc.quota
+                continue
             if file_id is not None:
-                finished.append(file_id)
-        return finished
+                captured.files.append(file_id)
+        return captured
 
     async def _capture_one(
         self, session_id: str, workspace_id: str, found: MountedFile
@@ -169,7 +206,9 @@ class SessionMounts:
             blob_key=f"{KEY_PREFIX}/{workspace_id}/{file_id}",
             scope=FileScope("session", session_id),
         )
-        record = await self._store.begin_output(new, session_id, found.path, found.sha256)
+        record = await self._store.begin_output(
+            new, session_id, found.path, found.sha256, quota=self._files.quota_bytes
+        )
         if record is None or record.ready_at is not None:
             return None  # filed before, or filed and deleted since
         self._failpoints.hit("outputs.after_begin")
