@@ -7,7 +7,9 @@ after the sandbox is destroyed and made again."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -136,6 +138,21 @@ def test_outputs_past_the_quota_are_a_session_error_and_filed_once_there_is_room
             operator.post(limits, body={"file_storage_bytes": None}, cast_to=object)
         bash_turn(client, session_id, "true")
         assert {f.filename for f in outputs_of(client, session_id)} == {"small", "big"}
+
+
+def test_a_40_mib_file_is_mounted_and_captured_whole(client: anthropic.Anthropic) -> None:
+    data = os.urandom(40 * 1024 * 1024)
+    file_id = upload(client, "big.bin", data)
+    session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])
+    digest = bash_turn(
+        client,
+        session_id,
+        f"sha256sum {UPLOADS}/{file_id} | cut -c1-64 && cp {UPLOADS}/{file_id} {OUTPUTS}/copy.bin",
+    )
+    assert digest.strip() == hashlib.sha256(data).hexdigest()
+    [filed] = outputs_of(client, session_id)
+    assert (filed.filename, filed.size_bytes) == ("copy.bin", len(data))
+    assert client.beta.files.download(filed.id).read() == data
 
 
 def test_mounts_come_back_after_the_sandbox_is_destroyed(client: anthropic.Anthropic) -> None:

@@ -130,11 +130,21 @@ class FileKeeper:
         await self._write_blob(key, size_bytes, chunks)
         return new
 
-    async def finish(self, pending: FileRecord, chunks: AsyncIterable[bytes]) -> FileRecord:
-        """Writes the bytes of a pending file and makes it visible. Writing the
-        same bytes again (a capture cut short) is harmless: the blob is replaced
+    async def finish(
+        self,
+        pending: FileRecord,
+        chunks: AsyncIterable[bytes],
+        *,
+        check: Callable[[], bool] | None = None,
+    ) -> FileRecord | None:
+        """Writes the bytes of a pending file and makes it visible, unless
+        ``check()``, asked once the bytes are written, says they are not the
+        file's (None: the row stays pending, for the purger). Writing the same
+        bytes again (a capture cut short) is harmless: the blob is replaced
         whole. ``NotFound`` if the purger took the row meanwhile."""
         await self._write_blob(pending.blob_key, pending.size_bytes, chunks)
+        if check is not None and not check():
+            return None
         try:
             return await self._store.file_ready(pending.workspace_id, pending.id)
         except NotFound:

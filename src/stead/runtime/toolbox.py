@@ -121,7 +121,12 @@ class SandboxToolbox:
         self._mounts = None
         if mounts is not None and files is not None:
             self._mounts = SessionMounts(
-                store, mounts, files, failpoints or FailPoints(None), skills=skills
+                store,
+                mounts,
+                files,
+                failpoints or FailPoints(None),
+                skills=skills,
+                max_file_bytes=settings.max_mounted_file_bytes,
             )
         self._stale_mounts: set[str] = set()
         """Sessions whose sandbox is staged (``mounts.py``) before its next use."""
