@@ -9,11 +9,31 @@ import anthropic
 import httpx2
 import pytest
 
+from stead.blobs import BlobConfig
 from stead.testing import FakeModel, ServeForker, ServerProcess, echo
 from stead.testing.mcp_server import MCP_TEST_PIN
+from stead.testing.seaweed import S3Server, seaweed_s3
 from tests.databases import PostgresRun, database_url, postgres_run, serve_env
 
 __all__ = ["database_url", "postgres_run"]  # fixtures for every test module
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """A SeaweedFS S3 server on loopback, started on first use."""
+    with seaweed_s3() as server:
+        yield server
+
+
+def s3_config(server: S3Server, url: str, **options: float) -> BlobConfig:
+    return BlobConfig(
+        url=url,
+        s3_endpoint=server.endpoint,
+        s3_region=server.region,
+        s3_access_key_id=server.access_key_id,
+        s3_secret_access_key=server.secret_access_key,
+        **options,
+    )
 
 
 def loop_env(fake: FakeModel, **extra: str) -> dict[str, str]:

@@ -102,6 +102,7 @@ def limits_set(
     ] = None,
     monthly_sandbox_seconds: Limit = None,
     concurrent_sandboxes: Limit = None,
+    file_storage_bytes: Limit = None,
     as_json: JsonFlag = False,
     data_dir: DataDir = None,
 ) -> None:
@@ -111,6 +112,7 @@ def limits_set(
         "monthly_list_cost": monthly_spend,
         "monthly_sandbox_seconds": monthly_sandbox_seconds,
         "concurrent_sandboxes": concurrent_sandboxes,
+        "file_storage_bytes": file_storage_bytes,
     }
     body = {k: _value(k, v) for k, v in given.items() if v is not None}
     found, own, _ = _run(existing(data_dir), workspace, None, body)

@@ -176,6 +176,13 @@ class Settings(BaseSettings):
     """How often deleted files' blobs (and abandoned uploads) are removed."""
     file_upload_grace_seconds: float = Field(default=6 * 3600.0, gt=0)
     """An upload not finished after this long is abandoned and collected."""
+    max_mounted_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
+    """Largest file put in a session's sandbox (``/mnt/session/uploads``) or
+    captured from it (``/mnt/session/outputs``); its bytes cross to the sandbox
+    host in parts of 8 MiB."""
+    files_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
+    """Bytes the files of one workspace may hold together (uploads and captured
+    outputs; 0: no quota), unless its ``file_storage_bytes`` limit says otherwise."""
     # Skills: each version's files, zipped, in the blob store (through the Files API's keeper).
     skill_max_bytes: int = Field(default=30 * 1024 * 1024, gt=0)
     """Largest skill version: its files together, uncompressed, and its upload."""

@@ -123,6 +123,7 @@ def test_limits_are_an_operators_to_set(served: ServerProcess, admin: httpx2.Cli
             "monthly_list_cost": None,
             "monthly_sandbox_seconds": None,
             "concurrent_sandboxes": None,
+            "file_storage_bytes": None,
         }
         refused = http.post(f"/v1/stead/workspaces/{workspace_id}/limits", json={})
         assert refused.status_code == 403
@@ -188,7 +189,8 @@ def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess) -> None:
         workspace_id = workspace_of(http)
         done = limits_cli(
             served, "set", "--workspace", workspace_id, "--monthly-tokens", "1000",
-            "--monthly-spend", "12.5", "--concurrent-sandboxes", "2", "--json",
+            "--monthly-spend", "12.5", "--concurrent-sandboxes", "2",
+            "--file-storage-bytes", "4096", "--json",
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["limits"] == {
@@ -196,6 +198,7 @@ def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess) -> None:
             "monthly_list_cost": {"amount": "1250", "currency": "USD"},
             "monthly_sandbox_seconds": None,
             "concurrent_sandboxes": 2,
+            "file_storage_bytes": 4096,
         }
         assert http.get("/v1/stead/limits").json()["limits"]["monthly_tokens"] == 1000
         cleared = limits_cli(served, "set", "--workspace", workspace_id, "--monthly-tokens", "none")

@@ -6,16 +6,20 @@ is unharmed; mounts survive sleep and wake."""
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import AsyncIterator
 
 import pytest
 
 from stead.sandbox import (
     FileNotFound,
+    FileTooLarge,
     HostClient,
     HostSandbox,
     InvalidArgument,
     MountFile,
     NotARegularFile,
+    ops,
 )
 from stead.sandbox.mounts import HostMounts
 from stead.testing import HostProcess
@@ -82,6 +86,51 @@ async def test_writes_under_a_writable_mount_are_listed_and_read_back(
         await mounts.read(sandbox.sandbox_id, OUTPUTS, "passwd", max_bytes=100_000)
     with pytest.raises(FileNotFound):
         await mounts.read(sandbox.sandbox_id, OUTPUTS, "missing", max_bytes=10)
+
+
+async def test_a_file_put_in_parts_appears_whole_and_parts_out_of_order_are_refused(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    mounts = mounts_of(client)
+    data = os.urandom(2 * ops.MOUNT_PART_BYTES + 5)  # three parts, the last short
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for at in range(0, len(data), 3_000_000):  # not aligned with the parts
+            yield data[at : at + 3_000_000]
+
+    await mounts.put_stream(
+        sandbox.sandbox_id, sandbox.config, UPLOADS, "deep/big.bin", chunks(), writable=False
+    )
+    code, output = await run(sandbox, f"sha256sum {UPLOADS}/deep/big.bin; ls -A {UPLOADS}/deep")
+    assert (code, output.split()) == (
+        0,
+        [hashlib.sha256(data).hexdigest(), f"{UPLOADS}/deep/big.bin", "big.bin"],
+    )
+    read = b"".join(
+        [
+            c
+            async for c in mounts.read_stream(
+                sandbox.sandbox_id, UPLOADS, "deep/big.bin", max_bytes=len(data)
+            )
+        ]
+    )
+    assert read == data
+    with pytest.raises(FileTooLarge):
+        async for _ in mounts.read_stream(
+            sandbox.sandbox_id, UPLOADS, "deep/big.bin", max_bytes=len(data) - 1
+        ):
+            pass
+    part = ops.PutMountPart(
+        sandbox_id=sandbox.sandbox_id,
+        mount=UPLOADS,
+        path="gap.bin",
+        offset=10,
+        data=b"x",
+        last=True,
+    )
+    with pytest.raises(InvalidArgument, match="offset"):
+        await client.call(part)
+    assert await run(sandbox, f"test -e {UPLOADS}/gap.bin") == (1, "")
 
 
 async def test_escaping_paths_and_links_are_refused_and_the_sandbox_is_unharmed(

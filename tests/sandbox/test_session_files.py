@@ -7,7 +7,9 @@ after the sandbox is destroyed and made again."""
 
 from __future__ import annotations
 
+import hashlib
 import io
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -109,6 +111,48 @@ def test_outputs_are_filed_once_per_content(client: anthropic.Anthropic) -> None
     newest, first = outputs_of(client, session_id)
     assert first.id == filed.id
     assert client.beta.files.download(newest.id).read() == b"second"
+
+
+def test_outputs_past_the_quota_are_a_session_error_and_filed_once_there_is_room(
+    server: ServerProcess,
+) -> None:
+    key = server.create_key(new_workspace=f"quota-{uuid.uuid4().hex[:6]}")
+    admin = server.create_key(admin=True)
+    with make_client(server.url, key) as client:
+        own = client.get("/v1/stead/limits", cast_to=object)
+        limits = f"/v1/stead/workspaces/{own['workspace_id']}/limits"  # type: ignore[index]
+        with make_client(server.url, admin) as operator:
+            operator.post(limits, body={"file_storage_bytes": 100}, cast_to=object)
+            session_id = new_session(client)
+            bash_turn(
+                client,
+                session_id,
+                f"head -c 10 /dev/zero > {OUTPUTS}/small && head -c 500 /dev/zero > {OUTPUTS}/big",
+            )
+            assert [f.filename for f in outputs_of(client, session_id)] == ["small"]
+            [error] = [
+                e for e in client.beta.sessions.events.list(session_id) if e.type == "session.error"
+            ]
+            message = error.error.message  # type: ignore[union-attr]
+            assert "big" in message and "quota of 100 bytes" in message, message
+            operator.post(limits, body={"file_storage_bytes": None}, cast_to=object)
+        bash_turn(client, session_id, "true")
+        assert {f.filename for f in outputs_of(client, session_id)} == {"small", "big"}
+
+
+def test_a_40_mib_file_is_mounted_and_captured_whole(client: anthropic.Anthropic) -> None:
+    data = os.urandom(40 * 1024 * 1024)
+    file_id = upload(client, "big.bin", data)
+    session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])
+    digest = bash_turn(
+        client,
+        session_id,
+        f"sha256sum {UPLOADS}/{file_id} | cut -c1-64 && cp {UPLOADS}/{file_id} {OUTPUTS}/copy.bin",
+    )
+    assert digest.strip() == hashlib.sha256(data).hexdigest()
+    [filed] = outputs_of(client, session_id)
+    assert (filed.filename, filed.size_bytes) == ("copy.bin", len(data))
+    assert client.beta.files.download(filed.id).read() == data
 
 
 def test_mounts_come_back_after_the_sandbox_is_destroyed(client: anthropic.Anthropic) -> None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,19 @@ async def store(database_url: str) -> AsyncIterator[SqlStore]:
     opened = await open_store(database_url)
     yield opened
     await opened.close()
+
+
+class ManualClock:
+    """A ``Clock`` that moves only when a test moves it (or something sleeps)."""
+
+    def __init__(self) -> None:
+        self.at = datetime.now(UTC)
+
+    def now(self) -> datetime:
+        return self.at
+
+    async def sleep(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
 
 
 def definition(name: str = "a") -> dict[str, Any]:

@@ -23,7 +23,8 @@ from stead.blobs import (
 )
 from stead.blobs.store import STREAM_CHUNK_BYTES
 from stead.testing import free_port
-from stead.testing.seaweed import S3Server, seaweed_s3
+from stead.testing.seaweed import S3Server
+from tests.conftest import s3_config
 
 pytestmark = pytest.mark.anyio
 
@@ -34,23 +35,6 @@ UNREACHABLE_TIMEOUT = 0.5
 
 class Boom(Exception):
     pass
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    with seaweed_s3() as server:
-        yield server
-
-
-def s3_config(server: S3Server, url: str, **options: float) -> BlobConfig:
-    return BlobConfig(
-        url=url,
-        s3_endpoint=server.endpoint,
-        s3_region=server.region,
-        s3_access_key_id=server.access_key_id,
-        s3_secret_access_key=server.secret_access_key,
-        **options,
-    )
 
 
 @pytest.fixture(params=["file", "memory", "s3"])

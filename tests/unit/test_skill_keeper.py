@@ -16,22 +16,11 @@ from stead.runtime import FileKeeper, SkillKeeper, resolve_skills
 from stead.schemas import SkillLimits
 from stead.store import Conflict, NewSkillVersion, SessionRecord, SqlStore
 from tests.databases import BACKENDS
-from tests.unit.conftest import definition
+from tests.unit.conftest import ManualClock, definition
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
 
 LIMITS = SkillLimits(max_total_bytes=1_000_000, max_file_bytes=100_000, max_files=50)
-
-
-class ManualClock:
-    def __init__(self) -> None:
-        self.at = datetime.now(UTC)
-
-    def now(self) -> datetime:
-        return self.at
-
-    async def sleep(self, seconds: float) -> None:
-        self.at += timedelta(seconds=seconds)
 
 
 def _md(name: str, description: str = "Does things.") -> bytes:

@@ -134,6 +134,7 @@ def create_app(
                 settings.blob_config(),
                 purge_interval=settings.file_purge_interval_seconds,
                 upload_grace=settings.file_upload_grace_seconds,
+                quota_bytes=settings.files_quota_bytes,
             )
             skill_keeper = SkillKeeper(
                 opened,

@@ -21,7 +21,6 @@ from stead.api.params import ID_PATTERN, SessionId
 from stead.api.wire import JSONResponse
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.runtime import MAX_MOUNTED_BYTES
 from stead.schemas import RequestError, resources
 from stead.store import NotFound, Page, PageRequest
 
@@ -72,10 +71,11 @@ async def check_file_mounts(
             raise NotFound("file", mount.file_id, field=field)
         if record.expires_at is not None and record.expires_at <= moment:
             raise RequestError(f"{field}: {mount.file_id} has expired", code="file_expired")
-        if record.size_bytes > MAX_MOUNTED_BYTES:
+        if record.size_bytes > app.settings.max_mounted_file_bytes:
             raise RequestError(
-                f"{field}: {mount.file_id} is {record.size_bytes} bytes; "
-                f"stead mounts files of up to {MAX_MOUNTED_BYTES} bytes"
+                f"{field}: {mount.file_id} is {record.size_bytes} bytes; stead mounts files"
+                f" of up to {app.settings.max_mounted_file_bytes} bytes"
+                " (STEAD_MAX_MOUNTED_FILE_BYTES)"
             )
         made.append(resources.file_resource(new_id("session_resource"), mount, now))
     return made

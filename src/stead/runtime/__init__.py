@@ -15,7 +15,7 @@ from stead.runtime.mcp import McpGateway
 from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
 from stead.runtime.memories import MemoryKeeper, SearchHit
 from stead.runtime.models import ModelRouter
-from stead.runtime.mounts import MAX_MOUNTED_BYTES, SessionMounts
+from stead.runtime.mounts import SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
 from stead.runtime.sharedbus import SharedBus, open_bus
@@ -28,7 +28,6 @@ from stead.runtime.webhooks import CourierTerms, WebhookCourier, webhook_parts
 from stead.tools import ToolOutcome
 
 __all__ = [
-    "MAX_MOUNTED_BYTES",
     "Bus",
     "Clock",
     "CourierTerms",

@@ -91,10 +91,11 @@ class Toolbox(Protocol):
         it get the new set now (or at their next call, if unreachable now)."""
         ...
 
-    async def capture_outputs(self, session_id: str, workspace_id: str) -> None:
+    async def capture_outputs(self, session_id: str, workspace_id: str) -> str | None:
         """Files what the session's sandbox wrote to ``/mnt/session/outputs``
         into the Files API, each content once (``mounts.py``); never raises for
-        a sandbox or blob store that fails."""
+        a sandbox or blob store that fails. Returns a message naming the outputs
+        the workspace's file storage quota left out, if any."""
         ...
 
     async def aclose(self) -> None: ...

@@ -9,6 +9,13 @@ Every blob is named by a row before it is written, so nothing is orphaned:
   then the blob removed, then the row. A blob store that fails or times out
   leaves the tombstone, which the purger retries every ``purge_interval``: a
   row never points at nothing while visible, and a blob is never forgotten.
+* expiry: a file whose ``expires_at`` passed is no longer served (``FileExpired``)
+  but its metadata stays. The purger removes its blob, then records that on
+  the row (``bytes_removed``). Removing a blob is idempotent, so a purger that
+  dies between the two, or two purgers (several processes on one database)
+  that take the same file, remove it harmlessly twice; the row is marked once.
+* quota: ``begin_file`` counts the new file against the workspace's quota in
+  its own transaction (``StorageQuotaExceeded``, nothing written).
 
 The blob store (and obstore with it) is opened on first use: a server that
 never stores a file never loads it.
@@ -17,7 +24,7 @@ never stores a file never loads it.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -55,9 +62,13 @@ class FileKeeper:
         *,
         purge_interval: float,
         upload_grace: float,
+        quota_bytes: int = 0,
         clock: Clock | None = None,
     ) -> None:
         self._store = store
+        self.quota_bytes = quota_bytes
+        """Each workspace's byte quota unless its ``file_storage_bytes`` limit
+        says otherwise; 0: none."""
         self._config = blobs
         self._blobs: BlobStore | None = None
         self._terms = PurgeTerms.of(purge_interval, upload_grace, clock)
@@ -115,15 +126,25 @@ class FileKeeper:
         new = NewFile(
             file_id, workspace_id, filename, mime_type, size_bytes, key, expires_at, scope
         )
-        await self._store.begin_file(new)
+        await self._store.begin_file(new, quota=self.quota_bytes)
         await self._write_blob(key, size_bytes, chunks)
         return new
 
-    async def finish(self, pending: FileRecord, chunks: AsyncIterable[bytes]) -> FileRecord:
-        """Writes the bytes of a pending file and makes it visible. Writing the
-        same bytes again (a capture cut short) is harmless: the blob is replaced
+    async def finish(
+        self,
+        pending: FileRecord,
+        chunks: AsyncIterable[bytes],
+        *,
+        check: Callable[[], bool] | None = None,
+    ) -> FileRecord | None:
+        """Writes the bytes of a pending file and makes it visible, unless
+        ``check()``, asked once the bytes are written, says they are not the
+        file's (None: the row stays pending, for the purger). Writing the same
+        bytes again (a capture cut short) is harmless: the blob is replaced
         whole. ``NotFound`` if the purger took the row meanwhile."""
         await self._write_blob(pending.blob_key, pending.size_bytes, chunks)
+        if check is not None and not check():
+            return None
         try:
             return await self._store.file_ready(pending.workspace_id, pending.id)
         except NotFound:
@@ -176,19 +197,37 @@ class FileKeeper:
         return record
 
     async def _remove(self, record: FileRecord) -> bool:
+        return await self._remove_blob(record, self._store.forget_file)
+
+    async def _remove_blob(
+        self, record: FileRecord, then: Callable[[str], Awaitable[None]]
+    ) -> bool:
+        """Removes the blob, then records it with ``then(file id)``; False (and
+        nothing recorded) if the blob store fails: the next round retries."""
         try:
             await self.blob_store().delete(record.blob_key)
         except BlobError as exc:
             log.warning("file %s: blob not removed yet, will retry: %s", record.id, exc)
             return False
-        await self._store.forget_file(record.id)
+        await then(record.id)
         return True
 
     async def purge(self) -> int:
         """Removes the blobs and rows of deleted files and of uploads abandoned
-        for longer than the grace; returns how many went. Failures stay for the
-        next round."""
-        return await purge_in_batches(self._terms, self._store.files_to_purge, self._remove)
+        for longer than the grace, and the blobs of expired files; returns how
+        many blobs went. Failures stay for the next round."""
+        removed = await purge_in_batches(self._terms, self._store.files_to_purge, self._remove)
+        return removed + await purge_in_batches(
+            self._terms, self._expired_files, self._remove_expired
+        )
+
+    async def _expired_files(self, _pending_before: datetime, limit: int) -> list[FileRecord]:
+        return await self._store.expired_files(self._clock.now(), limit)
+
+    async def _remove_expired(self, record: FileRecord) -> bool:
+        # Blob first, then the mark: a crash between leaves the file to the next
+        # round, which removes the (missing) blob again harmlessly.
+        return await self._remove_blob(record, self._store.bytes_removed)
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Purges every ``purge_interval`` until cancelled (``purging.purge_every``)."""

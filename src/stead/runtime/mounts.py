@@ -13,7 +13,9 @@ back into the Files API.
   each distinct content of each path once, with ``scope {type: "session"}``:
   the store's outputs ledger begins the file before its bytes are written, so a
   capture cut short (a crash) is finished by the next one, never doubled. A
-  rewritten file is a new file; the earlier content's file stays.
+  rewritten file is a new file; the earlier content's file stays. An output
+  that would take the workspace past its file storage quota is left in the
+  sandbox (the next capture tries again) and named in the capture's refusal.
 """
 
 from __future__ import annotations
@@ -23,19 +25,28 @@ import logging
 import mimetypes
 import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
 from stead.ids import new_id
 from stead.runtime.files import KEY_PREFIX, FileExpired, FileKeeper
 from stead.sandbox import (
+    FileTooLarge,
     MountedFile,
     MountFile,
     SandboxConfig,
     SandboxMounts,
     SandboxUnavailable,
 )
-from stead.store import FileScope, NewFile, NotFound, SessionRecord, Store
+from stead.store import (
+    FileScope,
+    NewFile,
+    NotFound,
+    SessionRecord,
+    StorageQuotaExceeded,
+    Store,
+)
 
 log = logging.getLogger("stead.runtime.mounts")
 
@@ -45,8 +56,30 @@ SkillFiles = Callable[[SessionRecord], Awaitable[dict[str, dict[str, bytes]]]]
 SKILLS = "/mnt/skills"
 UPLOADS = "/mnt/session/uploads"
 OUTPUTS = "/mnt/session/outputs"
-MAX_MOUNTED_BYTES = 32 * 1024 * 1024
-"""The largest file mounted or captured: one host protocol frame carries it."""
+MAX_MOUNTED_BYTES = 500 * 1024 * 1024
+"""The default largest file mounted or captured (``STEAD_MAX_MOUNTED_FILE_BYTES``);
+the bytes cross the host protocol in parts, never whole."""
+
+
+@dataclass
+class Captured:
+    """What one capture filed, and the outputs it left for lack of quota."""
+
+    files: list[str] = field(default_factory=list)
+    """Ids of the files it made ready."""
+    refused: list[str] = field(default_factory=list)
+    """Paths under ``OUTPUTS`` over the workspace's file storage quota."""
+    quota: int = 0
+
+    def refusal(self) -> str | None:
+        """The ``session.error`` message for the refused outputs, if any."""
+        if not self.refused:
+            return None
+        return (
+            f"outputs not captured: {', '.join(self.refused)} would take the workspace past"
+            f" its file storage quota of {self.quota} bytes; they stay in the sandbox and"
+            " are captured after a later turn once files are deleted or the quota is raised"
+        )
 
 
 class SessionMounts:
@@ -58,9 +91,11 @@ class SessionMounts:
         failpoints: FailPoints,
         *,
         skills: SkillFiles | None = None,
+        max_file_bytes: int = MAX_MOUNTED_BYTES,
     ) -> None:
         self._store = store
         self._skills = skills
+        self._max_bytes = max_file_bytes
         self._failpoints = failpoints
         self._mounts = mounts
         self._files = files
@@ -93,13 +128,8 @@ class SessionMounts:
                 continue
             if found is not None and self._digests.get(file_id) == found.sha256:
                 continue
-            data = await self._read_file(session.workspace_id, file_id)
-            if data is None:
+            if not await self._put_file(session_id, config, session.workspace_id, path, file_id):
                 gone.add(path)
-                continue
-            await self._mounts.put(
-                session_id, config, UPLOADS, [MountFile(path, data)], writable=False
-            )
         stale = [path for path in held if path not in wanted or path in gone]
         if stale:
             await self._mounts.remove(session_id, UPLOADS, stale)
@@ -127,33 +157,45 @@ class SessionMounts:
         if stale:
             await self._mounts.remove(session.id, SKILLS, stale)
 
-    async def _read_file(self, workspace_id: str, file_id: str) -> bytes | None:
+    async def _put_file(
+        self, session_id: str, config: SandboxConfig, workspace_id: str, path: str, file_id: str
+    ) -> bool:
+        """Streams a file's bytes from the blob store to ``path`` under ``UPLOADS``;
+        False if the file is gone or too large to mount."""
+        digest = hashlib.sha256()
         try:
             record, chunks = await self._files.content(workspace_id, file_id)
-            if record.size_bytes > MAX_MOUNTED_BYTES:
-                log.warning("file %s is over %d bytes; not mounted", file_id, MAX_MOUNTED_BYTES)
-                return None
-            data = b"".join([chunk async for chunk in chunks])
+            if record.size_bytes > self._max_bytes:
+                log.warning("file %s is over %d bytes; not mounted", file_id, self._max_bytes)
+                return False
+            source = _hashed(chunks, digest.update)
+            await self._mounts.put_stream(session_id, config, UPLOADS, path, source, writable=False)
         except (NotFound, FileExpired):
             log.warning("file %s of a session resource is gone; not mounted", file_id)
-            return None
+            return False
         except BlobError as exc:  # retryable: the turn waits and tries again
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
-        self._digests[file_id] = hashlib.sha256(data).hexdigest()
-        return data
+        self._digests[file_id] = digest.hexdigest()
+        return True
 
-    async def capture(self, session_id: str, workspace_id: str) -> list[str]:
-        """Files what the sandbox holds under ``OUTPUTS`` that was never filed;
-        the ids of the files it finished. Never wakes the sandbox."""
-        finished = []
+    async def capture(self, session_id: str, workspace_id: str) -> Captured:
+        """Files what the sandbox holds under ``OUTPUTS`` that was never filed.
+        Never wakes the sandbox."""
+        captured = Captured()
         for found in await self._mounts.listing(session_id, OUTPUTS):
-            if found.size > MAX_MOUNTED_BYTES:
+            if found.size > self._max_bytes:
                 log.warning("output %s of %s is too large to capture", found.path, session_id)
                 continue
-            file_id = await self._capture_one(session_id, workspace_id, found)
+            try:
+                file_id = await self._capture_one(session_id, workspace_id, found)
+            except StorageQuotaExceeded as exc:
+                log.warning("output %s of %s not captured: %s", found.path, session_id, exc)
+                captured.refused.append(found.path)
+                captured.quota = exc.quota
+                continue
             if file_id is not None:
-                finished.append(file_id)
-        return finished
+                captured.files.append(file_id)
+        return captured
 
     async def _capture_one(
         self, session_id: str, workspace_id: str, found: MountedFile
@@ -169,16 +211,29 @@ class SessionMounts:
             blob_key=f"{KEY_PREFIX}/{workspace_id}/{file_id}",
             scope=FileScope("session", session_id),
         )
-        record = await self._store.begin_output(new, session_id, found.path, found.sha256)
+        record = await self._store.begin_output(
+            new, session_id, found.path, found.sha256, quota=self._files.quota_bytes
+        )
         if record is None or record.ready_at is not None:
             return None  # filed before, or filed and deleted since
         self._failpoints.hit("outputs.after_begin")
-        data = await self._mounts.read(session_id, OUTPUTS, found.path, max_bytes=MAX_MOUNTED_BYTES)
-        if hashlib.sha256(data).hexdigest() != found.sha256:
+        digest = hashlib.sha256()
+        chunks = self._mounts.read_stream(session_id, OUTPUTS, found.path, max_bytes=found.size)
+
+        def unchanged() -> bool:
+            return digest.hexdigest() == found.sha256
+
+        try:
+            filed = await self._files.finish(
+                record, _hashed(_sized(chunks, found.size), digest.update), check=unchanged
+            )
+        except (_Changed, FileTooLarge):
+            filed = None
+        if filed is None:
             # Rewritten since it was listed: the pending file stays for the
-            # purger, and the next capture files the new content.
+            # purger (with the blob written, if any), and the next capture
+            # files the new content.
             return None
-        await self._files.finish(record, _once(data))
         self._failpoints.hit("outputs.after_capture")
         return record.id
 
@@ -187,5 +242,23 @@ def _relative(mount_path: str) -> str:
     return mount_path.removeprefix(UPLOADS + "/")
 
 
-async def _once(data: bytes) -> AsyncIterator[bytes]:
-    yield data
+class _Changed(Exception):
+    """An output's size changed while it was read."""
+
+
+async def _hashed(
+    chunks: AsyncIterator[bytes], update: Callable[[bytes], object]
+) -> AsyncIterator[bytes]:
+    async for chunk in chunks:
+        update(chunk)
+        yield chunk
+
+
+async def _sized(chunks: AsyncIterator[bytes], size: int) -> AsyncIterator[bytes]:
+    """``chunks``, which must come to ``size`` bytes (``_Changed`` otherwise)."""
+    seen = 0
+    async for chunk in chunks:
+        seen += len(chunk)
+        yield chunk
+    if seen != size:
+        raise _Changed

@@ -121,7 +121,12 @@ class SandboxToolbox:
         self._mounts = None
         if mounts is not None and files is not None:
             self._mounts = SessionMounts(
-                store, mounts, files, failpoints or FailPoints(None), skills=skills
+                store,
+                mounts,
+                files,
+                failpoints or FailPoints(None),
+                skills=skills,
+                max_file_bytes=settings.max_mounted_file_bytes,
             )
         self._stale_mounts: set[str] = set()
         """Sessions whose sandbox is staged (``mounts.py``) before its next use."""
@@ -187,19 +192,22 @@ class SandboxToolbox:
         await self._mounts.stage(session_id, config)
         self._stale_mounts.discard(session_id)
 
-    async def capture_outputs(self, session_id: str, workspace_id: str) -> None:
+    async def capture_outputs(self, session_id: str, workspace_id: str) -> str | None:
         """Files what the session's sandbox wrote to its outputs (never wakes it).
         A sandbox or blob store that fails is logged: the next capture (after
-        the next turn, or at release) files what this one missed."""
+        the next turn, or at release) files what this one missed. Returns the
+        message naming outputs left over the workspace's quota, if any."""
         if self._mounts is None or await self._store.sandbox_lease(session_id) is None:
-            return  # never had a sandbox: nothing to capture, no host to start for it
+            return None  # never had a sandbox: nothing to capture, no host to start for it
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
         self._stale_mounts.add(session_id)
         try:
-            await self._mounts.capture(session_id, workspace_id)
+            captured = await self._mounts.capture(session_id, workspace_id)
         except (SandboxError, BlobError) as exc:
             log.warning("outputs of session %s not captured yet: %s", session_id, exc)
+            return None
+        return captured.refusal()
 
     async def _serve(self, session_id: str) -> SandboxConfig:
         """The session's sandbox config as it is now; its credentials given to

@@ -240,7 +240,12 @@ class TurnRunner(ToolSteps):
     ) -> None:
         """``stop_reason`` None: the session is terminated instead of idle."""
         self.deps.failpoints.hit("turn.before_idle")
-        await self.deps.tools.capture_outputs(self.session_id, self.start.session.workspace_id)
+        refused = await self.deps.tools.capture_outputs(
+            self.session_id, self.start.session.workspace_id
+        )
+        if refused is not None:
+            # The turn is over, so the model is not told; the session's reader is.
+            events = [*events, ev.session_error("unknown_error", refused, "retrying")]
         seconds = await self.deps.tools.active_seconds(self.session_id)
         if seconds is not None:
             # Booked in this write, up to the host's count: a replay books nothing twice.

@@ -15,14 +15,14 @@ the API then refuses a session that needs mounts.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from stead.sandbox import ops
 from stead.sandbox.client import HostClient
 from stead.sandbox.config import SandboxConfig
-from stead.sandbox.errors import FileNotFound, SandboxNotFound
+from stead.sandbox.errors import FileNotFound, FileTooLarge, SandboxNotFound
 
 MOUNT_ROOT = "/mnt"
 
@@ -68,6 +68,28 @@ class SandboxMounts(Protocol):
     async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
         """One regular file under ``mount``: ``FileNotFound``, ``NotARegularFile``
         (a link, a directory), ``FileTooLarge``."""
+        ...
+
+    async def put_stream(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        mount: str,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        writable: bool,
+    ) -> None:
+        """``put`` of one file of any size, its bytes in ``chunks``: it appears at
+        ``path`` whole once the last chunk is in. A source that fails leaves
+        nothing at ``path`` changed."""
+        ...
+
+    def read_stream(
+        self, sandbox_id: str, mount: str, path: str, *, max_bytes: int
+    ) -> AsyncIterator[bytes]:
+        """``read`` of one file of any size up to ``max_bytes``, in chunks (the
+        errors are raised as the chunks are read)."""
         ...
 
     async def remove(self, sandbox_id: str, mount: str, paths: Sequence[str] | None = None) -> None:
@@ -118,6 +140,58 @@ class HostMounts:
         data: bytes = reply.data
         return data
 
+    async def put_stream(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        mount: str,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        writable: bool,
+    ) -> None:
+        client = await self._client()
+        offset = 0
+        async for data, last in _parts(chunks, ops.MOUNT_PART_BYTES):
+            request = ops.PutMountPart(
+                sandbox_id=sandbox_id,
+                config=config.to_json(),
+                mount=mount,
+                path=path,
+                offset=offset,
+                data=data,
+                last=last,
+                writable=writable,
+            )
+            await client.call(request)
+            offset += len(data)
+
+    async def read_stream(
+        self, sandbox_id: str, mount: str, path: str, *, max_bytes: int
+    ) -> AsyncIterator[bytes]:
+        client = await self._client()
+        offset = 0
+        while True:
+            request = ops.ReadMountPart(
+                sandbox_id=sandbox_id,
+                mount=mount,
+                path=path,
+                offset=offset,
+                length=ops.MOUNT_PART_BYTES,
+            )
+            try:
+                reply = await client.call(request)
+            except SandboxNotFound:
+                raise FileNotFound(f"{mount}/{path}") from None
+            if reply.size > max_bytes:
+                raise FileTooLarge(f"{mount}/{path}", reply.size, max_bytes)
+            data: bytes = reply.data
+            if data:
+                yield data
+            offset += len(data)
+            if len(data) < ops.MOUNT_PART_BYTES or offset >= reply.size:
+                return
+
     async def remove(self, sandbox_id: str, mount: str, paths: Sequence[str] | None = None) -> None:
         request = ops.RemoveMount(
             sandbox_id=sandbox_id, mount=mount, paths=None if paths is None else list(paths)
@@ -126,3 +200,20 @@ class HostMounts:
             await (await self._client()).call(request)
         except SandboxNotFound:
             return
+
+
+async def _parts(chunks: AsyncIterable[bytes], size: int) -> AsyncIterator[tuple[bytes, bool]]:
+    """``chunks`` regrouped into parts of ``size`` bytes (the final one shorter,
+    and one empty part for no bytes at all), each with whether it is the last."""
+    held = bytearray()
+    ready: bytes | None = None
+    async for chunk in chunks:
+        held += chunk
+        while len(held) >= size:
+            if ready is not None:
+                yield ready, False
+            ready, held = bytes(held[:size]), held[size:]
+    if ready is not None and held:
+        yield ready, False
+        ready = None
+    yield (bytes(held) if ready is None else ready), True

@@ -38,7 +38,7 @@ from stead.sandbox.base import (
 )
 from stead.sandbox.errors import InvalidArgument
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 """Raised on any change to a request or reply type."""
 
 
@@ -418,6 +418,46 @@ class ReadMount(SandboxRequest):
     max_bytes: int = Field(ge=0)
 
 
+MOUNT_PART_BYTES = 8 * 1024 * 1024
+"""Most bytes one ``PutMountPart`` or ``ReadMountPart`` carries: a file of any
+size crosses in frames well inside ``MAX_FRAME`` once base64-encoded."""
+
+
+class PutMountPart(SandboxRequest):
+    """One part of a file put under ``mount`` in parts, sent in order: ``offset``
+    0 begins it afresh aside, each later part must start where the last ended
+    (``InvalidArgument`` otherwise: begin again), and the ``last`` part puts it
+    at ``path`` whole, as ``PutMount`` puts a file (a reader never sees part of
+    it; a link at ``path`` is replaced, never written through)."""
+
+    reply: ClassVar[Any] = Empty
+    op: Literal["put_mount_part"] = "put_mount_part"
+    mount: MountPath
+    path: RelativePath
+    offset: int = Field(ge=0)
+    data: Bytes
+    last: bool
+    writable: bool = False
+
+
+class MountPart(Message):
+    data: Bytes
+    size: int
+    """The file's size when the part was read."""
+
+
+class ReadMountPart(SandboxRequest):
+    """Up to ``length`` bytes of a regular file under ``mount`` from ``offset``
+    (fewer at its end): ``FileNotFound``, ``NotARegularFile``."""
+
+    reply: ClassVar[Any] = MountPart
+    op: Literal["read_mount_part"] = "read_mount_part"
+    mount: MountPath
+    path: RelativePath
+    offset: int = Field(ge=0)
+    length: int = Field(ge=1, le=MOUNT_PART_BYTES)
+
+
 class RemoveMount(SandboxRequest):
     """Removes ``paths`` under ``mount`` (None: all of it); missing ones are fine."""
 
@@ -541,6 +581,8 @@ AnyRequest = Annotated[
     | PutMount
     | ListMount
     | ReadMount
+    | PutMountPart
+    | ReadMountPart
     | RemoveMount
     | Terminal,
     Field(discriminator="op"),

@@ -25,7 +25,8 @@ from stead.jsonvalues import Json
 from stead.sandbox import errors
 
 MAX_FRAME = 64 * 1024 * 1024
-"""Largest frame either side accepts (a 32 MiB file write, base64-encoded)."""
+"""Largest frame either side accepts (a 32 MiB file write, base64-encoded; mount
+content crosses in parts of ``ops.MOUNT_PART_BYTES``)."""
 
 
 class ProtocolError(Exception):

@@ -28,6 +28,7 @@ import shutil
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
 
@@ -95,6 +96,22 @@ class MountTree:
                 with _walk(mount_fd, path[:-1], create=True, owner=owner) as parent:
                     _write(parent, path[-1], data, owner=owner, writable=writable)
 
+    def put_part(self, request: ops.PutMountPart) -> None:
+        """One part of a file put in parts (``ops.PutMountPart``)."""
+        parts, relative = mount_parts(request.mount), relative_parts(request.path)
+        self.ensure()
+        owner = self._uid if request.writable else 0
+        with self._directory(parts, create=True) as mount_fd:
+            os.fchown(mount_fd, owner, owner)
+            with _walk(mount_fd, relative[:-1], create=True, owner=owner) as parent:
+                _write_part(parent, relative[-1], request, owner=owner)
+
+    def read_part(self, mount: str, path: str, offset: int, length: int) -> ops.MountPart:
+        with self._open_regular(mount, path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = _pread(handle.fileno(), length, offset)
+        return ops.MountPart(data=data, size=size)
+
     def listing(self, mount: str) -> ops.MountListing:
         parts = mount_parts(mount)
         found: list[ops.MountedFile] = []
@@ -107,6 +124,17 @@ class MountTree:
         return ops.MountListing(files=found, truncated=truncated)
 
     def read(self, mount: str, path: str, max_bytes: int) -> bytes:
+        with self._open_regular(mount, path) as handle:
+            size = os.fstat(handle.fileno()).st_size
+            data = handle.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise FileTooLarge(f"{mount}/{path}", size, max_bytes)
+        return data
+
+    @contextlib.contextmanager
+    def _open_regular(self, mount: str, path: str) -> Iterator[BinaryIO]:
+        """The regular file ``path`` under ``mount``, opened without following a
+        link: ``FileNotFound``, ``NotARegularFile``."""
         parts, relative = mount_parts(mount), relative_parts(path)
         try:
             with self._directory(parts + relative[:-1]) as parent:
@@ -116,13 +144,9 @@ class MountTree:
         except OSError:  # a link (ELOOP) or a file on the way (ENOTDIR)
             raise NotARegularFile(f"{mount}/{path}") from None
         with os.fdopen(fd, "rb") as handle:
-            info = os.fstat(handle.fileno())
-            if not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 raise NotARegularFile(f"{mount}/{path}")
-            data = handle.read(max_bytes + 1)
-        if len(data) > max_bytes:
-            raise FileTooLarge(f"{mount}/{path}", info.st_size, max_bytes)
-        return data
+            yield handle
 
     def remove(self, mount: str, paths: Sequence[str] | None) -> None:
         parts = mount_parts(mount)
@@ -194,6 +218,62 @@ def _write(parent: int, name: str, data: bytes, *, owner: int, writable: bool) -
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=parent)
         raise
+
+
+def _part_name(name: str) -> str:
+    """Where the parts of ``name`` gather until the last one: one name per
+    target (a new first part replaces an unfinished one), within NAME_MAX."""
+    return f".stead-part-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}"
+
+
+def _write_part(parent: int, name: str, part: ops.PutMountPart, *, owner: int) -> None:
+    aside = _part_name(name)
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        if part.offset == 0:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(aside, dir_fd=parent)
+            fd = os.open(aside, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=parent)
+        else:
+            fd = os.open(aside, flags, dir_fd=parent)
+    except FileNotFoundError:
+        raise InvalidArgument(f"offset: no part of {name!r} is begun; send offset 0") from None
+    except OSError:  # a directory or link in the way (the sandbox's, in a writable mount)
+        raise InvalidArgument(f"path: {name!r} cannot be written in parts here") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != part.offset:
+            raise InvalidArgument(
+                f"offset: {part.offset}, but {info.st_size} bytes of {name!r} are written;"
+                " send offset 0"
+            )
+        _pwrite(fd, part.data, part.offset)
+        if part.last:
+            os.fchown(fd, owner, owner)
+            os.fchmod(fd, 0o644 if part.writable else 0o444)
+    finally:
+        os.close(fd)
+    if part.last:
+        try:
+            os.rename(aside, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except IsADirectoryError:
+            os.unlink(aside, dir_fd=parent)
+            raise InvalidArgument(f"path: {name!r} is a directory") from None
+
+
+def _pwrite(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view, offset = view[written:], offset + written
+
+
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    chunks = []
+    while length > 0 and (chunk := os.pread(fd, length, offset)):
+        chunks.append(chunk)
+        length, offset = length - len(chunk), offset + len(chunk)
+    return b"".join(chunks)
 
 
 def _list(fd: int, prefix: list[str], found: list[ops.MountedFile], *, budget: list[int]) -> bool:

@@ -81,6 +81,8 @@ class HostRpc:
             ops.PutMount: self._put_mount,
             ops.ListMount: self._list_mount,
             ops.ReadMount: self._read_mount,
+            ops.PutMountPart: self._put_mount_part,
+            ops.ReadMountPart: self._read_mount_part,
             ops.RemoveMount: self._remove_mount,
             ops.Terminal: self._terminal,
         }
@@ -261,6 +263,21 @@ class HostRpc:
         sandbox = await self._sandbox(request)
         read = partial(sandbox.mounts.read, request.mount, request.path, request.max_bytes)
         return ops.Data(data=await to_thread.run_sync(read))
+
+    async def _put_mount_part(self, request: ops.PutMountPart, frames: FrameStream) -> ops.Empty:
+        sandbox = await self._sandbox(request)
+        async with sandbox.activity(wake=False):
+            await to_thread.run_sync(sandbox.mounts.put_part, request)
+        return ops.Empty()
+
+    async def _read_mount_part(
+        self, request: ops.ReadMountPart, frames: FrameStream
+    ) -> ops.MountPart:
+        sandbox = await self._sandbox(request)
+        read = partial(
+            sandbox.mounts.read_part, request.mount, request.path, request.offset, request.length
+        )
+        return await to_thread.run_sync(read)
 
     async def _remove_mount(self, request: ops.RemoveMount, frames: FrameStream) -> ops.Empty:
         sandbox = await self._sandbox(request)

@@ -24,6 +24,7 @@ WORKSPACE_FIELDS = {
     "monthly_list_cost": "monthly_list_cost_nanos",
     "monthly_sandbox_seconds": "monthly_sandbox_seconds",
     "concurrent_sandboxes": "concurrent_sandboxes",
+    "file_storage_bytes": "file_storage_bytes",
 }
 """Wire field -> the store's limit name."""
 ENVIRONMENT_FIELDS = {"session_sandbox_seconds": "session_sandbox_seconds"}

@@ -52,6 +52,7 @@ from stead.store.errors import (
     LimitReached,
     NotFound,
     SandboxLeaseEnded,
+    StorageQuotaExceeded,
     StoreError,
     StoreUnavailable,
 )
@@ -212,6 +213,7 @@ __all__ = [
     "SkillStore",
     "SkillVersionRecord",
     "SqlStore",
+    "StorageQuotaExceeded",
     "Store",
     "StoreError",
     "StoreFilter",

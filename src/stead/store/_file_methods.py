@@ -22,8 +22,8 @@ class FileMethods:
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         raise NotImplementedError
 
-    async def begin_file(self, new: NewFile) -> FileRecord:
-        return await self._write(_files.begin_file, new)
+    async def begin_file(self, new: NewFile, *, quota: int = 0) -> FileRecord:
+        return await self._write(_files.begin_file, new, quota)
 
     async def file_ready(self, workspace_id: str, file_id: str) -> FileRecord:
         return await self._write(_files.file_ready, workspace_id, file_id)
@@ -49,6 +49,12 @@ class FileMethods:
         if not await self._read(_files.anything_to_purge, pending_before):
             return []
         return await self._write(_files.files_to_purge, pending_before, limit)
+
+    async def expired_files(self, now: datetime, limit: int) -> list[FileRecord]:
+        return await self._read(_files.expired_files, now, limit)
+
+    async def bytes_removed(self, file_id: str) -> None:
+        await self._write(_files.bytes_removed, file_id)
 
     async def forget_file(self, file_id: str) -> None:
         await self._write(lambda conn, _now: _files.forget_file(conn, file_id))

@@ -7,15 +7,27 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Row, and_, delete, insert, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Row,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
-from stead.store import _locks
+from stead.store import _limits, _locks
 from stead.store._paging import fetch_page
 from stead.store.base import Page, PageRequest
-from stead.store.errors import NotFound
+from stead.store.errors import NotFound, StorageQuotaExceeded
 from stead.store.files import FileRecord, FileScope, NewFile
+from stead.store.limits import FILE_STORAGE_LIMIT
 from stead.store.skills import SKILL_SCOPE
-from stead.store.tables import files
+from stead.store.tables import files, workspaces
 
 
 def _record(row: Row[Any]) -> FileRecord:
@@ -32,6 +44,7 @@ def _record(row: Row[Any]) -> FileRecord:
         expires_at=row.expires_at,
         ready_at=row.ready_at,
         deleted_at=row.deleted_at,
+        bytes_removed_at=row.bytes_removed_at,
     )
 
 
@@ -46,7 +59,9 @@ def _visible(workspace_id: str) -> list[ColumnElement[bool]]:
     ]
 
 
-def begin_file(conn: Connection, now: datetime, new: NewFile) -> FileRecord:
+def begin_file(conn: Connection, now: datetime, new: NewFile, quota: int = 0) -> FileRecord:
+    if new.scope is None or new.scope.type != SKILL_SCOPE:
+        _check_quota(conn, now, new, quota)
     scope_type = None if new.scope is None else new.scope.type
     scope_id = None if new.scope is None else new.scope.id
     conn.execute(
@@ -76,6 +91,36 @@ def begin_file(conn: Connection, now: datetime, new: NewFile) -> FileRecord:
         None,
         None,
     )
+
+
+def _check_quota(conn: Connection, now: datetime, new: NewFile, default: int) -> None:
+    """Raises ``StorageQuotaExceeded`` if ``new`` does not fit in its workspace's
+    quota (its ``file_storage_bytes`` limit, else ``default``; 0 there: none)."""
+    limits = _limits.get(conn, new.workspace_id)
+    quota = limits.get(FILE_STORAGE_LIMIT)
+    if quota is None and default <= 0:
+        return
+    quota = default if quota is None else quota
+    # Held until commit: a second upload of the workspace counts after this one.
+    _locks.row(conn, workspaces, new.workspace_id)
+    used = stored_bytes(conn, now, new.workspace_id)
+    if used + new.size_bytes > quota:
+        raise StorageQuotaExceeded(quota, used, new.size_bytes)
+
+
+def stored_bytes(conn: Connection, now: datetime, workspace_id: str) -> int:
+    """Bytes the workspace's files hold against its quota: pending and ready
+    files, not deleted, not expired, skill versions aside."""
+    total = conn.execute(
+        select(func.coalesce(func.sum(files.c.size_bytes), 0)).where(
+            files.c.workspace_id == workspace_id,
+            files.c.deleted_at.is_(None),
+            files.c.bytes_removed_at.is_(None),
+            or_(files.c.expires_at.is_(None), files.c.expires_at > now),
+            or_(files.c.scope_type.is_(None), files.c.scope_type != SKILL_SCOPE),
+        )
+    ).scalar_one()
+    return int(total)
 
 
 def mark_ready(conn: Connection, now: datetime, workspace_id: str, file_id: str) -> None:
@@ -184,6 +229,29 @@ def files_to_purge(
         .limit(limit)
     ).all()
     return [_record(row) for row in rows]
+
+
+def expired_files(conn: Connection, now: datetime, limit: int) -> list[FileRecord]:
+    rows = conn.execute(
+        select(files)
+        .where(
+            files.c.expires_at <= now,
+            files.c.bytes_removed_at.is_(None),
+            files.c.ready_at.is_not(None),
+            files.c.deleted_at.is_(None),
+        )
+        .order_by(files.c.expires_at, files.c.id)
+        .limit(limit)
+    ).all()
+    return [_record(row) for row in rows]
+
+
+def bytes_removed(conn: Connection, now: datetime, file_id: str) -> None:
+    conn.execute(
+        update(files)
+        .where(files.c.id == file_id, files.c.bytes_removed_at.is_(None))
+        .values(bytes_removed_at=now)
+    )
 
 
 def forget_file(conn: Connection, file_id: str) -> None:

@@ -29,6 +29,6 @@ class ResourceMethods:
         return await self._write(_resources.delete, workspace_id, session_id, resource_id)
 
     async def begin_output(
-        self, new: NewFile, session_id: str, path: str, sha256: str
+        self, new: NewFile, session_id: str, path: str, sha256: str, *, quota: int = 0
     ) -> FileRecord | None:
-        return await self._write(_resources.begin_output, new, session_id, path, sha256)
+        return await self._write(_resources.begin_output, new, session_id, path, sha256, quota)

@@ -56,7 +56,13 @@ def _write(conn: Connection, now: datetime, session_id: str, resources: list[Jso
 
 
 def begin_output(
-    conn: Connection, now: datetime, new: NewFile, session_id: str, path: str, sha256: str
+    conn: Connection,
+    now: datetime,
+    new: NewFile,
+    session_id: str,
+    path: str,
+    sha256: str,
+    quota: int = 0,
 ) -> FileRecord | None:
     key = (
         session_outputs.c.session_id == session_id,
@@ -66,7 +72,7 @@ def begin_output(
     _locks.session(conn, session_id)
     earlier = conn.execute(select(session_outputs.c.file_id).where(*key)).scalar_one_or_none()
     if earlier is None:
-        record = _files.begin_file(conn, now, new)
+        record = _files.begin_file(conn, now, new, quota)
         conn.execute(
             insert(session_outputs).values(
                 session_id=session_id,

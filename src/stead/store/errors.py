@@ -6,7 +6,8 @@ StoreError
 ├── Conflict        the row exists but its state forbids the change
 │   ├── SandboxLeaseEnded  the sandbox's lease ended for good; it is not revived
 │   ├── BudgetReached  a gated run write found the session's budget reached
-│   └── LimitReached   a workspace or environment limit (``limits.py``) stops it
+│   ├── LimitReached   a workspace or environment limit (``limits.py``) stops it
+│   └── StorageQuotaExceeded  a file would take the workspace past its storage quota (400)
 ├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
 ├── DatabaseBusy    a call got no answer now (connection lost, none free in time,
 │                   a lock not granted in time): retrying later may succeed
@@ -118,3 +119,20 @@ class LimitReached(Conflict):
     def __init__(self, limit: str, message: str) -> None:
         self.limit = limit
         super().__init__(message)
+
+
+class StorageQuotaExceeded(Conflict):
+    """A new file would take its workspace's stored bytes past the quota; nothing
+    was stored. A 400 ``storage_quota_exceeded``, as the hosted API answers."""
+
+    def __init__(self, quota: int, used: int, size: int) -> None:
+        self.quota = quota
+        self.used = used
+        self.size = size
+        super().__init__(
+            f"file: {size} bytes would take the workspace past its file storage quota of"
+            f" {quota} bytes ({used} bytes are stored; the quota is the workspace limit"
+            " file_storage_bytes, else STEAD_FILES_QUOTA_BYTES)",
+            code="storage_quota_exceeded",
+            status=400,
+        )

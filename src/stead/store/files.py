@@ -4,7 +4,14 @@ The bytes live in the blob store under ``FileRecord.blob_key``; the store only
 says which blob a file is and whether it may be shown. A file row goes
 ``pending`` (its blob is being written) -> ``ready`` (visible) -> ``deleted`` (a
 tombstone: its blob is being removed) -> gone. Only ready rows are visible to
-``get_file``/``list_files``; every other state is the purger's to finish.
+``get_file``/``list_files``; every other state is the purger's to finish. A ready
+file whose ``expires_at`` passed stays visible, and the purger removes its blob
+and records that (``bytes_removed_at``).
+
+Quota: the files of a workspace that hold bytes (pending or ready, not expired,
+not deleted; skill versions aside) may hold at most its quota together. A new
+file is counted from ``begin_file`` on, in the transaction that checks it, so
+uploads side by side cannot pass it together.
 """
 
 from __future__ import annotations
@@ -53,13 +60,16 @@ class FileRecord:
     expires_at: datetime | None
     ready_at: datetime | None
     deleted_at: datetime | None
+    bytes_removed_at: datetime | None = None
 
 
 class FileStore(Protocol):
-    async def begin_file(self, new: NewFile) -> FileRecord:
+    async def begin_file(self, new: NewFile, *, quota: int = 0) -> FileRecord:
         """Records ``new`` as pending (invisible) before its blob is written, so
         no blob exists that no row names. A pending row older than the purger's
-        grace is tombstoned and collected."""
+        grace is tombstoned and collected. ``quota``: the workspace's byte quota
+        when it sets no ``file_storage_bytes`` limit of its own (0: none);
+        ``StorageQuotaExceeded`` if ``new`` does not fit, and nothing is written."""
         ...
 
     async def file_ready(self, workspace_id: str, file_id: str) -> FileRecord:
@@ -93,6 +103,16 @@ class FileStore(Protocol):
         """Tombstones pending files begun before ``pending_before`` (their upload
         died) and returns up to ``limit`` tombstones, oldest first, across
         workspaces: each one's blob is to be removed, then ``forget_file``."""
+        ...
+
+    async def expired_files(self, now: datetime, limit: int) -> list[FileRecord]:
+        """Up to ``limit`` ready files, across workspaces, whose ``expires_at`` is
+        at or before ``now`` and whose blob is still there, oldest expiry first."""
+        ...
+
+    async def bytes_removed(self, file_id: str) -> None:
+        """Records that an expired file's blob is gone (once; a file deleted
+        meanwhile or marked by another purger is left alone)."""
         ...
 
     async def forget_file(self, file_id: str) -> None:

@@ -18,10 +18,13 @@ WORKSPACE_LIMITS = (
     "monthly_list_cost_nanos",
     "monthly_sandbox_seconds",
     "concurrent_sandboxes",
+    "file_storage_bytes",
 )
 """Every token a model request counts (input, output, cache reads and writes);
 list cost as ``stead.usage`` prices it; sandbox active seconds; sandboxes
-holding an active lease at once."""
+holding an active lease at once; bytes the workspace's files hold (checked as
+each file is begun, ``files.py``; unset: the server's ``STEAD_FILES_QUOTA_BYTES``)."""
+FILE_STORAGE_LIMIT = "file_storage_bytes"
 ENVIRONMENT_LIMITS = ("session_sandbox_seconds",)
 """Sandbox active seconds one session of the environment may use."""
 WORKSPACE = ""

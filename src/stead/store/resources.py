@@ -32,9 +32,11 @@ class SessionResourceStore(Protocol):
         ...
 
     async def begin_output(
-        self, new: NewFile, session_id: str, path: str, sha256: str
+        self, new: NewFile, session_id: str, path: str, sha256: str, *, quota: int = 0
     ) -> FileRecord | None:
         """The file that holds this content of ``path``: begun now (pending) with
         ``new`` if it was never captured, else the one an earlier capture began,
-        pending or ready; None if that one was deleted since (it stays deleted)."""
+        pending or ready; None if that one was deleted since (it stays deleted).
+        ``quota`` as for ``begin_file``: ``StorageQuotaExceeded`` if a new file
+        does not fit, and nothing is written."""
         ...

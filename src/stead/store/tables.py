@@ -390,13 +390,17 @@ files = Table(
     Column("expires_at", UTCDateTime, nullable=True),
     Column("ready_at", UTCDateTime, nullable=True),
     Column("deleted_at", UTCDateTime, nullable=True),
+    Column("bytes_removed_at", UTCDateTime, nullable=True),
     Index("ix_files_workspace_created", "workspace_id", "created_at", "id"),
     Index("ix_files_workspace_scope", "workspace_id", "scope_id", "created_at", "id"),
     Index("ix_files_deleted", "deleted_at"),
+    Index("ix_files_expires", "expires_at"),
 )
 """Files API metadata (``_files.py``); the bytes are in the blob store under
 ``blob_key``. A row is visible once ``ready_at`` is set (its blob is complete)
-and until ``deleted_at`` is (a tombstone: its blob is being removed, then the row)."""
+and until ``deleted_at`` is (a tombstone: its blob is being removed, then the row).
+``bytes_removed_at``: the file expired and its blob is gone; the row stays, so
+its metadata is still shown (its download is a 404 ``file_expired``)."""
 
 skills = Table(
     "skills",

@@ -1,7 +1,7 @@
 """usage_months: each workspace's ledger summed per UTC month, for the limit checks
 
 Revision ID: 0019
-Revises: 0015
+Revises: 0018
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0019"
-down_revision = "0015"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
