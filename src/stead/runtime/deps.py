@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from stead.config import Settings
@@ -19,6 +19,7 @@ from stead.runtime.credentials import UnreachableCredential
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
+from stead.runtime.planned import PlannedRequests
 from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SessionRecord, Store
 from stead.telemetry import Telemetry
@@ -118,6 +119,8 @@ class LoopDeps:
     telemetry: Telemetry
     prices: PriceTable
     """List prices each model request is costed at (``STEAD_MODEL_PRICES``)."""
+    planned: PlannedRequests = field(default_factory=PlannedRequests)
+    """First requests the claims planned, until their runners send them."""
 
 
 def build_loop(

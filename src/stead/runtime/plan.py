@@ -33,6 +33,7 @@ from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
 from stead.runtime.opkeys import op_key
+from stead.runtime.planned import PlannedRequest
 from stead.store import EventRecord, RunClaim, RunWrite, SessionRecord
 
 log = logging.getLogger("stead.runtime")
@@ -129,13 +130,14 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
                 return None
             if compaction(deps, session.agent, events, mcp_tools) is not None:
                 return None  # the runner compacts first, with its own ledger entry
-            _, key = model_request(
+            request, key = model_request(
                 deps, session.agent, events, claim.run_id, step.position, mcp_tools
             )
         except Exception:  # the runner meets the same problem and reports it
             log.exception("session %s: planning the first step failed", claim.session_id)
             return None
         start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
+        deps.planned.put(start.id, PlannedRequest(request, key, tuple(mcp_tools)))
         return RunWrite(events=[start], ops_started=[(key, "model")])
 
     return plan

@@ -205,15 +205,10 @@ class TurnRunner(ToolSteps):
         )
         while True:
             events = await self._refresh()
-            planned_tools = self.deps.mcp.cached(self.session_id, agent) if planned else None
-            if planned_tools is not None and events and events[-1]["id"] == planned:
-                # The claim opened the first request's span (``plan.py``): step
-                # on the log as it planned it, and send that request, with the
-                # MCP tools it offered.
-                self._mcp_tools = planned_tools
-                step = next_step(events[:-1])
-                assert isinstance(step, CallModel)
-                await self._model_step(agent, events[:-1], step.position, opened=planned)
+            # The claim may have opened the first request's span (``plan.py``):
+            # then step on the log as it planned it, and send that request.
+            opened_by_claim = planned is not None and events and events[-1]["id"] == planned
+            if opened_by_claim and await self._planned_step(agent, events[:-1], str(planned)):
                 continue
             planned = None
             step = next_step(events)
@@ -275,11 +270,34 @@ class TurnRunner(ToolSteps):
         if dangling is not None:
             await self._write([ev.span_end(dangling, {}, is_error=True)])
 
+    async def _planned_step(self, agent: Json, events: list[Json], span_id: str) -> bool:
+        """Sends the request the claim planned with the span ``span_id``: as the
+        claim built it when this process made the claim, else built again from
+        the same log with the MCP tools it offered. False when those tools are
+        no longer known here (the span is then closed as a dangling one)."""
+        held = self.deps.planned.take(span_id)
+        tools = held.mcp_tools if held else self.deps.mcp.cached(self.session_id, agent)
+        if tools is None:
+            return False
+        self._mcp_tools = tuple(tools)
+        step = next_step(events)
+        assert isinstance(step, CallModel)
+        prepared = (held.request, held.key) if held else None
+        await self._model_step(agent, events, step.position, opened=span_id, prepared=prepared)
+        return True
+
     async def _model_step(
-        self, agent: Json, events: list[Json], position: int, *, opened: str | None = None
+        self,
+        agent: Json,
+        events: list[Json],
+        position: int,
+        *,
+        opened: str | None = None,
+        prepared: tuple[ModelRequest, str] | None = None,
     ) -> None:
         """``opened``: the span the claim opened for this very request (the
-        claim opens none for a request that needs compacting first)."""
+        claim opens none for a request that needs compacting first);
+        ``prepared``: the request and op key the claim built for it."""
         mcp_tools = await self._offered_mcp_tools()
         skills = await self._offered_skills()
         if opened is None:
@@ -287,7 +305,7 @@ class TurnRunner(ToolSteps):
             planned = compaction(self.deps, agent, events, mcp_tools, skills)
             if planned is not None:
                 return await self._compact(agent["model"]["id"], planned)
-        request, key = model_request(
+        request, key = prepared or model_request(
             self.deps, agent, events, self.claim.run_id, position, mcp_tools, skills
         )
         if opened is None:
