@@ -23,6 +23,7 @@ import logging
 import mimetypes
 import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
@@ -35,7 +36,15 @@ from stead.sandbox import (
     SandboxMounts,
     SandboxUnavailable,
 )
-from stead.store import FileScope, NewFile, NotFound, SessionRecord, Store
+from stead.store import (
+    FileScope,
+    FileStore,
+    NewFile,
+    NotFound,
+    SessionRecord,
+    SessionResourceStore,
+    SessionStore,
+)
 
 log = logging.getLogger("stead.runtime.mounts")
 
@@ -49,10 +58,15 @@ MAX_MOUNTED_BYTES = 32 * 1024 * 1024
 """The largest file mounted or captured: one host protocol frame carries it."""
 
 
+class MountsStore(SessionStore, FileStore, SessionResourceStore, Protocol):
+    """What staging a session's files and capturing its outputs use: the
+    session's resources and the files they name."""
+
+
 class SessionMounts:
     def __init__(
         self,
-        store: Store,
+        store: MountsStore,
         mounts: SandboxMounts,
         files: FileKeeper,
         failpoints: FailPoints,

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from stead.store import migrate
+from stead.store.agents import AgentStore
 from stead.store.base import (
     LIVE_RUN_STATUSES,
     AgentRecord,
@@ -42,6 +43,7 @@ from stead.store.base import (
 )
 from stead.store.brains import BrainRecord, BrainStore
 from stead.store.channel import Channel, open_channel
+from stead.store.environments import EnvironmentStore
 from stead.store.errors import (
     BudgetReached,
     ChannelDown,
@@ -55,6 +57,7 @@ from stead.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from stead.store.events import EventLog
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
 from stead.store.leases import (
@@ -90,6 +93,8 @@ from stead.store.memories import (
 )
 from stead.store.migrate import SchemaState, SchemaStatus
 from stead.store.resources import SessionResourceStore
+from stead.store.runs import RunLedger
+from stead.store.sessions import SessionStore
 from stead.store.skills import (
     SKILL_SCOPE,
     NewSkillVersion,
@@ -124,8 +129,10 @@ from stead.store.work import (
     QueueStats,
     WorkItem,
     WorkState,
+    WorkStore,
     WorkToken,
 )
+from stead.store.workspaces import WorkspaceStore
 
 __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
@@ -140,6 +147,7 @@ __all__ = [
     "WORKSPACE_LIMITS",
     "Actor",
     "AgentRecord",
+    "AgentStore",
     "ApiKey",
     "AttemptResult",
     "BrainRecord",
@@ -157,7 +165,9 @@ __all__ = [
     "DueDelivery",
     "EnvironmentKey",
     "EnvironmentRecord",
+    "EnvironmentStore",
     "EventFilter",
+    "EventLog",
     "EventRecord",
     "EventsAccepted",
     "FileRecord",
@@ -197,6 +207,7 @@ __all__ = [
     "RequestUsage",
     "RetryTerms",
     "RunClaim",
+    "RunLedger",
     "RunStart",
     "RunStatus",
     "RunWrite",
@@ -208,6 +219,7 @@ __all__ = [
     "SessionFilter",
     "SessionRecord",
     "SessionResourceStore",
+    "SessionStore",
     "SkillRecord",
     "SkillStore",
     "SkillVersionRecord",
@@ -226,9 +238,11 @@ __all__ = [
     "WebhookStore",
     "WorkItem",
     "WorkState",
+    "WorkStore",
     "WorkToken",
     "Workspace",
     "WorkspaceScope",
+    "WorkspaceStore",
     "WriteResult",
     "open_channel",
     "open_store",
