@@ -21,6 +21,7 @@ from stead.store.base import (
     AgentRecord,
     ApiKey,
     ClaimTerms,
+    CoreStore,
     EnvironmentRecord,
     EventFilter,
     EventRecord,
@@ -60,6 +61,7 @@ from stead.store.errors import (
 from stead.store.events import EventLog
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.inmemory import InMemoryStore
 from stead.store.leases import (
     LeaseExpiry,
     LeaseStore,
@@ -159,6 +161,7 @@ __all__ = [
     "ClaimTerms",
     "Claimed",
     "Conflict",
+    "CoreStore",
     "CredentialRecord",
     "DatabaseBusy",
     "DeliveryState",
@@ -176,6 +179,7 @@ __all__ = [
     "HeartbeatRefused",
     "IdempotencyClaim",
     "IdempotencyStore",
+    "InMemoryStore",
     "IntegrityFinding",
     "InvalidValue",
     "LeaseExpiry",

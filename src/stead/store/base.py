@@ -52,6 +52,7 @@ __all__ = [
     "AgentRecord",
     "ApiKey",
     "ClaimTerms",
+    "CoreStore",
     "EnvironmentChange",
     "EnvironmentRecord",
     "EventFilter",
@@ -76,7 +77,7 @@ __all__ = [
 ]
 
 
-class Store(
+class CoreStore(
     WorkspaceStore,
     AgentStore,
     EnvironmentStore,
@@ -84,19 +85,26 @@ class Store(
     EventLog,
     RunLedger,
     LeaseStore,
+    UsageStore,
+    IdempotencyStore,
+    SessionResourceStore,
+    FileStore,
+    Protocol,
+):
+    """The aggregates every backend implements, the in-memory fake included."""
+
+    async def close(self) -> None: ...
+
+
+class Store(
+    CoreStore,
     VaultStore,
     WorkStore,
-    UsageStore,
     BrainStore,
-    FileStore,
-    IdempotencyStore,
     LimitStore,
-    SessionResourceStore,
     SkillStore,
     WebhookStore,
     MemoryStoreStore,
     Protocol,
 ):
     """Durable state of a stead installation. Safe to share between tasks."""
-
-    async def close(self) -> None: ...
