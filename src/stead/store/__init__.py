@@ -4,6 +4,17 @@ Other rooms import only from here. ``open_store`` picks the backend from the
 database URL (``sqlite:///path`` or ``postgresql://...``) and brings the schema
 up to date before returning; a database it cannot open raises ``StoreUnavailable``
 with one line to show the operator.
+
+``Store`` is the union of one narrow protocol per aggregate, each in a module
+with its records: ``WorkspaceStore`` (workspaces, keys, installation secrets,
+integrity), ``AgentStore``, ``EnvironmentStore``, ``SessionStore``, ``EventLog``
+(the log and the pending queue), ``RunLedger`` (runs, claims, fenced writes, the
+op ledger), ``LeaseStore``, ``UsageStore``, ``IdempotencyStore``, ``FileStore``,
+``SessionResourceStore``, ``VaultStore``, ``WorkStore``, ``BrainStore``,
+``LimitStore``, ``SkillStore``, ``WebhookStore`` and ``MemoryStoreStore``. A room
+takes the ones it uses. ``CoreStore`` is the first eleven: what every backend
+implements, ``InMemoryStore`` (the fake, ``inmemory/``) included; ``SqlStore``
+implements the whole ``Store``.
 """
 
 from __future__ import annotations
