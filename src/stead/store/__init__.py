@@ -10,9 +10,9 @@ with its records: ``WorkspaceStore`` (workspaces, keys, installation secrets,
 integrity), ``AgentStore``, ``EnvironmentStore``, ``SessionStore``, ``EventLog``
 (the log and the pending queue), ``RunLedger`` (runs, claims, fenced writes, the
 op ledger), ``LeaseStore``, ``UsageStore``, ``IdempotencyStore``, ``FileStore``,
-``SessionResourceStore``, ``VaultStore``, ``WorkStore``, ``BrainStore``,
-``LimitStore``, ``SkillStore``, ``WebhookStore`` and ``MemoryStoreStore``. A room
-takes the ones it uses. ``CoreStore`` is the first eleven: what every backend
+``SessionResourceStore``, ``LimitStore``, ``VaultStore``, ``WorkStore``,
+``BrainStore``, ``SkillStore``, ``WebhookStore`` and ``MemoryStoreStore``. A room
+takes the ones it uses. ``CoreStore`` is the first twelve: what every backend
 implements, ``InMemoryStore`` (the fake, ``inmemory/``) included; ``SqlStore``
 implements the whole ``Store``.
 """

@@ -89,6 +89,7 @@ class CoreStore(
     IdempotencyStore,
     SessionResourceStore,
     FileStore,
+    LimitStore,
     Protocol,
 ):
     """The aggregates every backend implements, the in-memory fake included."""
@@ -101,7 +102,6 @@ class Store(
     VaultStore,
     WorkStore,
     BrainStore,
-    LimitStore,
     SkillStore,
     WebhookStore,
     MemoryStoreStore,

@@ -10,12 +10,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from stead import usage as accounting
 from stead.ids import new_id
 from stead.store._runs import NOT_DONE, OWNED
-from stead.store.errors import BudgetReached, LeaseLost, NotFound
+from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
-from stead.store.inmemory import events, leases, sessions
+from stead.store.inmemory import events, leases, limits, sessions
 from stead.store.inmemory.tables import OpRow, RunRow, Tables, loaded, stored
 from stead.store.runs import (
     ClaimTerms,
@@ -82,8 +81,9 @@ def claim(
         session = sessions.snapshot(t, taken.session_id)
     session = replace(session, status="running")
     log = events.log_after(t, taken.session_id, terms.since, [*appended, *opened])
-    # The fake keeps no limits (``LimitStore`` is the SQL store's alone): none stops a plan.
-    first = None if terms.plan is None else terms.plan(taken, session, log)
+    first = None
+    if terms.plan is not None and limits.allows_model_request(t, now, session.workspace_id):
+        first = terms.plan(taken, session, log)
     if first is not None:
         done = write_claimed(t, now, taken, replace(first, since=None))
         opened += done.logged
@@ -158,11 +158,10 @@ def write(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -> WriteR
 
 def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
     session_id = claim.session_id
-    row = t.sessions.get(session_id)
-    budget_reached = row is not None and accounting.at_cap(loaded(row.budget), loaded(row.usage))
-    if change.budget_gate and budget_reached:
-        raise BudgetReached(session_id)
+    if change.budget_gate:
+        limits.gate_model_request(t, now, session_id)
     if (lease := change.lease) is not None:
+        limits.check_sandbox(t, now, lease.workspace_id, lease.sandbox_id, lease.session_id)
         leases.acquire(
             t,
             now,

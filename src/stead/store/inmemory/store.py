@@ -3,11 +3,12 @@ tools that need the store's promises without a database.
 
 It implements ``WorkspaceStore``, ``AgentStore``, ``EnvironmentStore``,
 ``SessionStore``, ``EventLog``, ``RunLedger``, ``LeaseStore``, ``UsageStore``,
-``IdempotencyStore``, ``SessionResourceStore`` and ``FileStore`` with the SQL
-store's semantics: each call is one transaction, all or nothing, visible to the
-next call once it returns. A call runs without an await after its first
-checkpoint, so no two interleave (the SQL store's row locks and single writer
-give the same). State lives in the instance; nothing is kept between stores.
+``IdempotencyStore``, ``SessionResourceStore``, ``FileStore`` and ``LimitStore``
+(``CoreStore``) with the SQL store's semantics: each call is one transaction,
+all or nothing, visible to the next call once it returns. A call runs without
+an await after its first checkpoint, so no two interleave (the SQL store's row
+locks and single writer give the same). State lives in the instance; nothing
+is kept between stores. It keeps no vaults, so a session naming one is refused.
 """
 
 from __future__ import annotations
@@ -32,12 +33,14 @@ from stead.store.inmemory import (
     idempotency,
     inbox,
     leases,
+    limits,
     runs,
     sessions,
     workspaces,
 )
 from stead.store.inmemory.tables import Tables
 from stead.store.leases import LeaseExpiry, SandboxLease
+from stead.store.limits import WORKSPACE, MonthUse
 from stead.store.paging import Page, PageRequest
 from stead.store.runs import ClaimTerms, RunClaim, RunStart, RunStatus, RunWrite, WriteResult
 from stead.store.sessions import SessionChange, SessionFilter, SessionRecord
@@ -307,10 +310,9 @@ class InMemoryStore:
         enforce_limits: bool = False,
         now: datetime | None = None,
     ) -> SandboxLease:
-        # The fake keeps no limits, so ``enforce_limits`` never stops an acquire.
         return await self._write_at(
             now,
-            leases.acquire,
+            _acquire_within_limits if enforce_limits else leases.acquire,
             sandbox_id,
             workspace_id,
             session_id,
@@ -358,6 +360,18 @@ class InMemoryStore:
 
     async def sandbox_active_seconds(self, sandbox_id: str) -> float:
         return await self._read(leases.active_seconds, sandbox_id)
+
+    # limits
+    async def limits(self, workspace_id: str, scope: str = WORKSPACE) -> dict[str, int]:
+        return await self._read(limits.read, workspace_id, scope)
+
+    async def set_limits(
+        self, workspace_id: str, scope: str, changes: dict[str, int | None]
+    ) -> dict[str, int]:
+        return await self._write(limits.set_limits, workspace_id, scope, changes)
+
+    async def month_use(self, workspace_id: str, *, now: datetime | None = None) -> MonthUse:
+        return await self._read(limits.month_use, now or self._now(), workspace_id)
 
     # usage
     async def book_sandbox_active_seconds(
@@ -445,6 +459,18 @@ class InMemoryStore:
         self, new: NewFile, session_id: str, path: str, sha256: str
     ) -> FileRecord | None:
         return await self._write(files.begin_output, new, session_id, path, sha256)
+
+
+def _acquire_within_limits(
+    t: Tables,
+    now: datetime,
+    sandbox_id: str,
+    workspace_id: str,
+    session_id: str | None,
+    *lease: Any,
+) -> SandboxLease:
+    limits.check_sandbox(t, now, workspace_id, sandbox_id, session_id)
+    return leases.acquire(t, now, sandbox_id, workspace_id, session_id, *lease)
 
 
 if TYPE_CHECKING:

@@ -220,6 +220,8 @@ class Tables:
     files: dict[str, FileRecord] = field(default_factory=dict)
     outputs: dict[tuple[str, str, str], str] = field(default_factory=dict)
     """(session id, path, sha256) -> the file that captured that content."""
+    limits: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """(workspace id, scope, name) -> value."""
 
     def snapshot(self) -> Tables:
         return Tables(**{f.name: dict(getattr(self, f.name)) for f in fields(self)})
