@@ -13,7 +13,7 @@ from tests.unit.conftest import definition, new_session, user_message
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 
 
-async def test_keys_authenticate_until_revoked(store: SqlStore) -> None:
+async def test_keys_authenticate_until_revoked_and_secrets_are_kept(store: SqlStore) -> None:
     workspace = await store.create_workspace("w")
     key, secret = await store.create_api_key(workspace.id, "ci", admin=True)
     other, _ = await store.create_api_key(workspace.id, "laptop")
@@ -31,10 +31,7 @@ async def test_keys_authenticate_until_revoked(store: SqlStore) -> None:
     with pytest.raises(NotFound):
         await store.create_api_key("wrkspc_missing", "x")
     assert [w.id for w in await store.list_workspaces()] == [workspace.id]
-
-
-async def test_an_installation_secret_is_made_once(store: SqlStore) -> None:
-    made = await store.installation_secret("test")
+    made = await store.installation_secret("test")  # made once, then the same
     assert len(made) == 32 and await store.installation_secret("test") == made
     assert await store.installation_secret("other") != made
 
