@@ -437,3 +437,31 @@ async def test_upgrade_from_0002_keeps_data_and_adds_the_lease_tables(database_u
 
     version = select(text("version_num")).select_from(text("alembic_version"))
     assert await read_one(url, version) == migrate.HEAD
+
+
+async def test_each_condition_ends_a_lease_for_good_through_the_store(db: Db) -> None:
+    """The conditions of ``test_every_condition_expires_its_lease_with_its_reason``,
+    brought about through the store's own methods (so the fake runs it too)."""
+    store = db.store
+    live, idle, ended, deleted, archived = [await new_owner(store) for _ in range(5)]
+    for owner in (live, ended, deleted):
+        await acquire_session_sandbox(store, owner, T0, ttl=1000)
+    await acquire_session_sandbox(store, idle, T0, ttl=5)
+    await acquire_shared_sandbox(store, archived, T0)
+    await store.terminate_session(ended.workspace_id, ended.session_id, [])
+    await store.delete_session(deleted.workspace_id, deleted.session_id)
+    await store.archive_environment(archived.workspace_id, archived.environment_id)
+    expired = await store.expire_sandbox_leases(now=at(10))
+    assert {lease.sandbox_id: lease.expiry_reason for lease in expired} == {
+        idle.session_id: LeaseExpiry.TTL,
+        ended.session_id: LeaseExpiry.SESSION_TERMINATED,
+        deleted.session_id: LeaseExpiry.SESSION_DELETED,
+        shared_id(archived): LeaseExpiry.ENVIRONMENT_ARCHIVED,
+    }
+    held = await store.sandbox_lease(live.session_id)
+    assert held is not None and held.status == SandboxLeaseStatus.ACTIVE
+    for owner in (ended, deleted):
+        with pytest.raises(SandboxLeaseEnded):
+            await acquire_session_sandbox(store, owner, at(11))
+    await acquire_session_sandbox(store, idle, at(11))  # a TTL end is replaced
+    assert (await store.expire_sandbox_leases(now=at(12))) == []
