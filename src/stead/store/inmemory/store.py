@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from anyio.lowlevel import checkpoint
 
@@ -47,7 +47,6 @@ from stead.store.sessions import SessionChange, SessionFilter, SessionRecord
 from stead.store.usage import LedgerRow
 from stead.store.workspaces import ApiKey, IntegrityFinding, Workspace
 
-P = ParamSpec("P")
 R = TypeVar("R")
 
 
