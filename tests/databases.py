@@ -27,6 +27,12 @@ ADMIN_URL = os.environ.get(
 CONNECT_TIMEOUT = 5
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 """Parameters of the ``database_url`` fixture: the store's conformance tests run on both."""
+MEMORY = "memory"
+"""The ``database_url`` of the in-memory store (``InMemoryStore``): no database at all."""
+STORES = [*BACKENDS, MEMORY]
+"""``BACKENDS`` and the in-memory store: the parameters of the conformance tests of
+the aggregates the fake implements (``CoreStore``). A test among them that reaches
+into SQL or the database's URL is marked ``sql`` and runs on the databases only."""
 
 
 def engine(url: str) -> Engine:
@@ -138,6 +144,9 @@ def sqlite_url(tmp_path: Path) -> str:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """An empty database: SQLite unless the test is parametrised with ``BACKENDS``."""
     backend = getattr(request, "param", "sqlite")
+    if backend == MEMORY:
+        yield MEMORY
+        return
     if backend == "sqlite":
         yield sqlite_url(tmp_path)
         return

@@ -1,4 +1,5 @@
-"""A reader's feed: backlog then live, no gap and no duplicate, under lag and reordering."""
+"""A reader's feed: backlog then live, no gap and no duplicate, under lag and
+reordering (on the in-memory store: the feed reads only the event log)."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ import anyio
 import pytest
 
 from stead.runtime import LocalBus, SessionFeed
-from stead.store import EventRecord, SqlStore
+from stead.store import EventRecord, InMemoryStore
 from tests.unit.conftest import collect_feed, new_session, user_message
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_backlog_then_live_without_duplicates(store: SqlStore) -> None:
+@pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore()
+
+
+async def test_backlog_then_live_without_duplicates(store: InMemoryStore) -> None:
     _, session_id = await new_session(store)
     bus = LocalBus(capacity=100)
     early = await store.append_events(session_id, [user_message(f"sevt_{i}") for i in range(5)])
@@ -24,7 +30,7 @@ async def test_backlog_then_live_without_duplicates(store: SqlStore) -> None:
     assert [e.id for e in got] == ["sevt_2", "sevt_3", "sevt_4", "sevt_x"]
 
 
-async def test_a_gap_in_live_notices_is_filled_from_the_store(store: SqlStore) -> None:
+async def test_a_gap_in_live_notices_is_filled_from_the_store(store: InMemoryStore) -> None:
     _, session_id = await new_session(store)
     bus = LocalBus(capacity=100)
     with bus.subscribe(session_id) as subscription:
@@ -37,7 +43,7 @@ async def test_a_gap_in_live_notices_is_filled_from_the_store(store: SqlStore) -
     assert [e.id for e in got] == ["sevt_a", "sevt_b"]
 
 
-async def test_a_lagging_reader_rereads_instead_of_growing(store: SqlStore) -> None:
+async def test_a_lagging_reader_rereads_instead_of_growing(store: InMemoryStore) -> None:
     _, session_id = await new_session(store)
     bus = LocalBus(capacity=8)
     with bus.subscribe(session_id) as subscription:
@@ -49,7 +55,7 @@ async def test_a_lagging_reader_rereads_instead_of_growing(store: SqlStore) -> N
     assert bus.reader_count(session_id) == 0
 
 
-async def test_pending_echoes_and_the_final_notice_pass_through(store: SqlStore) -> None:
+async def test_pending_echoes_and_the_final_notice_pass_through(store: InMemoryStore) -> None:
     _, session_id = await new_session(store)
     bus = LocalBus(capacity=8)
     with bus.subscribe(session_id) as subscription:

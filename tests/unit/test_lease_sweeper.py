@@ -1,4 +1,5 @@
-"""The lease sweeper on a real SQLite store: one round, failing destroys, the loop."""
+"""The lease sweeper on the in-memory store (the lease rules are the SQL store's,
+proven alike by ``test_store_leases.py``): one round, failing destroys, the loop."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from stead.runtime.leases import LeaseSweeper, SweepRound
-from stead.store import LeaseExpiry, SandboxLease, SqlStore
+from stead.store import InMemoryStore, LeaseExpiry, SandboxLease
 from tests.unit.conftest import WAIT, new_session
 
 pytestmark = pytest.mark.anyio
@@ -43,6 +44,11 @@ class StepClock:
 
 
 @pytest.fixture
+def store() -> InMemoryStore:
+    return InMemoryStore()
+
+
+@pytest.fixture
 async def clock() -> AsyncIterator[StepClock]:
     made = StepClock()
     yield made
@@ -66,7 +72,7 @@ class Destroyer:
             raise RuntimeError(f"sandbox host refused to destroy {sandbox_id}")
 
 
-async def session_sandbox(store: SqlStore, ttl: float) -> tuple[str, str]:
+async def session_sandbox(store: InMemoryStore, ttl: float) -> tuple[str, str]:
     """(workspace id, sandbox id) of a leased session sandbox."""
     workspace_id, session_id = await new_session(store)
     session = await store.get_session(workspace_id, session_id)
@@ -82,11 +88,13 @@ async def session_sandbox(store: SqlStore, ttl: float) -> tuple[str, str]:
     return workspace_id, session_id
 
 
-def sweeper(store: SqlStore, destroy: Destroyer, clock: StepClock) -> LeaseSweeper:
+def sweeper(store: InMemoryStore, destroy: Destroyer, clock: StepClock) -> LeaseSweeper:
     return LeaseSweeper(store, destroy, interval=30, destroy_timeout=0.05, clock=clock)
 
 
-async def test_one_round_expires_destroys_and_records(store: SqlStore, clock: StepClock) -> None:
+async def test_one_round_expires_destroys_and_records(
+    store: InMemoryStore, clock: StepClock
+) -> None:
     _, short = await session_sandbox(store, ttl=10)
     workspace_id, deleted = await session_sandbox(store, ttl=1000)
     _, live = await session_sandbox(store, ttl=1000)
@@ -108,7 +116,7 @@ async def test_one_round_expires_destroys_and_records(store: SqlStore, clock: St
 
 
 async def test_a_failed_or_stuck_destroy_is_retried_next_round(
-    store: SqlStore, clock: StepClock
+    store: InMemoryStore, clock: StepClock
 ) -> None:
     _, failing = await session_sandbox(store, ttl=10)
     _, stuck = await session_sandbox(store, ttl=10)
@@ -135,7 +143,7 @@ async def test_a_failed_or_stuck_destroy_is_retried_next_round(
 
 
 async def test_the_loop_survives_failing_rounds_and_stops_when_cancelled(
-    store: SqlStore, clock: StepClock
+    store: InMemoryStore, clock: StepClock
 ) -> None:
     _, sandbox_id = await session_sandbox(store, ttl=10)
     destroy = Destroyer()
@@ -156,7 +164,7 @@ async def test_the_loop_survives_failing_rounds_and_stops_when_cancelled(
             group.cancel_scope.cancel()
 
 
-async def test_a_poke_sweeps_at_once(store: SqlStore, clock: StepClock) -> None:
+async def test_a_poke_sweeps_at_once(store: InMemoryStore, clock: StepClock) -> None:
     _, sandbox_id = await session_sandbox(store, ttl=1000)
     destroy = Destroyer()
     sweeping = sweeper(store, destroy, clock)
@@ -172,6 +180,6 @@ async def test_a_poke_sweeps_at_once(store: SqlStore, clock: StepClock) -> None:
             group.cancel_scope.cancel()
 
 
-async def test_the_sweeper_refuses_nonsense_settings(store: SqlStore) -> None:
+async def test_the_sweeper_refuses_nonsense_settings(store: InMemoryStore) -> None:
     with pytest.raises(ValueError):
         LeaseSweeper(store, Destroyer(), interval=0, destroy_timeout=1)

@@ -18,10 +18,10 @@ from stead.store import (
     SqlStore,
     open_store,
 )
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import definition, new_session, user_message
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
 
 
@@ -182,6 +182,7 @@ async def _stores_on(store: SqlStore, url: str, count: int) -> list[SqlStore]:
     return [store, *[await open_store(url) for _ in range(count - 1)]]
 
 
+@pytest.mark.sql
 async def test_writers_on_several_stores_keep_each_log_gapless_and_ordered(
     store: SqlStore, database_url: str
 ) -> None:
@@ -209,6 +210,7 @@ async def test_writers_on_several_stores_keep_each_log_gapless_and_ordered(
         assert mine == [f"sevt_{worker}_{i}" for i in range(15)]
 
 
+@pytest.mark.sql
 async def test_starts_at_once_leave_one_live_run_and_one_claim_wins(
     store: SqlStore, database_url: str
 ) -> None:
@@ -241,6 +243,7 @@ async def test_starts_at_once_leave_one_live_run_and_one_claim_wins(
     assert await store.queued_runs(session_id) == []
 
 
+@pytest.mark.sql
 async def test_agent_updates_at_once_make_one_version_each(
     store: SqlStore, database_url: str
 ) -> None:
@@ -262,6 +265,7 @@ async def test_agent_updates_at_once_make_one_version_each(
     assert (await store.get_agent(workspace.id, agent.id)).version == 7
 
 
+@pytest.mark.sql
 async def test_a_nul_in_a_string_is_stored(store: SqlStore, database_url: str) -> None:
     """SQLite keeps U+0000; PostgreSQL's jsonb cannot, and gets U+FFFD in its place."""
     _, session_id = await new_session(store)

@@ -9,6 +9,7 @@ from stead.store import ClaimTerms, SqlStore
 from tests.databases import BACKENDS
 from tests.unit.conftest import new_session
 
+# BrainStore is the SQL store's alone: not on the in-memory store (STORES).
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
 
 HERE = "machine-a"

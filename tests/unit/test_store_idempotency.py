@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from stead.store import ClaimState, SqlStore
-from tests.databases import BACKENDS
+from tests.databases import STORES
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 DAY = 24 * 3600.0
 ABANDONED = 600.0
 
@@ -76,32 +76,26 @@ async def test_concurrent_claims_leave_one_holder(store: SqlStore) -> None:
     assert sorted(s.value for s in states) == ["claimed"] + ["running"] * 7
 
 
-async def test_expired_and_abandoned_keys_are_taken_over(database_url: str) -> None:
-    from stead.store import open_store
-
+async def test_expired_and_abandoned_keys_are_taken_over(store: SqlStore) -> None:
     now = [datetime(2026, 1, 1, tzinfo=UTC)]
-    store = await open_store(database_url)
-    try:
-        store._now = lambda: now[0]  # the store reads its clock per write
-        workspace = await store.create_workspace("w")
-        assert await _claim(store, workspace.id) is ClaimState.CLAIMED
-        now[0] += timedelta(seconds=ABANDONED + 1)
-        claim = await store.claim_idempotency_key(
-            workspace.id, "key", "g", ttl_seconds=DAY, abandoned_seconds=ABANDONED
-        )
-        assert claim.state is ClaimState.CLAIMED and claim.token
-        await store.keep_idempotent_answer(
-            workspace.id,
-            "key",
-            claim.token,
-            status=201,
-            content_type=None,
-            body=b"x",
-            ttl_seconds=DAY,
-        )
-        now[0] += timedelta(seconds=ABANDONED + 1)
-        assert await _claim(store, workspace.id, "g") is ClaimState.ANSWERED
-        now[0] += timedelta(seconds=DAY)
-        assert await _claim(store, workspace.id, "h") is ClaimState.CLAIMED
-    finally:
-        await store.close()
+    store._now = lambda: now[0]  # the store reads its clock per write
+    workspace = await store.create_workspace("w")
+    assert await _claim(store, workspace.id) is ClaimState.CLAIMED
+    now[0] += timedelta(seconds=ABANDONED + 1)
+    claim = await store.claim_idempotency_key(
+        workspace.id, "key", "g", ttl_seconds=DAY, abandoned_seconds=ABANDONED
+    )
+    assert claim.state is ClaimState.CLAIMED and claim.token
+    await store.keep_idempotent_answer(
+        workspace.id,
+        "key",
+        claim.token,
+        status=201,
+        content_type=None,
+        body=b"x",
+        ttl_seconds=DAY,
+    )
+    now[0] += timedelta(seconds=ABANDONED + 1)
+    assert await _claim(store, workspace.id, "g") is ClaimState.ANSWERED
+    now[0] += timedelta(seconds=DAY)
+    assert await _claim(store, workspace.id, "h") is ClaimState.CLAIMED

@@ -4,7 +4,6 @@ row locks)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -24,11 +23,11 @@ from stead.store import (
 )
 from stead.store.migrate import alembic_config
 from stead.store.tables import sandbox_leases, sessions, workspaces
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.databases import engine as engine_of
 from tests.unit.conftest import new_session
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 TTL = 60.0
 
@@ -52,10 +51,8 @@ class Owner:
 
 
 @pytest.fixture
-async def db(database_url: str) -> AsyncIterator[Db]:
-    opened = await open_store(database_url)
-    yield Db(opened, database_url)
-    await opened.close()
+def db(store: SqlStore, database_url: str) -> Db:
+    return Db(store, database_url)
 
 
 async def new_owner(store: SqlStore) -> Owner:
@@ -136,6 +133,7 @@ async def lease_status(url: str, sandbox_id: str) -> object:
     return await read_one(url, select(column).where(sandbox_leases.c.sandbox_id == sandbox_id))
 
 
+@pytest.mark.sql
 async def test_acquire_creates_then_renews_the_same_lease(db: Db) -> None:
     owner = await new_owner(db.store)
     first = await db.store.acquire_sandbox_lease(
@@ -164,6 +162,7 @@ async def test_acquire_creates_then_renews_the_same_lease(db: Db) -> None:
     assert await db.store.expire_sandbox_leases(now=at(TTL + 1)) == []
 
 
+@pytest.mark.sql
 async def test_a_hundred_concurrent_acquires_leave_one_row(db: Db) -> None:
     owner = await new_owner(db.store)
     # Four stores on one file: four writer threads contend for SQLite's write lock.
@@ -208,6 +207,7 @@ async def test_renew_extends_only_an_active_lease(db: Db) -> None:
     assert not await db.store.renew_sandbox_lease(owner.session_id, now=at(200))
 
 
+@pytest.mark.sql
 async def test_every_condition_expires_its_lease_with_its_reason(db: Db) -> None:
     store = db.store
     live, idle, terminated, deleted, archived = [await new_owner(store) for _ in range(5)]
@@ -241,6 +241,7 @@ async def test_every_condition_expires_its_lease_with_its_reason(db: Db) -> None
     assert await store.renew_sandbox_lease(live.session_id, now=at(12))
 
 
+@pytest.mark.sql
 async def test_a_named_condition_wins_over_the_ttl(db: Db) -> None:
     owner = await new_owner(db.store)
     await acquire_session_sandbox(db.store, owner, T0, ttl=5)
@@ -249,6 +250,7 @@ async def test_a_named_condition_wins_over_the_ttl(db: Db) -> None:
     assert expired.expiry_reason == LeaseExpiry.SESSION_TERMINATED
 
 
+@pytest.mark.sql
 async def test_a_terminated_or_deleted_sessions_sandbox_is_never_revived(db: Db) -> None:
     store = db.store
     terminated, deleted, late = [await new_owner(store) for _ in range(3)]
@@ -282,6 +284,7 @@ async def test_an_archived_environment_refuses_its_shared_sandbox(db: Db) -> Non
     assert ended.value.reason == LeaseExpiry.ENVIRONMENT_ARCHIVED
 
 
+@pytest.mark.sql
 async def test_a_lease_ended_by_ttl_or_explicitly_is_replaced_on_acquire(db: Db) -> None:
     store = db.store
     owner = await new_owner(store)
@@ -383,25 +386,23 @@ async def test_acquire_rejects_another_workspace_and_a_bad_ttl(db: Db) -> None:
         await acquire_session_sandbox(db.store, owner, at(1), ttl=0)
 
 
-async def test_acquire_defaults_to_the_store_clock(database_url: str) -> None:
-    store = await open_store(database_url)
-    try:
-        owner = await new_owner(store)
-        before = datetime.now(UTC)
-        lease = await store.acquire_sandbox_lease(
-            owner.session_id,
-            workspace_id=owner.workspace_id,
-            session_id=owner.session_id,
-            environment_id=owner.environment_id,
-            agent_id=owner.agent_id,
-            ttl_seconds=TTL,
-        )
-        assert lease.created_at >= before
-        assert lease.expires_at == lease.created_at + timedelta(seconds=TTL)
-    finally:
-        await store.close()
+async def test_acquire_defaults_to_the_store_clock(db: Db) -> None:
+    store = db.store
+    owner = await new_owner(store)
+    before = datetime.now(UTC)
+    lease = await store.acquire_sandbox_lease(
+        owner.session_id,
+        workspace_id=owner.workspace_id,
+        session_id=owner.session_id,
+        environment_id=owner.environment_id,
+        agent_id=owner.agent_id,
+        ttl_seconds=TTL,
+    )
+    assert lease.created_at >= before
+    assert lease.expires_at == lease.created_at + timedelta(seconds=TTL)
 
 
+@pytest.mark.sql
 async def test_upgrade_from_0002_keeps_data_and_adds_the_lease_tables(database_url: str) -> None:
     url = database_url
 
@@ -436,3 +437,31 @@ async def test_upgrade_from_0002_keeps_data_and_adds_the_lease_tables(database_u
 
     version = select(text("version_num")).select_from(text("alembic_version"))
     assert await read_one(url, version) == migrate.HEAD
+
+
+async def test_each_condition_ends_a_lease_for_good_through_the_store(db: Db) -> None:
+    """The conditions of ``test_every_condition_expires_its_lease_with_its_reason``,
+    brought about through the store's own methods (so the fake runs it too)."""
+    store = db.store
+    live, idle, ended, deleted, archived = [await new_owner(store) for _ in range(5)]
+    for owner in (live, ended, deleted):
+        await acquire_session_sandbox(store, owner, T0, ttl=1000)
+    await acquire_session_sandbox(store, idle, T0, ttl=5)
+    await acquire_shared_sandbox(store, archived, T0)
+    await store.terminate_session(ended.workspace_id, ended.session_id, [])
+    await store.delete_session(deleted.workspace_id, deleted.session_id)
+    await store.archive_environment(archived.workspace_id, archived.environment_id)
+    expired = await store.expire_sandbox_leases(now=at(10))
+    assert {lease.sandbox_id: lease.expiry_reason for lease in expired} == {
+        idle.session_id: LeaseExpiry.TTL,
+        ended.session_id: LeaseExpiry.SESSION_TERMINATED,
+        deleted.session_id: LeaseExpiry.SESSION_DELETED,
+        shared_id(archived): LeaseExpiry.ENVIRONMENT_ARCHIVED,
+    }
+    held = await store.sandbox_lease(live.session_id)
+    assert held is not None and held.status == SandboxLeaseStatus.ACTIVE
+    for owner in (ended, deleted):
+        with pytest.raises(SandboxLeaseEnded):
+            await acquire_session_sandbox(store, owner, at(11))
+    await acquire_session_sandbox(store, idle, at(11))  # a TTL end is replaced
+    assert (await store.expire_sandbox_leases(now=at(12))) == []

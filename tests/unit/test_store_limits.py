@@ -1,4 +1,4 @@
-"""Workspace and environment limits in the SQL store, on SQLite and PostgreSQL:
+"""Workspace and environment limits on SQLite, PostgreSQL and the in-memory store:
 set and cleared, this month's use from the ledger, the model request gate and
 the sandbox lease checks."""
 
@@ -15,10 +15,10 @@ from stead.store import (
     RunWrite,
     SqlStore,
 )
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.test_store_usage import _claim, _event, _session, _used
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 MB = 1_000_000
 
 

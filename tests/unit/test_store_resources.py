@@ -9,10 +9,10 @@ import pytest
 
 from stead.ids import new_id
 from stead.store import Conflict, FileScope, NewFile, NotFound, SqlStore
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import definition
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 
 
 async def _session(store: SqlStore) -> tuple[str, str]:

@@ -23,10 +23,10 @@ from stead.store import (
     SqlStore,
     open_store,
 )
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import definition, user_message
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
 BUDGET = {"type": "limit", "max_list_cost": {"amount": "50", "currency": "USD"}}
 """50 cents: 500,000,000 nano-USD."""
@@ -109,6 +109,7 @@ async def test_raising_the_budget_resumes_a_session_stopped_at_it(store: SqlStor
     assert len(await store.queued_runs(session_id)) == 1
 
 
+@pytest.mark.sql
 async def test_sandbox_time_is_booked_once_up_to_the_hosts_count(
     store: SqlStore, database_url: str
 ) -> None:

@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 
 from stead.api import wire
 from stead.runtime import Bus, FeedItem, Preview, SessionFeed
-from stead.store import DatabaseBusy, Store
+from stead.store import DatabaseBusy, EventLog
 
 OPENED = b": stream open\n\n"
 BUSY_RETRY_SECONDS = 0.5
@@ -44,7 +44,7 @@ class EventStream(Response):
 
     def __init__(
         self,
-        store: Store,
+        store: EventLog,
         bus: Bus,
         session_id: str,
         after_seq: int | None,

@@ -22,7 +22,7 @@ from stead.api.params import ID_PATTERN, EnvironmentId
 from stead.api.wire import JSONResponse
 from stead.jsonvalues import Json
 from stead.schemas import workspace_limits as schema
-from stead.store import WORKSPACE, MonthUse, Store
+from stead.store import WORKSPACE, LimitStore, MonthUse
 
 router = APIRouter(prefix="/v1/stead", tags=["limits"])
 WorkspaceId = Annotated[str, Path(pattern=ID_PATTERN)]
@@ -41,7 +41,7 @@ def _month(use: MonthUse) -> Json:
     }
 
 
-async def _workspace_limits(store: Store, workspace_id: str) -> JSONResponse:
+async def _workspace_limits(store: LimitStore, workspace_id: str) -> JSONResponse:
     limits = await store.limits(workspace_id)  # first: NotFound for an unknown workspace
     use = await store.month_use(workspace_id)
     return JSONResponse(

@@ -17,7 +17,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from stead.config import Settings
-from stead.store import Store
+from stead.store import BrainStore
 
 log = logging.getLogger("stead.runtime")
 
@@ -55,7 +55,7 @@ def pid_alive(pid: int) -> bool:
 
 
 class Brain:
-    def __init__(self, settings: Settings, store: Store, brain_id: str) -> None:
+    def __init__(self, settings: Settings, store: BrainStore, brain_id: str) -> None:
         self.id = brain_id
         self._settings = settings
         self._store = store

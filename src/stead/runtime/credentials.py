@@ -19,11 +19,12 @@ import hmac
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from stead.egress_policy import EgressPolicy, InvalidPolicy
 from stead.jsonvalues import Json
 from stead.sandbox import PLACEHOLDER_PREFIX, EgressSecret, EnvironmentCredential
-from stead.store import Store
+from stead.store import VaultStore, WorkspaceStore
 from stead.vault import SealError, SecretBox
 
 log = logging.getLogger("stead.runtime.credentials")
@@ -54,8 +55,13 @@ def _forbidden(policy: EgressPolicy, entry: str) -> bool:
     return not policy.allows_host(sample)
 
 
+class CredentialsStore(VaultStore, WorkspaceStore, Protocol):
+    """What a session's credentials read: its vaults and the installation's
+    placeholder secret."""
+
+
 class SessionCredentials:
-    def __init__(self, store: Store, box: SecretBox) -> None:
+    def __init__(self, store: CredentialsStore, box: SecretBox) -> None:
         self._store = store
         self._box = box
         self._placeholder_key: bytes | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stead.runtime.bus import Preview, Subscription
-from stead.store import EventRecord, Store
+from stead.store import EventLog, EventRecord
 
 CATCH_UP_BATCH = 500
 
@@ -28,7 +28,7 @@ class FeedItem:
 
 class SessionFeed:
     def __init__(
-        self, store: Store, subscription: Subscription, session_id: str, last_seq: int
+        self, store: EventLog, subscription: Subscription, session_id: str, last_seq: int
     ) -> None:
         self._store = store
         self._subscription = subscription

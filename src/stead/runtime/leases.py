@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from stead.runtime.clock import Clock, SystemClock
-from stead.store import DatabaseBusy, SandboxLease, Store
+from stead.store import DatabaseBusy, LeaseStore, SandboxLease
 
 log = logging.getLogger("stead.runtime.leases")
 
@@ -39,7 +39,7 @@ class SweepRound:
 class LeaseSweeper:
     def __init__(
         self,
-        store: Store,
+        store: LeaseStore,
         destroy: Destroy,
         *,
         interval: float,

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
-from stead.store import EventRecord, Store
+from stead.store import EventLog, EventRecord
 
 READ_ALL = 1_000_000_000
 
 
 class LogCache:
-    def __init__(self, store: Store, capacity: int = 256) -> None:
+    def __init__(self, store: EventLog, capacity: int = 256) -> None:
         self._store = store
         self._capacity = capacity
         self._logs: OrderedDict[str, tuple[int, list[Json]]] = OrderedDict()

@@ -14,7 +14,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -24,7 +24,7 @@ from stead.harness import McpTool, servers_in_use
 from stead.jsonvalues import Json
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
 from stead.runtime.sandboxconfig import session_networking
-from stead.store import SessionRecord, Store
+from stead.store import EnvironmentStore, SessionRecord, VaultStore
 from stead.tools import ToolOutcome
 from stead.vault import SecretBox
 
@@ -61,8 +61,12 @@ _ListKey = tuple[str, str, str]
 """(session id, server name, server URL)."""
 
 
+class McpStore(EnvironmentStore, VaultStore, Protocol):
+    """What MCP calls use: the environment's networking and the vaults' tokens."""
+
+
 class McpGateway:
-    def __init__(self, settings: Settings, store: Store, box: SecretBox) -> None:
+    def __init__(self, settings: Settings, store: McpStore, box: SecretBox) -> None:
         self._store = store
         self._timeout = settings.mcp_timeout_seconds
         self._egress = McpEgress(settings)

@@ -26,7 +26,7 @@ from anyio import to_thread
 from stead.config import Settings
 from stead.egress_policy import EgressPolicy, upstream_context
 from stead.jsonvalues import Json
-from stead.store import CredentialRecord, Store
+from stead.store import CredentialRecord, VaultStore
 from stead.vault import SealError, SecretBox
 
 if TYPE_CHECKING:
@@ -105,7 +105,9 @@ def _expires_soon(credential: CredentialRecord, now: datetime) -> bool:
 
 
 class McpTokens:
-    def __init__(self, store: Store, box: SecretBox, egress: McpEgress, *, timeout: float) -> None:
+    def __init__(
+        self, store: VaultStore, box: SecretBox, egress: McpEgress, *, timeout: float
+    ) -> None:
         self._store = store
         self._box = box
         self._egress = egress
@@ -194,7 +196,7 @@ async def refresh_grant(
 
 
 async def write_back_grant(
-    store: Store, box: SecretBox, credential: CredentialRecord, used: str, grant: TokenGrant
+    store: VaultStore, box: SecretBox, credential: CredentialRecord, used: str, grant: TokenGrant
 ) -> CredentialRecord:
     """Stores ``grant``'s tokens (sealed) and expiry, unless the refresh token
     ``used`` is no longer the stored one: another refresh won the race, and its

@@ -26,6 +26,7 @@ import mimetypes
 import posixpath
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
@@ -41,11 +42,13 @@ from stead.sandbox import (
 )
 from stead.store import (
     FileScope,
+    FileStore,
     NewFile,
     NotFound,
     SessionRecord,
+    SessionResourceStore,
+    SessionStore,
     StorageQuotaExceeded,
-    Store,
 )
 
 log = logging.getLogger("stead.runtime.mounts")
@@ -82,10 +85,15 @@ class Captured:
         )
 
 
+class MountsStore(SessionStore, FileStore, SessionResourceStore, Protocol):
+    """What staging a session's files and capturing its outputs use: the
+    session's resources and the files they name."""
+
+
 class SessionMounts:
     def __init__(
         self,
-        store: Store,
+        store: MountsStore,
         mounts: SandboxMounts,
         files: FileKeeper,
         failpoints: FailPoints,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from stead.config import Settings
 from stead.jsonvalues import Json
 from stead.sandbox import SandboxConfig
-from stead.store import NotFound, SessionRecord, Store
+from stead.store import EnvironmentStore, NotFound, SessionRecord
 
 
 def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfig:
@@ -26,7 +26,7 @@ def sandbox_config(settings: Settings, environment_config: Json) -> SandboxConfi
     )
 
 
-async def session_networking(store: Store, session: SessionRecord) -> Json | None:
+async def session_networking(store: EnvironmentStore, session: SessionRecord) -> Json | None:
     """The ``networking`` of the session's environment; None when it has none
     (a self-hosted environment's config) or the environment is gone."""
     try:

@@ -31,8 +31,8 @@ from stead.store import (
     NotFound,
     SessionRecord,
     SkillRecord,
+    SkillStore,
     SkillVersionRecord,
-    Store,
     skill_name_changed,
     skill_name_taken,
 )
@@ -50,7 +50,9 @@ class ResolvedSkills:
     """What could not be found (deleted since the agent named it), one line each."""
 
 
-async def resolve_skills(store: Store, workspace_id: str, refs: Sequence[Json]) -> ResolvedSkills:
+async def resolve_skills(
+    store: SkillStore, workspace_id: str, refs: Sequence[Json]
+) -> ResolvedSkills:
     """The versions an agent's ``skills`` name now (``latest`` is the newest)."""
     found: list[SkillVersionRecord] = []
     missing: list[str] = []
@@ -65,7 +67,7 @@ async def resolve_skills(store: Store, workspace_id: str, refs: Sequence[Json]) 
 
 
 async def check_skill_refs(
-    store: Store, workspace_id: str, refs: Sequence[Json], field: str
+    store: SkillStore, workspace_id: str, refs: Sequence[Json], field: str
 ) -> None:
     """A 400 naming ``field.<i>`` for a reference to no skill (or version) of the workspace."""
     for i, ref in enumerate(refs):
@@ -82,7 +84,7 @@ async def check_skill_refs(
 class SkillKeeper:
     def __init__(
         self,
-        store: Store,
+        store: SkillStore,
         files: FileKeeper,
         limits: SkillLimits,
         failpoints: FailPoints | None = None,

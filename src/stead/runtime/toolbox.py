@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 
@@ -24,7 +25,7 @@ from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.files import FileKeeper
-from stead.runtime.mounts import SessionMounts, SkillFiles
+from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -41,14 +42,16 @@ from stead.sandbox import (
 )
 from stead.store import (
     DatabaseBusy,
+    EnvironmentStore,
     LeaseExpiry,
+    LeaseStore,
     LeaseTerms,
     LimitReached,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
     SessionRecord,
-    Store,
+    UsageStore,
 )
 from stead.telemetry import Telemetry
 from stead.tools import ToolOutcome
@@ -85,11 +88,16 @@ class _Served:
     config: SandboxConfig
 
 
+class ToolboxStore(MountsStore, EnvironmentStore, LeaseStore, UsageStore, Protocol):
+    """What the sandbox toolbox uses: sessions and their environments, sandbox
+    leases and time, and what its mounts use."""
+
+
 class SandboxToolbox:
     def __init__(
         self,
         settings: Settings,
-        store: Store,
+        store: ToolboxStore,
         provider: SandboxProvider,
         credentials: SessionCredentials,
         telemetry: Telemetry | None = None,

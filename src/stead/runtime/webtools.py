@@ -18,12 +18,14 @@ from stead.harness import enabled_builtin_tools
 from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials
 from stead.sandbox import EnvironmentCredential
-from stead.store import Store
+from stead.store import SessionStore
 from stead.tools import CredentialGuard, ToolOutcome, WebOptions
 
 
 class WebTools:
-    def __init__(self, settings: Settings, store: Store, credentials: SessionCredentials) -> None:
+    def __init__(
+        self, settings: Settings, store: SessionStore, credentials: SessionCredentials
+    ) -> None:
         self._settings = settings
         self._store = store
         self._credentials = credentials

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Protocol
 
 import anyio
 
@@ -28,12 +29,14 @@ from stead.runtime.bus import Bus
 from stead.runtime.logcache import LogCache
 from stead.store import (
     Conflict,
+    EnvironmentStore,
+    EventLog,
     EventsAccepted,
     NewEvent,
     NotFound,
     SessionRecord,
-    Store,
     WorkItem,
+    WorkStore,
 )
 
 log = logging.getLogger("stead.runtime.work")
@@ -67,8 +70,13 @@ def _answer_in(events: Sequence[Json], use_id: str) -> Json | None:
     return None
 
 
+class WorkQueueStore(WorkStore, EventLog, EnvironmentStore, Protocol):
+    """What handing tool calls to environment workers uses: the work queue,
+    the session's log and its environment's config."""
+
+
 class WorkQueue:
-    def __init__(self, settings: Settings, store: Store, bus: Bus, logs: LogCache) -> None:
+    def __init__(self, settings: Settings, store: WorkQueueStore, bus: Bus, logs: LogCache) -> None:
         self._settings = settings
         self._store = store
         self._bus = bus

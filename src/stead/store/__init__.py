@@ -4,6 +4,17 @@ Other rooms import only from here. ``open_store`` picks the backend from the
 database URL (``sqlite:///path`` or ``postgresql://...``) and brings the schema
 up to date before returning; a database it cannot open raises ``StoreUnavailable``
 with one line to show the operator.
+
+``Store`` is the union of one narrow protocol per aggregate, each in a module
+with its records: ``WorkspaceStore`` (workspaces, keys, installation secrets,
+integrity), ``AgentStore``, ``EnvironmentStore``, ``SessionStore``, ``EventLog``
+(the log and the pending queue), ``RunLedger`` (runs, claims, fenced writes, the
+op ledger), ``LeaseStore``, ``UsageStore``, ``IdempotencyStore``, ``FileStore``,
+``SessionResourceStore``, ``LimitStore``, ``VaultStore``, ``WorkStore``,
+``BrainStore``, ``SkillStore``, ``WebhookStore`` and ``MemoryStoreStore``. A room
+takes the ones it uses. ``CoreStore`` is the first twelve: what every backend
+implements, ``InMemoryStore`` (the fake, ``inmemory/``) included; ``SqlStore``
+implements the whole ``Store``.
 """
 
 from __future__ import annotations
@@ -15,11 +26,13 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import OperationalError
 
 from stead.store import migrate
+from stead.store.agents import AgentStore
 from stead.store.base import (
     LIVE_RUN_STATUSES,
     AgentRecord,
     ApiKey,
     ClaimTerms,
+    CoreStore,
     EnvironmentRecord,
     EventFilter,
     EventRecord,
@@ -42,6 +55,7 @@ from stead.store.base import (
 )
 from stead.store.brains import BrainRecord, BrainStore
 from stead.store.channel import Channel, open_channel
+from stead.store.environments import EnvironmentStore
 from stead.store.errors import (
     BudgetReached,
     ChannelDown,
@@ -56,8 +70,10 @@ from stead.store.errors import (
     StoreError,
     StoreUnavailable,
 )
+from stead.store.events import EventLog
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
 from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.inmemory import InMemoryStore
 from stead.store.leases import (
     LeaseExpiry,
     LeaseStore,
@@ -91,6 +107,8 @@ from stead.store.memories import (
 )
 from stead.store.migrate import SchemaState, SchemaStatus
 from stead.store.resources import SessionResourceStore
+from stead.store.runs import RunLedger
+from stead.store.sessions import SessionStore
 from stead.store.skills import (
     SKILL_SCOPE,
     NewSkillVersion,
@@ -125,8 +143,10 @@ from stead.store.work import (
     QueueStats,
     WorkItem,
     WorkState,
+    WorkStore,
     WorkToken,
 )
+from stead.store.workspaces import WorkspaceStore
 
 __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
@@ -141,6 +161,7 @@ __all__ = [
     "WORKSPACE_LIMITS",
     "Actor",
     "AgentRecord",
+    "AgentStore",
     "ApiKey",
     "AttemptResult",
     "BrainRecord",
@@ -152,13 +173,16 @@ __all__ = [
     "ClaimTerms",
     "Claimed",
     "Conflict",
+    "CoreStore",
     "CredentialRecord",
     "DatabaseBusy",
     "DeliveryState",
     "DueDelivery",
     "EnvironmentKey",
     "EnvironmentRecord",
+    "EnvironmentStore",
     "EventFilter",
+    "EventLog",
     "EventRecord",
     "EventsAccepted",
     "FileRecord",
@@ -167,6 +191,7 @@ __all__ = [
     "HeartbeatRefused",
     "IdempotencyClaim",
     "IdempotencyStore",
+    "InMemoryStore",
     "IntegrityFinding",
     "InvalidValue",
     "LeaseExpiry",
@@ -198,6 +223,7 @@ __all__ = [
     "RequestUsage",
     "RetryTerms",
     "RunClaim",
+    "RunLedger",
     "RunStart",
     "RunStatus",
     "RunWrite",
@@ -209,6 +235,7 @@ __all__ = [
     "SessionFilter",
     "SessionRecord",
     "SessionResourceStore",
+    "SessionStore",
     "SkillRecord",
     "SkillStore",
     "SkillVersionRecord",
@@ -228,9 +255,11 @@ __all__ = [
     "WebhookStore",
     "WorkItem",
     "WorkState",
+    "WorkStore",
     "WorkToken",
     "Workspace",
     "WorkspaceScope",
+    "WorkspaceStore",
     "WriteResult",
     "open_channel",
     "open_store",

@@ -101,13 +101,7 @@ def update_(
 ) -> AgentRecord:
     _locks.row(conn, agents, agent_id)  # two updates make two versions, one after the other
     current = get(conn, workspace_id, agent_id)
-    if current.archived_at is not None:
-        raise Conflict(f"agent {agent_id} is archived and cannot be updated", status=400)
-    if expected_version is not None and expected_version != current.version:
-        raise Conflict(
-            f"version: agent {agent_id} is at version {current.version}, "
-            f"not {expected_version}; retrieve it and apply the change again"
-        )
+    check_update(current, expected_version)
     definition = change(current.definition)
     if definition == current.definition:
         return current
@@ -121,6 +115,17 @@ def update_(
         update(agents).where(agents.c.id == agent_id).values(latest_version=version, updated_at=now)
     )
     return AgentRecord(agent_id, workspace_id, version, definition, current.created_at, now, None)
+
+
+def check_update(current: AgentRecord, expected_version: int | None) -> None:
+    """Raises unless ``current``, the latest version, may take a change."""
+    if current.archived_at is not None:
+        raise Conflict(f"agent {current.id} is archived and cannot be updated", status=400)
+    if expected_version is not None and expected_version != current.version:
+        raise Conflict(
+            f"version: agent {current.id} is at version {current.version}, "
+            f"not {expected_version}; retrieve it and apply the change again"
+        )
 
 
 def archive(conn: Connection, now: datetime, workspace_id: str, agent_id: str) -> AgentRecord:

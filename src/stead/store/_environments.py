@@ -101,12 +101,7 @@ def update_(
     conn: Connection, now: datetime, workspace_id: str, env_id: str, change: EnvironmentChange
 ) -> EnvironmentRecord:
     current = get(conn, workspace_id, env_id)
-    if current.archived_at is not None:
-        raise Conflict(
-            f"environment {env_id} is archived and cannot be updated",
-            code="environment_archived",
-            status=400,
-        )
+    check_update(current)
     values = change(current)
     changed = {k: v for k, v in values.items() if getattr(current, k) != v}
     if not changed:
@@ -117,6 +112,15 @@ def update_(
         update(environments).where(environments.c.id == env_id).values(**changed, updated_at=now)
     )
     return get(conn, workspace_id, env_id)
+
+
+def check_update(current: EnvironmentRecord) -> None:
+    if current.archived_at is not None:
+        raise Conflict(
+            f"environment {current.id} is archived and cannot be updated",
+            code="environment_archived",
+            status=400,
+        )
 
 
 def archive(conn: Connection, now: datetime, workspace_id: str, env_id: str) -> EnvironmentRecord:

@@ -56,11 +56,12 @@ def claim(
             return IdempotencyClaim(ClaimState.CLAIMED, token=token)
         row = conn.execute(select(idempotency_keys).where(_this(workspace_id, key))).one_or_none()
         if row is not None:
-            return _found(row, fingerprint)
+            return found(row, fingerprint)
     raise RuntimeError(f"idempotency key {key!r} kept vanishing while being claimed")
 
 
-def _found(row: Any, fingerprint: str) -> IdempotencyClaim:
+def found(row: Any, fingerprint: str) -> IdempotencyClaim:
+    """What a claim of a held key answers (``row`` has the key's columns)."""
     if row.fingerprint != fingerprint:
         return IdempotencyClaim(ClaimState.MISMATCH)
     if row.status is None:

@@ -46,31 +46,19 @@ def accept(
     # finishes meanwhile drains the queue only after this commits.
     _locks.session(conn, session_id)
     session = _sessions.get(conn, workspace_id, session_id)
-    if session.archived_at is not None:
-        raise Conflict(f"session {session_id} is archived; it accepts no new events")
-    if session.terminated_at is not None:
-        raise Conflict(f"session {session_id} is terminated; it accepts no new events")
+    check_accepting(session)
     validate(session, lambda event_id: _events.find(conn, session_id, event_id))
-    new, repeated = _work.first_answers(conn, session_id, new)
-    busy = session.status != "idle"
-    queued = [e for e in new if busy and e.type in QUEUED_TYPES]
-    if queued and _events.pending_count(conn, session_id) + len(queued) > MAX_PENDING:
-        raise Conflict(
-            f"session {session_id} already has {MAX_PENDING} queued events; "
-            "wait for the running turn to drain them",
-            status=429,
-        )
-    echoes: list[EventRecord] = list(repeated)
-    logged: list[EventRecord] = []
-    # Keep the request's order: a run of queued events, then a run of logged ones, ...
-    for is_queued, group in groupby(new, key=lambda e: busy and e.type in QUEUED_TYPES):
-        batch = list(group)
-        if is_queued:
-            echoes += _events.enqueue(conn, now, session_id, batch)
-        else:
-            records = _events.append_log(conn, now, session_id, batch)
-            echoes += records
-            logged += records
+    new, repeated = _work.first_answers(
+        new, lambda use_id: _work.logged_answer(conn, session_id, use_id)
+    )
+    echoes, logged = file_in(
+        session,
+        new,
+        lambda: _events.pending_count(conn, session_id),
+        lambda batch: _events.enqueue(conn, now, session_id, batch),
+        lambda batch: _events.append_log(conn, now, session_id, batch),
+    )
+    echoes = [*repeated, *echoes]
     starts_work = any(e.type in STARTS_WORK for e in logged)
     started = None
     if starts_work:
@@ -81,3 +69,44 @@ def accept(
             # owned by a dead process, which recovery re-queues as for any run.
             started = _claims.claim(conn, now, run_id, claim, session, logged)
     return EventsAccepted(echoes, logged, starts_work, started)
+
+
+def check_accepting(session: SessionRecord) -> None:
+    if session.archived_at is not None:
+        raise Conflict(f"session {session.id} is archived; it accepts no new events")
+    if session.terminated_at is not None:
+        raise Conflict(f"session {session.id} is terminated; it accepts no new events")
+
+
+Batch = Callable[[list[NewEvent]], list[EventRecord]]
+
+
+def file_in(
+    session: SessionRecord,
+    new: Sequence[NewEvent],
+    pending_count: Callable[[], int],
+    enqueue: Batch,
+    append: Batch,
+) -> tuple[list[EventRecord], list[EventRecord]]:
+    """Files ``new`` into a busy session's queue (what waits for the turn) or its
+    log, in the request's order; returns the echoes and the logged among them."""
+    busy = session.status != "idle"
+    queued = [e for e in new if busy and e.type in QUEUED_TYPES]
+    if queued and pending_count() + len(queued) > MAX_PENDING:
+        raise Conflict(
+            f"session {session.id} already has {MAX_PENDING} queued events; "
+            "wait for the running turn to drain them",
+            status=429,
+        )
+    echoes: list[EventRecord] = []
+    logged: list[EventRecord] = []
+    # Keep the request's order: a run of queued events, then a run of logged ones, ...
+    for is_queued, group in groupby(new, key=lambda e: busy and e.type in QUEUED_TYPES):
+        batch = list(group)
+        if is_queued:
+            echoes += enqueue(batch)
+        else:
+            records = append(batch)
+            echoes += records
+            logged += records
+    return echoes, logged

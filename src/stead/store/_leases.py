@@ -50,7 +50,7 @@ def inserted(conn: Connection, stmt: Any, key: Any) -> bool:
     return conn.execute(stmt.returning(key)).first() is not None
 
 
-def _check_amount(name: str, value: float, *, allow_zero: bool) -> None:
+def check_amount(name: str, value: float, *, allow_zero: bool) -> None:
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = "zero or more" if allow_zero else "above zero"
         raise ValueError(f"{name} must be a finite number {bound}, not {value!r}")
@@ -105,7 +105,7 @@ def _ended_reason(
     return None
 
 
-def _fresh(now: datetime, ttl_seconds: float) -> dict[str, Any]:
+def fresh(now: datetime, ttl_seconds: float) -> dict[str, Any]:
     """The columns of a lease that starts now."""
     return {
         "status": ACTIVE,
@@ -131,7 +131,7 @@ def acquire(
 ) -> SandboxLease:
     """Renews the active lease, creates it, or replaces one that ended by TTL or
     explicitly; raises ``SandboxLeaseEnded`` (writing nothing) otherwise."""
-    _check_amount("ttl_seconds", ttl_seconds, allow_zero=False)
+    check_amount("ttl_seconds", ttl_seconds, allow_zero=False)
     ended = _ended_reason(conn, workspace_id, session_id, environment_id)
     if ended is not None:
         raise SandboxLeaseEnded(sandbox_id, ended)
@@ -142,7 +142,7 @@ def acquire(
         "agent_id": agent_id,
     }
     insert = _insert(conn, sandbox_leases).values(
-        sandbox_id=sandbox_id, **owner, **_fresh(now, ttl_seconds)
+        sandbox_id=sandbox_id, **owner, **fresh(now, ttl_seconds)
     )
     made = inserted(
         conn, insert.on_conflict_do_nothing(index_elements=["sandbox_id"]), leases.sandbox_id
@@ -151,20 +151,28 @@ def acquire(
     assert current is not None, "inserted or already there"
     if made:
         return current
-    if current.workspace_id != workspace_id:
-        raise Conflict(f"sandbox {sandbox_id} belongs to another workspace")
+    values = taken_again(current, owner, now, ttl_seconds)
+    conn.execute(update(sandbox_leases).where(leases.sandbox_id == sandbox_id).values(**values))
+    return dataclasses.replace(current, **values)
+
+
+def taken_again(
+    current: SandboxLease, owner: dict[str, Any], now: datetime, ttl_seconds: float
+) -> dict[str, Any]:
+    """What acquiring the existing lease ``current`` for ``owner`` changes: an
+    active one is renewed, one that ended by TTL or explicitly starts again;
+    any other ended for good (``SandboxLeaseEnded``)."""
+    if current.workspace_id != owner["workspace_id"]:
+        raise Conflict(f"sandbox {current.sandbox_id} belongs to another workspace")
     if current.status == ACTIVE:
-        values: dict[str, Any] = {
+        return {
             "ttl_seconds": ttl_seconds,
             "last_activity_at": now,
             "expires_at": now + timedelta(seconds=ttl_seconds),
         }
-    elif current.expiry_reason in REPLACEABLE_EXPIRIES:
-        values = {**owner, **_fresh(now, ttl_seconds)}
-    else:
-        raise SandboxLeaseEnded(sandbox_id, str(current.expiry_reason))
-    conn.execute(update(sandbox_leases).where(leases.sandbox_id == sandbox_id).values(**values))
-    return dataclasses.replace(current, **values)
+    if current.expiry_reason in REPLACEABLE_EXPIRIES:
+        return {**owner, **fresh(now, ttl_seconds)}
+    raise SandboxLeaseEnded(current.sandbox_id, str(current.expiry_reason))
 
 
 def renew(conn: Connection, now: datetime, sandbox_id: str) -> bool:
@@ -282,7 +290,7 @@ def add_active_seconds(
     workspace_id: str,
     seconds: float,
 ) -> None:
-    _check_amount("seconds", seconds, allow_zero=True)
+    check_amount("seconds", seconds, allow_zero=True)
     insert = _insert(conn, sandbox_usage).values(
         sandbox_id=sandbox_id,
         workspace_id=workspace_id,

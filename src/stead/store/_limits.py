@@ -3,8 +3,9 @@ that run inside the store's transactions."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, delete, func, select
 
@@ -16,7 +17,13 @@ from stead.store.errors import BudgetReached, LimitReached, NotFound
 from stead.store.leases import (
     SandboxLease,
 )
-from stead.store.limits import ENVIRONMENT_LIMITS, WORKSPACE, WORKSPACE_LIMITS, MonthUse
+from stead.store.limits import (
+    ENVIRONMENT_LIMITS,
+    WORKSPACE,
+    WORKSPACE_LIMITS,
+    MonthTotals,
+    MonthUse,
+)
 from stead.store.tables import (
     environments,
     sandbox_leases,
@@ -25,17 +32,6 @@ from stead.store.tables import (
     workspace_limits,
     workspaces,
 )
-
-
-class _Used(NamedTuple):
-    """A ``usage_months`` row's totals (its fields as the compiled read names them)."""
-
-    tokens: int
-    list_cost_nanos: int
-    active_seconds: float
-
-
-_NOTHING_USED = _Used(0, 0, 0.0)
 
 
 def _limits_statement() -> Any:
@@ -77,10 +73,7 @@ def set_limits(
     scope: str,
     changes: dict[str, int | None],
 ) -> dict[str, int]:
-    known = WORKSPACE_LIMITS if scope == WORKSPACE else ENVIRONMENT_LIMITS
-    unknown = sorted(set(changes) - set(known))
-    if unknown:
-        raise ValueError(f"unknown limit {unknown[0]!r}: one of {', '.join(known)}")
+    check_names(scope, changes)
     _check_scope(conn, workspace_id, scope)
     table = workspace_limits.c
     for name, value in changes.items():
@@ -99,6 +92,14 @@ def set_limits(
     return get(conn, workspace_id, scope)
 
 
+def check_names(scope: str, changes: dict[str, int | None]) -> None:
+    """``ValueError`` for a limit the scope does not have."""
+    known = WORKSPACE_LIMITS if scope == WORKSPACE else ENVIRONMENT_LIMITS
+    unknown = sorted(set(changes) - set(known))
+    if unknown:
+        raise ValueError(f"unknown limit {unknown[0]!r}: one of {', '.join(known)}")
+
+
 def month_start(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
@@ -110,11 +111,20 @@ def _month_statement() -> Any:
     )
 
 
-def _month_totals(conn: Connection, now: datetime, workspace_id: str) -> Any:
-    """The workspace's (tokens, list_cost_nanos, active_seconds) this UTC month."""
-    values = {"workspace_id": workspace_id, "month": month_start(now).strftime("%Y-%m")}
+def month_totals(conn: Connection, now: datetime, workspace_id: str) -> MonthTotals:
+    """What the workspace used this UTC month: one ``usage_months`` row."""
+    since = month_start(now)
+    values = {"workspace_id": workspace_id, "month": since.strftime("%Y-%m")}
     rows = compiled(conn, "limits.month", _month_statement).fetch(conn, values)
-    return rows[0] if rows else _NOTHING_USED
+    if not rows:
+        return MonthTotals(since=since, tokens=0, list_cost_nanos=0, sandbox_seconds=0.0)
+    used = rows[0]
+    return MonthTotals(
+        since=since,
+        tokens=int(used.tokens),
+        list_cost_nanos=int(used.list_cost_nanos),
+        sandbox_seconds=float(used.active_seconds),
+    )
 
 
 def _sandboxes_statement() -> Any:
@@ -135,12 +145,12 @@ def _sandboxes(conn: Connection, now: datetime, workspace_id: str, sandbox_id: s
 
 
 def month_use(conn: Connection, now: datetime, workspace_id: str) -> MonthUse:
-    used = _month_totals(conn, now, workspace_id)
+    totals = month_totals(conn, now, workspace_id)
     return MonthUse(
-        since=month_start(now),
-        tokens=int(used.tokens),
-        list_cost_nanos=int(used.list_cost_nanos),
-        sandbox_seconds=float(used.active_seconds),
+        since=totals.since,
+        tokens=totals.tokens,
+        list_cost_nanos=totals.list_cost_nanos,
+        sandbox_seconds=totals.sandbox_seconds,
         sandboxes=int(_sandboxes(conn, now, workspace_id).count),
     )
 
@@ -152,23 +162,28 @@ def _dollars(nanos: int) -> str:
 def check_model_request(conn: Connection, now: datetime, workspace_id: str) -> None:
     """Raises ``LimitReached`` when the workspace's monthly tokens or list cost
     allow no more model requests."""
-    limits = get(conn, workspace_id)
+    refuse_model_request(get(conn, workspace_id), lambda: month_totals(conn, now, workspace_id))
+
+
+def refuse_model_request(limits: dict[str, int], month: Callable[[], MonthTotals]) -> None:
+    """``check_model_request`` given the workspace's ``limits`` and a reader of
+    its month's use (read only when a limit needs it)."""
     tokens, cost = limits.get("monthly_tokens"), limits.get("monthly_list_cost_nanos")
     if tokens is None and cost is None:
         return
-    used = _month_totals(conn, now, workspace_id)
-    month = month_start(now).strftime("%Y-%m")
-    if tokens is not None and used.tokens >= tokens:
+    use = month()
+    month_name = use.since.strftime("%Y-%m")
+    if tokens is not None and use.tokens >= tokens:
         raise LimitReached(
             "monthly_tokens",
-            f"the workspace's monthly token limit is reached: {used.tokens:,} of {tokens:,} "
-            f"tokens used in {month} (an operator raises it with `stead limits set`)",
+            f"the workspace's monthly token limit is reached: {use.tokens:,} of {tokens:,} "
+            f"tokens used in {month_name} (an operator raises it with `stead limits set`)",
         )
-    if cost is not None and used.list_cost_nanos >= cost:
+    if cost is not None and use.list_cost_nanos >= cost:
         raise LimitReached(
             "monthly_list_cost",
-            f"the workspace's monthly spend limit is reached: {_dollars(used.list_cost_nanos)} "
-            f"of {_dollars(cost)} list cost in {month} (an operator raises it with "
+            f"the workspace's monthly spend limit is reached: {_dollars(use.list_cost_nanos)} "
+            f"of {_dollars(cost)} list cost in {month_name} (an operator raises it with "
             "`stead limits set`)",
         )
 
@@ -184,37 +199,56 @@ def check_sandbox(
 ) -> None:
     """Raises ``LimitReached`` when the workspace's or the session's environment's
     limits allow the sandbox no more time, or no new sandbox may start."""
-    limits = get(conn, workspace_id)
+    cap, used = None, 0.0
     if session_id is not None:
         row = compiled(conn, "limits.session", _session_statement).fetch(
             conn, {"session_id": session_id}
         )
         if row:
-            per_session = get(conn, workspace_id, row[0].environment_id)
-            cap = per_session.get("session_sandbox_seconds")
+            cap = get(conn, workspace_id, row[0].environment_id).get("session_sandbox_seconds")
             used = float((row[0].usage or {}).get("active_seconds") or 0.0)
-            if cap is not None and used >= cap:
-                raise LimitReached(
-                    "session_sandbox_seconds",
-                    f"the environment's sandbox time limit per session is reached: "
-                    f"{used:,.0f} of {cap:,} seconds (an operator raises it with "
-                    "`stead limits set-environment`)",
-                )
+
+    def live() -> tuple[int, bool]:
+        found = _sandboxes(conn, now, workspace_id, sandbox_id)
+        return int(found.count), bool(found.held)
+
+    refuse_sandbox(
+        get(conn, workspace_id), cap, used, lambda: month_totals(conn, now, workspace_id), live
+    )
+
+
+def refuse_sandbox(
+    limits: dict[str, int],
+    session_cap: int | None,
+    session_used: float,
+    month: Callable[[], MonthTotals],
+    live: Callable[[], tuple[int, bool]],
+) -> None:
+    """``check_sandbox`` given the workspace's ``limits``, the session's cap and
+    use of sandbox time, and readers of the month's use and of (sandboxes with a
+    live lease, whether this one holds one), read only when a limit needs them."""
+    if session_cap is not None and session_used >= session_cap:
+        raise LimitReached(
+            "session_sandbox_seconds",
+            f"the environment's sandbox time limit per session is reached: "
+            f"{session_used:,.0f} of {session_cap:,} seconds (an operator raises it with "
+            "`stead limits set-environment`)",
+        )
     seconds = limits.get("monthly_sandbox_seconds")
     if seconds is not None:
-        used = float(_month_totals(conn, now, workspace_id).active_seconds)
-        if used >= seconds:
+        use = month()
+        if use.sandbox_seconds >= seconds:
             raise LimitReached(
                 "monthly_sandbox_seconds",
                 f"the workspace's monthly sandbox time limit is reached: "
-                f"{used:,.0f} of {seconds:,} seconds in "
-                f"{month_start(now):%Y-%m} (an operator raises it with `stead limits set`)",
+                f"{use.sandbox_seconds:,.0f} of {seconds:,} seconds in "
+                f"{use.since:%Y-%m} (an operator raises it with `stead limits set`)",
             )
     most = limits.get("concurrent_sandboxes")
     if most is not None:
         # A sandbox that holds its lease keeps it (even under a lowered limit).
-        live = _sandboxes(conn, now, workspace_id, sandbox_id)
-        if not live.held and live.count >= most:
+        count, held = live()
+        if not held and count >= most:
             raise LimitReached(
                 "concurrent_sandboxes",
                 f"the workspace's limit of {most} concurrent sandboxes is reached: "

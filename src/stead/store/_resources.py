@@ -11,6 +11,7 @@ from stead.store import _files, _locks, _sessions
 from stead.store._files import _record as file_record
 from stead.store.errors import Conflict, NotFound
 from stead.store.files import FileRecord, NewFile
+from stead.store.sessions import SessionRecord
 from stead.store.tables import files, session_outputs, sessions
 
 
@@ -25,16 +26,22 @@ def add(
         _files.get_file(conn, workspace_id, resource["file_id"])
     except NotFound:
         raise NotFound("file", resource["file_id"], field="file_id") from None
+    _write(conn, now, session_id, [*with_room(current, resource, limit), resource])
+    return resource
+
+
+def with_room(current: SessionRecord, resource: Json, limit: int) -> list[Json]:
+    """The session's resources, when ``resource`` may join them: fewer than
+    ``limit``, and no mount path inside another's."""
     held = list(current.resources)
     if len(held) >= limit:
-        raise Conflict(f"session {session_id} already has {limit} resources", status=400)
+        raise Conflict(f"session {current.id} already has {limit} resources", status=400)
     path = resource["mount_path"]
     for other in held:
         mounted = str(other.get("mount_path", ""))
         if path == mounted or path.startswith(mounted + "/") or mounted.startswith(path + "/"):
             raise Conflict(f"mount_path: {path!r} is already used by {other['id']}", status=400)
-    _write(conn, now, session_id, [*held, resource])
-    return resource
+    return held
 
 
 def delete(conn: Connection, now: datetime, workspace_id: str, session_id: str, ident: str) -> Json:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -34,6 +34,7 @@ from stead.store._paging import fetch_page
 from stead.store.base import (
     LIVE_RUN_STATUSES,
     AgentRecord,
+    EnvironmentRecord,
     EventRecord,
     NewEvent,
     Page,
@@ -45,6 +46,8 @@ from stead.store.base import (
 )
 from stead.store.errors import Conflict, NotFound
 from stead.store.tables import agents, environments, events, ops, pending, runs, sessions
+
+T = TypeVar("T")
 
 
 def _run_exists(*statuses: str) -> Any:
@@ -110,24 +113,12 @@ def create(
     # Neither may be archived or deleted until this session is committed.
     _locks.row(conn, agents, agent_id, shared=True)
     _locks.row(conn, environments, environment_id, shared=True)
-    try:
-        agent = _agents.get(conn, workspace_id, agent_id, version)
-    except NotFound as exc:
-        raise NotFound(exc.kind, exc.ident, field="agent") from None
-    if agent.archived_at is not None:
-        raise Conflict(
-            f"agent: agent {agent_id} is archived; new sessions cannot use it", status=400
-        )
-    try:
-        env = _environments.get(conn, workspace_id, environment_id)
-    except NotFound as exc:
-        raise NotFound(exc.kind, exc.ident, field="environment_id") from None
-    if env.archived_at is not None:
-        raise Conflict(
-            f"environment_id: environment {environment_id} is archived; new sessions cannot use it",
-            code="environment_archived",
-            status=400,
-        )
+    agent = usable_agent(
+        resolved("agent", lambda: _agents.get(conn, workspace_id, agent_id, version))
+    )
+    usable_environment(
+        resolved("environment_id", lambda: _environments.get(conn, workspace_id, environment_id))
+    )
     _vaults.check_attachable(conn, workspace_id, fields.get("vault_ids", []))
     session_id = new_id("session")
     row = {
@@ -161,6 +152,38 @@ def create(
     return _record(SimpleNamespace(status=status, **row)), logged
 
 
+def resolved(field: str, get: Callable[[], T]) -> T:
+    """``get()``; a ``NotFound`` it raises names ``field``."""
+    try:
+        return get()
+    except NotFound as exc:
+        raise NotFound(exc.kind, exc.ident, field=field) from None
+
+
+def usable_agent(agent: AgentRecord) -> AgentRecord:
+    """``agent``, unless a new session may not use it."""
+    if agent.archived_at is not None:
+        raise Conflict(
+            f"agent: agent {agent.id} is archived; new sessions cannot use it", status=400
+        )
+    return agent
+
+
+def usable_environment(env: EnvironmentRecord) -> None:
+    """Raises when a new session may not use ``env``."""
+    if env.archived_at is not None:
+        raise Conflict(
+            f"environment_id: environment {env.id} is archived; new sessions cannot use it",
+            code="environment_archived",
+            status=400,
+        )
+
+
+def changed(current: object, values: dict[str, Any]) -> dict[str, Any]:
+    """The entries of ``values`` that differ from ``current``'s attributes."""
+    return {k: v for k, v in values.items() if getattr(current, k) != v}
+
+
 def update_(
     conn: Connection,
     now: datetime,
@@ -171,32 +194,41 @@ def update_(
 ) -> tuple[SessionRecord, EventRecord | None]:
     _locks.session(conn, session_id)
     current = get(conn, workspace_id, session_id)
-    _check_writable(current)
-    values = change(current)
-    changed = {k: v for k, v in values.items() if getattr(current, k) != v}
-    if not changed:
+    check_writable(current)
+    values = changed(current, change(current))
+    if not values:
         return current, None
-    if "agent" in changed and current.status != "idle":
-        raise Conflict(
-            f"agent: session {session_id} is {current.status}; "
-            "its tools can only change while it is idle"
-        )
+    check_agent_change(current, values)
     conn.execute(
-        update(sessions).where(sessions.c.id == session_id).values(**changed, updated_at=now)
+        update(sessions).where(sessions.c.id == session_id).values(**values, updated_at=now)
     )
-    body = {**event.body, **changed}
+    body = {**event.body, **values}
     [logged] = _events.append_log(conn, now, session_id, [NewEvent(event.id, event.type, body)])
-    if "budget" in changed and _resumes(conn, current, changed["budget"]):
+    if "budget" in values and _resumes(conn, current, values["budget"]):
         _runs.start(conn, now, session_id)  # the turn the budget stopped goes on
     return get(conn, workspace_id, session_id), logged
+
+
+def check_agent_change(current: SessionRecord, values: dict[str, Any]) -> None:
+    if "agent" in values and current.status != "idle":
+        raise Conflict(
+            f"agent: session {current.id} is {current.status}; "
+            "its tools can only change while it is idle"
+        )
+
+
+def budget_frees(current: SessionRecord, budget: Json | None) -> bool:
+    """The session is idle at its budget and ``budget`` would let it go on (it
+    resumes when its last turn also ended ``budget_reached``)."""
+    if current.status != "idle" or not accounting.at_cap(current.budget, current.usage):
+        return False
+    return not accounting.at_cap(budget, current.usage)
 
 
 def _resumes(conn: Connection, current: SessionRecord, budget: Json | None) -> bool:
     """The session waits at its budget (its last turn ended ``budget_reached``)
     and ``budget`` lets it go on."""
-    if current.status != "idle" or not accounting.at_cap(current.budget, current.usage):
-        return False
-    if accounting.at_cap(budget, current.usage):
+    if not budget_frees(current, budget):
         return False
     stmt = (
         select(events.c.body)
@@ -217,14 +249,14 @@ def terminate(
 ) -> list[EventRecord]:
     _locks.session(conn, session_id)
     current = get(conn, workspace_id, session_id)
-    _check_writable(current)
+    check_writable(current)
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before ending it")
     logged = _events.append_log(conn, now, session_id, logged_first)
     return logged + _events.terminate(conn, now, session_id)
 
 
-def _check_writable(session: SessionRecord) -> None:
+def check_writable(session: SessionRecord) -> None:
     if session.archived_at is not None:
         raise Conflict(f"session {session.id} is archived and read-only")
     if session.terminated_at is not None:

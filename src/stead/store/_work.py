@@ -8,7 +8,7 @@ newer claim. Secrets are stored as SHA-256 hashes only.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -405,11 +405,12 @@ ANSWER_TYPES = (EventType.USER_TOOL_RESULT, EventType.AGENT_TOOL_RESULT)
 
 
 def first_answers(
-    conn: Connection, session_id: str, new: Sequence[NewEvent]
+    new: Sequence[NewEvent], logged_answer: Callable[[str], EventRecord | None]
 ) -> tuple[list[NewEvent], list[EventRecord]]:
     """``new`` without the ``user.tool_result`` events whose tool use already has
     a result (a worker that reported twice, or after stead settled the call),
-    and the logged results they repeat: a result is recorded once."""
+    and the logged results they repeat: a result is recorded once.
+    ``logged_answer(tool_use_id)`` is the result the log holds, if any."""
     kept: list[NewEvent] = []
     repeated: list[EventRecord] = []
     seen: set[str] = set()
@@ -421,7 +422,7 @@ def first_answers(
         if use_id in seen:
             continue
         seen.add(use_id)
-        earlier = _logged_answer(conn, session_id, use_id)
+        earlier = logged_answer(use_id)
         if earlier is None:
             kept.append(event)
         else:
@@ -429,7 +430,7 @@ def first_answers(
     return kept, repeated
 
 
-def _logged_answer(conn: Connection, session_id: str, use_id: str) -> EventRecord | None:
+def logged_answer(conn: Connection, session_id: str, use_id: str) -> EventRecord | None:
     use = _events.find(conn, session_id, use_id)
     if use is None or use.seq is None:
         return None

@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # base.py builds Store on FileStore, so only types come from it
-    from stead.store.base import Page, PageRequest
+    from stead.store.paging import Page, PageRequest
 
 
 @dataclass(frozen=True, slots=True)

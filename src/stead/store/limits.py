@@ -32,13 +32,19 @@ WORKSPACE = ""
 
 
 @dataclass(frozen=True, slots=True)
-class MonthUse:
+class MonthTotals:
     """What a workspace used in the current UTC month, as its limits count it."""
 
     since: datetime
     tokens: int
     list_cost_nanos: int
     sandbox_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class MonthUse(MonthTotals):
+    """``MonthTotals`` and the sandboxes the workspace holds now."""
+
     sandboxes: int
     """Sandboxes holding an active lease now."""
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from stead.store.errors import Conflict
 
 if TYPE_CHECKING:  # base.py builds Store on MemoryStoreStore, so only types come from it
-    from stead.store.base import Page, PageRequest
+    from stead.store.paging import Page, PageRequest
 
 PRECONDITION_FAILED = "memory_precondition_failed_error"
 PATH_CONFLICT = "memory_path_conflict_error"

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 from stead.store.errors import Conflict
 
 if TYPE_CHECKING:  # base.py builds Store on SkillStore, so only types come from it
-    from stead.store.base import Page, PageRequest
     from stead.store.files import FileRecord
+    from stead.store.paging import Page, PageRequest
 
 SKILL_SCOPE = "skill"
 """``files.scope_type`` of a skill version's bytes: hidden from the Files API."""

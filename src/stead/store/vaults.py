@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from stead.jsonvalues import Json
 
 if TYPE_CHECKING:  # base.py builds Store on VaultStore, so only types come from it
-    from stead.store.base import Page, PageRequest
+    from stead.store.paging import Page, PageRequest
 
 
 @dataclass(frozen=True, slots=True)

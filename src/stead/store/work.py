@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # base.py builds Store on WorkStore, so only types come from it
-    from stead.store.base import Page, PageRequest
+    from stead.store.paging import Page, PageRequest
 
 NO_HEARTBEAT = "NO_HEARTBEAT"
 TOKEN_PREFIX = "sk-stead-work-"

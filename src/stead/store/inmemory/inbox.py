@@ -1,0 +1,55 @@
+"""Accepting user events in memory (``_inbox.py``'s rules): into the log when the
+session is idle, else into the queue; a logged message queues a run, claimed at
+once when the caller gives terms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from stead.store._inbox import STARTS_WORK, Validator, check_accepting, file_in
+from stead.store._work import ANSWER_TYPES, first_answers
+from stead.store.events import EventRecord, EventsAccepted, NewEvent
+from stead.store.inmemory import events, runs, sessions
+from stead.store.inmemory.tables import Tables
+from stead.store.runs import ClaimTerms
+
+
+def accept(
+    t: Tables,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    new: Sequence[NewEvent],
+    validate: Validator,
+    claim: ClaimTerms | None,
+) -> EventsAccepted:
+    session = sessions.get(t, workspace_id, session_id)
+    check_accepting(session)
+    validate(session, lambda event_id: events.find(t, session_id, event_id))
+    new, repeated = first_answers(new, lambda use_id: _logged_answer(t, session_id, use_id))
+    echoes, logged = file_in(
+        session,
+        new,
+        lambda: len(t.pending.get(session_id, ())),
+        lambda batch: events.enqueue(t, session_id, batch),
+        lambda batch: events.append_log(t, now, session_id, batch),
+    )
+    echoes = [*repeated, *echoes]
+    starts_work = any(e.type in STARTS_WORK for e in logged)
+    started = None
+    if starts_work:
+        run_id = runs.start(t, now, session_id)
+        if claim is not None:
+            started = runs.claim(t, now, run_id, claim, session, logged)
+    return EventsAccepted(echoes, logged, starts_work, started)
+
+
+def _logged_answer(t: Tables, session_id: str, use_id: str) -> EventRecord | None:
+    use = events.find(t, session_id, use_id)
+    if use is None or use.seq is None:
+        return None
+    for later in events.after(t, session_id, use.seq, None):
+        if later.type in ANSWER_TYPES and later.body.get("tool_use_id") == use_id:
+            return later
+    return None

@@ -1,0 +1,484 @@
+"""``InMemoryStore``: the store's core aggregates held in memory, for tests and
+tools that need the store's promises without a database.
+
+It implements ``WorkspaceStore``, ``AgentStore``, ``EnvironmentStore``,
+``SessionStore``, ``EventLog``, ``RunLedger``, ``LeaseStore``, ``UsageStore``,
+``IdempotencyStore``, ``SessionResourceStore``, ``FileStore`` and ``LimitStore``
+(``CoreStore``) with the SQL store's semantics: each call is one transaction,
+all or nothing, visible to the next call once it returns. A call runs without
+an await after its first checkpoint, so no two interleave (the SQL store's row
+locks and single writer give the same). State lives in the instance; nothing
+is kept between stores. It keeps no vaults, so a session naming one is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, date, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from anyio.lowlevel import checkpoint
+
+from stead.jsonvalues import Json
+from stead.store.agents import AgentChange, AgentRecord
+from stead.store.environments import EnvironmentChange, EnvironmentRecord
+from stead.store.errors import DatabaseBusy
+from stead.store.events import EventFilter, EventRecord, EventsAccepted, NewEvent
+from stead.store.files import FileRecord, NewFile
+from stead.store.idempotency import IdempotencyClaim
+from stead.store.inmemory import (
+    agents,
+    events,
+    files,
+    idempotency,
+    inbox,
+    leases,
+    limits,
+    runs,
+    sessions,
+    workspaces,
+)
+from stead.store.inmemory.tables import Tables
+from stead.store.leases import LeaseExpiry, SandboxLease
+from stead.store.limits import WORKSPACE, MonthUse
+from stead.store.paging import Page, PageRequest
+from stead.store.runs import ClaimTerms, RunClaim, RunStart, RunStatus, RunWrite, WriteResult
+from stead.store.sessions import SessionChange, SessionFilter, SessionRecord
+from stead.store.usage import LedgerRow
+from stead.store.workspaces import ApiKey, IntegrityFinding, Workspace
+
+R = TypeVar("R")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class InMemoryStore:
+    def __init__(self, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._tables = Tables()
+        self._now = clock
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def _write(self, fn: Callable[..., R], *args: Any) -> R:
+        return await self._write_at(None, fn, *args)
+
+    async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
+        """Runs ``fn(tables, now, *args)`` as one transaction: on any raise the
+        tables are put back as they were."""
+        await self._ready()
+        before = self._tables.snapshot()
+        try:
+            return fn(self._tables, self._now() if now is None else now, *args)
+        except BaseException:
+            self._tables = before
+            raise
+
+    async def _read(self, fn: Callable[..., R], *args: Any) -> R:
+        await self._ready()
+        return fn(self._tables, *args)
+
+    async def _ready(self) -> None:
+        # A checkpoint, so concurrent callers interleave between calls as they
+        # would on a database, never inside one.
+        await checkpoint()
+        if self._closed:
+            raise DatabaseBusy("the store is closed")
+
+    # workspaces and keys
+    async def create_workspace(self, name: str) -> Workspace:
+        return await self._write(workspaces.create_workspace, name)
+
+    async def list_workspaces(self) -> list[Workspace]:
+        return await self._read(workspaces.list_workspaces)
+
+    async def create_api_key(
+        self, workspace_id: str, name: str, *, admin: bool = False
+    ) -> tuple[ApiKey, str]:
+        return await self._write(workspaces.create_api_key, workspace_id, name, admin)
+
+    async def authenticate(self, secret: str) -> ApiKey | None:
+        return await self._read(workspaces.authenticate, secret)
+
+    async def count_api_keys(self) -> int:
+        return await self._read(lambda t: len(t.api_keys))
+
+    async def list_api_keys(self) -> list[ApiKey]:
+        return await self._read(workspaces.list_api_keys)
+
+    async def revoke_api_key(self, key_id: str) -> ApiKey:
+        return await self._write(workspaces.revoke_api_key, key_id)
+
+    async def installation_secret(self, name: str) -> bytes:
+        return await self._write(workspaces.installation_secret, name)
+
+    async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
+        # Every JSON value was checked on its way in (``tables.stored``): none to find.
+        await self._ready()
+        return []
+
+    # agents
+    async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord:
+        return await self._write(agents.create_agent, workspace_id, definition)
+
+    async def get_agent(
+        self, workspace_id: str, agent_id: str, version: int | None = None
+    ) -> AgentRecord:
+        return await self._read(agents.get_agent, workspace_id, agent_id, version)
+
+    async def update_agent(
+        self, workspace_id: str, agent_id: str, expected_version: int | None, change: AgentChange
+    ) -> AgentRecord:
+        return await self._write(
+            agents.update_agent, workspace_id, agent_id, expected_version, change
+        )
+
+    async def archive_agent(self, workspace_id: str, agent_id: str) -> AgentRecord:
+        return await self._write(agents.archive_agent, workspace_id, agent_id)
+
+    async def list_agents(
+        self,
+        workspace_id: str,
+        page: PageRequest,
+        include_archived: bool,
+        created_gte: datetime | None,
+        created_lte: datetime | None,
+    ) -> Page[AgentRecord]:
+        return await self._read(
+            agents.list_agents, workspace_id, page, include_archived, created_gte, created_lte
+        )
+
+    async def list_agent_versions(
+        self, workspace_id: str, agent_id: str, page: PageRequest
+    ) -> Page[AgentRecord]:
+        return await self._read(agents.list_agent_versions, workspace_id, agent_id, page)
+
+    # environments
+    async def create_environment(
+        self,
+        workspace_id: str,
+        name: str,
+        description: str | None,
+        config: Json,
+        metadata: dict[str, str],
+        scope: str | None,
+    ) -> EnvironmentRecord:
+        return await self._write(
+            agents.create_environment, workspace_id, name, description, config, metadata, scope
+        )
+
+    async def get_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
+        return await self._read(agents.get_environment, workspace_id, env_id)
+
+    async def update_environment(
+        self, workspace_id: str, env_id: str, change: EnvironmentChange
+    ) -> EnvironmentRecord:
+        return await self._write(agents.update_environment, workspace_id, env_id, change)
+
+    async def archive_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
+        return await self._write(agents.archive_environment, workspace_id, env_id)
+
+    async def delete_environment(self, workspace_id: str, env_id: str) -> None:
+        await self._write(agents.delete_environment, workspace_id, env_id)
+
+    async def list_environments(
+        self, workspace_id: str, page: PageRequest, include_archived: bool
+    ) -> Page[EnvironmentRecord]:
+        return await self._read(agents.list_environments, workspace_id, page, include_archived)
+
+    # sessions
+    async def create_session(
+        self,
+        workspace_id: str,
+        agent_ref: tuple[str, int | None],
+        build_agent: Callable[[AgentRecord], Json],
+        environment_id: str,
+        fields: dict[str, Any],
+        initial_events: Sequence[NewEvent],
+    ) -> tuple[SessionRecord, list[EventRecord]]:
+        return await self._write(
+            sessions.create,
+            workspace_id,
+            agent_ref,
+            build_agent,
+            environment_id,
+            fields,
+            initial_events,
+        )
+
+    async def get_session(self, workspace_id: str, session_id: str) -> SessionRecord:
+        return await self._read(sessions.get, workspace_id, session_id)
+
+    async def update_session(
+        self, workspace_id: str, session_id: str, change: SessionChange, event: NewEvent
+    ) -> tuple[SessionRecord, EventRecord | None]:
+        return await self._write(sessions.update, workspace_id, session_id, change, event)
+
+    async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord:
+        return await self._write(sessions.archive, workspace_id, session_id)
+
+    async def delete_session(self, workspace_id: str, session_id: str) -> None:
+        await self._write(sessions.delete, workspace_id, session_id)
+
+    async def list_sessions(
+        self, workspace_id: str, page: PageRequest, where: SessionFilter
+    ) -> Page[SessionRecord]:
+        return await self._read(sessions.list_, workspace_id, page, where)
+
+    async def session_snapshot(self, session_id: str) -> SessionRecord:
+        return await self._read(sessions.snapshot, session_id)
+
+    async def terminate_session(
+        self, workspace_id: str, session_id: str, events: Sequence[NewEvent]
+    ) -> list[EventRecord]:
+        return await self._write(sessions.terminate, workspace_id, session_id, events)
+
+    # the event log
+    async def accept_user_events(
+        self,
+        workspace_id: str,
+        session_id: str,
+        events: Sequence[NewEvent],
+        validate: Callable[[SessionRecord, Callable[[str], EventRecord | None]], None],
+        claim: ClaimTerms | None = None,
+    ) -> EventsAccepted:
+        return await self._write(inbox.accept, workspace_id, session_id, events, validate, claim)
+
+    async def append_events(self, session_id: str, new: Sequence[NewEvent]) -> list[EventRecord]:
+        return await self._write(events.append_log, session_id, new)
+
+    async def drain_pending(self, session_id: str) -> list[EventRecord]:
+        return await self._write(events.drain, session_id)
+
+    async def list_events(
+        self, workspace_id: str, session_id: str, page: PageRequest, where: EventFilter
+    ) -> Page[EventRecord]:
+        def run(t: Tables) -> Page[EventRecord]:
+            sessions.get(t, workspace_id, session_id)
+            return events.list_(t, session_id, page, where)
+
+        return await self._read(run)
+
+    async def events_after(self, session_id: str, seq: int, limit: int) -> list[EventRecord]:
+        return await self._read(events.after, session_id, seq, limit)
+
+    async def last_seq(self, session_id: str) -> int:
+        return await self._read(events.last_seq, session_id)
+
+    async def find_event_seq(self, session_id: str, event_id: str) -> int | None:
+        return await self._read(events.find_seq, session_id, event_id)
+
+    # runs and the side-effect ledger
+    async def start_run(self, session_id: str) -> str:
+        return await self._write(runs.start, session_id)
+
+    async def finish_run(self, run_id: str, status: RunStatus) -> None:
+        await self._write(runs.finish, run_id, status)
+
+    async def claim_run(self, run_id: str, terms: ClaimTerms) -> RunStart | None:
+        return await self._write(runs.claim, run_id, terms)
+
+    async def claim_next(self, session_id: str, terms: ClaimTerms) -> RunStart | None:
+        return await self._write(runs.claim_next, session_id, terms)
+
+    async def renew_lease(self, run_id: str, epoch: int, lease_seconds: float) -> bool:
+        return await self._write(runs.renew, run_id, epoch, lease_seconds)
+
+    async def requeue_runs(self, *, not_owned_by: str | None = None) -> list[tuple[str, str]]:
+        return await self._write(runs.requeue, not_owned_by)
+
+    async def queued_runs(self, session_id: str | None = None) -> list[tuple[str, str]]:
+        return await self._read(runs.queued, session_id)
+
+    async def run_write(self, claim: RunClaim, write: RunWrite) -> WriteResult:
+        return await self._write(runs.write, claim, write)
+
+    # sandbox leases and sandbox time
+    async def acquire_sandbox_lease(
+        self,
+        sandbox_id: str,
+        *,
+        workspace_id: str,
+        session_id: str | None,
+        environment_id: str,
+        agent_id: str | None,
+        ttl_seconds: float,
+        enforce_limits: bool = False,
+        now: datetime | None = None,
+    ) -> SandboxLease:
+        return await self._write_at(
+            now,
+            _acquire_within_limits if enforce_limits else leases.acquire,
+            sandbox_id,
+            workspace_id,
+            session_id,
+            environment_id,
+            agent_id,
+            ttl_seconds,
+        )
+
+    async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
+        return await self._write_at(now, leases.renew, sandbox_id)
+
+    async def expire_sandbox_leases(self, *, now: datetime | None = None) -> list[SandboxLease]:
+        return await self._write_at(now, leases.expire_all)
+
+    async def expire_sandbox_lease(
+        self,
+        sandbox_id: str,
+        *,
+        reason: LeaseExpiry = LeaseExpiry.EXPLICIT,
+        now: datetime | None = None,
+    ) -> bool:
+        return await self._write_at(now, leases.expire_one, sandbox_id, reason)
+
+    async def sandbox_lease(self, sandbox_id: str) -> SandboxLease | None:
+        return await self._read(lambda t: t.leases.get(sandbox_id))
+
+    async def leases_to_destroy(self) -> list[SandboxLease]:
+        return await self._read(leases.to_destroy)
+
+    async def mark_sandbox_destroyed(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
+        return await self._write_at(now, leases.mark_destroyed, sandbox_id)
+
+    async def add_sandbox_active_seconds(
+        self,
+        sandbox_id: str,
+        *,
+        session_id: str | None,
+        workspace_id: str,
+        seconds: float,
+        now: datetime | None = None,
+    ) -> None:
+        await self._write_at(
+            now, leases.add_active_seconds, sandbox_id, session_id, workspace_id, seconds
+        )
+
+    async def sandbox_active_seconds(self, sandbox_id: str) -> float:
+        return await self._read(leases.active_seconds, sandbox_id)
+
+    # limits
+    async def limits(self, workspace_id: str, scope: str = WORKSPACE) -> dict[str, int]:
+        return await self._read(limits.read, workspace_id, scope)
+
+    async def set_limits(
+        self, workspace_id: str, scope: str, changes: dict[str, int | None]
+    ) -> dict[str, int]:
+        return await self._write(limits.set_limits, workspace_id, scope, changes)
+
+    async def month_use(self, workspace_id: str, *, now: datetime | None = None) -> MonthUse:
+        return await self._read(limits.month_use, now or self._now(), workspace_id)
+
+    # usage
+    async def book_sandbox_active_seconds(
+        self, sandbox_id: str, *, session_id: str | None, workspace_id: str, total: float
+    ) -> float:
+        return await self._write(
+            leases.book_active_seconds, sandbox_id, session_id, workspace_id, total
+        )
+
+    async def usage_ledger(
+        self, workspace_id: str, first: date | None = None, last: date | None = None
+    ) -> list[LedgerRow]:
+        return await self._read(leases.ledger, workspace_id, first, last)
+
+    # idempotency keys
+    async def claim_idempotency_key(
+        self,
+        workspace_id: str,
+        key: str,
+        fingerprint: str,
+        *,
+        ttl_seconds: float,
+        abandoned_seconds: float,
+    ) -> IdempotencyClaim:
+        return await self._write(
+            idempotency.claim, workspace_id, key, fingerprint, ttl_seconds, abandoned_seconds
+        )
+
+    async def keep_idempotent_answer(
+        self,
+        workspace_id: str,
+        key: str,
+        token: str,
+        *,
+        status: int,
+        content_type: str | None,
+        body: bytes | None,
+        ttl_seconds: float,
+    ) -> None:
+        await self._write(
+            idempotency.keep, workspace_id, key, token, status, content_type, body, ttl_seconds
+        )
+
+    async def release_idempotency_key(self, workspace_id: str, key: str, token: str) -> None:
+        await self._write(idempotency.release, workspace_id, key, token)
+
+    # files, session resources and captured outputs
+    async def begin_file(self, new: NewFile, *, quota: int = 0) -> FileRecord:
+        return await self._write(files.begin_file, new, quota)
+
+    async def file_ready(self, workspace_id: str, file_id: str) -> FileRecord:
+        return await self._write(files.file_ready, workspace_id, file_id)
+
+    async def get_file(self, workspace_id: str, file_id: str) -> FileRecord:
+        return await self._read(files.get_file, workspace_id, file_id)
+
+    async def list_files(
+        self, workspace_id: str, page: PageRequest, scope_id: str | None
+    ) -> Page[FileRecord]:
+        return await self._read(files.list_files, workspace_id, page, scope_id)
+
+    async def files_by_ids(self, workspace_id: str, file_ids: Sequence[str]) -> list[FileRecord]:
+        return await self._read(files.files_by_ids, workspace_id, file_ids)
+
+    async def delete_file(self, workspace_id: str, file_id: str) -> FileRecord:
+        return await self._write(files.delete_file, workspace_id, file_id)
+
+    async def files_to_purge(self, pending_before: datetime, limit: int) -> list[FileRecord]:
+        return await self._write(files.files_to_purge, pending_before, limit)
+
+    async def expired_files(self, now: datetime, limit: int) -> list[FileRecord]:
+        return await self._read(files.expired_files, now, limit)
+
+    async def bytes_removed(self, file_id: str) -> None:
+        await self._write(files.bytes_removed, file_id)
+
+    async def forget_file(self, file_id: str) -> None:
+        await self._write(files.forget_file, file_id)
+
+    async def add_session_resource(
+        self, workspace_id: str, session_id: str, resource: Json, *, limit: int
+    ) -> Json:
+        return await self._write(files.add_resource, workspace_id, session_id, resource, limit)
+
+    async def delete_session_resource(
+        self, workspace_id: str, session_id: str, resource_id: str
+    ) -> Json:
+        return await self._write(files.delete_resource, workspace_id, session_id, resource_id)
+
+    async def begin_output(
+        self, new: NewFile, session_id: str, path: str, sha256: str, *, quota: int = 0
+    ) -> FileRecord | None:
+        return await self._write(files.begin_output, new, session_id, path, sha256, quota)
+
+
+def _acquire_within_limits(
+    t: Tables,
+    now: datetime,
+    sandbox_id: str,
+    workspace_id: str,
+    session_id: str | None,
+    *lease: Any,
+) -> SandboxLease:
+    limits.check_sandbox(t, now, workspace_id, sandbox_id, session_id)
+    return leases.acquire(t, now, sandbox_id, workspace_id, session_id, *lease)
+
+
+if TYPE_CHECKING:
+    from stead.store.base import CoreStore
+
+    _implements: CoreStore = InMemoryStore()

@@ -1,0 +1,61 @@
+"""Workspaces, API keys and installation secrets in memory (``_workspaces.py``'s rules)."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import replace
+from datetime import datetime
+
+from stead.ids import new_id
+from stead.store._workspaces import KEY_PREFIX, hash_secret
+from stead.store.errors import NotFound
+from stead.store.inmemory.tables import Tables
+from stead.store.workspaces import ApiKey, Workspace
+
+
+def create_workspace(t: Tables, now: datetime, name: str) -> Workspace:
+    workspace = Workspace(id=new_id("workspace"), name=name, created_at=now)
+    t.workspaces[workspace.id] = workspace
+    return workspace
+
+
+def list_workspaces(t: Tables) -> list[Workspace]:
+    return sorted(t.workspaces.values(), key=lambda w: w.created_at)
+
+
+def create_api_key(
+    t: Tables, now: datetime, workspace_id: str, name: str, admin: bool
+) -> tuple[ApiKey, str]:
+    if workspace_id not in t.workspaces:
+        raise NotFound("workspace", workspace_id)
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    key = ApiKey(new_id("api_key"), workspace_id, name, secret[-4:], now, admin=admin)
+    t.api_keys[key.id] = (key, hash_secret(secret))
+    return key, secret
+
+
+def list_api_keys(t: Tables) -> list[ApiKey]:
+    return sorted((key for key, _ in t.api_keys.values()), key=lambda k: (k.created_at, k.id))
+
+
+def revoke_api_key(t: Tables, now: datetime, key_id: str) -> ApiKey:
+    """Revokes the key (again: keeps the first revocation's time)."""
+    if key_id not in t.api_keys:
+        raise NotFound("api_key", key_id)
+    key, hashed = t.api_keys[key_id]
+    if key.revoked_at is None:
+        key = replace(key, revoked_at=now)
+        t.api_keys[key_id] = (key, hashed)
+    return key
+
+
+def authenticate(t: Tables, secret: str) -> ApiKey | None:
+    hashed = hash_secret(secret)
+    for key, key_hash in t.api_keys.values():
+        if key_hash == hashed and key.revoked_at is None:
+            return key
+    return None
+
+
+def installation_secret(t: Tables, _now: datetime, name: str) -> bytes:
+    return t.secrets.setdefault(name, secrets.token_bytes(32))

@@ -1,0 +1,127 @@
+"""The run ledger on every backend (SQLite, PostgreSQL and the in-memory store):
+fencing epochs, the op ledger, a claim taken with the events that queued it,
+and a write that fails writing nothing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from stead.ids import new_id
+from stead.store import (
+    ClaimTerms,
+    InvalidValue,
+    LeaseLost,
+    LeaseTerms,
+    NewEvent,
+    RunStatus,
+    RunWrite,
+    SandboxLeaseEnded,
+    SqlStore,
+)
+from tests.databases import STORES
+from tests.unit.conftest import new_session, user_message
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
+ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
+
+
+def _terms(owner: str, lease_seconds: float = 30.0) -> ClaimTerms:
+    opening = lambda attempts: [NewEvent(new_id("event"), "span.attempt", {"n": attempts})]  # noqa: E731
+    return ClaimTerms(owner=owner, lease_seconds=lease_seconds, opening=opening)
+
+
+def _span(name: str = "span") -> NewEvent:
+    return NewEvent(new_id("event"), name, {})
+
+
+async def test_a_requeued_run_fences_its_old_owner_out(store: SqlStore) -> None:
+    _, session_id = await new_session(store)
+    await store.start_run(session_id)
+    first = await store.claim_next(session_id, _terms("brain-a", lease_seconds=-1.0))
+    assert first is not None and (first.claim.epoch, first.claim.attempts) == (1, 1)
+    assert [e.body for e in first.opened] == [{"n": 1}]
+    assert await store.requeue_runs() == [(first.claim.run_id, session_id)]
+    second = await store.claim_run(first.claim.run_id, _terms("brain-b"))
+    assert second is not None and (second.claim.epoch, second.claim.attempts) == (2, 2)
+    assert await store.claim_run(first.claim.run_id, _terms("brain-c")) is None
+    before = await store.last_seq(session_id)
+    with pytest.raises(LeaseLost):
+        await store.run_write(first.claim, RunWrite(events=[_span()]))
+    assert not await store.renew_lease(first.claim.run_id, first.claim.epoch, 30.0)
+    assert await store.last_seq(session_id) == before
+    assert await store.renew_lease(second.claim.run_id, second.claim.epoch, 30.0)
+    assert await store.requeue_runs() == []  # its lease is live
+    assert await store.requeue_runs(not_owned_by="brain-b") == []
+    done = await store.run_write(second.claim, RunWrite(events=[_span()], status=RunStatus.DONE))
+    assert [e.seq for e in done.logged] == [before + 1]
+    with pytest.raises(LeaseLost):  # a finished run takes no more writes
+        await store.run_write(second.claim, RunWrite(events=[_span()]))
+
+
+async def test_the_op_ledger_answers_a_replay_with_what_it_recorded(store: SqlStore) -> None:
+    _, session_id = await new_session(store)
+    await store.start_run(session_id)
+    taken = await store.claim_next(session_id, _terms("brain"))
+    assert taken is not None
+    claim = taken.claim
+    began = await store.run_write(claim, RunWrite(ops_started=[("op-1", "bash")]))
+    assert began.started == {"op-1": None}
+    again = await store.run_write(claim, RunWrite(ops_started=[("op-1", "bash")]))
+    started = again.started["op-1"]
+    assert started is not None and (started.status, started.kind, started.epoch) == (
+        "started",
+        "bash",
+        claim.epoch,
+    )
+    result = {"stdout": "hi", "exit_code": 0}
+    reported = RunWrite(events=[_span("tool.result")], ops_completed=[("op-1", result)])
+    await store.run_write(claim, reported)
+    replay = await store.run_write(claim, RunWrite(ops_started=[("op-1", "bash")], since=0))
+    completed = replay.started["op-1"]
+    assert completed is not None and (completed.status, completed.result) == ("completed", result)
+    assert replay.log is not None and [e.type for e in replay.log][-1] == "tool.result"
+
+
+async def test_a_message_to_an_idle_session_is_claimed_in_its_own_commit(store: SqlStore) -> None:
+    workspace_id, session_id = await new_session(store)
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_hi")], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert accepted.starts_work and accepted.started is not None
+    start = accepted.started
+    assert start.session.status == "running" and start.claim.attempts == 1
+    assert (start.log[0].id, start.log[0].seq) == ("sevt_hi", 1)
+    assert [e.type for e in start.opened] == ["span.attempt"] and len(start.log) == 2
+    assert await store.queued_runs(session_id) == []
+    assert (await store.get_session(workspace_id, session_id)).status == "running"
+    busy = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_later")], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert busy.started is None and [e.position for e in busy.echoes] == [1]
+
+
+async def test_a_write_that_fails_writes_nothing(store: SqlStore) -> None:
+    workspace_id, session_id = await new_session(store)
+    await store.start_run(session_id)
+    taken = await store.claim_next(session_id, _terms("brain"))
+    assert taken is not None
+    session = await store.get_session(workspace_id, session_id)
+    await store.archive_environment(workspace_id, session.environment_id)
+    lease = LeaseTerms(session_id, workspace_id, session_id, session.environment_id, None, 60.0)
+    before = await store.last_seq(session_id)
+    with pytest.raises(SandboxLeaseEnded):
+        await store.run_write(
+            taken.claim,
+            RunWrite(events=[_span()], ops_started=[("op-x", "bash")], lease=lease),
+        )
+    unrenderable = NewEvent("sevt_nan", "span", {"x": math.nan})
+    with pytest.raises(InvalidValue):  # refused after the op was recorded in the same write
+        await store.run_write(
+            taken.claim, RunWrite(ops_started=[("op-x", "bash")], events=[_span(), unrenderable])
+        )
+    assert await store.last_seq(session_id) == before
+    retry = await store.run_write(taken.claim, RunWrite(ops_started=[("op-x", "bash")]))
+    assert retry.started == {"op-x": None}
+    assert await store.sandbox_lease(session_id) is None
