@@ -4,8 +4,8 @@ runs the turn and is SIGKILLed at a point of it, while the two others stream
 the session (the SDK's ``events.stream``). The round's points: before the turn
 starts, before the first model request and after its answer, before and after
 the MCP call (the side effect, counted by a loopback MCP server), before the
-last model request, and in the middle of its answer's stream. Each round kills
-the next process in turn, which comes back before the round after.
+last model request, and in the middle of its answer's stream. The process
+killed is a new one each round; the two others live through the test.
 
 For every round:
 
@@ -16,12 +16,15 @@ For every round:
   crash that left it in doubt (the model is told it "may have run");
 * each reader got the whole log, in order, once, and a stream resumed with
   ``Last-Event-ID`` on the other reader's process gets the rest exactly;
-* a session the survivors ran meanwhile finished its turn undisturbed.
+* a session the survivors ran meanwhile finished its turn undisturbed;
+
+and the MCP server's token (a vault credential) is in no event and no server's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -132,6 +135,8 @@ class Setup:
     plain_agent: str
     environment: str
     vault: str
+    token: str
+    """The MCP server's bearer token, kept in the vault."""
 
 
 def _setup(sdk: anthropic.Anthropic, mcp: FakeMcpServer) -> Setup:
@@ -149,9 +154,10 @@ def _setup(sdk: anthropic.Anthropic, mcp: FakeMcpServer) -> Setup:
     plain = sdk.beta.agents.create(name="bystander", model="claude-sonnet-4-6")
     environment = sdk.beta.environments.create(name=f"chaos-{uuid.uuid4().hex[:8]}")
     vault = sdk.beta.vaults.create(display_name="chaos")
-    auth = {"type": "static_bearer", "mcp_server_url": mcp.url, "token": mcp.issue_token()}
+    token = mcp.issue_token()
+    auth = {"type": "static_bearer", "mcp_server_url": mcp.url, "token": token}
     sdk.beta.vaults.credentials.create(vault.id, auth=auth)  # type: ignore[arg-type]
-    return Setup(agent.id, plain.id, environment.id, vault.id)
+    return Setup(agent.id, plain.id, environment.id, vault.id, token)
 
 
 def _finished(event: Json) -> bool:
@@ -289,6 +295,7 @@ class Round:
         result = next(e for e in log if e["type"] == "agent.mcp_tool_result")
         said = result["content"][0]["text"]
         assert (MAY_HAVE_RUN in said) == expect.in_doubt == result["is_error"], f"{point}: {said}"
+        assert self.setup.token not in json.dumps(log), f"{point}: the token is in the log"
         if not expect.in_doubt:
             assert said == self.words, f"{point}: {said}"
         kinds = [e["type"] for e in bystander]
@@ -313,5 +320,7 @@ def test_processes_killed_mid_turn_lose_and_repeat_nothing(
             for number, point in enumerate(POINTS):
                 turn = Round(cluster, setup, fake, number, point)
                 turn.check(turn.play(), mcp)
+            for server in brains.servers:
+                assert setup.token not in server.log_text(), server.log_path
         finally:
             brains.close()
