@@ -19,10 +19,15 @@ process ``worker % processes``:
   before the POST to the reader having parsed the event's frame; p50 and p99,
   and the POST alone.
 
-Throughputs are the median over ``ROUNDS`` rounds. Reported: each figure, the
-scaling ratio (three processes over one, on PostgreSQL) and each PostgreSQL
-figure over SQLite's, measured in the same run. Budget: append -> remote
-reader p50 <= 2 ms on loopback.
+Throughputs are the median over ``ROUNDS`` rounds. Reported: a table of each
+figure and its ratio to SQLite's, then one line with the scaling ratio (three
+processes over one, on PostgreSQL) and the remote latency beside its floor:
+PostgreSQL's own durable commit, ``NOTIFY`` -> ``LISTEN`` and one-row read,
+taken with psycopg alone in each round of the same run. Budget: append ->
+remote reader p50 <= 2 ms on loopback.
+
+The servers are real ``stead serve`` processes, forked by a ``ServeForker``
+(as the tests start theirs): they share the imports, nothing else.
 
 PostgreSQL is the server ``BENCH_POSTGRES_URL`` names (default: the local one,
 trust auth); the benchmark makes schemas of its own there and drops them.
