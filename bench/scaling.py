@@ -59,8 +59,8 @@ from _postgres import Floor, postgres_schema
 from _stream import STOP_TEXT, StreamReader
 
 WORKERS = size("WORKERS", 6, 2)
-EVENTS = size("EVENTS", 1200, 12)
-TURNS = size("TURNS", 240, 4)
+EVENTS = size("EVENTS", 900, 12)
+TURNS = size("TURNS", 180, 4)
 SAMPLES = size("SAMPLES", 300, 6)
 ROUNDS = size("ROUNDS", 5, 1)
 WARMUP = size("WARMUP", 20, 2)
