@@ -23,6 +23,7 @@ BENCH_DIR = Path(__file__).resolve().parent
 BENCHMARKS = (
     "event_append",
     "send_to_stream",
+    "scaling",
     "events_list",
     "agent_step",
     "concurrent_sessions",

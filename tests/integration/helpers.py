@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -79,3 +80,32 @@ def wait_idle_http(http: httpx2.Client, key: str, session_id: str, timeout: floa
     _wait_until_idle(
         lambda: str(http.get(url, headers=headers).json()["status"]), session_id, timeout
     )
+
+
+ANSWERS = {"agent.tool_use": "agent.tool_result", "agent.mcp_tool_use": "agent.mcp_tool_result"}
+"""A tool use's type -> the type of the event that answers it."""
+ANSWERED = {"agent.tool_result": "tool_use_id", "agent.mcp_tool_result": "mcp_tool_use_id"}
+"""An answer's type -> its field naming the use it answers."""
+
+
+def check_order(events: list[dict[str, Any]], point: str) -> None:
+    """Every tool use (built-in or MCP) answered once, after it; every model span
+    closed once, after it opened (``point`` names the case in a failure)."""
+    position = {e["id"]: i for i, e in enumerate(events)}
+    answered = Counter(e[ANSWERED[e["type"]]] for e in events if e["type"] in ANSWERED)
+    for e in events:
+        if e["type"] in ANSWERS:
+            assert answered[e["id"]] == 1, (
+                f"{point}: tool use {e['id']} answered {answered[e['id']]} times"
+            )
+        if e["type"] in ANSWERED:
+            use = e[ANSWERED[e["type"]]]
+            assert position[use] < position[e["id"]], f"{point}: result before its use"
+        if e["type"] == "span.model_request_end":
+            assert position[e["model_request_start_id"]] < position[e["id"]], f"{point}: span order"
+    closed = Counter(
+        e["model_request_start_id"] for e in events if e["type"] == "span.model_request_end"
+    )
+    for e in events:
+        if e["type"] == "span.model_request_start":
+            assert closed[e["id"]] == 1, f"{point}: span {e['id']} closed {closed[e['id']]} times"

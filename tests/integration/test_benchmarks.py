@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.databases import PostgresRun
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 SANDBOX_BENCHMARKS = {
     "sandbox_start",
@@ -23,6 +25,8 @@ SANDBOX_BENCHMARKS = {
     "work_queue",
 }
 NEEDS_SANDBOX_HOST = os.geteuid() != 0 or shutil.which("bwrap") is None
+POSTGRES_BENCHMARKS = {"scaling"}
+"""These make schemas of their own in the test run's PostgreSQL database."""
 
 
 def benchmarks() -> list[str]:
@@ -35,11 +39,20 @@ def benchmarks() -> list[str]:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("name", benchmarks())
-def test_the_benchmark_runs(name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.postgres) if n in POSTGRES_BENCHMARKS else n
+        for n in benchmarks()
+    ],
+)
+def test_the_benchmark_runs(name: str, request: pytest.FixtureRequest) -> None:
     if name in SANDBOX_BENCHMARKS and NEEDS_SANDBOX_HOST:
         pytest.skip("the sandbox benchmarks need root and bubblewrap")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_")}
+    if name in POSTGRES_BENCHMARKS:
+        run: PostgresRun = request.getfixturevalue("postgres_run")  # skips without a server
+        env["BENCH_POSTGRES_URL"] = run.url()
     done = subprocess.run(
         [sys.executable, str(BENCH / f"{name}.py")],
         capture_output=True,

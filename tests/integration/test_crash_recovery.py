@@ -43,7 +43,7 @@ from stead.testing import (
 )
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env
-from tests.integration.helpers import sse_frames
+from tests.integration.helpers import check_order, sse_frames
 
 Json = dict[str, Any]
 FAILPOINTS = (
@@ -286,26 +286,6 @@ def stored_seqs(db: Path, session_id: str) -> list[int]:
             "SELECT seq FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
         )
         return [int(r[0]) for r in rows]
-
-
-def check_order(events: list[Json], point: str) -> None:
-    position = {e["id"]: i for i, e in enumerate(events)}
-    answered = Counter(e.get("tool_use_id") for e in events if e["type"] == "agent.tool_result")
-    for e in events:
-        if e["type"] == "agent.tool_use":
-            assert answered[e["id"]] == 1, (
-                f"{point}: tool use {e['id']} answered {answered[e['id']]} times"
-            )
-        if e["type"] == "agent.tool_result":
-            assert position[e["tool_use_id"]] < position[e["id"]], f"{point}: result before its use"
-        if e["type"] == "span.model_request_end":
-            assert position[e["model_request_start_id"]] < position[e["id"]], f"{point}: span order"
-    closed = Counter(
-        e["model_request_start_id"] for e in events if e["type"] == "span.model_request_end"
-    )
-    for e in events:
-        if e["type"] == "span.model_request_start":
-            assert closed[e["id"]] == 1, f"{point}: span {e['id']} closed {closed[e['id']]} times"
 
 
 @pytest.mark.timeout(600)

@@ -12,13 +12,10 @@ data directory: a client sends to one and streams from another.
 
 from __future__ import annotations
 
-import base64
-import secrets
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -26,51 +23,15 @@ import httpx2
 import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess
-from tests.conftest import loop_env, make_client
+from tests.conftest import make_client
 from tests.databases import PostgresRun
+from tests.integration.brains import Brains
 from tests.integration.helpers import message, new_session, sse_frames, wait_idle
 
 pytestmark = pytest.mark.postgres
 
 TOTAL = 60
 SERVERS = 3
-
-
-class Brains:
-    """Processes on one schema; ``first_key`` works on each of them."""
-
-    def __init__(self, run: PostgresRun, root: Path, fake: FakeModel, forker: ServeForker) -> None:
-        self.schema = run.new_schema()
-        self.url = run.url(self.schema)
-        self._root = root
-        self._fake = fake
-        self._forker = forker
-        # One sealing key for vault secrets: every process must open every credential.
-        self._secret = base64.b64encode(secrets.token_bytes(32)).decode()
-        self.servers: list[ServerProcess] = []
-
-    def start(self, **extra: str) -> ServerProcess:
-        env = loop_env(
-            self._fake,
-            STEAD_DATABASE_URL=self.url,
-            STEAD_SECRET_KEY=self._secret,
-            STEAD_REAPER_INTERVAL_SECONDS="0.2",
-            STEAD_BRAIN_HEARTBEAT_SECONDS="0.5",
-            # Readers learn of other processes' events by notice alone, so a
-            # notice that goes missing fails the test instead of being polled for.
-            STEAD_BUS_POLL_SECONDS="600",
-            **extra,
-        )
-        data = self._root / f"brain-{len(self.servers)}"
-        server = ServerProcess(data, env=env, forker=self._forker).start()
-        self.servers.append(server)
-        return server
-
-    @property
-    def key(self) -> str:
-        found = next((s.first_key for s in self.servers if s.first_key), None)
-        assert found, self.servers[0].log_text()
-        return found
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +47,7 @@ def brains(
             group.start()
         yield group
     finally:
-        for server in group.servers:
-            server.kill()
-        postgres_run.drop_schema(group.schema)
+        group.close()
 
 
 def _client(server: ServerProcess, key: str) -> anthropic.Anthropic:

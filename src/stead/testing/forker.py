@@ -45,8 +45,11 @@ PRELOAD = (
     "uvicorn.loops.uvloop",
     "uvicorn.protocols.http.httptools_impl",
     "uvicorn.protocols.websockets.auto",
+    "stead.tools.mcp",
 )
-"""What ``stead serve`` imports before it answers and on its first turn."""
+"""What ``stead serve`` imports before it answers and on its first turn (the mcp
+SDK, which a server loads only at its first MCP call, costs each forked server
+about a second there otherwise: crash tests fork one per kill point)."""
 
 
 class ServeForker:
