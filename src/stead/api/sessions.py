@@ -38,9 +38,14 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
 
     app = services(request)
     prices = app.runtime.prices
-    spec.fields["resources"] = await resources.check_file_mounts(
+    files = await resources.check_file_mounts(
         app, who.workspace_id, spec.environment_id, spec.file_mounts, "resources."
     )
+    clones, tokens = await resources.check_repositories(
+        app, who.workspace_id, spec.environment_id, spec.repositories
+    )
+    spec.fields["resources"] = [*files, *clones]
+    spec.fields["repository_tokens"] = tokens
     if "skills" in spec.overrides:
         skills = agents.resolve_skills(list(spec.overrides["skills"] or []), "agent.skills")
         await check_skill_refs(app.store, who.workspace_id, skills, "agent.skills")

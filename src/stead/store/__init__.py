@@ -89,7 +89,7 @@ from stead.store.memories import (
     precondition_failed,
 )
 from stead.store.migrate import SchemaState, SchemaStatus
-from stead.store.resources import SessionResourceStore
+from stead.store.resources import RepositoryState, SessionResourceStore
 from stead.store.skills import (
     SKILL_SCOPE,
     NewSkillVersion,
@@ -194,6 +194,7 @@ __all__ = [
     "Page",
     "PageRequest",
     "QueueStats",
+    "RepositoryState",
     "RequestUsage",
     "RetryTerms",
     "RunClaim",

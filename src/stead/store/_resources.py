@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import Connection, insert, select, update
 
 from stead.jsonvalues import Json
-from stead.store import _files, _locks, _sessions
+from stead.store import _files, _locks, _repositories, _sessions
 from stead.store._files import _record as file_record
 from stead.store.errors import Conflict, NotFound
 from stead.store.files import FileRecord, NewFile
@@ -44,6 +44,7 @@ def delete(conn: Connection, now: datetime, workspace_id: str, session_id: str, 
     if found is None:
         raise NotFound("session resource", ident)
     _write(conn, now, session_id, [r for r in current.resources if r.get("id") != ident])
+    _repositories.delete_one(conn, ident)
     return found
 
 
