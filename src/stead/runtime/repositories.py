@@ -131,7 +131,7 @@ def classify(exit_code: int | None, output: str) -> str:
     text = output.lower()
     if "error: 401" in text or "could not read username" in text or "authentication" in text:
         return "repository_authentication_error"
-    if "error: 403" in text:
+    if "error: 403" in text or "http code 403" in text:  # the origin, or the proxy's policy
         return "repository_forbidden_error"
     if "error: 404" in text or "not found" in text:
         return "repository_not_found_error"

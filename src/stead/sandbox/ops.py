@@ -296,8 +296,7 @@ RequestPath = Annotated[str, StringConstraints(pattern=r"^/[!-~]{0,1023}$")]
 
 
 class Credential(Message):
-    """A header the egress proxy sets on every request for ``host`` (only on
-    requests for one of ``paths`` or below them, when any are given)."""
+    """A header the egress proxy sets on requests for ``host`` (under ``paths``, if any)."""
 
     host: Annotated[str, StringConstraints(min_length=1, max_length=253)]
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
