@@ -1,13 +1,16 @@
 """A git smart-HTTP server over HTTPS on loopback that requires a token: ``git
 http-backend`` run as CGI behind ``http.server``, answering 401 to a request
 without ``Authorization: Basic x-access-token:<token>`` for one of the tokens it
-accepts now (``GitOrigin.accepted``, changed by a test to revoke one). It
-records every request's path and Authorization, and logs nothing else."""
+accepts now (``GitOrigin.accepted``, changed by a test to revoke one). A
+request under ``GitOrigin.gated`` waits for ``gate`` (so a clone can be caught
+in flight). It records every request's path and Authorization, and logs
+nothing else."""
 
 from __future__ import annotations
 
 import base64
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +31,10 @@ class GitOrigin:
     port: int = 0
     seen: list[tuple[str, str, int]] = field(default_factory=list)
     """(path, Authorization, status) of each request."""
+    gated: str | None = None
+    gate: threading.Event = field(default_factory=threading.Event)
+    arrived: threading.Event = field(default_factory=threading.Event)
+    """Set when a request under ``gated`` came in (and waits for ``gate``)."""
 
 
 def basic(token: str) -> str:
@@ -43,6 +50,9 @@ def git_origin(ca: trustme.CA, name: str, root: Path, token: str) -> Iterator[Gi
         protocol_version = "HTTP/1.1"
 
         def _answer(self) -> None:
+            if origin.gated is not None and self.path.startswith(origin.gated):
+                origin.arrived.set()
+                origin.gate.wait(BACKEND_SECONDS)
             authorization = self.headers.get("Authorization", "")
             body = self._body()
             if authorization not in {basic(t) for t in origin.accepted}:

@@ -14,9 +14,12 @@ import io
 import json
 import shutil
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anthropic
 import pytest
@@ -24,7 +27,9 @@ import trustme
 
 from stead.testing import FakeModel, HostProcess, ServerProcess
 from tests.conftest import sdk_of
+from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import (
+    WAIT,
     bash_turn,
     requires_isolation,
     shell,
@@ -49,7 +54,7 @@ def origin(
     bundle = root / "ca.pem"
     ca.cert_pem.write_to_path(str(bundle))
     commits = make_repository(root / "repos", "project.git")
-    for copy in ("feature.git", "pinned.git", "branchless.git"):  # a token's paths each
+    for copy in ("feature.git", "pinned.git", "branchless.git", "slow.git"):  # paths of their own
         shutil.copytree(root / "repos" / "project.git", root / "repos" / copy)
     with git_origin(ca, GIT_HOST, root / "repos", TOKEN) as served:
         yield served, bundle, commits
@@ -95,6 +100,22 @@ processes' environments, the clone's git config, its files): the command
 builds the token from two halves, so the event log never holds it."""
 
 
+def _session(client: anthropic.Anthropic, resources: list[dict[str, Any]]) -> str:
+    """A new session with ``resources``, in an environment that may reach ``GIT_HOST``."""
+    agent = client.beta.agents.create(
+        name="repo", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = client.beta.environments.create(
+        name=f"repo-{uuid.uuid4().hex[:8]}",
+        config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": [GIT_HOST]}},
+    )
+    return client.beta.sessions.create(
+        agent=agent.id,
+        environment_id=environment.id,
+        resources=resources,  # type: ignore[arg-type]
+    ).id
+
+
 def _values(output: str) -> dict[str, str]:
     """``name=value`` lines as a mapping."""
     return dict(line.split("=", 1) for line in output.splitlines() if "=" in line)
@@ -104,19 +125,10 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
     server: ServerProcess, host: HostProcess, origin: tuple[GitOrigin, Path, dict[str, str]]
 ) -> None:
     served, _, commits = origin
+    served.accepted = {TOKEN}
     base = f"https://{GIT_HOST}:{served.port}"
     url = f"{base}/project.git"
     with sdk_of(server) as client:
-        agent = client.beta.agents.create(
-            name="repo", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
-        )
-        environment = client.beta.environments.create(
-            name=f"repo-{uuid.uuid4().hex[:8]}",
-            config={
-                "type": "cloud",
-                "networking": {"type": "limited", "allowed_hosts": [GIT_HOST]},
-            },
-        )
         repos = [
             {
                 "url": f"{base}/feature.git",
@@ -139,14 +151,8 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
                 "mount_path": "/workspace/nb",
             },
         ]
-        session = client.beta.sessions.create(
-            agent=agent.id,
-            environment_id=environment.id,
-            resources=[
-                {"type": "github_repository", "authorization_token": TOKEN, **r}
-                for r in repos  # type: ignore[misc]
-            ],
-        )
+        given = [{"type": "github_repository", "authorization_token": TOKEN, **r} for r in repos]
+        session = client.beta.sessions.retrieve(_session(client, given))
         assert TOKEN not in session.model_dump_json()
         made = {r.mount_path: r for r in session.resources}
         assert set(made) == {
@@ -218,3 +224,42 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
             check=False,
         )
         assert found.stdout == "", found.stdout
+
+
+def test_a_clone_cut_off_by_a_brain_killed_mid_clone_is_finished_once(
+    server: ServerProcess, host: HostProcess, origin: tuple[GitOrigin, Path, dict[str, str]]
+) -> None:
+    """``stead serve`` is killed with SIGKILL while the clone waits on the origin;
+    the clone goes on in the sandbox host, and the restarted brain's retried
+    run collects it by its op key: the repository is in place, cloned once.
+    (Restarts the module's server: it runs last.)"""
+    served, _, _ = origin
+    served.accepted = {TOKEN}
+    served.gated, served.gate, served.arrived = "/slow.git", threading.Event(), threading.Event()
+    url = f"https://{GIT_HOST}:{served.port}/slow.git"
+    resource = {"type": "github_repository", "url": url, "authorization_token": TOKEN}
+    try:
+        with sdk_of(server) as client:
+            session_id = _session(client, [resource])
+            client.beta.sessions.events.send(
+                session_id, events=[message("$ cat /workspace/slow/README")]
+            )
+        assert served.arrived.wait(WAIT), "the clone never reached the origin"
+    finally:
+        server.kill()
+        served.gate.set()  # the clone finishes while no brain runs
+    workspace = workspace_on_host(host, session_id)
+    deadline = time.monotonic() + WAIT
+    while not (workspace / "slow" / ".git").exists():
+        assert time.monotonic() < deadline, "the clone never finished"
+        time.sleep(0.05)
+    server.start()
+    with sdk_of(server) as client:
+        wait_idle(client, session_id, timeout=WAIT)
+        events = list(client.beta.sessions.events.list(session_id, limit=1000))
+    [result] = [e for e in events if e.type == "agent.tool_result"]
+    assert result.content[0].text.strip() == "two", result  # type: ignore[union-attr]
+    assert not [e for e in events if e.type == "session.error"], events
+    advertised = [path for path, _, _ in served.seen if path.startswith("/slow.git/info/refs")]
+    assert len(advertised) == 1, served.seen
+    assert not [p.name for p in workspace.iterdir() if p.name.startswith(".stead-clone")]
