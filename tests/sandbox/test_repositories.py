@@ -152,16 +152,20 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
             },
         ]
         given = [{"type": "github_repository", "authorization_token": TOKEN, **r} for r in repos]
+        file_id = client.beta.files.upload(file=("a.txt", io.BytesIO(b"a"), "text/plain")).id
+        given.insert(1, {"type": "file", "file_id": file_id})
         session = client.beta.sessions.retrieve(_session(client, given))
         assert TOKEN not in session.model_dump_json()
         made = {r.mount_path: r for r in session.resources}
-        assert set(made) == {
+        assert list(made) == [  # in the order given
             "/workspace/feat",
+            f"/mnt/session/uploads/{file_id}",
             "/workspace/old",
             "/workspace/project",
             "/workspace/gone",
             "/workspace/nb",
-        }
+        ]
+        attached = made[f"/mnt/session/uploads/{file_id}"]
         default = made["/workspace/project"]
         assert default.type == "github_repository" and default.checkout is None
 
@@ -202,8 +206,6 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
         assert served.seen[-1][1:] == ("", 401)
 
         # A token on a file resource is refused, naming the field.
-        file_id = client.beta.files.upload(file=("a.txt", io.BytesIO(b"a"), "text/plain")).id
-        attached = client.beta.sessions.resources.add(session.id, type="file", file_id=file_id)
         with pytest.raises(anthropic.BadRequestError, match="authorization_token"):
             client.beta.sessions.resources.update(
                 attached.id, session_id=session.id, authorization_token=NEW_TOKEN

@@ -44,7 +44,8 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
     clones, tokens = await resources.check_repositories(
         app, who.workspace_id, spec.environment_id, spec.repositories
     )
-    spec.fields["resources"] = [*files, *clones]
+    made = {"file": iter(files), "github_repository": iter(clones)}
+    spec.fields["resources"] = [next(made[kind]) for kind in spec.resource_types]
     spec.fields["repository_tokens"] = tokens
     if "skills" in spec.overrides:
         skills = agents.resolve_skills(list(spec.overrides["skills"] or []), "agent.skills")
