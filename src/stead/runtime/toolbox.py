@@ -264,8 +264,8 @@ class SandboxToolbox:
     async def clone_repositories(self, session_id: str, run_id: str) -> list[CloneFailure]:
         """Clones the session's repository resources not cloned yet into its
         sandbox (``repositories.py``); the ones that failed. A sandbox that
-        cannot be had now clones nothing: the run's tool calls say why, and the
-        next run tries again."""
+        cannot be had or fails meanwhile clones nothing more: the run's tool
+        calls say why, and the next run tries again."""
         pending = [s for s in await self._store.repository_states(session_id) if not s.cloned_at]
         if not pending:
             return []
@@ -283,7 +283,11 @@ class SandboxToolbox:
             resource = held.get(state.resource_id)
             if resource is None:
                 continue  # deleted meanwhile
-            failure = await repositories.clone(sandbox, resource, run_id, timeout)
+            try:
+                failure = await repositories.clone(sandbox, resource, run_id, timeout)
+            except SandboxError as exc:  # the tool calls meet it too, and say so
+                log.info("session %s: repositories not cloned yet: %s", session_id, exc)
+                break
             if failure is None:
                 await self._store.mark_repository_cloned(state.resource_id)
             else:
