@@ -75,8 +75,12 @@ def test_repository_resources_are_refused_where_they_cannot_be_cloned(
     with pytest.raises(anthropic.BadRequestError, match="/workspace/r"):
         new_session(client, resources=twice)
     session_id = new_session(client)
-    with pytest.raises(anthropic.BadRequestError, match="type: github_repository resources"):
-        client.post(f"/v1/sessions/{session_id}/resources", body=REPOSITORY, cast_to=object)
+    added = f"/v1/sessions/{session_id}/resources"
+    with pytest.raises(anthropic.BadRequestError, match=r"type: .*cannot clone repositories"):
+        client.post(added, body=REPOSITORY, cast_to=object)
+    with pytest.raises(anthropic.BadRequestError, match=r"\"url: 'ftp://h/o/r' must be an https"):
+        client.post(added, body=REPOSITORY | {"url": "ftp://h/o/r"}, cast_to=object)
+    assert client.beta.sessions.retrieve(session_id).resources == []
 
 
 def test_file_resources_are_refused_where_files_cannot_be_mounted(

@@ -54,7 +54,13 @@ def origin(
     bundle = root / "ca.pem"
     ca.cert_pem.write_to_path(str(bundle))
     commits = make_repository(root / "repos", "project.git")
-    for copy in ("feature.git", "pinned.git", "branchless.git", "slow.git"):  # paths of their own
+    for copy in (
+        "feature.git",
+        "pinned.git",
+        "branchless.git",
+        "slow.git",
+        "added.git",
+    ):  # paths of their own
         shutil.copytree(root / "repos" / "project.git", root / "repos" / copy)
     with git_origin(ca, GIT_HOST, root / "repos", TOKEN) as served:
         yield served, bundle, commits
@@ -199,10 +205,24 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
         fetched = bash_turn(client, session.id, FETCH)
         assert "rc=0" in fetched and served.seen[-1][1:] == (basic(NEW_TOKEN), 200), fetched
 
-        # Delete: the token is no longer injected; the checkout stays.
+        # Delete: the token is no longer injected; the checkout stays. A repository
+        # added in create's shape is cloned at the next turn.
         client.beta.sessions.resources.delete(default.id, session_id=session.id)
-        kept = bash_turn(client, session.id, f"{FETCH}; cat /workspace/project/README")
-        assert "rc=0" not in kept and kept.strip().endswith("two"), kept
+        added = client.post(
+            f"/v1/sessions/{session.id}/resources",
+            body={
+                "type": "github_repository",
+                "url": f"{base}/added.git",
+                "authorization_token": NEW_TOKEN,
+            },
+            cast_to=object,
+        )
+        assert isinstance(added, dict) and added["mount_path"] == "/workspace/added", added
+        assert NEW_TOKEN not in json.dumps(added)
+        kept = bash_turn(
+            client, session.id, f"{FETCH}; cat /workspace/project/README /workspace/added/README"
+        )
+        assert "rc=0" not in kept and kept.split()[-2:] == ["two", "two"], kept
         assert served.seen[-1][1:] == ("", 401)
 
         # A token on a file resource is refused, naming the field.

@@ -6,7 +6,8 @@ A ``file`` resource mounts an uploaded file read-only in the session's sandbox
 workspace's and deleted files are a 404 naming the field) in the transaction
 that stores the resource; the sandbox gets it before its next use.
 
-A ``github_repository`` resource's token is sealed here, bound to the resource
+A ``github_repository`` resource (at create, or added in create's shape) is
+cloned at the next run's first sandbox tool call. Its token is sealed here, bound to the resource
 id, before the store sees it; it is never returned. An update replaces it and
 a delete drops it, and the session's sandbox gets its new credentials at once
 (``Runtime.repository_tokens_changed``), wherever it is served.
@@ -62,13 +63,14 @@ async def check_repositories(
     workspace_id: str,
     environment_id: str,
     found: list[repositories.RepositoryMount],
+    field: str = "resources",
 ) -> tuple[list[Json], dict[str, bytes | None]]:
-    """The stored shapes of a session create's repositories, and each one's
-    token sealed to its resource id (None: it has none)."""
+    """The stored shapes of repository resources, and each one's token sealed
+    to its resource id (None: it has none)."""
     if not found:
         return [], {}
     await _check_sandbox(
-        app, workspace_id, environment_id, "resources", repositories.TYPE, "clone repositories"
+        app, workspace_id, environment_id, field, repositories.TYPE, "clone repositories"
     )
     now = wire.ts(datetime.now(UTC))
     assert now is not None
@@ -133,11 +135,20 @@ async def add_resource(
     app = services(request)
     session = await app.store.get_session(who.workspace_id, session_id)  # 404 before the file's
     workspace_id, environment_id = who.workspace_id, session.environment_id
-    [resource] = await check_file_mounts(app, workspace_id, environment_id, [mount], "")
+    if isinstance(mount, repositories.RepositoryMount):
+        [resource], tokens = await check_repositories(
+            app, workspace_id, environment_id, [mount], "type"
+        )
+        sealed = tokens[resource["id"]]
+    else:
+        [resource] = await check_file_mounts(app, workspace_id, environment_id, [mount], "")
+        sealed = None
     added = await app.store.add_session_resource(
-        who.workspace_id, session_id, resource, limit=resources.MAX_RESOURCES
+        who.workspace_id, session_id, resource, limit=resources.MAX_RESOURCES, sealed_token=sealed
     )
     app.sandboxes.resources_changed(session_id)
+    if sealed is not None:  # the proxy holds the token before the clone needs it
+        await app.runtime.repository_tokens_changed(session_id)
     return JSONResponse(added)
 
 

@@ -5,9 +5,9 @@ are checked in ``repositories.py``.
 A file resource puts an uploaded file read-only at ``mount_path`` in the
 session's sandbox, under ``/mnt/session/uploads/`` (by default
 ``/mnt/session/uploads/<file_id>``). A repository resource is cloned into the
-workspace; it is attached at create only (``resources.add`` takes files, as the
-SDK's ``ResourceAddParams`` say). ``memory_store`` resources are refused with a
-400 naming the type.
+workspace; ``resources.add`` takes one in create's shape too (the SDK's
+``ResourceAddParams`` name files only). ``memory_store`` resources are refused
+with a 400 naming the type.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from stead.schemas.repositories import RepositoryMount
 from stead.schemas.validation import RequestError, StrictParams
 
 ADD = StrictParams("resource_add")
+ADD_REPOSITORY = StrictParams("repository_add")
 UPDATE = StrictParams("resource_update")
 UPLOADS = "/mnt/session/uploads"
 """Where file resources are mounted (read-only), as the spec's §4.7 says."""
@@ -40,12 +41,9 @@ class FileMount:
     mount_path: str
 
 
-def parse_add(body: Any) -> FileMount:
+def parse_add(body: Any) -> FileMount | RepositoryMount:
     if isinstance(body, dict) and body.get("type") == repositories.TYPE:
-        raise RequestError(
-            f"type: {repositories.TYPE} resources are attached when a session is created; "
-            "resources.add takes file resources"
-        )
+        return repositories.parse(ADD_REPOSITORY.validate(body), "")
     params = ADD.validate(body)
     return _file_mount(params, "")
 

@@ -23,9 +23,17 @@ class ResourceMethods:
         raise NotImplementedError
 
     async def add_session_resource(
-        self, workspace_id: str, session_id: str, resource: Json, *, limit: int
+        self,
+        workspace_id: str,
+        session_id: str,
+        resource: Json,
+        *,
+        limit: int,
+        sealed_token: bytes | None = None,
     ) -> Json:
-        return await self._write(_resources.add, workspace_id, session_id, resource, limit)
+        return await self._write(
+            _resources.add, workspace_id, session_id, resource, limit, sealed_token
+        )
 
     async def delete_session_resource(
         self, workspace_id: str, session_id: str, resource_id: str

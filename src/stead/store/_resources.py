@@ -15,16 +15,23 @@ from stead.store.tables import files, session_outputs, sessions
 
 
 def add(
-    conn: Connection, now: datetime, workspace_id: str, session_id: str, resource: Json, limit: int
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    resource: Json,
+    limit: int,
+    sealed_token: bytes | None,
 ) -> Json:
     _locks.session(conn, session_id)
     current = _sessions.get(conn, workspace_id, session_id)
     if current.archived_at is not None or current.terminated_at is not None:
         raise Conflict(f"session {session_id} is archived or terminated; it takes no resources")
-    try:  # checked in the transaction that stores it: a file deleted meanwhile is a 404
-        _files.get_file(conn, workspace_id, resource["file_id"])
-    except NotFound:
-        raise NotFound("file", resource["file_id"], field="file_id") from None
+    if resource["type"] == "file":
+        try:  # checked in the transaction that stores it: a file deleted meanwhile is a 404
+            _files.get_file(conn, workspace_id, resource["file_id"])
+        except NotFound:
+            raise NotFound("file", resource["file_id"], field="file_id") from None
     held = list(current.resources)
     if len(held) >= limit:
         raise Conflict(f"session {session_id} already has {limit} resources", status=400)
@@ -34,6 +41,10 @@ def add(
         if path == mounted or path.startswith(mounted + "/") or mounted.startswith(path + "/"):
             raise Conflict(f"mount_path: {path!r} is already used by {other['id']}", status=400)
     _write(conn, now, session_id, [*held, resource])
+    if resource["type"] == _repositories.REPOSITORY:
+        _repositories.insert_for_session(
+            conn, now, workspace_id, session_id, {resource["id"]: sealed_token}
+        )
     return resource
 
 

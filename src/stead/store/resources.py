@@ -35,12 +35,19 @@ class RepositoryState:
 
 class SessionResourceStore(Protocol):
     async def add_session_resource(
-        self, workspace_id: str, session_id: str, resource: Json, *, limit: int
+        self,
+        workspace_id: str,
+        session_id: str,
+        resource: Json,
+        *,
+        limit: int,
+        sealed_token: bytes | None = None,
     ) -> Json:
-        """Appends a ``file`` resource to the session. ``NotFound`` for the session
-        or (naming ``file_id``) a file that is not visible in the workspace;
-        ``Conflict`` when the session is archived or terminated, holds ``limit``
-        resources, or has one at the same ``mount_path`` (400)."""
+        """Appends a ``file`` or ``github_repository`` resource to the session (a
+        repository with its ``sealed_token``, if any). ``NotFound`` for the
+        session or (naming ``file_id``) a file that is not visible in the
+        workspace; ``Conflict`` when the session is archived or terminated,
+        holds ``limit`` resources, or has one at the same ``mount_path`` (400)."""
         ...
 
     async def delete_session_resource(
