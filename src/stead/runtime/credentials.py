@@ -65,12 +65,18 @@ class SessionCredentials:
         self._placeholder_key: bytes | None = None
 
     async def egress_secrets(
-        self, session_id: str, workspace_id: str, vault_ids: Sequence[str]
+        self,
+        session_id: str,
+        workspace_id: str,
+        vault_ids: Sequence[str],
+        *,
+        repositories_too: bool = True,
     ) -> list[EgressSecret]:
         """The session's credentials for its sandbox's egress proxy: its vaults'
-        ``environment_variable`` ones and its repositories' tokens."""
+        ``environment_variable`` ones and (``repositories_too``) its
+        repositories' tokens."""
         secrets: list[EgressSecret] = []
-        states = await self._store.repository_states(session_id)
+        states = await self._store.repository_states(session_id) if repositories_too else []
         if states:
             held = (await self._store.session_snapshot(session_id)).resources
             secrets.extend(repositories.egress_credentials(self._box, held, states))
