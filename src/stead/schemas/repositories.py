@@ -92,7 +92,7 @@ def check_url(url: str, field: str) -> tuple[str, str, str]:
         raise RequestError(
             f"{field}: {url[:200]!r} must name a repository, such as https://github.com/owner/repo"
         )
-    if path.removesuffix(".git").endswith("/") or path in ("/.git",):
+    if not posixpath.basename(path.removesuffix(".git")):  # "/.git", "/o/.git"
         raise RequestError(f"{field}: {url[:200]!r} does not name a repository")
     return url, host, path
 
