@@ -34,33 +34,38 @@ def test_resources_stead_does_not_mount_yet_are_refused_by_type(
 
 REPOSITORY = {"type": "github_repository", "url": "https://github.com/o/r"}
 SHA = "0" * 40
+MALFORMED = [
+    ({"url": "http://github.com/o/r"}, r"resources\.0\.url: .*https://"),
+    ({"url": "https://x-access-token:t@github.com/o/r"}, r"resources\.0\.url: .*credentials"),
+    ({"url": "https://github.com/o/r?ref=main"}, r"resources\.0\.url: .*query"),
+    ({"url": "https://github.com/"}, r"resources\.0\.url: .*name a repository"),
+    ({"url": "https://github.com/o/../r"}, r"resources\.0\.url"),
+    ({"url": "not a url"}, r"resources\.0\.url"),
+    ({"checkout": {"type": "tag", "name": "v1"}}, r"resources\.0\.checkout"),
+    ({"checkout": {"type": "commit", "sha": "abc"}}, r"resources\.0\.checkout\.sha"),
+    ({"checkout": {"type": "branch", "name": "a..b"}}, r"resources\.0\.checkout\.name"),
+    ({"checkout": {"type": "branch", "name": "-x"}}, r"resources\.0\.checkout\.name"),
+    ({"mount_path": "/etc/r"}, r"resources\.0\.mount_path: .*/workspace/"),
+    ({"mount_path": "/workspace/skills/r"}, r"resources\.0\.mount_path: .*skills"),
+    ({"authorization_token": "a b"}, r"resources\.0\.authorization_token"),
+    ({"authorization_token": ""}, r"resources\.0\.authorization_token"),
+]
+"""A change to a good repository resource, and the 400 it gets."""
 
 
-@pytest.mark.parametrize(
-    ("change", "named"),
-    [
-        ({"url": "http://github.com/o/r"}, r"resources\.0\.url: .*https://"),
-        ({"url": "https://x-access-token:t@github.com/o/r"}, r"resources\.0\.url: .*credentials"),
-        ({"url": "https://github.com/o/r?ref=main"}, r"resources\.0\.url: .*query"),
-        ({"url": "https://github.com/"}, r"resources\.0\.url: .*name a repository"),
-        ({"url": "https://github.com/o/../r"}, r"resources\.0\.url"),
-        ({"url": "not a url"}, r"resources\.0\.url"),
-        ({"checkout": {"type": "tag", "name": "v1"}}, r"resources\.0\.checkout"),
-        ({"checkout": {"type": "commit", "sha": "abc"}}, r"resources\.0\.checkout\.sha"),
-        ({"checkout": {"type": "branch", "name": "a..b"}}, r"resources\.0\.checkout\.name"),
-        ({"checkout": {"type": "branch", "name": "-x"}}, r"resources\.0\.checkout\.name"),
-        ({"mount_path": "/etc/r"}, r"resources\.0\.mount_path: .*/workspace/"),
-        ({"mount_path": "/workspace/skills/r"}, r"resources\.0\.mount_path: .*skills"),
-        ({"authorization_token": "a b"}, r"resources\.0\.authorization_token"),
-        ({"authorization_token": ""}, r"resources\.0\.authorization_token"),
-    ],
-)
 def test_malformed_repository_resources_are_refused_naming_the_field(
-    client: anthropic.Anthropic, change: dict[str, Any], named: str
+    client: anthropic.Anthropic,
 ) -> None:
+    agent = client.beta.agents.create(name="r", model="claude-sonnet-4-6")
+    environment = client.beta.environments.create(name=f"r-{agent.id[-8:]}")
     before = sessions_count(client)
-    with pytest.raises(anthropic.BadRequestError, match=named):
-        new_session(client, resources=[REPOSITORY | change])
+    for change, named in MALFORMED:
+        with pytest.raises(anthropic.BadRequestError, match=named):
+            client.beta.sessions.create(
+                agent=agent.id,
+                environment_id=environment.id,
+                resources=[REPOSITORY | change],  # type: ignore[list-item]
+            )
     assert sessions_count(client) == before
 
 
