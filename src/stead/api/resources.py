@@ -7,10 +7,11 @@ workspace's and deleted files are a 404 naming the field) in the transaction
 that stores the resource; the sandbox gets it before its next use.
 
 A ``github_repository`` resource (at create, or added in create's shape) is
-cloned at the next run's first sandbox tool call. Its token is sealed here, bound to the resource
-id, before the store sees it; it is never returned. An update replaces it and
-a delete drops it, and the session's sandbox gets its new credentials at once
-(``Runtime.repository_tokens_changed``), wherever it is served.
+cloned at the next run's first sandbox tool call. Its token is sealed here,
+bound to the resource id, before the store sees it; it is never returned. An
+update replaces it and a delete drops it, and the session's sandbox gets its
+new credentials at once (``Runtime.repository_tokens_changed``), wherever it
+is served.
 """
 
 from __future__ import annotations
