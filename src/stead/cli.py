@@ -39,7 +39,6 @@ from stead.startup import summary
 from stead.store import (
     ApiKey,
     BrainRecord,
-    CredentialRecord,
     IntegrityFinding,
     SchemaState,
 )
@@ -292,7 +291,8 @@ def _secret_box(settings: Settings) -> SecretBox:
 
 @secrets_app.command("rotate-key")
 def secrets_rotate_key(data_dir: DataDir = None) -> None:
-    """Re-seal every vault credential and webhook signing secret under a new key.
+    """Re-seal every vault credential, webhook signing secret and repository token
+    under a new key.
     Stop `stead serve` first.
 
     With the key file (the default), a new key is made and replaces
@@ -315,30 +315,31 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
         _secret_box(settings)  # the current key file exists and is usable
         box = begin_file_rotation(settings.data_dir)
     try:
-        count, hooks = anyio.run(_reseal, settings, box)
+        count, hooks, tokens = anyio.run(_reseal, settings, box)
     except SealError as exc:
         typer.echo(f"stead: a credential cannot be opened: {exc}", err=True)
         raise typer.Exit(1) from None
     if settings.secret_key is None:
         finish_file_rotation(settings.data_dir)
     console().print(
-        f"re-sealed {count} credential(s) and {hooks} webhook secret(s) "
-        f"under key {box.key_id.hex()}"
+        f"re-sealed {count} credential(s), {hooks} webhook secret(s) and {tokens} "
+        f"repository token(s) under key {box.key_id.hex()}"
     )
 
 
-async def _reseal(settings: Settings, box: SecretBox) -> tuple[int, int]:
-    def reseal(credential: CredentialRecord) -> bytes | None:
-        if box.sealed_by_current_key(credential.sealed):
+async def _reseal(settings: Settings, box: SecretBox) -> tuple[int, int, int]:
+    def again(bound_to: str, sealed: bytes) -> bytes | None:
+        if box.sealed_by_current_key(sealed):
             return None
-        return box.seal(credential.id, box.open(credential.id, credential.sealed))
+        return box.seal(bound_to, box.open(bound_to, sealed))
 
     from stead.runtime import resealed  # loaded only by this command
 
     async with opened(settings) as store:
-        credentials = await store.reseal_credentials(reseal)
+        credentials = await store.reseal_credentials(lambda c: again(c.id, c.sealed))
         hooks = await store.reseal_webhook_secrets(partial(resealed, box))
-        return credentials, hooks
+        tokens = await store.reseal_repository_tokens(again)
+        return credentials, hooks, tokens
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     # from the same STEAD_* variables: a host started by `stead serve`
     # inherits this process's environment.
 
+    repository_clone_timeout_seconds: float = Field(default=600.0, gt=0)
+    """Longest one clone of a ``github_repository`` resource into a sandbox may take."""
+
     # The web tools (web_fetch, web_search) run in the brain, not the sandbox.
     web_search_url: str | None = None
     """Base URL of the SearXNG instance web_search asks (``GET <url>/search?q=..

@@ -74,6 +74,7 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
         db.execute("ALTER TABLE api_keys DROP COLUMN admin")
         for later in (
             "usage_months",
+            "session_repositories",
             "workspace_limits",
             "session_outputs",
             "skill_versions",

@@ -1,7 +1,8 @@
 """Session resources through the official SDK on a real server whose sandbox
-provider (``unsafe_local``) cannot mount files: every call answers, and what
-cannot take effect is refused with a 400 naming the field, storing nothing.
-(Mounting itself, with real bubblewrap: ``tests/sandbox/test_session_files.py``.)"""
+provider (``unsafe_local``) cannot mount files nor clone repositories: every
+call answers, and what cannot take effect is refused with a 400 naming the
+field, storing nothing. (Mounting and cloning themselves, with real bubblewrap:
+``tests/sandbox/test_session_files.py``, ``tests/sandbox/test_repositories.py``.)"""
 
 from __future__ import annotations
 
@@ -22,20 +23,69 @@ def sessions_count(client: anthropic.Anthropic) -> int:
     return len(list(client.beta.sessions.list(limit=100)))
 
 
-@pytest.mark.parametrize(
-    ("resource", "named"),
-    [
-        ({"type": "memory_store", "memory_store_id": "memstore_1"}, r"resources\.0\.type"),
-        ({"type": "github_repository", "url": "https://github.com/a/b"}, "github_repository"),
-    ],
-)
 def test_resources_stead_does_not_mount_yet_are_refused_by_type(
-    client: anthropic.Anthropic, resource: dict[str, Any], named: str
+    client: anthropic.Anthropic,
 ) -> None:
     before = sessions_count(client)
-    with pytest.raises(anthropic.BadRequestError, match=named):
-        new_session(client, resources=[resource])
+    with pytest.raises(anthropic.BadRequestError, match=r"resources\.0\.type"):
+        new_session(client, resources=[{"type": "memory_store", "memory_store_id": "memstore_1"}])
     assert sessions_count(client) == before
+
+
+REPOSITORY = {"type": "github_repository", "url": "https://github.com/o/r"}
+SHA = "0" * 40
+MALFORMED = [
+    ({"url": "http://github.com/o/r"}, r"resources\.0\.url: .*https://"),
+    ({"url": "https://x-access-token:t@github.com/o/r"}, r"resources\.0\.url: .*credentials"),
+    ({"url": "https://github.com/o/r?ref=main"}, r"resources\.0\.url: .*query"),
+    ({"url": "https://github.com/"}, r"resources\.0\.url: .*name a repository"),
+    ({"url": "https://github.com/o/../r"}, r"resources\.0\.url"),
+    ({"url": "not a url"}, r"resources\.0\.url"),
+    ({"checkout": {"type": "tag", "name": "v1"}}, r"resources\.0\.checkout"),
+    ({"checkout": {"type": "commit", "sha": "abc"}}, r"resources\.0\.checkout\.sha"),
+    ({"checkout": {"type": "branch", "name": "a..b"}}, r"resources\.0\.checkout\.name"),
+    ({"checkout": {"type": "branch", "name": "-x"}}, r"resources\.0\.checkout\.name"),
+    ({"mount_path": "/etc/r"}, r"resources\.0\.mount_path: .*/workspace/"),
+    ({"mount_path": "/workspace/skills/r"}, r"resources\.0\.mount_path: .*skills"),
+    ({"authorization_token": "a b"}, r"resources\.0\.authorization_token"),
+    ({"authorization_token": ""}, r"resources\.0\.authorization_token"),
+]
+"""A change to a good repository resource, and the 400 it gets."""
+
+
+def test_malformed_repository_resources_are_refused_naming_the_field(
+    client: anthropic.Anthropic,
+) -> None:
+    agent = client.beta.agents.create(name="r", model="claude-sonnet-4-6")
+    environment = client.beta.environments.create(name=f"r-{agent.id[-8:]}")
+    before = sessions_count(client)
+    for change, named in MALFORMED:
+        with pytest.raises(anthropic.BadRequestError, match=named):
+            client.beta.sessions.create(
+                agent=agent.id,
+                environment_id=environment.id,
+                resources=[REPOSITORY | change],  # type: ignore[list-item]
+            )
+    assert sessions_count(client) == before
+
+
+def test_repository_resources_are_refused_where_they_cannot_be_cloned(
+    client: anthropic.Anthropic,
+) -> None:
+    token = "ghp_refused_token_4711"
+    with pytest.raises(anthropic.BadRequestError, match="unsafe_local") as refused:
+        new_session(client, resources=[REPOSITORY | {"authorization_token": token}])
+    assert "resources" in str(refused.value) and token not in str(refused.value)
+    twice = [REPOSITORY | {"checkout": {"type": "commit", "sha": SHA}}, REPOSITORY]
+    with pytest.raises(anthropic.BadRequestError, match="/workspace/r"):
+        new_session(client, resources=twice)
+    session_id = new_session(client)
+    added = f"/v1/sessions/{session_id}/resources"
+    with pytest.raises(anthropic.BadRequestError, match=r"type: .*cannot clone repositories"):
+        client.post(added, body=REPOSITORY, cast_to=object)
+    with pytest.raises(anthropic.BadRequestError, match=r"\"url: 'ftp://h/o/r' must be an https"):
+        client.post(added, body=REPOSITORY | {"url": "ftp://h/o/r"}, cast_to=object)
+    assert client.beta.sessions.retrieve(session_id).resources == []
 
 
 def test_file_resources_are_refused_where_files_cannot_be_mounted(

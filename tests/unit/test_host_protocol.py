@@ -48,3 +48,21 @@ def test_a_credential_never_shows_its_value() -> None:
 def test_a_malformed_frame_names_its_field() -> None:
     with pytest.raises(InvalidArgument, match=r"^max_bytes: Input should be greater"):
         ops.parse_request({"op": "read_file", "sandbox_id": "s", "path": "a", "max_bytes": -1})
+
+
+def test_a_header_scoped_to_paths_goes_only_to_them() -> None:
+    """A repository's token reaches that repository's paths, never its neighbours'
+    nor a path that dot segments or escapes could turn into another one."""
+    token = HeaderSecret("git.test", b"authorization", b"s3cret", "rsc_1", (b"/o/r", b"/o/r.git"))
+    secrets = Secrets([token])
+    mine = [b"/o/r", b"/o/r/info/refs?service=git-upload-pack", b"/o/r.git/git-upload-pack"]
+    others = [b"/o/rx/info/refs", b"/o/r/../x/info/refs", b"/o/r/%2e%2e/x", b"/o//r/a", b"/"]
+    for target in [*mine, b"https://git.test:8443/o/r/info/refs"]:
+        found = secrets.for_host("git.test")
+        assert (b"authorization", b"s3cret") in found.head(target, [], "git.test"), target
+        assert found.used == {"rsc_1"}
+    for target in others:
+        sent = [(b"authorization", b"Basic own")]
+        found = secrets.for_host("git.test")
+        assert found.head(target, sent, "git.test") == sent, target
+        assert found.used == set()

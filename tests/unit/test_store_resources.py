@@ -93,3 +93,51 @@ async def test_each_output_content_begins_one_file(store: SqlStore) -> None:
     assert (
         await store.begin_output(_new_file(workspace_id, scope), session_id, "r.txt", "aa") is None
     )
+
+
+async def test_a_repository_token_is_kept_apart_rotated_and_dropped(store: SqlStore) -> None:
+    """The token lives in ``session_repositories`` (sealed elsewhere; opaque here),
+    never in the resource the API shows; an update replaces it, a delete of the
+    resource or of the session drops it, and a file resource takes none."""
+    workspace = await store.create_workspace("w")
+    agent = await store.create_agent(workspace.id, definition())
+    env = await store.create_environment(workspace.id, "env", None, {"type": "cloud"}, {}, None)
+    repo = {"id": new_id("session_resource"), "type": "github_repository", "mount_path": "/w/r"}
+    bare = {"id": new_id("session_resource"), "type": "github_repository", "mount_path": "/w/s"}
+    fields = {
+        "resources": [repo, bare],
+        "repository_tokens": {repo["id"]: b"one", bare["id"]: None},
+    }
+    session, _ = await store.create_session(
+        workspace.id, (agent.id, None), lambda a: {"id": a.id}, env.id, fields, []
+    )
+    states = {s.resource_id: s for s in await store.repository_states(session.id)}
+    assert (states[repo["id"]].sealed_token, states[bare["id"]].sealed_token) == (b"one", None)
+    assert session.resources == [repo, bare]
+
+    changed = await store.set_repository_token(workspace.id, session.id, repo["id"], b"two", "t1")
+    assert changed == repo | {"updated_at": "t1"}
+    await store.mark_repository_cloned(repo["id"])
+    [state, _] = sorted(
+        await store.repository_states(session.id), key=lambda s: s.resource_id != repo["id"]
+    )
+    assert state.sealed_token == b"two" and state.cloned_at is not None
+    assert "two" not in repr(state)
+    with pytest.raises(NotFound):
+        await store.set_repository_token(workspace.id, session.id, "sesrsc_none", b"x", "t")
+
+    file_id = await _ready_file(store, workspace.id)
+    attached = _resource(file_id, "/mnt/session/uploads/f")
+    await store.add_session_resource(workspace.id, session.id, attached, limit=5)
+    with pytest.raises(Conflict, match="authorization_token") as refused:
+        await store.set_repository_token(workspace.id, session.id, attached["id"], b"x", "t")
+    assert refused.value.status == 400
+
+    assert (
+        await store.reseal_repository_tokens(lambda i, s: s + b"!" if i == repo["id"] else None)
+        == 1
+    )
+    await store.delete_session_resource(workspace.id, session.id, repo["id"])
+    assert [s.resource_id for s in await store.repository_states(session.id)] == [bare["id"]]
+    await store.delete_session(workspace.id, session.id)
+    assert await store.repository_states(session.id) == []

@@ -5,6 +5,13 @@ A ``file`` resource mounts an uploaded file read-only in the session's sandbox
 (``runtime.mounts``). The file is checked in the workspace (unknown, another
 workspace's and deleted files are a 404 naming the field) in the transaction
 that stores the resource; the sandbox gets it before its next use.
+
+A ``github_repository`` resource (at create, or added in create's shape) is
+cloned at the next run's first sandbox tool call. Its token is sealed here,
+bound to the resource id, before the store sees it; it is never returned. An
+update replaces it and a delete drops it, and the session's sandbox gets its
+new credentials at once (``Runtime.repository_tokens_changed``), wherever it
+is served.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from stead.api.params import ID_PATTERN, SessionId
 from stead.api.wire import JSONResponse
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.schemas import RequestError, resources
+from stead.schemas import RequestError, repositories, resources
 from stead.store import NotFound, Page, PageRequest
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/resources", tags=["sessions"])
@@ -31,6 +38,52 @@ DELETED = openapi.response("beta.sessions.BetaManagedAgentsDeleteSessionResource
 SessionResourceId = Annotated[str, Path(pattern=ID_PATTERN)]
 KEY_TYPES: tuple[type, ...] = (str, str)
 """A resource's (created_at, id), the order resources are listed in."""
+
+
+async def _check_sandbox(
+    app: Services, workspace_id: str, environment_id: str, field: str, kind: str, what: str
+) -> None:
+    """Resources of ``kind`` (which ``what`` in the sandbox) reach this
+    environment's sandboxes."""
+    if not app.sandboxes.mounts_supported:
+        raise RequestError(
+            f"{field}: this stead server's sandbox provider ({app.settings.sandbox}) "
+            f"cannot {what}; {kind} resources need STEAD_SANDBOX=bwrap"
+        )
+    environment = await app.store.get_environment(workspace_id, environment_id)
+    if environment.config.get("type") == "self_hosted":
+        raise RequestError(
+            f"{field}: environment {environment_id} is self-hosted (its workers supply "
+            f"the sandbox), so stead cannot {what} there"
+        )
+
+
+async def check_repositories(
+    app: Services,
+    workspace_id: str,
+    environment_id: str,
+    found: list[repositories.RepositoryMount],
+    field: str = "resources",
+) -> tuple[list[Json], dict[str, bytes | None]]:
+    """The stored shapes of repository resources, and each one's token sealed
+    to its resource id (None: it has none)."""
+    if not found:
+        return [], {}
+    await _check_sandbox(
+        app, workspace_id, environment_id, field, repositories.TYPE, "clone repositories"
+    )
+    now = wire.ts(datetime.now(UTC))
+    assert now is not None
+    made, tokens = [], {}
+    for mount in found:
+        resource_id = new_id("session_resource")
+        made.append(repositories.resource(resource_id, mount, now))
+        tokens[resource_id] = None if mount.token is None else _seal(app, resource_id, mount.token)
+    return made, tokens
+
+
+def _seal(app: Services, resource_id: str, token: str) -> bytes:
+    return app.secrets.seal(resource_id, {"authorization_token": token})
 
 
 async def check_file_mounts(
@@ -46,17 +99,7 @@ async def check_file_mounts(
     if not mounts:
         return []
     field = prefix.rstrip(".") or "type"
-    if not app.sandboxes.mounts_supported:
-        raise RequestError(
-            f"{field}: this stead server's sandbox provider ({app.settings.sandbox}) "
-            "cannot mount files; file resources need STEAD_SANDBOX=bwrap"
-        )
-    environment = await app.store.get_environment(workspace_id, environment_id)
-    if environment.config.get("type") == "self_hosted":
-        raise RequestError(
-            f"{field}: environment {environment_id} is self-hosted (its workers supply "
-            "the sandbox), so stead cannot mount files there"
-        )
+    await _check_sandbox(app, workspace_id, environment_id, field, "file", "mount files")
     found = {
         f.id: f for f in await app.store.files_by_ids(workspace_id, [m.file_id for m in mounts])
     }
@@ -93,11 +136,20 @@ async def add_resource(
     app = services(request)
     session = await app.store.get_session(who.workspace_id, session_id)  # 404 before the file's
     workspace_id, environment_id = who.workspace_id, session.environment_id
-    [resource] = await check_file_mounts(app, workspace_id, environment_id, [mount], "")
+    if isinstance(mount, repositories.RepositoryMount):
+        [resource], tokens = await check_repositories(
+            app, workspace_id, environment_id, [mount], "type"
+        )
+        sealed = tokens[resource["id"]]
+    else:
+        [resource] = await check_file_mounts(app, workspace_id, environment_id, [mount], "")
+        sealed = None
     added = await app.store.add_session_resource(
-        who.workspace_id, session_id, resource, limit=resources.MAX_RESOURCES
+        who.workspace_id, session_id, resource, limit=resources.MAX_RESOURCES, sealed_token=sealed
     )
     app.sandboxes.resources_changed(session_id)
+    if sealed is not None:  # the proxy holds the token before the clone needs it
+        await app.runtime.repository_tokens_changed(session_id)
     return JSONResponse(added)
 
 
@@ -155,13 +207,16 @@ async def update_resource(
     resource_id: SessionResourceId,
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    resources.parse_update(await json_body(request))
-    session = await services(request).store.get_session(who.workspace_id, session_id)
-    found = _find(session.resources, resource_id)
-    raise RequestError(
-        f"authorization_token: {resource_id} is a {found.get('type')} resource; "
-        "only github_repository resources take a token"
+    token = resources.parse_update(await json_body(request))
+    app = services(request)
+    stamp = wire.ts(datetime.now(UTC))
+    assert stamp is not None
+    sealed = _seal(app, resource_id, token)
+    changed = await app.store.set_repository_token(
+        who.workspace_id, session_id, resource_id, sealed, stamp
     )
+    await app.runtime.repository_tokens_changed(session_id)
+    return JSONResponse(changed)
 
 
 @router.delete(
@@ -175,6 +230,8 @@ async def delete_resource(
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     app = services(request)
-    await app.store.delete_session_resource(who.workspace_id, session_id, resource_id)
+    deleted = await app.store.delete_session_resource(who.workspace_id, session_id, resource_id)
     app.sandboxes.resources_changed(session_id)
+    if deleted.get("type") == repositories.TYPE:  # its token stops being injected now
+        await app.runtime.repository_tokens_changed(session_id)
     return JSONResponse({"id": resource_id, "type": "session_resource_deleted"})

@@ -38,9 +38,15 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
 
     app = services(request)
     prices = app.runtime.prices
-    spec.fields["resources"] = await resources.check_file_mounts(
+    files = await resources.check_file_mounts(
         app, who.workspace_id, spec.environment_id, spec.file_mounts, "resources."
     )
+    clones, tokens = await resources.check_repositories(
+        app, who.workspace_id, spec.environment_id, spec.repositories
+    )
+    made = {"file": iter(files), "github_repository": iter(clones)}
+    spec.fields["resources"] = [next(made[kind]) for kind in spec.resource_types]
+    spec.fields["repository_tokens"] = tokens
     if "skills" in spec.overrides:
         skills = agents.resolve_skills(list(spec.overrides["skills"] or []), "agent.skills")
         await check_skill_refs(app.store, who.workspace_id, skills, "agent.skills")

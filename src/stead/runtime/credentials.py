@@ -6,6 +6,9 @@ credentials (``static_bearer``, ``mcp_oauth``) stay in the brain. Two
 credentials with one ``secret_name`` in a session's vaults: the first vault in
 ``vault_ids`` wins, as an earlier entry on a PATH would.
 
+The session's ``github_repository`` tokens join them as header credentials
+for their repositories' paths (``repositories.py``).
+
 A credential's placeholder is derived from an installation secret, the session
 and the credential: a brain that restarts, or another brain on the same store,
 gives the sandbox the placeholders its running processes already hold. It says
@@ -23,8 +26,9 @@ from typing import Protocol
 
 from stead.egress_policy import EgressPolicy, InvalidPolicy
 from stead.jsonvalues import Json
+from stead.runtime import repositories
 from stead.sandbox import PLACEHOLDER_PREFIX, EgressSecret, EnvironmentCredential
-from stead.store import VaultStore, WorkspaceStore
+from stead.store import SessionResourceStore, SessionStore, VaultStore, WorkspaceStore
 from stead.vault import SealError, SecretBox
 
 log = logging.getLogger("stead.runtime.credentials")
@@ -55,9 +59,9 @@ def _forbidden(policy: EgressPolicy, entry: str) -> bool:
     return not policy.allows_host(sample)
 
 
-class CredentialsStore(VaultStore, WorkspaceStore, Protocol):
-    """What a session's credentials read: its vaults and the installation's
-    placeholder secret."""
+class CredentialsStore(VaultStore, WorkspaceStore, SessionStore, SessionResourceStore, Protocol):
+    """What a session's credentials read: its vaults, its repository resources'
+    tokens and the installation's placeholder secret."""
 
 
 class SessionCredentials:
@@ -67,15 +71,27 @@ class SessionCredentials:
         self._placeholder_key: bytes | None = None
 
     async def egress_secrets(
-        self, session_id: str, workspace_id: str, vault_ids: Sequence[str]
+        self,
+        session_id: str,
+        workspace_id: str,
+        vault_ids: Sequence[str],
+        *,
+        repositories_too: bool = True,
     ) -> list[EgressSecret]:
+        """The session's credentials for its sandbox's egress proxy: its vaults'
+        ``environment_variable`` ones and (``repositories_too``) its
+        repositories' tokens."""
+        secrets: list[EgressSecret] = []
+        states = await self._store.repository_states(session_id) if repositories_too else []
+        if states:
+            held = (await self._store.session_snapshot(session_id)).resources
+            secrets.extend(repositories.egress_credentials(self._box, held, states))
         if not vault_ids:
-            return []
+            return secrets
         found = await self._store.active_credentials(workspace_id, vault_ids)
         if self._placeholder_key is None:
             self._placeholder_key = await self._store.installation_secret(PLACEHOLDER_SECRET)
         key = self._placeholder_key
-        secrets: list[EgressSecret] = []
         named: set[str] = set()
         for credential in found:
             auth = credential.auth

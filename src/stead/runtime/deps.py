@@ -20,6 +20,7 @@ from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
 from stead.runtime.planned import PlannedRequests
+from stead.runtime.repositories import CloneFailure
 from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SessionRecord, Store
 from stead.telemetry import Telemetry
@@ -87,9 +88,15 @@ class Toolbox(Protocol):
         its environment forbids their hosts."""
         ...
 
-    async def credentials_changed(self, vault_id: str) -> None:
-        """A credential of ``vault_id`` changed: the sandboxes served here that use
-        it get the new set now (or at their next call, if unreachable now)."""
+    async def credentials_changed(self, source: str) -> None:
+        """A credential of vault ``source`` changed, or session ``source``'s
+        repository tokens: the sandboxes served here that use them get the new
+        set now (or at their next call, if unreachable now)."""
+        ...
+
+    async def clone_repositories(self, session_id: str, run_id: str) -> list[CloneFailure]:
+        """Clones the session's repository resources that are not cloned yet into
+        its sandbox, each once; the ones that failed (never raises for those)."""
         ...
 
     async def capture_outputs(self, session_id: str, workspace_id: str) -> str | None:

@@ -144,6 +144,11 @@ class Runtime:
         self._deps.bus.credentials_changed(vault_id)
         await self._deps.tools.credentials_changed(vault_id)
 
+    async def repository_tokens_changed(self, session_id: str) -> None:
+        """A repository resource of the session was updated or deleted: its
+        sandbox gets the new set of tokens, wherever it is served."""
+        await self.vault_changed(session_id)
+
     def credentials_changed(self, vault_id: str) -> None:
         """Another process changed a credential of ``vault_id`` (``Peers``)."""
         if self._group is not None:

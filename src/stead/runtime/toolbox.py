@@ -22,10 +22,12 @@ from stead.blobs import BlobError
 from stead.config import Settings
 from stead.failpoints import FailPoints
 from stead.jsonvalues import Json
+from stead.runtime import repositories
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.files import FileKeeper
 from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
+from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -251,19 +253,19 @@ class SandboxToolbox:
                 try:
                     await self._provider.set_secrets(session_id, config, secrets)
                 except NoSandbox as exc:
-                    message = f"the session's vault credentials cannot be used: {exc}"
+                    message = f"the session's credentials cannot be used: {exc}"
                     raise NoSandbox(message) from None
                 self._secrets_held.add(session_id)
             self._stale_secrets.discard(session_id)
 
-    async def credentials_changed(self, vault_id: str) -> None:
-        """A credential of ``vault_id`` was added, changed, archived or deleted (or
-        the vault itself): every sandbox this process gave credentials and whose
-        session uses the vault gets the new set now, so a revoked credential
-        stops being injected at once. One that cannot be reached now gets it
-        before its next use."""
+    async def credentials_changed(self, source: str) -> None:
+        """A credential of vault ``source`` was added, changed, archived or deleted
+        (or the vault itself), or session ``source``'s repository tokens changed:
+        every sandbox this process gave credentials and whose session uses them
+        gets the new set now, so a revoked credential stops being injected at
+        once. One that cannot be reached now gets it before its next use."""
         for session_id, served in list(self._served.items()):
-            if vault_id not in served.vault_ids:
+            if source not in served.vault_ids and source != session_id:
                 continue
             self._stale_secrets.add(session_id)
             try:
@@ -274,6 +276,39 @@ class SandboxToolbox:
                     session_id,
                     exc,
                 )
+
+    async def clone_repositories(self, session_id: str, run_id: str) -> list[CloneFailure]:
+        """Clones the session's repository resources not cloned yet into its
+        sandbox (``repositories.py``); the ones that failed. A sandbox that
+        cannot be had or fails meanwhile clones nothing more: the run's tool
+        calls say why, and the next run tries again."""
+        pending = [s for s in await self._store.repository_states(session_id) if not s.cloned_at]
+        if not pending:
+            return []
+        try:
+            sandbox = await self._sandbox(session_id)
+        except SandboxError as exc:
+            log.info("session %s: repositories not cloned yet: %s", session_id, exc)
+            return []
+        held = {
+            str(r.get("id")): r for r in (await self._store.session_snapshot(session_id)).resources
+        }
+        failures = []
+        timeout = self._settings.repository_clone_timeout_seconds
+        for state in pending:
+            resource = held.get(state.resource_id)
+            if resource is None:
+                continue  # deleted meanwhile
+            try:
+                failure = await repositories.clone(sandbox, resource, run_id, timeout)
+            except SandboxError as exc:  # the tool calls meet it too, and say so
+                log.info("session %s: repositories not cloned yet: %s", session_id, exc)
+                break
+            if failure is None:
+                await self._store.mark_repository_cloned(state.resource_id)
+            else:
+                failures.append(failure)
+        return failures
 
     def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
         if not self._provider.leased:

@@ -119,12 +119,19 @@ class ToolSteps:
     async def _check_credentials(self) -> None:
         """Once per run that uses the sandbox: a ``session.error`` for each vault
         credential whose hosts the environment forbids (the run goes on; the
-        sandbox's requests to those hosts are refused)."""
+        sandbox's requests to those hosts are refused), then the session's
+        repositories cloned, a ``session.error`` for each that could not be
+        (the run goes on without it; the next run tries again)."""
         if self._credentials_checked:
             return
         self._credentials_checked = True
         found = await self.deps.tools.unreachable_credentials(self.start.session)
-        errors = [
+        failed = await self.deps.tools.clone_repositories(self.session_id, self.claim.run_id)
+        cloning = [
+            ev.session_error(f.error_type, f.message, "retrying", repository_url=f.url)
+            for f in failed
+        ]
+        errors = cloning + [
             ev.session_error(
                 "credential_host_unreachable_error",
                 f"credential {c.credential_id} ({c.secret_name}) is for "

@@ -49,8 +49,8 @@ class WebTools:
         config = enabled_builtin_tools(session.agent).get(name)
         if config is None:
             return ToolOutcome.error(f"{name}: the tool is not enabled for this agent")
-        secrets = await self._credentials.egress_secrets(
-            session_id, session.workspace_id, session.vault_ids
+        secrets = await self._credentials.egress_secrets(  # placeholders are all it guards
+            session_id, session.workspace_id, session.vault_ids, repositories_too=False
         )
         guard = CredentialGuard([s for s in secrets if isinstance(s, EnvironmentCredential)])
         return await tools.run_web_tool(name, tool_input, config, self._web_options(), guard)

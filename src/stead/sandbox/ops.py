@@ -292,13 +292,17 @@ CredentialId = Annotated[str, StringConstraints(max_length=200)]
 SecretValue = Annotated[str, StringConstraints(max_length=16384)]
 
 
+RequestPath = Annotated[str, StringConstraints(pattern=r"^/[!-~]{0,1023}$")]
+
+
 class Credential(Message):
-    """A header the egress proxy sets on every request for ``host``."""
+    """A header the egress proxy sets on requests for ``host`` (under ``paths``, if any)."""
 
     host: Annotated[str, StringConstraints(min_length=1, max_length=253)]
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
     value: SecretValue
     credential_id: CredentialId = ""
+    paths: list[RequestPath] = Field(default_factory=list, max_length=8)
 
     def __repr__(self) -> str:  # never the value, in a traceback or a log line
         return f"Credential(host={self.host!r}, header={self.header!r}, value=<hidden>)"

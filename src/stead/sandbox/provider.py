@@ -35,6 +35,9 @@ class EgressCredential:
     value: str
     credential_id: str = ""
     """Named in the egress audit log when the proxy sets it (never the value)."""
+    paths: tuple[str, ...] = ()
+    """Request paths (each with what lies below it) the header is set on; empty:
+    every request for ``host``. A repository's token goes to that repository only."""
 
     def __repr__(self) -> str:  # never the value, in any traceback or log line
         return f"EgressCredential(host={self.host!r}, header={self.header!r}, value=<hidden>)"

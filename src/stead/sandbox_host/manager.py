@@ -100,6 +100,7 @@ class SandboxManager:
                 header=c.header.lower().encode(),
                 value=c.value.encode(),
                 credential_id=c.credential_id,
+                paths=tuple(p.encode() for p in c.paths),
             )
             for c in credentials
         ]

@@ -73,6 +73,11 @@ PARAMS = {
     "resource_update": (
         "anthropic.types.beta.sessions.resource_update_params:ResourceUpdateParams"
     ),
+    # resources.add of a repository (the SDK's add takes files; its shape is create's)
+    "repository_add": (
+        "anthropic.types.beta.beta_managed_agents_github_repository_resource_params:"
+        "BetaManagedAgentsGitHubRepositoryResourceParams"
+    ),
     # stead's own admin bodies (the SDK has none for webhook endpoints)
     "webhook_create": "stead.schemas.webhook_params:WebhookCreateParams",
     "webhook_update": "stead.schemas.webhook_params:WebhookUpdateParams",

@@ -1,10 +1,13 @@
 """Session resources: the ``file`` resources stead mounts, checked requests and
-the stored shape (the SDK's ``FileResource``).
+the stored shape (the SDK's ``FileResource``); ``github_repository`` resources
+are checked in ``repositories.py``.
 
 A file resource puts an uploaded file read-only at ``mount_path`` in the
 session's sandbox, under ``/mnt/session/uploads/`` (by default
-``/mnt/session/uploads/<file_id>``). ``memory_store`` and
-``github_repository`` resources are refused with a 400 naming the type.
+``/mnt/session/uploads/<file_id>``). A repository resource is cloned into the
+workspace; ``resources.add`` takes one in create's shape too (the SDK's
+``ResourceAddParams`` name files only). ``memory_store`` resources are refused
+with a 400 naming the type.
 """
 
 from __future__ import annotations
@@ -15,16 +18,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.jsonvalues import Json
+from stead.schemas import repositories
+from stead.schemas.repositories import RepositoryMount
 from stead.schemas.validation import RequestError, StrictParams
 
 ADD = StrictParams("resource_add")
+ADD_REPOSITORY = StrictParams("repository_add")
 UPDATE = StrictParams("resource_update")
 UPLOADS = "/mnt/session/uploads"
 """Where file resources are mounted (read-only), as the spec's §4.7 says."""
 MAX_RESOURCES = 100
-"""File resources one session holds."""
+"""Resources one session holds."""
 MAX_MOUNT_PATH = 1024
-SUPPORTED = ("file",)
+SUPPORTED = ("file", repositories.TYPE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +41,9 @@ class FileMount:
     mount_path: str
 
 
-def parse_add(body: Any) -> FileMount:
+def parse_add(body: Any) -> FileMount | RepositoryMount:
+    if isinstance(body, dict) and body.get("type") == repositories.TYPE:
+        return repositories.parse(ADD_REPOSITORY.validate(body), "")
     params = ADD.validate(body)
     return _file_mount(params, "")
 
@@ -43,17 +51,24 @@ def parse_add(body: Any) -> FileMount:
 def parse_update(body: Any) -> str:
     """The token of a resource update (only repository resources take one)."""
     params = UPDATE.validate(body)
-    return str(params["authorization_token"])
+    return repositories.check_token(str(params["authorization_token"]), "authorization_token")
 
 
-def parse_create(items: list[Json]) -> list[FileMount]:
+def parse_create(items: list[Json]) -> tuple[list[FileMount], list[RepositoryMount]]:
     """The ``resources`` of a session create (already validated against the
-    SDK's shapes): file mounts, or a 400 naming the first unsupported one."""
+    SDK's shapes): file mounts and repositories, or a 400 naming the first
+    unsupported or malformed one."""
     if len(items) > MAX_RESOURCES:
         raise RequestError(f"resources: at most {MAX_RESOURCES} resources")
-    mounts = [_file_mount(item, f"resources.{i}.") for i, item in enumerate(items)]
-    check_distinct(mounts, "resources")
-    return mounts
+    files: list[FileMount] = []
+    found: list[RepositoryMount] = []
+    for i, item in enumerate(items):
+        if item.get("type") == repositories.TYPE:
+            found.append(repositories.parse(item, f"resources.{i}."))
+        else:
+            files.append(_file_mount(item, f"resources.{i}."))
+    check_distinct([m.mount_path for m in files] + [r.mount_path for r in found], "resources")
+    return files, found
 
 
 def _file_mount(params: Json, prefix: str) -> FileMount:
@@ -84,9 +99,9 @@ def check_mount_path(path: str, prefix: str = "") -> str:
     return path
 
 
-def check_distinct(mounts: list[FileMount], field: str) -> None:
+def check_distinct(mount_paths: list[str], field: str) -> None:
     """No two resources at one path, nor one inside another's."""
-    paths = sorted(m.mount_path for m in mounts)
+    paths = sorted(mount_paths)
     for first, second in itertools.pairwise(paths):
         if second == first or second.startswith(first + "/"):
             raise RequestError(f"{field}: two resources are mounted at {second!r}")

@@ -8,7 +8,7 @@ from typing import Any
 
 from stead import usage as accounting
 from stead.jsonvalues import Json
-from stead.schemas import agents, resources
+from stead.schemas import agents, repositories, resources
 from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -29,6 +29,10 @@ class SessionCreate:
     initial_events: list[Json]
     file_mounts: list[resources.FileMount]
     """Files to mount: ``fields["resources"]`` once their files are checked."""
+    repositories: list[repositories.RepositoryMount]
+    """Repositories to clone: ``fields["resources"]`` too, their tokens sealed apart."""
+    resource_types: list[str]
+    """Each resource's type, in the order given (the order they are kept in)."""
 
 
 def _budget(value: Json | None, field: str = "budget") -> Json | None:
@@ -54,7 +58,8 @@ def parse_create(body: Any) -> SessionCreate:
     check_version("agent.version", version)
     check_length("title", params.get("title"), high=512)
     check_metadata("metadata", params.get("metadata", {}))
-    file_mounts = resources.parse_create(list(params.get("resources", [])))
+    given = list(params.get("resources", []))
+    file_mounts, found = resources.parse_create(given)
     vault_ids = list(params.get("vault_ids", []))
     if len(vault_ids) > MAX_VAULTS:
         raise RequestError(f"vault_ids: at most {MAX_VAULTS} vaults")
@@ -80,6 +85,8 @@ def parse_create(body: Any) -> SessionCreate:
         },
         initial_events=initial,
         file_mounts=file_mounts,
+        repositories=found,
+        resource_types=[str(item["type"]) for item in given],
     )
 
 

@@ -106,7 +106,7 @@ from stead.store.memories import (
     precondition_failed,
 )
 from stead.store.migrate import SchemaState, SchemaStatus
-from stead.store.resources import SessionResourceStore
+from stead.store.resources import RepositoryState, SessionResourceStore
 from stead.store.runs import RunLedger
 from stead.store.sessions import SessionStore
 from stead.store.skills import (
@@ -220,6 +220,7 @@ __all__ = [
     "Page",
     "PageRequest",
     "QueueStats",
+    "RepositoryState",
     "RequestUsage",
     "RetryTerms",
     "RunClaim",

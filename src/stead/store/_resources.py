@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import Connection, insert, select, update
 
 from stead.jsonvalues import Json
-from stead.store import _files, _locks, _sessions
+from stead.store import _files, _locks, _repositories, _sessions
 from stead.store._files import _record as file_record
 from stead.store.errors import Conflict, NotFound
 from stead.store.files import FileRecord, NewFile
@@ -16,17 +16,28 @@ from stead.store.tables import files, session_outputs, sessions
 
 
 def add(
-    conn: Connection, now: datetime, workspace_id: str, session_id: str, resource: Json, limit: int
+    conn: Connection,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    resource: Json,
+    limit: int,
+    sealed_token: bytes | None,
 ) -> Json:
     _locks.session(conn, session_id)
     current = _sessions.get(conn, workspace_id, session_id)
     if current.archived_at is not None or current.terminated_at is not None:
         raise Conflict(f"session {session_id} is archived or terminated; it takes no resources")
-    try:  # checked in the transaction that stores it: a file deleted meanwhile is a 404
-        _files.get_file(conn, workspace_id, resource["file_id"])
-    except NotFound:
-        raise NotFound("file", resource["file_id"], field="file_id") from None
+    if resource["type"] == "file":
+        try:  # checked in the transaction that stores it: a file deleted meanwhile is a 404
+            _files.get_file(conn, workspace_id, resource["file_id"])
+        except NotFound:
+            raise NotFound("file", resource["file_id"], field="file_id") from None
     _write(conn, now, session_id, [*with_room(current, resource, limit), resource])
+    if resource["type"] == _repositories.REPOSITORY:
+        _repositories.insert_for_session(
+            conn, now, workspace_id, session_id, {resource["id"]: sealed_token}
+        )
     return resource
 
 
@@ -51,6 +62,7 @@ def delete(conn: Connection, now: datetime, workspace_id: str, session_id: str, 
     if found is None:
         raise NotFound("session resource", ident)
     _write(conn, now, session_id, [r for r in current.resources if r.get("id") != ident])
+    _repositories.delete_one(conn, ident)
     return found
 
 

@@ -28,7 +28,7 @@ from stead import usage as accounting
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.store import _agents, _environments, _events, _locks, _runs, _vaults
+from stead.store import _agents, _environments, _events, _locks, _repositories, _runs, _vaults
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import (
@@ -142,6 +142,9 @@ def create(
         "terminated_at": None,
     }
     compiled(conn, "sessions.insert", lambda: insert(sessions)).execute_many(conn, [row])
+    _repositories.insert_for_session(
+        conn, now, workspace_id, session_id, fields.get("repository_tokens", {})
+    )
     logged = _events.append_log(conn, now, session_id, initial_events)
     status = "idle"
     if any(e.type == EventType.USER_MESSAGE for e in initial_events):
@@ -281,6 +284,7 @@ def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before deleting")
     for table in (events, pending, ops, runs):
         conn.execute(delete(table).where(table.c.session_id == session_id))
+    _repositories.delete_for_session(conn, session_id)
     conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
 

@@ -472,6 +472,21 @@ session_outputs = Table(
 """Captured outputs (``_resources.py``): which file holds each content a
 session wrote at a path under ``/mnt/session/outputs``. Outlives the session,
 as its files do."""
+session_repositories = Table(
+    "session_repositories",
+    metadata,
+    Column("resource_id", String(64), primary_key=True),
+    Column("session_id", String(64), nullable=False),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("sealed_token", LargeBinary, nullable=True),
+    Column("cloned_at", UTCDateTime, nullable=True),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Index("ix_session_repositories_session", "session_id"),
+)
+"""The private side of each ``github_repository`` resource (``_repositories.py``):
+its authorization token, only ever stored sealed (``stead.vault``) and bound to
+the resource id, and when its clone into the sandbox finished. Goes with the
+resource and with its session."""
 webhook_endpoints = Table(
     "webhook_endpoints",
     metadata,

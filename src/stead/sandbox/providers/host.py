@@ -164,7 +164,11 @@ class _Secrets:
         known = {(v.credential_id, v.name): v.placeholder for v in held[2]} if held else {}
         headers = [
             ops.Credential(
-                host=s.host.lower(), header=s.header, value=s.value, credential_id=s.credential_id
+                host=s.host.lower(),
+                header=s.header,
+                value=s.value,
+                credential_id=s.credential_id,
+                paths=list(s.paths),
             )
             for s in secrets
             if isinstance(s, EgressCredential)

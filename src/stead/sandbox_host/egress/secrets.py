@@ -2,8 +2,9 @@
 
 Two kinds, both held in memory only and never shown by ``repr``:
 
-* ``HeaderSecret``: a header set on every request for one host, replacing any
-  the sandbox sent (``static_bearer``-style credentials).
+* ``HeaderSecret``: a header set on every request for one host (or only on
+  requests for some paths of it), replacing any the sandbox sent
+  (``static_bearer``-style credentials, a repository's token).
 * ``PlaceholderSecret``: the sandbox holds an opaque placeholder (in an
   environment variable); the proxy replaces it with the value in a request's
   headers and/or body, and only for the hosts the credential allows. A
@@ -32,9 +33,32 @@ class HeaderSecret:
     """Lower-case header name."""
     value: bytes
     credential_id: str = ""
+    paths: tuple[bytes, ...] = ()
+    """Request paths it is set on, each with what lies below it; empty: all."""
 
     def __repr__(self) -> str:
         return f"HeaderSecret(host={self.host!r}, header={self.header!r}, value=<hidden>)"
+
+    def applies(self, target: bytes) -> bool:
+        """Whether a request for ``target`` (origin or absolute form) gets it."""
+        if not self.paths:
+            return True
+        path = _path(target)
+        # The origin resolves dot segments and escapes: a path that holds any
+        # could name another repository than its prefix says, so it gets nothing.
+        if b"%" in path or b"//" in path or any(s in (b".", b"..") for s in path.split(b"/")):
+            return False
+        return any(path == p or path.startswith(p.rstrip(b"/") + b"/") for p in self.paths)
+
+
+def _path(target: bytes) -> bytes:
+    """The path of a request target, without its query (an absolute-form
+    target, ``https://host/path``, loses its scheme and authority)."""
+    if not target.startswith(b"/"):
+        scheme = target.find(b"://")
+        slash = target.find(b"/", scheme + 3) if scheme >= 0 else -1
+        target = target[slash:] if slash >= 0 else b"/"
+    return target.split(b"?", 1)[0].split(b"#", 1)[0]
 
 
 @dataclass(frozen=True, slots=True, repr=False)
@@ -112,7 +136,11 @@ class HostSecrets:
         """``headers`` with the host's headers set and placeholders replaced;
         raises ``Refused`` if the target or a header holds a forbidden one."""
         self.check(target, host)
-        names = {secret.header for secret in self.set_headers}
+        setting: dict[bytes, HeaderSecret] = {}
+        for given in self.set_headers:  # one value per header: the first that applies
+            if given.applies(target):
+                setting.setdefault(given.header, given)
+        names = set(setting)
         out: Headers = []
         for name, value in headers:
             if name in names:
@@ -123,7 +151,7 @@ class HostSecrets:
                     value = value.replace(secret.placeholder, secret.value)
                     self.used.add(secret.credential_id)
             out.append((name, value))
-        for header in self.set_headers:
+        for header in setting.values():
             out.append((header.header, header.value))
             self.used.add(header.credential_id)
         return out

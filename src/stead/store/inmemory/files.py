@@ -9,10 +9,11 @@ from dataclasses import replace
 from datetime import datetime
 
 from stead.jsonvalues import Json
+from stead.store._repositories import REPOSITORY
 from stead.store._resources import with_room
 from stead.store.errors import Conflict, NotFound, StorageQuotaExceeded
 from stead.store.files import FileRecord, NewFile
-from stead.store.inmemory import limits, sessions
+from stead.store.inmemory import limits, repositories, sessions
 from stead.store.inmemory.tables import Tables, page_of, stored
 from stead.store.limits import FILE_STORAGE_LIMIT
 from stead.store.paging import Page, PageRequest
@@ -146,16 +147,26 @@ def forget_file(t: Tables, _now: datetime, file_id: str) -> None:
 
 
 def add_resource(
-    t: Tables, now: datetime, workspace_id: str, session_id: str, resource: Json, limit: int
+    t: Tables,
+    now: datetime,
+    workspace_id: str,
+    session_id: str,
+    resource: Json,
+    limit: int,
+    sealed_token: bytes | None = None,
 ) -> Json:
     current = sessions.get(t, workspace_id, session_id)
     if current.archived_at is not None or current.terminated_at is not None:
         raise Conflict(f"session {session_id} is archived or terminated; it takes no resources")
-    try:
-        get_file(t, workspace_id, resource["file_id"])
-    except NotFound:
-        raise NotFound("file", resource["file_id"], field="file_id") from None
+    if resource["type"] == "file":
+        try:
+            get_file(t, workspace_id, resource["file_id"])
+        except NotFound:
+            raise NotFound("file", resource["file_id"], field="file_id") from None
     _set_resources(t, now, session_id, [*with_room(current, resource, limit), resource])
+    if resource["type"] == REPOSITORY:
+        tokens = {resource["id"]: sealed_token}
+        repositories.insert_for_session(t, now, workspace_id, session_id, tokens)
     return resource
 
 
@@ -167,6 +178,7 @@ def delete_resource(
     if found is None:
         raise NotFound("session resource", ident)
     _set_resources(t, now, session_id, [r for r in current.resources if r.get("id") != ident])
+    t.repositories.pop(ident, None)
     return found
 
 

@@ -24,7 +24,7 @@ from stead.store._sessions import (
 from stead.store.agents import AgentRecord
 from stead.store.errors import Conflict, NotFound
 from stead.store.events import EventRecord, NewEvent
-from stead.store.inmemory import agents, events, runs
+from stead.store.inmemory import agents, events, repositories, runs
 from stead.store.inmemory.tables import SessionRow, Tables, loaded, page_of, stored
 from stead.store.paging import Page, PageRequest
 from stead.store.runs import LIVE_RUN_STATUSES, RunStatus
@@ -99,6 +99,8 @@ def create(
         terminated_at=None,
     )
     t.sessions[row.id] = row
+    tokens = fields.get("repository_tokens", {})
+    repositories.insert_for_session(t, now, workspace_id, row.id, tokens)
     logged = events.append_log(t, now, row.id, initial_events)
     if any(e.type == EventType.USER_MESSAGE for e in initial_events):
         runs.start(t, now, row.id)
@@ -168,6 +170,7 @@ def delete(t: Tables, _now: datetime, workspace_id: str, session_id: str) -> Non
     for rows in (t.ops, t.runs):
         for key in [k for k, row in rows.items() if row.session_id == session_id]:
             del rows[key]
+    repositories.delete_for_session(t, session_id)
     del t.sessions[session_id]
 
 

@@ -34,6 +34,7 @@ from stead.store.inmemory import (
     inbox,
     leases,
     limits,
+    repositories,
     runs,
     sessions,
     workspaces,
@@ -42,6 +43,7 @@ from stead.store.inmemory.tables import Tables
 from stead.store.leases import LeaseExpiry, SandboxLease
 from stead.store.limits import WORKSPACE, MonthUse
 from stead.store.paging import Page, PageRequest
+from stead.store.resources import RepositoryState
 from stead.store.runs import ClaimTerms, RunClaim, RunStart, RunStatus, RunWrite, WriteResult
 from stead.store.sessions import SessionChange, SessionFilter, SessionRecord
 from stead.store.usage import LedgerRow
@@ -451,14 +453,38 @@ class InMemoryStore:
         await self._write(files.forget_file, file_id)
 
     async def add_session_resource(
-        self, workspace_id: str, session_id: str, resource: Json, *, limit: int
+        self,
+        workspace_id: str,
+        session_id: str,
+        resource: Json,
+        *,
+        limit: int,
+        sealed_token: bytes | None = None,
     ) -> Json:
-        return await self._write(files.add_resource, workspace_id, session_id, resource, limit)
+        return await self._write(
+            files.add_resource, workspace_id, session_id, resource, limit, sealed_token
+        )
 
     async def delete_session_resource(
         self, workspace_id: str, session_id: str, resource_id: str
     ) -> Json:
         return await self._write(files.delete_resource, workspace_id, session_id, resource_id)
+
+    async def set_repository_token(
+        self, workspace_id: str, session_id: str, resource_id: str, sealed: bytes, stamp: str
+    ) -> Json:
+        return await self._write(
+            repositories.set_token, workspace_id, session_id, resource_id, sealed, stamp
+        )
+
+    async def repository_states(self, session_id: str) -> list[RepositoryState]:
+        return await self._read(repositories.states, session_id)
+
+    async def mark_repository_cloned(self, resource_id: str) -> None:
+        await self._write(repositories.mark_cloned, resource_id)
+
+    async def reseal_repository_tokens(self, reseal: Callable[[str, bytes], bytes | None]) -> int:
+        return await self._write(repositories.reseal, reseal)
 
     async def begin_output(
         self, new: NewFile, session_id: str, path: str, sha256: str, *, quota: int = 0

@@ -55,6 +55,17 @@ class AgentRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RepositoryRow:
+    """A ``github_repository`` resource's private side (``session_repositories``)."""
+
+    session_id: str
+    workspace_id: str
+    sealed_token: bytes | None
+    cloned_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class VersionRow:
     definition: str
     created_at: datetime
@@ -222,6 +233,8 @@ class Tables:
     """(session id, path, sha256) -> the file that captured that content."""
     limits: dict[tuple[str, str, str], int] = field(default_factory=dict)
     """(workspace id, scope, name) -> value."""
+    repositories: dict[str, RepositoryRow] = field(default_factory=dict)
+    """Repository resource id -> its sealed token and clone state."""
 
     def snapshot(self) -> Tables:
         return Tables(**{f.name: dict(getattr(self, f.name)) for f in fields(self)})

@@ -1,7 +1,7 @@
 """files: bytes_removed_at, set once an expired file's blob is deleted
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018"
-down_revision = "0015"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
