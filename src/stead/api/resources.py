@@ -5,6 +5,12 @@ A ``file`` resource mounts an uploaded file read-only in the session's sandbox
 (``runtime.mounts``). The file is checked in the workspace (unknown, another
 workspace's and deleted files are a 404 naming the field) in the transaction
 that stores the resource; the sandbox gets it before its next use.
+
+A ``memory_store`` resource is given at create only (``resources.add`` takes
+files alone, as the SDK's params say) and stays for the session's life: it
+mounts the store at ``/mnt/memory/<slug>`` (``runtime.memory_mounts``). The
+store is checked here for its name, and again in the transaction that creates
+the session (unknown or another workspace's: 404, archived: 400, naming the field).
 """
 
 from __future__ import annotations
@@ -34,6 +40,24 @@ KEY_TYPES: tuple[type, ...] = (str, str)
 """A resource's (created_at, id), the order resources are listed in."""
 
 
+async def _check_mountable(
+    app: Services, workspace_id: str, environment_id: str, field: str, what: str
+) -> None:
+    """A 400 naming ``field`` unless this server can mount ``what`` in the
+    environment's sandboxes."""
+    if not app.sandboxes.mounts_supported:
+        raise RequestError(
+            f"{field}: this stead server's sandbox provider ({app.settings.sandbox}) "
+            f"cannot mount {what}; {what} resources need STEAD_SANDBOX=bwrap"
+        )
+    environment = await app.store.get_environment(workspace_id, environment_id)
+    if environment.config.get("type") == "self_hosted":
+        raise RequestError(
+            f"{field}: environment {environment_id} is self-hosted (its workers supply "
+            f"the sandbox), so stead cannot mount {what} there"
+        )
+
+
 async def check_file_mounts(
     app: Services,
     workspace_id: str,
@@ -46,18 +70,7 @@ async def check_file_mounts(
     that is small enough."""
     if not mounts:
         return []
-    field = prefix.rstrip(".") or "type"
-    if not app.sandboxes.mounts_supported:
-        raise RequestError(
-            f"{field}: this stead server's sandbox provider ({app.settings.sandbox}) "
-            "cannot mount files; file resources need STEAD_SANDBOX=bwrap"
-        )
-    environment = await app.store.get_environment(workspace_id, environment_id)
-    if environment.config.get("type") == "self_hosted":
-        raise RequestError(
-            f"{field}: environment {environment_id} is self-hosted (its workers supply "
-            "the sandbox), so stead cannot mount files there"
-        )
+    await _check_mountable(app, workspace_id, environment_id, prefix.rstrip(".") or "type", "file")
     found = {
         f.id: f for f in await app.store.files_by_ids(workspace_id, [m.file_id for m in mounts])
     }
@@ -79,6 +92,39 @@ async def check_file_mounts(
             )
         made.append(resources.file_resource(new_id("session_resource"), mount, now))
     return made
+
+
+async def check_memory_mounts(
+    app: Services, workspace_id: str, environment_id: str, mounts: list[resources.MemoryMount]
+) -> list[Json]:
+    """The stored shapes of ``mounts``, each store's name and description as
+    they are now, once this server can mount them and every store is a live
+    store of the workspace (the session's create checks that again)."""
+    if not mounts:
+        return []
+    field = f"resources.{mounts[0].index}"
+    await _check_mountable(app, workspace_id, environment_id, field, "memory_store")
+    stores = []
+    for mount in mounts:
+        field = f"resources.{mount.index}.memory_store_id"
+        try:
+            store = await app.store.get_memory_store(workspace_id, mount.memory_store_id)
+        except NotFound:
+            raise NotFound("memory_store", mount.memory_store_id, field=field) from None
+        if store.archived_at is not None:
+            raise RequestError(
+                f"{field}: memory store {store.id} is archived; new sessions cannot use it"
+            )
+        stores.append(store)
+    now = wire.ts(datetime.now(UTC))
+    assert now is not None
+    paths = resources.memory_mount_paths([store.name for store in stores])
+    return [
+        resources.memory_resource(
+            new_id("session_resource"), mount, store.name, store.description, path, now
+        )
+        for mount, store, path in zip(mounts, stores, paths, strict=True)
+    ]
 
 
 @router.post(
@@ -175,6 +221,12 @@ async def delete_resource(
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     app = services(request)
+    session = await app.store.get_session(who.workspace_id, session_id)
+    if _find(session.resources, resource_id).get("type") == "memory_store":
+        raise RequestError(
+            f"resource_id: {resource_id} is a memory_store resource; memory stores stay "
+            "attached for the session's life"
+        )
     await app.store.delete_session_resource(who.workspace_id, session_id, resource_id)
     app.sandboxes.resources_changed(session_id)
     return JSONResponse({"id": resource_id, "type": "session_resource_deleted"})

@@ -40,6 +40,8 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
     prices = app.runtime.prices
     spec.fields["resources"] = await resources.check_file_mounts(
         app, who.workspace_id, spec.environment_id, spec.file_mounts, "resources."
+    ) + await resources.check_memory_mounts(
+        app, who.workspace_id, spec.environment_id, spec.memory_mounts
     )
     if "skills" in spec.overrides:
         skills = agents.resolve_skills(list(spec.overrides["skills"] or []), "agent.skills")

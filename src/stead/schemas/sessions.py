@@ -29,6 +29,8 @@ class SessionCreate:
     initial_events: list[Json]
     file_mounts: list[resources.FileMount]
     """Files to mount: ``fields["resources"]`` once their files are checked."""
+    memory_mounts: list[resources.MemoryMount]
+    """Memory stores to mount: in ``fields["resources"]`` once their stores are read."""
 
 
 def _budget(value: Json | None, field: str = "budget") -> Json | None:
@@ -54,7 +56,7 @@ def parse_create(body: Any) -> SessionCreate:
     check_version("agent.version", version)
     check_length("title", params.get("title"), high=512)
     check_metadata("metadata", params.get("metadata", {}))
-    file_mounts = resources.parse_create(list(params.get("resources", [])))
+    file_mounts, memory_mounts = resources.parse_create(list(params.get("resources", [])))
     vault_ids = list(params.get("vault_ids", []))
     if len(vault_ids) > MAX_VAULTS:
         raise RequestError(f"vault_ids: at most {MAX_VAULTS} vaults")
@@ -80,6 +82,7 @@ def parse_create(body: Any) -> SessionCreate:
         },
         initial_events=initial,
         file_mounts=file_mounts,
+        memory_mounts=memory_mounts,
     )
 
 

@@ -72,6 +72,7 @@ from stead.store.limits import (
     MonthUse,
 )
 from stead.store.memories import (
+    MOUNT_MOVED,
     PATH_CONFLICT,
     PRECONDITION_FAILED,
     Actor,
@@ -83,6 +84,8 @@ from stead.store.memories import (
     MemoryVector,
     MemoryVersionRecord,
     MemoryWrite,
+    MountBase,
+    MountClaim,
     NewVersion,
     StoreFilter,
     VersionFilter,
@@ -131,6 +134,7 @@ __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
     "ENVIRONMENT_LIMITS",
     "LIVE_RUN_STATUSES",
+    "MOUNT_MOVED",
     "NO_HEARTBEAT",
     "PATH_CONFLICT",
     "PRECONDITION_FAILED",
@@ -184,6 +188,8 @@ __all__ = [
     "MemoryVersionRecord",
     "MemoryWrite",
     "MonthUse",
+    "MountBase",
+    "MountClaim",
     "NewEvent",
     "NewFile",
     "NewSkillVersion",
