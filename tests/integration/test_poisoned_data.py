@@ -73,6 +73,8 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     with sqlite3.connect(database) as db:  # as it was before migration 0004
         db.execute("ALTER TABLE api_keys DROP COLUMN admin")
         for later in (
+            "memory_mounts",
+            "session_memory_stores",
             "workspace_limits",
             "session_outputs",
             "skill_versions",

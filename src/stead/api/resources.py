@@ -41,14 +41,14 @@ KEY_TYPES: tuple[type, ...] = (str, str)
 
 
 async def _check_mountable(
-    app: Services, workspace_id: str, environment_id: str, field: str, what: str
+    app: Services, workspace_id: str, environment_id: str, field: str, kind: str, what: str
 ) -> None:
-    """A 400 naming ``field`` unless this server can mount ``what`` in the
-    environment's sandboxes."""
+    """A 400 naming ``field`` unless this server can mount ``what`` (``kind``
+    resources) in the environment's sandboxes."""
     if not app.sandboxes.mounts_supported:
         raise RequestError(
             f"{field}: this stead server's sandbox provider ({app.settings.sandbox}) "
-            f"cannot mount {what}; {what} resources need STEAD_SANDBOX=bwrap"
+            f"cannot mount {what}; {kind} resources need STEAD_SANDBOX=bwrap"
         )
     environment = await app.store.get_environment(workspace_id, environment_id)
     if environment.config.get("type") == "self_hosted":
@@ -70,7 +70,8 @@ async def check_file_mounts(
     that is small enough."""
     if not mounts:
         return []
-    await _check_mountable(app, workspace_id, environment_id, prefix.rstrip(".") or "type", "file")
+    field = prefix.rstrip(".") or "type"
+    await _check_mountable(app, workspace_id, environment_id, field, "file", "files")
     found = {
         f.id: f for f in await app.store.files_by_ids(workspace_id, [m.file_id for m in mounts])
     }
@@ -103,7 +104,9 @@ async def check_memory_mounts(
     if not mounts:
         return []
     field = f"resources.{mounts[0].index}"
-    await _check_mountable(app, workspace_id, environment_id, field, "memory_store")
+    await _check_mountable(
+        app, workspace_id, environment_id, field, "memory_store", "memory stores"
+    )
     stores = []
     for mount in mounts:
         field = f"resources.{mount.index}.memory_store_id"
