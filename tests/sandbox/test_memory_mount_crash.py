@@ -20,9 +20,7 @@ from tests.sandbox.conftest import requires_isolation, shell
 pytestmark = requires_isolation
 
 MOUNT = "/mnt/memory/crash"
-COMMAND = (
-    f"printf changed > {MOUNT}/a.md && printf made > {MOUNT}/b.md && rm {MOUNT}/c.md"
-)
+COMMAND = f"printf changed > {MOUNT}/a.md && printf made > {MOUNT}/b.md && rm {MOUNT}/c.md"
 
 
 @pytest.fixture(scope="module")

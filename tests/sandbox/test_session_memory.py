@@ -149,6 +149,13 @@ def test_an_agent_changes_its_memories_with_bash(
     cited = result.content[0].text  # type: ignore[union-attr]
     assert f"{mount}/api.md (memory {memory.id}, version {current.memory_version_id}" in cited
 
+    # A sandbox destroyed and made again starts from the store: its empty mount
+    # deletes nothing.
+    before = memories_of(client, store_id)
+    client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+    assert bash_turn(client, session_id, f"cat {mount}/new/hi.md") == "hello"
+    assert memories_of(client, store_id) == before
+
 
 def test_a_read_only_store_cannot_be_changed(client: anthropic.Anthropic) -> None:
     store_id = new_store(client, "Shared Facts", **{"/fact.md": "water is wet"})

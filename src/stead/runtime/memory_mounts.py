@@ -25,6 +25,9 @@ differs from its base is the agent's change (``changes``):
   whose memory changed is not deleted: the file comes back with the current
   content. A file at a path a memory took meanwhile is kept as a version of
   that memory in the same way.
+* A mount's files count as the agent's only in the mount tree its bases were
+  recorded for (``MARKERS``): a sandbox made again (after a destroy) starts
+  from the API's content, and its empty mount deletes nothing.
 * Staging (at each turn's first sandbox call) puts what the API holds now:
   memories whose file is missing or unchanged by the agent get the current
   content; files whose memory went away are removed. A file with an agent's
@@ -75,6 +78,10 @@ based on no content, so any content the memory holds makes it stale."""
 HIDDEN_PREFIX = ".stead-put-"
 """The host's temporary names while it puts a file (``sandbox_host.mounts``)."""
 PAGE = 1000
+MARKERS = "/mnt/.stead/memory"
+"""A root-owned file per store, named by its id, put once a mount's files and
+their bases are recorded. A sandbox destroyed and made again has a new, empty
+mount tree without them: its missing files are not the agent's deletions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,18 +222,30 @@ class MemoryMounts:
             await self._stage_one(session, config, mount)
         return notes
 
+    async def _marked(self, session_id: str) -> set[str]:
+        """The stores whose mount this sandbox's mount tree has held since their
+        bases were recorded (``MARKERS``)."""
+        return {f.path for f in await self._mounts.listing(session_id, MARKERS)}
+
     async def _stage_one(
         self, session: MemorySession, config: SandboxConfig, mount: MemoryMount
     ) -> None:
+        store_id = mount.memory_store_id
         await self._mounts.put(session.id, config, mount.mount_path, [], writable=mount.writable)
         try:
-            current = await self._current(session.workspace_id, mount.memory_store_id)
+            current = await self._current(session.workspace_id, store_id)
         except NotFound:
-            log.warning("memory store %s of session %s is gone", mount.memory_store_id, session.id)
+            log.warning("memory store %s of session %s is gone", store_id, session.id)
             current = []
         held = await self._mounts.listing(session.id, mount.mount_path)
-        bases = await self._store.memory_mount_bases(session.id, mount.memory_store_id)
-        plan = stage_plan(current, held, bases, writable=mount.writable)
+        bases = await self._store.memory_mount_bases(session.id, store_id)
+        marked = store_id in await self._marked(session.id)
+        if not marked:
+            # A new mount tree (a new or remade sandbox): the bases describe files
+            # it never held, and nothing in it is the agent's; the API's content wins.
+            await self._store.drop_memory_mount_bases(session.id, store_id, [b.path for b in bases])
+            bases = []
+        plan = stage_plan(current, held, bases, writable=mount.writable and marked)
         if plan.put:
             await self._put(session, config, mount, plan.put)
         if plan.record:
@@ -235,7 +254,11 @@ class MemoryMounts:
             await self._mounts.remove(session.id, mount.mount_path, [p[1:] for p in plan.remove])
         gone = plan.remove + plan.drop
         if gone:
-            await self._store.drop_memory_mount_bases(session.id, mount.memory_store_id, gone)
+            await self._store.drop_memory_mount_bases(session.id, store_id, gone)
+        if not marked:  # last: a crash before it stages this mount afresh again
+            await self._mounts.put(
+                session.id, config, MARKERS, [MountFile(store_id, b"")], writable=False
+            )
 
     async def _current(self, workspace_id: str, store_id: str) -> list[MemoryRecord]:
         found: list[MemoryRecord] = []
@@ -270,9 +293,10 @@ class MemoryMounts:
         """Makes what the agent changed in the session's read-write mounts new
         memory versions; what the agent must be told (conflicts, refusals)."""
         notes: list[str] = []
+        marked = await self._marked(session.id)
         for mount in session.mounts:
-            if not mount.writable:
-                continue
+            if not mount.writable or mount.memory_store_id not in marked:
+                continue  # an unmarked mount holds nothing of the agent's yet
             held = await self._mounts.listing(session.id, mount.mount_path)
             bases = await self._store.memory_mount_bases(session.id, mount.memory_store_id)
             for change in changes(held, bases):
