@@ -234,20 +234,17 @@ class SandboxToolbox:
             await self._mounts.capture(session_id, workspace_id)
         except (SandboxError, BlobError) as exc:
             log.warning("outputs of session %s not captured yet: %s", session_id, exc)
-        served = self._served.get(session_id) or await self._unserved(session_id)
-        notes = await self._write_back(served.memory, served.config)
+        served = self._served.get(session_id)
+        if served is not None:
+            memory, config = served.memory, served.config
+        else:  # served by another process before (a recovered turn, a sweep)
+            session = await self._store.session_snapshot(session_id)
+            memory = MemorySession.of(session)
+            if not memory.writable:
+                return
+            config = await self._config(session)
+        notes = await self._write_back(memory, config)
         self._notes.setdefault(session_id, []).extend(notes)
-
-    async def _unserved(self, session_id: str) -> _Served:
-        """What a session this process has not served is made of (no credentials given)."""
-        session = await self._store.session_snapshot(session_id)
-        return _Served(
-            session_id,
-            session.workspace_id,
-            tuple(session.vault_ids),
-            await self._config(session),
-            MemorySession.of(session),
-        )
 
     async def _config(self, session: SessionRecord) -> SandboxConfig:
         environment = await self._store.get_environment(
