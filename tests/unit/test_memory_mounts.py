@@ -23,11 +23,14 @@ from stead.store import (
     MemoryRecord,
     MountBase,
     MountClaim,
+    NotFound,
     PageRequest,
+    SessionFilter,
     SqlStore,
     VersionFilter,
 )
 from tests.databases import BACKENDS
+from tests.unit.conftest import definition
 
 API = Actor("api_actor", "apikey_test")
 SESSION = "sesn_mounted"
@@ -167,3 +170,40 @@ async def test_a_write_back_commits_once_under_its_claim(store: SqlStore, blobs:
     with pytest.raises(Conflict) as again:
         await keeper.create(workspace, store_id, "/n2.md", "new", AGENT, created)
     assert again.value.code == MOUNT_MOVED
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+async def test_sessions_list_by_memory_store_and_forget_it_when_deleted(store: SqlStore) -> None:
+    workspace = (await store.create_workspace("w")).id
+    agent = await store.create_agent(workspace, definition())
+    env = await store.create_environment(workspace, "env", None, {"type": "cloud"}, {}, None)
+    kept = (await store.create_memory_store(workspace, "kept", "", {})).id
+    archived = (await store.create_memory_store(workspace, "old", "", {})).id
+    await store.archive_memory_store(workspace, archived)
+
+    async def create(*store_ids: str) -> str:
+        resources = [{"type": "memory_store", "memory_store_id": s} for s in store_ids]
+        session, _ = await store.create_session(
+            workspace,
+            (agent.id, None),
+            lambda a: {"id": a.id},
+            env.id,
+            {"resources": resources},
+            [],
+        )
+        return session.id
+
+    first, _plain = await create(kept), await create()
+    page = PageRequest(limit=10, order="desc")
+    listed = await store.list_sessions(workspace, page, SessionFilter(memory_store_id=kept))
+    assert [s.id for s in listed.items] == [first]
+    for bad, error in (("memstore_unknown", NotFound), (archived, Conflict)):
+        with pytest.raises(error, match=r"resources\.1\.memory_store_id"):
+            await create(kept, bad)
+    assert len((await store.list_sessions(workspace, page, SessionFilter())).items) == 2
+    await store.put_memory_mount_bases(workspace, first, [MountBase(kept, "/a", "mem_1", "0")])
+    await store.delete_session(workspace, first)
+    assert await store.memory_mount_bases(first, kept) == []
+    listed = await store.list_sessions(workspace, page, SessionFilter(memory_store_id=kept))
+    assert listed.items == []
