@@ -207,7 +207,9 @@ def test_two_sessions_editing_one_memory_keep_both_contents(
     assert f"memory version {kept.id}" in note
     [mine] = versions_by(client, store_id, first)
     assert mine.content == "first"
-    assert bash_turn(client, second, f"cat {plan}") == "first"
+    # The file shows the current content at once, before any next turn.
+    on_host = workspace_on_host(host, second).parent / "mnt" / "memory" / "plan" / "plan.md"
+    assert on_host.read_text() == "first"
 
 
 def test_bad_memory_store_resources_are_refused(

@@ -78,6 +78,8 @@ based on no content, so any content the memory holds makes it stale."""
 HIDDEN_PREFIX = ".stead-put-"
 """The host's temporary names while it puts a file (``sandbox_host.mounts``)."""
 PAGE = 1000
+PUT_BATCH = 64
+"""Memories put in one host call: at most 6.4 MiB, well within one protocol frame."""
 MARKERS = "/mnt/.stead/memory"
 """A root-owned file per store, named by its id, put once a mount's files and
 their bases are recorded. A sandbox destroyed and made again has a new, empty
@@ -280,14 +282,18 @@ class MemoryMounts:
         """Puts each memory's current content in its file, then records its base
         (in that order: a crash between leaves a file equal to its memory, which
         the next write-back finds unchanged)."""
-        files = []
-        for memory in memories:
-            content = await self._keeper.content(memory)
-            assert content is not None  # a memory's current version has content
-            files.append(MountFile(memory.path[1:], content.encode()))
-        await self._mounts.put(session.id, config, mount.mount_path, files, writable=mount.writable)
-        bases = [MountBase(m.memory_store_id, m.path, m.id, m.content_sha256) for m in memories]
-        await self._store.put_memory_mount_bases(session.workspace_id, session.id, bases)
+        for start in range(0, len(memories), PUT_BATCH):
+            batch = memories[start : start + PUT_BATCH]
+            files = []
+            for memory in batch:
+                content = await self._keeper.content(memory)
+                assert content is not None  # a memory's current version has content
+                files.append(MountFile(memory.path[1:], content.encode()))
+            await self._mounts.put(
+                session.id, config, mount.mount_path, files, writable=mount.writable
+            )
+            bases = [MountBase(m.memory_store_id, m.path, m.id, m.content_sha256) for m in batch]
+            await self._store.put_memory_mount_bases(session.workspace_id, session.id, bases)
 
     async def write_back(self, session: MemorySession, config: SandboxConfig) -> list[str]:
         """Makes what the agent changed in the session's read-write mounts new
@@ -326,7 +332,8 @@ class MemoryMounts:
             if exc.code == MOUNT_MOVED:
                 return None  # another write-back of this very change committed it
             if exc.code == PRECONDITION_FAILED and change.kind == "deleted":
-                await self._restore(session, config, mount, change.path)
+                assert change.base is not None
+                await self._restore(session, config, mount, change.base.memory_id)
                 return (
                     f"Memory conflict: {mount.file(change.path)} changed in the memory store "
                     "since you last read it, so it was not deleted; the file is back with "
@@ -338,7 +345,7 @@ class MemoryMounts:
         self._failpoints.hit("memories.after_writeback")
         if written is None or not written.conflict:
             return None
-        await self._restore(session, config, mount, change.path)
+        await self._restore(session, config, mount, written.memory.id)
         return (
             f"Memory conflict: {mount.file(change.path)} changed in the memory store since "
             f"you last read it. Your content is kept as memory version {written.version.id}, "
@@ -366,15 +373,16 @@ class MemoryMounts:
             return _Refused("a memory holds UTF-8 text only")
 
     async def _restore(
-        self, session: MemorySession, config: SandboxConfig, mount: MemoryMount, path: str
+        self, session: MemorySession, config: SandboxConfig, mount: MemoryMount, memory_id: str
     ) -> None:
-        """Puts the memory now at ``path`` back in its file (after a conflict)."""
-        listing = await self._store.list_memories(
-            session.workspace_id, mount.memory_store_id, path, 0, None, 1
-        )
-        found = [m for m in listing.items if isinstance(m, MemoryRecord) and m.path == path]
-        if found:
-            await self._put(session, config, mount, found)
+        """Puts a memory's current content back in its file (after a conflict)."""
+        try:
+            memory = await self._store.get_memory(
+                session.workspace_id, mount.memory_store_id, memory_id
+            )
+        except NotFound:
+            return  # gone meanwhile: the next staging removes its file
+        await self._put(session, config, mount, [memory])
 
 
 @dataclass(frozen=True, slots=True)
