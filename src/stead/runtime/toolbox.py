@@ -19,6 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import anyio
 
@@ -67,6 +68,11 @@ from stead.tools import ToolOutcome
 log = logging.getLogger("stead.runtime.toolbox")
 
 LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
+DEFINITIONS: Mapping[str, Json] = MappingProxyType(
+    {**tools.DEFINITIONS, MEMORY_SEARCH: MEMORY_SEARCH_DEFINITION}
+)
+"""The built-in tools and the memory search, which the harness offers to a
+session with memory stores."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +158,7 @@ class SandboxToolbox:
 
     @property
     def definitions(self) -> Mapping[str, Json]:
-        return {**tools.DEFINITIONS, MEMORY_SEARCH: MEMORY_SEARCH_DEFINITION}
+        return DEFINITIONS
 
     @property
     def idempotent(self) -> frozenset[str]:
