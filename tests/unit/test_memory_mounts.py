@@ -14,7 +14,7 @@ import pytest
 
 from stead.blobs import BlobConfig, BlobStore, open_blob_store
 from stead.runtime import Embedder, MemoryKeeper
-from stead.runtime.memory_mounts import Change, changes, stage_plan
+from stead.runtime.memory_diff import Change, changes, stage_plan
 from stead.sandbox import MountedFile
 from stead.store import (
     MOUNT_MOVED,

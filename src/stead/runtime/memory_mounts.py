@@ -38,17 +38,14 @@ differs from its base is the agent's change (``changes``):
 from __future__ import annotations
 
 import logging
-import posixpath
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from stead.failpoints import FailPoints
 from stead.runtime.memories import MemoryKeeper
+from stead.runtime.memory_diff import Change, changes, stage_plan
 from stead.sandbox import (
     FileNotFound,
     FileTooLarge,
-    MountedFile,
     MountFile,
     NotARegularFile,
     SandboxConfig,
@@ -75,8 +72,6 @@ log = logging.getLogger("stead.runtime.memory_mounts")
 NO_BASE = ""
 """The precondition of a file the agent made where a memory now is: it was
 based on no content, so any content the memory holds makes it stale."""
-HIDDEN_PREFIX = ".stead-put-"
-"""The host's temporary names while it puts a file (``sandbox_host.mounts``)."""
 PAGE = 1000
 PUT_BATCH = 64
 """Memories put in one host call: at most 6.4 MiB, well within one protocol frame."""
@@ -121,86 +116,6 @@ class MemorySession:
     @property
     def writable(self) -> bool:
         return any(m.writable for m in self.mounts)
-
-
-@dataclass(frozen=True, slots=True)
-class Change:
-    """A file that differs from its base: made (no base), changed, or removed
-    (``sha256`` None). ``path`` is the memory path (``/`` + the file's path in the mount)."""
-
-    kind: Literal["created", "modified", "deleted"]
-    path: str
-    base: MountBase | None
-    sha256: str | None
-
-
-def changes(held: Iterable[MountedFile], bases: Iterable[MountBase]) -> list[Change]:
-    """What the agent changed: ``held`` (the mount's files now) against ``bases``."""
-    by_path = {b.path: b for b in bases}
-    found: list[Change] = []
-    seen = set()
-    for f in held:
-        if _hidden(f.path):
-            continue
-        path = "/" + f.path
-        seen.add(path)
-        base = by_path.get(path)
-        if base is None:
-            found.append(Change("created", path, None, f.sha256))
-        elif base.sha256 != f.sha256:
-            found.append(Change("modified", path, base, f.sha256))
-    found += [Change("deleted", p, b, None) for p, b in by_path.items() if p not in seen]
-    return sorted(found, key=lambda c: c.path)
-
-
-def _hidden(path: str) -> bool:
-    return posixpath.basename(path).startswith(HIDDEN_PREFIX)
-
-
-@dataclass(frozen=True, slots=True)
-class StagePlan:
-    """What staging does to one mount."""
-
-    put: list[MemoryRecord]
-    """Memories whose current content goes into their file."""
-    record: list[MountBase]
-    """Files that already hold their memory's content: only their base is recorded."""
-    remove: list[str]
-    """Memory paths whose file goes (their memory is gone), with their base."""
-    drop: list[str]
-    """Bases with neither a memory nor a file."""
-
-
-def stage_plan(
-    current: Sequence[MemoryRecord],
-    held: Iterable[MountedFile],
-    bases: Iterable[MountBase],
-    *,
-    writable: bool,
-) -> StagePlan:
-    """Makes a mount show ``current`` (the store's memories now), except for
-    files with an agent's change that is not written back (``writable`` only)."""
-    files = {"/" + f.path: f for f in held if not _hidden(f.path)}
-    by_path = {b.path: b for b in bases}
-
-    def agents(path: str) -> bool:
-        """The file holds an agent's change that is not written back."""
-        found, base = files.get(path), by_path.get(path)
-        return writable and found is not None and (base is None or found.sha256 != base.sha256)
-
-    plan = StagePlan([], [], [], [])
-    for memory in current:
-        found, base = files.get(memory.path), by_path.get(memory.path)
-        wanted = MountBase(memory.memory_store_id, memory.path, memory.id, memory.content_sha256)
-        if found is not None and found.sha256 == memory.content_sha256:
-            if base != wanted:
-                plan.record.append(wanted)
-        elif not agents(memory.path):
-            plan.put.append(memory)
-    paths = {m.path for m in current}
-    plan.remove.extend(p for p in files if p not in paths and not agents(p))
-    plan.drop.extend(p for p in by_path if p not in paths and p not in files)
-    return plan
 
 
 class MemoryMounts:
