@@ -27,6 +27,8 @@ SITES = frozenset(
         "store.before_commit",
         "outputs.after_begin",
         "outputs.after_capture",
+        "memories.before_writeback",
+        "memories.after_writeback",
         "skills.after_stage",
         "webhook.before_send",
         "webhook.after_send",

@@ -75,6 +75,8 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
         for later in (
             "usage_months",
             "session_repositories",
+            "memory_mounts",
+            "session_memory_stores",
             "workspace_limits",
             "session_outputs",
             "skill_versions",

@@ -23,12 +23,12 @@ def sessions_count(client: anthropic.Anthropic) -> int:
     return len(list(client.beta.sessions.list(limit=100)))
 
 
-def test_resources_stead_does_not_mount_yet_are_refused_by_type(
+def test_a_resource_of_an_unknown_type_is_refused_naming_it(
     client: anthropic.Anthropic,
 ) -> None:
     before = sessions_count(client)
-    with pytest.raises(anthropic.BadRequestError, match=r"resources\.0\.type"):
-        new_session(client, resources=[{"type": "memory_store", "memory_store_id": "memstore_1"}])
+    with pytest.raises(anthropic.BadRequestError, match=r"resources\.0"):
+        new_session(client, resources=[{"type": "s3_bucket", "bucket": "b"}])
     assert sessions_count(client) == before
 
 
@@ -96,6 +96,9 @@ def test_file_resources_are_refused_where_files_cannot_be_mounted(
     with pytest.raises(anthropic.BadRequestError, match="unsafe_local") as refused:
         new_session(client, resources=[{"type": "file", "file_id": file_id}])
     assert "resources" in str(refused.value)
+    store_id = client.beta.memory_stores.create(name="m").id
+    with pytest.raises(anthropic.BadRequestError, match=r"resources\.0: .*unsafe_local"):
+        new_session(client, resources=[{"type": "memory_store", "memory_store_id": store_id}])
     assert sessions_count(client) == before
     session_id = new_session(client)
     with pytest.raises(anthropic.BadRequestError, match="cannot mount files"):

@@ -146,6 +146,13 @@ def create_app(
                 ),
                 failpoints,
             )
+            memory_keeper = MemoryKeeper(
+                opened,
+                keeper.blob_store,
+                Embedder(),
+                purge_interval=settings.file_purge_interval_seconds,
+                upload_grace=settings.file_upload_grace_seconds,
+            )
             toolbox = SandboxToolbox(
                 settings,
                 opened,
@@ -154,6 +161,7 @@ def create_app(
                 observed,
                 files=keeper,
                 skills=skill_keeper.mount_files,
+                memories=memory_keeper,
                 failpoints=failpoints,
             )
             mcp = McpGateway(settings, opened, box)
@@ -169,13 +177,6 @@ def create_app(
                 )
             egress, terms = webhook_parts(settings)
             courier = WebhookCourier(opened, box, egress, terms, failpoints)
-            memory_keeper = MemoryKeeper(
-                opened,
-                keeper.blob_store,
-                Embedder(),
-                purge_interval=settings.file_purge_interval_seconds,
-                upload_grace=settings.file_upload_grace_seconds,
-            )
             app.state.services = Services(
                 settings=settings,
                 store=opened,

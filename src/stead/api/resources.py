@@ -12,6 +12,12 @@ bound to the resource id, before the store sees it; it is never returned. An
 update replaces it and a delete drops it, and the session's sandbox gets its
 new credentials at once (``Runtime.repository_tokens_changed``), wherever it
 is served.
+
+A ``memory_store`` resource is given at create only (``resources.add`` does not
+take one, as the SDK's params say) and stays for the session's life: it
+mounts the store at ``/mnt/memory/<slug>`` (``runtime.memory_mounts``). The
+store is checked here for its name, and again in the transaction that creates
+the session (unknown or another workspace's: 404, archived: 400, naming the field).
 """
 
 from __future__ import annotations
@@ -124,6 +130,41 @@ async def check_file_mounts(
     return made
 
 
+async def check_memory_mounts(
+    app: Services, workspace_id: str, environment_id: str, mounts: list[resources.MemoryMount]
+) -> list[Json]:
+    """The stored shapes of ``mounts``, each store's name and description as
+    they are now, once this server can mount them and every store is a live
+    store of the workspace (the session's create checks that again)."""
+    if not mounts:
+        return []
+    field = f"resources.{mounts[0].index}"
+    await _check_sandbox(
+        app, workspace_id, environment_id, field, "memory_store", "mount memory stores"
+    )
+    stores = []
+    for mount in mounts:
+        field = f"resources.{mount.index}.memory_store_id"
+        try:
+            store = await app.store.get_memory_store(workspace_id, mount.memory_store_id)
+        except NotFound:
+            raise NotFound("memory_store", mount.memory_store_id, field=field) from None
+        if store.archived_at is not None:
+            raise RequestError(
+                f"{field}: memory store {store.id} is archived; new sessions cannot use it"
+            )
+        stores.append(store)
+    now = wire.ts(datetime.now(UTC))
+    assert now is not None
+    paths = resources.memory_mount_paths([store.name for store in stores])
+    return [
+        resources.memory_resource(
+            new_id("session_resource"), mount, store.name, store.description, path, now
+        )
+        for mount, store, path in zip(mounts, stores, paths, strict=True)
+    ]
+
+
 @router.post(
     "",
     responses=RESOURCE,
@@ -230,6 +271,12 @@ async def delete_resource(
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     app = services(request)
+    session = await app.store.get_session(who.workspace_id, session_id)
+    if _find(session.resources, resource_id).get("type") == "memory_store":
+        raise RequestError(
+            f"resource_id: {resource_id} is a memory_store resource; memory stores stay "
+            "attached for the session's life"
+        )
     deleted = await app.store.delete_session_resource(who.workspace_id, session_id, resource_id)
     app.sandboxes.resources_changed(session_id)
     if deleted.get("type") == repositories.TYPE:  # its token stops being injected now

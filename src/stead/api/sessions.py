@@ -41,10 +41,13 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
     files = await resources.check_file_mounts(
         app, who.workspace_id, spec.environment_id, spec.file_mounts, "resources."
     )
+    memory = await resources.check_memory_mounts(
+        app, who.workspace_id, spec.environment_id, spec.memory_mounts
+    )
     clones, tokens = await resources.check_repositories(
         app, who.workspace_id, spec.environment_id, spec.repositories
     )
-    made = {"file": iter(files), "github_repository": iter(clones)}
+    made = {"file": iter(files), "memory_store": iter(memory), "github_repository": iter(clones)}
     spec.fields["resources"] = [next(made[kind]) for kind in spec.resource_types]
     spec.fields["repository_tokens"] = tokens
     if "skills" in spec.overrides:

@@ -14,6 +14,12 @@ from stead.harness.compaction import (
 )
 from stead.harness.context import build_request, custom_tools, enabled_builtin_tools
 from stead.harness.mcp import McpTool, servers_in_use
+from stead.harness.memory import (
+    MEMORY_SEARCH,
+    MemoryPrompt,
+    memory_prompts,
+    memory_search_offered,
+)
 from stead.harness.model import (
     AnswerObserver,
     ModelClient,
@@ -37,6 +43,7 @@ from stead.harness.steps import (
 from stead.harness.windows import context_window
 
 __all__ = [
+    "MEMORY_SEARCH",
     "SKILLS_ROOT",
     "SUMMARY_INSTRUCTION",
     "TOOL_USE_TYPES",
@@ -49,6 +56,7 @@ __all__ = [
     "ContextLimits",
     "EndTurn",
     "McpTool",
+    "MemoryPrompt",
     "ModelClient",
     "ModelRequest",
     "ModelResponse",
@@ -62,6 +70,8 @@ __all__ = [
     "context_window",
     "custom_tools",
     "enabled_builtin_tools",
+    "memory_prompts",
+    "memory_search_offered",
     "next_step",
     "plan_compaction",
     "response_events",

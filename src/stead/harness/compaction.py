@@ -33,6 +33,7 @@ from stead.harness.context import (
     summary_block,
 )
 from stead.harness.mcp import McpTool
+from stead.harness.memory import MemoryPrompt
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.skills import SkillPrompt
 from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
@@ -97,6 +98,7 @@ def plan_compaction(
     limits: ContextLimits,
     mcp_tools: Sequence[McpTool] = (),
     skills: Sequence[SkillPrompt] = (),
+    memory: Sequence[MemoryPrompt] = (),
 ) -> Compact | CompactionLimit | None:
     """What to do before the model request the log calls for: nothing (None:
     it fits), compact, or give up."""
@@ -111,6 +113,7 @@ def plan_compaction(
             max_tokens=max_tokens,
             mcp_tools=mcp_tools,
             skills=skills,
+            memory=memory,
         )
 
     request = shaped(render_messages(summary, live))

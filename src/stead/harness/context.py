@@ -18,6 +18,12 @@ from collections.abc import Mapping, Sequence
 
 from stead.events import EventType
 from stead.harness.mcp import McpTool, definition, enabled_mcp_tools, model_tool_name
+from stead.harness.memory import (
+    MEMORY_SEARCH,
+    MemoryPrompt,
+    memory_prompt,
+    memory_search_offered,
+)
 from stead.harness.model import ModelRequest
 from stead.harness.skills import SkillPrompt, skills_prompt
 from stead.jsonvalues import Json
@@ -52,9 +58,14 @@ def custom_tools(agent: Json) -> dict[str, Json]:
 
 
 def _tool_definitions(
-    agent: Json, builtin_definitions: Mapping[str, Json], mcp_tools: Sequence[McpTool]
+    agent: Json,
+    builtin_definitions: Mapping[str, Json],
+    mcp_tools: Sequence[McpTool],
+    memory: Sequence[MemoryPrompt],
 ) -> list[Json]:
     tools = [dict(builtin_definitions[name]) for name in enabled_builtin_tools(agent)]
+    if memory_search_offered(agent, memory):
+        tools.append(dict(builtin_definitions[MEMORY_SEARCH]))
     tools += [definition(found.tool) for found in enabled_mcp_tools(agent, mcp_tools).values()]
     for tool in custom_tools(agent).values():
         tools.append(
@@ -170,8 +181,12 @@ def render_messages(summary: str | None, events: Sequence[Json]) -> list[Json]:
     return messages
 
 
-def _system(system: str | None, skills: Sequence[SkillPrompt]) -> list[Json] | None:
-    texts = [text for text in (system, skills_prompt(skills)) if text]
+def _system(
+    agent: Json, skills: Sequence[SkillPrompt], memory: Sequence[MemoryPrompt]
+) -> list[Json] | None:
+    search = memory_search_offered(agent, memory)
+    found = (agent.get("system"), skills_prompt(skills), memory_prompt(memory, search=search))
+    texts = [text for text in found if text]
     blocks: list[Json] = [{"type": "text", "text": text} for text in texts]
     if not blocks:
         return None
@@ -187,9 +202,11 @@ def build_request(
     max_tokens: int,
     mcp_tools: Sequence[McpTool] = (),
     skills: Sequence[SkillPrompt] = (),
+    memory: Sequence[MemoryPrompt] = (),
 ) -> ModelRequest:
     """``mcp_tools``: what the agent's MCP servers listed (the runtime asks
-    them); ``skills``: the agent's skills as the runtime resolved them."""
+    them); ``skills``: the agent's skills as the runtime resolved them;
+    ``memory``: the session's memory stores (``memory_prompts``)."""
     return request_with(
         agent,
         build_messages(events),
@@ -197,6 +214,7 @@ def build_request(
         max_tokens=max_tokens,
         mcp_tools=mcp_tools,
         skills=skills,
+        memory=memory,
     )
 
 
@@ -208,12 +226,13 @@ def request_with(
     max_tokens: int,
     mcp_tools: Sequence[McpTool] = (),
     skills: Sequence[SkillPrompt] = (),
+    memory: Sequence[MemoryPrompt] = (),
 ) -> ModelRequest:
     """The agent's request (system prompt, tools) carrying ``messages``."""
     return ModelRequest(
         model=agent["model"]["id"],
-        system=_system(agent.get("system"), skills),
-        tools=_tool_definitions(agent, builtin_definitions, mcp_tools),
+        system=_system(agent, skills, memory),
+        tools=_tool_definitions(agent, builtin_definitions, mcp_tools, memory),
         messages=messages,
         max_tokens=max_tokens,
     )

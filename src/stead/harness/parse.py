@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from stead.events import EventType
 from stead.harness.context import custom_tools, enabled_builtin_tools
 from stead.harness.mcp import EnabledMcpTool, McpTool, enabled_mcp_tools
+from stead.harness.memory import MEMORY_SEARCH
 from stead.harness.urls import fetch_refusal
 from stead.jsonvalues import Json
 
@@ -26,11 +27,24 @@ def _evaluation(policy: Json) -> tuple[str, Json]:
 
 
 def _tool_use(
-    block: Json, agent: Json, events: Sequence[Json], mcp: Mapping[str, EnabledMcpTool]
+    block: Json,
+    agent: Json,
+    events: Sequence[Json],
+    mcp: Mapping[str, EnabledMcpTool],
+    memory_search: bool,
 ) -> NewEventSpec:
     name, tool_input = block["name"], block.get("input") or {}
     if name in custom_tools(agent):
         return EventType.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}
+    if memory_search and name == MEMORY_SEARCH:
+        # stead's own tool, offered with the session's memory stores: it only reads.
+        permission, evaluation = _evaluation({"type": "always_allow"})
+        return EventType.AGENT_TOOL_USE, {
+            "name": name,
+            "input": tool_input,
+            "evaluated_permission": permission,
+            "evaluation": evaluation,
+        }
     found = mcp.get(name)
     if found is not None:
         permission, evaluation = _evaluation(found.permission_policy)
@@ -61,11 +75,16 @@ def _tool_use(
 
 
 def response_events(
-    content: list[Json], agent: Json, events: Sequence[Json], mcp_tools: Sequence[McpTool] = ()
+    content: list[Json],
+    agent: Json,
+    events: Sequence[Json],
+    mcp_tools: Sequence[McpTool] = (),
+    *,
+    memory_search: bool = False,
 ) -> list[NewEventSpec]:
     """The events that record the model's answer ``content`` to a request built
     from the log ``events``; ``mcp_tools``: the ones the request offered
-    (``build_request``)."""
+    (``build_request``); ``memory_search``: it offered the memory search tool."""
     mcp = enabled_mcp_tools(agent, mcp_tools) if mcp_tools else {}
     answer: list[NewEventSpec] = []
     text: list[Json] = []
@@ -93,6 +112,6 @@ def response_events(
                 (EventType.AGENT_THINKING, {"_internal": {"redacted": block.get("data", "")}})
             )
         elif kind == "tool_use":
-            answer.append(_tool_use(block, agent, events, mcp))
+            answer.append(_tool_use(block, agent, events, mcp, memory_search))
     flush_text()
     return answer

@@ -44,6 +44,7 @@ from stead.store import (
     MemoryVector,
     MemoryVersionRecord,
     MemoryWrite,
+    MountClaim,
     NewVersion,
     NotFound,
     precondition_failed,
@@ -90,13 +91,21 @@ class MemoryKeeper:
         self._terms = PurgeTerms.of(purge_interval, upload_grace, clock)
 
     async def create(
-        self, workspace_id: str, store_id: str, path: str, content: str, actor: Actor
+        self,
+        workspace_id: str,
+        store_id: str,
+        path: str,
+        content: str,
+        actor: Actor,
+        mount: MountClaim | None = None,
     ) -> MemoryWrite:
         """A new memory at ``path`` (``Conflict`` ``memory_path_conflict_error`` if
-        one is there; ``NotFound``/``Conflict`` for an unknown or archived store)."""
+        one is there; ``NotFound``/``Conflict`` for an unknown or archived store).
+        ``mount``: a session's write-back (``MemoryStoreStore.commit_memory_create``)."""
         staged = await self._stage(workspace_id, store_id, new_id("memory"), path, content, actor)
         return await self._commit(
-            staged, lambda version_id: self._store.commit_memory_create(workspace_id, version_id)
+            staged,
+            lambda version_id: self._store.commit_memory_create(workspace_id, version_id, mount),
         )
 
     async def write(
@@ -110,6 +119,7 @@ class MemoryKeeper:
         expected_sha256: str | None,
         actor: Actor,
         keep_stale: bool,
+        mount: MountClaim | None = None,
     ) -> MemoryWrite:
         """Writes a memory's new ``content`` (None: unchanged) and ``path`` (None:
         unchanged) under the content-hash rule, as a new version.
@@ -120,7 +130,8 @@ class MemoryKeeper:
         as a version, the memory keeps the other writer's content, and the result
         says ``conflict`` so the caller can tell the writer; without it (the API's
         ``precondition``) it is ``Conflict`` ``memory_precondition_failed_error``
-        and nothing is kept. A write that changes nothing makes no version.
+        and nothing is kept. A write that changes nothing makes no version (and,
+        with ``mount``, leaves the session's file base as it is).
         """
         current = await self._store.get_memory(workspace_id, store_id, memory_id)
         if expected_sha256 not in (None, current.content_sha256) and not keep_stale:
@@ -138,7 +149,7 @@ class MemoryKeeper:
         return await self._commit(
             staged,
             lambda version_id: self._store.commit_memory_write(
-                workspace_id, version_id, expected_sha256, keep_stale
+                workspace_id, version_id, expected_sha256, keep_stale, mount
             ),
         )
 
@@ -183,11 +194,18 @@ class MemoryKeeper:
         memory_id: str,
         expected_sha256: str | None,
         actor: Actor,
+        mount: MountClaim | None = None,
     ) -> None:
         """Deletes the memory, recording a ``deleted`` version; its versions and
         their content stay until redacted or the store is deleted."""
         await self._store.delete_memory(
-            workspace_id, store_id, memory_id, expected_sha256, actor, new_id("memory_version")
+            workspace_id,
+            store_id,
+            memory_id,
+            expected_sha256,
+            actor,
+            new_id("memory_version"),
+            mount,
         )
 
     async def redact(

@@ -22,10 +22,12 @@ from stead.harness import (
     CompactionLimit,
     ContextLimits,
     McpTool,
+    MemoryPrompt,
     ModelRequest,
     SkillPrompt,
     build_request,
     context_window,
+    memory_prompts,
     next_step,
     plan_compaction,
 )
@@ -49,6 +51,7 @@ def model_request(
     position: int,
     mcp_tools: Sequence[McpTool],
     skills: Sequence[SkillPrompt] = (),
+    memory: Sequence[MemoryPrompt] = (),
 ) -> tuple[ModelRequest, str]:
     """The request a model step at ``position`` sends, and its op key."""
     request = build_request(
@@ -58,6 +61,7 @@ def model_request(
         max_tokens=deps.settings.max_output_tokens,
         mcp_tools=mcp_tools,
         skills=skills,
+        memory=memory,
     )
     return request, op_key("model", request.as_params(), run_id, position)
 
@@ -68,6 +72,7 @@ def compaction(
     events: Sequence[Json],
     mcp_tools: Sequence[McpTool],
     skills: Sequence[SkillPrompt] = (),
+    memory: Sequence[MemoryPrompt] = (),
 ) -> Compact | CompactionLimit | None:
     """What a model step must do first: compact the log's context, give up, or
     nothing (None: the request fits its model's window)."""
@@ -87,6 +92,7 @@ def compaction(
         limits=limits,
         mcp_tools=mcp_tools,
         skills=skills,
+        memory=memory,
     )
 
 
@@ -128,10 +134,12 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
             step = next_step(events)
             if not isinstance(step, CallModel) or dangling_span(events) is not None:
                 return None
-            if compaction(deps, session.agent, events, mcp_tools) is not None:
+            memory = memory_prompts(session.resources)
+            agent = session.agent
+            if compaction(deps, agent, events, mcp_tools, memory=memory) is not None:
                 return None  # the runner compacts first, with its own ledger entry
             request, key = model_request(
-                deps, session.agent, events, claim.run_id, step.position, mcp_tools
+                deps, agent, events, claim.run_id, step.position, mcp_tools, memory=memory
             )
         except Exception:  # the runner meets the same problem and reports it
             log.exception("session %s: planning the first step failed", claim.session_id)

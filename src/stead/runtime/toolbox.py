@@ -1,6 +1,12 @@
 """The built-in toolset running in per-session sandboxes (``stead.tools`` over
 a ``SandboxProvider``, chosen once at start by ``stead.sandbox.open_provider``),
-but for the web tools, which run here in the brain (``webtools.py``).
+but for the web tools and the memory search, which run here in the brain
+(``webtools.py``, ``memory_tool.py``).
+
+A session with memory store resources has them staged with its other mounts
+and, after each call that can change files, what the agent changed in them
+written back (``memory_mounts.py``); what the agent must hear of that (a
+conflict, a file that cannot be saved) ends the call's result.
 
 A session's sandbox id is the session id. A provider whose sandboxes outlive
 the process (``leased``) binds each to a lease (rule 9): every call renews it,
@@ -13,6 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol
 
 import anyio
@@ -21,11 +28,16 @@ from stead import tools
 from stead.blobs import BlobError
 from stead.config import Settings
 from stead.failpoints import FailPoints
+from stead.harness import MEMORY_SEARCH
 from stead.jsonvalues import Json
 from stead.runtime import repositories
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.files import FileKeeper
+from stead.runtime.memories import MemoryKeeper
+from stead.runtime.memory_mounts import MemoryMounts, MemorySession
+from stead.runtime.memory_tool import DEFINITION as MEMORY_SEARCH_DEFINITION
+from stead.runtime.memory_tool import MemorySearchTool
 from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
@@ -49,6 +61,7 @@ from stead.store import (
     LeaseStore,
     LeaseTerms,
     LimitReached,
+    MemoryStoreStore,
     SandboxLease,
     SandboxLeaseEnded,
     SandboxLeaseStatus,
@@ -61,6 +74,11 @@ from stead.tools import ToolOutcome
 log = logging.getLogger("stead.runtime.toolbox")
 
 LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
+DEFINITIONS: Mapping[str, Json] = MappingProxyType(
+    {**tools.DEFINITIONS, MEMORY_SEARCH: MEMORY_SEARCH_DEFINITION}
+)
+"""The built-in tools and the memory search, which the harness offers to a
+session with memory stores."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,9 +106,12 @@ class _Served:
     workspace_id: str
     vault_ids: tuple[str, ...]
     config: SandboxConfig
+    memory: MemorySession
 
 
-class ToolboxStore(MountsStore, EnvironmentStore, LeaseStore, UsageStore, Protocol):
+class ToolboxStore(
+    MountsStore, EnvironmentStore, LeaseStore, UsageStore, MemoryStoreStore, Protocol
+):
     """What the sandbox toolbox uses: sessions and their environments, sandbox
     leases and time, and what its mounts use."""
 
@@ -106,6 +127,7 @@ class SandboxToolbox:
         *,
         files: FileKeeper | None = None,
         skills: SkillFiles | None = None,
+        memories: MemoryKeeper | None = None,
         failpoints: FailPoints | None = None,
     ) -> None:
         self._settings = settings
@@ -128,16 +150,24 @@ class SandboxToolbox:
         """One push at a time: a set computed earlier never overtakes a later one."""
         self._web = WebTools(settings, store, credentials)
         mounts = provider.mounts()
+        self._failpoints = failpoints or FailPoints(None)
         self._mounts = None
         if mounts is not None and files is not None:
             self._mounts = SessionMounts(
                 store,
                 mounts,
                 files,
-                failpoints or FailPoints(None),
+                self._failpoints,
                 skills=skills,
                 max_file_bytes=settings.max_mounted_file_bytes,
             )
+        self._memory = None
+        if mounts is not None and memories is not None:
+            self._memory = MemoryMounts(store, mounts, memories, self._failpoints)
+        self._search = MemorySearchTool(store, memories) if memories is not None else None
+        self._notes: dict[str, list[str]] = {}
+        """Session id -> what the agent must hear of its memories (a staging's
+        write-back found a conflict), said at the end of its next call's result."""
         self._stale_mounts: set[str] = set()
         """Sessions whose sandbox is staged (``mounts.py``) before its next use."""
 
@@ -148,11 +178,11 @@ class SandboxToolbox:
 
     @property
     def definitions(self) -> Mapping[str, Json]:
-        return tools.DEFINITIONS
+        return DEFINITIONS
 
     @property
     def idempotent(self) -> frozenset[str]:
-        return tools.IDEMPOTENT_TOOLS
+        return tools.IDEMPOTENT_TOOLS | {MEMORY_SEARCH}
 
     @property
     def resumable(self) -> frozenset[str]:
@@ -160,7 +190,7 @@ class SandboxToolbox:
 
     @property
     def sandbox_free(self) -> frozenset[str]:
-        return frozenset(tools.WEB_TOOL_NAMES)
+        return frozenset(tools.WEB_TOOL_NAMES) | {MEMORY_SEARCH}
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
@@ -200,7 +230,22 @@ class SandboxToolbox:
         if self._mounts is None or session_id not in self._stale_mounts:
             return
         await self._mounts.stage(session_id, config)
+        memory = self._served[session_id].memory
+        if self._memory is not None and memory.mounts:
+            notes = await self._memory.stage(memory, config)
+            self._notes.setdefault(session_id, []).extend(notes)
         self._stale_mounts.discard(session_id)
+
+    async def _write_back(self, memory: MemorySession, config: SandboxConfig) -> list[str]:
+        """What the agent changed in its memory mounts, written back; a sandbox,
+        blob store or database that fails now leaves it to the next write-back."""
+        if self._memory is None or not memory.writable:
+            return []
+        try:
+            return await self._memory.write_back(memory, config)
+        except (SandboxError, BlobError, DatabaseBusy) as exc:
+            log.warning("memories of session %s not written back yet: %s", memory.id, exc)
+            return []
 
     async def capture_outputs(self, session_id: str, workspace_id: str) -> str | None:
         """Files what the session's sandbox wrote to its outputs (never wakes it).
@@ -212,26 +257,47 @@ class SandboxToolbox:
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
         self._stale_mounts.add(session_id)
+        refusal = None
         try:
-            captured = await self._mounts.capture(session_id, workspace_id)
+            refusal = (await self._mounts.capture(session_id, workspace_id)).refusal()
         except (SandboxError, BlobError) as exc:
             log.warning("outputs of session %s not captured yet: %s", session_id, exc)
-            return None
-        return captured.refusal()
+        served = self._served.get(session_id)
+        if served is not None:
+            memory, config = served.memory, served.config
+        else:  # served by another process before (a recovered turn, a sweep)
+            session = await self._store.session_snapshot(session_id)
+            memory = MemorySession.of(session)
+            if not memory.writable:
+                return refusal
+            config = await self._config(session)
+        notes = await self._write_back(memory, config)
+        self._notes.setdefault(session_id, []).extend(notes)
+        return refusal
 
-    async def _serve(self, session_id: str) -> SandboxConfig:
-        """The session's sandbox config as it is now; its credentials given to
-        the sandbox if they are stale."""
-        session = await self._store.session_snapshot(session_id)
+    async def _config(self, session: SessionRecord) -> SandboxConfig:
         environment = await self._store.get_environment(
             session.workspace_id, session.environment_id
         )
         config = sandbox_config(self._settings, environment.config)
         if session.agent.get("skills") and self._mounts is not None:
             config = dataclasses.replace(config, skills=True)
+        return config
+
+    async def _serve(self, session_id: str) -> SandboxConfig:
+        """The session's sandbox config as it is now; its credentials given to
+        the sandbox if they are stale."""
+        session = await self._store.session_snapshot(session_id)
+        config = await self._config(session)
         served = self._served.get(session_id)
         if served is None:
-            served = _Served(session_id, session.workspace_id, tuple(session.vault_ids), config)
+            served = _Served(
+                session_id,
+                session.workspace_id,
+                tuple(session.vault_ids),
+                config,
+                MemorySession.of(session),
+            )
             self._served[session_id] = served
             self._stale_secrets.add(session_id)
             self._stale_mounts.add(session_id)
@@ -348,6 +414,8 @@ class SandboxToolbox:
     ) -> ToolOutcome:
         if name in tools.WEB_TOOL_NAMES:
             return await self._web.run(session_id, name, tool_input)
+        if name == MEMORY_SEARCH and self._search is not None:
+            return await self._search.run(session_id, tool_input)
         try:
             sandbox = await self._sandbox(session_id, renewed=renewed)
         except NoSandbox as exc:
@@ -363,7 +431,15 @@ class SandboxToolbox:
                 reached = not isinstance(exc, HostUnreachable)
                 raise ToolsUnavailable(str(exc), reached=reached) from exc
             return _broken(name, exc)
-        return outcome
+        notes = self._notes.pop(session_id, [])
+        served = self._served.get(session_id)
+        if served is not None and name not in tools.IDEMPOTENT_TOOLS:
+            self._failpoints.hit("memories.before_writeback")
+            notes += await self._write_back(served.memory, served.config)
+        if not notes:
+            return outcome
+        said: Json = {"type": "text", "text": "\n".join(notes)}
+        return dataclasses.replace(outcome, content=[*outcome.content, said])
 
     async def describe(self, session_id: str) -> SandboxView:
         """The session's lease and its sandbox's state, without renewing,
@@ -433,6 +509,7 @@ class SandboxToolbox:
                 self._secrets_held.discard(lease.sandbox_id)
                 self._stale_secrets.discard(lease.sandbox_id)
                 self._stale_mounts.discard(lease.sandbox_id)
+                self._notes.pop(lease.sandbox_id, None)
             if sandbox is not None:
                 await sandbox.close()
             total = await self._provider.release(lease.sandbox_id)

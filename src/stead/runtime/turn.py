@@ -45,12 +45,15 @@ from stead.harness import (
     CompactionLimit,
     EndTurn,
     McpTool,
+    MemoryPrompt,
     ModelRequest,
     ModelResponse,
     RunTools,
     SkillPrompt,
     UpstreamError,
     compacted_body,
+    memory_prompts,
+    memory_search_offered,
     next_step,
     response_events,
     unresolved_tool_uses,
@@ -125,6 +128,8 @@ class TurnRunner(ToolSteps):
         """What the agent's MCP servers offer, asked once per run."""
         self._skills: tuple[SkillPrompt, ...] | None = None
         """The agent's skills, resolved once per run."""
+        self._memory: tuple[MemoryPrompt, ...] = memory_prompts(self.start.session.resources)
+        """The session's memory stores (its resources say, and they never change)."""
         self._credentials_checked = False
         self._on_workers: bool | None = None
         """The session's environment is self-hosted: workers run its tools."""
@@ -300,13 +305,14 @@ class TurnRunner(ToolSteps):
         ``prepared``: the request and op key the claim built for it."""
         mcp_tools = await self._offered_mcp_tools()
         skills = await self._offered_skills()
+        memory = self._memory
         if opened is None:
             await self._close_dangling_span(events)
-            planned = compaction(self.deps, agent, events, mcp_tools, skills)
+            planned = compaction(self.deps, agent, events, mcp_tools, skills, memory)
             if planned is not None:
                 return await self._compact(agent["model"]["id"], planned)
         request, key = prepared or model_request(
-            self.deps, agent, events, self.claim.run_id, position, mcp_tools, skills
+            self.deps, agent, events, self.claim.run_id, position, mcp_tools, skills, memory
         )
         if opened is None:
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
@@ -325,7 +331,8 @@ class TurnRunner(ToolSteps):
                 failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
             )
         self.deps.failpoints.hit("model.after_answer")
-        found = response_events(response.content, agent, events, mcp_tools)
+        search = memory_search_offered(agent, memory)
+        found = response_events(response.content, agent, events, mcp_tools, memory_search=search)
         answer = previews.named(found)
         model = agent["model"]["id"]
         counters = accounting.request_usage(response.usage, self.deps.prices.price(model))

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from stead.events import EventType
-from stead.harness import McpTool, RunTools
+from stead.harness import MEMORY_SEARCH, McpTool, RunTools
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
@@ -211,7 +211,7 @@ class ToolSteps:
         outcome: ToolOutcome
         if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
             self.deps.failpoints.hit("tool.before_run")
-            kind = "web" if name in tools.sandbox_free else "builtin"
+            kind = _kind(name, tools.sandbox_free)
             with self.deps.telemetry.tool_call(self.session_id, kind, name) as counted:
                 outcome = await tools.run(
                     self.session_id, name, tool_input, key, renewed=lease is not None
@@ -249,6 +249,13 @@ class ToolSteps:
             answer_drained=False,
             ops_completed=completed,
         )
+
+
+def _kind(name: str, sandbox_free: frozenset[str]) -> str:
+    """The telemetry kind of a built-in tool call."""
+    if name == MEMORY_SEARCH:
+        return "memory"
+    return "web" if name in sandbox_free else "builtin"
 
 
 def mcp_error(problem: McpProblem) -> NewEvent:

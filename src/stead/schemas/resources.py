@@ -1,19 +1,22 @@
-"""Session resources: the ``file`` resources stead mounts, checked requests and
-the stored shape (the SDK's ``FileResource``); ``github_repository`` resources
-are checked in ``repositories.py``.
+"""Session resources: the ``file`` and ``memory_store`` resources stead mounts,
+checked requests and the stored shapes (the SDK's ``FileResource`` and
+``MemoryStoreResource``); ``github_repository`` resources are checked in
+``repositories.py``.
 
 A file resource puts an uploaded file read-only at ``mount_path`` in the
 session's sandbox, under ``/mnt/session/uploads/`` (by default
-``/mnt/session/uploads/<file_id>``). A repository resource is cloned into the
-workspace; ``resources.add`` takes one in create's shape too (the SDK's
-``ResourceAddParams`` name files only). ``memory_store`` resources are refused
-with a 400 naming the type.
+``/mnt/session/uploads/<file_id>``). A memory store resource (at create only,
+as the spec says) mounts the store at ``/mnt/memory/<slug>``, read-write or
+read-only. A repository resource is cloned into the workspace;
+``resources.add`` takes one in create's shape too (the SDK's
+``ResourceAddParams`` name files only).
 """
 
 from __future__ import annotations
 
 import itertools
 import posixpath
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +33,12 @@ UPLOADS = "/mnt/session/uploads"
 MAX_RESOURCES = 100
 """Resources one session holds."""
 MAX_MOUNT_PATH = 1024
-SUPPORTED = ("file", repositories.TYPE)
+SUPPORTED = ("file", "memory_store", repositories.TYPE)
+MEMORY_ROOT = "/mnt/memory"
+"""Where memory store resources are mounted, each under its slug."""
+MAX_INSTRUCTIONS_CHARS = 4096
+READ_WRITE, READ_ONLY = "read_write", "read_only"
+_NOT_SLUG = re.compile(r"[^a-z0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,21 +62,102 @@ def parse_update(body: Any) -> str:
     return repositories.check_token(str(params["authorization_token"]), "authorization_token")
 
 
-def parse_create(items: list[Json]) -> tuple[list[FileMount], list[RepositoryMount]]:
+@dataclass(frozen=True, slots=True)
+class MemoryMount:
+    """A checked memory store resource request; ``index`` is its place in ``resources``."""
+
+    index: int
+    memory_store_id: str
+    access: str
+    instructions: str | None
+
+
+def parse_create(
+    items: list[Json],
+) -> tuple[list[FileMount], list[MemoryMount], list[RepositoryMount]]:
     """The ``resources`` of a session create (already validated against the
-    SDK's shapes): file mounts and repositories, or a 400 naming the first
-    unsupported or malformed one."""
+    SDK's shapes): file mounts, memory store mounts and repositories, or a 400
+    naming the first unsupported, malformed or repeated one."""
     if len(items) > MAX_RESOURCES:
         raise RequestError(f"resources: at most {MAX_RESOURCES} resources")
     files: list[FileMount] = []
+    memory: list[MemoryMount] = []
     found: list[RepositoryMount] = []
     for i, item in enumerate(items):
-        if item.get("type") == repositories.TYPE:
+        if item.get("type") == "memory_store":
+            memory.append(_memory_mount(item, i))
+        elif item.get("type") == repositories.TYPE:
             found.append(repositories.parse(item, f"resources.{i}."))
         else:
             files.append(_file_mount(item, f"resources.{i}."))
     check_distinct([m.mount_path for m in files] + [r.mount_path for r in found], "resources")
-    return files, found
+    seen: set[str] = set()
+    for mount in memory:
+        if mount.memory_store_id in seen:
+            raise RequestError(
+                f"resources.{mount.index}.memory_store_id: {mount.memory_store_id} is "
+                "attached twice"
+            )
+        seen.add(mount.memory_store_id)
+    return files, memory, found
+
+
+def _memory_mount(params: Json, index: int) -> MemoryMount:
+    prefix = f"resources.{index}."
+    store_id = str(params["memory_store_id"])
+    if not store_id.startswith("memstore_") or len(store_id) > 128:
+        raise RequestError(
+            f"{prefix}memory_store_id: {store_id[:80]!r} is not a memory store id (memstore_...)"
+        )
+    instructions = params.get("instructions")
+    if instructions is not None and len(instructions) > MAX_INSTRUCTIONS_CHARS:
+        raise RequestError(
+            f"{prefix}instructions: at most {MAX_INSTRUCTIONS_CHARS} characters, "
+            f"got {len(instructions)}"
+        )
+    return MemoryMount(index, store_id, params.get("access") or READ_WRITE, instructions)
+
+
+def memory_slug(name: str) -> str:
+    """The spec's mount name of a store: its name lowercased, each run of other
+    characters than a-z and 0-9 made one ``-``."""
+    return _NOT_SLUG.sub("-", name.lower()).strip("-") or "memory"
+
+
+def memory_mount_paths(names: list[str]) -> list[str]:
+    """Where stores of these names mount, in order; a slug taken by an earlier
+    store gets ``-2``, ``-3`` and so on, so no two stores share a mount."""
+    taken: set[str] = set()
+    paths = []
+    for name in names:
+        base = memory_slug(name)
+        slug, n = base, 1
+        while slug in taken:
+            n += 1
+            slug = f"{base}-{n}"
+        taken.add(slug)
+        paths.append(f"{MEMORY_ROOT}/{slug}")
+    return paths
+
+
+def memory_resource(
+    resource_id: str, mount: MemoryMount, name: str, description: str, path: str, now: str
+) -> Json:
+    """The stored (and returned) shape of a memory store resource: the SDK's
+    fields, with the store's name and description as they were at attach time,
+    and the ``id`` and times every stored resource has."""
+    return {
+        "id": resource_id,
+        "type": "memory_store",
+        "memory_store_id": mount.memory_store_id,
+        "access": mount.access,
+        "instructions": mount.instructions,
+        "name": name,
+        "description": description,
+        "mount_path": path,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def _file_mount(params: Json, prefix: str) -> FileMount:

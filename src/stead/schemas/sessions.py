@@ -29,6 +29,8 @@ class SessionCreate:
     initial_events: list[Json]
     file_mounts: list[resources.FileMount]
     """Files to mount: ``fields["resources"]`` once their files are checked."""
+    memory_mounts: list[resources.MemoryMount]
+    """Memory stores to mount: in ``fields["resources"]`` once their stores are read."""
     repositories: list[repositories.RepositoryMount]
     """Repositories to clone: ``fields["resources"]`` too, their tokens sealed apart."""
     resource_types: list[str]
@@ -59,7 +61,7 @@ def parse_create(body: Any) -> SessionCreate:
     check_length("title", params.get("title"), high=512)
     check_metadata("metadata", params.get("metadata", {}))
     given = list(params.get("resources", []))
-    file_mounts, found = resources.parse_create(given)
+    file_mounts, memory_mounts, found = resources.parse_create(given)
     vault_ids = list(params.get("vault_ids", []))
     if len(vault_ids) > MAX_VAULTS:
         raise RequestError(f"vault_ids: at most {MAX_VAULTS} vaults")
@@ -85,6 +87,7 @@ def parse_create(body: Any) -> SessionCreate:
         },
         initial_events=initial,
         file_mounts=file_mounts,
+        memory_mounts=memory_mounts,
         repositories=found,
         resource_types=[str(item["type"]) for item in given],
     )

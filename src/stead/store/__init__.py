@@ -89,6 +89,7 @@ from stead.store.limits import (
     MonthUse,
 )
 from stead.store.memories import (
+    MOUNT_MOVED,
     PATH_CONFLICT,
     PRECONDITION_FAILED,
     Actor,
@@ -100,6 +101,8 @@ from stead.store.memories import (
     MemoryVector,
     MemoryVersionRecord,
     MemoryWrite,
+    MountBase,
+    MountClaim,
     NewVersion,
     StoreFilter,
     VersionFilter,
@@ -152,6 +155,7 @@ __all__ = [
     "ENVIRONMENT_KEY_PREFIX",
     "ENVIRONMENT_LIMITS",
     "LIVE_RUN_STATUSES",
+    "MOUNT_MOVED",
     "NO_HEARTBEAT",
     "PATH_CONFLICT",
     "PRECONDITION_FAILED",
@@ -210,6 +214,8 @@ __all__ = [
     "MemoryVersionRecord",
     "MemoryWrite",
     "MonthUse",
+    "MountBase",
+    "MountClaim",
     "NewEvent",
     "NewFile",
     "NewSkillVersion",

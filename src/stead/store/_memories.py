@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, and_, delete, insert, or_, select, update
 
-from stead.store import _locks
+from stead.store import _locks, _memory_mounts
 from stead.store._memory_stores import get_memory_store, writable_store
 from stead.store.errors import Conflict, NotFound
 from stead.store.memories import (
@@ -23,6 +23,7 @@ from stead.store.memories import (
     MemoryRecord,
     MemoryVersionRecord,
     MemoryWrite,
+    MountClaim,
     NewVersion,
     precondition_failed,
 )
@@ -167,11 +168,15 @@ def _commit(
 
 
 def commit_memory_create(
-    conn: Connection, now: datetime, workspace_id: str, version_id: str
+    conn: Connection, now: datetime, workspace_id: str, version_id: str, mount: MountClaim | None
 ) -> MemoryWrite:
     pending = _pending(conn, workspace_id, version_id)
     store_id = pending.memory_store_id
     _path_taken(conn, store_id, pending.path, pending.memory_id)
+    if mount is not None:
+        _memory_mounts.move(
+            conn, now, workspace_id, store_id, mount, pending.memory_id, pending.content_sha256
+        )
     conn.execute(
         insert(memories).values(
             id=pending.memory_id,
@@ -196,6 +201,7 @@ def commit_memory_write(
     version_id: str,
     expected_sha256: str | None,
     keep_stale: bool,
+    mount: MountClaim | None,
 ) -> MemoryWrite:
     pending = _pending(conn, workspace_id, version_id)
     store_id = pending.memory_store_id
@@ -205,6 +211,10 @@ def commit_memory_write(
     stale = expected_sha256 is not None and expected_sha256 != current.content_sha256
     if stale and not keep_stale:
         raise precondition_failed("precondition.content_sha256", current)
+    if mount is not None:
+        _memory_mounts.move(
+            conn, now, workspace_id, store_id, mount, current.id, pending.content_sha256
+        )
     if stale:
         # Both contents stay: this one as a version beside the memory's current one.
         return MemoryWrite(current, _commit(conn, now, version_id, "modified", path), True)
@@ -242,6 +252,7 @@ def delete_memory(
     expected_sha256: str | None,
     actor: Actor,
     version_id: str,
+    mount: MountClaim | None,
 ) -> None:
     # Deleting is allowed in an archived store, so the store is only held, not checked.
     _locks.row(conn, memory_stores, store_id, shared=True)
@@ -249,6 +260,8 @@ def delete_memory(
     current = get_memory(conn, workspace_id, store_id, memory_id)
     if expected_sha256 is not None and expected_sha256 != current.content_sha256:
         raise precondition_failed("expected_content_sha256", current)
+    if mount is not None:
+        _memory_mounts.move(conn, now, workspace_id, store_id, mount, memory_id, None)
     conn.execute(
         insert(memory_versions).values(
             id=version_id,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from stead.store import _memories, _memory_reads, _memory_stores
+from stead.store import _memories, _memory_mounts, _memory_reads, _memory_stores
 from stead.store.base import Page, PageRequest
 from stead.store.memories import (
     Actor,
@@ -18,6 +18,8 @@ from stead.store.memories import (
     MemoryVector,
     MemoryVersionRecord,
     MemoryWrite,
+    MountBase,
+    MountClaim,
     NewVersion,
     StoreFilter,
     VersionFilter,
@@ -64,14 +66,26 @@ class MemoryMethods:
     async def begin_memory_version(self, new: NewVersion) -> None:
         await self._write(_memories.begin_memory_version, new)
 
-    async def commit_memory_create(self, workspace_id: str, version_id: str) -> MemoryWrite:
-        return await self._write(_memories.commit_memory_create, workspace_id, version_id)
+    async def commit_memory_create(
+        self, workspace_id: str, version_id: str, mount: MountClaim | None = None
+    ) -> MemoryWrite:
+        return await self._write(_memories.commit_memory_create, workspace_id, version_id, mount)
 
     async def commit_memory_write(
-        self, workspace_id: str, version_id: str, expected_sha256: str | None, keep_stale: bool
+        self,
+        workspace_id: str,
+        version_id: str,
+        expected_sha256: str | None,
+        keep_stale: bool,
+        mount: MountClaim | None = None,
     ) -> MemoryWrite:
         return await self._write(
-            _memories.commit_memory_write, workspace_id, version_id, expected_sha256, keep_stale
+            _memories.commit_memory_write,
+            workspace_id,
+            version_id,
+            expected_sha256,
+            keep_stale,
+            mount,
         )
 
     async def release_memory_version(self, version_id: str) -> None:
@@ -101,6 +115,7 @@ class MemoryMethods:
         expected_sha256: str | None,
         actor: Actor,
         version_id: str,
+        mount: MountClaim | None = None,
     ) -> None:
         await self._write(
             _memories.delete_memory,
@@ -110,7 +125,21 @@ class MemoryMethods:
             expected_sha256,
             actor,
             version_id,
+            mount,
         )
+
+    async def memory_mount_bases(self, session_id: str, store_id: str) -> list[MountBase]:
+        return await self._read(_memory_mounts.bases, session_id, store_id)
+
+    async def put_memory_mount_bases(
+        self, workspace_id: str, session_id: str, bases: list[MountBase]
+    ) -> None:
+        await self._write(_memory_mounts.put_bases, workspace_id, session_id, bases)
+
+    async def drop_memory_mount_bases(
+        self, session_id: str, store_id: str, paths: list[str]
+    ) -> None:
+        await self._write(_memory_mounts.drop_bases, session_id, store_id, paths)
 
     async def get_memory_version(
         self, workspace_id: str, store_id: str, version_id: str

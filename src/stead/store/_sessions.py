@@ -28,7 +28,16 @@ from stead import usage as accounting
 from stead.events import EventType
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.store import _agents, _environments, _events, _locks, _repositories, _runs, _vaults
+from stead.store import (
+    _agents,
+    _environments,
+    _events,
+    _locks,
+    _memory_mounts,
+    _repositories,
+    _runs,
+    _vaults,
+)
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
 from stead.store.base import (
@@ -145,6 +154,7 @@ def create(
     _repositories.insert_for_session(
         conn, now, workspace_id, session_id, fields.get("repository_tokens", {})
     )
+    _memory_mounts.attach(conn, workspace_id, session_id, row["resources"])
     logged = _events.append_log(conn, now, session_id, initial_events)
     status = "idle"
     if any(e.type == EventType.USER_MESSAGE for e in initial_events):
@@ -285,6 +295,7 @@ def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
     for table in (events, pending, ops, runs):
         conn.execute(delete(table).where(table.c.session_id == session_id))
     _repositories.delete_for_session(conn, session_id)
+    _memory_mounts.forget_session(conn, session_id)
     conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
 
@@ -307,8 +318,12 @@ def list_(
         stmt = stmt.where(sessions.c.archived_at.is_(None))
     if where.statuses:
         stmt = stmt.where(STATUS.in_(list(where.statuses)))
-    if where.deployment_id is not None or where.memory_store_id is not None:
-        # No session has a deployment or a memory store yet: the filter matches nothing.
+    if where.memory_store_id is not None:
+        stmt = stmt.where(
+            sessions.c.id.in_(_memory_mounts.sessions_of(workspace_id, where.memory_store_id))
+        )
+    if where.deployment_id is not None:
+        # No session has a deployment yet: the filter matches nothing.
         stmt = stmt.where(false())
     return fetch_page(conn, stmt, [sessions.c.created_at, sessions.c.id], page, _record)
 

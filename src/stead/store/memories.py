@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # base.py builds Store on MemoryStoreStore, so only types com
 
 PRECONDITION_FAILED = "memory_precondition_failed_error"
 PATH_CONFLICT = "memory_path_conflict_error"
+MOUNT_MOVED = "memory_mount_moved"
+"""A write-back whose file's base moved on: another write-back of it committed."""
 
 
 def precondition_failed(field: str, current: MemoryRecord) -> Conflict:
@@ -156,6 +158,29 @@ class StoreFilter:
     created_lte: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class MountBase:
+    """A memory file in a session's sandbox: the memory at ``path`` and the
+    content hash the file had when it was last put there or written back."""
+
+    memory_store_id: str
+    path: str
+    memory_id: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class MountClaim:
+    """A write-back of the file at ``path`` of a session's mount: it commits only
+    while the file's base hash is ``expected`` (None: the file has no base), and
+    moves the base to what it wrote (drops it for a delete) in the same
+    transaction, so a write-back cut short by a crash is never committed twice."""
+
+    session_id: str
+    path: str
+    expected: str | None
+
+
 MemoryStoreChange = Callable[[MemoryStoreRecord], dict[str, Any]]
 """Given the current row, the changed columns (``name``, ``description``, ``metadata``)."""
 
@@ -193,13 +218,21 @@ class MemoryStoreStore(Protocol):
         for an unknown store, ``Conflict`` (400) for an archived one."""
         ...
 
-    async def commit_memory_create(self, workspace_id: str, version_id: str) -> MemoryWrite:
+    async def commit_memory_create(
+        self, workspace_id: str, version_id: str, mount: MountClaim | None = None
+    ) -> MemoryWrite:
         """Creates the memory of pending version ``version_id`` at its path.
-        ``Conflict`` ``memory_path_conflict_error`` if another memory has the path."""
+        ``Conflict`` ``memory_path_conflict_error`` if another memory has the path;
+        ``Conflict`` ``MOUNT_MOVED`` if ``mount`` is given and its base moved on."""
         ...
 
     async def commit_memory_write(
-        self, workspace_id: str, version_id: str, expected_sha256: str | None, keep_stale: bool
+        self,
+        workspace_id: str,
+        version_id: str,
+        expected_sha256: str | None,
+        keep_stale: bool,
+        mount: MountClaim | None = None,
     ) -> MemoryWrite:
         """Makes pending version ``version_id`` its memory's content (and path).
 
@@ -208,7 +241,8 @@ class MemoryStoreStore(Protocol):
         version but the memory is left as it is, and the result says ``conflict``;
         without it, ``Conflict`` ``memory_precondition_failed_error`` and nothing
         is committed. ``NotFound`` if the memory is gone, ``Conflict`` on a path
-        another memory has or an archived store."""
+        another memory has or an archived store. With ``mount``, the session's
+        file base moves to this version's hash (stale or not)."""
         ...
 
     async def release_memory_version(self, version_id: str) -> None:
@@ -243,10 +277,29 @@ class MemoryStoreStore(Protocol):
         expected_sha256: str | None,
         actor: Actor,
         version_id: str,
+        mount: MountClaim | None = None,
     ) -> None:
         """Deletes the memory, recording a ``deleted`` version ``version_id``; its
         other versions stay. ``Conflict`` ``memory_precondition_failed_error`` when
-        ``expected_sha256`` is given and differs."""
+        ``expected_sha256`` is given and differs. With ``mount``, the session's
+        file base is dropped in the same transaction."""
+        ...
+
+    async def memory_mount_bases(self, session_id: str, store_id: str) -> list[MountBase]:
+        """The bases of the session's files of the store's mount, by path."""
+        ...
+
+    async def put_memory_mount_bases(
+        self, workspace_id: str, session_id: str, bases: list[MountBase]
+    ) -> None:
+        """Records ``bases`` (files just put in the session's sandbox), replacing
+        any at the same paths."""
+        ...
+
+    async def drop_memory_mount_bases(
+        self, session_id: str, store_id: str, paths: list[str]
+    ) -> None:
+        """Forgets the bases of ``paths`` (files removed from the sandbox)."""
         ...
 
     async def get_memory_version(

@@ -603,3 +603,31 @@ set. Rows outlive their memory and, until the purger removed their blob
 (``blob_released_at`` set), their store: so no foreign key to either.
 ``embedding`` is the content's vector (``runtime.minilm``, float16), cleared with
 the content when the version is redacted."""
+
+session_memory_stores = Table(
+    "session_memory_stores",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("memory_store_id", String(64), primary_key=True),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Index("ix_session_memory_stores_store", "workspace_id", "memory_store_id"),
+)
+"""Which memory stores each session has as resources (written with the
+session, removed with it): what ``sessions.list``'s ``memory_store_id`` filters on."""
+
+memory_mounts = Table(
+    "memory_mounts",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("memory_store_id", String(64), primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("memory_id", String(64), nullable=False),
+    Column("sha256", String(64), nullable=False),
+    Column("workspace_id", String(64), ForeignKey("workspaces.id"), nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+"""The base of each memory file in a session's sandbox (``_memory_mounts.py``):
+the memory at ``path`` and the content hash the file had when it was last put
+there or written back. A file that differs from its base is the agent's change;
+a write-back moves the base in the transaction that commits the change, so a
+change is written back once, even when a crash cuts the write-back short."""

@@ -71,7 +71,7 @@ class Metrics:
         )
         self.tool_calls = Counter(
             "stead_tool_calls",
-            "Tool calls, by kind (builtin, web, mcp, self_hosted) and outcome "
+            "Tool calls, by kind (builtin, web, memory, mcp, self_hosted) and outcome "
             "(ok, error: the tool failed, unavailable: it could not be run now)",
             ["kind", "outcome"],
             registry=r,

@@ -92,8 +92,8 @@ class Telemetry:
 
     @contextmanager
     def tool_call(self, session_id: str, kind: str, name: str) -> Iterator[ToolCall]:
-        """Times, counts and traces one tool call of ``kind`` (builtin, web, mcp,
-        self_hosted); a failed tool is logged by name, never by its input."""
+        """Times, counts and traces one tool call of ``kind`` (builtin, web,
+        memory, mcp, self_hosted); a failed tool is logged by name, never by its input."""
         started = time.monotonic()
         call = ToolCall()
         attributes = {"stead.tool.kind": kind, "stead.tool.name": name}

@@ -1,0 +1,100 @@
+"""What differs in a memory mount (``memory_mounts.py``), worked out from the
+mount's files (path and content hash, as the host lists them), their bases and
+the store's memories: pure functions, no I/O.
+
+A file whose hash differs from its base's is the agent's change; a file with no
+base is one the agent made; a base with no file is a file the agent removed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from stead.sandbox import MountedFile
+from stead.store import MemoryRecord, MountBase
+
+HIDDEN_PREFIX = ".stead-put-"
+"""The host's temporary names while it puts a file (``sandbox_host.mounts``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A file that differs from its base: made (no base), changed, or removed
+    (``sha256`` None). ``path`` is the memory path (``/`` + the file's path in the mount)."""
+
+    kind: Literal["created", "modified", "deleted"]
+    path: str
+    base: MountBase | None
+    sha256: str | None
+
+
+def changes(held: Iterable[MountedFile], bases: Iterable[MountBase]) -> list[Change]:
+    """What the agent changed: ``held`` (the mount's files now) against ``bases``."""
+    by_path = {b.path: b for b in bases}
+    found: list[Change] = []
+    seen = set()
+    for f in held:
+        if _hidden(f.path):
+            continue
+        path = "/" + f.path
+        seen.add(path)
+        base = by_path.get(path)
+        if base is None:
+            found.append(Change("created", path, None, f.sha256))
+        elif base.sha256 != f.sha256:
+            found.append(Change("modified", path, base, f.sha256))
+    found += [Change("deleted", p, b, None) for p, b in by_path.items() if p not in seen]
+    return sorted(found, key=lambda c: c.path)
+
+
+def _hidden(path: str) -> bool:
+    return posixpath.basename(path).startswith(HIDDEN_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class StagePlan:
+    """What staging does to one mount."""
+
+    put: list[MemoryRecord]
+    """Memories whose current content goes into their file."""
+    record: list[MountBase]
+    """Files that already hold their memory's content: only their base is recorded."""
+    remove: list[str]
+    """Memory paths whose file goes (their memory is gone), with their base."""
+    drop: list[str]
+    """Bases with neither a memory nor a file."""
+
+
+def stage_plan(
+    current: Sequence[MemoryRecord],
+    held: Iterable[MountedFile],
+    bases: Iterable[MountBase],
+    *,
+    writable: bool,
+) -> StagePlan:
+    """Makes a mount show ``current`` (the store's memories now), except for
+    files with an agent's change that is not written back (``writable`` only)."""
+    files = {"/" + f.path: f for f in held if not _hidden(f.path)}
+    by_path = {b.path: b for b in bases}
+
+    def agents(path: str) -> bool:
+        """The file holds an agent's change that is not written back."""
+        found, base = files.get(path), by_path.get(path)
+        return writable and found is not None and (base is None or found.sha256 != base.sha256)
+
+    plan = StagePlan([], [], [], [])
+    for memory in current:
+        found, base = files.get(memory.path), by_path.get(memory.path)
+        wanted = MountBase(memory.memory_store_id, memory.path, memory.id, memory.content_sha256)
+        if found is not None and found.sha256 == memory.content_sha256:
+            if base != wanted:
+                plan.record.append(wanted)
+        elif not agents(memory.path):
+            plan.put.append(memory)
+    paths = {m.path for m in current}
+    plan.remove.extend(p for p in files if p not in paths and not agents(p))
+    plan.drop.extend(p for p in by_path if p not in paths and p not in files)
+    return plan

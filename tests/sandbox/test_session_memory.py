@@ -1,0 +1,255 @@
+"""``memory_store`` session resources, through the official SDK against a real
+``stead serve`` and sandbox host (bubblewrap): a store is mounted at
+``/mnt/memory/<slug>``, what the agent changes there with bash becomes memory
+versions by the session, a read-only store cannot be changed, two sessions
+editing one memory keep both contents and the later one is told, memories
+written through the API appear at the next turn, the system prompt describes
+the stores, and ``stead_memory_search`` answers with cited results."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import FakeModel, HostProcess, ServerProcess, ToolCall, Turn
+from tests.conftest import make_client, sdk_of
+from tests.integration.helpers import message, wait_idle
+from tests.sandbox.conftest import (
+    WAIT,
+    bash_turn,
+    requires_isolation,
+    shell,
+    sweepless_server,
+    workspace_on_host,
+)
+
+pytestmark = requires_isolation
+
+SEARCH = "stead_memory_search"
+
+
+def script(body: dict[str, Any]) -> Turn:
+    """``shell``, and a user message ``search <query>`` as a memory search."""
+    last = body["messages"][-1]
+    text = "".join(b.get("text", "") for b in last["content"] if b.get("type") == "text")
+    if text.startswith("search ") and last["role"] == "user" and "tool_result" not in str(last):
+        return Turn([ToolCall(SEARCH, {"query": text.removeprefix("search ")})])
+    return shell(body)
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeModel]:
+    with FakeModel(script) as model:
+        yield model
+
+
+@pytest.fixture(scope="module")
+def server(
+    host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    with sweepless_server(host, fake, tmp_path_factory.mktemp("memory") / "data") as started:
+        yield started
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(server) as opened:
+        yield opened
+
+
+def new_store(client: anthropic.Anthropic, name: str, **memories: str) -> str:
+    store = client.beta.memory_stores.create(name=name, description=f"{name} notes")
+    for path, content in memories.items():
+        client.beta.memory_stores.memories.create(store.id, path=path, content=content)
+    return store.id
+
+
+def new_session(client: anthropic.Anthropic, *resources: dict[str, Any]) -> str:
+    agent = client.beta.agents.create(
+        name="memory", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = client.beta.environments.create(name=f"memory-{uuid.uuid4().hex[:8]}")
+    return client.beta.sessions.create(
+        agent=agent.id, environment_id=environment.id, resources=list(resources)
+    ).id
+
+
+def memories_of(client: anthropic.Anthropic, store_id: str) -> dict[str, str]:
+    listed = client.beta.memory_stores.memories.list(store_id, view="full")
+    return {m.path: m.content for m in listed if m.type == "memory"}  # type: ignore[union-attr]
+
+
+def versions_by(client: anthropic.Anthropic, store_id: str, session_id: str) -> list[Any]:
+    return list(
+        client.beta.memory_stores.memory_versions.list(store_id, session_id=session_id, view="full")
+    )
+
+
+def test_an_agent_changes_its_memories_with_bash(
+    client: anthropic.Anthropic, fake: FakeModel
+) -> None:
+    name = f"Team Notes {uuid.uuid4().hex[:6]}"
+    store_id = new_store(client, name, **{"/prefs/style.md": "tabs", "/old.md": "stale"})
+    session_id = new_session(
+        client,
+        {"type": "memory_store", "memory_store_id": store_id, "instructions": "Keep it short."},
+    )
+    [resource] = client.beta.sessions.retrieve(session_id).resources
+    mount = f"/mnt/memory/{name.lower().replace(' ', '-')}"
+    assert (resource.type, resource.mount_path, resource.access) == (  # type: ignore[union-attr]
+        "memory_store",
+        mount,
+        "read_write",
+    )
+    assert [s.id for s in client.beta.sessions.list(memory_store_id=store_id)] == [session_id]
+
+    output = bash_turn(
+        client,
+        session_id,
+        f"cat {mount}/prefs/style.md && printf spaces > {mount}/prefs/style.md && "
+        f"mkdir -p {mount}/new && printf hello > {mount}/new/hi.md && rm {mount}/old.md",
+    )
+    assert output == "tabs"
+    assert memories_of(client, store_id) == {"/prefs/style.md": "spaces", "/new/hi.md": "hello"}
+    made = versions_by(client, store_id, session_id)
+    assert sorted((v.operation, v.path) for v in made) == [
+        ("created", "/new/hi.md"),
+        ("deleted", "/old.md"),
+        ("modified", "/prefs/style.md"),
+    ]
+    assert {v.created_by.session_id for v in made} == {session_id}  # type: ignore[union-attr]
+
+    # The system prompt names the mount, its access and the instructions; the
+    # search tool is offered.
+    request = fake.requests[-1].body
+    system = "".join(block["text"] for block in request["system"])
+    assert f"<path>{mount}</path>" in system and "Keep it short." in system
+    assert SEARCH in [tool["name"] for tool in request["tools"]]
+
+    # Written through the API: in the sandbox at the next turn.
+    memory = client.beta.memory_stores.memories.create(store_id, path="/api.md", content="from api")
+    client.beta.memory_stores.memories.update(
+        memory.id, memory_store_id=store_id, content="from api, edited"
+    )
+    assert bash_turn(client, session_id, f"cat {mount}/api.md") == "from api, edited"
+
+    # The search tool finds it and cites the memory, its version and its file.
+    client.beta.sessions.events.send(session_id, events=[message("search edited from the api")])
+    wait_idle(client, session_id, timeout=WAIT)
+    [*_, result] = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    current = client.beta.memory_stores.memories.retrieve(memory.id, memory_store_id=store_id)
+    cited = result.content[0].text  # type: ignore[union-attr]
+    assert f"{mount}/api.md (memory {memory.id}, version {current.memory_version_id}" in cited
+
+    # A sandbox destroyed and made again starts from the store: its empty mount
+    # deletes nothing.
+    before = memories_of(client, store_id)
+    client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
+    assert bash_turn(client, session_id, f"cat {mount}/new/hi.md") == "hello"
+    assert memories_of(client, store_id) == before
+
+
+def test_a_read_only_store_cannot_be_changed(client: anthropic.Anthropic) -> None:
+    store_id = new_store(client, "Shared Facts", **{"/fact.md": "water is wet"})
+    session_id = new_session(
+        client, {"type": "memory_store", "memory_store_id": store_id, "access": "read_only"}
+    )
+    mount = "/mnt/memory/shared-facts"
+    output = bash_turn(
+        client,
+        session_id,
+        f"echo dry > {mount}/fact.md; echo rc=$?; touch {mount}/new.md; echo rc=$?; "
+        f"rm -f {mount}/fact.md; cat {mount}/fact.md",
+    )
+    assert output.count("rc=1") == 2 and output.endswith("water is wet")
+    assert memories_of(client, store_id) == {"/fact.md": "water is wet"}
+    assert versions_by(client, store_id, session_id) == []
+
+
+def test_two_sessions_editing_one_memory_keep_both_contents(
+    client: anthropic.Anthropic, host: HostProcess
+) -> None:
+    store_id = new_store(client, "Plan", **{"/plan.md": "v0"})
+    attach = {"type": "memory_store", "memory_store_id": store_id}
+    first, second = new_session(client, attach), new_session(client, attach)
+    plan = "/mnt/memory/plan/plan.md"
+    # The second session reads the memory, then waits (in its sandbox) until
+    # the first has written it, and writes its own content.
+    ready = workspace_on_host(host, second) / "ready"
+    go = workspace_on_host(host, second) / "go"
+    command = (
+        f"cat {plan} > /workspace/ready; "
+        "while [ ! -e /workspace/go ]; do sleep 0.02; done; "
+        f"printf second > {plan}"
+    )
+    client.beta.sessions.events.send(second, events=[message(f"$ {command}")])
+    _wait_for(ready)
+    assert ready.read_text() == "v0"
+    bash_turn(client, first, f"printf first > {plan}")
+    go.touch()
+    wait_idle(client, second, timeout=WAIT)
+
+    [told] = [e for e in client.beta.sessions.events.list(second) if e.type == "agent.tool_result"]
+    note = told.content[-1].text  # type: ignore[union-attr]
+    assert "Memory conflict: /mnt/memory/plan/plan.md" in note
+    # The first write stays current; the second is kept as a version.
+    assert memories_of(client, store_id) == {"/plan.md": "first"}
+    [kept] = versions_by(client, store_id, second)
+    assert (kept.content, kept.operation) == ("second", "modified")
+    assert f"memory version {kept.id}" in note
+    [mine] = versions_by(client, store_id, first)
+    assert mine.content == "first"
+    # The file shows the current content at once, before any next turn.
+    on_host = workspace_on_host(host, second).parent / "mnt" / "memory" / "plan" / "plan.md"
+    assert on_host.read_text() == "first"
+
+
+def test_bad_memory_store_resources_are_refused(
+    client: anthropic.Anthropic, server: ServerProcess
+) -> None:
+    live = new_store(client, "Live")
+    archived = new_store(client, "Archived")
+    client.beta.memory_stores.archive(archived)
+    with pytest.raises(anthropic.NotFoundError, match=r"resources\.1\.memory_store_id"):
+        new_session(
+            client,
+            {"type": "memory_store", "memory_store_id": live},
+            {"type": "memory_store", "memory_store_id": "memstore_unknown"},
+        )
+    with pytest.raises(anthropic.BadRequestError, match=r"resources\.0\.memory_store_id"):
+        new_session(client, {"type": "memory_store", "memory_store_id": archived})
+    with pytest.raises(anthropic.BadRequestError, match=r"resources\.1\.memory_store_id"):
+        new_session(
+            client,
+            {"type": "memory_store", "memory_store_id": live},
+            {"type": "memory_store", "memory_store_id": live},
+        )
+    other = make_client(server.url, server.create_key(new_workspace="elsewhere"))
+    with other as elsewhere, pytest.raises(anthropic.NotFoundError, match="memory_store_id"):
+        new_session(elsewhere, {"type": "memory_store", "memory_store_id": live})
+    session_id = new_session(client, {"type": "memory_store", "memory_store_id": live})
+    with pytest.raises(anthropic.BadRequestError, match="type"):
+        client.beta.sessions.resources.add(
+            session_id,
+            type="memory_store",  # type: ignore[arg-type]
+            file_id="x",
+        )
+    [resource] = client.beta.sessions.resources.list(session_id).data
+    with pytest.raises(anthropic.BadRequestError, match="memory_store resource"):
+        client.beta.sessions.resources.delete(resource.id, session_id=session_id)  # type: ignore[union-attr]
+
+
+def _wait_for(path: Path) -> None:
+    """Polls for a file the sandbox writes (no wall-clock assertion)."""
+    deadline = time.monotonic() + WAIT
+    while not path.exists() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
