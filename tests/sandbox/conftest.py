@@ -19,7 +19,7 @@ import anthropic
 import pytest
 
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
 
@@ -158,3 +158,13 @@ def session_id(gateway: ServerProcess) -> str:
         agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
         environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
         return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+def serve_with_failpoints(
+    data: Path, fake: FakeModel, host: HostProcess, forker: ServeForker, failpoints: str | None
+) -> ServerProcess:
+    """A server on ``host`` whose turns ``fake`` answers, stopping at ``failpoints``
+    (``STEAD_FAILPOINTS``), with short run leases so a killed turn is retried soon."""
+    extra = {"STEAD_FAILPOINTS": failpoints} if failpoints else {}
+    env = loop_env(fake, STEAD_LEASE_SECONDS="6", **host.settings_env, **extra)
+    return ServerProcess(data, env=env, forker=forker).start()

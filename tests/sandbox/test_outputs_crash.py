@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
-from tests.conftest import loop_env, make_client
+from stead.testing import FakeModel, HostProcess, ServeForker
+from tests.conftest import make_client
 from tests.integration.helpers import message, wait_idle
-from tests.sandbox.conftest import requires_isolation, shell, tool_session
+from tests.sandbox.conftest import requires_isolation, serve_with_failpoints, shell, tool_session
 
 pytestmark = requires_isolation
 
@@ -39,14 +39,6 @@ def fake() -> Iterator[FakeModel]:
         yield model
 
 
-def serve(
-    data: Path, fake: FakeModel, host: HostProcess, forker: ServeForker, failpoints: str | None
-) -> ServerProcess:
-    extra = {"STEAD_FAILPOINTS": failpoints} if failpoints else {}
-    env = loop_env(fake, STEAD_LEASE_SECONDS="6", **host.settings_env, **extra)
-    return ServerProcess(data, env=env, forker=forker).start()
-
-
 @pytest.mark.parametrize(
     "point",
     [
@@ -60,14 +52,14 @@ def serve(
 def test_outputs_are_filed_once_across_a_kill(
     point: str, fake: FakeModel, host: HostProcess, forker: ServeForker, tmp_path: Path
 ) -> None:
-    server = serve(tmp_path / "data", fake, host, forker, point)
+    server = serve_with_failpoints(tmp_path / "data", fake, host, forker, point)
     assert server.first_key
     with make_client(server.url, server.first_key) as client:
         session_id = tool_session(client)
         client.beta.sessions.events.send(session_id, events=[message(f"$ {COMMAND}")])
         assert server.wait_exit(timeout=60), f"not killed at {point}"
     server.kill()  # already dead: closes its log
-    server = serve(tmp_path / "data", fake, host, forker, None)
+    server = serve_with_failpoints(tmp_path / "data", fake, host, forker, None)
     try:
         assert server.first_key
         with make_client(server.url, server.first_key) as client:
