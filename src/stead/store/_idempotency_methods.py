@@ -12,9 +12,14 @@ R = TypeVar("R")
 
 
 class IdempotencyMethods:
-    """Mixed into ``SqlStore``, which provides ``_write``."""
+    """Mixed into ``SqlStore``, which provides ``_write_unflushed``.
 
-    async def _write(self, fn: Callable[..., R], *args: Any) -> R:
+    None of these commits is flushed on its own: a claim is a lock no answer
+    depends on (the route's own write, flushed, comes after it and makes it
+    durable too), and an answer is kept after its response was sent, so
+    flushing it promises nothing more. A process kill loses neither."""
+
+    async def _write_unflushed(self, fn: Callable[..., R], *args: Any) -> R:
         raise NotImplementedError
 
     async def claim_idempotency_key(
@@ -26,7 +31,7 @@ class IdempotencyMethods:
         ttl_seconds: float,
         abandoned_seconds: float,
     ) -> IdempotencyClaim:
-        return await self._write(
+        return await self._write_unflushed(
             _idempotency.claim, workspace_id, key, fingerprint, ttl_seconds, abandoned_seconds
         )
 
@@ -41,9 +46,9 @@ class IdempotencyMethods:
         body: bytes | None,
         ttl_seconds: float,
     ) -> None:
-        await self._write(
+        await self._write_unflushed(
             _idempotency.keep, workspace_id, key, token, status, content_type, body, ttl_seconds
         )
 
     async def release_idempotency_key(self, workspace_id: str, key: str, token: str) -> None:
-        await self._write(_idempotency.release, workspace_id, key, token)
+        await self._write_unflushed(_idempotency.release, workspace_id, key, token)

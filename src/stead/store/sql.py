@@ -134,6 +134,10 @@ class SqlStore(
         # follows seq order (with several, ``_events.append_log`` keeps it so).
         return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
 
+    async def _write_unflushed(self, fn: Callable[..., R], *args: Any) -> R:
+        """``_write`` whose commit is not flushed on its own (``ConnectionWorkers.run``)."""
+        return await self._writer.run(lambda conn: fn(conn, self._now(), *args), flush=False)
+
     async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
         """``_write`` at a time the caller chose (None: the store's clock)."""
         if now is None:

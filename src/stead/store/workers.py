@@ -65,17 +65,22 @@ class ConnectionWorkers:
         for thread in self._threads:
             thread.start()
 
-    async def run(self, work: Callable[[Connection], R]) -> R:
+    async def run(self, work: Callable[[Connection], R], *, flush: bool = True) -> R:
         """Runs ``work(conn)`` inside one transaction and returns its result.
 
         If the caller is cancelled the transaction still finishes (committed or
         rolled back as a whole); only the caller stops waiting for it.
+        ``flush=False``: the commit is not flushed to disk on its own (SQLite's
+        ``synchronous=NORMAL``, PostgreSQL's ``synchronous_commit=off`` for this
+        transaction): it survives a process kill, and the next flushed commit
+        makes it durable too, but a power loss before that may lose it. Only for
+        writes nobody is told have happened (see ``_idempotency``).
         """
         if self._closed:
             raise DatabaseBusy("the store is closed (the server is stopping)")
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()
-        self._queue.put((work, loop, future, time.monotonic()))
+        self._queue.put((work, loop, future, time.monotonic(), flush))
         return await future
 
     def close(self) -> None:
@@ -92,7 +97,7 @@ class ConnectionWorkers:
             except queue.Empty:
                 return
             if item is not _STOP:
-                _, loop, future, _ = item
+                _, loop, future, _, _ = item
                 _deliver(loop, future, DatabaseBusy("the store is closed"), failed=True)
 
     def _serve(self) -> None:
@@ -100,7 +105,7 @@ class ConnectionWorkers:
         made_at = self._losses
         try:
             while (item := self._queue.get()) is not _STOP:
-                work, loop, future, queued_at = item
+                work, loop, future, queued_at, flush = item
                 if self._waited_too_long(queued_at):
                     busy = DatabaseBusy(
                         f"no database connection came free in {self._wait_seconds}s"
@@ -119,7 +124,8 @@ class ConnectionWorkers:
                         made_at = self._losses
                         conn = None
                         conn = self._engine.connect()
-                    result = self._transaction(conn, work)
+                    unflushed = self._unflushed
+                    result = self._transaction(conn, work) if flush else unflushed(conn, work)
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
                     if conn is not None and not conn.invalidated and _connection_lost(exc, conn):
                         # Never reused: a worker that kept it would fail every call.
@@ -138,10 +144,32 @@ class ConnectionWorkers:
     def _waited_too_long(self, queued_at: float) -> bool:
         return self._wait_seconds is not None and time.monotonic() - queued_at > self._wait_seconds
 
-    def _transaction(self, conn: Connection, work: Callable[[Connection], R]) -> R:
+    def _unflushed(self, conn: Connection, work: Callable[[Connection], R]) -> R:
+        if conn.dialect.name != "sqlite":
+            return self._transaction(conn, work, unflushed=True)
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        # SQLite takes the level only outside a transaction; it is put back
+        # after, or the connection is never used again (its next commits
+        # would not be flushed either).
+        (level,) = driver.execute("PRAGMA synchronous").fetchone()
+        driver.execute("PRAGMA synchronous=NORMAL")
+        try:
+            return self._transaction(conn, work)
+        finally:
+            try:
+                driver.execute(f"PRAGMA synchronous={int(level)}")
+            except Exception as exc:
+                conn.invalidate(exc)
+
+    def _transaction(
+        self, conn: Connection, work: Callable[[Connection], R], *, unflushed: bool = False
+    ) -> R:
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 with conn.begin():
+                    if unflushed:  # PostgreSQL: for this transaction only
+                        conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
                     result = work(conn)
                     if self._before_commit is not None:
                         self._before_commit()
