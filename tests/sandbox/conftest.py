@@ -19,7 +19,7 @@ import anthropic
 import pytest
 
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
 
@@ -109,11 +109,13 @@ def shell(body: dict[str, Any]) -> Turn:
 
 
 @contextlib.contextmanager
-def sweepless_server(host: HostProcess, fake: FakeModel, data: Path) -> Iterator[ServerProcess]:
+def sweepless_server(
+    host: HostProcess, fake: FakeModel, data: Path, forker: ServeForker
+) -> Iterator[ServerProcess]:
     """A real ``stead serve`` on the module's host whose lease sweeper runs only
     when a release pokes it."""
     env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600", **host.settings_env)
-    started = ServerProcess(data, env=env).start()
+    started = ServerProcess(data, env=env, forker=forker).start()
     try:
         yield started
     finally:
@@ -136,7 +138,9 @@ def quiet(body: dict[str, Any]) -> Turn:
 
 
 @pytest.fixture(scope="module")
-def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def gateway(
+    host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     """A real ``stead serve`` using the module's sandbox host, with short keepalives."""
     with FakeModel(quiet) as fake:
         env = loop_env(
@@ -145,7 +149,9 @@ def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iter
             STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5",
             **host.settings_env,
         )
-        server = ServerProcess(tmp_path_factory.mktemp("gateway") / "data", env=env).start()
+        server = ServerProcess(
+            tmp_path_factory.mktemp("gateway") / "data", env=env, forker=forker
+        ).start()
         yield server
         server.stop()
 
