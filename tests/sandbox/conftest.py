@@ -80,6 +80,30 @@ def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:
     return host.work_dir / "sandboxes" / sandbox_id / "workspace"
 
 
+def files_holding(words: str, since: float) -> str:
+    """A shell command that prints, between ``holding:`` and ``:holding``, every
+    regular file in the sandbox that holds any of ``words`` (``grep -e`` options
+    naming shell variables, so the command's own record never holds a secret).
+    /proc and /sys are skipped, and devices (their mount points in /dev look
+    like files to ``find``). Under /usr, the host's own read-only tree
+    (gigabytes: reading it all took most of a minute), only files whose inode
+    changed since ``since`` are read: no other can hold a value made after it."""
+    changed = f"-newerct @{int(since) - 1}"
+    return (
+        r"echo holding:; find / \( -path /proc -o -path /sys \) -prune -o -type f "
+        rf'\( ! -path "/usr/*" -o {changed} \) -exec grep -lsF -D skip {words} {{}} + 2>/dev/null; '
+        "echo :holding"
+    )
+
+
+def held_in(output: str) -> list[str]:
+    """The files a ``files_holding`` command printed (it must have finished)."""
+    _, started, rest = output.partition("holding:\n")
+    listed, ended, _ = rest.partition(":holding")
+    assert started and ended, f"the search did not finish: {output[-2000:]}"
+    return listed.split()
+
+
 def client_of(process: HostProcess) -> HostClient:
     return HostClient(HostAddress(unix_path=process.socket_path))
 
