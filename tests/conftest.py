@@ -57,20 +57,25 @@ def fake_model() -> Iterator[FakeModel]:
 
 @pytest.fixture(scope="session")
 def forker() -> Iterator[ServeForker]:
-    """Starts servers in a fraction of a second, for tests that start dozens."""
+    """Starts servers in a fraction of a second (a fresh interpreter spends seconds
+    of CPU importing stead): every test server is forked from it."""
     with ServeForker() as opened:
         yield opened
 
 
-@pytest.fixture(scope="session")
-def server(
-    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel
-) -> Iterator[ServerProcess]:
-    """One real ``stead serve`` shared by the tests that do not kill it."""
-    data = tmp_path_factory.mktemp("stead-data")
-    process = ServerProcess(data, env=loop_env(fake_model)).start()
+def serving(data: Path, env: dict[str, str], forker: ServeForker) -> Iterator[ServerProcess]:
+    """A started ``stead serve`` for a fixture to yield from, stopped afterwards."""
+    process = ServerProcess(data, env=env, forker=forker).start()
     yield process
     process.stop()
+
+
+@pytest.fixture(scope="session")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel, forker: ServeForker
+) -> Iterator[ServerProcess]:
+    """One real ``stead serve`` shared by the tests that do not kill it."""
+    yield from serving(tmp_path_factory.mktemp("stead-data"), loop_env(fake_model), forker)
 
 
 @pytest.fixture(scope="session")
@@ -103,12 +108,13 @@ def client(server: ServerProcess, api_key: str) -> Iterator[anthropic.Anthropic]
 
 @pytest.fixture
 def fresh_server(
-    request: pytest.FixtureRequest, tmp_path: Path, fake_model: FakeModel
+    request: pytest.FixtureRequest, tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> Iterator[ServerProcess]:
     """A server of the test's own, for tests that kill or restart it: on SQLite,
     or on each store with ``parametrize("fresh_server", BACKENDS, indirect=True)``."""
     with store_env(request) as extra:
-        process = ServerProcess(tmp_path / "data", env=loop_env(fake_model, **extra)).start()
+        env = loop_env(fake_model, **extra)
+        process = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         yield process
         process.kill()
 
@@ -118,6 +124,7 @@ def server_on_each_store(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     fake_model: FakeModel,
+    forker: ServeForker,
 ) -> Iterator[ServerProcess]:
     """A ``stead serve`` of the module's own, on the store its parameter names
     (parametrise with ``tests.databases.BACKENDS``, ``indirect=True``). A module's
@@ -125,7 +132,8 @@ def server_on_each_store(
     data = tmp_path_factory.mktemp("stead-data")
     extra: dict[str, str] = dict(getattr(request.module, "SERVER_ENV", {}))
     with store_env(request) as on_store:
-        process = ServerProcess(data, env=loop_env(fake_model, **extra, **on_store)).start()
+        env = loop_env(fake_model, **extra, **on_store)
+        process = ServerProcess(data, env=env, forker=forker).start()
         yield process
         process.stop()
 

@@ -17,7 +17,16 @@ import anthropic
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, Thinking, ToolCall, Turn
+from stead.testing import (
+    FakeModel,
+    HostProcess,
+    ServeForker,
+    ServerProcess,
+    Text,
+    Thinking,
+    ToolCall,
+    Turn,
+)
 from stead.testing.scripts import assistant_turns, echo
 from tests.conftest import loop_env, make_client
 from tests.sandbox.conftest import requires_isolation
@@ -76,13 +85,13 @@ def scripted(body: dict[str, Any]) -> Turn:
 
 
 @pytest.fixture(scope="module")
-def stead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def stead(tmp_path_factory: pytest.TempPathFactory, forker: ServeForker) -> Iterator[ServerProcess]:
     root = tmp_path_factory.mktemp("console")
     host = HostProcess(root / "host").start()
     try:
         with FakeModel(scripted) as fake:
             env = loop_env(fake, **host.settings_env)
-            server = ServerProcess(root / "data", env=env).start()
+            server = ServerProcess(root / "data", env=env, forker=forker).start()
             yield server
             server.stop()
     finally:

@@ -16,6 +16,7 @@ from stead.testing import (
     Delay,
     FakeModel,
     FaultRule,
+    ServeForker,
     ServerProcess,
     Text,
     Thinking,
@@ -92,12 +93,12 @@ def _slow_first_answer(request: Any) -> bool:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def loop_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
 ) -> Iterator[ServerProcess]:
     faults = [FaultRule(Delay(1.5), times=None, when=_slow_first_answer)]
     with store_env(request) as extra, FakeModel(scripted, faults=faults) as fake:
         env = loop_env(fake, **extra)
-        process = ServerProcess(tmp_path_factory.mktemp("loop"), env=env).start()
+        process = ServerProcess(tmp_path_factory.mktemp("loop"), env=env, forker=forker).start()
         yield process
         process.stop()
 

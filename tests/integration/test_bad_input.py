@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServeForker, ServerProcess
 from tests.integration.helpers import db_check, wait_idle_http
 
 A, E, S = "/v1/agents", "/v1/environments", "/v1/sessions"
@@ -602,9 +602,11 @@ def test_rejected_requests_change_nothing_and_the_server_keeps_answering(
 
 
 @pytest.fixture(scope="module")
-def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def small_server(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("stead-small")
-    process = ServerProcess(data, env={"STEAD_MAX_REQUEST_BYTES": "4096"}).start()
+    process = ServerProcess(data, env={"STEAD_MAX_REQUEST_BYTES": "4096"}, forker=forker).start()
     yield process
     process.stop()
 

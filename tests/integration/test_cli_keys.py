@@ -14,7 +14,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env, make_client
 
 COMMAND_TIMEOUT = 60.0
@@ -33,11 +33,11 @@ def _keys(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel, forker: ServeForker
 ) -> Iterator[ServerProcess]:
     # Keys are checked on every request, so a revocation shows at once.
     env = loop_env(fake_model, STEAD_AUTH_CACHE_SECONDS="0")
-    process = ServerProcess(tmp_path_factory.mktemp("keys"), env=env).start()
+    process = ServerProcess(tmp_path_factory.mktemp("keys"), env=env, forker=forker).start()
     yield process
     process.stop()
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stead.testing import FakeModel, ServerProcess, free_port
+from stead.testing import FakeModel, ServeForker, ServerProcess, free_port
 from tests.conftest import loop_env
 
 START_TIMEOUT = 60.0
@@ -28,7 +28,7 @@ def _serve(data_dir: Path, port: int, fake: FakeModel) -> subprocess.CompletedPr
 
 
 def test_a_taken_port_stops_start_up_before_the_first_key_is_made(
-    tmp_path: Path, fake_model: FakeModel
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -41,7 +41,7 @@ def test_a_taken_port_stops_start_up_before_the_first_key_is_made(
         "(another server uses it? pick one with --port or STEAD_PORT)"
     ]
     assert "sk-stead-" not in failed.stdout
-    started = ServerProcess(tmp_path / "data", env=loop_env(fake_model)).start()
+    started = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
     try:
         assert started.first_key is not None  # the next start still shows it
     finally:
@@ -49,9 +49,9 @@ def test_a_taken_port_stops_start_up_before_the_first_key_is_made(
 
 
 def test_a_second_server_on_one_data_directory_stops_with_one_line(
-    tmp_path: Path, fake_model: FakeModel
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
-    first = ServerProcess(tmp_path / "data", env=loop_env(fake_model)).start()
+    first = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
     try:
         second = _serve(tmp_path / "data", free_port(), fake_model)
     finally:

@@ -19,18 +19,20 @@ from pathlib import Path
 
 import pytest
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.integration.test_usage_budget import MODEL, script
 
 
 @pytest.fixture(scope="module")
-def turned(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
+def turned(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[tuple[Path, str, str]]:
     """A data directory after one turn: (its path, the agent's id, the session's id)."""
     data = tmp_path_factory.mktemp("usage-cli")
     with FakeModel(script) as fake:
-        server = ServerProcess(data, env=loop_env(fake)).start()
+        server = ServerProcess(data, env=loop_env(fake), forker=forker).start()
         try:
             with sdk_of(server) as sdk:
                 agent = sdk.beta.agents.create(

@@ -15,16 +15,18 @@ from typing import Any
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env, sdk_of
 from tests.webhook_receiver import HOOKS_HOST, PINNED, Receiver
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel) -> Iterator[Any]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel, forker: ServeForker
+) -> Iterator[Any]:
     settings = {"STEAD_EGRESS_HOSTS": PINNED, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
     process = ServerProcess(
-        tmp_path_factory.mktemp("webhooks-cli"), env=loop_env(fake_model, **settings)
+        tmp_path_factory.mktemp("webhooks-cli"), env=loop_env(fake_model, **settings), forker=forker
     ).start()
     yield process
     process.stop()
@@ -83,10 +85,12 @@ def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess) -> None:
 
 
 def test_rotating_the_secret_key_keeps_every_signing_secret(
-    tmp_path: Path, fake_model: FakeModel
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
     settings = {"STEAD_EGRESS_HOSTS": PINNED, "STEAD_WEBHOOK_POLL_SECONDS": "0.05"}
-    fresh = ServerProcess(tmp_path / "data", env=loop_env(fake_model, **settings)).start()
+    fresh = ServerProcess(
+        tmp_path / "data", env=loop_env(fake_model, **settings), forker=forker
+    ).start()
     with Receiver() as receiver:
         try:
             hook = {

@@ -57,10 +57,12 @@ def fake() -> Iterator[FakeModel]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, fake: FakeModel) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeModel, forker: ServeForker
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("compaction")
     env = loop_env(fake, STEAD_CONTEXT_WINDOWS=WINDOWS)
-    process = ServerProcess(data, env=env).start()
+    process = ServerProcess(data, env=env, forker=forker).start()
     yield process
     process.stop()
 

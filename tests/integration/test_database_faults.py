@@ -27,7 +27,7 @@ import pytest
 from sqlalchemy import text, update
 
 from stead.store import migrate, open_store
-from stead.testing import FakeModel, ServerProcess, free_port
+from stead.testing import FakeModel, ServeForker, ServerProcess, free_port
 from tests.conftest import loop_env, make_client
 from tests.databases import PostgresRun, serve_env
 from tests.databases import engine as engine_of
@@ -103,7 +103,7 @@ async def _make(url: str) -> None:
 
 
 def test_writers_held_by_a_lock_answer_retryable_503s_then_serve_again(
-    postgres_run: PostgresRun, tmp_path: Path, fake_model: FakeModel
+    postgres_run: PostgresRun, tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
     """Every writer waits on a row lock the test holds: each of them gives up at
     ``lock_timeout``, and the calls queued behind them once they waited
@@ -114,7 +114,7 @@ def test_writers_held_by_a_lock_answer_retryable_503s_then_serve_again(
     env = loop_env(
         fake_model, **serve_env(url), STEAD_SANDBOX="off", STEAD_DATABASE_WAIT_SECONDS="1"
     )
-    server = ServerProcess(tmp_path / "data", env=env).start()
+    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
     engine = engine_of(postgres_run.url(schema))
     try:
         with ExitStack() as stack:
@@ -199,7 +199,10 @@ def _until(condition: object, what: str) -> None:
 
 
 def test_a_database_restart_under_load_gives_retryable_errors_and_loses_nothing(
-    throwaway_postgres: ThrowawayPostgres, tmp_path: Path, fake_model: FakeModel
+    throwaway_postgres: ThrowawayPostgres,
+    tmp_path: Path,
+    fake_model: FakeModel,
+    forker: ServeForker,
 ) -> None:
     cluster = throwaway_postgres
     cluster.create_database("stead")
@@ -215,7 +218,9 @@ def test_a_database_restart_under_load_gives_retryable_errors_and_loses_nothing(
         # courier, once, ended a process's runtime on that).
         STEAD_WEBHOOK_POLL_SECONDS="0.1",
     )
-    servers = [ServerProcess(tmp_path / f"brain-{i}", env=env).start() for i in range(2)]
+    servers = [
+        ServerProcess(tmp_path / f"brain-{i}", env=env, forker=forker).start() for i in range(2)
+    ]
     stack = ExitStack()
     try:
         key = servers[0].first_key

@@ -16,16 +16,19 @@ import httpx2
 import pytest
 
 from stead.blobs import open_blob_store
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from stead.testing.seaweed import S3Server
-from tests.conftest import loop_env, make_client, s3_config
+from tests.conftest import loop_env, make_client, s3_config, serving
 
 QUOTA = 100_000
 
 
 @pytest.fixture(scope="module")
 def s3_served(
-    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel, s3_server: S3Server
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_model: FakeModel,
+    s3_server: S3Server,
+    forker: ServeForker,
 ) -> Iterator[tuple[ServerProcess, S3Server, str]]:
     prefix = f"served-{uuid.uuid4().hex}"
     env = {
@@ -36,10 +39,9 @@ def s3_served(
         "STEAD_S3_SECRET_ACCESS_KEY": s3_server.secret_access_key,
         "STEAD_FILES_QUOTA_BYTES": str(QUOTA),
     }
-    process = ServerProcess(tmp_path_factory.mktemp("s3-data"), env=loop_env(fake_model, **env))
-    process.start()
-    yield process, s3_server, prefix
-    process.stop()
+    data = tmp_path_factory.mktemp("s3-data")
+    for process in serving(data, loop_env(fake_model, **env), forker):
+        yield process, s3_server, prefix
 
 
 def _objects(s3: S3Server, prefix: str) -> set[str]:

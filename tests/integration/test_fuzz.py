@@ -25,8 +25,8 @@ from schemathesis.specs.openapi.checks import status_code_conformance
 
 from stead.api import create_app
 from stead.config import Settings
-from stead.testing import FakeModel, ServerProcess
-from tests.conftest import loop_env
+from stead.testing import FakeModel, ServeForker, ServerProcess
+from tests.conftest import loop_env, serving
 
 EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "30"))
 """Examples per operation and generation mode; ``bench/fuzz.py`` raises it."""
@@ -36,11 +36,9 @@ CHECKS = [not_a_server_error, status_code_conformance]
 
 @pytest.fixture(scope="module")
 def fuzzed_server(
-    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel, forker: ServeForker
 ) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("stead-fuzz"), env=loop_env(fake_model)).start()
-    yield process
-    process.stop()
+    yield from serving(tmp_path_factory.mktemp("stead-fuzz"), loop_env(fake_model), forker)
 
 
 def openapi_document() -> dict[str, Any]:

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env
 from tests.integration.helpers import db_check
 
@@ -110,9 +110,11 @@ def dotted(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def hostile_server(
-    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel
+    tmp_path_factory: pytest.TempPathFactory, fake_model: FakeModel, forker: ServeForker
 ) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("stead-hostile"), env=loop_env(fake_model))
+    process = ServerProcess(
+        tmp_path_factory.mktemp("stead-hostile"), env=loop_env(fake_model), forker=forker
+    )
     yield process.start()
     process.stop()
 

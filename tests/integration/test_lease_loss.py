@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import select, update
 
 from stead.store.tables import runs
-from stead.testing import Delay, FakeModel, FaultRule, ServerProcess, Text, Turn
+from stead.testing import Delay, FakeModel, FaultRule, ServeForker, ServerProcess, Text, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, store_env
 from tests.databases import BACKENDS, sqlite_url
@@ -36,13 +36,15 @@ def _slow_first(request: Any) -> bool:
 
 
 @pytest.fixture(params=BACKENDS)
-def served(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[ServerProcess, str]]:
+def served(
+    request: pytest.FixtureRequest, tmp_path: Path, forker: ServeForker
+) -> Iterator[tuple[ServerProcess, str]]:
     """A server whose first request about "slow" waits 4 s, and its database URL."""
     faults = [FaultRule(Delay(4.0), times=1, when=_slow_first)]
     with store_env(request) as extra, FakeModel(_answer, faults=faults) as fake:
         timers = {"STEAD_LEASE_SECONDS": "1.5", "STEAD_REAPER_INTERVAL_SECONDS": "0.2"}
         env = loop_env(fake, **extra, **timers, STEAD_SANDBOX="off")
-        process = ServerProcess(tmp_path / "data", env=env).start()
+        process = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         url = extra.get("STEAD_DATABASE_URL") or sqlite_url(tmp_path / "data")
         try:
             yield process, url

@@ -17,16 +17,20 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message
 from tests.integration.test_usage_budget import new_session, script, wait_for_stop
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     with FakeModel(script) as fake:
-        process = ServerProcess(tmp_path_factory.mktemp("limits"), env=loop_env(fake)).start()
+        process = ServerProcess(
+            tmp_path_factory.mktemp("limits"), env=loop_env(fake), forker=forker
+        ).start()
         yield process
         process.stop()
 

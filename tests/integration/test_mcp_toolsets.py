@@ -19,7 +19,7 @@ import pytest
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn, free_port
 from stead.testing.mcp_server import FakeMcpServer
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, sdk_of
+from tests.conftest import loop_env, sdk_of, serving
 from tests.integration.helpers import wait_idle
 
 Json = dict[str, Any]
@@ -57,10 +57,10 @@ def fake() -> Iterator[FakeModel]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, fake: FakeModel) -> Iterator[ServerProcess]:
-    process = ServerProcess(tmp_path_factory.mktemp("mcp"), env=loop_env(fake)).start()
-    yield process
-    process.stop()
+def served(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeModel, forker: ServeForker
+) -> Iterator[ServerProcess]:
+    yield from serving(tmp_path_factory.mktemp("mcp"), loop_env(fake), forker)
 
 
 @pytest.fixture

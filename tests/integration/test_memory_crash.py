@@ -12,7 +12,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env, make_client
 
 QUICK_PURGE = {
@@ -28,10 +28,10 @@ def memory_blobs(data_dir: Path) -> list[Path]:
 
 
 def test_a_write_killed_before_its_commit_leaves_nothing_behind(
-    tmp_path: Path, fake_model: FakeModel
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
     data = tmp_path / "data"
-    first = ServerProcess(data, env=loop_env(fake_model)).start()
+    first = ServerProcess(data, env=loop_env(fake_model), forker=forker).start()
     key = first.first_key
     assert key
     with make_client(first.url, key) as client:
@@ -41,7 +41,7 @@ def test_a_write_killed_before_its_commit_leaves_nothing_behind(
     # Start-up commits once; the write's first commit begins the version, its
     # second (the third in all) would commit it.
     dying = ServerProcess(
-        data, env=loop_env(fake_model, STEAD_FAILPOINTS="store.before_commit:3")
+        data, env=loop_env(fake_model, STEAD_FAILPOINTS="store.before_commit:3"), forker=forker
     ).start()
     try:
         with make_client(dying.url, key) as client, pytest.raises(anthropic.APIConnectionError):
@@ -51,7 +51,7 @@ def test_a_write_killed_before_its_commit_leaves_nothing_behind(
         dying.kill()
     assert len(memory_blobs(data)) == 1  # written, named only by the pending version
 
-    again = ServerProcess(data, env=loop_env(fake_model, **QUICK_PURGE)).start()
+    again = ServerProcess(data, env=loop_env(fake_model, **QUICK_PURGE), forker=forker).start()
     try:
         with make_client(again.url, key) as client:
             memories = client.beta.memory_stores.memories

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn, free_port
+from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn, free_port
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, new_session, wait_idle
@@ -40,9 +40,13 @@ def scripted(body: Json) -> Turn:
 
 
 @pytest.fixture(scope="module")
-def ops_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def ops_server(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     with FakeModel(scripted) as fake:
-        process = ServerProcess(tmp_path_factory.mktemp("ops"), env=loop_env(fake)).start()
+        process = ServerProcess(
+            tmp_path_factory.mktemp("ops"), env=loop_env(fake), forker=forker
+        ).start()
         yield process
         process.stop()
 
@@ -87,7 +91,9 @@ def test_health_answers_without_a_key(ops_server: ServerProcess) -> None:
     assert ready.json() == {"status": "ready", "checks": {"store": "ok", "blobs": "ok"}}
 
 
-def test_readiness_names_a_blob_store_that_does_not_answer(tmp_path: Path) -> None:
+def test_readiness_names_a_blob_store_that_does_not_answer(
+    tmp_path: Path, forker: ServeForker
+) -> None:
     closed = free_port()  # nothing listens there
     env = {
         "STEAD_SANDBOX": "off",
@@ -97,7 +103,7 @@ def test_readiness_names_a_blob_store_that_does_not_answer(tmp_path: Path) -> No
         "STEAD_S3_SECRET_ACCESS_KEY": "secret",
         "STEAD_BLOB_TIMEOUT_SECONDS": "2",
     }
-    server = ServerProcess(tmp_path / "data", env=env).start()
+    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
     try:
         ready = httpx2.get(f"{server.url}/readyz", timeout=30)
     finally:
@@ -195,10 +201,12 @@ def test_the_log_holds_no_key_and_no_command_text(ops_server: ServerProcess) -> 
     )
 
 
-def test_metrics_open_or_off_as_set(fake_model: FakeModel, tmp_path: Any) -> None:
+def test_metrics_open_or_off_as_set(
+    fake_model: FakeModel, tmp_path: Any, forker: ServeForker
+) -> None:
     for setting, status in (("open", 200), ("off", 404)):
         process = ServerProcess(
-            tmp_path / setting, env=loop_env(fake_model, STEAD_METRICS=setting)
+            tmp_path / setting, env=loop_env(fake_model, STEAD_METRICS=setting), forker=forker
         ).start()
         try:
             assert httpx2.get(f"{process.url}/metrics", timeout=30).status_code == status

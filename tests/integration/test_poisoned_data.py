@@ -11,7 +11,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServeForker, ServerProcess
 from tests.conftest import make_client
 from tests.integration.helpers import db_check
 
@@ -51,9 +51,9 @@ def reads(client: anthropic.Anthropic, ids: dict[str, str]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def poisoned(tmp_path: Path) -> tuple[ServerProcess, str, dict[str, str]]:
+def poisoned(tmp_path: Path, forker: ServeForker) -> tuple[ServerProcess, str, dict[str, str]]:
     """A data directory with an agent, a session and an environment, poisoned."""
-    server = ServerProcess(tmp_path / "data").start()
+    server = ServerProcess(tmp_path / "data", forker=forker).start()
     assert server.first_key
     with make_client(server.url, server.first_key) as client:
         agent = client.beta.agents.create(name="a", model="claude-sonnet-4-6", tools=[TOOL])  # type: ignore[list-item]

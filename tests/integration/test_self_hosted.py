@@ -18,7 +18,7 @@ import anthropic
 import pytest
 from anthropic.lib.environments._worker import _sessions_token_from_secret
 
-from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of, store_env
 from tests.databases import BACKENDS
@@ -47,13 +47,13 @@ def scripted(body: Json) -> Turn:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def hosted(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
 ) -> Iterator[ServerProcess]:
     """A server on each store: the work queue's fenced claims and leases are
     row-locked writes on PostgreSQL, serialised ones on SQLite."""
     with store_env(request) as extra, FakeModel(scripted) as fake:
         env = loop_env(fake, STEAD_WORK_LEASE_SECONDS="2", **extra)
-        process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=env).start()
+        process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=env, forker=forker).start()
         yield process
         process.stop()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env, make_client
 from tests.integration.skill_files import skill_files
 
@@ -23,7 +23,7 @@ def _blobs(data: Path) -> set[Path]:
 
 
 def test_a_create_killed_after_staging_leaves_nothing_behind(
-    tmp_path: Path, fake_model: FakeModel
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
     data = tmp_path / "data"
     fast_purge = {
@@ -31,7 +31,7 @@ def test_a_create_killed_after_staging_leaves_nothing_behind(
         "STEAD_FILE_PURGE_INTERVAL_SECONDS": "0.2",
     }
     doomed = ServerProcess(
-        data, env=loop_env(fake_model, STEAD_FAILPOINTS="skills.after_stage:1")
+        data, env=loop_env(fake_model, STEAD_FAILPOINTS="skills.after_stage:1"), forker=forker
     ).start()
     key = doomed.first_key
     assert key
@@ -42,7 +42,7 @@ def test_a_create_killed_after_staging_leaves_nothing_behind(
     finally:
         doomed.kill()
 
-    survivor = ServerProcess(data, env=loop_env(fake_model, **fast_purge)).start()
+    survivor = ServerProcess(data, env=loop_env(fake_model, **fast_purge), forker=forker).start()
     try:
         with make_client(survivor.url, key) as client:
             assert list(client.beta.skills.list()) == []

@@ -17,6 +17,7 @@ from stead.testing import (
     FakeModel,
     FaultRule,
     HttpError,
+    ServeForker,
     ServerProcess,
     Stall,
     StreamError,
@@ -64,7 +65,7 @@ FAULTS = [
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def fault_server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
 ) -> Iterator[ServerProcess]:
     with store_env(request) as extra, FakeModel(script, faults=FAULTS) as fake:
         env = loop_env(
@@ -76,7 +77,7 @@ def fault_server(
             STEAD_MODEL_READ_TIMEOUT_SECONDS="1",
             STEAD_OPENAI_MODELS=json.dumps({"local-llama": fake.openai_url}),
         )
-        process = ServerProcess(tmp_path_factory.mktemp("faults"), env=env).start()
+        process = ServerProcess(tmp_path_factory.mktemp("faults"), env=env, forker=forker).start()
         yield process
         process.stop()
 

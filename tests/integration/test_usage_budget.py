@@ -63,12 +63,15 @@ def fake() -> Iterator[FakeModel]:
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def served(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, fake: FakeModel
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    fake: FakeModel,
+    forker: ServeForker,
 ) -> Iterator[ServerProcess]:
     """The module's server, on SQLite and on PostgreSQL."""
     with store_env(request) as extra:
         env = loop_env(fake, **extra)
-        process = ServerProcess(tmp_path_factory.mktemp("usage"), env=env).start()
+        process = ServerProcess(tmp_path_factory.mktemp("usage"), env=env, forker=forker).start()
         yield process
         process.stop()
 

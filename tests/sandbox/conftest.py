@@ -80,6 +80,30 @@ def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:
     return host.work_dir / "sandboxes" / sandbox_id / "workspace"
 
 
+def files_holding(words: str, since: float) -> str:
+    """A shell command that prints, between ``holding:`` and ``:holding``, every
+    regular file in the sandbox that holds any of ``words`` (``grep -e`` options
+    naming shell variables, so the command's own record never holds a secret).
+    /proc and /sys are skipped, and devices (their mount points in /dev look
+    like files to ``find``). Under /usr, the host's own read-only tree
+    (gigabytes: reading it all took most of a minute), only files whose inode
+    changed since ``since`` are read: no other can hold a value made after it."""
+    changed = f"-newerct @{int(since) - 1}"
+    return (
+        r"echo holding:; find / \( -path /proc -o -path /sys \) -prune -o -type f "
+        rf'\( ! -path "/usr/*" -o {changed} \) -exec grep -lsF -D skip {words} {{}} + 2>/dev/null; '
+        "echo :holding"
+    )
+
+
+def held_in(output: str) -> list[str]:
+    """The files a ``files_holding`` command printed (it must have finished)."""
+    _, started, rest = output.partition("holding:\n")
+    listed, ended, _ = rest.partition(":holding")
+    assert started and ended, f"the search did not finish: {output[-2000:]}"
+    return listed.split()
+
+
 def client_of(process: HostProcess) -> HostClient:
     return HostClient(HostAddress(unix_path=process.socket_path))
 
@@ -109,11 +133,13 @@ def shell(body: dict[str, Any]) -> Turn:
 
 
 @contextlib.contextmanager
-def sweepless_server(host: HostProcess, fake: FakeModel, data: Path) -> Iterator[ServerProcess]:
+def sweepless_server(
+    host: HostProcess, fake: FakeModel, data: Path, forker: ServeForker
+) -> Iterator[ServerProcess]:
     """A real ``stead serve`` on the module's host whose lease sweeper runs only
     when a release pokes it."""
     env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600", **host.settings_env)
-    started = ServerProcess(data, env=env).start()
+    started = ServerProcess(data, env=env, forker=forker).start()
     try:
         yield started
     finally:
@@ -136,7 +162,9 @@ def quiet(body: dict[str, Any]) -> Turn:
 
 
 @pytest.fixture(scope="module")
-def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def gateway(
+    host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     """A real ``stead serve`` using the module's sandbox host, with short keepalives."""
     with FakeModel(quiet) as fake:
         env = loop_env(
@@ -145,7 +173,9 @@ def gateway(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iter
             STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5",
             **host.settings_env,
         )
-        server = ServerProcess(tmp_path_factory.mktemp("gateway") / "data", env=env).start()
+        server = ServerProcess(
+            tmp_path_factory.mktemp("gateway") / "data", env=env, forker=forker
+        ).start()
         yield server
         server.stop()
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import anthropic
 
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, wait_idle
@@ -54,11 +54,11 @@ def wait_for(path: Path) -> None:
 
 
 def test_a_command_survives_the_brain_and_is_collected_not_rerun(
-    host: HostProcess, tmp_path: Path
+    host: HostProcess, tmp_path: Path, forker: ServeForker
 ) -> None:
     with FakeModel(script) as fake:
         env = loop_env(fake, **host.settings_env)
-        server = ServerProcess(tmp_path / "data", env=env).start()
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         key = server.first_key
         assert key, server.log_text()
         with make_client(server.url, key) as client:
@@ -70,7 +70,7 @@ def test_a_command_survives_the_brain_and_is_collected_not_rerun(
 
         (workspace / "go").touch()  # the command finishes while no brain runs
         wait_for(workspace / "ledger")
-        server = ServerProcess(tmp_path / "data", env=env).start()
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         try:
             with make_client(server.url, key) as client:
                 wait_idle(client, session_id, timeout=60)
@@ -84,7 +84,7 @@ def test_a_command_survives_the_brain_and_is_collected_not_rerun(
 
 
 def test_an_expired_lease_destroys_the_sandbox_and_books_its_active_time(
-    host: HostProcess, tmp_path: Path
+    host: HostProcess, tmp_path: Path, forker: ServeForker
 ) -> None:
     with FakeModel(first_turn(ToolCall("bash", {"command": "echo hi > note"}))) as fake:
         env = loop_env(
@@ -93,7 +93,7 @@ def test_an_expired_lease_destroys_the_sandbox_and_books_its_active_time(
             STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.2",
             **host.settings_env,
         )
-        server = ServerProcess(tmp_path / "data", env=env).start()
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         try:
             assert server.first_key
             with make_client(server.url, server.first_key) as client:
@@ -133,7 +133,7 @@ def active_seconds(database: Path, session_id: str) -> float | None:
         return float(row[0]) if row else 0.0
 
 
-def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path) -> None:
+def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path, forker: ServeForker) -> None:
     work = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
     os.chmod(work, 0o711)
     with FakeModel(script) as fake:
@@ -143,7 +143,7 @@ def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path) -> None:
             STEAD_SANDBOX_HOST_AUTOSTART="true",
             STEAD_SANDBOX_WORK_DIR=str(work),
         )
-        server = ServerProcess(tmp_path / "data", env=env).start()
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         lock = tmp_path / "data" / "sandbox-host" / "host.lock"
         host_pid = None
         try:
@@ -190,7 +190,7 @@ class KillableHost:
 
 @contextlib.contextmanager
 def brain_on_a_killable_host(
-    tmp_path: Path, script: Any
+    tmp_path: Path, script: Any, forker: ServeForker
 ) -> Iterator[tuple[anthropic.Anthropic, KillableHost]]:
     """A ``stead serve`` whose tool calls wait for a lost host with quick backoff;
     a run left to its lease would take longer than the test may."""
@@ -205,7 +205,7 @@ def brain_on_a_killable_host(
                 STEAD_LEASE_SECONDS="600",
                 **host.process.settings_env,
             )
-            server = ServerProcess(tmp_path / "data", env=env).start()
+            server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
             try:
                 with sdk_of(server) as client:
                     yield client, host
@@ -216,13 +216,13 @@ def brain_on_a_killable_host(
 
 
 def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_doubt(
-    tmp_path: Path,
+    tmp_path: Path, forker: ServeForker
 ) -> None:
     """The body dies instead: the turn waits for the sandbox host to come back
     (retrying with backoff, not failing its run), then asks again under the same
     op key, and the host, which saw the command start, says it may have run."""
     long_command = first_turn(ToolCall("bash", {"command": "touch started; sleep 600"}))
-    with brain_on_a_killable_host(tmp_path, long_command) as (client, host):
+    with brain_on_a_killable_host(tmp_path, long_command, forker) as (client, host):
         session_id = tool_session(client, "host-restart")
         client.beta.sessions.events.send(session_id, events=[message("go")])
         wait_for(workspace_on_host(host.process, session_id) / "started")
@@ -240,11 +240,13 @@ def test_a_host_killed_mid_command_is_waited_for_and_the_command_reported_in_dou
     assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
 
 
-def test_a_call_made_while_the_host_is_down_waits_for_it_and_then_runs(tmp_path: Path) -> None:
+def test_a_call_made_while_the_host_is_down_waits_for_it_and_then_runs(
+    tmp_path: Path, forker: ServeForker
+) -> None:
     """A write surely not sent (no connection to the host could be made) is not
     'may have run': once the host is back, it runs."""
     write_note = first_turn(ToolCall("write", {"file_path": "note", "content": "written"}))
-    with brain_on_a_killable_host(tmp_path, write_note) as (client, host):
+    with brain_on_a_killable_host(tmp_path, write_note, forker) as (client, host):
         session_id = tool_session(client, "host-down")
         host.process.kill()
         client.beta.sessions.events.send(session_id, events=[message("go")])

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stead.testing import FakeModel, HostProcess, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import sdk_of
 from tests.sandbox.conftest import WAIT, bash_turn, requires_isolation, shell, tool_session
 
@@ -19,7 +19,9 @@ pytestmark = requires_isolation
 
 
 @pytest.fixture(scope="module")
-def served(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def served(
+    host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     with FakeModel(shell) as fake:
         env = {
             "STEAD_UPSTREAM_BASE_URL": fake.url,
@@ -27,7 +29,9 @@ def served(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Itera
             "STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS": "0.2",
             **host.settings_env,
         }
-        server = ServerProcess(tmp_path_factory.mktemp("metrics") / "data", env=env).start()
+        server = ServerProcess(
+            tmp_path_factory.mktemp("metrics") / "data", env=env, forker=forker
+        ).start()
         yield server
         server.stop()
 
@@ -79,9 +83,12 @@ def test_wakes_snapshots_and_egress_are_counted(served: ServerProcess) -> None:
 
 def test_a_host_that_does_not_answer_shows_no_host_figures(
     tmp_path_factory: pytest.TempPathFactory,
+    forker: ServeForker,
 ) -> None:
     env = {"STEAD_SANDBOX_HOST_AUTOSTART": "false"}
-    server = ServerProcess(tmp_path_factory.mktemp("nohost") / "data", env=env).start()
+    server = ServerProcess(
+        tmp_path_factory.mktemp("nohost") / "data", env=env, forker=forker
+    ).start()
     try:
         samples = scrape(server)
     finally:

@@ -11,7 +11,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import requires_isolation, shell, tool_session
@@ -20,10 +20,14 @@ pytestmark = requires_isolation
 
 
 @pytest.fixture(scope="module")
-def served(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def served(
+    host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     with FakeModel(shell) as fake:
         env = loop_env(fake, **host.settings_env)
-        server = ServerProcess(tmp_path_factory.mktemp("limits") / "data", env=env).start()
+        server = ServerProcess(
+            tmp_path_factory.mktemp("limits") / "data", env=env, forker=forker
+        ).start()
         yield server
         server.stop()
 

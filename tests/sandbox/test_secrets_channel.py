@@ -6,6 +6,7 @@ restarts holds none, and the brain sends them again on its next call."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,7 +17,7 @@ import pytest
 from stead.sandbox import EgressCredential, HostAddress, HostSandbox
 from stead.sandbox.providers.host import HostProvider
 from stead.testing import HostProcess
-from tests.sandbox.conftest import config, new_id, requires_isolation
+from tests.sandbox.conftest import config, files_holding, held_in, new_id, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -75,6 +76,7 @@ async def test_a_credential_is_injected_by_the_proxy_and_written_nowhere(
     tmp_path: Path, echo: tuple[int, list[str]]
 ) -> None:
     port, seen = echo
+    made = time.time()
     secret = f"dummy-secret-{uuid.uuid4().hex}"
     process = HostProcess(tmp_path / "state", env={"STEAD_LOG_LEVEL": "debug"}).start()
     provider = HostProvider(HostAddress(unix_path=process.socket_path))
@@ -98,12 +100,13 @@ async def test_a_credential_is_injected_by_the_proxy_and_written_nowhere(
         half = len(secret) // 2
         search = await sandbox.exec(
             f"a={secret[:half]}; b={secret[half:]}; env; "
-            'grep -rls "$a$b" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; '
-            "echo searched",
+            + files_holding('-e "$a$b"', since=made)
+            + "; echo searched",
             op_key=new_id(),
             timeout=120,
         )
         assert search.output.count(secret) == 0
+        assert held_in(search.output) == []
         assert search.output.endswith("searched\n")
 
         await sandbox.snapshot()

@@ -17,7 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import make_client, sdk_of
 from tests.integration.skill_files import skill_files
 from tests.sandbox.conftest import bash_turn, requires_isolation, shell, sweepless_server
@@ -29,10 +29,13 @@ OUTPUTS = "/mnt/session/outputs"
 
 
 @pytest.fixture(scope="module")
-def server(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
+    data = tmp_path_factory.mktemp("files") / "data"
     with (
         FakeModel(shell) as fake,
-        sweepless_server(host, fake, tmp_path_factory.mktemp("files") / "data") as started,
+        sweepless_server(host, fake, data, forker) as started,
     ):
         yield started
 

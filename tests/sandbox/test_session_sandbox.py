@@ -17,6 +17,7 @@ from stead.testing import (
     FakeModel,
     FaultRule,
     HostProcess,
+    ServeForker,
     ServerProcess,
 )
 from tests.conftest import sdk_of
@@ -44,10 +45,14 @@ def fake() -> Iterator[FakeModel]:
 
 @pytest.fixture(scope="module")
 def server(
-    host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
+    host: HostProcess,
+    fake: FakeModel,
+    tmp_path_factory: pytest.TempPathFactory,
+    forker: ServeForker,
 ) -> Iterator[ServerProcess]:
     # The sweep interval is long: only the release's own poke can make it prompt.
-    with sweepless_server(host, fake, tmp_path_factory.mktemp("sandbox-api") / "data") as started:
+    data = tmp_path_factory.mktemp("sandbox-api") / "data"
+    with sweepless_server(host, fake, data, forker) as started:
         yield started
 
 

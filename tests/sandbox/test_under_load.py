@@ -25,7 +25,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message
 from tests.sandbox.conftest import requires_isolation
@@ -105,10 +105,12 @@ def loaded_host(busy_cores: None, tmp_path: Path) -> Iterator[HostProcess]:
 
 
 @pytest.fixture
-def loaded_server(loaded_host: HostProcess, tmp_path: Path) -> Iterator[ServerProcess]:
+def loaded_server(
+    loaded_host: HostProcess, tmp_path: Path, forker: ServeForker
+) -> Iterator[ServerProcess]:
     with FakeModel(busy_turn) as fake:
         env = loop_env(fake, STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5", **loaded_host.settings_env)
-        process = ServerProcess(tmp_path / "data", env=env)
+        process = ServerProcess(tmp_path / "data", env=env, forker=forker)
         try:
             yield process.start()
         finally:

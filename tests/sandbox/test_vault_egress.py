@@ -15,7 +15,7 @@ import anthropic
 import pytest
 import trustme
 
-from stead.testing import FakeModel, HostProcess, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import WAIT, requires_isolation, shell
@@ -59,10 +59,15 @@ def fake() -> Iterator[FakeModel]:
 
 @pytest.fixture(scope="module")
 def server(
-    host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
+    host: HostProcess,
+    fake: FakeModel,
+    tmp_path_factory: pytest.TempPathFactory,
+    forker: ServeForker,
 ) -> Iterator[ServerProcess]:
     env = loop_env(fake, **host.settings_env)
-    started = ServerProcess(tmp_path_factory.mktemp("vault-egress") / "data", env=env).start()
+    started = ServerProcess(
+        tmp_path_factory.mktemp("vault-egress") / "data", env=env, forker=forker
+    ).start()
     yield started
     started.stop()
 
@@ -160,13 +165,17 @@ def test_the_origin_gets_the_secret_and_the_sandbox_a_placeholder(
 
 
 def test_a_restarted_brain_gives_the_placeholders_running_processes_hold(
-    host: HostProcess, fake: FakeModel, origin: tuple[Origin, Path], tmp_path: Path
+    host: HostProcess,
+    fake: FakeModel,
+    origin: tuple[Origin, Path],
+    tmp_path: Path,
+    forker: ServeForker,
 ) -> None:
     """The sandbox's shell outlives ``stead serve``: the placeholder it read
     before the restart must still be replaced after it."""
     served, _ = origin
     env = loop_env(fake, **host.settings_env)
-    first = ServerProcess(tmp_path / "data", env=env).start()
+    first = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
     key = first.first_key
     try:
         with sdk_of(first) as client:
@@ -174,7 +183,7 @@ def test_a_restarted_brain_gives_the_placeholders_running_processes_hold(
             _run(client, session_id, 'export KEPT="$VAULT_TOKEN"; echo kept')
     finally:
         first.stop()
-    second = ServerProcess(tmp_path / "data", env=env)
+    second = ServerProcess(tmp_path / "data", env=env, forker=forker)
     second.first_key = key
     second.start()
     try:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import loop_env, sdk_of
 from tests.integration.test_agent_loop import kinds, say, until_idle
 from tests.integration.test_self_hosted import environment, scripted, session_on
@@ -24,9 +24,13 @@ WAIT = 60.0
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def served(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     with FakeModel(scripted) as fake:
-        process = ServerProcess(tmp_path_factory.mktemp("hosted"), env=loop_env(fake)).start()
+        process = ServerProcess(
+            tmp_path_factory.mktemp("hosted"), env=loop_env(fake), forker=forker
+        ).start()
         yield process
         process.stop()
 

@@ -13,7 +13,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServerProcess, Text, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message
@@ -61,10 +61,12 @@ def released(client: Any, session_id: str) -> Any:
         time.sleep(0.05)
 
 
-def test_a_lost_workspace_ends_the_session(host: HostProcess, tmp_path: Path) -> None:
+def test_a_lost_workspace_ends_the_session(
+    host: HostProcess, tmp_path: Path, forker: ServeForker
+) -> None:
     with FakeModel(script) as fake:
         env = loop_env(fake, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.2", **host.settings_env)
-        server = ServerProcess(tmp_path / "data", env=env)
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker)
         server.start()
         try:
             assert server.first_key, server.log_text()

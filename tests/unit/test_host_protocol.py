@@ -5,28 +5,28 @@ from __future__ import annotations
 
 import pytest
 
-from stead.sandbox import EnvironmentCredential, ExecResult, InvalidArgument, ops
+from stead.sandbox import EnvironmentCredential, ExecResult, InvalidArgument, codec, ops
 from stead.sandbox_host.egress import HeaderSecret, PlaceholderSecret, Secrets
 from stead.sandbox_host.rpc import HostRpc
 
 
 def test_every_request_type_has_a_handler_in_the_host() -> None:
     rpc = HostRpc(manager=None, token=None)  # type: ignore[arg-type]
-    assert set(rpc.handlers) == set(ops.request_types()) - {ops.Hello}
+    assert set(rpc.handlers) == set(codec.request_types()) - {ops.Hello}
 
 
 def test_requests_round_trip_through_their_wire_form() -> None:
     request = ops.WriteFile(sandbox_id="s", config={}, path="a", data=b"\x00\xffbytes")
-    assert ops.parse_request(ops.encode(request)) == request
-    assert ops.encode(request)["data"] == "AP9ieXRlcw=="
+    assert codec.parse_request(codec.encode(request)) == request
+    assert codec.encode(request)["data"] == "AP9ieXRlcw=="
 
 
 def test_replies_decode_into_their_records() -> None:
     request = ops.Exec(sandbox_id="s", command="true", op_key="k", timeout=1)
     result = ExecResult("out", 0, truncated=True)
-    assert ops.decode_reply(request, ops.encode(result)) == result
+    assert codec.decode_reply(request, codec.encode(result)) == result
     with pytest.raises(ValueError, match="malformed reply to Exec"):
-        ops.decode_reply(request, {"output": 1})
+        codec.decode_reply(request, {"output": 1})
 
 
 def test_a_credential_never_shows_its_value() -> None:
@@ -47,7 +47,7 @@ def test_a_credential_never_shows_its_value() -> None:
 
 def test_a_malformed_frame_names_its_field() -> None:
     with pytest.raises(InvalidArgument, match=r"^max_bytes: Input should be greater"):
-        ops.parse_request({"op": "read_file", "sandbox_id": "s", "path": "a", "max_bytes": -1})
+        codec.parse_request({"op": "read_file", "sandbox_id": "s", "path": "a", "max_bytes": -1})
 
 
 def test_a_header_scoped_to_paths_goes_only_to_them() -> None:

@@ -10,7 +10,7 @@ runs it in the brain's own process.
 
 from __future__ import annotations
 
-from stead.sandbox import ops
+from stead.sandbox import codec, ops
 from stead.sandbox.admin import HostStatus, host_status
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
@@ -139,6 +139,7 @@ __all__ = [
     "TerminalRequest",
     "VersionMismatch",
     "WorkspaceUnavailable",
+    "codec",
     "host_address",
     "host_status",
     "open_provider",

@@ -23,7 +23,7 @@ import anyio
 from anyio.abc import ByteStream, SocketAttribute
 
 from stead.jsonvalues import Json
-from stead.sandbox import ops
+from stead.sandbox import codec, ops
 from stead.sandbox.base import (
     WORKSPACE,
     DirListing,
@@ -106,10 +106,10 @@ class HostClient:
         reply: Json | None = None
         try:
             with anyio.fail_after(deadline):
-                await frames.send(ops.encode(request))
+                await frames.send(codec.encode(request))
                 while "output" in (frame := await frames.receive()):
                     if on_output is not None:
-                        on_output(ops.decode_output(frame["output"]))
+                        on_output(codec.decode_output(frame["output"]))
                 reply = frame
         except TimeoutError:
             raise SandboxUnavailable(
@@ -124,7 +124,7 @@ class HostClient:
         if "error" in reply:
             raise_error(reply)
         try:
-            return ops.decode_reply(request, reply.get("result"))
+            return codec.decode_reply(request, reply.get("result"))
         except ValueError:
             raise SandboxUnavailable(f"the sandbox host sent a malformed answer to {op}") from None
 
@@ -141,7 +141,7 @@ class HostClient:
                 stream = await self._connect()
                 frames = FrameStream(stream)
                 hello = ops.Hello(version=ops.PROTOCOL_VERSION, token=self.address.token)
-                await frames.send(ops.encode(hello))
+                await frames.send(codec.encode(hello))
                 answer = await frames.receive()
         except (TimeoutError, OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
             raise HostUnreachable(
@@ -176,7 +176,7 @@ class HostClient:
         frames = await self._connection(fresh=True)
         try:
             with anyio.fail_after(self.timeouts.call):
-                await frames.send(ops.encode(request))
+                await frames.send(codec.encode(request))
         except BaseException:
             await _discard(frames)
             raise
@@ -261,7 +261,7 @@ class HostTerminal:
             return TerminalEnded("gone")
         if "result" not in frame and "error" not in frame:
             try:
-                event = ops.parse_terminal_output(frame)
+                event = codec.parse_terminal_output(frame)
             except ValueError:
                 await self.aclose()
                 return TerminalEnded("error", "the sandbox host sent a malformed terminal frame")
@@ -292,7 +292,7 @@ class HostTerminal:
         # A failed send means the attachment ended; receive() says how.
         async with self._send_lock:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                await self._frames.send(ops.encode(frame))
+                await self._frames.send(codec.encode(frame))
 
     async def aclose(self) -> None:
         self.ended = True

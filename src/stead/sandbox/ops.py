@@ -1,10 +1,10 @@
 """The host protocol's operations: one request type per op and the type of
 its reply, shared by the brain's client and the sandbox host.
 
-A request is a JSON object whose ``op`` names its type; ``parse_request``
-turns a frame into one (or raises ``InvalidArgument`` naming the field), and
-the host dispatches on the type, so client and server cannot drift apart on an
-op's name or fields. Bytes travel base64-encoded (``Bytes``). Every
+A request is a JSON object whose ``op`` names its type; ``codec.py`` turns a
+frame into one (or raises ``InvalidArgument`` naming the field), and the host
+dispatches on the type, so client and server cannot drift apart on an op's
+name or fields. Bytes travel base64-encoded (``Bytes``). Every
 connection starts with ``Hello``: a host and a brain of different
 ``PROTOCOL_VERSION``s refuse each other with a message naming both.
 """
@@ -12,9 +12,7 @@ connection starts with ``Hello``: a host and a brain of different
 from __future__ import annotations
 
 import base64
-import dataclasses
-from types import MappingProxyType
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,8 +21,6 @@ from pydantic import (
     PlainSerializer,
     PlainValidator,
     StringConstraints,
-    TypeAdapter,
-    ValidationError,
 )
 
 from stead.jsonvalues import Json
@@ -36,7 +32,6 @@ from stead.sandbox.base import (
     GlobResult,
     GrepResult,
 )
-from stead.sandbox.errors import InvalidArgument
 
 PROTOCOL_VERSION = 5
 """Raised on any change to a request or reply type."""
@@ -59,7 +54,6 @@ Bytes = Annotated[
     PlainSerializer(lambda data: base64.b64encode(data).decode("ascii"), when_used="json"),
 ]
 """Raw bytes in Python, base64 text on the wire."""
-T = TypeVar("T")
 SandboxId = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 OpKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
@@ -536,27 +530,6 @@ TerminalOutputFrame = Annotated[
 TerminalControlFrame = Annotated[
     TerminalInput | TerminalResize | TerminalDetach, Field(discriminator="frame")
 ]
-_OUTPUT_FRAMES: TypeAdapter[TerminalOutputFrame] = TypeAdapter(TerminalOutputFrame)
-_CONTROL_FRAMES: TypeAdapter[TerminalControlFrame] = TypeAdapter(TerminalControlFrame)
-
-
-def parse_terminal_output(frame: Json) -> TerminalData | TerminalReplayed | TerminalExit:
-    """A host's terminal frame; ``ValueError`` if it is none."""
-    return _parsed(_OUTPUT_FRAMES, frame)
-
-
-def parse_terminal_control(frame: Json) -> TerminalInput | TerminalResize | TerminalDetach:
-    """A brain's terminal frame; ``ValueError`` if it is none."""
-    return _parsed(_CONTROL_FRAMES, frame)
-
-
-def _parsed(adapter: TypeAdapter[T], frame: Json) -> T:
-    try:
-        return adapter.validate_python(frame, strict=False)
-    except ValidationError:
-        raise ValueError("malformed terminal frame") from None
-
-
 AnyRequest = Annotated[
     Hello
     | Ping
@@ -591,57 +564,3 @@ AnyRequest = Annotated[
     | Terminal,
     Field(discriminator="op"),
 ]
-_REQUESTS: TypeAdapter[AnyRequest] = TypeAdapter(AnyRequest)
-
-
-def request_types() -> tuple[type[Request], ...]:
-    """Every request type, for the host's dispatch table and its test."""
-    found: list[type[Request]] = []
-    pending: list[type[Request]] = [Request]
-    while pending:
-        for kind in pending.pop().__subclasses__():
-            pending.append(kind)
-            if "op" in kind.model_fields:
-                found.append(kind)
-    return tuple(found)
-
-
-def parse_request(frame: Json) -> AnyRequest:
-    """The request a frame holds; ``InvalidArgument`` naming the first bad field."""
-    try:
-        return _REQUESTS.validate_python(frame, strict=False)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
-            raise InvalidArgument(f"op: unknown operation {frame.get('op')!r}") from None
-        # The first part of the location is the op the frame named.
-        where = ".".join(str(part) for part in first["loc"][1:]) or "request"
-        raise InvalidArgument(f"{where}: {first['msg']}") from None
-
-
-def decode_output(value: Any) -> bytes:
-    """The bytes of a streaming exec's ``Output`` frame."""
-    try:
-        return Output.model_validate(value, strict=False).output
-    except ValidationError:
-        raise ValueError("malformed output frame") from None
-
-
-def encode(message: Any) -> Any:
-    """A request or a reply (a ``Message``, a record, ``Json``) as JSON-ready data."""
-    if isinstance(message, BaseModel):
-        return message.model_dump(mode="json")
-    if dataclasses.is_dataclass(message) and not isinstance(message, type):
-        return dataclasses.asdict(message)
-    return message
-
-
-def decode_reply(request: Request, value: Any) -> Any:
-    """The reply to ``request`` from JSON data; ``ValueError`` if it is not one."""
-    try:
-        return _REPLIES[type(request)].validate_python(value, strict=False)
-    except ValidationError as exc:
-        raise ValueError(f"malformed reply to {type(request).__name__}: {exc}") from None
-
-
-_REPLIES = MappingProxyType({kind: TypeAdapter(kind.reply) for kind in request_types()})

@@ -20,7 +20,7 @@ import contextlib
 
 import anyio
 
-from stead.sandbox import InvalidArgument, ops
+from stead.sandbox import InvalidArgument, codec, ops
 from stead.sandbox.protocol import FrameStream
 from stead.sandbox_host.lifecycle import HostedSandbox
 from stead.sandbox_host.processes import BackgroundProcess
@@ -107,7 +107,7 @@ class _Sender:
 
     async def send(self, frame: ops.Message) -> None:
         with anyio.fail_after(self.seconds):
-            await self.frames.send(ops.encode(frame))
+            await self.frames.send(codec.encode(frame))
 
 
 async def _take_input(
@@ -118,7 +118,7 @@ async def _take_input(
     ):
         while True:
             try:
-                control = ops.parse_terminal_control(await frames.receive())
+                control = codec.parse_terminal_control(await frames.receive())
                 if isinstance(control, ops.TerminalDetach):
                     break
                 if isinstance(control, ops.TerminalInput):

@@ -12,21 +12,20 @@ be taken leaves the directory and marker; one that cannot be restored is
 Activity (what keeps a sandbox awake): a call in progress, a process the
 agent left running in the sandbox, a background process, an attached
 terminal. ``idle_seconds`` is None while any of them is present.
+
+Commands (``exec``, at most once per op key) are in ``commands.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import enum
-import json
 import logging
 import os
 import shutil
 import signal
 import urllib.parse
-from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +36,8 @@ from anyio.abc import TaskGroup, TaskStatus
 from stead.blobs import BlobStore
 from stead.egress_policy import EgressPolicy
 from stead.sandbox import (
-    EXEC_OUTPUT_LIMIT,
     WORKSPACE,
     DirListing,
-    ExecInDoubt,
-    ExecResult,
-    ExecStatus,
     FileInfo,
     GlobResult,
     GrepResult,
@@ -53,7 +48,7 @@ from stead.sandbox import (
 )
 from stead.sandbox.local import files, search
 from stead.sandbox.local.paths import WorkspacePaths
-from stead.sandbox.local.shell import BASH, OutputTail, Shell
+from stead.sandbox.local.shell import Shell
 from stead.sandbox_host.bwrap import (
     BodySpec,
     BwrapBody,
@@ -62,6 +57,7 @@ from stead.sandbox_host.bwrap import (
 from stead.sandbox_host.catalogue import Catalogue, SandboxRow, SnapshotRow
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.clock import HostClock
+from stead.sandbox_host.commands import SandboxCommands
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
@@ -78,9 +74,6 @@ from stead.sandbox_host.workspace import SavedWorkspace
 
 log = logging.getLogger("stead.sandbox.host")
 
-RUNNING = "running"
-FINISHED = "finished"
-
 
 class State(enum.StrEnum):
     COLD = "cold"
@@ -89,7 +82,7 @@ class State(enum.StrEnum):
     STOPPING = "stopping"
 
 
-class HostedSandbox:
+class HostedSandbox(SandboxCommands):
     def __init__(
         self,
         row: SandboxRow,
@@ -361,126 +354,6 @@ class HostedSandbox:
         async with self._transition:
             await to_thread.run_sync(self.saved.remove)
             await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
-
-    # -- exec ---------------------------------------------------------------------
-
-    async def exec(
-        self,
-        command: str,
-        *,
-        op_key: str,
-        timeout: float,  # noqa: ASYNC109 - the command's own limit, a result
-        on_output: Callable[[bytes], None] | None = None,
-    ) -> ExecResult:
-        """At most once per op key (rule 5). ``on_output`` sees the output as it
-        arrives when this call runs the command (not when it re-attaches)."""
-        if "\x00" in command:
-            raise InvalidArgument("the command contains a NUL byte")
-        if not timeout > 0:
-            raise InvalidArgument(f"timeout must be positive, got {timeout}")
-        if (running := self._running.get(op_key)) is not None:
-            await running.wait()  # re-attach: the same op key is running here
-            return await self.exec(command, op_key=op_key, timeout=timeout)
-        done = self._running[op_key] = anyio.Event()
-        try:
-            status, recorded = await self.exec_record(op_key)
-            if recorded is not None:
-                return recorded
-            if status is ExecStatus.STARTED:
-                raise ExecInDoubt(op_key)
-            async with self.activity(), self._exec_lock:
-                return await self._run(command, op_key, time_limit=timeout, on_output=on_output)
-        finally:
-            del self._running[op_key]
-            done.set()
-
-    def exec_running(self, op_key: str) -> bool:
-        return op_key in self._running
-
-    def running_op_keys(self) -> list[str]:
-        return list(self._running)
-
-    async def exec_settled(self, op_key: str) -> None:
-        """Returns once no exec under ``op_key`` is running here."""
-        while (running := self._running.get(op_key)) is not None:
-            await running.wait()
-
-    async def exec_record(self, op_key: str) -> tuple[ExecStatus, ExecResult | None]:
-        record = await self._catalogue.exec_record(self.id, op_key)
-        if record is None:
-            return ExecStatus.UNKNOWN, None
-        state, result = record
-        if state == FINISHED and result is not None:
-            return ExecStatus.FINISHED, ExecResult(**json.loads(result))
-        return ExecStatus.STARTED, None
-
-    async def _run(
-        self,
-        command: str,
-        op_key: str,
-        *,
-        time_limit: float,
-        on_output: Callable[[bytes], None] | None,
-    ) -> ExecResult:
-        shell = await self._live_shell()
-        tail = OutputTail(EXEC_OUTPUT_LIMIT, on_output)
-        oom_before = await self._oom_kills()
-        try:
-            await self._catalogue.put_exec(self.id, op_key, RUNNING, None, now=self._clock.time())
-            result = await shell.run(command, time_limit=time_limit, tail=tail)
-        except BaseException:
-            self._shell = None
-            output, truncated = tail.text()
-            interrupted = ExecResult(output, None, truncated, interrupted=True)
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await shell.close()
-                await self._record(op_key, interrupted)
-            raise
-        if result.shell_reset:
-            self._shell = None
-        if await self._oom_kills() > oom_before:
-            note = "\n[stead: the sandbox ran out of memory; the kernel killed a process]"
-            result = dataclasses.replace(result, output=result.output + note)
-        await self._record(op_key, result)
-        return result
-
-    async def _record(self, op_key: str, result: ExecResult) -> None:
-        result_json = json.dumps(asdict(result))
-        await self._catalogue.put_exec(
-            self.id, op_key, FINISHED, result_json, now=self._clock.time()
-        )
-
-    async def _oom_kills(self) -> int:
-        if self._cgroup is None:
-            return 0
-        with contextlib.suppress(OSError):
-            return await to_thread.run_sync(self._cgroup.oom_kills)
-        return 0
-
-    async def _live_shell(self) -> Shell:
-        env = self.environment()
-        if self._shell is not None and self._shell.alive and self._shell_env == env:
-            return self._shell
-        body = self._require_body()
-        if self._shell is not None:
-            shell, self._shell = self._shell, None
-            await shell.close()
-        process = await body.spawn(BASH, env)
-        self._shell = Shell(process)
-        self._shell_env = env
-        return self._shell
-
-    def _require_body(self) -> BwrapBody:
-        if self._body is None or not self._body.alive:
-            raise SandboxUnavailable("the sandbox stopped")
-        return self._body
-
-    async def restart_shell(self) -> None:
-        async with self.activity(), self._exec_lock:
-            shell, self._shell = self._shell, None
-            if shell is not None:
-                await shell.close()
-            await self._live_shell()
 
     # -- files --------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from stead.sandbox import (
     SandboxUnavailable,
     SecretsOutdated,
     VersionMismatch,
+    codec,
     ops,
 )
 from stead.sandbox.protocol import FrameStream, ProtocolError, error_frame
@@ -122,7 +123,7 @@ class HostRpc:
         with anyio.move_on_after(HELLO_SECONDS):
             frame = await frames.receive()
             try:
-                hello = ops.parse_request(frame)
+                hello = codec.parse_request(frame)
                 if not isinstance(hello, ops.Hello):
                     raise InvalidArgument("op: a connection starts with hello")
                 if hello.version != ops.PROTOCOL_VERSION:
@@ -143,11 +144,11 @@ class HostRpc:
     async def call(self, frame: Json, frames: FrameStream) -> Json:
         op = frame.get("op")
         try:
-            request = ops.parse_request(frame)
+            request = codec.parse_request(frame)
             handler = self.handlers.get(type(request))
             if handler is None:
                 raise InvalidArgument(f"op: {op!r} is not a call")
-            return {"result": ops.encode(await handler(request, frames))}
+            return {"result": codec.encode(await handler(request, frames))}
         except SandboxError as exc:
             return error_frame(exc)
         except ProtocolError as exc:
@@ -331,7 +332,7 @@ class HostRpc:
 
     async def _snapshot(self, request: ops.Snapshot, frames: FrameStream) -> ops.SnapshotReply:
         snapshot = await (await self._sandbox(request)).snapshot()
-        return ops.SnapshotReply(snapshot=ops.encode(snapshot) if snapshot is not None else None)
+        return ops.SnapshotReply(snapshot=codec.encode(snapshot) if snapshot is not None else None)
 
     async def _sleep(self, request: ops.Sleep, frames: FrameStream) -> ops.Slept:
         sandbox = await self._sandbox(request)
@@ -418,6 +419,6 @@ class OutputForwarder:
                     data, self._buffer = bytes(self._buffer), bytearray()
                     frame = ops.Output(output=data, dropped=self._dropped)
                     self._dropped = 0
-                    await self._frames.send({"output": ops.encode(frame)})
+                    await self._frames.send({"output": codec.encode(frame)})
                 if self._closed and not self._buffer:
                     return
