@@ -25,7 +25,7 @@ import anthropic
 import pytest
 import trustme
 
-from stead.testing import FakeModel, HostProcess, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import (
@@ -80,9 +80,11 @@ def host(
 
 
 @pytest.fixture(scope="module")
-def server(host: HostProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
     data = tmp_path_factory.mktemp("repo-serve") / "data"
-    with FakeModel(shell) as fake, sweepless_server(host, fake, data) as started:
+    with FakeModel(shell) as fake, sweepless_server(host, fake, data, forker) as started:
         yield started
 
 

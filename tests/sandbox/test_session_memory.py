@@ -17,7 +17,7 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServerProcess, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, ToolCall, Turn
 from tests.conftest import make_client, sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import (
@@ -51,9 +51,13 @@ def fake() -> Iterator[FakeModel]:
 
 @pytest.fixture(scope="module")
 def server(
-    host: HostProcess, fake: FakeModel, tmp_path_factory: pytest.TempPathFactory
+    host: HostProcess,
+    fake: FakeModel,
+    tmp_path_factory: pytest.TempPathFactory,
+    forker: ServeForker,
 ) -> Iterator[ServerProcess]:
-    with sweepless_server(host, fake, tmp_path_factory.mktemp("memory") / "data") as started:
+    data = tmp_path_factory.mktemp("memory") / "data"
+    with sweepless_server(host, fake, data, forker) as started:
         yield started
 
 
