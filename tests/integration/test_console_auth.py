@@ -65,6 +65,16 @@ def test_a_bad_login_is_refused_and_sets_no_cookie(
     assert "set-cookie" not in answer.headers
 
 
+def test_an_idempotency_key_on_login_is_refused_and_sets_no_cookie(
+    server: ServerProcess, api_key: str
+) -> None:
+    # A replayed login would answer without its cookie.
+    keyed = CONSOLE | {"Idempotency-Key": "login-1", "x-api-key": api_key}
+    answer = log_in(server, {"api_key": api_key}, keyed)
+    assert answer.status_code == 400 and "set-cookie" not in answer.headers
+    assert "Idempotency-Key" in answer.json()["error"]["message"]
+
+
 def test_login_and_logout_need_the_console_header(server: ServerProcess, api_key: str) -> None:
     login = log_in(server, {"api_key": api_key}, {})
     assert login.status_code == 403 and "set-cookie" not in login.headers

@@ -31,9 +31,10 @@ REPLAYED = (b"idempotent-replayed", b"true")
 MAX_KEY_LENGTH = 255
 FIRST_POLL_SECONDS = 0.02
 LAST_POLL_SECONDS = 0.5
-SECRET_ANSWERS = "/v1/stead/webhooks"
-"""Routes whose answers carry a secret shown once (a webhook's signing secret):
-never kept in the store, so a key there is refused rather than ignored."""
+SECRET_ANSWERS = ("/v1/stead/webhooks", "/console/")
+"""Routes whose answers carry a secret shown once (a webhook's signing secret)
+or a cookie (the console's login): never kept in the store, and a replay would
+lose the cookie, so a key there is refused rather than ignored."""
 """Waiting for another request's answer polls the store (it may run in another
 process), from the first interval doubling up to the last."""
 
@@ -77,7 +78,10 @@ class IdempotencyMiddleware:
             await self.app(scope, receive, send)
             return
         if scope["path"].startswith(SECRET_ANSWERS):
-            refused = f"Idempotency-Key: not accepted on {SECRET_ANSWERS} (answers carry a secret)"
+            refused = (
+                f"Idempotency-Key: not accepted on {scope['path']} "
+                "(its answers carry a secret or a cookie)"
+            )
             await error_response(Request(scope), 400, refused)(scope, receive, send)
             return
         await self._keyed(scope, receive, send, key)
