@@ -124,8 +124,7 @@ class ConnectionWorkers:
                         made_at = self._losses
                         conn = None
                         conn = self._engine.connect()
-                    unflushed = self._unflushed
-                    result = self._transaction(conn, work) if flush else unflushed(conn, work)
+                    result = self._transaction(conn, work, flush=flush)
                 except BaseException as exc:  # handed to the awaiting task, not swallowed
                     if conn is not None and not conn.invalidated and _connection_lost(exc, conn):
                         # Never reused: a worker that kept it would fail every call.
@@ -144,31 +143,37 @@ class ConnectionWorkers:
     def _waited_too_long(self, queued_at: float) -> bool:
         return self._wait_seconds is not None and time.monotonic() - queued_at > self._wait_seconds
 
-    def _unflushed(self, conn: Connection, work: Callable[[Connection], R]) -> R:
-        if conn.dialect.name != "sqlite":
-            return self._transaction(conn, work, unflushed=True)
+    def _transaction(
+        self, conn: Connection, work: Callable[[Connection], R], *, flush: bool = True
+    ) -> R:
+        if flush or conn.dialect.name != "sqlite":
+            return self._attempts(conn, work, flush=flush)
         driver = conn.connection.driver_connection
         assert driver is not None
         # SQLite takes the level only outside a transaction; it is put back
         # after, or the connection is never used again (its next commits
-        # would not be flushed either).
-        (level,) = driver.execute("PRAGMA synchronous").fetchone()
+        # would not be flushed either). The level the connection was opened
+        # with is read once: only this method changes it, and puts it back.
+        level = conn.info.get("stead.synchronous")
+        if level is None:
+            (level,) = driver.execute("PRAGMA synchronous").fetchone()
+            conn.info["stead.synchronous"] = level
         driver.execute("PRAGMA synchronous=NORMAL")
         try:
-            return self._transaction(conn, work)
+            return self._attempts(conn, work)
         finally:
             try:
                 driver.execute(f"PRAGMA synchronous={int(level)}")
             except Exception as exc:
                 conn.invalidate(exc)
 
-    def _transaction(
-        self, conn: Connection, work: Callable[[Connection], R], *, unflushed: bool = False
+    def _attempts(
+        self, conn: Connection, work: Callable[[Connection], R], *, flush: bool = True
     ) -> R:
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 with conn.begin():
-                    if unflushed:  # PostgreSQL: for this transaction only
+                    if not flush:  # PostgreSQL: for this transaction only
                         conn.exec_driver_sql("SET LOCAL synchronous_commit = off")
                     result = work(conn)
                     if self._before_commit is not None:
