@@ -212,8 +212,12 @@ class TurnRunner(ToolSteps):
             events = await self._refresh()
             # The claim may have opened the first request's span (``plan.py``):
             # then step on the log as it planned it, and send that request.
-            opened_by_claim = planned is not None and events and events[-1]["id"] == planned
-            if opened_by_claim and await self._planned_step(agent, events[:-1], str(planned)):
+            if (
+                planned is not None
+                and events
+                and events[-1]["id"] == planned
+                and await self._planned_step(agent, events[:-1], planned)
+            ):
                 continue
             planned = None
             step = next_step(events)
