@@ -57,6 +57,7 @@ def test_a_header_scoped_to_paths_goes_only_to_them() -> None:
     secrets = Secrets([token])
     mine = [b"/o/r", b"/o/r/info/refs?service=git-upload-pack", b"/o/r.git/git-upload-pack"]
     others = [b"/o/rx/info/refs", b"/o/r/../x/info/refs", b"/o/r/%2e%2e/x", b"/o//r/a", b"/"]
+    others += [b"https://git.test?x=/o/r", b"https://git.test:8443#/o/r"]
     for target in [*mine, b"https://git.test:8443/o/r/info/refs"]:
         found = secrets.for_host("git.test")
         assert (b"authorization", b"s3cret") in found.head(target, [], "git.test"), target

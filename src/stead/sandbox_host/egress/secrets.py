@@ -54,11 +54,13 @@ class HeaderSecret:
 def _path(target: bytes) -> bytes:
     """The path of a request target, without its query (an absolute-form
     target, ``https://host/path``, loses its scheme and authority)."""
+    # The query goes first: in ``https://host?x=/o/r`` the path is ``/``, not ``/o/r``.
+    target = target.split(b"?", 1)[0].split(b"#", 1)[0]
     if not target.startswith(b"/"):
         scheme = target.find(b"://")
         slash = target.find(b"/", scheme + 3) if scheme >= 0 else -1
         target = target[slash:] if slash >= 0 else b"/"
-    return target.split(b"?", 1)[0].split(b"#", 1)[0]
+    return target
 
 
 @dataclass(frozen=True, slots=True, repr=False)
