@@ -31,12 +31,12 @@ REPLAYED = (b"idempotent-replayed", b"true")
 MAX_KEY_LENGTH = 255
 FIRST_POLL_SECONDS = 0.02
 LAST_POLL_SECONDS = 0.5
+"""Waiting for another request's answer polls the store (it may run in another
+process), from the first interval doubling up to the last."""
 SECRET_ANSWERS = ("/v1/stead/webhooks", "/console/")
 """Routes whose answers carry a secret shown once (a webhook's signing secret)
 or a cookie (the console's login): never kept in the store, and a replay would
 lose the cookie, so a key there is refused rather than ignored."""
-"""Waiting for another request's answer polls the store (it may run in another
-process), from the first interval doubling up to the last."""
 
 
 @dataclass

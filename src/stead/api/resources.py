@@ -262,7 +262,7 @@ async def update_resource(
 
 @router.delete(
     "/{resource_id}",
-    responses=openapi.response("beta.sessions.BetaManagedAgentsDeleteSessionResource"),
+    responses=DELETED,
 )
 async def delete_resource(
     request: Request,

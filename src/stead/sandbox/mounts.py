@@ -24,8 +24,6 @@ from stead.sandbox.client import HostClient
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import FileNotFound, FileTooLarge, SandboxNotFound
 
-MOUNT_ROOT = "/mnt"
-
 
 @dataclass(frozen=True, slots=True)
 class MountFile:

@@ -33,9 +33,9 @@ from typing import BinaryIO
 from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
 
 MOUNT_ROOT = "/mnt"
+"""Where the tree appears inside the sandbox."""
 SKILLS = "skills"
 """The agent's skills: ``/mnt/skills``, bound read-only at ``/workspace/skills`` too."""
-"""Where the tree appears inside the sandbox."""
 MAX_ENTRIES = 10_000
 """Directory entries one listing visits before it stops (``truncated``)."""
 MAX_DEPTH = 32
