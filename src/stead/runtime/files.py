@@ -121,13 +121,9 @@ class FileKeeper:
         makes it ready in a transaction of its own (``file_ready``, or one that
         records what the file belongs to with it); left pending, the purger
         collects it after the grace. ``BlobError`` if the blob store fails."""
-        file_id = new_id("file")
-        key = f"{KEY_PREFIX}/{workspace_id}/{file_id}"
-        new = NewFile(
-            file_id, workspace_id, filename, mime_type, size_bytes, key, expires_at, scope
-        )
+        new = new_file(workspace_id, filename, mime_type, size_bytes, expires_at, scope)
         await self._store.begin_file(new, quota=self.quota_bytes)
-        await self._write_blob(key, size_bytes, chunks)
+        await self._write_blob(new.blob_key, size_bytes, chunks)
         return new
 
     async def finish(
@@ -148,10 +144,7 @@ class FileKeeper:
         try:
             return await self._store.file_ready(pending.workspace_id, pending.id)
         except NotFound:
-            # The purger took the row for an abandoned upload (this one ran past
-            # the grace): nothing names the blob now, so it goes here.
-            with anyio.CancelScope(shield=True):
-                await self.blob_store().delete(pending.blob_key)
+            await self.abandon(pending)
             raise
 
     async def _write_blob(self, key: str, size_bytes: int, chunks: AsyncIterable[bytes]) -> None:
@@ -159,7 +152,7 @@ class FileKeeper:
         if written.size != size_bytes:  # the caller counted what it sent; never expected
             raise BlobError(f"blob {key!r} holds {written.size} bytes, not {size_bytes}")
 
-    async def abandon(self, staged: NewFile) -> None:
+    async def abandon(self, staged: NewFile | FileRecord) -> None:
         """Removes the blob of a staged file whose row the purger already took
         (it ran past the grace): nothing names the blob now, so it goes here."""
         with anyio.CancelScope(shield=True):
@@ -232,3 +225,17 @@ class FileKeeper:
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Purges every ``purge_interval`` until cancelled (``purging.purge_every``)."""
         await purge_every(self._terms, self.purge, task_status)
+
+
+def new_file(
+    workspace_id: str,
+    filename: str,
+    mime_type: str,
+    size_bytes: int,
+    expires_at: datetime | None = None,
+    scope: FileScope | None = None,
+) -> NewFile:
+    """A new file's row: its id, and its blob's key in the blob store."""
+    file_id = new_id("file")
+    key = f"{KEY_PREFIX}/{workspace_id}/{file_id}"
+    return NewFile(file_id, workspace_id, filename, mime_type, size_bytes, key, expires_at, scope)

@@ -30,8 +30,7 @@ from typing import Protocol
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
-from stead.ids import new_id
-from stead.runtime.files import KEY_PREFIX, FileExpired, FileKeeper
+from stead.runtime.files import FileExpired, FileKeeper, new_file
 from stead.sandbox import (
     FileTooLarge,
     MountedFile,
@@ -43,7 +42,6 @@ from stead.sandbox import (
 from stead.store import (
     FileScope,
     FileStore,
-    NewFile,
     NotFound,
     SessionRecord,
     SessionResourceStore,
@@ -208,17 +206,10 @@ class SessionMounts:
     async def _capture_one(
         self, session_id: str, workspace_id: str, found: MountedFile
     ) -> str | None:
-        file_id = new_id("file")
         name = posixpath.basename(found.path)
-        new = NewFile(
-            id=file_id,
-            workspace_id=workspace_id,
-            filename=name,
-            mime_type=mimetypes.guess_type(name)[0] or "application/octet-stream",
-            size_bytes=found.size,
-            blob_key=f"{KEY_PREFIX}/{workspace_id}/{file_id}",
-            scope=FileScope("session", session_id),
-        )
+        mime_type = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        scope = FileScope("session", session_id)
+        new = new_file(workspace_id, name, mime_type, found.size, scope=scope)
         record = await self._store.begin_output(
             new, session_id, found.path, found.sha256, quota=self._files.quota_bytes
         )
