@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -226,14 +226,43 @@ class MemoryKeeper:
         """The ``limit`` memories below ``prefix`` whose current content is most like
         ``query``, best first. Reads the vectors from the store; the comparison
         runs off the event loop."""
-        vectors = await self._store.memory_vectors(workspace_id, store_id, prefix)
-        if not vectors:
+        found = await self.search_stores(workspace_id, [store_id], query, limit, prefix)
+        return [hit for _, hit in found]
+
+    async def search_stores(
+        self,
+        workspace_id: str,
+        store_ids: Sequence[str],
+        query: str,
+        limit: int,
+        prefix: str = "/",
+        *,
+        missing_ok: bool = False,
+    ) -> list[tuple[str, SearchHit]]:
+        """``search`` across several stores at once, the query embedded once:
+        (store id, hit), best first. ``missing_ok``: a store that is gone is
+        passed over instead of raising ``NotFound``."""
+        found: list[tuple[str, MemoryVector]] = []
+        for store_id in store_ids:
+            try:
+                vectors = await self._store.memory_vectors(workspace_id, store_id, prefix)
+            except NotFound:
+                if not missing_ok:
+                    raise
+                continue
+            found += [(store_id, vector) for vector in vectors]
+        if not found:
             return []
         wanted = (await self._embedder.embed([query]))[0]
-        scores = await to_thread.run_sync(_scores, vectors, wanted)
-        best = heapq.nlargest(limit, range(len(vectors)), key=scores.__getitem__)
+        scores = await to_thread.run_sync(_scores, [v for _, v in found], wanted)
+        best = heapq.nlargest(limit, range(len(found)), key=scores.__getitem__)
         return [
-            SearchHit(vectors[i].memory_id, vectors[i].version_id, vectors[i].path, scores[i])
+            (
+                found[i][0],
+                SearchHit(
+                    found[i][1].memory_id, found[i][1].version_id, found[i][1].path, scores[i]
+                ),
+            )
             for i in best
         ]
 

@@ -8,12 +8,12 @@ version's id and the file it is at in the sandbox.
 
 from __future__ import annotations
 
-import heapq
 from typing import Protocol
 
 from stead.harness import MEMORY_SEARCH
 from stead.jsonvalues import Json
 from stead.runtime.memories import MemoryKeeper, SearchHit
+from stead.runtime.memory_mounts import MemoryMount, MemorySession
 from stead.schemas import RequestError, memories
 from stead.store import MemoryRecord, MemoryStoreStore, NotFound, SessionStore
 from stead.tools import ToolOutcome
@@ -64,36 +64,26 @@ class MemorySearchTool:
         except RequestError as exc:
             return ToolOutcome.error(f"{MEMORY_SEARCH}: {exc}")
         session = await self._store.session_snapshot(session_id)
-        mounts = {
-            str(r["memory_store_id"]): str(r["mount_path"])
-            for r in session.resources
-            if r.get("type") == "memory_store"
-        }
+        mounts = {m.memory_store_id: m for m in MemorySession.of(session).mounts}
         if not mounts:
             return ToolOutcome.error(f"{MEMORY_SEARCH}: this session has no memory stores")
-        found: list[tuple[SearchHit, str, str]] = []
-        for store_id, mount_path in mounts.items():
-            try:
-                hits = await self._keeper.search(
-                    session.workspace_id, store_id, query, limit, prefix
-                )
-            except NotFound:
-                continue  # the store was deleted: nothing to find there
-            found += [(hit, store_id, mount_path) for hit in hits]
-        best = heapq.nlargest(limit, found, key=lambda item: item[0].score)
+        # A store deleted since is passed over: nothing to find there.
+        best = await self._keeper.search_stores(
+            session.workspace_id, list(mounts), query, limit, prefix, missing_ok=True
+        )
         if not best:
             return ToolOutcome.text("No memories match.")
-        blocks = [await self._cite(session.workspace_id, *item) for item in best]
+        blocks = [await self._cite(session.workspace_id, hit, mounts[sid]) for sid, hit in best]
         return ToolOutcome.text("\n\n".join(blocks))
 
-    async def _cite(self, workspace_id: str, hit: SearchHit, store_id: str, mount: str) -> str:
+    async def _cite(self, workspace_id: str, hit: SearchHit, mount: MemoryMount) -> str:
         head = (
-            f"{mount}{hit.path} (memory {hit.memory_id}, version {hit.version_id}, "
+            f"{mount.file(hit.path)} (memory {hit.memory_id}, version {hit.version_id}, "
             f"score {hit.score:.3f})"
         )
         try:
             memory: MemoryRecord = await self._store.get_memory(
-                workspace_id, store_id, hit.memory_id
+                workspace_id, mount.memory_store_id, hit.memory_id
             )
         except NotFound:
             return f"{head}\n(deleted since)"
