@@ -193,3 +193,12 @@ def test_windows_come_from_the_settings_then_the_defaults() -> None:
     assert context_window("claude-opus-4-6", {}) == 200_000
     assert context_window("local", {}, ["local"]) == 128_000
     assert context_window("local", {"local": 32_000}, ["local"]) == 32_000
+
+
+@pytest.mark.parametrize("turns", [1, 6])
+def test_a_request_built_already_gives_the_same_plan(turns: int) -> None:
+    events = conversation(turns).events
+    built = build_request(AGENT, events, {}, max_tokens=100)
+    given = plan_compaction(AGENT, events, {}, max_tokens=100, limits=LIMITS, request=built)
+    assert given == plan(events)
+    assert (given is None) == (turns == 1)

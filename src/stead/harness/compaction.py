@@ -99,9 +99,12 @@ def plan_compaction(
     mcp_tools: Sequence[McpTool] = (),
     skills: Sequence[SkillPrompt] = (),
     memory: Sequence[MemoryPrompt] = (),
+    request: ModelRequest | None = None,
 ) -> Compact | CompactionLimit | None:
     """What to do before the model request the log calls for: nothing (None:
-    it fits), compact, or give up."""
+    it fits), compact, or give up. ``request``: that request, when the caller
+    has built it already (``build_request`` of the same log and arguments), so
+    the context is not rendered a second time."""
     summary, live = live_context(events)
 
     def shaped(messages: list[Json]) -> ModelRequest:
@@ -116,7 +119,8 @@ def plan_compaction(
             memory=memory,
         )
 
-    request = shaped(render_messages(summary, live))
+    if request is None:
+        request = shaped(render_messages(summary, live))
     tokens = context_tokens(request, events)
     if tokens <= limits.trigger:
         return None

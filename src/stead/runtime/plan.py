@@ -73,9 +73,11 @@ def compaction(
     mcp_tools: Sequence[McpTool],
     skills: Sequence[SkillPrompt] = (),
     memory: Sequence[MemoryPrompt] = (),
+    *,
+    request: ModelRequest,
 ) -> Compact | CompactionLimit | None:
     """What a model step must do first: compact the log's context, give up, or
-    nothing (None: the request fits its model's window)."""
+    nothing (None: ``request``, the one the log calls for, fits its model's window)."""
     settings = deps.settings
     model = agent["model"]["id"]
     limits = ContextLimits(
@@ -93,6 +95,7 @@ def compaction(
         mcp_tools=mcp_tools,
         skills=skills,
         memory=memory,
+        request=request,
     )
 
 
@@ -136,11 +139,12 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
                 return None
             memory = memory_prompts(session.resources)
             agent = session.agent
-            if compaction(deps, agent, events, mcp_tools, memory=memory) is not None:
-                return None  # the runner compacts first, with its own ledger entry
             request, key = model_request(
                 deps, agent, events, claim.run_id, step.position, mcp_tools, memory=memory
             )
+            planned = compaction(deps, agent, events, mcp_tools, memory=memory, request=request)
+            if planned is not None:
+                return None  # the runner compacts first, with its own ledger entry
         except Exception:  # the runner meets the same problem and reports it
             log.exception("session %s: planning the first step failed", claim.session_id)
             return None

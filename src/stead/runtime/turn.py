@@ -310,15 +310,16 @@ class TurnRunner(ToolSteps):
         mcp_tools = await self._offered_mcp_tools()
         skills = await self._offered_skills()
         memory = self._memory
-        if opened is None:
-            await self._close_dangling_span(events)
-            planned = compaction(self.deps, agent, events, mcp_tools, skills, memory)
-            if planned is not None:
-                return await self._compact(agent["model"]["id"], planned)
         request, key = prepared or model_request(
             self.deps, agent, events, self.claim.run_id, position, mcp_tools, skills, memory
         )
         if opened is None:
+            await self._close_dangling_span(events)
+            planned = compaction(
+                self.deps, agent, events, mcp_tools, skills, memory, request=request
+            )
+            if planned is not None:
+                return await self._compact(agent["model"]["id"], planned)
             start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
             await self._start_model_op([start], key, "model")
             opened = start.id
