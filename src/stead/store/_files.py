@@ -3,7 +3,7 @@ ready -> deleted lifecycle that keeps every blob named by a row."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -96,16 +96,28 @@ def begin_file(conn: Connection, now: datetime, new: NewFile, quota: int = 0) ->
 def _check_quota(conn: Connection, now: datetime, new: NewFile, default: int) -> None:
     """Raises ``StorageQuotaExceeded`` if ``new`` does not fit in its workspace's
     quota (its ``file_storage_bytes`` limit, else ``default``; 0 there: none)."""
-    limits = _limits.get(conn, new.workspace_id)
+
+    def used() -> int:
+        # Held until commit: a second upload of the workspace counts after this one.
+        _locks.row(conn, workspaces, new.workspace_id)
+        return stored_bytes(conn, now, new.workspace_id)
+
+    refuse_storage(_limits.get(conn, new.workspace_id), default, used, new.size_bytes)
+
+
+def refuse_storage(
+    limits: dict[str, int], default: int, used: Callable[[], int], size: int
+) -> None:
+    """``StorageQuotaExceeded`` when ``size`` more bytes pass the workspace's
+    quota: its ``file_storage_bytes`` limit among ``limits``, else ``default``
+    (0 there: none); ``used`` reads what it holds, only when there is a quota."""
     quota = limits.get(FILE_STORAGE_LIMIT)
     if quota is None and default <= 0:
         return
     quota = default if quota is None else quota
-    # Held until commit: a second upload of the workspace counts after this one.
-    _locks.row(conn, workspaces, new.workspace_id)
-    used = stored_bytes(conn, now, new.workspace_id)
-    if used + new.size_bytes > quota:
-        raise StorageQuotaExceeded(quota, used, new.size_bytes)
+    held = used()
+    if held + size > quota:
+        raise StorageQuotaExceeded(quota, held, size)
 
 
 def stored_bytes(conn: Connection, now: datetime, workspace_id: str) -> int:

@@ -12,6 +12,7 @@ from stead.jsonvalues import Json
 from stead.store import _locks, _sessions
 from stead.store.errors import Conflict, NotFound
 from stead.store.resources import RepositoryState
+from stead.store.sessions import SessionRecord
 from stead.store.tables import session_repositories, sessions
 
 REPOSITORY = "github_repository"
@@ -80,7 +81,22 @@ def set_token(
     stamp: str,
 ) -> Json:
     _locks.session(conn, session_id)
-    current = _sessions.get(conn, workspace_id, session_id)
+    changed, held = with_token(_sessions.get(conn, workspace_id, session_id), resource_id, stamp)
+    conn.execute(
+        update(sessions).where(sessions.c.id == session_id).values(resources=held, updated_at=now)
+    )
+    conn.execute(
+        update(session_repositories)
+        .where(session_repositories.c.resource_id == resource_id)
+        .values(sealed_token=sealed, updated_at=now)
+    )
+    return changed
+
+
+def with_token(current: SessionRecord, resource_id: str, stamp: str) -> tuple[Json, list[Json]]:
+    """The repository resource ``resource_id`` with its token replaced at ``stamp``,
+    and the session's resources with it: ``NotFound``, or ``Conflict`` (400,
+    naming ``authorization_token``) for a resource of another type."""
     found = next((r for r in current.resources if r.get("id") == resource_id), None)
     if found is None:
         raise NotFound("session resource", resource_id)
@@ -91,16 +107,7 @@ def set_token(
             status=400,
         )
     changed = {**found, "updated_at": stamp}
-    held = [changed if r.get("id") == resource_id else r for r in current.resources]
-    conn.execute(
-        update(sessions).where(sessions.c.id == session_id).values(resources=held, updated_at=now)
-    )
-    conn.execute(
-        update(session_repositories)
-        .where(session_repositories.c.resource_id == resource_id)
-        .values(sealed_token=sealed, updated_at=now)
-    )
-    return changed
+    return changed, [changed if r.get("id") == resource_id else r for r in current.resources]
 
 
 def mark_cloned(conn: Connection, now: datetime, resource_id: str) -> None:

@@ -26,8 +26,7 @@ def add(
 ) -> Json:
     _locks.session(conn, session_id)
     current = _sessions.get(conn, workspace_id, session_id)
-    if current.archived_at is not None or current.terminated_at is not None:
-        raise Conflict(f"session {session_id} is archived or terminated; it takes no resources")
+    check_open(current)
     if resource["type"] == "file":
         try:  # checked in the transaction that stores it: a file deleted meanwhile is a 404
             _files.get_file(conn, workspace_id, resource["file_id"])
@@ -39,6 +38,20 @@ def add(
             conn, now, workspace_id, session_id, {resource["id"]: sealed_token}
         )
     return resource
+
+
+def check_open(current: SessionRecord) -> None:
+    """``Conflict`` when the session may take no more resources."""
+    if current.archived_at is not None or current.terminated_at is not None:
+        raise Conflict(f"session {current.id} is archived or terminated; it takes no resources")
+
+
+def without(current: SessionRecord, ident: str) -> tuple[Json, list[Json]]:
+    """The resource ``ident`` and the session's others; ``NotFound`` if it has none."""
+    found = next((r for r in current.resources if r.get("id") == ident), None)
+    if found is None:
+        raise NotFound("session resource", ident)
+    return found, [r for r in current.resources if r.get("id") != ident]
 
 
 def with_room(current: SessionRecord, resource: Json, limit: int) -> list[Json]:
@@ -57,11 +70,8 @@ def with_room(current: SessionRecord, resource: Json, limit: int) -> list[Json]:
 
 def delete(conn: Connection, now: datetime, workspace_id: str, session_id: str, ident: str) -> Json:
     _locks.session(conn, session_id)
-    current = _sessions.get(conn, workspace_id, session_id)
-    found = next((r for r in current.resources if r.get("id") == ident), None)
-    if found is None:
-        raise NotFound("session resource", ident)
-    _write(conn, now, session_id, [r for r in current.resources if r.get("id") != ident])
+    found, rest = without(_sessions.get(conn, workspace_id, session_id), ident)
+    _write(conn, now, session_id, rest)
     _repositories.delete_one(conn, ident)
     return found
 

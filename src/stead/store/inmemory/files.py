@@ -9,13 +9,13 @@ from dataclasses import replace
 from datetime import datetime
 
 from stead.jsonvalues import Json
+from stead.store._files import refuse_storage
 from stead.store._repositories import REPOSITORY
-from stead.store._resources import with_room
-from stead.store.errors import Conflict, NotFound, StorageQuotaExceeded
+from stead.store._resources import check_open, with_room, without
+from stead.store.errors import NotFound
 from stead.store.files import FileRecord, NewFile
 from stead.store.inmemory import limits, repositories, sessions
 from stead.store.inmemory.tables import Tables, page_of, stored
-from stead.store.limits import FILE_STORAGE_LIMIT
 from stead.store.paging import Page, PageRequest
 from stead.store.skills import SKILL_SCOPE
 
@@ -51,21 +51,18 @@ def begin_file(t: Tables, now: datetime, new: NewFile, quota: int = 0) -> FileRe
 
 
 def _check_quota(t: Tables, now: datetime, new: NewFile, default: int) -> None:
-    own = limits.get(t, new.workspace_id).get(FILE_STORAGE_LIMIT)
-    if own is None and default <= 0:
-        return
-    quota = default if own is None else own
-    used = sum(
-        f.size_bytes
-        for f in t.files.values()
-        if f.workspace_id == new.workspace_id
-        and f.deleted_at is None
-        and f.bytes_removed_at is None
-        and (f.expires_at is None or f.expires_at > now)
-        and (f.scope is None or f.scope.type != SKILL_SCOPE)
-    )
-    if used + new.size_bytes > quota:
-        raise StorageQuotaExceeded(quota, used, new.size_bytes)
+    def used() -> int:
+        return sum(
+            f.size_bytes
+            for f in t.files.values()
+            if f.workspace_id == new.workspace_id
+            and f.deleted_at is None
+            and f.bytes_removed_at is None
+            and (f.expires_at is None or f.expires_at > now)
+            and (f.scope is None or f.scope.type != SKILL_SCOPE)
+        )
+
+    refuse_storage(limits.get(t, new.workspace_id), default, used, new.size_bytes)
 
 
 def file_ready(t: Tables, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
@@ -156,8 +153,7 @@ def add_resource(
     sealed_token: bytes | None = None,
 ) -> Json:
     current = sessions.get(t, workspace_id, session_id)
-    if current.archived_at is not None or current.terminated_at is not None:
-        raise Conflict(f"session {session_id} is archived or terminated; it takes no resources")
+    check_open(current)
     if resource["type"] == "file":
         try:
             get_file(t, workspace_id, resource["file_id"])
@@ -173,11 +169,8 @@ def add_resource(
 def delete_resource(
     t: Tables, now: datetime, workspace_id: str, session_id: str, ident: str
 ) -> Json:
-    current = sessions.get(t, workspace_id, session_id)
-    found = next((r for r in current.resources if r.get("id") == ident), None)
-    if found is None:
-        raise NotFound("session resource", ident)
-    _set_resources(t, now, session_id, [r for r in current.resources if r.get("id") != ident])
+    found, rest = without(sessions.get(t, workspace_id, session_id), ident)
+    _set_resources(t, now, session_id, rest)
     t.repositories.pop(ident, None)
     return found
 

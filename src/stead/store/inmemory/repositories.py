@@ -8,8 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from stead.jsonvalues import Json
-from stead.store._repositories import REPOSITORY
-from stead.store.errors import Conflict, NotFound
+from stead.store._repositories import with_token
 from stead.store.inmemory import sessions
 from stead.store.inmemory.tables import RepositoryRow, Tables, stored
 from stead.store.resources import RepositoryState
@@ -48,18 +47,7 @@ def set_token(
     sealed: bytes,
     stamp: str,
 ) -> Json:
-    current = sessions.get(t, workspace_id, session_id)
-    found = next((r for r in current.resources if r.get("id") == resource_id), None)
-    if found is None:
-        raise NotFound("session resource", resource_id)
-    if found.get("type") != REPOSITORY:
-        raise Conflict(
-            f"authorization_token: {resource_id} is a {found.get('type')} resource; "
-            f"only {REPOSITORY} resources take a token",
-            status=400,
-        )
-    changed = {**found, "updated_at": stamp}
-    held = [changed if r.get("id") == resource_id else r for r in current.resources]
+    changed, held = with_token(sessions.get(t, workspace_id, session_id), resource_id, stamp)
     row = t.sessions[session_id]
     t.sessions[session_id] = replace(row, resources=stored(held), updated_at=now)
     repository = t.repositories.get(resource_id)
