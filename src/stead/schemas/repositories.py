@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from stead.jsonvalues import Json
+from stead.schemas.mount_paths import plain_path_under
 from stead.schemas.validation import RequestError
 
 TYPE = "github_repository"
@@ -130,13 +131,7 @@ def check_checkout(checkout: Json | None, field: str) -> Json | None:
 def check_mount_path(path: str, prefix: str = "") -> str:
     """A plain absolute path below ``/workspace/``, outside what stead binds there."""
     field = f"{prefix}mount_path"
-    if len(path) > 1024 or "\0" in path or "\\" in path:
-        raise RequestError(f"{field}: not a usable path")
-    if posixpath.normpath(path) != path or not path.startswith(WORKSPACE + "/"):
-        raise RequestError(
-            f"{field}: {path[:200]!r} must be a plain absolute path under {WORKSPACE}/ "
-            "(no '.', '..' or '//')"
-        )
+    plain_path_under(path, WORKSPACE, field)
     for reserved in RESERVED:
         if path == reserved or path.startswith(reserved + "/"):
             raise RequestError(f"{field}: {reserved} is where stead puts the agent's skills")

@@ -15,13 +15,13 @@ read-only. A repository resource is cloned into the workspace;
 from __future__ import annotations
 
 import itertools
-import posixpath
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from stead.jsonvalues import Json
 from stead.schemas import repositories
+from stead.schemas.mount_paths import plain_path_under
 from stead.schemas.repositories import RepositoryMount
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -32,7 +32,6 @@ UPLOADS = "/mnt/session/uploads"
 """Where file resources are mounted (read-only), as the spec's §4.7 says."""
 MAX_RESOURCES = 100
 """Resources one session holds."""
-MAX_MOUNT_PATH = 1024
 SUPPORTED = ("file", "memory_store", repositories.TYPE)
 MEMORY_ROOT = "/mnt/memory"
 """Where memory store resources are mounted, each under its slug."""
@@ -177,15 +176,7 @@ def _file_mount(params: Json, prefix: str) -> FileMount:
 
 def check_mount_path(path: str, prefix: str = "") -> str:
     """An absolute, plain path of a file under ``/mnt/session/uploads/``."""
-    field = f"{prefix}mount_path"
-    if len(path) > MAX_MOUNT_PATH or "\0" in path or "\\" in path:
-        raise RequestError(f"{field}: not a usable path")
-    if posixpath.normpath(path) != path or not path.startswith(UPLOADS + "/"):
-        raise RequestError(
-            f"{field}: {path[:200]!r} must be a plain absolute path under {UPLOADS}/ "
-            "(no '.', '..' or '//')"
-        )
-    return path
+    return plain_path_under(path, UPLOADS, f"{prefix}mount_path")
 
 
 def check_distinct(mount_paths: list[str], field: str) -> None:
