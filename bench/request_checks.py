@@ -9,7 +9,8 @@ alternating rounds so drift hits both alike:
   gate sums this month's ledger and counts leases before every model request),
   vs a plain session in a workspace without limits (its gate finds none).
 * ``events.send`` and ``agents.create`` carrying an ``Idempotency-Key`` (a new
-  one each time: the claim and the kept answer, two writes) vs the same call
+  one each time: the claim, one statement in the route's own write, and the
+  kept answer, a write of its own after the answer was sent) vs the same call
   without one. The messages go to a session of their own, and the turns they
   queue are finished before the next round, so they never run beside a
   measured turn nor lengthen either side's context.

@@ -80,6 +80,45 @@ def test_keys_hold_for_other_posts_and_leave_gets_alone(client: anthropic.Anthro
     assert raw.parse().id == agent.id
 
 
+def test_a_refusal_that_wrote_nothing_settles_its_key_too(client: anthropic.Anthropic) -> None:
+    """A route that refuses before any write claims the key once it has
+    answered: its refusal is replayed, and a key another body used is a 409."""
+    refused = new_key()
+    outcomes = []
+    for _ in range(2):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            client.beta.agents.create(name="", model="claude-sonnet-4-6", **keyed(refused))
+        answer = caught.value.response
+        outcomes.append((answer.status_code, answer.headers.get("idempotent-replayed")))
+    assert outcomes == [(400, None), (400, "true")]
+    used = new_key()
+    create_agent(client, "first", used)
+    with pytest.raises(anthropic.ConflictError) as caught:
+        client.beta.agents.create(name="", model="claude-sonnet-4-6", **keyed(used))
+    assert "Idempotency-Key" in caught.value.message
+
+
+def test_concurrent_identical_sends_log_one_message(client: anthropic.Anthropic) -> None:
+    env = client.beta.environments.create(name=f"e-{uuid.uuid4().hex[:8]}")
+    _, agent = create_agent(client, "sender", new_key())
+    session = client.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    key, start = new_key(), threading.Barrier(4)
+    events: Any = [{"type": "user.message", "content": [{"type": "text", "text": "once"}]}]
+
+    def send() -> list[str]:
+        start.wait(timeout=30)
+        sent = client.beta.sessions.events.send(session.id, events=events, **keyed(key))
+        return [event.id for event in sent.data or []]
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: send(), range(4)))
+    assert all(answer == answers[0] for answer in answers)
+    logged = [
+        e.id for e in client.beta.sessions.events.list(session.id) if e.type == "user.message"
+    ]
+    assert logged == answers[0]
+
+
 def test_a_bad_key_is_a_400_in_the_envelope(client: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as caught:
         create_agent(client, "bad", "x" * 300)

@@ -3,10 +3,17 @@
 Pure ASGI middleware, inside the request id and telemetry ones. A request
 without the header (or not a POST) passes through untouched: no store access.
 With it, the caller is authenticated (keys are per workspace), the request is
-fingerprinted (method, path and query, body) and the key claimed in the store
-(``stead.store.IdempotencyStore``); the holder runs the route and keeps its
-answer, a second request with the key waits for that answer, is replayed it
-(``Idempotent-Replayed: true``), or gets a 409 naming the header.
+fingerprinted (method, path and query, body) and the route runs with the key
+to claim (``stead.store.KeyClaim``): the route's first write claims it in the
+same transaction (``IdempotencyStore.claiming_key``), so a keyed request costs
+one write more than a plain one (keeping its answer, after it was sent), not
+two. A route that wrote nothing claims the key once it has answered, before
+its answer is sent.
+
+A second request with the key finds it held in its first write, which rolls
+back: it waits for the first answer, is replayed it (``Idempotent-Replayed:
+true``), or gets a 409 naming the header; if the holder gave the key up
+meanwhile, it claims the key and runs the route again.
 
 A 5xx answer, or a route that raised, is not kept: the key is released and a
 retry runs again. An answer above ``idempotency_max_answer_bytes`` keeps only
@@ -24,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stead.api.deps import Caller, Services, authenticate, services
 from stead.api.errors import ApiError, database_busy, error_response
-from stead.store import ClaimState, DatabaseBusy, IdempotencyClaim
+from stead.store import ClaimState, DatabaseBusy, IdempotencyClaim, IdempotencyKeyHeld, KeyClaim
 
 HEADER = b"idempotency-key"
 REPLAYED = (b"idempotent-replayed", b"true")
@@ -48,6 +55,16 @@ class _Answer:
     chunks: list[bytes] = field(default_factory=list)
     size: int = 0
     limit: int = 0
+    messages: list[Message] = field(default_factory=list)
+    """Every message, when the answer is held back until the key is settled."""
+
+    async def hold(self, message: Message) -> None:
+        self.record(message)
+        self.messages.append(message)
+
+    async def release_to(self, send: Send) -> None:
+        for message in self.messages:
+            await send(message)
 
     def record(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -107,17 +124,82 @@ class IdempotencyMiddleware:
         if not complete:  # too large to fingerprint: the route refuses it with a 413
             await self.app(scope, replay, send)
             return
-        fingerprint = _fingerprint(scope, body)
+        pending = KeyClaim(
+            who.workspace_id,
+            text,
+            _fingerprint(scope, body),
+            ttl_seconds=app.settings.idempotency_ttl_seconds,
+            abandoned_seconds=app.settings.idempotency_abandoned_seconds,
+        )
+        answer = _Answer(limit=app.settings.idempotency_max_answer_bytes)
         try:
-            claim = await _claim(app, who, text, fingerprint)
+            with app.store.claiming_key(pending):
+                await self.app(scope, replay, answer.hold)
+        except IdempotencyKeyHeld:
+            await self._held(request, scope, body, receive, send, app, who, pending)
+            return
+        except BaseException:
+            await _give_up(app, who, pending)
+            raise
+        if not 0 < answer.status < 500:
+            await _give_up(app, who, pending)
+            await answer.release_to(send)
+            return
+        if pending.taken:
+            await answer.release_to(send)
+            await _keep(app, who, pending.key, pending.token, answer)
+            return
+        await self._settle_unwritten(request, scope, receive, send, app, who, pending, answer)
+
+    async def _held(
+        self,
+        request: Request,
+        scope: Scope,
+        body: bytes,
+        receive: Receive,
+        send: Send,
+        app: Services,
+        who: Caller,
+        pending: KeyClaim,
+    ) -> None:
+        """The route's write found the key held: wait for its answer, or run
+        the route again once the key is ours."""
+        try:
+            claim = await _claim(app, who, pending.key, pending.fingerprint)
         except DatabaseBusy as exc:
             await database_busy(request, exc)(scope, receive, send)
             return
         if claim.state is ClaimState.CLAIMED:
             assert claim.token is not None
-            await self._run(scope, replay, send, app, who, text, claim.token)
+            again = _replaying(body, True, receive)
+            await self._run(scope, again, send, app, who, pending.key, claim.token)
             return
         await _answer_for(request, claim)(scope, receive, send)
+
+    async def _settle_unwritten(
+        self,
+        request: Request,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        app: Services,
+        who: Caller,
+        pending: KeyClaim,
+        answer: _Answer,
+    ) -> None:
+        """A route that wrote nothing (a refusal, say): its answer is the key's
+        only if the key is free, else the first request's answer is."""
+        try:
+            claim = await _claim(app, who, pending.key, pending.fingerprint)
+        except DatabaseBusy as exc:
+            await database_busy(request, exc)(scope, receive, send)
+            return
+        if claim.state is not ClaimState.CLAIMED:
+            await _answer_for(request, claim)(scope, receive, send)
+            return
+        assert claim.token is not None
+        await answer.release_to(send)
+        await _keep(app, who, pending.key, claim.token, answer)
 
     async def _run(
         self,
@@ -139,21 +221,34 @@ class IdempotencyMiddleware:
         try:
             await self.app(scope, receive, recording)
             if 0 < answer.status < 500:
-                await app.store.keep_idempotent_answer(
-                    who.workspace_id,
-                    key,
-                    token,
-                    status=answer.status,
-                    content_type=answer.content_type,
-                    body=answer.body(),
-                    ttl_seconds=app.settings.idempotency_ttl_seconds,
-                )
+                await _keep(app, who, key, token, answer)
                 kept = True
         finally:
             if not kept:
                 # Shielded: a client that hung up must not leave the key held.
                 with anyio.CancelScope(shield=True):
                     await app.store.release_idempotency_key(who.workspace_id, key, token)
+
+
+async def _keep(app: Services, who: Caller, key: str, token: str, answer: _Answer) -> None:
+    await app.store.keep_idempotent_answer(
+        who.workspace_id,
+        key,
+        token,
+        status=answer.status,
+        content_type=answer.content_type,
+        body=answer.body(),
+        ttl_seconds=app.settings.idempotency_ttl_seconds,
+    )
+
+
+async def _give_up(app: Services, who: Caller, pending: KeyClaim) -> None:
+    """Releases the key a write of the route may have claimed: also when
+    ``taken`` is unset, since a write whose caller was cancelled may have
+    committed (releasing a key not held under this token does nothing)."""
+    # Shielded: a client that hung up must not leave the key held.
+    with anyio.CancelScope(shield=True):
+        await app.store.release_idempotency_key(who.workspace_id, pending.key, pending.token)
 
 
 def _header(scope: Scope) -> bytes | None:

@@ -72,7 +72,13 @@ from stead.store.errors import (
 )
 from stead.store.events import EventLog
 from stead.store.files import FileRecord, FileScope, FileStore, NewFile
-from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyStore
+from stead.store.idempotency import (
+    ClaimState,
+    IdempotencyClaim,
+    IdempotencyKeyHeld,
+    IdempotencyStore,
+    KeyClaim,
+)
 from stead.store.inmemory import InMemoryStore
 from stead.store.leases import (
     LeaseExpiry,
@@ -194,10 +200,12 @@ __all__ = [
     "FileStore",
     "HeartbeatRefused",
     "IdempotencyClaim",
+    "IdempotencyKeyHeld",
     "IdempotencyStore",
     "InMemoryStore",
     "IntegrityFinding",
     "InvalidValue",
+    "KeyClaim",
     "LeaseExpiry",
     "LeaseLost",
     "LeaseStore",

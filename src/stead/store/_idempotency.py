@@ -12,10 +12,11 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, or_, select, tuple_, update
+from sqlalchemy import Connection, and_, bindparam, delete, or_, select, tuple_, update
 
-from stead.store._leases import _insert, inserted
-from stead.store.idempotency import ClaimState, IdempotencyClaim
+from stead.store._compiled import compiled
+from stead.store._leases import _insert
+from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyKeyHeld, KeyClaim
 from stead.store.tables import idempotency_keys
 
 keys = idempotency_keys.c
@@ -30,6 +31,40 @@ def _this(workspace_id: str, key: str) -> Any:
     return and_(keys.workspace_id == workspace_id, keys.key == key)
 
 
+def _claim_statement(conn: Connection) -> Any:
+    stmt = _insert(conn, idempotency_keys).on_conflict_do_nothing(
+        index_elements=["workspace_id", "key"]
+    )
+    return stmt.returning(keys.token)
+
+
+def _inserted(conn: Connection, row: dict[str, Any]) -> bool:
+    """Whether the claim's row went in (read from RETURNING, never ``rowcount``)."""
+    statement = compiled(conn, "idempotency.claim", lambda: _claim_statement(conn))
+    cursor = statement.execute(conn, row)
+    try:
+        return cursor.fetchone() is not None
+    finally:
+        cursor.close()
+
+
+def take(conn: Connection, now: datetime, pending: KeyClaim) -> None:
+    """Claims ``pending``'s key in the caller's transaction, or raises
+    ``IdempotencyKeyHeld`` (the caller's transaction then rolls back)."""
+    found_claim = claim(
+        conn,
+        now,
+        pending.workspace_id,
+        pending.key,
+        pending.fingerprint,
+        pending.ttl_seconds,
+        pending.abandoned_seconds,
+        token=pending.token,
+    )
+    if found_claim.state is not ClaimState.CLAIMED:
+        raise IdempotencyKeyHeld(found_claim)
+
+
 def claim(
     conn: Connection,
     now: datetime,
@@ -38,14 +73,15 @@ def claim(
     fingerprint: str,
     ttl_seconds: float,
     abandoned_seconds: float,
+    token: str | None = None,
 ) -> IdempotencyClaim:
-    token = secrets.token_hex(16)
+    """Claims the key for ``token`` (a new one when None); a key that already
+    holds ``token`` is the caller's."""
+    token = token or secrets.token_hex(16)
     fresh = {"fingerprint": fingerprint, "token": token, "created_at": now}
     cleared = {"status": None, "content_type": None, "body": None}
     for _ in range(CLAIM_ATTEMPTS):
-        stmt = _insert(conn, idempotency_keys).values(workspace_id=workspace_id, key=key, **fresh)
-        stmt = stmt.on_conflict_do_nothing(index_elements=["workspace_id", "key"])
-        if inserted(conn, stmt, keys.token):
+        if _inserted(conn, {"workspace_id": workspace_id, "key": key, **fresh, **cleared}):
             return IdempotencyClaim(ClaimState.CLAIMED, token=token)
         expired = keys.created_at < now - timedelta(seconds=ttl_seconds)
         abandoned = and_(
@@ -55,6 +91,8 @@ def claim(
         if conn.execute(taken.values(**fresh, **cleared)).rowcount == 1:
             return IdempotencyClaim(ClaimState.CLAIMED, token=token)
         row = conn.execute(select(idempotency_keys).where(_this(workspace_id, key))).one_or_none()
+        if row is not None and row.token == token and row.status is None:
+            return IdempotencyClaim(ClaimState.CLAIMED, token=token)
         if row is not None:
             return found(row, fingerprint)
     raise RuntimeError(f"idempotency key {key!r} kept vanishing while being claimed")
@@ -72,6 +110,34 @@ def found(row: Any, fingerprint: str) -> IdempotencyClaim:
     )
 
 
+def _keep_statement() -> Any:
+    return (
+        update(idempotency_keys)
+        .where(
+            keys.workspace_id == bindparam("w"),
+            keys.key == bindparam("k"),
+            keys.token == bindparam("t"),
+        )
+        .values(
+            status=bindparam("status"),
+            content_type=bindparam("content_type"),
+            body=bindparam("body"),
+        )
+    )
+
+
+def _purge_statement() -> Any:
+    # Last in the transaction and SKIP LOCKED: the purge never waits for a row
+    # another claim holds, so it cannot close a cycle of waits (SQLite ignores it).
+    expired = (
+        select(keys.workspace_id, keys.key)
+        .where(keys.created_at < bindparam("oldest", type_=keys.created_at.type))
+        .limit(PURGE_BATCH)
+        .with_for_update(skip_locked=True)
+    )
+    return delete(idempotency_keys).where(tuple_(keys.workspace_id, keys.key).in_(expired))
+
+
 def keep(
     conn: Connection,
     now: datetime,
@@ -84,20 +150,10 @@ def keep(
     ttl_seconds: float,
 ) -> None:
     answer = {"status": status, "content_type": content_type, "body": body}
-    conn.execute(
-        update(idempotency_keys)
-        .where(_this(workspace_id, key), keys.token == token)
-        .values(**answer)
-    )
-    # Last in the transaction and SKIP LOCKED: the purge never waits for a row
-    # another claim holds, so it cannot close a cycle of waits (SQLite ignores it).
-    expired = (
-        select(keys.workspace_id, keys.key)
-        .where(keys.created_at < now - timedelta(seconds=ttl_seconds))
-        .limit(PURGE_BATCH)
-        .with_for_update(skip_locked=True)
-    )
-    conn.execute(delete(idempotency_keys).where(tuple_(keys.workspace_id, keys.key).in_(expired)))
+    kept = compiled(conn, "idempotency.keep", _keep_statement)
+    kept.execute(conn, {"w": workspace_id, "k": key, "t": token, **answer}).close()
+    purge = compiled(conn, "idempotency.purge", _purge_statement)
+    purge.execute(conn, {"oldest": now - timedelta(seconds=ttl_seconds)}).close()
 
 
 def release(conn: Connection, now: datetime, workspace_id: str, key: str, token: str) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from stead.store import _idempotency
-from stead.store.idempotency import IdempotencyClaim
+from stead.store.idempotency import IdempotencyClaim, KeyClaim, claiming_key
 
 R = TypeVar("R")
 
@@ -21,6 +22,9 @@ class IdempotencyMethods:
 
     async def _write_unflushed(self, fn: Callable[..., R], *args: Any) -> R:
         raise NotImplementedError
+
+    def claiming_key(self, claim: KeyClaim) -> AbstractContextManager[None]:
+        return claiming_key(claim)
 
     async def claim_idempotency_key(
         self,

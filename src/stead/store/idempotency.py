@@ -4,12 +4,23 @@ the first answer to each (the narrow protocol; SQL in ``_idempotency.py``).
 A key is claimed by one request at a time: the first to insert it holds it
 (``token``) until it keeps its answer or releases the key. The API decides
 what is kept; the store only makes the claim race-free across processes.
+
+A request claims its key in the transaction of its own first write
+(``IdempotencyStore.claiming_key``): the object it makes and the claim commit
+together or not at all, and a request whose key another holds is rolled back
+before it changed anything (``IdempotencyKeyHeld``). A request that writes
+nothing claims the key when it is done (``claim_idempotency_key``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from dataclasses import dataclass
+import secrets
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -35,7 +46,69 @@ class IdempotencyClaim:
     """None with a status: the answer was too large to keep (the API says so)."""
 
 
+@dataclass(slots=True)
+class KeyClaim:
+    """An ``Idempotency-Key`` a request claims with its first write (see the module)."""
+
+    workspace_id: str
+    key: str
+    fingerprint: str
+    ttl_seconds: float
+    abandoned_seconds: float
+    token: str = field(default_factory=lambda: secrets.token_hex(16))
+    task: asyncio.Task[object] | None = None
+    """The request's task: only its own writes claim the key, never those of a
+    task it started (a session's turn), which outlive the request."""
+    taken: bool = False
+    """A committed write holds the key under ``token``."""
+    open: bool = True
+    """Writes may still take the key; closed once the route has answered."""
+
+    def wanted(self) -> bool:
+        """Whether a write in the current task should take the key."""
+        return self.open and not self.taken and asyncio.current_task() is self.task
+
+
+_PENDING: ContextVar[KeyClaim | None] = ContextVar("stead_idempotency_key", default=None)
+"""The key the running request claims with its first write (``claiming_key``)."""
+
+
+@contextmanager
+def claiming_key(claim: KeyClaim) -> Iterator[None]:
+    """``IdempotencyStore.claiming_key`` for every store: sets the claim that
+    ``wanted_key`` gives the store's writes, for the current task."""
+    claim.task = asyncio.current_task()
+    reset = _PENDING.set(claim)
+    try:
+        yield
+    finally:
+        claim.open = False
+        _PENDING.reset(reset)
+
+
+def wanted_key() -> KeyClaim | None:
+    """The key a write starting now must also claim, if any."""
+    claim = _PENDING.get()
+    return claim if claim is not None and claim.wanted() else None
+
+
+class IdempotencyKeyHeld(Exception):
+    """A write that would have claimed the request's key found it held (by
+    another request, or answered before): the write was rolled back."""
+
+    def __init__(self, claim: IdempotencyClaim) -> None:
+        self.claim = claim
+        super().__init__(f"the idempotency key is {claim.state.value}")
+
+
 class IdempotencyStore(Protocol):
+    def claiming_key(self, claim: KeyClaim) -> AbstractContextManager[None]:
+        """Within it, the current task's first committed write also claims
+        ``claim``'s key (``claim.taken`` then), or raises ``IdempotencyKeyHeld``
+        having written nothing. The claim is ours again when the key holds our
+        token, so a write after a rolled-back one can still take it."""
+        ...
+
     async def claim_idempotency_key(
         self,
         workspace_id: str,

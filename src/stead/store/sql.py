@@ -22,6 +22,7 @@ from stead.store import (
     _claims,
     _environments,
     _events,
+    _idempotency,
     _inbox,
     _integrity,
     _leases,
@@ -66,6 +67,7 @@ from stead.store.base import (
     Workspace,
     WriteResult,
 )
+from stead.store.idempotency import wanted_key
 from stead.store.leases import (
     LeaseExpiry,
     SandboxLease,
@@ -130,19 +132,30 @@ class SqlStore(
         self._reader_engine.dispose()
 
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
-        # The clock is read on the writer thread: with one writer, processed_at
-        # follows seq order (with several, ``_events.append_log`` keeps it so).
-        return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
+        return await self._write_at(None, fn, *args)
 
     async def _write_unflushed(self, fn: Callable[..., R], *args: Any) -> R:
         """``_write`` whose commit is not flushed on its own (``ConnectionWorkers.run``)."""
         return await self._writer.run(lambda conn: fn(conn, self._now(), *args), flush=False)
 
     async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
-        """``_write`` at a time the caller chose (None: the store's clock)."""
-        if now is None:
-            return await self._write(fn, *args)
-        return await self._writer.run(lambda conn: fn(conn, now, *args))
+        """``_write`` at a time the caller chose (None: the store's clock, read on
+        the writer thread: with one writer, processed_at follows seq order; with
+        several, ``_events.append_log`` keeps it so)."""
+        pending = wanted_key()
+        if pending is None:
+            if now is None:
+                return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
+            return await self._writer.run(lambda conn: fn(conn, now, *args))
+
+        def claiming(conn: Connection) -> R:
+            at = self._now() if now is None else now
+            _idempotency.take(conn, at, pending)
+            return fn(conn, at, *args)
+
+        result = await self._writer.run(claiming)
+        pending.taken = True
+        return result
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         return await self._readers.run(lambda conn: fn(conn, *args))

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from stead.store._idempotency import PURGE_BATCH, found
-from stead.store.idempotency import ClaimState, IdempotencyClaim
+from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencyKeyHeld, KeyClaim
 from stead.store.inmemory.tables import IdempotencyRow, Tables
 
 
@@ -20,8 +20,11 @@ def claim(
     fingerprint: str,
     ttl_seconds: float,
     abandoned_seconds: float,
+    token: str | None = None,
 ) -> IdempotencyClaim:
     row = t.idempotency.get((workspace_id, key))
+    if row is not None and token is not None and row.token == token and row.status is None:
+        return IdempotencyClaim(ClaimState.CLAIMED, token=token)
     expired = row is not None and row.created_at < now - timedelta(seconds=ttl_seconds)
     abandoned = (
         row is not None
@@ -29,10 +32,27 @@ def claim(
         and row.created_at < now - timedelta(seconds=abandoned_seconds)
     )
     if row is None or expired or abandoned:
-        token = secrets.token_hex(16)
+        token = token or secrets.token_hex(16)
         t.idempotency[(workspace_id, key)] = IdempotencyRow(fingerprint, token, now)
         return IdempotencyClaim(ClaimState.CLAIMED, token=token)
     return found(row, fingerprint)
+
+
+def take(t: Tables, now: datetime, pending: KeyClaim) -> None:
+    """``_idempotency.take``: the key claimed in the caller's transaction, or
+    ``IdempotencyKeyHeld``."""
+    found_claim = claim(
+        t,
+        now,
+        pending.workspace_id,
+        pending.key,
+        pending.fingerprint,
+        pending.ttl_seconds,
+        pending.abandoned_seconds,
+        token=pending.token,
+    )
+    if found_claim.state is not ClaimState.CLAIMED:
+        raise IdempotencyKeyHeld(found_claim)
 
 
 def keep(

@@ -14,6 +14,7 @@ is kept between stores. It keeps no vaults, so a session naming one is refused.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -25,7 +26,7 @@ from stead.store.environments import EnvironmentChange, EnvironmentRecord
 from stead.store.errors import DatabaseBusy
 from stead.store.events import EventFilter, EventRecord, EventsAccepted, NewEvent
 from stead.store.files import FileRecord, NewFile
-from stead.store.idempotency import IdempotencyClaim
+from stead.store.idempotency import IdempotencyClaim, KeyClaim, claiming_key, wanted_key
 from stead.store.inmemory import (
     agents,
     events,
@@ -71,13 +72,29 @@ class InMemoryStore:
     async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
         """Runs ``fn(tables, now, *args)`` as one transaction: on any raise the
         tables are put back as they were."""
+        return await self._transaction(now, wanted_key(), fn, *args)
+
+    async def _write_unclaimed(self, fn: Callable[..., R], *args: Any) -> R:
+        """``_write`` that never takes the request's key (``claiming_key``): for
+        the key's own claim, answer and release, as ``SqlStore._write_unflushed``."""
+        return await self._transaction(None, None, fn, *args)
+
+    async def _transaction(
+        self, now: datetime | None, pending: KeyClaim | None, fn: Callable[..., R], *args: Any
+    ) -> R:
         await self._ready()
         before = self._tables.snapshot()
+        at = self._now() if now is None else now
         try:
-            return fn(self._tables, self._now() if now is None else now, *args)
+            if pending is not None:
+                idempotency.take(self._tables, at, pending)
+            result = fn(self._tables, at, *args)
         except BaseException:
             self._tables = before
             raise
+        if pending is not None:
+            pending.taken = True
+        return result
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         await self._ready()
@@ -388,6 +405,9 @@ class InMemoryStore:
         return await self._read(leases.ledger, workspace_id, first, last)
 
     # idempotency keys
+    def claiming_key(self, claim: KeyClaim) -> AbstractContextManager[None]:
+        return claiming_key(claim)
+
     async def claim_idempotency_key(
         self,
         workspace_id: str,
@@ -397,7 +417,7 @@ class InMemoryStore:
         ttl_seconds: float,
         abandoned_seconds: float,
     ) -> IdempotencyClaim:
-        return await self._write(
+        return await self._write_unclaimed(
             idempotency.claim, workspace_id, key, fingerprint, ttl_seconds, abandoned_seconds
         )
 
@@ -412,12 +432,12 @@ class InMemoryStore:
         body: bytes | None,
         ttl_seconds: float,
     ) -> None:
-        await self._write(
+        await self._write_unclaimed(
             idempotency.keep, workspace_id, key, token, status, content_type, body, ttl_seconds
         )
 
     async def release_idempotency_key(self, workspace_id: str, key: str, token: str) -> None:
-        await self._write(idempotency.release, workspace_id, key, token)
+        await self._write_unclaimed(idempotency.release, workspace_id, key, token)
 
     # files, session resources and captured outputs
     async def begin_file(self, new: NewFile, *, quota: int = 0) -> FileRecord:
