@@ -38,12 +38,25 @@ def estimate_tokens(value: Any) -> int:
 
 
 def _chars(value: Any) -> int:
+    # Exact types first: a request is plain dicts, lists and strings, and the
+    # ABC checks below cost more than the counting (this walks every request).
+    kind = type(value)
+    if kind is str:
+        return len(value)
+    if kind is dict:
+        return _mapping_chars(value)
+    if kind is list:
+        return sum(_chars(v) for v in value)
     if isinstance(value, str):
         return len(value)
     if isinstance(value, Mapping):
-        if value.get("type") == "base64" and "data" in value:
-            return MEDIA_TOKENS * CHARS_PER_TOKEN
-        return sum(len(str(k)) + _chars(v) for k, v in value.items())
+        return _mapping_chars(value)
     if isinstance(value, list | tuple):
         return sum(_chars(v) for v in value)
     return len(str(value))
+
+
+def _mapping_chars(value: Mapping[Any, Any]) -> int:
+    if value.get("type") == "base64" and "data" in value:
+        return MEDIA_TOKENS * CHARS_PER_TOKEN
+    return sum(len(str(k)) + _chars(v) for k, v in value.items())

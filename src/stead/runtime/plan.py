@@ -101,14 +101,16 @@ def compaction(
 
 def dangling_span(events: Sequence[Json]) -> str | None:
     """The last ``span.model_request_start`` if no end answers it."""
-    ended = {
-        e.get("model_request_start_id")
-        for e in events
-        if e["type"] == EventType.SPAN_MODEL_REQUEST_END
-    }
-    starts = [e for e in events if e["type"] == EventType.SPAN_MODEL_REQUEST_START]
-    if starts and starts[-1]["id"] not in ended:
-        return str(starts[-1]["id"])
+    # From the end: an end always follows its start, so only the events after
+    # the last start can answer it (a long log is not walked every step).
+    ended = set()
+    for event in reversed(events):
+        kind = event["type"]
+        if kind == EventType.SPAN_MODEL_REQUEST_END:
+            ended.add(event.get("model_request_start_id"))
+        elif kind == EventType.SPAN_MODEL_REQUEST_START:
+            start = str(event["id"])
+            return None if start in ended else start
     return None
 
 
