@@ -76,6 +76,7 @@ from stead.store.idempotency import ClaimState, IdempotencyClaim, IdempotencySto
 from stead.store.inmemory import InMemoryStore
 from stead.store.leases import (
     LeaseExpiry,
+    LeaseHost,
     LeaseStore,
     LeaseTerms,
     SandboxLease,
@@ -199,6 +200,7 @@ __all__ = [
     "IntegrityFinding",
     "InvalidValue",
     "LeaseExpiry",
+    "LeaseHost",
     "LeaseLost",
     "LeaseStore",
     "LeaseTerms",
