@@ -127,6 +127,7 @@ class HostedSandbox(SandboxCommands):
             snapshot_ttl_seconds=options.snapshot_ttl_seconds,
             clock=clock,
         )
+        self.saved.placement = row.placement
         self._egress_dir = self.root / "egress"
         self.mounts = MountTree(self.root / "mnt", row.uid)
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
@@ -347,6 +348,28 @@ class HostedSandbox(SandboxCommands):
                 await self._stop_body()
             finally:
                 self.state = State.COLD
+
+    @property
+    def placement(self) -> int | None:
+        """The placement this copy belongs to (``placements.py``)."""
+        return self.saved.placement
+
+    async def abandon(self, placement: int) -> None:
+        """This copy is not the current one: the body stops and the workspace on
+        disk goes unsaved (the latest snapshot holds the current one); the copy
+        belongs to ``placement`` from now on."""
+        async with self._transition:
+            self.state = State.STOPPING
+            try:
+                await self._stop_body()
+            finally:
+                self.state = State.COLD
+            await self.saved.discard()
+            self.saved.placement = placement
+
+    def placed(self, placement: int) -> None:
+        """This copy, as it is, belongs to ``placement`` from now on."""
+        self.saved.placement = placement
 
     async def destroy(self) -> None:
         """Final snapshot, then every trace of the sandbox on this machine."""
