@@ -117,9 +117,7 @@ def test_a_lost_host_moves_the_sandbox_to_a_live_one_from_its_snapshot(
     assert taken["result"]["snapshot"] is not None
     with cluster.client(1) as on_b:
         before = len(_events(on_b, session_id))
-        on_b.beta.sessions.events.send(
-            session_id, events=[message("$ echo late > g; sleep 600")]
-        )
+        on_b.beta.sessions.events.send(session_id, events=[message("$ echo late > g; sleep 600")])
         late = workspace_on_host(host_a, session_id) / "g"
         deadline = time.monotonic() + WAIT
         while not late.exists():  # the command runs on host A, through process B
@@ -128,7 +126,8 @@ def test_a_lost_host_moves_the_sandbox_to_a_live_one_from_its_snapshot(
         host_a.kill()
         wait_idle(on_b, session_id, timeout=WAIT)
 
-        results = [e for e in _events(on_b, session_id)[before:] if e["type"] == "agent.tool_result"]
+        added = _events(on_b, session_id)[before:]
+        results = [e for e in added if e["type"] == "agent.tool_result"]
         assert len(results) == 1 and results[0]["is_error"]
         assert "may have run" in results[0]["content"][0]["text"]  # in doubt: never run twice
         lease = _lease(on_b, session_id)

@@ -70,6 +70,11 @@ async def on(brain: HostProvider, host: HostProcess, sandbox_id: str, number: in
     return sandbox
 
 
+async def destroy(*copies: HostSandbox) -> None:
+    for copy in copies:
+        await copy.client.destroy(copy.sandbox_id)
+
+
 async def test_each_host_names_itself_and_where_it_is_reached(
     hosts: tuple[HostProcess, HostProcess], brain: HostProvider
 ) -> None:
@@ -114,8 +119,7 @@ async def test_a_new_placement_takes_the_latest_snapshot_of_any_host(
         stale = HostSandbox(client, sandbox_id, config(), placement=older)
         with pytest.raises(SandboxMoved):
             await stale.read_file("kept", max_bytes=100)
-    for client in (first.client, second.client):
-        await client.destroy(sandbox_id)
+    await destroy(first, second)
 
 
 async def test_a_sandbox_never_snapshotted_starts_empty_on_its_new_host(
@@ -127,8 +131,7 @@ async def test_a_sandbox_never_snapshotted_starts_empty_on_its_new_host(
     await first.write_file("lost", b"never saved")
     second = await on(brain, host_b, sandbox_id, 2)
     assert (await second.exec("ls -A", op_key=new_id(), timeout=10)).output == ""
-    for client in (first.client, second.client):
-        await client.destroy(sandbox_id)
+    await destroy(first, second)
 
 
 async def test_a_host_with_no_address_cannot_be_reached_by_others(

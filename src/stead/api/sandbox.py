@@ -4,7 +4,8 @@
 state in that host without renewing, acquiring or waking anything. ``DELETE``
 releases it: the lease ends explicitly and the sweeper destroys the sandbox
 after a final snapshot; the session's next tool call or terminal takes a new
-lease and gets its workspace back. A running session is refused (409): its tools are using the sandbox.
+lease and gets its workspace back. A running session is refused (409): its
+tools are using the sandbox.
 ``GET .../egress`` pages through the audit log of the sandbox's egress proxy.
 """
 

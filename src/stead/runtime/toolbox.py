@@ -39,7 +39,7 @@ from stead.runtime.memory_mounts import MemoryMounts, MemorySession
 from stead.runtime.memory_tool import DEFINITION as MEMORY_SEARCH_DEFINITION
 from stead.runtime.memory_tool import MemorySearchTool
 from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
-from stead.runtime.placements import PlacementStore, SandboxPlacements
+from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
@@ -113,13 +113,7 @@ class _Served:
 
 
 class ToolboxStore(
-    MountsStore,
-    EnvironmentStore,
-    LeaseStore,
-    PlacementStore,
-    UsageStore,
-    MemoryStoreStore,
-    Protocol,
+    MountsStore, EnvironmentStore, LeaseStore, UsageStore, MemoryStoreStore, Protocol
 ):
     """What the sandbox toolbox uses: sessions and their environments, sandbox
     leases (and where they place sandboxes) and time, and what its mounts use."""
@@ -283,8 +277,10 @@ class SandboxToolbox:
         A sandbox or blob store that fails is logged: the next capture (after
         the next turn, or at release) files what this one missed. Returns the
         message naming outputs left over the workspace's quota, if any."""
+        if self._mounts is None:
+            return None
         lease = await self._store.sandbox_lease(session_id)
-        if self._mounts is None or lease is None:
+        if lease is None:
             return None  # never had a sandbox: nothing to capture, no host to start for it
         self._follow(lease)
         # Resources may have changed in another brain meanwhile: staged again

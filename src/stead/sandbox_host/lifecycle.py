@@ -317,11 +317,7 @@ class HostedSandbox(SandboxCommands):
             if not force and self.idle_seconds() is None:
                 return False
             if self.state is State.ACTIVE or self._body is not None:
-                self.state = State.STOPPING
-                try:
-                    await self._stop_body()
-                finally:
-                    self.state = State.COLD
+                await self._halt()
             if not await to_thread.run_sync(lambda: self.saved.is_warm):
                 return False
             with self._metrics.timed("snapshot"):
@@ -343,11 +339,15 @@ class HostedSandbox(SandboxCommands):
     async def stop(self) -> None:
         """Stops the body without a snapshot; the warm marker keeps the files."""
         async with self._transition:
-            self.state = State.STOPPING
-            try:
-                await self._stop_body()
-            finally:
-                self.state = State.COLD
+            await self._halt()
+
+    async def _halt(self) -> None:
+        """Stops the body (the caller holds the transition lock)."""
+        self.state = State.STOPPING
+        try:
+            await self._stop_body()
+        finally:
+            self.state = State.COLD
 
     @property
     def placement(self) -> int | None:
@@ -359,11 +359,7 @@ class HostedSandbox(SandboxCommands):
         disk goes unsaved (the latest snapshot holds the current one); the copy
         belongs to ``placement`` from now on."""
         async with self._transition:
-            self.state = State.STOPPING
-            try:
-                await self._stop_body()
-            finally:
-                self.state = State.COLD
+            await self._halt()
             await self.saved.discard()
             self.saved.placement = placement
 
