@@ -81,7 +81,8 @@ def sandbox_host_status(data_dir: DataDir = None) -> None:
         raise typer.Exit(1)
     answer = found.answer
     held = ", ".join(f"{n} {state}" for state, n in sorted(answer["sandboxes"].items()))
-    typer.echo(f"sandbox host pid {answer['pid']} at {found.address}")
+    typer.echo(f"sandbox host {answer['host_id']} (pid {answer['pid']}) at {found.address}")
+    typer.echo(f"other processes reach it at: {answer.get('address') or 'nowhere (no address)'}")
     typer.echo(f"sandboxes: {held or 'none'}")
     if answer.get("isolation_problem"):
         typer.echo(f"cannot isolate: {answer['isolation_problem']}")

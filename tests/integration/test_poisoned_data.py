@@ -72,6 +72,13 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     database = server.data_dir / "stead.db"
     with sqlite3.connect(database) as db:  # as it was before migration 0004
         db.execute("ALTER TABLE api_keys DROP COLUMN admin")
+        for table, column in (  # as it was before migration 0020
+            ("sandbox_leases", "host_id"),
+            ("sandbox_leases", "host_address"),
+            ("sandbox_leases", "placement"),
+            ("ops", "placement"),
+        ):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         for later in (
             "usage_months",
             "session_repositories",

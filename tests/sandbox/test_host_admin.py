@@ -33,10 +33,12 @@ def test_the_host_is_seen_and_stopped(tmp_path: Path) -> None:
     try:
         status = _host_command(host, "status")
         assert status.returncode == 0, status.stderr
-        assert status.stdout.splitlines()[0] == (
-            f"sandbox host pid {host.pid} at {host.socket_path}"
-        )
-        assert status.stdout.splitlines()[1] == "sandboxes: none"
+        host_id = (host.state_dir / "host-id").read_text().strip()
+        assert status.stdout.splitlines()[:3] == [
+            f"sandbox host {host_id} (pid {host.pid}) at {host.socket_path}",
+            "other processes reach it at: nowhere (no address)",
+            "sandboxes: none",
+        ]
 
         stopped = _host_command(host, "stop")
         assert stopped.returncode == 0, stopped.stderr

@@ -37,8 +37,8 @@ async def run(sandbox: HostSandbox, command: str) -> tuple[int | None, str]:
 
 
 def mounts_of(client: HostClient) -> HostMounts:
-    async def same() -> HostClient:
-        return client
+    async def same(_sandbox_id: str) -> tuple[HostClient, int | None]:
+        return client, None
 
     return HostMounts(same)
 

@@ -6,6 +6,7 @@ S3-compatible server."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -72,7 +73,12 @@ async def test_sleep_and_wake_keep_the_workspace_in_a_local_blob_dir(
 ) -> None:
     await sleep_and_wake_round_trip(sandbox, host)
     blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
-    assert [p.name.endswith(".tar.zst") for p in blobs.iterdir()] == [True]
+    (snapshot,) = [p.name for p in blobs.iterdir() if p.is_file()]
+    assert snapshot.endswith(".tar.zst")
+    # Named as the sandbox's latest in a manifest (an unplaced caller: placement 0).
+    (manifest,) = (blobs / "placements").iterdir()
+    assert manifest.name == f"{0:020d}.json"
+    assert json.loads(manifest.read_bytes())["blob_key"].endswith(snapshot)
 
 
 async def test_a_second_sleep_replaces_the_older_snapshot_only_once_verified(
@@ -83,7 +89,7 @@ async def test_a_second_sleep_replaces_the_older_snapshot_only_once_verified(
     await sandbox.write_file("two", b"2")
     assert await sandbox.sleep()
     blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
-    assert len(list(blobs.iterdir())) == 1
+    assert len([p for p in blobs.iterdir() if p.is_file()]) == 1
     assert await sandbox.read_file("one", max_bytes=10) == b"1"
     assert await sandbox.read_file("two", max_bytes=10) == b"2"
 
@@ -94,7 +100,7 @@ async def test_a_corrupt_snapshot_is_an_error_not_an_empty_workspace(
     await sandbox.write_file("precious", b"data")
     assert await sandbox.sleep()
     blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
-    (snapshot,) = blobs.iterdir()
+    (snapshot,) = [p for p in blobs.iterdir() if p.is_file()]
     snapshot.write_bytes(b"not a snapshot")
     for _ in range(2):
         with pytest.raises(WorkspaceUnavailable):
@@ -209,7 +215,8 @@ async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
         assert await sandbox.sleep()
         blobs = Path(process.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
         with anyio.fail_after(WAIT):
-            while blobs.exists() and any(blobs.iterdir()):  # noqa: ASYNC110 - the host deletes it
+            # The host deletes the snapshot; its manifest stays, naming what expired.
+            while any(p.is_file() for p in blobs.iterdir()):  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         with pytest.raises(WorkspaceUnavailable, match="expired"):
             await sandbox.read_file("old", max_bytes=10)

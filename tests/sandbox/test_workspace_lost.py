@@ -78,7 +78,7 @@ def test_a_lost_workspace_ends_the_session(
                 slept = host.call({"op": "sleep", "sandbox_id": session_id, "force": True})
                 assert slept == {"result": {"slept": True}}, slept
                 blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / session_id
-                (snapshot,) = blobs.iterdir()
+                (snapshot,) = [p for p in blobs.iterdir() if p.is_file()]
                 snapshot.write_bytes(b"not a snapshot")
 
                 client.beta.sessions.events.send(session_id, events=[message("read it")])

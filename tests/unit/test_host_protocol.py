@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from stead.sandbox import EnvironmentCredential, ExecResult, InvalidArgument, codec, ops
+from stead.sandbox import (
+    EnvironmentCredential,
+    ExecResult,
+    HostIdentity,
+    InvalidArgument,
+    codec,
+    ops,
+)
 from stead.sandbox_host.egress import HeaderSecret, PlaceholderSecret, Secrets
 from stead.sandbox_host.rpc import HostRpc
 
 
 def test_every_request_type_has_a_handler_in_the_host() -> None:
-    rpc = HostRpc(manager=None, token=None)  # type: ignore[arg-type]
+    rpc = HostRpc(manager=None, token=None, identity=HostIdentity("h", None))  # type: ignore[arg-type]
     assert set(rpc.handlers) == set(codec.request_types()) - {ops.Hello}
 
 

@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stead.cli import app
+from stead.sandbox_host.settings import HostSettings
 
 HOST = "sandbox-host"
 BRAIN = "db"
@@ -87,6 +88,29 @@ EXTRA_CA = (
         (BRAIN, {"STEAD_EGRESS_HOSTS": "notjson"}, "STEAD_EGRESS_HOSTS: not valid JSON"),
         (BRAIN, {"STEAD_PORT": "abc"}, "STEAD_PORT: Input should be a valid integer"),
         (BRAIN, {"STEAD_SANDBOX": "docker"}, "STEAD_SANDBOX: Input should be"),
+        (
+            HOST,
+            {"STEAD_SANDBOX_HOST_ADVERTISE": "10.0.0.5:7070"},
+            "STEAD_SANDBOX_HOST_ADVERTISE: '10.0.0.5:7070' is not tcp://host:port",
+        ),
+        (
+            HOST,
+            {"STEAD_SANDBOX_HOST_ADVERTISE": "tcp://10.0.0.5:7070"},
+            "STEAD_SANDBOX_HOST_ADVERTISE: the host listens on no TCP port",
+        ),
+        (
+            HOST,
+            {
+                "STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0:7070",
+                "STEAD_SANDBOX_HOST_ADVERTISE": "tcp://10.0.0.5:port",
+            },
+            "STEAD_SANDBOX_HOST_ADVERTISE: '10.0.0.5:port' is not tcp://host:port",
+        ),
+        (
+            HOST,
+            {"STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0"},
+            "STEAD_SANDBOX_HOST_LISTEN_TCP: '0.0.0.0' is not a host:port",
+        ),
         (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
         (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
     ],
@@ -159,3 +183,26 @@ def test_a_connect_timeout_of_zero_is_refused(tmp_path: Path) -> None:
         "stead: STEAD_DATABASE_URL: connect_timeout='0' in the database URL: give whole "
         "seconds, 1 or more\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "address"),
+    [
+        ({}, None),
+        ({"STEAD_SANDBOX_HOST_LISTEN_TCP": "10.0.0.5:7070"}, "tcp://10.0.0.5:7070"),
+        ({"STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0:7070"}, None),  # no machine dials that
+        (
+            {
+                "STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0:7070",
+                "STEAD_SANDBOX_HOST_ADVERTISE": "tcp://host-a.internal:7070",
+            },
+            "tcp://host-a.internal:7070",
+        ),
+    ],
+)
+def test_a_host_is_reached_at_its_advertised_or_listen_address(
+    env: dict[str, str | None], address: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, str(value))
+    assert HostSettings().options().advertise == address

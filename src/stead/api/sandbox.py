@@ -1,10 +1,11 @@
 """/v1/sessions/{id}/sandbox: a session's sandbox, stead's own addition to the API.
 
-``GET`` shows its lease (rule 9) and its state in the sandbox host without
-renewing, acquiring or waking anything. ``DELETE`` releases it: the lease ends
-explicitly and the sweeper destroys the sandbox after a final snapshot; the
-session's next tool call or terminal takes a new lease and gets its workspace
-back. A running session is refused (409): its tools are using the sandbox.
+``GET`` shows its lease (rule 9: with the sandbox host holding it) and its
+state in that host without renewing, acquiring or waking anything. ``DELETE``
+releases it: the lease ends explicitly and the sweeper destroys the sandbox
+after a final snapshot; the session's next tool call or terminal takes a new
+lease and gets its workspace back. A running session is refused (409): its
+tools are using the sandbox.
 ``GET .../egress`` pages through the audit log of the sandbox's egress proxy.
 """
 
@@ -96,6 +97,11 @@ def _json(session_id: str, view: SandboxView) -> dict[str, Any]:
             "expires_at": ts(lease.expires_at),
             "expired_at": ts(lease.expired_at),
             "destroyed_at": ts(lease.destroyed_at),
+            # Which sandbox host holds it (None: none yet, or destroyed), where
+            # other processes reach that host, and how often it was placed.
+            "host_id": lease.host_id,
+            "host_address": lease.host_address,
+            "placement": lease.placement,
         },
         "state": host.get("state"),
         "active_seconds": round(view.active_seconds, 3),

@@ -22,7 +22,7 @@ from stead.runtime.models import ModelRouter
 from stead.runtime.planned import PlannedRequests
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.work import WorkQueue
-from stead.store import LeaseTerms, SessionRecord, Store
+from stead.store import LeaseTerms, SandboxLease, SessionRecord, Store
 from stead.telemetry import Telemetry
 from stead.tools import ToolOutcome
 
@@ -31,11 +31,14 @@ class ToolsUnavailable(Exception):
     """The session's sandbox cannot be reached right now (its host is
     restarting, the blob store is down on a wake); a later try may succeed."""
 
-    def __init__(self, message: str, *, reached: bool) -> None:
+    def __init__(self, message: str, *, reached: bool, host_lost: bool = False) -> None:
         super().__init__(message)
         self.reached = reached
         """False when the call surely never reached the sandbox (it could not
         even be opened); True when it may have."""
+        self.host_lost = host_lost
+        """The sandbox's host did not answer at all (no connection, or none
+        that lasted): when that outlasts the retries, the sandbox moves."""
 
 
 class Toolbox(Protocol):
@@ -51,19 +54,34 @@ class Toolbox(Protocol):
         """Tools that may safely run again after a crash (read, glob, grep)."""
         ...
 
-    def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
+    async def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
         """The sandbox lease every call for ``session`` renews (rule 9), for a
         caller that renews it in a write of its own and then calls ``run`` with
-        ``renewed``; None when sandboxes are not leased."""
+        the lease it wrote; None when sandboxes are not leased."""
         ...
 
     async def run(
-        self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False
+        self,
+        session_id: str,
+        name: str,
+        tool_input: Json,
+        op_key: str,
+        *,
+        lease: SandboxLease | None = None,
     ) -> ToolOutcome:
         """Never raises for a tool failure (that is an error outcome); raises
         ``ToolsUnavailable`` when the sandbox is down for now; cancellation stops
-        the tool and propagates. ``renewed``: the caller has just renewed the
-        session's lease on ``lease_terms``, so the call does not."""
+        the tool and propagates. ``lease``: the session's lease as the caller
+        has just renewed it on ``lease_terms`` (so the call does not), which
+        also says which host holds the sandbox."""
+        ...
+
+    async def move_sandbox(self, session_id: str) -> bool:
+        """The session's sandbox's host stopped answering (``ToolsUnavailable``
+        with ``host_lost``, past the retries): its lease moves to this process's
+        host, fenced against other movers. True when calls now go to another
+        host (which restores the sandbox from its latest snapshot); False when
+        there is none to go to."""
         ...
 
     @property

@@ -39,15 +39,18 @@ from stead.runtime.memory_mounts import MemoryMounts, MemorySession
 from stead.runtime.memory_tool import DEFINITION as MEMORY_SEARCH_DEFINITION
 from stead.runtime.memory_tool import MemorySearchTool
 from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
+from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
+    HostLost,
     HostUnreachable,
     NoSandbox,
     Sandbox,
     SandboxConfig,
     SandboxError,
+    SandboxMoved,
     SandboxProvider,
     SandboxUnavailable,
     Terminal,
@@ -113,7 +116,7 @@ class ToolboxStore(
     MountsStore, EnvironmentStore, LeaseStore, UsageStore, MemoryStoreStore, Protocol
 ):
     """What the sandbox toolbox uses: sessions and their environments, sandbox
-    leases and time, and what its mounts use."""
+    leases (and where they place sandboxes) and time, and what its mounts use."""
 
 
 class SandboxToolbox:
@@ -134,6 +137,7 @@ class SandboxToolbox:
         self._telemetry = telemetry or Telemetry()
         self._store = store
         self._provider = provider
+        self._placements = SandboxPlacements(store, provider)
         self._credentials = credentials
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
@@ -191,6 +195,27 @@ class SandboxToolbox:
     @property
     def sandbox_free(self) -> frozenset[str]:
         return frozenset(tools.WEB_TOOL_NAMES) | {MEMORY_SEARCH}
+
+    def _follow(self, lease: SandboxLease | None) -> None:
+        """Calls for the lease's sandbox go where it places it; a sandbox that
+        went elsewhere is acquired and staged again there."""
+        if lease is not None and self._placements.follow(lease):
+            self._sandboxes.pop(lease.sandbox_id, None)
+            self._stale_mounts.add(lease.sandbox_id)
+
+    async def move_sandbox(self, session_id: str) -> bool:
+        """The session's sandbox's host does not answer: its lease moves to this
+        process's host (``placements.py``); True when its calls now go to
+        another host, which restores the workspace from its latest snapshot."""
+        try:
+            moved = await self._placements.move_here(session_id)
+        except DatabaseBusy as exc:
+            log.warning("session %s: sandbox not moved now: %s", session_id, exc)
+            return False
+        if moved:
+            self._sandboxes.pop(session_id, None)
+            self._stale_mounts.add(session_id)
+        return moved
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
@@ -252,8 +277,12 @@ class SandboxToolbox:
         A sandbox or blob store that fails is logged: the next capture (after
         the next turn, or at release) files what this one missed. Returns the
         message naming outputs left over the workspace's quota, if any."""
-        if self._mounts is None or await self._store.sandbox_lease(session_id) is None:
+        if self._mounts is None:
+            return None
+        lease = await self._store.sandbox_lease(session_id)
+        if lease is None:
             return None  # never had a sandbox: nothing to capture, no host to start for it
+        self._follow(lease)
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
         self._stale_mounts.add(session_id)
@@ -376,7 +405,7 @@ class SandboxToolbox:
                 failures.append(failure)
         return failures
 
-    def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
+    async def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
         if not self._provider.leased:
             return None
         return LeaseTerms(
@@ -386,16 +415,17 @@ class SandboxToolbox:
             environment_id=session.environment_id,
             agent_id=session.agent.get("id"),
             ttl_seconds=self._settings.sandbox_lease_seconds,
+            host=await self._placements.home(),
         )
 
     async def _renew(self, session_id: str) -> None:
         """Every call renews the lease; one that ended stops the tools here."""
         if not self._provider.leased:
             return
-        terms = self.lease_terms(await self._store.session_snapshot(session_id))
+        terms = await self.lease_terms(await self._store.session_snapshot(session_id))
         assert terms is not None
         try:
-            await self._store.acquire_sandbox_lease(
+            lease = await self._store.acquire_sandbox_lease(
                 terms.sandbox_id,
                 workspace_id=terms.workspace_id,
                 session_id=terms.session_id,
@@ -403,33 +433,42 @@ class SandboxToolbox:
                 agent_id=terms.agent_id,
                 ttl_seconds=terms.ttl_seconds,
                 enforce_limits=True,
+                host=terms.host,
             )
         except SandboxLeaseEnded:
             raise NoSandbox(LEASE_ENDED) from None
         except LimitReached as exc:
             raise NoSandbox(str(exc)) from None
+        self._follow(lease)
 
     async def run(
-        self, session_id: str, name: str, tool_input: Json, op_key: str, *, renewed: bool = False
+        self,
+        session_id: str,
+        name: str,
+        tool_input: Json,
+        op_key: str,
+        *,
+        lease: SandboxLease | None = None,
     ) -> ToolOutcome:
         if name in tools.WEB_TOOL_NAMES:
             return await self._web.run(session_id, name, tool_input)
         if name == MEMORY_SEARCH and self._search is not None:
             return await self._search.run(session_id, tool_input)
+        self._follow(lease)
         try:
-            sandbox = await self._sandbox(session_id, renewed=renewed)
+            sandbox = await self._sandbox(session_id, renewed=lease is not None)
         except NoSandbox as exc:
             return ToolOutcome([{"type": "text", "text": str(exc)}], True)
         except SandboxError as exc:
             if not exc.retryable:
                 return _broken(name, exc)
-            raise ToolsUnavailable(str(exc), reached=False) from exc
+            raise _unavailable(exc, reached=False) from exc
         try:
             outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
         except (SandboxUnavailable, WorkspaceUnavailable) as exc:
             if exc.retryable:
-                reached = not isinstance(exc, HostUnreachable)
-                raise ToolsUnavailable(str(exc), reached=reached) from exc
+                reached = not isinstance(exc, (HostUnreachable, SandboxMoved))
+                raise _unavailable(exc, reached=reached) from exc
             return _broken(name, exc)
         notes = self._notes.pop(session_id, [])
         served = self._served.get(session_id)
@@ -448,6 +487,7 @@ class SandboxToolbox:
         booked = await self._store.sandbox_active_seconds(session_id)
         if lease is None or lease.status is SandboxLeaseStatus.DESTROYED:
             return SandboxView(lease, None, booked)
+        self._follow(lease)
         try:
             host = await self._provider.status(session_id)
         except SandboxError as exc:
@@ -482,6 +522,7 @@ class SandboxToolbox:
         """The session's sandbox's egress log (``SandboxProvider.egress_audit``);
         None when there is none. Never wakes the sandbox; ``SandboxError`` when
         the host cannot be asked."""
+        self._follow(await self._store.sandbox_lease(session_id))
         return await self._provider.egress_audit(session_id, after, limit)
 
     async def release(self, session_id: str) -> bool:
@@ -512,7 +553,9 @@ class SandboxToolbox:
                 self._notes.pop(lease.sandbox_id, None)
             if sandbox is not None:
                 await sandbox.close()
+            self._follow(lease)
             total = await self._provider.release(lease.sandbox_id)
+            self._placements.forget(lease.sandbox_id)
         if held.statistics().tasks_waiting == 0:
             self._sandbox_locks.pop(lease.sandbox_id, None)
         if total is not None:
@@ -530,6 +573,10 @@ class SandboxToolbox:
         for sandbox in sandboxes:
             await sandbox.close()
         await self._provider.aclose()
+
+
+def _unavailable(exc: SandboxError, *, reached: bool) -> ToolsUnavailable:
+    return ToolsUnavailable(str(exc), reached=reached, host_lost=isinstance(exc, HostLost))
 
 
 def _broken(name: str, exc: SandboxError) -> ToolOutcome:

@@ -171,19 +171,26 @@ class ToolSteps:
     async def _run_tool_until_reached(self, use: Json, *, not_run: Sequence[Json]) -> None:
         """Runs the call, waiting with backoff while the sandbox is down for a
         moment. A new try follows the ledger's rules for a call in doubt, unless
-        no try so far can have reached the sandbox. After the last try the run
+        no try so far can have reached the sandbox. When the sandbox's host has
+        not answered by the last try, the sandbox moves to this process's host
+        once and the call is tried there afresh. After the last try the run
         fails and is retried once its lease expires."""
         attempt = 0
-        reached = False
+        reached = moved = False
         while True:
             try:
                 return await self._run_tool(
-                    use, not_run=not_run, unsent=attempt > 0 and not reached
+                    use, not_run=not_run, unsent=(attempt > 0 or moved) and not reached
                 )
             except ToolsUnavailable as exc:
                 reached = reached or exc.reached
                 if attempt >= self.deps.settings.upstream_retries:
-                    raise
+                    if moved or not exc.host_lost:
+                        raise
+                    if not await self.deps.tools.move_sandbox(self.session_id):
+                        raise
+                    moved, attempt = True, 0
+                    continue
                 attempt += 1
                 await self._pause_for_retry(
                     attempt, "unknown_error", f"the sandbox is unavailable: {exc}"
@@ -200,21 +207,26 @@ class ToolSteps:
         started = [(key, f"tool:{name}")]
         # One commit records the call as started (unless the ledger has it: it
         # says what it had) and renews the sandbox's lease, as the call would.
-        lease = tools.lease_terms(self.start.session) if name not in tools.sandbox_free else None
+        terms = None if name in tools.sandbox_free else await tools.lease_terms(self.start.session)
         try:
-            written = await self._write(ops_started=started, lease=lease)
+            written = await self._write(ops_started=started, lease=terms)
         except (SandboxLeaseEnded, LimitReached):
             # The lease ended, or a limit stops the sandbox: record the start
             # alone; the call finds out for itself (and its result says which).
-            written, lease = await self._write(ops_started=started), None
+            written = await self._write(ops_started=started)
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
-        if previous is None or unsent or name in tools.idempotent or name in tools.resumable:
+        if (
+            previous is None
+            or unsent
+            or name in tools.idempotent
+            or (name in tools.resumable and _same_placement(previous, written))
+        ):
             self.deps.failpoints.hit("tool.before_run")
             kind = _kind(name, tools.sandbox_free)
             with self.deps.telemetry.tool_call(self.session_id, kind, name) as counted:
                 outcome = await tools.run(
-                    self.session_id, name, tool_input, key, renewed=lease is not None
+                    self.session_id, name, tool_input, key, lease=written.lease
                 )
                 counted.finished(is_error=outcome.is_error)
             self.deps.failpoints.hit("tool.after_run")
@@ -249,6 +261,15 @@ class ToolSteps:
             answer_drained=False,
             ops_completed=completed,
         )
+
+
+def _same_placement(previous: OpRecord, written: WriteResult) -> bool:
+    """Whether the sandbox is still on the placement the op started on. A
+    resumable call is made again with its op key only then: the host that
+    holds its record sorts it out. A sandbox placed on a host since (its host
+    was lost) never saw it and would run it again: the call is in doubt."""
+    now = written.lease.placement if written.lease is not None else None
+    return previous.placement is None or now is None or now == previous.placement
 
 
 def _kind(name: str, sandbox_free: frozenset[str]) -> str:

@@ -35,6 +35,7 @@ from stead.sandbox.base import (
 )
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import (
+    HostLost,
     HostUnreachable,
     InvalidArgument,
     SandboxNotFound,
@@ -95,9 +96,10 @@ class HostClient:
         on_output: Callable[[bytes], None] | None = None,
     ) -> Any:
         """Sends one request and returns its reply (of ``request.reply``'s type);
-        raises the host's ``SandboxError`` as is, ``SandboxUnavailable`` when the
-        host cannot be reached or does not answer within ``seconds``. Output
-        frames before the reply (a streaming exec) go to ``on_output``."""
+        raises the host's ``SandboxError`` as is, ``HostLost`` when the host
+        cannot be reached (``HostUnreachable``), the connection breaks or no
+        answer comes within ``seconds``. Output frames before the reply (a
+        streaming exec) go to ``on_output``."""
         if self._closed:
             raise SandboxUnavailable("the sandbox host client is closed")
         op = type(request).__name__
@@ -112,11 +114,12 @@ class HostClient:
                         on_output(codec.decode_output(frame["output"]))
                 reply = frame
         except TimeoutError:
-            raise SandboxUnavailable(
-                f"the sandbox host did not answer {op} within {deadline:g} s"
+            raise HostLost(
+                f"the sandbox host at {self.address} did not answer {op} within {deadline:g} s"
             ) from None
         except (anyio.EndOfStream, anyio.BrokenResourceError, OSError, ProtocolError) as exc:
-            raise SandboxUnavailable(f"lost the sandbox host during {op}: {exc!r}") from None
+            lost = f"lost the sandbox host at {self.address} during {op}: {exc!r}"
+            raise HostLost(lost) from None
         finally:
             if reply is None:
                 await _discard(frames)
@@ -317,11 +320,16 @@ class HostSandbox:
         sandbox_id: str,
         config: SandboxConfig,
         secrets: SecretsBook | None = None,
+        *,
+        placement: int | None = None,
     ) -> None:
+        """``placement``: the sandbox's placement as its lease records it, sent
+        with every call (``ops.SandboxRequest.placement``)."""
         self._client = client
         self.sandbox_id = sandbox_id
         self.config = config
         self._secrets = secrets
+        self.placement = placement
         self._closed = False
 
     @property
@@ -338,6 +346,7 @@ class HostSandbox:
             "sandbox_id": self.sandbox_id,
             "config": self.config.to_json(),
             "secrets_generation": generation,
+            "placement": self.placement,
         }
 
     async def _call(

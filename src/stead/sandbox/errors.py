@@ -31,8 +31,13 @@ SandboxError                 base; ``retryable`` says whether the same call may 
     │                        message carries the installer's last output. Not retryable
     ├── SandboxNotFound      the sandbox host has no such sandbox (destroyed, or the host
     │                        lost it); the client acquires it again
-    └── HostUnreachable      no connection to the sandbox host could be made, so nothing
-                             of the call was sent (raised by the brain's client only)
+    ├── SandboxMoved         the call names an older placement of the sandbox than the
+    │                        host holds: the caller's lease is stale, nothing ran
+    └── HostLost             the sandbox host did not answer: the connection broke or
+        │                    the call timed out, so the call may have run (raised by the
+        │                    brain's client only)
+        └── HostUnreachable  no connection to the sandbox host could be made, so nothing
+                             of the call was sent
 """
 
 from __future__ import annotations
@@ -101,8 +106,17 @@ class SandboxUnavailable(SandboxError):
     retryable: ClassVar[bool] = True
 
 
-class HostUnreachable(SandboxUnavailable):
+class HostLost(SandboxUnavailable):
+    """The host did not answer (the brain's client raises it, never the host):
+    when it lasts, the host may be gone, and the sandbox moves to another."""
+
+
+class HostUnreachable(HostLost):
     pass
+
+
+class SandboxMoved(SandboxUnavailable):
+    """The sandbox was placed on a host again since the caller read its lease."""
 
 
 class IsolationUnavailable(SandboxUnavailable):

@@ -96,11 +96,15 @@ class SandboxMounts(Protocol):
         ...
 
 
-class HostMounts:
-    """``SandboxMounts`` over the host protocol."""
+Route = Callable[[str], Awaitable[tuple[HostClient, int | None]]]
+"""A sandbox id -> the client of the host holding it, and its placement."""
 
-    def __init__(self, client: Callable[[], Awaitable[HostClient]]) -> None:
-        self._client = client
+
+class HostMounts:
+    """``SandboxMounts`` over the host protocol, on the host ``route`` names."""
+
+    def __init__(self, route: Route) -> None:
+        self._route = route
 
     async def put(
         self,
@@ -111,28 +115,34 @@ class HostMounts:
         *,
         writable: bool,
     ) -> None:
+        client, placement = await self._route(sandbox_id)
         request = ops.PutMount(
             sandbox_id=sandbox_id,
             config=config.to_json(),
+            placement=placement,
             mount=mount,
             files=[ops.MountFile(path=f.path, data=f.data) for f in files],
             writable=writable,
         )
-        await (await self._client()).call(request)
+        await client.call(request)
 
     async def listing(self, sandbox_id: str, mount: str) -> list[MountedFile]:
+        client, placement = await self._route(sandbox_id)
         try:
-            reply = await (await self._client()).call(
-                ops.ListMount(sandbox_id=sandbox_id, mount=mount)
+            reply = await client.call(
+                ops.ListMount(sandbox_id=sandbox_id, placement=placement, mount=mount)
             )
         except SandboxNotFound:
             return []
         return [MountedFile(f.path, f.size, f.sha256) for f in reply.files]
 
     async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
-        request = ops.ReadMount(sandbox_id=sandbox_id, mount=mount, path=path, max_bytes=max_bytes)
+        client, placement = await self._route(sandbox_id)
+        request = ops.ReadMount(
+            sandbox_id=sandbox_id, placement=placement, mount=mount, path=path, max_bytes=max_bytes
+        )
         try:
-            reply = await (await self._client()).call(request)
+            reply = await client.call(request)
         except SandboxNotFound:
             raise FileNotFound(f"{mount}/{path}") from None
         data: bytes = reply.data
@@ -148,12 +158,13 @@ class HostMounts:
         *,
         writable: bool,
     ) -> None:
-        client = await self._client()
+        client, placement = await self._route(sandbox_id)
         offset = 0
         async for data, last in _parts(chunks, ops.MOUNT_PART_BYTES):
             request = ops.PutMountPart(
                 sandbox_id=sandbox_id,
                 config=config.to_json(),
+                placement=placement,
                 mount=mount,
                 path=path,
                 offset=offset,
@@ -167,11 +178,12 @@ class HostMounts:
     async def read_stream(
         self, sandbox_id: str, mount: str, path: str, *, max_bytes: int
     ) -> AsyncIterator[bytes]:
-        client = await self._client()
+        client, placement = await self._route(sandbox_id)
         offset = 0
         while True:
             request = ops.ReadMountPart(
                 sandbox_id=sandbox_id,
+                placement=placement,
                 mount=mount,
                 path=path,
                 offset=offset,
@@ -191,11 +203,15 @@ class HostMounts:
                 return
 
     async def remove(self, sandbox_id: str, mount: str, paths: Sequence[str] | None = None) -> None:
+        client, placement = await self._route(sandbox_id)
         request = ops.RemoveMount(
-            sandbox_id=sandbox_id, mount=mount, paths=None if paths is None else list(paths)
+            sandbox_id=sandbox_id,
+            placement=placement,
+            mount=mount,
+            paths=None if paths is None else list(paths),
         )
         try:
-            await (await self._client()).call(request)
+            await client.call(request)
         except SandboxNotFound:
             return
 

@@ -33,7 +33,7 @@ from stead.sandbox.base import (
     GrepResult,
 )
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Raised on any change to a request or reply type."""
 
 
@@ -75,6 +75,9 @@ class Hello(Request):
 
 
 class Ping(Request):
+    """The host's status, with ``host_id`` (its identity, kept in its state
+    directory) and ``address`` (where other processes reach it, or None)."""
+
     op: Literal["ping"] = "ping"
 
 
@@ -86,6 +89,11 @@ class SandboxRequest(Request):
     secrets_generation: int | None = None
     """The generation of credentials the caller last gave this sandbox: a host
     that holds another one answers ``SecretsOutdated``."""
+    placement: int | None = Field(default=None, ge=0)
+    """The sandbox's placement as its lease records it (how many times it was
+    placed on a host). A host whose copy is of an earlier placement takes the
+    workspace from the sandbox's latest snapshot instead; one holding a later
+    placement answers ``SandboxMoved``. None: no check (an unleased caller)."""
 
 
 class Empty(Message):

@@ -94,6 +94,7 @@ _BUILDERS: dict[str, Callable[..., errors.SandboxError]] = {
         errors.PackagesUnavailable,
         errors.WorkspaceUnavailable,
         errors.SandboxNotFound,
+        errors.SandboxMoved,
         errors.NoSandbox,
         errors.SecretsOutdated,
         errors.VersionMismatch,

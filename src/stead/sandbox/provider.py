@@ -81,11 +81,42 @@ EgressSecret = EgressCredential | EnvironmentCredential
 """Either kind of credential ``set_secrets`` takes."""
 
 
+@dataclass(frozen=True, slots=True)
+class HostIdentity:
+    """A sandbox host as other processes know it."""
+
+    host_id: str
+    """Its identity, kept in its state directory across restarts."""
+    address: str | None
+    """``tcp://host:port`` where other processes reach it; None: they cannot."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a sandbox lives, as its lease records it."""
+
+    host: HostIdentity
+    number: int
+    """How many times the sandbox was placed on a host; every call carries it."""
+
+
 class SandboxProvider(Protocol):
     @property
     def leased(self) -> bool:
         """Sandboxes outlive this process and are bound by leases (rule 9): the
         brain renews a lease on every use and the sweeper destroys expired ones."""
+        ...
+
+    async def home(self) -> HostIdentity | None:
+        """The sandbox host this process puts sandboxes on; None when this
+        provider's sandboxes live in no host (they are never placed).
+        ``SandboxUnavailable`` when that host cannot be asked."""
+        ...
+
+    def place(self, sandbox_id: str, placement: Placement | None) -> bool:
+        """Sends every later call for the sandbox to the host of ``placement``
+        (None: this process's own host); True when that changes where calls
+        go, so a ``Sandbox`` acquired before must be acquired again."""
         ...
 
     async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:

@@ -30,7 +30,7 @@ from stead.sandbox_host.uids import UidRange
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandboxes (
     id TEXT PRIMARY KEY,
@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS sandboxes (
     config TEXT NOT NULL,
     created_at REAL NOT NULL,
     active_seconds REAL NOT NULL DEFAULT 0,
-    destroyed_at REAL
+    destroyed_at REAL,
+    placement INTEGER
 );
 CREATE TABLE IF NOT EXISTS snapshots (
     id TEXT PRIMARY KEY,
@@ -69,6 +70,9 @@ MIGRATIONS = {
         "ALTER TABLE execs ADD COLUMN updated_at REAL NOT NULL DEFAULT 0",
         "UPDATE execs SET updated_at = strftime('%s', 'now')",
     ],
+    # version 2 -> 3: the placement each sandbox's copy here belongs to
+    # (``placements.py``); none for those made before.
+    3: ["ALTER TABLE sandboxes ADD COLUMN placement INTEGER"],
 }
 
 
@@ -79,6 +83,9 @@ class SandboxRow:
     config: dict[str, Any]
     active_seconds: float
     destroyed_at: float | None
+    placement: int | None = None
+    """The placement this host's copy belongs to; None: never placed (made
+    before placements, or by an unleased caller)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +132,7 @@ class Catalogue:
     async def sandbox(self, sandbox_id: str) -> SandboxRow | None:
         def read(db: sqlite3.Connection) -> SandboxRow | None:
             row = db.execute(
-                "SELECT id, uid, config, active_seconds, destroyed_at FROM sandboxes WHERE id=?",
+                f"SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id=?",
                 (sandbox_id,),
             ).fetchone()
             return _sandbox(row) if row else None
@@ -143,8 +150,7 @@ class Catalogue:
             db.execute("BEGIN IMMEDIATE")
             try:
                 row = db.execute(
-                    "SELECT id, uid, config, active_seconds, destroyed_at FROM sandboxes "
-                    "WHERE id=?",
+                    f"SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id=?",
                     (sandbox_id,),
                 ).fetchone()
                 if row is None:
@@ -167,7 +173,7 @@ class Catalogue:
                 db.execute("ROLLBACK")
                 raise
             found = db.execute(
-                "SELECT id, uid, config, active_seconds, destroyed_at FROM sandboxes WHERE id=?",
+                f"SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE id=?",
                 (sandbox_id,),
             ).fetchone()
             return _sandbox(found)
@@ -190,6 +196,53 @@ class Catalogue:
             )
         )
 
+    async def take_placement(
+        self, sandbox_id: str, placement: int, *, latest: SnapshotRow | None, keep_local: bool
+    ) -> list[SnapshotRow]:
+        """Records that the sandbox's copy here belongs to ``placement``. Unless
+        ``keep_local``, its snapshots here are replaced by ``latest`` (the
+        placement's workspace; None: empty): the others are forgotten and
+        returned, for their blobs to be deleted."""
+
+        def take(db: sqlite3.Connection) -> list[SnapshotRow]:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute("UPDATE sandboxes SET placement=? WHERE id=?", (placement, sandbox_id))
+                dropped: list[SnapshotRow] = []
+                if not keep_local:
+                    rows = db.execute(
+                        f"SELECT {SNAPSHOT_COLUMNS} FROM snapshots WHERE sandbox_id=?",
+                        (sandbox_id,),
+                    ).fetchall()
+                    kept = latest.id if latest is not None else None
+                    dropped = [SnapshotRow(*row) for row in rows if row[0] != kept]
+                    db.execute(
+                        "DELETE FROM snapshots WHERE sandbox_id=? AND id IS NOT ?",
+                        (sandbox_id, kept),
+                    )
+                    if latest is not None:
+                        db.execute(
+                            f"INSERT OR REPLACE INTO snapshots ({SNAPSHOT_COLUMNS}) "
+                            "VALUES (?,?,?,?,?,?,?,?)",
+                            (
+                                latest.id,
+                                sandbox_id,
+                                latest.blob_key,
+                                latest.size,
+                                latest.sha256,
+                                latest.created_at,
+                                latest.expires_at,
+                                latest.deleted_at,
+                            ),
+                        )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            return dropped
+
+        return await self._run(take)
+
     async def add_active_seconds(self, sandbox_id: str, seconds: float) -> None:
         await self._run(
             lambda db: db.execute(
@@ -208,8 +261,7 @@ class Catalogue:
     async def live_sandboxes(self) -> list[SandboxRow]:
         def read(db: sqlite3.Connection) -> list[SandboxRow]:
             rows = db.execute(
-                "SELECT id, uid, config, active_seconds, destroyed_at FROM sandboxes "
-                "WHERE destroyed_at IS NULL"
+                f"SELECT {SANDBOX_COLUMNS} FROM sandboxes WHERE destroyed_at IS NULL"
             ).fetchall()
             return [_sandbox(row) for row in rows]
 
@@ -356,7 +408,8 @@ def _migrate(db: sqlite3.Connection) -> None:
 
 
 SNAPSHOT_COLUMNS = "id, sandbox_id, blob_key, size, sha256, created_at, expires_at, deleted_at"
+SANDBOX_COLUMNS = "id, uid, config, active_seconds, destroyed_at, placement"
 
 
 def _sandbox(row: tuple[Any, ...]) -> SandboxRow:
-    return SandboxRow(row[0], row[1], json.loads(row[2]), row[3], row[4])
+    return SandboxRow(row[0], row[1], json.loads(row[2]), row[3], row[4], row[5])

@@ -36,6 +36,8 @@ class HostOptions:
     gc_interval_seconds: float = 600.0
     listen_tcp: str | None = None
     """``host:port`` for a remote brain; requires ``token``."""
+    advertise: str | None = None
+    """``tcp://host:port`` where other processes reach this host; None: they cannot."""
     token: str | None = None
     pip_index_url: str | None = None
     npm_registry: str | None = None
@@ -81,3 +83,23 @@ def default_work_dir(state_dir: Path) -> Path:
     """``/var/lib/stead/host-<tag>``: searchable by the sandbox uids wherever
     the state directory is (a root home directory is not)."""
     return Path("/var/lib/stead") / f"host-{host_tag(state_dir)}"
+
+
+WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+"""Listen addresses that mean every interface: no other machine can dial them."""
+
+
+def check_endpoint(value: str, form: str) -> tuple[str, int]:
+    """``host:port`` split, or ``ValueError`` naming ``form``."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not {form} with a port from 1 to 65535")
+    return host, int(port)
+
+
+def advertised(listen_tcp: str | None) -> str | None:
+    """The address a host listening on ``listen_tcp`` is reached at, by default."""
+    if listen_tcp is None:
+        return None
+    host, _ = check_endpoint(listen_tcp, "a host:port")
+    return None if host in WILDCARDS else f"tcp://{listen_tcp}"

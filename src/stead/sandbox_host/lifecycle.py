@@ -127,6 +127,7 @@ class HostedSandbox(SandboxCommands):
             snapshot_ttl_seconds=options.snapshot_ttl_seconds,
             clock=clock,
         )
+        self.saved.placement = row.placement
         self._egress_dir = self.root / "egress"
         self.mounts = MountTree(self.root / "mnt", row.uid)
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
@@ -316,11 +317,7 @@ class HostedSandbox(SandboxCommands):
             if not force and self.idle_seconds() is None:
                 return False
             if self.state is State.ACTIVE or self._body is not None:
-                self.state = State.STOPPING
-                try:
-                    await self._stop_body()
-                finally:
-                    self.state = State.COLD
+                await self._halt()
             if not await to_thread.run_sync(lambda: self.saved.is_warm):
                 return False
             with self._metrics.timed("snapshot"):
@@ -342,11 +339,33 @@ class HostedSandbox(SandboxCommands):
     async def stop(self) -> None:
         """Stops the body without a snapshot; the warm marker keeps the files."""
         async with self._transition:
-            self.state = State.STOPPING
-            try:
-                await self._stop_body()
-            finally:
-                self.state = State.COLD
+            await self._halt()
+
+    async def _halt(self) -> None:
+        """Stops the body (the caller holds the transition lock)."""
+        self.state = State.STOPPING
+        try:
+            await self._stop_body()
+        finally:
+            self.state = State.COLD
+
+    @property
+    def placement(self) -> int | None:
+        """The placement this copy belongs to (``placements.py``)."""
+        return self.saved.placement
+
+    async def abandon(self, placement: int) -> None:
+        """This copy is not the current one: the body stops and the workspace on
+        disk goes unsaved (the latest snapshot holds the current one); the copy
+        belongs to ``placement`` from now on."""
+        async with self._transition:
+            await self._halt()
+            await self.saved.discard()
+            self.saved.placement = placement
+
+    def placed(self, placement: int) -> None:
+        """This copy, as it is, belongs to ``placement`` from now on."""
+        self.saved.placement = placement
 
     async def destroy(self) -> None:
         """Final snapshot, then every trace of the sandbox on this machine."""

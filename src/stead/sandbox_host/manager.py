@@ -11,6 +11,7 @@ exec records older than ``exec_record_seconds``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,9 +20,17 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from stead.blobs import BlobNotFound, BlobStore
+from stead.blobs import BlobError, BlobNotFound, BlobStore
 from stead.egress_policy import HostSet, InvalidPolicy, host_entry, normalize_host
-from stead.sandbox import InvalidArgument, IsolationUnavailable, SandboxConfig, SandboxNotFound, ops
+from stead.sandbox import (
+    InvalidArgument,
+    IsolationUnavailable,
+    SandboxConfig,
+    SandboxMoved,
+    SandboxNotFound,
+    SandboxUnavailable,
+    ops,
+)
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import Cgroups
 from stead.sandbox_host.clock import HostClock, SystemClock
@@ -30,6 +39,7 @@ from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret
 from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
+from stead.sandbox_host.placements import latest_manifest
 from stead.sandbox_host.uids import UidRange
 
 log = logging.getLogger("stead.sandbox.host")
@@ -117,53 +127,107 @@ class SandboxManager:
         """Why this host refuses to start sandboxes; None when it can."""
         return self._isolation_problem
 
-    async def acquire(self, sandbox_id: str, config: SandboxConfig) -> HostedSandbox:
+    async def acquire(
+        self, sandbox_id: str, config: SandboxConfig, placement: int | None = None
+    ) -> HostedSandbox:
         """The sandbox, created if new (or destroyed before); its config follows
-        the latest acquire, applied at its next wake."""
+        the latest acquire, applied at its next wake. With ``placement`` (its
+        lease's), a copy of an earlier one takes the latest snapshot's workspace
+        (``_place``); a later one raises ``SandboxMoved``."""
         _check_id(sandbox_id)
         if self._isolation_problem is not None or self._isolation is None:
             raise IsolationUnavailable(self._isolation_problem or "no cgroups")
-        assert self._packages is not None and self._cgroups is not None
         async with self._lock(sandbox_id):
             found = self._sandboxes.get(sandbox_id)
-            if found is not None:
-                if found.config != config:
-                    found.config = config
-                    await self._catalogue.set_config(sandbox_id, config.to_json())
-                return found
-            row = await self._catalogue.create_sandbox(
-                sandbox_id,
-                config.to_json(),
-                uids=self._isolation.uids,
-                now=self._clock.time(),
-            )
-            sandbox = HostedSandbox(
-                row,
-                config,
-                options=self._options,
-                catalogue=self._catalogue,
-                blobs=self._blobs,
-                cgroups=self._cgroups,
-                packages=self._packages,
-                egress_tls=self._isolation.tls,
-                tasks=self._tasks,
-                clock=self._clock,
-                metrics=self._metrics,
-            )
-            self._sandboxes[sandbox_id] = sandbox
-            return sandbox
+            if found is None:
+                found = await self._make(sandbox_id, config)
+            elif found.config != config:
+                found.config = config
+                await self._catalogue.set_config(sandbox_id, config.to_json())
+            if placement is not None and found.placement != placement:
+                await self._place(found, placement)
+            return found
 
-    async def get(self, sandbox_id: str) -> HostedSandbox:
+    async def _make(self, sandbox_id: str, config: SandboxConfig) -> HostedSandbox:
+        """Its row (created, or revived after a destroy) and its object."""
+        assert self._isolation is not None
+        assert self._packages is not None and self._cgroups is not None
+        row = await self._catalogue.create_sandbox(
+            sandbox_id,
+            config.to_json(),
+            uids=self._isolation.uids,
+            now=self._clock.time(),
+        )
+        sandbox = HostedSandbox(
+            row,
+            config,
+            options=self._options,
+            catalogue=self._catalogue,
+            blobs=self._blobs,
+            cgroups=self._cgroups,
+            packages=self._packages,
+            egress_tls=self._isolation.tls,
+            tasks=self._tasks,
+            clock=self._clock,
+            metrics=self._metrics,
+        )
+        self._sandboxes[sandbox_id] = sandbox
+        return sandbox
+
+    async def _place(self, sandbox: HostedSandbox, placement: int) -> None:
+        """Makes this copy the sandbox's at ``placement``: as it is when it was
+        never placed and no host snapshotted it elsewhere since; else with the
+        workspace of the latest snapshot any host took (none: empty)."""
+        if sandbox.placement is not None and sandbox.placement > placement:
+            raise _moved(sandbox.id, sandbox.placement, placement)
+        try:
+            manifest = await latest_manifest(self._blobs, sandbox.id)
+        except BlobError as exc:
+            raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+        if manifest is not None and manifest.placement > placement:
+            raise _moved(sandbox.id, manifest.placement, placement)
+        latest = manifest.snapshot if manifest is not None else None
+        now = self._clock.time()
+        if latest is not None and latest.expires_at <= now:
+            # Its host deleted it, or will: the workspace expired (never empty).
+            latest = dataclasses.replace(latest, deleted_at=now)
+        keep = sandbox.placement is None and (
+            manifest is None or await self._holds(sandbox.id, manifest.snapshot.id)
+        )
+        if not keep:
+            log.info("sandbox %s: placement %d, from its latest snapshot", sandbox.id, placement)
+            await sandbox.abandon(placement)
+        dropped = await self._catalogue.take_placement(
+            sandbox.id, placement, latest=latest, keep_local=keep
+        )
+        sandbox.placed(placement)
+        for old in dropped:  # this host's own, superseded by the placement's latest
+            with contextlib.suppress(Exception):
+                await self._blobs.delete(old.blob_key)
+
+    async def _holds(self, sandbox_id: str, snapshot_id: str) -> bool:
+        """Whether this host's latest snapshot of the sandbox is ``snapshot_id``."""
+        mine = await self._catalogue.latest_snapshot(sandbox_id)
+        return mine is not None and mine.id == snapshot_id
+
+    async def get(self, sandbox_id: str, placement: int | None = None) -> HostedSandbox:
         """A sandbox acquired before, from memory or (after a host restart) the
-        catalogue; ``SandboxNotFound`` if never acquired or destroyed."""
+        catalogue; ``SandboxNotFound`` if never acquired or destroyed, or when
+        this host's copy is of an earlier ``placement`` than the caller's;
+        ``SandboxMoved`` when of a later one."""
         _check_id(sandbox_id)
         found = self._sandboxes.get(sandbox_id)
-        if found is not None:
-            return found
-        row = await self._catalogue.sandbox(sandbox_id)
-        if row is None or row.destroyed_at is not None:
-            raise SandboxNotFound(f"no sandbox {sandbox_id!r} on this host")
-        return await self.acquire(sandbox_id, SandboxConfig.from_json(row.config))
+        if found is None:
+            row = await self._catalogue.sandbox(sandbox_id)
+            if row is None or row.destroyed_at is not None:
+                raise SandboxNotFound(f"no sandbox {sandbox_id!r} on this host")
+            found = await self.acquire(sandbox_id, SandboxConfig.from_json(row.config))
+        held = found.placement
+        if placement is not None and held is not None and held != placement:
+            if held > placement:
+                raise _moved(sandbox_id, held, placement)
+            raise SandboxNotFound(f"no sandbox {sandbox_id!r} of placement {placement} here")
+        return found
 
     async def destroy(self, sandbox_id: str) -> float | None:
         """Final snapshot, then gone. Returns the sandbox's active seconds, None
@@ -262,6 +326,13 @@ class SandboxManager:
             for sandbox in list(self._sandboxes.values()):
                 with contextlib.suppress(Exception):
                     await sandbox.stop()
+
+
+def _moved(sandbox_id: str, held: int, asked: int) -> SandboxMoved:
+    return SandboxMoved(
+        f"sandbox {sandbox_id} was placed again (placement {held}) since its lease "
+        f"was read (placement {asked})"
+    )
 
 
 def _check_id(sandbox_id: object) -> None:

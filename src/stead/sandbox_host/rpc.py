@@ -26,6 +26,7 @@ from anyio import to_thread
 from stead.egress_policy import EgressPolicy, InvalidPolicy
 from stead.jsonvalues import Json
 from stead.sandbox import (
+    HostIdentity,
     InvalidArgument,
     SandboxConfig,
     SandboxError,
@@ -52,9 +53,12 @@ Handler = Callable[[Any, FrameStream], Awaitable[Any]]
 
 
 class HostRpc:
-    def __init__(self, manager: SandboxManager, *, token: str | None) -> None:
+    def __init__(
+        self, manager: SandboxManager, *, token: str | None, identity: HostIdentity
+    ) -> None:
         self._manager = manager
         self._token = token
+        self._identity = identity
         self.handlers: dict[type[ops.Request], Handler] = {
             ops.Ping: self._ping,
             ops.Acquire: self._acquire,
@@ -159,16 +163,23 @@ class HostRpc:
 
     async def _sandbox(self, request: ops.SandboxRequest) -> HostedSandbox:
         if request.config is None:
-            sandbox = await self._manager.get(request.sandbox_id)
+            sandbox = await self._manager.get(request.sandbox_id, request.placement)
         else:
-            sandbox = await self._manager.acquire(request.sandbox_id, _config(request.config))
+            config = _config(request.config)
+            sandbox = await self._manager.acquire(request.sandbox_id, config, request.placement)
         generation = request.secrets_generation
         if generation is not None and self._manager.secrets_generation(sandbox.id) != generation:
             raise SecretsOutdated(f"send generation {generation} of the credentials again")
         return sandbox
 
     async def _ping(self, request: ops.Ping, frames: FrameStream) -> Json:
-        return {"version": ops.PROTOCOL_VERSION, "pid": os.getpid(), **self._manager.status()}
+        return {
+            "version": ops.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "host_id": self._identity.host_id,
+            "address": self._identity.address,
+            **self._manager.status(),
+        }
 
     async def _acquire(self, request: ops.Acquire, frames: FrameStream) -> Json:
         try:

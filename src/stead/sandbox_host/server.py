@@ -13,7 +13,9 @@ import contextlib
 import fcntl
 import logging
 import os
+import secrets
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,6 +26,7 @@ from anyio.abc import ByteStream, TaskStatus
 from stead.blobs import open_blob_store
 from stead.egress_policy import upstream_context
 from stead.sandbox import (
+    HostIdentity,
     IsolationUnavailable,
 )
 from stead.sandbox.protocol import (
@@ -79,11 +82,17 @@ async def serve_host(
                 await manager.load()
                 tasks.start_soon(manager.sleep_idle, name="idle sleeper")
                 tasks.start_soon(manager.collect_garbage, name="garbage collector")
-                rpc = HostRpc(manager, token=options.token)
+                identity = HostIdentity(_host_id(options), options.advertise)
+                rpc = HostRpc(manager, token=options.token, identity=identity)
                 async with _listeners(options) as listeners:
                     for listener, tcp in listeners:
                         tasks.start_soon(_serve_listener, listener, rpc, tcp, tasks)
-                    log.info("sandbox host ready on %s", options.socket_path)
+                    log.info(
+                        "sandbox host %s ready on %s (others reach it at %s)",
+                        identity.host_id,
+                        options.socket_path,
+                        identity.address or "no address",
+                    )
                     task_status.started(manager)
                     await anyio.sleep_forever()
             finally:
@@ -91,6 +100,18 @@ async def serve_host(
                 tasks.cancel_scope.cancel()
                 if cgroups is not None:
                     cgroups.release()
+
+
+def _host_id(options: HostOptions) -> str:
+    """This host's identity: made once, kept in its state directory, so a host
+    that restarts on the same state (and sandboxes) is the same host."""
+    path = options.state_dir / "host-id"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        made = f"host_{socket.gethostname()[:40]}_{secrets.token_hex(6)}"
+        path.write_text(made + "\n")
+        return made
 
 
 def _check(

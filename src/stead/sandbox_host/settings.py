@@ -15,7 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
-from stead.sandbox_host.config import HostOptions, default_work_dir
+from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
 
 LAST_UID = 2**31 - 2
 """The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
@@ -38,6 +38,10 @@ class HostSettings(BaseSettings):
     searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
     sandbox_host_listen_tcp: str | None = None
     """``host:port`` on which the host also serves a remote brain (needs the token)."""
+    sandbox_host_advertise: str | None = None
+    """``tcp://host:port`` where other machines' processes reach this host (a
+    sandbox's lease records it). Default: the TCP listen address, unless that is
+    a wildcard (0.0.0.0, ::), which other machines cannot dial."""
     sandbox_host_token: str | None = None
     sandbox_uid_count: int = Field(default=100_000, ge=3, le=MAX_UID_COUNT)
     """How many uids the host's range holds: its sandboxes, the package
@@ -93,6 +97,25 @@ class HostSettings(BaseSettings):
     def _blob_url(cls, url: str | None) -> str | None:
         return None if url is None else check_blob_url(url)
 
+    @field_validator("sandbox_host_listen_tcp")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_endpoint(value, "a host:port")
+        return value
+
+    @field_validator("sandbox_host_advertise")
+    @classmethod
+    def _advertise(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        if not value.startswith("tcp://"):
+            raise ValueError(f"{value!r} is not tcp://host:port")
+        check_endpoint(value.removeprefix("tcp://"), "tcp://host:port")
+        if not info.data.get("sandbox_host_listen_tcp"):
+            raise ValueError("the host listens on no TCP port (STEAD_SANDBOX_HOST_LISTEN_TCP)")
+        return value
+
     @field_validator("sandbox_uid_base")
     @classmethod
     def _range_fits(cls, base: int | None, info: ValidationInfo) -> int | None:
@@ -123,6 +146,7 @@ class HostSettings(BaseSettings):
             exec_record_seconds=self.sandbox_exec_record_seconds,
             idle_check_seconds=self.sandbox_idle_check_seconds,
             listen_tcp=self.sandbox_host_listen_tcp,
+            advertise=self.sandbox_host_advertise or advertised(self.sandbox_host_listen_tcp),
             token=self.sandbox_host_token,
             pip_index_url=self.pip_index_url,
             npm_registry=self.npm_registry,

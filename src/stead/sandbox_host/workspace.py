@@ -24,6 +24,7 @@ from stead.blobs import BlobError, BlobStore
 from stead.sandbox import SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
 from stead.sandbox_host.clock import HostClock
+from stead.sandbox_host.placements import write_manifest
 from stead.sandbox_host.snapshots import (
     SnapshotError,
     SnapshotInfo,
@@ -53,6 +54,9 @@ class SavedWorkspace:
         self._catalogue = catalogue
         self._blobs = blobs
         self._ttl = snapshot_ttl_seconds
+        self.placement: int | None = None
+        """The placement this copy belongs to (``placements.py``); each snapshot's
+        manifest is written under it (0 for a copy never placed)."""
 
     @property
     def is_warm(self) -> bool:
@@ -109,7 +113,12 @@ class SavedWorkspace:
             snapshot_id, self._id, info.key, info.size, info.sha256, now, now + self._ttl, None
         )
         await self._catalogue.add_snapshot(row)
-        # Only a verified newer snapshot makes the older ones replaceable.
+        try:
+            await write_manifest(self._blobs, self.placement or 0, row)
+        except BlobError as exc:
+            raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+        # Only a verified newer snapshot, named in its manifest, makes the older
+        # ones replaceable.
         for old in await self._catalogue.replaceable_snapshots(self._id, keep=snapshot_id):
             with contextlib.suppress(Exception):
                 await self._blobs.delete(old.blob_key)
@@ -129,6 +138,11 @@ class SavedWorkspace:
     def _drop(self) -> None:
         self._marker.unlink(missing_ok=True)
         shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def discard(self) -> None:
+        """Drops the directory on disk unsaved: it is not the current workspace
+        (the sandbox was placed elsewhere since), the latest snapshot is."""
+        await to_thread.run_sync(self._drop)
 
     def remove(self) -> None:
         """Every trace on this machine (after a final save)."""

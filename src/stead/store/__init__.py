@@ -82,6 +82,7 @@ from stead.store.idempotency import (
 from stead.store.inmemory import InMemoryStore
 from stead.store.leases import (
     LeaseExpiry,
+    LeaseHost,
     LeaseStore,
     LeaseTerms,
     SandboxLease,
@@ -207,6 +208,7 @@ __all__ = [
     "InvalidValue",
     "KeyClaim",
     "LeaseExpiry",
+    "LeaseHost",
     "LeaseLost",
     "LeaseStore",
     "LeaseTerms",

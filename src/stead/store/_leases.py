@@ -21,6 +21,7 @@ from stead.store.errors import Conflict, SandboxLeaseEnded
 from stead.store.leases import (
     REPLACEABLE_EXPIRIES,
     LeaseExpiry,
+    LeaseHost,
     SandboxLease,
     SandboxLeaseStatus,
 )
@@ -71,6 +72,9 @@ def _record(row: Any) -> SandboxLease:
         expires_at=row.expires_at,
         expired_at=row.expired_at,
         destroyed_at=row.destroyed_at,
+        host_id=row.host_id,
+        host_address=row.host_address,
+        placement=int(row.placement),
     )
 
 
@@ -119,6 +123,14 @@ def fresh(now: datetime, ttl_seconds: float) -> dict[str, Any]:
     }
 
 
+def placed(host: LeaseHost | None, placement: int) -> dict[str, Any]:
+    """The columns of a lease that records ``host`` as holding its sandbox from
+    now on, after ``placement`` placements before (none for no host)."""
+    if host is None:
+        return {}
+    return {"host_id": host.host_id, "host_address": host.address, "placement": placement + 1}
+
+
 def acquire(
     conn: Connection,
     now: datetime,
@@ -128,9 +140,11 @@ def acquire(
     environment_id: str,
     agent_id: str | None,
     ttl_seconds: float,
+    host: LeaseHost | None = None,
 ) -> SandboxLease:
     """Renews the active lease, creates it, or replaces one that ended by TTL or
-    explicitly; raises ``SandboxLeaseEnded`` (writing nothing) otherwise."""
+    explicitly; raises ``SandboxLeaseEnded`` (writing nothing) otherwise. A lease
+    that records no host records ``host``."""
     check_amount("ttl_seconds", ttl_seconds, allow_zero=False)
     ended = _ended_reason(conn, workspace_id, session_id, environment_id)
     if ended is not None:
@@ -142,7 +156,7 @@ def acquire(
         "agent_id": agent_id,
     }
     insert = _insert(conn, sandbox_leases).values(
-        sandbox_id=sandbox_id, **owner, **fresh(now, ttl_seconds)
+        sandbox_id=sandbox_id, **owner, **fresh(now, ttl_seconds), **placed(host, 0)
     )
     made = inserted(
         conn, insert.on_conflict_do_nothing(index_elements=["sandbox_id"]), leases.sandbox_id
@@ -151,28 +165,55 @@ def acquire(
     assert current is not None, "inserted or already there"
     if made:
         return current
-    values = taken_again(current, owner, now, ttl_seconds)
+    values = taken_again(current, owner, now, ttl_seconds, host)
     conn.execute(update(sandbox_leases).where(leases.sandbox_id == sandbox_id).values(**values))
     return dataclasses.replace(current, **values)
 
 
 def taken_again(
-    current: SandboxLease, owner: dict[str, Any], now: datetime, ttl_seconds: float
+    current: SandboxLease,
+    owner: dict[str, Any],
+    now: datetime,
+    ttl_seconds: float,
+    host: LeaseHost | None = None,
 ) -> dict[str, Any]:
     """What acquiring the existing lease ``current`` for ``owner`` changes: an
     active one is renewed, one that ended by TTL or explicitly starts again;
-    any other ended for good (``SandboxLeaseEnded``)."""
+    any other ended for good (``SandboxLeaseEnded``). The host it records stays
+    (an expired sandbox not destroyed yet is still there); one that records
+    none takes ``host``."""
     if current.workspace_id != owner["workspace_id"]:
         raise Conflict(f"sandbox {current.sandbox_id} belongs to another workspace")
+    where = placed(host, current.placement) if current.host_id is None else {}
     if current.status == ACTIVE:
         return {
             "ttl_seconds": ttl_seconds,
             "last_activity_at": now,
             "expires_at": now + timedelta(seconds=ttl_seconds),
+            **where,
         }
     if current.expiry_reason in REPLACEABLE_EXPIRIES:
-        return {**owner, **fresh(now, ttl_seconds)}
+        return {**owner, **fresh(now, ttl_seconds), **where}
     raise SandboxLeaseEnded(current.sandbox_id, str(current.expiry_reason))
+
+
+def move(
+    conn: Connection, _now: datetime, sandbox_id: str, placement: int, host: LeaseHost
+) -> SandboxLease | None:
+    """Records ``host`` if the active lease is still at ``placement``; the lease after."""
+    current = _locked(conn, sandbox_id)
+    if current is None or current.status != ACTIVE:
+        return None
+    values = moved_to(current, placement, host)
+    if values:
+        conn.execute(update(sandbox_leases).where(leases.sandbox_id == sandbox_id).values(**values))
+    return dataclasses.replace(current, **values)
+
+
+def moved_to(current: SandboxLease, placement: int, host: LeaseHost) -> dict[str, Any]:
+    """What moving the active lease ``current`` from ``placement`` to ``host``
+    changes: nothing when it was moved since (the caller follows where it went)."""
+    return placed(host, placement) if current.placement == placement else {}
 
 
 def renew(conn: Connection, now: datetime, sandbox_id: str) -> bool:
@@ -277,7 +318,9 @@ def mark_destroyed(conn: Connection, now: datetime, sandbox_id: str) -> bool:
     result = conn.execute(
         update(sandbox_leases)
         .where(leases.sandbox_id == sandbox_id, leases.status == EXPIRED)
-        .values(status=SandboxLeaseStatus.DESTROYED, destroyed_at=now)
+        .values(
+            status=SandboxLeaseStatus.DESTROYED, destroyed_at=now, host_id=None, host_address=None
+        )
     )
     return result.rowcount == 1
 

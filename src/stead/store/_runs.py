@@ -185,6 +185,7 @@ def _op(row: Any) -> OpRecord:
         status=row.status,
         result=row.result,
         epoch=int(row.epoch),
+        placement=None if row.placement is None else int(row.placement),
     )
 
 
@@ -205,8 +206,10 @@ def op_started(
     epoch: int,
     op_key: str,
     kind: str,
+    placement: int | None = None,
 ) -> OpRecord | None:
-    """Records the op as started unless the ledger has it; returns what it had."""
+    """Records the op as started (at the sandbox's ``placement``) unless the ledger
+    has it; returns what it had."""
     previous = get_op(conn, op_key)
     if previous is not None:
         return previous
@@ -218,6 +221,7 @@ def op_started(
         "status": "started",
         "result": None,
         "epoch": epoch,
+        "placement": placement,
         "created_at": now,
         "updated_at": now,
     }
@@ -265,19 +269,24 @@ def write_claimed(
     fence to check."""
     if change.budget_gate:
         _limits.gate_model_request(conn, now, claim.session_id)
-    if (lease := change.lease) is not None:
-        _limits.acquire_lease(
+    lease = None
+    if (terms := change.lease) is not None:
+        lease = _limits.acquire_lease(
             conn,
             now,
-            lease.sandbox_id,
-            lease.workspace_id,
-            lease.session_id,
-            lease.environment_id,
-            lease.agent_id,
-            lease.ttl_seconds,
+            terms.sandbox_id,
+            terms.workspace_id,
+            terms.session_id,
+            terms.environment_id,
+            terms.agent_id,
+            terms.ttl_seconds,
+            terms.host,
         )
+    placement = lease.placement if lease is not None else None
     started = {
-        op_key: op_started(conn, now, claim.session_id, claim.run_id, claim.epoch, op_key, kind)
+        op_key: op_started(
+            conn, now, claim.session_id, claim.run_id, claim.epoch, op_key, kind, placement
+        )
         for op_key, kind in change.ops_started
     }
     logged = _events.append_log(conn, now, claim.session_id, change.events)
@@ -301,4 +310,4 @@ def write_claimed(
     log = None
     if change.since is not None:
         log = _events.log_after(conn, claim.session_id, change.since, logged)
-    return WriteResult(logged, next_run, log, started)
+    return WriteResult(logged, next_run, log, started, lease)

@@ -52,6 +52,23 @@ class SandboxLease:
     expires_at: datetime
     expired_at: datetime | None
     destroyed_at: datetime | None
+    host_id: str | None = None
+    """The sandbox host that holds the sandbox; None before its first acquire by a
+    process with a host, and after it was destroyed."""
+    host_address: str | None = None
+    """Where other processes reach that host (``tcp://host:port``); None: they cannot."""
+    placement: int = 0
+    """How many times the sandbox was placed on a host: one more at each placement
+    (a first host, a move). Sandbox calls carry it, so a host knows when its copy
+    is no longer the current one, and a move is fenced by it."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHost:
+    """A sandbox host as a lease records it."""
+
+    host_id: str
+    address: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +81,8 @@ class LeaseTerms:
     environment_id: str
     agent_id: str | None
     ttl_seconds: float
+    host: LeaseHost | None = None
+    """The acquirer's own sandbox host: recorded when the lease holds none."""
 
 
 class LeaseStore(Protocol):
@@ -78,15 +97,27 @@ class LeaseStore(Protocol):
         agent_id: str | None,
         ttl_seconds: float,
         enforce_limits: bool = False,
+        host: LeaseHost | None = None,
         now: datetime | None = None,
     ) -> SandboxLease:
         """Idempotent: renews the active lease (``expires_at = now + ttl_seconds``), or
-        creates it, or replaces one that ended by TTL or explicitly. Raises
+        creates it, or replaces one that ended by TTL or explicitly. A lease that
+        records no host (new, or its sandbox destroyed) records ``host``, one
+        placement later; one that records a host keeps it. Raises
         ``SandboxLeaseEnded`` when the lease ended otherwise, or when the session is
         terminated or gone or the environment archived or gone (nothing is written);
         ``Conflict`` when the sandbox belongs to another workspace. Safe to call
         concurrently for one id: exactly one lease row results. ``enforce_limits``:
         ``LimitReached`` (nothing written) when a limit (``limits.py``) stops it."""
+        ...
+
+    async def move_sandbox_lease(
+        self, sandbox_id: str, *, placement: int, host: LeaseHost
+    ) -> SandboxLease | None:
+        """Records ``host`` as holding the sandbox, one placement later, if the
+        active lease is still at ``placement`` (compare and set: of processes
+        moving it from one placement, one wins). The lease as it is after,
+        moved or not; None if it is not active."""
         ...
 
     async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
@@ -118,7 +149,8 @@ class LeaseStore(Protocol):
         ...
 
     async def mark_sandbox_destroyed(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
-        """Records that an expired lease's sandbox is gone; False (and no change) if
+        """Records that an expired lease's sandbox is gone (no host holds it now);
+        False (and no change) if
         the lease is not expired, e.g. acquired again since."""
         ...
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stead.store.events import EventRecord, NewEvent
-from stead.store.leases import LeaseTerms
+from stead.store.leases import LeaseTerms, SandboxLease
 from stead.store.sessions import SessionRecord
 from stead.store.usage import RequestUsage
 
@@ -84,6 +84,9 @@ class OpRecord:
     status: str
     result: Any
     epoch: int
+    placement: int | None = None
+    """The session's sandbox placement when the op started (``SandboxLease.placement``),
+    when its start renewed the lease (``RunWrite.lease``); None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,8 @@ class RunWrite:
     """When set, the write also returns the log after this ``seq`` as committed."""
     lease: LeaseTerms | None = None
     """A sandbox lease acquired or renewed first; ``SandboxLeaseEnded`` (the whole
-    write undone) when it ended, ``LimitReached`` when a limit stops it."""
+    write undone) when it ended, ``LimitReached`` when a limit stops it. The ops
+    this write starts record its placement."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +134,8 @@ class WriteResult:
     started: dict[str, OpRecord | None] = field(default_factory=dict)
     """For each of ``ops_started``: the ledger's row as it was before this write
     (None: the op is new and now recorded as started)."""
+    lease: SandboxLease | None = None
+    """The sandbox lease as ``RunWrite.lease`` left it (None when not asked)."""
 
 
 class RunLedger(Protocol):

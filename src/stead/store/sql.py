@@ -70,6 +70,7 @@ from stead.store.base import (
 from stead.store.idempotency import wanted_key
 from stead.store.leases import (
     LeaseExpiry,
+    LeaseHost,
     SandboxLease,
 )
 from stead.store.usage import LedgerRow
@@ -513,6 +514,7 @@ class SqlStore(
         agent_id: str | None,
         ttl_seconds: float,
         enforce_limits: bool = False,
+        host: LeaseHost | None = None,
         now: datetime | None = None,
     ) -> SandboxLease:
         return await self._write_at(
@@ -524,7 +526,13 @@ class SqlStore(
             environment_id,
             agent_id,
             ttl_seconds,
+            host,
         )
+
+    async def move_sandbox_lease(
+        self, sandbox_id: str, *, placement: int, host: LeaseHost
+    ) -> SandboxLease | None:
+        return await self._write(_leases.move, sandbox_id, placement, host)
 
     async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
         return await self._write_at(now, _leases.renew, sandbox_id)

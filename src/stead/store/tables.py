@@ -161,6 +161,9 @@ ops = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The session's sandbox placement when the op started (``sandbox_leases.placement``),
+    # for an op that renewed the lease: a sandbox moved since may never have seen it.
+    Column("placement", BigInteger, nullable=True),
     Index("ix_ops_session", "session_id"),
 )
 
@@ -183,6 +186,12 @@ sandbox_leases = Table(
     Column("expires_at", UTCDateTime, nullable=False),
     Column("expired_at", UTCDateTime, nullable=True),
     Column("destroyed_at", UTCDateTime, nullable=True),
+    # The sandbox host holding the sandbox (None: none yet, or destroyed) and the
+    # address other processes reach it at; ``placement`` counts the times the
+    # sandbox was placed on a host, and fences a move (compare and set).
+    Column("host_id", String(128), nullable=True),
+    Column("host_address", String(300), nullable=True),
+    Column("placement", BigInteger, nullable=False, server_default="0"),
     Index("ix_sandbox_leases_status_expires", "status", "expires_at"),
 )
 

@@ -29,9 +29,11 @@ from stead.sandbox import (
     FileTooLarge,
     GlobResult,
     GrepResult,
+    HostIdentity,
     InvalidArgument,
     NoSandbox,
     PathOutsideWorkspace,
+    Placement,
     RangeTooLarge,
     Sandbox,
     SandboxConfig,
@@ -178,6 +180,12 @@ class MemoryProvider:
     def __init__(self, commands: Commands = interpret) -> None:
         self._commands = commands
         self.sandboxes: dict[str, MemorySandbox] = {}
+
+    async def home(self) -> HostIdentity | None:
+        return None  # in this process: never placed
+
+    def place(self, sandbox_id: str, placement: Placement | None) -> bool:
+        return False
 
     async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
         found = self.sandboxes.get(sandbox_id)

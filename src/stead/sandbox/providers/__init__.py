@@ -41,4 +41,4 @@ def open_provider(settings: Settings) -> SandboxProvider:
                 "STEAD_LOG_LEVEL": settings.log_level,
             },
         )
-    return HostProvider(address, launcher)
+    return HostProvider(address, launcher, token=settings.sandbox_host_token)

@@ -1,5 +1,7 @@
 """The sandbox host as a provider: isolated sandboxes in a process of their
-own that outlives the brain (rule 6), reached over the host protocol.
+own that outlives the brain (rule 6), reached over the host protocol; each
+sandbox in the host its lease places it on (``place``), this process's own or
+another machine's.
 
 With a ``HostLauncher``, a local host that does not answer is started
 detached: its own session, no stdin, output appended to ``host.log``, and the
@@ -23,15 +25,23 @@ import anyio
 from stead.jsonvalues import Json
 from stead.sandbox import ops
 from stead.sandbox.base import Sandbox
-from stead.sandbox.client import HostAddress, HostClient, HostSandbox
+from stead.sandbox.client import (
+    ClientTimeouts,
+    HostAddress,
+    HostClient,
+    HostSandbox,
+    parse_address,
+)
 from stead.sandbox.config import SandboxConfig
-from stead.sandbox.errors import SandboxUnavailable
+from stead.sandbox.errors import HostUnreachable, InvalidArgument, SandboxUnavailable
 from stead.sandbox.mounts import HostMounts, SandboxMounts
 from stead.sandbox.provider import (
     PLACEHOLDER_PREFIX,
     EgressCredential,
     EgressSecret,
     EnvironmentCredential,
+    HostIdentity,
+    Placement,
 )
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
@@ -68,14 +78,32 @@ class HostLauncher:
 
 
 class HostProvider:
+    """Sandboxes in sandbox hosts: this process's own (``address``, started by
+    ``launcher`` when it does not answer), and for a sandbox whose lease places
+    it on another host, that host at the address the lease records (TCP with
+    ``token``, the one every host shares), through a client kept per address."""
+
     leased = True
 
-    def __init__(self, address: HostAddress, launcher: HostLauncher | None = None) -> None:
+    def __init__(
+        self,
+        address: HostAddress,
+        launcher: HostLauncher | None = None,
+        *,
+        token: str | None = None,
+        timeouts: ClientTimeouts | None = None,
+    ) -> None:
         self._address = address
         self._launcher = launcher
+        self._token = token
+        self._timeouts = timeouts
         self._client: HostClient | None = None
         self._lock = anyio.Lock()
         self._secrets = _Secrets()
+        self._home: HostIdentity | None = None
+        self._placements: dict[str, Placement] = {}
+        self._remote: dict[str, HostClient] = {}
+        """Address -> the client of another host holding sandboxes this process used."""
 
     async def client(self) -> HostClient:
         async with self._lock:
@@ -84,7 +112,7 @@ class HostProvider:
             return self._client
 
     async def _connect(self) -> HostClient:
-        client = HostClient(self._address)
+        client = HostClient(self._address, self._timeouts)
         try:
             await client.ping()
             return client
@@ -104,19 +132,76 @@ class HostProvider:
         log_path = self._launcher.state_dir / "host.log"
         raise SandboxUnavailable(f"the sandbox host did not start; see {log_path}")
 
+    async def home(self) -> HostIdentity:
+        if self._home is None:
+            reply = await (await self.client()).ping()
+            address = reply.get("address")
+            self._home = HostIdentity(str(reply["host_id"]), str(address) if address else None)
+        return self._home
+
+    def place(self, sandbox_id: str, placement: Placement | None) -> bool:
+        before = self._placements.get(sandbox_id)
+        if placement is None:
+            self._placements.pop(sandbox_id, None)
+        else:
+            self._placements[sandbox_id] = placement
+        return before != placement
+
+    async def _route(self, sandbox_id: str) -> tuple[HostClient, int | None]:
+        """The client of the host holding the sandbox, and its placement."""
+        placement = self._placements.get(sandbox_id)
+        if placement is None:
+            return await self.client(), None
+        if await self._is_home(placement.host):
+            return await self.client(), placement.number
+        return self._remote_client(placement.host), placement.number
+
+    async def _is_home(self, host: HostIdentity) -> bool:
+        try:
+            return (await self.home()).host_id == host.host_id
+        except SandboxUnavailable:
+            # Our own host is down: another one may still answer at its address.
+            return host.address is None
+
+    def _remote_client(self, host: HostIdentity) -> HostClient:
+        if host.address is None:
+            raise HostUnreachable(
+                f"the sandbox is on host {host.host_id}, which has no address other "
+                "processes can reach (STEAD_SANDBOX_HOST_ADVERTISE)"
+            )
+        found = self._remote.get(host.address)
+        if found is None:
+            if not self._token:
+                raise HostUnreachable(
+                    f"the sandbox is on host {host.host_id} at {host.address}: reaching it "
+                    "needs STEAD_SANDBOX_HOST_TOKEN, the token every host shares"
+                )
+            try:
+                address = parse_address(host.address, self._token)
+            except InvalidArgument as exc:
+                raise HostUnreachable(f"host {host.host_id}'s address: {exc}") from None
+            found = self._remote[host.address] = HostClient(address, self._timeouts)
+        return found
+
+    async def _sandbox(self, sandbox_id: str, config: SandboxConfig) -> HostSandbox:
+        client, placement = await self._route(sandbox_id)
+        return HostSandbox(client, sandbox_id, config, self._secrets, placement=placement)
+
     async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
-        return HostSandbox(await self.client(), sandbox_id, config, self._secrets)
+        return await self._sandbox(sandbox_id, config)
 
     async def status(self, sandbox_id: str) -> Json | None:
-        return await (await self.client()).sandbox_status(sandbox_id)
+        client, _ = await self._route(sandbox_id)
+        return await client.sandbox_status(sandbox_id)
 
     async def egress_audit(self, sandbox_id: str, after: int, limit: int) -> Json | None:
-        return await (await self.client()).sandbox_egress_audit(sandbox_id, after, limit)
+        client, _ = await self._route(sandbox_id)
+        return await client.sandbox_egress_audit(sandbox_id, after, limit)
 
     async def terminal(
         self, sandbox_id: str, config: SandboxConfig, request: TerminalRequest
     ) -> Terminal:
-        sandbox = HostSandbox(await self.client(), sandbox_id, config, self._secrets)
+        sandbox = await self._sandbox(sandbox_id, config)
         return await sandbox.terminal(
             request.terminal_id,
             kind=request.kind,
@@ -129,20 +214,23 @@ class HostProvider:
     async def set_secrets(
         self, sandbox_id: str, config: SandboxConfig, secrets: Sequence[EgressSecret]
     ) -> None:
-        sandbox = HostSandbox(await self.client(), sandbox_id, config, self._secrets)
-        await self._secrets.replace(sandbox, secrets)
+        await self._secrets.replace(await self._sandbox(sandbox_id, config), secrets)
 
     def mounts(self) -> SandboxMounts | None:
-        return HostMounts(self.client)
+        return HostMounts(self._route)
 
     async def release(self, sandbox_id: str) -> float | None:
         self._secrets.forget(sandbox_id)
-        return await (await self.client()).destroy(sandbox_id)
+        client, _ = await self._route(sandbox_id)
+        return await client.destroy(sandbox_id)
 
     async def aclose(self) -> None:
+        clients, self._remote = list(self._remote.values()), {}
         if self._client is not None:
-            await self._client.aclose()
+            clients.append(self._client)
             self._client = None
+        for client in clients:
+            await client.aclose()
 
 
 class _Secrets:

@@ -11,7 +11,7 @@ from stead.sandbox.base import Sandbox
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
 from stead.sandbox.mounts import SandboxMounts
-from stead.sandbox.provider import EgressSecret
+from stead.sandbox.provider import EgressSecret, HostIdentity, Placement
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_SANDBOX = (
@@ -23,6 +23,12 @@ NO_SANDBOX = (
 
 class OffProvider:
     leased = False
+
+    async def home(self) -> HostIdentity | None:
+        return None  # no host: sandboxes here are never placed
+
+    def place(self, sandbox_id: str, placement: Placement | None) -> bool:
+        return False
 
     async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
         raise NoSandbox(NO_SANDBOX)

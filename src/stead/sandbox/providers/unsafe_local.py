@@ -19,7 +19,7 @@ from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import NoSandbox
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from stead.sandbox.mounts import SandboxMounts
-from stead.sandbox.provider import EgressSecret
+from stead.sandbox.provider import EgressSecret, HostIdentity, Placement
 from stead.sandbox.terminals import Terminal, TerminalRequest
 
 NO_TERMINALS = "terminals need the sandbox host: this server runs STEAD_SANDBOX=unsafe_local"
@@ -36,6 +36,12 @@ class UnsafeLocalProvider:
         self._root = root
         self._sandboxes: dict[str, tuple[UnsafeLocalSandbox, float]] = {}
         self._lock = anyio.Lock()
+
+    async def home(self) -> HostIdentity | None:
+        return None  # no host: sandboxes here are never placed
+
+    def place(self, sandbox_id: str, placement: Placement | None) -> bool:
+        return False
 
     async def acquire(self, sandbox_id: str, config: SandboxConfig) -> Sandbox:
         async with self._lock:

@@ -10,11 +10,11 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from stead import usage as accounting
-from stead.store._leases import check_amount, fresh, taken_again
+from stead.store._leases import check_amount, fresh, moved_to, placed, taken_again
 from stead.store._usage import LEDGER_COUNTERS, SANDBOX_TIME
 from stead.store.errors import SandboxLeaseEnded
 from stead.store.inmemory.tables import LedgerAmounts, SandboxTime, Tables, loaded, stored
-from stead.store.leases import LeaseExpiry, SandboxLease, SandboxLeaseStatus
+from stead.store.leases import LeaseExpiry, LeaseHost, SandboxLease, SandboxLeaseStatus
 from stead.store.usage import LedgerRow
 
 ACTIVE = SandboxLeaseStatus.ACTIVE
@@ -48,6 +48,7 @@ def acquire(
     environment_id: str,
     agent_id: str | None,
     ttl_seconds: float,
+    host: LeaseHost | None = None,
 ) -> SandboxLease:
     check_amount("ttl_seconds", ttl_seconds, allow_zero=False)
     ended = _ended_reason(t, workspace_id, session_id, environment_id)
@@ -61,9 +62,22 @@ def acquire(
     }
     current = t.leases.get(sandbox_id)
     if current is None:
-        lease = SandboxLease(sandbox_id=sandbox_id, **owner, **fresh(now, ttl_seconds))
+        new = {**owner, **fresh(now, ttl_seconds), **placed(host, 0)}
+        lease = SandboxLease(sandbox_id=sandbox_id, **new)
     else:
-        lease = dataclasses.replace(current, **taken_again(current, owner, now, ttl_seconds))
+        change = taken_again(current, owner, now, ttl_seconds, host)
+        lease = dataclasses.replace(current, **change)
+    t.leases[sandbox_id] = lease
+    return lease
+
+
+def move(
+    t: Tables, _now: datetime, sandbox_id: str, placement: int, host: LeaseHost
+) -> SandboxLease | None:
+    current = t.leases.get(sandbox_id)
+    if current is None or current.status != ACTIVE:
+        return None
+    lease = dataclasses.replace(current, **moved_to(current, placement, host))
     t.leases[sandbox_id] = lease
     return lease
 
@@ -121,7 +135,11 @@ def mark_destroyed(t: Tables, now: datetime, sandbox_id: str) -> bool:
     if current is None or current.status != EXPIRED:
         return False
     t.leases[sandbox_id] = dataclasses.replace(
-        current, status=SandboxLeaseStatus.DESTROYED, destroyed_at=now
+        current,
+        status=SandboxLeaseStatus.DESTROYED,
+        destroyed_at=now,
+        host_id=None,
+        host_address=None,
     )
     return True
 

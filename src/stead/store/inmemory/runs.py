@@ -133,7 +133,9 @@ def queued(t: Tables, session_id: str | None) -> list[tuple[str, str]]:
     return [(run.id, run.session_id) for run in sorted(waiting, key=lambda r: r.created_at)]
 
 
-def _op_started(t: Tables, claim: RunClaim, op_key: str, kind: str) -> OpRecord | None:
+def _op_started(
+    t: Tables, claim: RunClaim, op_key: str, kind: str, placement: int | None
+) -> OpRecord | None:
     previous = t.ops.get(op_key)
     if previous is not None:
         return OpRecord(
@@ -143,8 +145,11 @@ def _op_started(t: Tables, claim: RunClaim, op_key: str, kind: str) -> OpRecord 
             previous.status,
             loaded(previous.result),
             previous.epoch,
+            previous.placement,
         )
-    started = OpRow(op_key, claim.session_id, claim.run_id, kind, "started", "null", claim.epoch)
+    started = OpRow(
+        op_key, claim.session_id, claim.run_id, kind, "started", "null", claim.epoch, placement
+    )
     t.ops[op_key] = started
     return None
 
@@ -160,19 +165,25 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     session_id = claim.session_id
     if change.budget_gate:
         limits.gate_model_request(t, now, session_id)
-    if (lease := change.lease) is not None:
-        limits.check_sandbox(t, now, lease.workspace_id, lease.sandbox_id, lease.session_id)
-        leases.acquire(
+    lease = None
+    if (terms := change.lease) is not None:
+        limits.check_sandbox(t, now, terms.workspace_id, terms.sandbox_id, terms.session_id)
+        lease = leases.acquire(
             t,
             now,
-            lease.sandbox_id,
-            lease.workspace_id,
-            lease.session_id,
-            lease.environment_id,
-            lease.agent_id,
-            lease.ttl_seconds,
+            terms.sandbox_id,
+            terms.workspace_id,
+            terms.session_id,
+            terms.environment_id,
+            terms.agent_id,
+            terms.ttl_seconds,
+            terms.host,
         )
-    started = {op_key: _op_started(t, claim, op_key, kind) for op_key, kind in change.ops_started}
+    placement = lease.placement if lease is not None else None
+    started = {
+        op_key: _op_started(t, claim, op_key, kind, placement)
+        for op_key, kind in change.ops_started
+    }
     logged = events.append_log(t, now, session_id, change.events)
     for op_key, result in change.ops_completed:
         _op_completed(t, op_key, result)
@@ -193,7 +204,7 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     if change.terminate:
         logged += events.terminate(t, now, session_id)
     log = None if change.since is None else events.log_after(t, session_id, change.since, logged)
-    return WriteResult(logged, next_run, log, started)
+    return WriteResult(logged, next_run, log, started, lease)
 
 
 def _op_completed(t: Tables, op_key: str, result: Any) -> None:

@@ -41,7 +41,7 @@ from stead.store.inmemory import (
     workspaces,
 )
 from stead.store.inmemory.tables import Tables
-from stead.store.leases import LeaseExpiry, SandboxLease
+from stead.store.leases import LeaseExpiry, LeaseHost, SandboxLease
 from stead.store.limits import WORKSPACE, MonthUse
 from stead.store.paging import Page, PageRequest
 from stead.store.resources import RepositoryState
@@ -326,6 +326,7 @@ class InMemoryStore:
         agent_id: str | None,
         ttl_seconds: float,
         enforce_limits: bool = False,
+        host: LeaseHost | None = None,
         now: datetime | None = None,
     ) -> SandboxLease:
         return await self._write_at(
@@ -337,7 +338,13 @@ class InMemoryStore:
             environment_id,
             agent_id,
             ttl_seconds,
+            host,
         )
+
+    async def move_sandbox_lease(
+        self, sandbox_id: str, *, placement: int, host: LeaseHost
+    ) -> SandboxLease | None:
+        return await self._write(leases.move, sandbox_id, placement, host)
 
     async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
         return await self._write_at(now, leases.renew, sandbox_id)

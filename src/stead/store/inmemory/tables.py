@@ -179,6 +179,7 @@ class OpRow:
     status: str
     result: str
     epoch: int
+    placement: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,91 @@
+"""Which copy of a sandbox is current when sandboxes move between hosts.
+
+A sandbox's lease counts its placements (``ops.SandboxRequest.placement``):
+one more each time it is put on a host, first or after its host was lost. A
+host's copy belongs to the placement it was made or taken at. Every snapshot
+a host takes is named in a manifest in the shared blob store, beside the
+snapshot itself, under the placement it belongs to: so the latest snapshot of a
+sandbox is found without the host that took it (which may be gone for good),
+by any host that shares the blob store, and a host that was thought gone and
+snapshots late writes under its old placement, which never shadows a newer one.
+
+The manifests live in the blob store rather than the brain's database because
+the host snapshots on its own (an idle sandbox sleeps with no brain running),
+the blob store is what hosts already share, and a manifest is written right
+after the snapshot it names, by the only process that knows it exists.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from dataclasses import dataclass
+
+from stead.blobs import BlobNotFound, BlobStore
+from stead.sandbox_host.catalogue import SnapshotRow
+
+DIGITS = 20
+"""Placement numbers are zero-padded so that names sort as numbers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    placement: int
+    snapshot: SnapshotRow
+    """The placement's latest snapshot (``deleted_at`` is None)."""
+
+
+def _prefix(sandbox_id: str) -> str:
+    return f"sandboxes/{urllib.parse.quote(sandbox_id, safe='')}/placements"
+
+
+def manifest_key(sandbox_id: str, placement: int) -> str:
+    return f"{_prefix(sandbox_id)}/{placement:0{DIGITS}d}.json"
+
+
+async def write_manifest(blobs: BlobStore, placement: int, snapshot: SnapshotRow) -> None:
+    """Names ``snapshot`` (verified, recorded) as the latest of its sandbox at
+    ``placement``; raises the blob store's errors."""
+    body = {
+        "placement": placement,
+        "id": snapshot.id,
+        "blob_key": snapshot.blob_key,
+        "size": snapshot.size,
+        "sha256": snapshot.sha256,
+        "created_at": snapshot.created_at,
+        "expires_at": snapshot.expires_at,
+    }
+    await blobs.put_bytes(manifest_key(snapshot.sandbox_id, placement), json.dumps(body).encode())
+
+
+async def latest_manifest(blobs: BlobStore, sandbox_id: str) -> Manifest | None:
+    """The manifest of the sandbox's highest placement; None if no host ever
+    snapshotted it. A manifest that does not parse is skipped for the one
+    before it (a torn write on a store without atomic puts)."""
+    listed = sorted(info.key for info in await blobs.list(_prefix(sandbox_id)))
+    for key in reversed(listed):
+        try:
+            found = _parse(sandbox_id, await blobs.get_bytes(key))
+        except BlobNotFound:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def _parse(sandbox_id: str, data: bytes) -> Manifest | None:
+    try:
+        body = json.loads(data)
+        snapshot = SnapshotRow(
+            id=str(body["id"]),
+            sandbox_id=sandbox_id,
+            blob_key=str(body["blob_key"]),
+            size=int(body["size"]),
+            sha256=str(body["sha256"]),
+            created_at=float(body["created_at"]),
+            expires_at=float(body["expires_at"]),
+            deleted_at=None,
+        )
+        return Manifest(int(body["placement"]), snapshot)
+    except (ValueError, TypeError, KeyError):
+        return None

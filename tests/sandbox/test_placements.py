@@ -1,0 +1,142 @@
+"""A sandbox placed on one host after another (sandbox hosts on several
+machines): two real hosts with their own state, uid ranges and TCP listeners
+share one blob directory, and a brain's ``HostProvider`` sends each sandbox's
+calls to the host its placement names. A host given a newer placement takes
+the workspace from the latest snapshot any host took; one asked with an older
+placement than it holds refuses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from stead.sandbox import (
+    HostAddress,
+    HostIdentity,
+    HostSandbox,
+    Placement,
+    SandboxMoved,
+    SandboxUnavailable,
+)
+from stead.sandbox.providers.host import HostProvider
+from stead.testing import HostProcess, free_port
+from tests.sandbox.conftest import config, new_id, requires_isolation
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+TOKEN = "shared-host-token"
+
+
+def _host(root: Path, name: str) -> HostProcess:
+    port = free_port()
+    return HostProcess(
+        root / name,
+        blob_url=f"file://{root / 'blobs'}",
+        env={
+            "STEAD_SANDBOX_HOST_LISTEN_TCP": f"127.0.0.1:{port}",
+            "STEAD_SANDBOX_HOST_TOKEN": TOKEN,
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostProcess, HostProcess]]:
+    root = tmp_path_factory.mktemp("placements")
+    a, b = _host(root, "a").start(), _host(root, "b").start()
+    yield a, b
+    a.stop()
+    b.stop()
+
+
+@pytest.fixture
+async def brain(hosts: tuple[HostProcess, HostProcess]) -> AsyncIterator[HostProvider]:
+    """A brain whose own host is A (its socket), reaching B over TCP."""
+    provider = HostProvider(HostAddress(unix_path=hosts[0].socket_path), token=TOKEN)
+    yield provider
+    await provider.aclose()
+
+
+def identity(host: HostProcess) -> HostIdentity:
+    answer = host.call({"op": "ping"})["result"]
+    return HostIdentity(answer["host_id"], answer["address"])
+
+
+async def on(brain: HostProvider, host: HostProcess, sandbox_id: str, number: int) -> HostSandbox:
+    brain.place(sandbox_id, Placement(identity(host), number))
+    sandbox = await brain.acquire(sandbox_id, config())
+    assert isinstance(sandbox, HostSandbox)
+    return sandbox
+
+
+async def destroy(*copies: HostSandbox) -> None:
+    for copy in copies:
+        await copy.client.destroy(copy.sandbox_id)
+
+
+async def test_each_host_names_itself_and_where_it_is_reached(
+    hosts: tuple[HostProcess, HostProcess], brain: HostProvider
+) -> None:
+    a, b = identity(hosts[0]), identity(hosts[1])
+    assert a.host_id != b.host_id
+    assert a.address is not None and a.address.startswith("tcp://127.0.0.1:")
+    assert await brain.home() == a
+    kept = (hosts[1].state_dir / "host-id").read_text().strip()
+    assert kept == b.host_id  # in its state directory: the same after a restart
+
+
+async def test_a_new_placement_takes_the_latest_snapshot_of_any_host(
+    hosts: tuple[HostProcess, HostProcess], brain: HostProvider
+) -> None:
+    host_a, host_b = hosts
+    sandbox_id = new_id()
+    first = await on(brain, host_a, sandbox_id, 1)
+    await first.write_file("kept", b"from a")
+    assert await first.snapshot() is not None
+    await first.write_file("late", b"after the snapshot")
+
+    second = await on(brain, host_b, sandbox_id, 2)  # A counts as lost: B takes over
+    assert second.client is not first.client
+    assert await second.read_file("kept", max_bytes=100) == b"from a"
+    assert (await second.exec("ls", op_key=new_id(), timeout=10)).output.split() == ["kept"]
+    await second.write_file("more", b"from b")
+    snapshot = await second.snapshot()
+    assert snapshot is not None
+
+    manifests = Path(host_b.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
+    named = json.loads((manifests / "placements" / f"{2:020d}.json").read_bytes())
+    assert named["blob_key"] == snapshot["blob_key"]
+
+    # Back on A, placed anew: A's own copy (with "late") gives way to B's snapshot.
+    third = await on(brain, host_a, sandbox_id, 3)
+    listed = (await third.exec("ls", op_key=new_id(), timeout=10)).output.split()
+    assert listed == ["kept", "more"]
+    assert await third.snapshot() is not None
+
+    # A caller whose lease is older than the copy a host holds is refused.
+    for client, older in ((third.client, 2), (second.client, 1)):
+        stale = HostSandbox(client, sandbox_id, config(), placement=older)
+        with pytest.raises(SandboxMoved):
+            await stale.read_file("kept", max_bytes=100)
+    await destroy(first, second)
+
+
+async def test_a_sandbox_never_snapshotted_starts_empty_on_its_new_host(
+    hosts: tuple[HostProcess, HostProcess], brain: HostProvider
+) -> None:
+    host_a, host_b = hosts
+    sandbox_id = new_id()
+    first = await on(brain, host_a, sandbox_id, 1)
+    await first.write_file("lost", b"never saved")
+    second = await on(brain, host_b, sandbox_id, 2)
+    assert (await second.exec("ls -A", op_key=new_id(), timeout=10)).output == ""
+    await destroy(first, second)
+
+
+async def test_a_host_with_no_address_cannot_be_reached_by_others(
+    brain: HostProvider,
+) -> None:
+    brain.place("far-away", Placement(HostIdentity("host_elsewhere", None), 1))
+    with pytest.raises(SandboxUnavailable, match="no address"):
+        await brain.acquire("far-away", config())
