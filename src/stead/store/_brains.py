@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -56,14 +56,7 @@ def requeue_dead(
     alive: Callable[[int], bool],
     prune_after_seconds: float,
 ) -> list[tuple[str, str]]:
-    stale = now - timedelta(seconds=stale_seconds)
-    dead = [
-        b
-        for b in list_(conn)
-        if b.stopped_at is not None
-        or b.heartbeat_at < stale
-        or (b.machine == machine and not alive(b.pid))
-    ]
+    dead = dead_brains(list_(conn), now, stale_seconds, machine, alive)
     if not dead:
         return []
     # The runs' own conditions are checked again as each row is updated, so a
@@ -75,8 +68,32 @@ def requeue_dead(
         .returning(runs.c.id, runs.c.session_id)
     )
     found = [(r.id, r.session_id) for r in conn.execute(stmt).all()]
-    horizon = now - timedelta(seconds=prune_after_seconds)
-    gone = [b.id for b in dead if (b.stopped_at or b.heartbeat_at) < horizon]
+    gone = prunable(dead, now, prune_after_seconds)
     if gone:
         conn.execute(delete(brains).where(brains.c.id.in_(gone)))
     return found
+
+
+def dead_brains(
+    among: Sequence[BrainRecord],
+    now: datetime,
+    stale_seconds: float,
+    machine: str,
+    alive: Callable[[int], bool],
+) -> list[BrainRecord]:
+    """The brains of ``among`` that are dead: stopped, silent for ``stale_seconds``,
+    or on ``machine`` with a pid ``alive`` denies."""
+    stale = now - timedelta(seconds=stale_seconds)
+    return [
+        b
+        for b in among
+        if b.stopped_at is not None
+        or b.heartbeat_at < stale
+        or (b.machine == machine and not alive(b.pid))
+    ]
+
+
+def prunable(dead: Sequence[BrainRecord], now: datetime, after_seconds: float) -> list[str]:
+    """The ids of the ``dead`` brains whose rows go: dead for ``after_seconds``."""
+    horizon = now - timedelta(seconds=after_seconds)
+    return [b.id for b in dead if (b.stopped_at or b.heartbeat_at) < horizon]

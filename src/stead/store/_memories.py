@@ -50,7 +50,8 @@ def memory_record(row: Row[Any]) -> MemoryRecord:
     )
 
 
-def version_record(row: Row[Any]) -> MemoryVersionRecord:
+def version_record(row: Any) -> MemoryVersionRecord:
+    """The version of a ``memory_versions`` row (or a row of the in-memory store)."""
     # A redacted version's blob may still await the purger: it is no longer its content.
     blob_key = None if row.redacted_at is not None else row.blob_key
     return MemoryVersionRecord(
@@ -95,23 +96,44 @@ def get_version(
 
 def begin_memory_version(conn: Connection, now: datetime, new: NewVersion) -> None:
     writable_store(conn, new.workspace_id, new.memory_store_id)
-    conn.execute(
-        insert(memory_versions).values(
-            id=new.id,
-            workspace_id=new.workspace_id,
-            memory_store_id=new.memory_store_id,
-            memory_id=new.memory_id,
-            operation="modified",
-            path=new.path,
-            content_sha256=new.content_sha256,
-            content_size_bytes=new.content_size_bytes,
-            blob_key=new.blob_key,
-            actor_type=new.actor.type,
-            actor_id=new.actor.id,
-            created_at=now,
-            embedding=new.embedding,
-        )
-    )
+    conn.execute(insert(memory_versions).values(**pending_version(now, new)))
+
+
+def pending_version(now: datetime, new: NewVersion) -> dict[str, Any]:
+    """The ``memory_versions`` columns of ``new``, pending (not committed)."""
+    return {
+        "id": new.id,
+        "workspace_id": new.workspace_id,
+        "memory_store_id": new.memory_store_id,
+        "memory_id": new.memory_id,
+        "operation": "modified",
+        "path": new.path,
+        "content_sha256": new.content_sha256,
+        "content_size_bytes": new.content_size_bytes,
+        "blob_key": new.blob_key,
+        "actor_type": new.actor.type,
+        "actor_id": new.actor.id,
+        "created_at": now,
+        "embedding": new.embedding,
+    }
+
+
+def deleted_version(
+    now: datetime, version_id: str, current: MemoryRecord, workspace_id: str, actor: Actor
+) -> dict[str, Any]:
+    """The ``memory_versions`` columns of the committed ``deleted`` version of ``current``."""
+    return {
+        "id": version_id,
+        "workspace_id": workspace_id,
+        "memory_store_id": current.memory_store_id,
+        "memory_id": current.id,
+        "operation": "deleted",
+        "path": current.path,
+        "actor_type": actor.type,
+        "actor_id": actor.id,
+        "created_at": now,
+        "committed_at": now,
+    }
 
 
 def _pending(conn: Connection, workspace_id: str, version_id: str) -> Row[Any]:
@@ -146,11 +168,34 @@ def _path_taken(conn: Connection, store_id: str, path: str, memory_id: str) -> N
             memories.c.id != memory_id,
         )
     ).scalar()
+    path_free(path, other)
+
+
+def path_free(path: str, other: str | None) -> None:
+    """Refuses ``path`` when memory ``other`` (not the one being written) is there."""
     if other is not None:
         raise Conflict(
             f"path: memory {other} is already at {path!r}",
             code=PATH_CONFLICT,
             details={"conflicting_memory_id": other},
+        )
+
+
+def stale(field: str, expected_sha256: str | None, current: MemoryRecord, keep: bool) -> bool:
+    """Whether a write based on ``expected_sha256`` is stale (the memory moved on);
+    a stale one is refused on ``field`` unless it is to be ``keep``-t as a version."""
+    moved = expected_sha256 is not None and expected_sha256 != current.content_sha256
+    if moved and not keep:
+        raise precondition_failed(field, current)
+    return moved
+
+
+def check_redactable(version_id: str, current_of: str | None) -> None:
+    """Refuses to redact the version that memory ``current_of`` holds now."""
+    if current_of is not None:
+        raise Conflict(
+            f"memory version {version_id} is the current content of memory {current_of}: "
+            "update or delete the memory first"
         )
 
 
@@ -208,14 +253,12 @@ def commit_memory_write(
     _locks.row(conn, memories, pending.memory_id)
     current = get_memory(conn, workspace_id, store_id, pending.memory_id)
     path = current.path if pending.path is None else pending.path
-    stale = expected_sha256 is not None and expected_sha256 != current.content_sha256
-    if stale and not keep_stale:
-        raise precondition_failed("precondition.content_sha256", current)
+    moved = stale("precondition.content_sha256", expected_sha256, current, keep_stale)
     if mount is not None:
         _memory_mounts.move(
             conn, now, workspace_id, store_id, mount, current.id, pending.content_sha256
         )
-    if stale:
+    if moved:
         # Both contents stay: this one as a version beside the memory's current one.
         return MemoryWrite(current, _commit(conn, now, version_id, "modified", path), True)
     _path_taken(conn, store_id, path, current.id)
@@ -258,24 +301,11 @@ def delete_memory(
     _locks.row(conn, memory_stores, store_id, shared=True)
     _locks.row(conn, memories, memory_id)
     current = get_memory(conn, workspace_id, store_id, memory_id)
-    if expected_sha256 is not None and expected_sha256 != current.content_sha256:
-        raise precondition_failed("expected_content_sha256", current)
+    stale("expected_content_sha256", expected_sha256, current, keep=False)
     if mount is not None:
         _memory_mounts.move(conn, now, workspace_id, store_id, mount, memory_id, None)
-    conn.execute(
-        insert(memory_versions).values(
-            id=version_id,
-            workspace_id=workspace_id,
-            memory_store_id=store_id,
-            memory_id=memory_id,
-            operation="deleted",
-            path=current.path,
-            actor_type=actor.type,
-            actor_id=actor.id,
-            created_at=now,
-            committed_at=now,
-        )
-    )
+    values = deleted_version(now, version_id, current, workspace_id, actor)
+    conn.execute(insert(memory_versions).values(**values))
     conn.execute(delete(memories).where(memories.c.id == memory_id))
 
 
@@ -290,11 +320,7 @@ def redact_memory_version(
     current = conn.execute(
         select(memories.c.id).where(memories.c.version_id == version_id)
     ).scalar()
-    if current is not None:
-        raise Conflict(
-            f"memory version {version_id} is the current content of memory {current}: "
-            "update or delete the memory first"
-        )
+    check_redactable(version_id, current)
     conn.execute(
         update(memory_versions)
         .where(V.id == version_id)

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 
 from sqlalchemy import ColumnElement, Connection, Select, and_, delete, insert, select
 
@@ -12,7 +13,7 @@ from stead.jsonvalues import Json
 from stead.store import _locks
 from stead.store._memory_stores import get_memory_store
 from stead.store.errors import Conflict, NotFound
-from stead.store.memories import MOUNT_MOVED, MountBase, MountClaim
+from stead.store.memories import MOUNT_MOVED, MemoryStoreRecord, MountBase, MountClaim
 from stead.store.tables import memory_mounts, memory_stores, session_memory_stores
 
 M = memory_mounts.c
@@ -21,27 +22,38 @@ M = memory_mounts.c
 def attach(conn: Connection, workspace_id: str, session_id: str, resources: Sequence[Json]) -> None:
     """Records the session's ``memory_store`` resources once each store is a
     live store of the workspace, held until commit so an archive waits for it."""
-    for i, resource in enumerate(resources):
-        if resource.get("type") != "memory_store":
-            continue
-        store_id = str(resource["memory_store_id"])
-        field = f"resources.{i}.memory_store_id"
+    for store_id, field in attached(resources):
         _locks.row(conn, memory_stores, store_id, shared=True)
-        try:
-            store = get_memory_store(conn, workspace_id, store_id)
-        except NotFound:
-            raise NotFound("memory_store", store_id, field=field) from None
-        if store.archived_at is not None:
-            raise Conflict(
-                f"{field}: memory store {store_id} is archived; new sessions cannot use it",
-                code="memory_store_archived",
-                status=400,
-            )
+        usable(field, partial(get_memory_store, conn, workspace_id, store_id))
         conn.execute(
             insert(session_memory_stores).values(
                 session_id=session_id, memory_store_id=store_id, workspace_id=workspace_id
             )
         )
+
+
+def attached(resources: Sequence[Json]) -> list[tuple[str, str]]:
+    """(store id, field) of each ``memory_store`` resource among ``resources``."""
+    return [
+        (str(r["memory_store_id"]), f"resources.{i}.memory_store_id")
+        for i, r in enumerate(resources)
+        if r.get("type") == "memory_store"
+    ]
+
+
+def usable(field: str, get: Callable[[], MemoryStoreRecord]) -> MemoryStoreRecord:
+    """The store ``get`` finds, unless a new session may not use it (named by ``field``)."""
+    try:
+        store = get()
+    except NotFound as exc:
+        raise NotFound(exc.kind, exc.ident, field=field) from None
+    if store.archived_at is not None:
+        raise Conflict(
+            f"{field}: memory store {store.id} is archived; new sessions cannot use it",
+            code="memory_store_archived",
+            status=400,
+        )
+    return store
 
 
 def sessions_of(workspace_id: str, store_id: str) -> Select[tuple[str]]:
@@ -73,15 +85,20 @@ def move(
     ``MOUNT_MOVED`` and the caller's transaction is rolled back."""
     _locks.session(conn, claim.session_id)
     key = _key(claim.session_id, store_id, claim.path)
-    found = conn.execute(select(M.sha256).where(key)).scalar()
-    if found != claim.expected:
-        raise Conflict(
-            f"the base of {claim.path} in session {claim.session_id} moved on", code=MOUNT_MOVED
-        )
+    check_base(claim, conn.execute(select(M.sha256).where(key)).scalar())
     conn.execute(delete(memory_mounts).where(key))
     if sha256 is not None:
         base = MountBase(store_id, claim.path, memory_id, sha256)
         _insert(conn, now, workspace_id, claim.session_id, [base])
+
+
+def check_base(claim: MountClaim, found: str | None) -> None:
+    """Refuses the claimed write-back when the file's base is ``found``, not what
+    the claim expects: another write-back of it committed."""
+    if found != claim.expected:
+        raise Conflict(
+            f"the base of {claim.path} in session {claim.session_id} moved on", code=MOUNT_MOVED
+        )
 
 
 def _insert(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from sqlalchemy import Connection, select
 
 from stead.store._memories import V, memory_record, version_record
@@ -21,10 +23,15 @@ from stead.store.tables import memories, memory_versions
 M = memories.c
 
 
-def _end_of(prefix: str) -> str:
+def end_of(prefix: str) -> str:
     """The first path after every path that starts with ``prefix`` (which ends in
     ``/``): paths compare bytewise and ``0`` follows ``/``."""
     return prefix[:-1] + "0"
+
+
+Fetch = Callable[[str, bool, str, int], Sequence[MemoryRecord]]
+"""(low, whether low itself counts, high, n): the first ``n`` memories of the
+store by path in [low, high) (or (low, high)), in path order."""
 
 
 def list_memories(
@@ -37,34 +44,44 @@ def list_memories(
     limit: int,
 ) -> MemoryListing:
     get_memory_store(conn, workspace_id, store_id)
-    items: list[MemoryRecord | MemoryPrefix] = []
-    # ``after`` is the last item shown: a memory's path, or a marker's (ending in /).
-    if after is None:
-        low, inclusive = prefix, True
-    elif after.endswith("/"):
-        low, inclusive = _end_of(after), True
-    else:
-        low, inclusive = after, False
-    high = _end_of(prefix)
-    while len(items) <= limit:
+
+    def fetch(low: str, inclusive: bool, high: str, n: int) -> list[MemoryRecord]:
         stmt = select(memories).where(
             M.memory_store_id == store_id,
             M.path >= low if inclusive else M.path > low,
             M.path < high,
         )
-        rows = conn.execute(stmt.order_by(M.path).limit(limit + 1 - len(items))).all()
-        if not rows:
+        return [memory_record(row) for row in conn.execute(stmt.order_by(M.path).limit(n))]
+
+    return listing(fetch, prefix, depth, after, limit)
+
+
+def listing(fetch: Fetch, prefix: str, depth: int, after: str | None, limit: int) -> MemoryListing:
+    """``list_memories`` over ``fetch``: memories below ``prefix`` after ``after``,
+    those more than ``depth`` segments down rolled up into prefix markers."""
+    items: list[MemoryRecord | MemoryPrefix] = []
+    # ``after`` is the last item shown: a memory's path, or a marker's (ending in /).
+    if after is None:
+        low, inclusive = prefix, True
+    elif after.endswith("/"):
+        low, inclusive = end_of(after), True
+    else:
+        low, inclusive = after, False
+    high = end_of(prefix)
+    while len(items) <= limit:
+        found = fetch(low, inclusive, high, limit + 1 - len(items))
+        if not found:
             break
-        for row in rows:
-            segments = row.path[len(prefix) :].split("/")
+        for memory in found:
+            segments = memory.path[len(prefix) :].split("/")
             if depth and len(segments) > depth:
                 # Everything below the marker is skipped in one step.
                 marker = prefix + "/".join(segments[:depth]) + "/"
                 items.append(MemoryPrefix(marker))
-                low, inclusive = _end_of(marker), True
+                low, inclusive = end_of(marker), True
                 break
-            items.append(memory_record(row))
-            low, inclusive = row.path, False
+            items.append(memory)
+            low, inclusive = memory.path, False
     return MemoryListing(items[:limit], has_next=len(items) > limit)
 
 
@@ -96,7 +113,7 @@ def memory_vectors(
         .where(
             M.memory_store_id == store_id,
             M.path >= prefix,
-            M.path < _end_of(prefix),
+            M.path < end_of(prefix),
             V.embedding.is_not(None),
         )
     ).all()

@@ -68,10 +68,14 @@ def get_memory_store(conn: Connection, workspace_id: str, store_id: str) -> Memo
 def writable_store(conn: Connection, workspace_id: str, store_id: str) -> MemoryStoreRecord:
     """The store, held until commit so an archive or delete waits for this write."""
     _locks.row(conn, memory_stores, store_id, shared=True)
-    store = get_memory_store(conn, workspace_id, store_id)
+    return writable(get_memory_store(conn, workspace_id, store_id))
+
+
+def writable(store: MemoryStoreRecord) -> MemoryStoreRecord:
+    """``store``, unless it is archived (its memories read-only)."""
     if store.archived_at is not None:
         raise Conflict(
-            f"memory store {store_id} is archived: its memories can be read and deleted, "
+            f"memory store {store.id} is archived: its memories can be read and deleted, "
             "not written",
             code="memory_store_archived",
             status=400,

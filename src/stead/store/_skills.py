@@ -11,12 +11,13 @@ from sqlalchemy import Connection, Row, delete, insert, select, update
 from stead.store import _files, _locks
 from stead.store._paging import fetch_page
 from stead.store.base import Page, PageRequest
-from stead.store.errors import Conflict, NotFound
+from stead.store.errors import NotFound
 from stead.store.files import FileRecord
 from stead.store.skills import (
     NewSkillVersion,
     SkillRecord,
     SkillVersionRecord,
+    only_version,
     skill_name_changed,
     skill_name_taken,
 )
@@ -52,7 +53,7 @@ def _version(row: Row[Any]) -> SkillVersionRecord:
     )
 
 
-def _version_id(now: datetime, after: str | None) -> str:
+def version_id(now: datetime, after: str | None) -> str:
     """Microseconds since the epoch, past ``after`` so ids increase within a skill."""
     micros = int(now.timestamp() * 1_000_000)
     return str(micros if after is None else max(micros, int(after) + 1))
@@ -89,7 +90,7 @@ def create_skill(
     _locks.row(conn, workspaces, first.workspace_id)
     if skill_named(conn, first.workspace_id, first.name) is not None:
         raise skill_name_taken(first.name)
-    version = _version_id(now, None)
+    version = version_id(now, None)
     conn.execute(
         insert(skills).values(
             id=skill_id,
@@ -114,7 +115,7 @@ def add_skill_version(
     skill = get_skill(conn, new.workspace_id, skill_id)
     if new.name != skill.name:
         raise skill_name_changed(new.name, skill.name)
-    version = _version_id(now, skill.latest_version)
+    version = version_id(now, skill.latest_version)
     _insert_version(conn, now, skill_id, version, new)
     conn.execute(
         update(skills).where(skills.c.id == skill_id).values(latest_version=version, updated_at=now)
@@ -194,11 +195,7 @@ def delete_skill_version(
         .limit(1)
     ).scalar()
     if newest is None:
-        raise Conflict(
-            f"version: {found.version} is the skill's only version; a skill keeps "
-            "at least one, so delete the skill instead",
-            status=400,
-        )
+        raise only_version(found.version)
     conn.execute(
         delete(skill_versions).where(
             skill_versions.c.skill_id == skill_id, skill_versions.c.version == found.version

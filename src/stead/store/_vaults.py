@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,12 +76,26 @@ def get_vault(conn: Connection, workspace_id: str, vault_id: str) -> VaultRecord
 def _writable_vault(conn: Connection, workspace_id: str, vault_id: str) -> VaultRecord:
     """The vault, locked until commit: its credentials' limits are checked one writer at a time."""
     _locks.row(conn, vaults, vault_id)
-    vault = get_vault(conn, workspace_id, vault_id)
+    return writable(get_vault(conn, workspace_id, vault_id))
+
+
+def writable(vault: VaultRecord) -> VaultRecord:
+    """``vault``, unless it is archived (read-only)."""
     if vault.archived_at is not None:
         raise Conflict(
-            f"vault {vault_id} is archived and cannot be changed", code="vault_archived", status=400
+            f"vault {vault.id} is archived and cannot be changed", code="vault_archived", status=400
         )
     return vault
+
+
+def writable_credential(credential: CredentialRecord) -> CredentialRecord:
+    if credential.archived_at is not None:
+        raise Conflict(
+            f"credential {credential.id} is archived and cannot be changed",
+            code="credential_archived",
+            status=400,
+        )
+    return credential
 
 
 def update_vault(
@@ -127,22 +141,30 @@ def _identity(auth: Json) -> tuple[str, str]:
 
 
 def _check_unique(conn: Connection, vault_id: str, auth: Json, except_id: str | None) -> None:
-    claim = _identity(auth)
     rows = conn.execute(
         select(vault_credentials.c.id, vault_credentials.c.auth).where(
             vault_credentials.c.vault_id == vault_id, vault_credentials.c.archived_at.is_(None)
         )
     ).all()
-    if len(rows) >= MAX_CREDENTIALS_PER_VAULT and except_id is None:
+    check_unique(vault_id, auth, [(row.id, row.auth) for row in rows], except_id)
+
+
+def check_unique(
+    vault_id: str, auth: Json, live: Sequence[tuple[str, Json]], except_id: str | None
+) -> None:
+    """Refuses ``auth`` (new, or credential ``except_id``'s change) beside the
+    vault's ``live`` (id, auth) credentials: one too many, or a claim another holds."""
+    claim = _identity(auth)
+    if len(live) >= MAX_CREDENTIALS_PER_VAULT and except_id is None:
         raise Conflict(
             f"vault {vault_id} holds {MAX_CREDENTIALS_PER_VAULT} credentials, the most it may; "
             "archive or delete one first",
             status=400,
         )
-    for row in rows:
-        if row.id != except_id and _identity(row.auth) == claim:
+    for ident, held in live:
+        if ident != except_id and _identity(held) == claim:
             raise Conflict(
-                f"auth.{claim[0]}: credential {row.id} of this vault already has {claim[1]!r}"
+                f"auth.{claim[0]}: credential {ident} of this vault already has {claim[1]!r}"
             )
 
 
@@ -203,13 +225,7 @@ def update_credential(
     change: CredentialChange,
 ) -> CredentialRecord:
     _writable_vault(conn, workspace_id, vault_id)
-    current = get_credential(conn, workspace_id, vault_id, credential_id)
-    if current.archived_at is not None:
-        raise Conflict(
-            f"credential {credential_id} is archived and cannot be changed",
-            code="credential_archived",
-            status=400,
-        )
+    current = writable_credential(get_credential(conn, workspace_id, vault_id, credential_id))
     changed = {k: v for k, v in change(current).items() if getattr(current, k) != v}
     if not changed:
         return current
@@ -275,9 +291,14 @@ def active_credentials(
 
 def check_attachable(conn: Connection, workspace_id: str, vault_ids: Sequence[str]) -> None:
     """Raises unless every vault exists in the workspace and is not archived."""
+    attachable(vault_ids, lambda vault_id: get_vault(conn, workspace_id, vault_id))
+
+
+def attachable(vault_ids: Sequence[str], get: Callable[[str], VaultRecord]) -> None:
+    """Raises unless ``get`` finds each of ``vault_ids`` and none is archived."""
     for i, vault_id in enumerate(vault_ids):
         try:
-            vault = get_vault(conn, workspace_id, vault_id)
+            vault = get(vault_id)
         except NotFound as exc:
             raise NotFound(exc.kind, exc.ident, field=f"vault_ids.{i}") from None
         if vault.archived_at is not None:

@@ -76,12 +76,7 @@ def create(
 ) -> WebhookEndpoint:
     _locks.row(conn, workspaces, workspace_id)  # concurrent creates count one by one
     held = select(func.count()).select_from(webhook_endpoints)
-    if conn.execute(held.where(ends.workspace_id == workspace_id)).scalar_one() >= MAX_ENDPOINTS:
-        raise Conflict(
-            f"the workspace has {MAX_ENDPOINTS} webhook endpoints, the most it may; "
-            "delete one first",
-            status=400,
-        )
+    check_room(conn.execute(held.where(ends.workspace_id == workspace_id)).scalar_one())
     row = {
         "id": endpoint_id,
         "workspace_id": workspace_id,
@@ -95,6 +90,16 @@ def create(
     }
     conn.execute(insert(webhook_endpoints).values(**row))
     return get(conn, workspace_id, endpoint_id)
+
+
+def check_room(held: int) -> None:
+    """Refuses a new endpoint to a workspace that holds ``held`` already."""
+    if held >= MAX_ENDPOINTS:
+        raise Conflict(
+            f"the workspace has {MAX_ENDPOINTS} webhook endpoints, the most it may; "
+            "delete one first",
+            status=400,
+        )
 
 
 def get(conn: Connection, workspace_id: WorkspaceScope, endpoint_id: str) -> WebhookEndpoint:
@@ -179,9 +184,23 @@ def _enqueue(
     data: Mapping[str, object],
     endpoints: Sequence[Any],
 ) -> None:
+    rows = outbox_rows(now, workspace_id, event_type, data, endpoints)
+    if rows:
+        conn.execute(insert(webhook_deliveries), rows)
+
+
+def outbox_rows(
+    now: datetime,
+    workspace_id: str,
+    event_type: str,
+    data: Mapping[str, object],
+    endpoints: Sequence[Any],
+) -> list[dict[str, Any]]:
+    """The outbox rows (``webhook_deliveries`` columns but ``position``) of one
+    event for each of ``endpoints`` (with ``id`` and ``event_types``) subscribed to it."""
     targets = [row.id for row in endpoints if event_type in row.event_types]
     if not targets:
-        return
+        return []
     event_id = new_id("webhook_event")
     payload = json.dumps(
         {
@@ -198,25 +217,22 @@ def _enqueue(
         },
         separators=(",", ":"),
     )
-    conn.execute(
-        insert(webhook_deliveries),
-        [
-            {
-                "id": new_id("webhook_delivery"),
-                "endpoint_id": endpoint_id,
-                "event_id": event_id,
-                "event_type": event_type,
-                "payload": payload,
-                "state": PENDING,
-                "attempts": 0,
-                "next_attempt_at": now,
-                "claim_token": None,
-                "created_at": now,
-                "finished_at": None,
-            }
-            for endpoint_id in targets
-        ],
-    )
+    return [
+        {
+            "id": new_id("webhook_delivery"),
+            "endpoint_id": endpoint_id,
+            "event_id": event_id,
+            "event_type": event_type,
+            "payload": payload,
+            "state": PENDING,
+            "attempts": 0,
+            "next_attempt_at": now,
+            "claim_token": None,
+            "created_at": now,
+            "finished_at": None,
+        }
+        for endpoint_id in targets
+    ]
 
 
 def _session_endpoints_statement() -> Any:
@@ -232,9 +248,7 @@ def publish_log(
 ) -> None:
     """``publish`` for the log events that raise a webhook event (``FROM_LOG``):
     nothing for a batch with none, one compiled read when no endpoint listens."""
-    raised = [
-        t for e in logged if e.type in webhooks.FROM_LOG for t in webhooks.raised_by(e.type, e.body)
-    ]
+    raised = log_raises(logged)
     if not raised:
         return
     statement = compiled(conn, "webhooks.session_endpoints", _session_endpoints_statement)
@@ -245,15 +259,29 @@ def publish_log(
         _enqueue(conn, now, found[0].workspace_id, event_type, {"id": session_id}, found)
 
 
+def log_raises(logged: Sequence[EventRecord]) -> list[str]:
+    """The webhook event types the log events ``logged`` raise, in order."""
+    return [
+        t for e in logged if e.type in webhooks.FROM_LOG for t in webhooks.raised_by(e.type, e.body)
+    ]
+
+
+Publish = Callable[[Any, datetime, str, str, Mapping[str, object]], None]
+"""``publish`` on a connection, or the in-memory store's on its tables."""
+
+
 def raising(
-    event_type: str, write: Callable[..., R], stamp: str = "created_at"
+    event_type: str,
+    write: Callable[..., R],
+    stamp: str = "created_at",
+    publish: Publish = publish,
 ) -> Callable[..., R]:
     """``write`` (a query taking ``conn, now, workspace_id, ...`` that returns a record,
     or a tuple that starts with one), then ``event_type`` published for that record
     in the same transaction, when the record's ``stamp`` is this transaction's time:
     a write that changed nothing raises nothing."""
 
-    def raised(conn: Connection, now: datetime, workspace_id: str, *args: Any) -> R:
+    def raised(conn: Any, now: datetime, workspace_id: str, *args: Any) -> R:
         result = write(conn, now, workspace_id, *args)
         record: Any = result[0] if isinstance(result, tuple) else result
         if getattr(record, stamp) == now:
@@ -264,12 +292,12 @@ def raising(
 
 
 def removing(
-    event_type: str, remove: Callable[[Connection, str, str], None]
+    event_type: str, remove: Callable[[Any, str, str], None], publish: Publish = publish
 ) -> Callable[..., None]:
     """``remove`` (a delete taking ``conn, workspace_id, id``), then ``event_type``
     published for the id in the same transaction."""
 
-    def removed(conn: Connection, now: datetime, workspace_id: str, ident: str) -> None:
+    def removed(conn: Any, now: datetime, workspace_id: str, ident: str) -> None:
         remove(conn, workspace_id, ident)
         publish(conn, now, workspace_id, event_type, {"id": ident})
 
@@ -362,15 +390,22 @@ def finish(
         return  # the endpoint was deleted while its delivery was out
     conn.execute(insert(webhook_attempts).values(**attempt))
     ours = and_(outbox.id == delivery.id, outbox.claim_token == delivery.claim_token)
-    if result.delivered:
-        values: dict[str, object] = {"state": DELIVERED, "finished_at": now}
-    elif now - delivery.created_at >= timedelta(seconds=retry.give_up_seconds):
-        values = {"state": FAILED, "finished_at": now}
-    else:
-        wait = min(retry.base_seconds * 2 ** (delivery.attempt - 1), retry.max_seconds)
-        values = {"next_attempt_at": now + timedelta(seconds=wait)}
+    values = outcome(now, delivery, result, retry)
     conn.execute(update(webhook_deliveries).where(ours).values(claim_token=None, **values))
     _purge(conn, now - timedelta(seconds=retry.keep_seconds))
+
+
+def outcome(
+    now: datetime, delivery: DueDelivery, result: AttemptResult, retry: RetryTerms
+) -> dict[str, Any]:
+    """What an attempt's ``result`` changes in the delivery it claimed: delivered,
+    failed past ``give_up_seconds``, or due again after the backoff."""
+    if result.delivered:
+        return {"state": DELIVERED, "finished_at": now}
+    if now - delivery.created_at >= timedelta(seconds=retry.give_up_seconds):
+        return {"state": FAILED, "finished_at": now}
+    wait = min(retry.base_seconds * 2 ** (delivery.attempt - 1), retry.max_seconds)
+    return {"next_attempt_at": now + timedelta(seconds=wait)}
 
 
 def _purge(conn: Connection, before: datetime) -> None:
@@ -405,18 +440,20 @@ def deliveries(
         .order_by(tries.delivery_id, tries.attempt)
     ):
         made[t.delivery_id].append(WebhookAttempt(t.attempt, t.at, t.status_code, t.error))
-    return [
-        WebhookDelivery(
-            id=row.id,
-            endpoint_id=row.endpoint_id,
-            event_id=row.event_id,
-            event_type=row.event_type,
-            state=DeliveryState(row.state),
-            attempts=row.attempts,
-            next_attempt_at=row.next_attempt_at,
-            created_at=row.created_at,
-            finished_at=row.finished_at,
-            tries=tuple(made[row.id]),
-        )
-        for row in rows
-    ]
+    return [delivery(row, made[row.id]) for row in rows]
+
+
+def delivery(row: Any, tries: Sequence[WebhookAttempt]) -> WebhookDelivery:
+    """The delivery of a ``webhook_deliveries`` row (or the in-memory store's)."""
+    return WebhookDelivery(
+        id=row.id,
+        endpoint_id=row.endpoint_id,
+        event_id=row.event_id,
+        event_type=row.event_type,
+        state=DeliveryState(row.state),
+        attempts=row.attempts,
+        next_attempt_at=row.next_attempt_at,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        tries=tuple(sorted(tries, key=lambda t: t.attempt)),
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from stead.ids import new_id
 from stead.store import _environments, _events
 from stead.store._paging import fetch_page
 from stead.store._workspaces import hash_secret
-from stead.store.base import EventRecord, NewEvent, Page, PageRequest
+from stead.store.base import EnvironmentRecord, EventRecord, NewEvent, Page, PageRequest
 from stead.store.errors import Conflict, NotFound
 from stead.store.tables import environment_keys, events, work_items
 from stead.store.work import (
@@ -69,22 +70,25 @@ def _key(row: Row[Any]) -> EnvironmentKey:
     )
 
 
-def _self_hosted(conn: Connection, workspace_id: str, environment_id: str) -> bool:
-    env = _environments.get(conn, workspace_id, environment_id)
+def is_self_hosted(env: EnvironmentRecord) -> bool:
     return bool(env.config.get("type") == "self_hosted")
+
+
+def new_environment_key(now: datetime, env: EnvironmentRecord) -> tuple[EnvironmentKey, str]:
+    """A key for ``env`` and its secret (the store keeps only its hash)."""
+    if not is_self_hosted(env):
+        raise Conflict(
+            f"environment {env.id} is not self_hosted; only those take workers", status=400
+        )
+    secret = ENVIRONMENT_KEY_PREFIX + secrets.token_urlsafe(32)
+    ident = new_id("environment_key")
+    return EnvironmentKey(ident, env.workspace_id, env.id, secret[-4:], now, None), secret
 
 
 def create_environment_key(
     conn: Connection, now: datetime, workspace_id: str, environment_id: str
 ) -> tuple[EnvironmentKey, str]:
-    if not _self_hosted(conn, workspace_id, environment_id):
-        raise Conflict(
-            f"environment {environment_id} is not self_hosted; only those take workers", status=400
-        )
-    secret = ENVIRONMENT_KEY_PREFIX + secrets.token_urlsafe(32)
-    key = EnvironmentKey(
-        new_id("environment_key"), workspace_id, environment_id, secret[-4:], now, None
-    )
+    key, secret = new_environment_key(now, _environments.get(conn, workspace_id, environment_id))
     conn.execute(
         insert(environment_keys).values(
             id=key.id,
@@ -156,6 +160,33 @@ def get_work(conn: Connection, workspace_id: str, environment_id: str, work_id: 
     return _get(conn, workspace_id, environment_id, work_id)
 
 
+def new_item(
+    now: datetime, workspace_id: str, environment_id: str, session_id: str, ttl_seconds: float
+) -> WorkItem:
+    """A session's new item: queued, never claimed."""
+    return WorkItem(
+        id=new_id("work"),
+        workspace_id=workspace_id,
+        environment_id=environment_id,
+        session_id=session_id,
+        state=WorkState.QUEUED,
+        metadata={},
+        epoch=0,
+        worker_id=None,
+        last_heartbeat=None,
+        ttl_seconds=ttl_seconds,
+        lease_until=None,
+        in_doubt=False,
+        created_at=now,
+        polled_at=None,
+        acknowledged_at=None,
+        started_at=None,
+        latest_heartbeat_at=None,
+        stop_requested_at=None,
+        stopped_at=None,
+    )
+
+
 def ensure_work_item(
     conn: Connection,
     now: datetime,
@@ -164,7 +195,7 @@ def ensure_work_item(
     session_id: str,
     ttl_seconds: float,
 ) -> WorkItem | None:
-    if not _self_hosted(conn, workspace_id, environment_id):
+    if not is_self_hosted(_environments.get(conn, workspace_id, environment_id)):
         return None
     row = conn.execute(
         select(work_items).where(
@@ -173,29 +204,28 @@ def ensure_work_item(
     ).first()
     if row is not None:
         return _item(row)
-    work_id = new_id("work")
-    conn.execute(
-        insert(work_items).values(
-            id=work_id,
-            workspace_id=workspace_id,
-            environment_id=environment_id,
-            session_id=session_id,
-            state=WorkState.QUEUED,
-            metadata={},
-            epoch=0,
-            ttl_seconds=ttl_seconds,
-            in_doubt=0,
-            created_at=now,
-        )
-    )
-    return _get(conn, workspace_id, environment_id, work_id)
+    item = new_item(now, workspace_id, environment_id, session_id, ttl_seconds)
+    conn.execute(insert(work_items).values(**_columns(asdict(item))))
+    return _get(conn, workspace_id, environment_id, item.id)
 
 
-def _change(conn: Connection, item: WorkItem, new: WorkState | None, **values: Any) -> WorkItem:
+def _columns(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` of a ``WorkItem`` as ``work_items`` holds them."""
+    if "in_doubt" in values:
+        return {**values, "in_doubt": int(values["in_doubt"])}
+    return values
+
+
+Step = tuple[WorkState | None, dict[str, Any]]
+"""A change to an item: its new state (None: the same) and the columns it sets."""
+
+
+def _change(conn: Connection, item: WorkItem, step: Step) -> WorkItem:
     """Fenced: applies only if the row is still at the item's epoch and state."""
+    new, values = step
     if new is not None:
         check_transition(item.state, new)
-        values["state"] = new
+        values = {**values, "state": new}
     done = conn.execute(
         update(work_items)
         .where(
@@ -203,11 +233,19 @@ def _change(conn: Connection, item: WorkItem, new: WorkState | None, **values: A
             work_items.c.epoch == item.epoch,
             work_items.c.state == item.state,
         )
-        .values(**values)
+        .values(**_columns(values))
     )
     if done.rowcount != 1:
         raise Conflict(f"work {item.id} changed meanwhile; try again")
     return _get(conn, item.workspace_id, item.environment_id, item.id)
+
+
+def claimable(item: WorkItem, now: datetime, reclaim_after: float) -> bool:
+    """A poll may take ``item``: queued and not polled in the last ``reclaim_after``
+    seconds, or held by a worker whose lease lapsed (``poll_work``'s condition)."""
+    if item.state == WorkState.QUEUED:
+        return item.polled_at is None or item.polled_at < now - timedelta(seconds=reclaim_after)
+    return item.state in HELD_STATES and item.lease_until is not None and item.lease_until < now
 
 
 def poll_work(
@@ -240,43 +278,48 @@ def poll_work(
     if row is None:
         return None
     item = _item(row)
+    step, token = claim(item, now, worker_id)
+    return Claimed(_change(conn, item, step), token)
+
+
+def claim(item: WorkItem, now: datetime, worker_id: str | None) -> tuple[Step, str]:
+    """A poll's claim of ``item`` (a new epoch and sessions token, which revokes
+    the last claim's), and the token; ``token_hash`` is among the step's columns."""
     token = f"{TOKEN_PREFIX}{item.id}.{secrets.token_urlsafe(32)}"
     held = item.state != WorkState.QUEUED
-    claimed = _change(
-        conn,
-        item,
-        WorkState.QUEUED if held else None,
-        epoch=item.epoch + 1,
-        worker_id=worker_id,
-        token_hash=hash_secret(token),
-        last_heartbeat=None,
-        lease_until=None,
-        polled_at=now,
-        acknowledged_at=None,
+    values = {
+        "epoch": item.epoch + 1,
+        "worker_id": worker_id,
+        "token_hash": hash_secret(token),
+        "last_heartbeat": None,
+        "lease_until": None,
+        "polled_at": now,
+        "acknowledged_at": None,
         # A worker that held the item may have started its tool calls.
-        in_doubt=1 if held or item.in_doubt else 0,
-    )
-    return Claimed(claimed, token)
+        "in_doubt": held or item.in_doubt,
+    }
+    return (WorkState.QUEUED if held else None, values), token
 
 
 def ack_work(
     conn: Connection, now: datetime, workspace_id: str, environment_id: str, work_id: str
 ) -> WorkItem:
     item = _get(conn, workspace_id, environment_id, work_id)
+    step = ack(item, now)
+    return item if step is None else _change(conn, item, step)
+
+
+def ack(item: WorkItem, now: datetime) -> Step | None:
+    """The step that acknowledges ``item``; None when it is held already."""
     if item.state in HELD_STATES and item.state != WorkState.STOPPING:
-        return item
+        return None
     if item.state != WorkState.QUEUED or item.polled_at is None:
         raise Conflict(
-            f"work {work_id} is {item.state}{'' if item.polled_at else ', unclaimed'}; "
+            f"work {item.id} is {item.state}{'' if item.polled_at else ', unclaimed'}; "
             "only a polled, queued item can be acknowledged"
         )
-    return _change(
-        conn,
-        item,
-        WorkState.STARTING,
-        acknowledged_at=now,
-        lease_until=now + timedelta(seconds=item.ttl_seconds),
-    )
+    lease_until = now + timedelta(seconds=item.ttl_seconds)
+    return WorkState.STARTING, {"acknowledged_at": now, "lease_until": lease_until}
 
 
 def heartbeat_work(
@@ -290,36 +333,41 @@ def heartbeat_work(
     epoch: int | None,
 ) -> tuple[WorkItem, bool]:
     item = _get(conn, workspace_id, environment_id, work_id)
+    steps = heartbeat(item, now, expected, ttl_seconds, epoch)
+    for step in steps:
+        item = _change(conn, item, step)
+    return item, bool(steps)
+
+
+def heartbeat(
+    item: WorkItem, now: datetime, expected: str | None, ttl_seconds: float, epoch: int | None
+) -> list[Step]:
+    """The steps of a heartbeat on ``item`` (none for a stopped one: its lease is
+    not extended). Raises ``HeartbeatRefused``."""
     if epoch is not None and epoch != item.epoch:
         raise HeartbeatRefused(
-            item, f"work {work_id} was claimed again since this token was issued"
+            item, f"work {item.id} was claimed again since this token was issued"
         )
     if item.state == WorkState.STOPPED:
-        return item, False
+        return []
     if item.state == WorkState.QUEUED and item.polled_at is None:
-        raise HeartbeatRefused(item, f"work {work_id} is queued and unclaimed")
+        raise HeartbeatRefused(item, f"work {item.id} is queued and unclaimed")
     wanted = NO_HEARTBEAT if item.last_heartbeat is None else item.last_heartbeat
     if expected is not None and expected != wanted:
         raise HeartbeatRefused(
             item,
-            f"expected_last_heartbeat {expected[:64]!r} is not the last heartbeat of {work_id}",
+            f"expected_last_heartbeat {expected[:64]!r} is not the last heartbeat of {item.id}",
         )
-    beat = now.isoformat()
-    new = WorkState.ACTIVE if item.state in (WorkState.QUEUED, WorkState.STARTING) else None
-    if item.state == WorkState.QUEUED:
-        _change(conn, item, WorkState.STARTING, acknowledged_at=now)
-        item = _get(conn, workspace_id, environment_id, work_id)
-    changed = _change(
-        conn,
-        item,
-        new,
-        last_heartbeat=beat,
-        ttl_seconds=ttl_seconds,
-        lease_until=now + timedelta(seconds=ttl_seconds),
-        latest_heartbeat_at=now,
-        started_at=item.started_at or now,
-    )
-    return changed, True
+    beat: dict[str, Any] = {
+        "last_heartbeat": now.isoformat(),
+        "ttl_seconds": ttl_seconds,
+        "lease_until": now + timedelta(seconds=ttl_seconds),
+        "latest_heartbeat_at": now,
+        "started_at": item.started_at or now,
+    }
+    if item.state == WorkState.QUEUED:  # the first heartbeat acknowledges it too
+        return [(WorkState.STARTING, {"acknowledged_at": now}), (WorkState.ACTIVE, beat)]
+    return [(WorkState.ACTIVE if item.state == WorkState.STARTING else None, beat)]
 
 
 def stop_work(
@@ -331,21 +379,24 @@ def stop_work(
     force: bool,
 ) -> WorkItem:
     item = _get(conn, workspace_id, environment_id, work_id)
+    step = stop(item, now, force)
+    return item if step is None else _change(conn, item, step)
+
+
+def stop(item: WorkItem, now: datetime, force: bool) -> Step | None:
+    """The step that stops ``item`` (or asks its worker to); None when it is stopping."""
     if item.state == WorkState.STOPPED:
-        raise Conflict(f"work {work_id} is already stopped")
+        raise Conflict(f"work {item.id} is already stopped")
     if force or item.state == WorkState.QUEUED:
-        return _change(
-            conn,
-            item,
-            WorkState.STOPPED,
-            stopped_at=now,
-            stop_requested_at=item.stop_requested_at or now,
-            token_hash=None,
-            lease_until=None,
-        )
+        return WorkState.STOPPED, {
+            "stopped_at": now,
+            "stop_requested_at": item.stop_requested_at or now,
+            "token_hash": None,
+            "lease_until": None,
+        }
     if item.state == WorkState.STOPPING:
-        return item
-    return _change(conn, item, WorkState.STOPPING, stop_requested_at=now)
+        return None
+    return WorkState.STOPPING, {"stop_requested_at": now}
 
 
 def settled_work(conn: Connection, _now: datetime, work_id: str, epoch: int) -> None:
@@ -365,14 +416,20 @@ def update_work_metadata(
     patch: dict[str, Any],
 ) -> WorkItem:
     item = _get(conn, workspace_id, environment_id, work_id)
-    merged = dict(item.metadata)
+    merged = patched(item.metadata, patch)
+    conn.execute(update(work_items).where(work_items.c.id == work_id).values(metadata=merged))
+    return _get(conn, workspace_id, environment_id, work_id)
+
+
+def patched(metadata: dict[str, str], patch: dict[str, Any]) -> dict[str, str]:
+    """``metadata`` with ``patch`` merged in: a None or empty value removes its key."""
+    merged = dict(metadata)
     for name, value in patch.items():
         if value is None or value == "":
             merged.pop(name, None)
         else:
             merged[name] = value
-    conn.execute(update(work_items).where(work_items.c.id == work_id).values(metadata=merged))
-    return _get(conn, workspace_id, environment_id, work_id)
+    return merged
 
 
 def list_work(
@@ -387,7 +444,6 @@ def list_work(
 
 
 def work_stats(conn: Connection, workspace_id: str, environment_id: str) -> QueueStats:
-    """``depth``: queued, never handed out; ``pending``: handed out, not acked."""
     _environments.get(conn, workspace_id, environment_id)
     rows = conn.execute(
         select(work_items.c.polled_at, work_items.c.created_at).where(
@@ -396,9 +452,15 @@ def work_stats(conn: Connection, workspace_id: str, environment_id: str) -> Queu
             work_items.c.state == WorkState.QUEUED,
         )
     ).all()
-    depth = sum(1 for r in rows if r.polled_at is None)
-    oldest = min((r.created_at for r in rows), default=None)
-    return QueueStats(depth=depth, pending=len(rows) - depth, oldest_queued_at=oldest)
+    return queue_stats([(r.polled_at, r.created_at) for r in rows])
+
+
+def queue_stats(queued: Sequence[tuple[datetime | None, datetime]]) -> QueueStats:
+    """Of the (polled_at, created_at) of the queued items: ``depth``, never handed
+    out; ``pending``, handed out, not acked."""
+    depth = sum(1 for polled_at, _ in queued if polled_at is None)
+    oldest = min((created_at for _, created_at in queued), default=None)
+    return QueueStats(depth=depth, pending=len(queued) - depth, oldest_queued_at=oldest)
 
 
 ANSWER_TYPES = (EventType.USER_TOOL_RESULT, EventType.AGENT_TOOL_RESULT)

@@ -39,6 +39,14 @@ def skill_name_changed(new: str, current: str) -> Conflict:
     )
 
 
+def only_version(version: str) -> Conflict:
+    return Conflict(
+        f"version: {version} is the skill's only version; a skill keeps "
+        "at least one, so delete the skill instead",
+        status=400,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class NewSkillVersion:
     """A version whose zip is staged as the pending file ``file_id``."""
