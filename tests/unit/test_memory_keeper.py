@@ -25,9 +25,9 @@ from stead.store import (
     SqlStore,
     VersionFilter,
 )
-from tests.databases import BACKENDS
+from tests.databases import STORES
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 API = Actor("api_actor", "apikey_test")
 AGENT = Actor("session_actor", "sesn_test")
 

@@ -29,7 +29,7 @@ from stead.store import (
     SqlStore,
     VersionFilter,
 )
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import definition
 
 API = Actor("api_actor", "apikey_test")
@@ -112,7 +112,7 @@ async def _versions(store: SqlStore, workspace: str, store_id: str) -> int:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", STORES, indirect=True)
 async def test_a_write_back_commits_once_under_its_claim(store: SqlStore, blobs: BlobStore) -> None:
     keeper = MemoryKeeper(store, lambda: blobs, Embedder(), purge_interval=60, upload_grace=60)
     workspace = (await store.create_workspace("w")).id
@@ -173,7 +173,7 @@ async def test_a_write_back_commits_once_under_its_claim(store: SqlStore, blobs:
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("database_url", BACKENDS, indirect=True)
+@pytest.mark.parametrize("database_url", STORES, indirect=True)
 async def test_sessions_list_by_memory_store_and_forget_it_when_deleted(store: SqlStore) -> None:
     workspace = (await store.create_workspace("w")).id
     agent = await store.create_agent(workspace, definition())

@@ -15,10 +15,10 @@ from stead.ids import new_id
 from stead.runtime import FileKeeper, SkillKeeper, resolve_skills
 from stead.schemas import SkillLimits
 from stead.store import Conflict, NewSkillVersion, SessionRecord, SqlStore
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import ManualClock, definition
 
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 
 LIMITS = SkillLimits(max_total_bytes=1_000_000, max_file_bytes=100_000, max_files=50)
 

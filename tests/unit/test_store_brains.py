@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from stead.store import ClaimTerms, SqlStore
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import new_session
 
-# BrainStore is the SQL store's alone: not on the in-memory store (STORES).
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 
 HERE = "machine-a"
 

@@ -20,11 +20,10 @@ from stead.store import (
     SqlStore,
 )
 from stead.store._webhooks import MAX_ENDPOINTS
-from tests.databases import BACKENDS
+from tests.databases import STORES
 from tests.unit.conftest import new_session, user_message
 
-# WebhookStore is the SQL store's alone: not on the in-memory store (STORES).
-pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", BACKENDS, indirect=True)]
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 LEASE = 60.0
 RETRY = RetryTerms(base_seconds=60.0, max_seconds=600.0, give_up_seconds=3600.0, keep_seconds=60.0)
 OK = AttemptResult(204, None)

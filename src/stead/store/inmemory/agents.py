@@ -176,7 +176,7 @@ def archive_environment(
     return row.record()
 
 
-def delete_environment(t: Tables, _now: datetime, workspace_id: str, env_id: str) -> None:
+def delete_environment(t: Tables, workspace_id: str, env_id: str) -> None:
     environment_row(t, workspace_id, env_id)
     if any(s.environment_id == env_id and s.archived_at is None for s in t.sessions.values()):
         raise Conflict(

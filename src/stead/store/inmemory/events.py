@@ -13,6 +13,7 @@ from stead.ids import new_id
 from stead.store._events import LOG_PHASE, PENDING_PHASE
 from stead.store.errors import NotFound
 from stead.store.events import EventFilter, EventRecord, NewEvent
+from stead.store.inmemory import webhooks
 from stead.store.inmemory.tables import LoggedEvent, Tables, stored
 from stead.store.paging import Page, PageRequest
 
@@ -32,7 +33,9 @@ def append_log(
         LoggedEvent(e.id, e.type, stored(e.body), now, first + i) for i, e in enumerate(new)
     )
     t.log[session_id] = log + added
-    return [e.record(session_id) for e in added]
+    records = [e.record(session_id) for e in added]
+    webhooks.publish_log(t, now, session_id, records)  # the outbox changes with the log
+    return records
 
 
 def log_after(

@@ -65,7 +65,8 @@ def _check_quota(t: Tables, now: datetime, new: NewFile, default: int) -> None:
     refuse_storage(limits.get(t, new.workspace_id), default, used, new.size_bytes)
 
 
-def file_ready(t: Tables, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
+def mark_ready(t: Tables, now: datetime, workspace_id: str, file_id: str) -> None:
+    """Makes a pending file ready; ``NotFound`` if the purger tombstoned it."""
     found = t.files.get(file_id)
     if (
         found is None
@@ -75,7 +76,25 @@ def file_ready(t: Tables, now: datetime, workspace_id: str, file_id: str) -> Fil
     ):
         raise NotFound("file", file_id)
     t.files[file_id] = replace(found, ready_at=now)
+
+
+def file_ready(t: Tables, now: datetime, workspace_id: str, file_id: str) -> FileRecord:
+    mark_ready(t, now, workspace_id, file_id)
     return get_file(t, workspace_id, file_id)
+
+
+def tombstone(t: Tables, now: datetime, file_ids: Sequence[str]) -> list[FileRecord]:
+    """``_files.tombstone``: the files (of an aggregate that decided they go)
+    tombstoned, for the caller to remove their blobs and then forget them."""
+    gone = []
+    for file_id in dict.fromkeys(file_ids):
+        found = t.files.get(file_id)
+        if found is None:
+            continue
+        if found.deleted_at is None:
+            found = t.files[file_id] = replace(found, deleted_at=now)
+        gone.append(found)
+    return gone
 
 
 def get_file(t: Tables, workspace_id: str, file_id: str) -> FileRecord:

@@ -24,7 +24,7 @@ from stead.store._sessions import (
 from stead.store.agents import AgentRecord
 from stead.store.errors import Conflict, NotFound
 from stead.store.events import EventRecord, NewEvent
-from stead.store.inmemory import agents, events, repositories, runs
+from stead.store.inmemory import agents, events, memory_mounts, repositories, runs, vaults
 from stead.store.inmemory.tables import SessionRow, Tables, loaded, page_of, stored
 from stead.store.paging import Page, PageRequest
 from stead.store.runs import LIVE_RUN_STATUSES, RunStatus
@@ -77,9 +77,7 @@ def create(
     usable_environment(
         resolved("environment_id", lambda: agents.get_environment(t, workspace_id, environment_id))
     )
-    vault_ids = fields.get("vault_ids", [])
-    if vault_ids:  # the fake keeps no vaults (``VaultStore`` is the SQL store's alone)
-        raise NotFound("vault", vault_ids[0], field="vault_ids.0")
+    vaults.check_attachable(t, workspace_id, fields.get("vault_ids", []))
     row = SessionRow(
         id=new_id("session"),
         workspace_id=workspace_id,
@@ -101,6 +99,7 @@ def create(
     t.sessions[row.id] = row
     tokens = fields.get("repository_tokens", {})
     repositories.insert_for_session(t, now, workspace_id, row.id, tokens)
+    memory_mounts.attach(t, workspace_id, row.id, fields.get("resources", []))
     logged = events.append_log(t, now, row.id, initial_events)
     if any(e.type == EventType.USER_MESSAGE for e in initial_events):
         runs.start(t, now, row.id)
@@ -161,7 +160,7 @@ def archive(t: Tables, now: datetime, workspace_id: str, session_id: str) -> Ses
     return get(t, workspace_id, session_id)
 
 
-def delete(t: Tables, _now: datetime, workspace_id: str, session_id: str) -> None:
+def delete(t: Tables, workspace_id: str, session_id: str) -> None:
     current = get(t, workspace_id, session_id)
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before deleting")
@@ -171,6 +170,7 @@ def delete(t: Tables, _now: datetime, workspace_id: str, session_id: str) -> Non
         for key in [k for k, row in rows.items() if row.session_id == session_id]:
             del rows[key]
     repositories.delete_for_session(t, session_id)
+    memory_mounts.forget_session(t, session_id)
     del t.sessions[session_id]
 
 
@@ -187,9 +187,12 @@ def _matches(t: Tables, row: SessionRow, where: SessionFilter) -> bool:
         and all(value is None or op(row.created_at, value) for value, op in bounds)
         and (where.include_archived or row.archived_at is None)
         and (not where.statuses or status(t, row) in where.statuses)
-        # No session has a deployment or a memory store yet: the filter matches nothing.
+        # No session has a deployment yet: the filter matches nothing.
         and where.deployment_id is None
-        and where.memory_store_id is None
+        and (
+            where.memory_store_id is None
+            or (row.id, where.memory_store_id) in t.session_memory_stores
+        )
     )
 
 

@@ -1,32 +1,28 @@
-"""``InMemoryStore``: the store's core aggregates held in memory, for tests and
-tools that need the store's promises without a database.
+"""``InMemoryStore``: the whole ``Store`` held in memory, for tests and tools
+that need the store's promises without a database.
 
-It implements ``WorkspaceStore``, ``AgentStore``, ``EnvironmentStore``,
-``SessionStore``, ``EventLog``, ``RunLedger``, ``LeaseStore``, ``UsageStore``,
-``IdempotencyStore``, ``SessionResourceStore``, ``FileStore`` and ``LimitStore``
-(``CoreStore``) with the SQL store's semantics: each call is one transaction,
-all or nothing, visible to the next call once it returns. A call runs without
-an await after its first checkpoint, so no two interleave (the SQL store's row
-locks and single writer give the same). State lives in the instance; nothing
-is kept between stores. It keeps no vaults, so a session naming one is refused.
+It implements every aggregate protocol (``base.Store``) with the SQL store's
+semantics: each call is one transaction, all or nothing, visible to the next
+call once it returns (``Transactions``). This class holds the methods of the
+aggregates a session's life runs through (workspaces to files and limits); the
+others are mixed in, one class per aggregate (``vault_methods.py``,
+``webhook_methods.py``, ...), as ``SqlStore``'s are.
+State lives in the instance; nothing is kept between stores.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from anyio.lowlevel import checkpoint
+from datetime import date, datetime
+from typing import TYPE_CHECKING, Any
 
 from stead.jsonvalues import Json
 from stead.store.agents import AgentChange, AgentRecord
 from stead.store.environments import EnvironmentChange, EnvironmentRecord
-from stead.store.errors import DatabaseBusy
 from stead.store.events import EventFilter, EventRecord, EventsAccepted, NewEvent
 from stead.store.files import FileRecord, NewFile
-from stead.store.idempotency import IdempotencyClaim, KeyClaim, claiming_key, wanted_key
+from stead.store.idempotency import IdempotencyClaim, KeyClaim, claiming_key
 from stead.store.inmemory import (
     agents,
     events,
@@ -38,9 +34,17 @@ from stead.store.inmemory import (
     repositories,
     runs,
     sessions,
+    webhooks,
     workspaces,
 )
+from stead.store.inmemory.brain_methods import BrainMethods
+from stead.store.inmemory.memory_methods import MemoryMethods
+from stead.store.inmemory.skill_methods import SkillMethods
 from stead.store.inmemory.tables import Tables
+from stead.store.inmemory.transactions import Transactions
+from stead.store.inmemory.vault_methods import VaultMethods
+from stead.store.inmemory.webhook_methods import WebhookMethods
+from stead.store.inmemory.work_methods import WorkMethods
 from stead.store.leases import LeaseExpiry, LeaseHost, SandboxLease
 from stead.store.limits import WORKSPACE, MonthUse
 from stead.store.paging import Page, PageRequest
@@ -50,63 +54,16 @@ from stead.store.sessions import SessionChange, SessionFilter, SessionRecord
 from stead.store.usage import LedgerRow
 from stead.store.workspaces import ApiKey, IntegrityFinding, Workspace
 
-R = TypeVar("R")
 
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-class InMemoryStore:
-    def __init__(self, *, clock: Callable[[], datetime] = utc_now) -> None:
-        self._tables = Tables()
-        self._now = clock
-        self._closed = False
-
-    async def close(self) -> None:
-        self._closed = True
-
-    async def _write(self, fn: Callable[..., R], *args: Any) -> R:
-        return await self._write_at(None, fn, *args)
-
-    async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
-        """Runs ``fn(tables, now, *args)`` as one transaction: on any raise the
-        tables are put back as they were."""
-        return await self._transaction(now, wanted_key(), fn, *args)
-
-    async def _write_unclaimed(self, fn: Callable[..., R], *args: Any) -> R:
-        """``_write`` that never takes the request's key (``claiming_key``): for
-        the key's own claim, answer and release, as ``SqlStore._write_unflushed``."""
-        return await self._transaction(None, None, fn, *args)
-
-    async def _transaction(
-        self, now: datetime | None, pending: KeyClaim | None, fn: Callable[..., R], *args: Any
-    ) -> R:
-        await self._ready()
-        before = self._tables.snapshot()
-        at = self._now() if now is None else now
-        try:
-            if pending is not None:
-                idempotency.take(self._tables, at, pending)
-            result = fn(self._tables, at, *args)
-        except BaseException:
-            self._tables = before
-            raise
-        if pending is not None:
-            pending.taken = True
-        return result
-
-    async def _read(self, fn: Callable[..., R], *args: Any) -> R:
-        await self._ready()
-        return fn(self._tables, *args)
-
-    async def _ready(self) -> None:
-        # A checkpoint, so concurrent callers interleave between calls as they
-        # would on a database, never inside one.
-        await checkpoint()
-        if self._closed:
-            raise DatabaseBusy("the store is closed")
-
+class InMemoryStore(
+    VaultMethods,
+    WebhookMethods,
+    BrainMethods,
+    SkillMethods,
+    MemoryMethods,
+    WorkMethods,
+    Transactions,
+):
     # workspaces and keys
     async def create_workspace(self, name: str) -> Workspace:
         return await self._write(workspaces.create_workspace, name)
@@ -141,7 +98,9 @@ class InMemoryStore:
 
     # agents
     async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord:
-        return await self._write(agents.create_agent, workspace_id, definition)
+        return await self._write(
+            webhooks.raising("agent.created", agents.create_agent), workspace_id, definition
+        )
 
     async def get_agent(
         self, workspace_id: str, agent_id: str, version: int | None = None
@@ -152,11 +111,19 @@ class InMemoryStore:
         self, workspace_id: str, agent_id: str, expected_version: int | None, change: AgentChange
     ) -> AgentRecord:
         return await self._write(
-            agents.update_agent, workspace_id, agent_id, expected_version, change
+            webhooks.raising("agent.updated", agents.update_agent, "updated_at"),
+            workspace_id,
+            agent_id,
+            expected_version,
+            change,
         )
 
     async def archive_agent(self, workspace_id: str, agent_id: str) -> AgentRecord:
-        return await self._write(agents.archive_agent, workspace_id, agent_id)
+        return await self._write(
+            webhooks.raising("agent.archived", agents.archive_agent, "archived_at"),
+            workspace_id,
+            agent_id,
+        )
 
     async def list_agents(
         self,
@@ -186,7 +153,13 @@ class InMemoryStore:
         scope: str | None,
     ) -> EnvironmentRecord:
         return await self._write(
-            agents.create_environment, workspace_id, name, description, config, metadata, scope
+            webhooks.raising("environment.created", agents.create_environment),
+            workspace_id,
+            name,
+            description,
+            config,
+            metadata,
+            scope,
         )
 
     async def get_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
@@ -195,13 +168,26 @@ class InMemoryStore:
     async def update_environment(
         self, workspace_id: str, env_id: str, change: EnvironmentChange
     ) -> EnvironmentRecord:
-        return await self._write(agents.update_environment, workspace_id, env_id, change)
+        return await self._write(
+            webhooks.raising("environment.updated", agents.update_environment, "updated_at"),
+            workspace_id,
+            env_id,
+            change,
+        )
 
     async def archive_environment(self, workspace_id: str, env_id: str) -> EnvironmentRecord:
-        return await self._write(agents.archive_environment, workspace_id, env_id)
+        return await self._write(
+            webhooks.raising("environment.archived", agents.archive_environment, "archived_at"),
+            workspace_id,
+            env_id,
+        )
 
     async def delete_environment(self, workspace_id: str, env_id: str) -> None:
-        await self._write(agents.delete_environment, workspace_id, env_id)
+        await self._write(
+            webhooks.removing("environment.deleted", agents.delete_environment),
+            workspace_id,
+            env_id,
+        )
 
     async def list_environments(
         self, workspace_id: str, page: PageRequest, include_archived: bool
@@ -219,7 +205,7 @@ class InMemoryStore:
         initial_events: Sequence[NewEvent],
     ) -> tuple[SessionRecord, list[EventRecord]]:
         return await self._write(
-            sessions.create,
+            webhooks.raising("session.created", sessions.create),
             workspace_id,
             agent_ref,
             build_agent,
@@ -237,10 +223,16 @@ class InMemoryStore:
         return await self._write(sessions.update, workspace_id, session_id, change, event)
 
     async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord:
-        return await self._write(sessions.archive, workspace_id, session_id)
+        return await self._write(
+            webhooks.raising("session.archived", sessions.archive, "archived_at"),
+            workspace_id,
+            session_id,
+        )
 
     async def delete_session(self, workspace_id: str, session_id: str) -> None:
-        await self._write(sessions.delete, workspace_id, session_id)
+        await self._write(
+            webhooks.removing("session.deleted", sessions.delete), workspace_id, session_id
+        )
 
     async def list_sessions(
         self, workspace_id: str, page: PageRequest, where: SessionFilter
@@ -532,6 +524,6 @@ def _acquire_within_limits(
 
 
 if TYPE_CHECKING:
-    from stead.store.base import CoreStore
+    from stead.store.base import Store
 
-    _implements: CoreStore = InMemoryStore()
+    _implements: Store = InMemoryStore()

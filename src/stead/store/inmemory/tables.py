@@ -13,23 +13,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import date, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from stead.jsonvalues import JsonValueError, dumps_checked
 from stead.store.agents import AgentRecord
+from stead.store.brains import BrainRecord
 from stead.store.environments import EnvironmentRecord
 from stead.store.errors import InvalidValue
 from stead.store.events import EventRecord
 from stead.store.files import FileRecord
 from stead.store.leases import SandboxLease
+from stead.store.memories import MemoryRecord, MemoryStoreRecord
 from stead.store.paging import Page, PageRequest
 from stead.store.runs import RunStatus
 from stead.store.sessions import SessionRecord
+from stead.store.skills import SkillRecord
+from stead.store.vaults import CredentialRecord, VaultRecord
+from stead.store.webhooks import WebhookAttempt, WebhookEndpoint
+from stead.store.work import EnvironmentKey, WorkItem
 from stead.store.workspaces import ApiKey, Workspace
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 T = TypeVar("T")
+D = TypeVar("D", bound="DataclassInstance")
 
 
 def stored(value: Any) -> str:
@@ -42,6 +52,23 @@ def stored(value: Any) -> str:
 
 def loaded(text: str) -> Any:
     return json.loads(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Held(Generic[D]):
+    """A record whose JSON fields are kept as text (``stored``) and parsed anew
+    on every read (``record``), as the rows above keep theirs."""
+
+    kept: D
+    texts: tuple[tuple[str, str], ...]
+
+    def record(self) -> D:
+        return replace(self.kept, **{name: loaded(text) for name, text in self.texts})
+
+
+def held(record: D, *json_fields: str) -> Held[D]:
+    texts = tuple((name, stored(getattr(record, name))) for name in json_fields)
+    return Held(replace(record, **dict.fromkeys(json_fields)), texts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +236,75 @@ class SandboxTime:
     active_seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class EndpointRow:
+    endpoint: WebhookEndpoint
+    sealed_secret: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryRow:
+    """A ``webhook_deliveries`` row, with its attempts (``webhook_attempts``)."""
+
+    position: int
+    id: str
+    endpoint_id: str
+    event_id: str
+    event_type: str
+    payload: str
+    state: str
+    attempts: int
+    next_attempt_at: datetime
+    claim_token: str | None
+    created_at: datetime
+    finished_at: datetime | None
+    tries: tuple[WebhookAttempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SkillVersionRow:
+    skill_id: str
+    version: str
+    workspace_id: str
+    name: str
+    description: str
+    file_id: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVersionRow:
+    """A ``memory_versions`` row, under its columns' names (``_memories.version_record``
+    reads it as it reads the SQL row)."""
+
+    id: str
+    workspace_id: str
+    memory_store_id: str
+    memory_id: str
+    operation: str
+    created_at: datetime
+    path: str | None = None
+    content_sha256: str | None = None
+    content_size_bytes: int | None = None
+    blob_key: str | None = None
+    actor_type: str | None = None
+    actor_id: str | None = None
+    embedding: bytes | None = None
+    committed_at: datetime | None = None
+    blob_released_at: datetime | None = None
+    redacted_at: datetime | None = None
+    redacted_by_type: str | None = None
+    redacted_by_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MountRow:
+    memory_id: str
+    sha256: str
+    workspace_id: str
+    updated_at: datetime
+
+
 @dataclass
 class Tables:
     workspaces: dict[str, Workspace] = field(default_factory=dict)
@@ -236,6 +332,33 @@ class Tables:
     """(workspace id, scope, name) -> value."""
     repositories: dict[str, RepositoryRow] = field(default_factory=dict)
     """Repository resource id -> its sealed token and clone state."""
+    vaults: dict[str, Held[VaultRecord]] = field(default_factory=dict)
+    credentials: dict[str, Held[CredentialRecord]] = field(default_factory=dict)
+    """In creation order."""
+    webhook_endpoints: dict[str, EndpointRow] = field(default_factory=dict)
+    webhook_deliveries: dict[int, DeliveryRow] = field(default_factory=dict)
+    """By ``position``, in its order."""
+    counters: dict[str, int] = field(default_factory=dict)
+    """The last number handed out of each sequence (``webhook_deliveries``)."""
+    brains: dict[str, BrainRecord] = field(default_factory=dict)
+    skills: dict[str, SkillRecord] = field(default_factory=dict)
+    skill_versions: dict[tuple[str, str], SkillVersionRow] = field(default_factory=dict)
+    memory_stores: dict[str, Held[MemoryStoreRecord]] = field(default_factory=dict)
+    memories: dict[str, MemoryRecord] = field(default_factory=dict)
+    memory_versions: dict[str, MemoryVersionRow] = field(default_factory=dict)
+    session_memory_stores: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(session id, memory store id) -> workspace id."""
+    memory_mounts: dict[tuple[str, str, str], MountRow] = field(default_factory=dict)
+    """(session id, memory store id, path) -> the file's base."""
+    work_items: dict[str, Held[WorkItem]] = field(default_factory=dict)
+    work_tokens: dict[str, str] = field(default_factory=dict)
+    """Work item id -> SHA-256 of its current claim's sessions token."""
+    environment_keys: dict[str, tuple[EnvironmentKey, str]] = field(default_factory=dict)
+    """Key id -> (key, SHA-256 of its secret)."""
+
+    def next_number(self, sequence: str) -> int:
+        self.counters[sequence] = number = self.counters.get(sequence, 0) + 1
+        return number
 
     def snapshot(self) -> Tables:
         return Tables(**{f.name: dict(getattr(self, f.name)) for f in fields(self)})

@@ -1,0 +1,66 @@
+"""``WebhookStore`` on the in-memory store: each method one write or read of ``webhooks.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from stead.store.inmemory import webhooks
+from stead.store.inmemory.transactions import Transactions
+from stead.store.webhooks import (
+    AttemptResult,
+    DueDelivery,
+    RetryTerms,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WorkspaceScope,
+)
+
+
+class WebhookMethods(Transactions):
+    async def create_webhook_endpoint(
+        self,
+        workspace_id: str,
+        endpoint_id: str,
+        fields: Mapping[str, object],
+        sealed_secret: bytes,
+    ) -> WebhookEndpoint:
+        return await self._write(webhooks.create, workspace_id, endpoint_id, fields, sealed_secret)
+
+    async def get_webhook_endpoint(
+        self, workspace_id: WorkspaceScope, endpoint_id: str
+    ) -> WebhookEndpoint:
+        return await self._read(webhooks.get, workspace_id, endpoint_id)
+
+    async def list_webhook_endpoints(self, workspace_id: WorkspaceScope) -> list[WebhookEndpoint]:
+        return await self._read(webhooks.list_, workspace_id)
+
+    async def update_webhook_endpoint(
+        self,
+        workspace_id: WorkspaceScope,
+        endpoint_id: str,
+        change: Mapping[str, object],
+        sealed_secret: bytes | None = None,
+    ) -> WebhookEndpoint:
+        return await self._write(webhooks.update, workspace_id, endpoint_id, change, sealed_secret)
+
+    async def delete_webhook_endpoint(self, workspace_id: WorkspaceScope, endpoint_id: str) -> None:
+        await self._write(webhooks.delete, workspace_id, endpoint_id)
+
+    async def list_webhook_deliveries(
+        self, workspace_id: WorkspaceScope, endpoint_id: str, limit: int
+    ) -> list[WebhookDelivery]:
+        return await self._read(webhooks.deliveries, workspace_id, endpoint_id, limit)
+
+    async def webhook_deliveries_due(self) -> bool:
+        return await self._read(webhooks.any_due, self._now())
+
+    async def claim_webhook_deliveries(self, limit: int, lease_seconds: float) -> list[DueDelivery]:
+        return await self._write(webhooks.claim, limit, lease_seconds)
+
+    async def reseal_webhook_secrets(self, reseal: Callable[[str, bytes], bytes | None]) -> int:
+        return await self._write(webhooks.reseal, reseal)
+
+    async def finish_webhook_delivery(
+        self, delivery: DueDelivery, result: AttemptResult, retry: RetryTerms
+    ) -> None:
+        await self._write(webhooks.finish, delivery, result, retry)
