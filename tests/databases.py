@@ -30,9 +30,9 @@ BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 MEMORY = "memory"
 """The ``database_url`` of the in-memory store (``InMemoryStore``): no database at all."""
 STORES = [*BACKENDS, MEMORY]
-"""``BACKENDS`` and the in-memory store: the parameters of the conformance tests of
-the aggregates the fake implements (``CoreStore``). A test among them that reaches
-into SQL or the database's URL is marked ``sql`` and runs on the databases only."""
+"""``BACKENDS`` and the in-memory store: the parameters of the store's conformance
+tests. A test among them that reaches into SQL or the database's URL, or needs
+transactions that run at once, is marked ``sql`` and runs on the databases only."""
 
 
 def engine(url: str) -> Engine:

@@ -10,7 +10,7 @@ import pytest
 
 from stead.runtime import SessionFeed
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
-from stead.store import CoreStore, EventRecord, InMemoryStore, NewEvent, SqlStore, open_store
+from stead.store import EventRecord, InMemoryStore, NewEvent, SqlStore, Store, open_store
 from tests.databases import MEMORY
 
 WAIT = 10.0
@@ -78,7 +78,7 @@ def definition(name: str = "a") -> dict[str, Any]:
     }
 
 
-async def new_session(store: CoreStore) -> tuple[str, str]:
+async def new_session(store: Store) -> tuple[str, str]:
     """(workspace id, session id) of a fresh session."""
     workspace = await store.create_workspace("w")
     agent = await store.create_agent(workspace.id, definition())

@@ -12,9 +12,8 @@ integrity), ``AgentStore``, ``EnvironmentStore``, ``SessionStore``, ``EventLog``
 op ledger), ``LeaseStore``, ``UsageStore``, ``IdempotencyStore``, ``FileStore``,
 ``SessionResourceStore``, ``LimitStore``, ``VaultStore``, ``WorkStore``,
 ``BrainStore``, ``SkillStore``, ``WebhookStore`` and ``MemoryStoreStore``. A room
-takes the ones it uses. ``CoreStore`` is the first twelve: what every backend
-implements, ``InMemoryStore`` (the fake, ``inmemory/``) included; ``SqlStore``
-implements the whole ``Store``.
+takes the ones it uses. ``SqlStore`` and ``InMemoryStore`` (the fake,
+``inmemory/``) each implement the whole ``Store``.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ from stead.store.base import (
     AgentRecord,
     ApiKey,
     ClaimTerms,
-    CoreStore,
     EnvironmentRecord,
     EventFilter,
     EventRecord,
@@ -184,7 +182,6 @@ __all__ = [
     "ClaimTerms",
     "Claimed",
     "Conflict",
-    "CoreStore",
     "CredentialRecord",
     "DatabaseBusy",
     "DeliveryState",

@@ -52,7 +52,6 @@ __all__ = [
     "AgentRecord",
     "ApiKey",
     "ClaimTerms",
-    "CoreStore",
     "EnvironmentChange",
     "EnvironmentRecord",
     "EventFilter",
@@ -77,7 +76,7 @@ __all__ = [
 ]
 
 
-class CoreStore(
+class Store(
     WorkspaceStore,
     AgentStore,
     EnvironmentStore,
@@ -90,15 +89,6 @@ class CoreStore(
     SessionResourceStore,
     FileStore,
     LimitStore,
-    Protocol,
-):
-    """The aggregates every backend implements, the in-memory fake included."""
-
-    async def close(self) -> None: ...
-
-
-class Store(
-    CoreStore,
     VaultStore,
     WorkStore,
     BrainStore,
@@ -107,4 +97,7 @@ class Store(
     MemoryStoreStore,
     Protocol,
 ):
-    """Durable state of a stead installation. Safe to share between tasks."""
+    """Durable state of a stead installation. Safe to share between tasks.
+    ``SqlStore`` and the in-memory fake ``InMemoryStore`` implement all of it."""
+
+    async def close(self) -> None: ...
