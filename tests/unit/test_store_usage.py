@@ -109,6 +109,24 @@ async def test_raising_the_budget_resumes_a_session_stopped_at_it(store: SqlStor
     assert len(await store.queued_runs(session_id)) == 1
 
 
+async def test_at_the_budget_an_interrupt_is_accepted_and_left_out_of_the_log(
+    store: SqlStore,
+) -> None:
+    workspace_id, session_id = await _session(store, BUDGET)
+    below = await store.accept_user_events(
+        workspace_id, session_id, [_event("user.interrupt")], ACCEPT_ALL
+    )
+    assert [e.type for e in below.logged] == ["user.interrupt"]
+    await store.run_write(await _claim(store, session_id), RunWrite(usage=_used(500_000_000)))
+    before = await store.last_seq(session_id)
+    interrupt, outcome = _event("user.interrupt"), _event("user.tool_confirmation")
+    at_cap = await store.accept_user_events(
+        workspace_id, session_id, [interrupt, outcome], ACCEPT_ALL
+    )
+    assert [e.id for e in at_cap.echoes] == [outcome.id]
+    assert await store.last_seq(session_id) == before + 1
+
+
 @pytest.mark.sql
 async def test_sandbox_time_is_booked_once_up_to_the_hosts_count(
     store: SqlStore, database_url: str

@@ -41,14 +41,14 @@ SETTLE_TYPES = frozenset(
     }
 )
 """What a session at its budget accepts (spec §5.3 step 7); interrupts are
-accepted and ignored."""
+accepted and ignored (the store leaves them out of the log)."""
 
 
 def _check_budget(session: SessionRecord, params: list[Json]) -> None:
     if not accounting.at_cap(session.budget, session.usage):
         return
     for i, event in enumerate(params):
-        if event["type"] not in SETTLE_TYPES:
+        if event["type"] not in SETTLE_TYPES and event["type"] != EventType.USER_INTERRUPT:
             raise RequestError(
                 f"events.{i}: the session reached its budget; it accepts only tool results "
                 "and confirmations until the budget is raised or removed (sessions.update)",
@@ -81,14 +81,6 @@ async def send_events(
 ) -> JSONResponse:
     app = services(request)
     params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
-    if any(e["type"] == EventType.USER_INTERRUPT for e in params):
-        # At the budget an interrupt is accepted and ignored, not logged (spec §3.1):
-        # read only when one is sent, to keep messages' path to one transaction.
-        session = await app.store.get_session(who.workspace_id, session_id)
-        if accounting.at_cap(session.budget, session.usage):
-            params = [e for e in params if e["type"] != EventType.USER_INTERRUPT]
-            if not params:
-                return JSONResponse({"data": []})
     accepted = await app.store.accept_user_events(
         who.workspace_id,
         session_id,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Update, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Row, Update, bindparam, delete, insert, select, text, update
 
 from stead.events import EventType
 from stead.ids import new_id
@@ -68,46 +68,99 @@ def _bump(conn: Connection, session_id: str, column: str, n: int) -> int:
 def append_log(
     conn: Connection, now: datetime, session_id: str, new: Sequence[NewEvent]
 ) -> list[EventRecord]:
+    """Appends ``new`` to the session's log. On PostgreSQL the caller holds the
+    session's lock (``_locks.session``) or made the session in this transaction."""
     if not new:
         return []
-    first = _bump(conn, session_id, "last_seq", len(new)) - len(new) + 1
-    if first > 1 and conn.dialect.name != "sqlite":
-        now = _not_before_last(conn, session_id, first - 1, now)
-    records = [
-        EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i) for i, e in enumerate(new)
-    ]
-    compiled(conn, "insert.events", lambda: insert(events)).execute_many(
-        conn,
-        [
-            {
-                "session_id": session_id,
-                "seq": r.seq,
-                "id": r.id,
-                "type": r.type,
-                "body": r.body,
-                "processed_at": now,
-            }
-            for r in records
-        ],
-    )
+    if conn.dialect.name == "sqlite":
+        first = _bump(conn, session_id, "last_seq", len(new)) - len(new) + 1
+        records = [
+            EventRecord(session_id, e.id, e.type, e.body, now, seq=first + i)
+            for i, e in enumerate(new)
+        ]
+        compiled(conn, "insert.events", lambda: insert(events)).execute_many(
+            conn, [_event_row(r) for r in records]
+        )
+    else:
+        records = _appended(conn, now, session_id, new)
     _webhooks.publish_log(conn, now, session_id, records)  # the outbox commits with the log
     return records
 
 
-def _last_stamp_statement() -> Any:
-    return select(events.c.processed_at).where(
-        events.c.session_id == bindparam("session_id"), events.c.seq == bindparam("seq")
+def append(
+    conn: Connection, now: datetime, session_id: str, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    """``append_log`` for a caller that holds no lock yet."""
+    _locks.session(conn, session_id)
+    return append_log(conn, now, session_id, new)
+
+
+def _event_row(record: EventRecord) -> dict[str, Any]:
+    return {
+        "session_id": record.session_id,
+        "seq": record.seq,
+        "id": record.id,
+        "type": record.type,
+        "body": record.body,
+        "processed_at": record.processed_at,
+    }
+
+
+def _append_statement() -> Any:
+    return (
+        text(
+            """
+            WITH bumped AS (
+                UPDATE sessions SET last_seq = last_seq + :n WHERE id = :session_id
+                RETURNING last_seq - :n AS before
+            )
+            INSERT INTO events (session_id, seq, id, type, body, processed_at)
+            SELECT :session_id, bumped.before + new.n, new.id, new.type, new.body,
+                GREATEST(:now, (SELECT processed_at FROM events
+                                WHERE session_id = :session_id AND seq = bumped.before))
+            FROM bumped, ROWS FROM (
+                unnest(CAST(:ids AS text[])),
+                unnest(CAST(:types AS text[])),
+                jsonb_array_elements(:bodies)
+            ) WITH ORDINALITY AS new (id, type, body, n)
+            RETURNING seq, processed_at
+            """
+        )
+        .bindparams(
+            bindparam("now", type_=events.c.processed_at.type),
+            bindparam("bodies", type_=events.c.body.type),
+        )
+        .columns(events.c.seq, events.c.processed_at)
     )
 
 
-def _not_before_last(conn: Connection, session_id: str, seq: int, now: datetime) -> datetime:
-    """``now``, or the stamp of event ``seq`` if that is later. With concurrent
-    writers (PostgreSQL) a transaction may read its clock before another that
-    then takes the next seq first; a session's stamps still follow its seq order."""
-    rows = compiled(conn, "events.stamp", _last_stamp_statement).fetch(
-        conn, {"session_id": session_id, "seq": seq}
+def _appended(
+    conn: Connection, now: datetime, session_id: str, new: Sequence[NewEvent]
+) -> list[EventRecord]:
+    """``new`` logged on PostgreSQL in one statement (one round trip): its seqs
+    taken, each stamped ``now`` or the stamp of the event before if that is
+    later. With concurrent writers a transaction may read its clock before
+    another that then takes the next seq first; a session's stamps still follow
+    its seq order. The event before is seen because this statement starts after
+    the caller took the session's lock, so after its last writer committed."""
+    rows = compiled(conn, "events.append", _append_statement).fetch(
+        conn,
+        {
+            "session_id": session_id,
+            "n": len(new),
+            "now": now,
+            "ids": [e.id for e in new],
+            "types": [e.type for e in new],
+            "bodies": [e.body for e in new],
+        },
     )
-    return max(now, rows[0].processed_at) if rows else now
+    if not rows:
+        raise NotFound("session", session_id)
+    first, stamp = min(r.seq for r in rows), rows[0].processed_at
+    return [
+        EventRecord(session_id, e.id, e.type, e.body, stamp, seq=first + i)
+        for i, e in enumerate(new)
+    ]
 
 
 def log_after(

@@ -8,6 +8,7 @@ from itertools import groupby
 
 from sqlalchemy import Connection
 
+from stead import usage as accounting
 from stead.events import EventType
 from stead.store import _claims, _events, _locks, _runs, _sessions, _work
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
@@ -89,7 +90,10 @@ def file_in(
     append: Batch,
 ) -> tuple[list[EventRecord], list[EventRecord]]:
     """Files ``new`` into a busy session's queue (what waits for the turn) or its
-    log, in the request's order; returns the echoes and the logged among them."""
+    log, in the request's order; returns the echoes and the logged among them.
+    At the budget an interrupt is accepted and ignored, not logged (spec §3.1)."""
+    if accounting.at_cap(session.budget, session.usage):
+        new = [e for e in new if e.type != EventType.USER_INTERRUPT]
     busy = session.status != "idle"
     queued = [e for e in new if busy and e.type in QUEUED_TYPES]
     if queued and pending_count() + len(queued) > MAX_PENDING:

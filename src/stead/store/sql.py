@@ -161,6 +161,11 @@ class SqlStore(
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         return await self._readers.run(lambda conn: fn(conn, *args))
 
+    async def _read_one(self, fn: Callable[..., R], *args: Any) -> R:
+        """``_read`` of a ``fn`` that runs one statement (``ConnectionWorkers.run``'s
+        ``single``): one round trip on PostgreSQL, where ``_read`` takes three."""
+        return await self._readers.run(lambda conn: fn(conn, *args), single=True)
+
     # vaults and credentials
     async def create_vault(
         self, workspace_id: str, display_name: str, metadata: dict[str, str]
@@ -410,7 +415,7 @@ class SqlStore(
         )
 
     async def get_session(self, workspace_id: str, session_id: str) -> SessionRecord:
-        return await self._read(_sessions.get, workspace_id, session_id)
+        return await self._read_one(_sessions.get, workspace_id, session_id)
 
     async def update_session(
         self, workspace_id: str, session_id: str, change: SessionChange, event: NewEvent
@@ -446,7 +451,7 @@ class SqlStore(
         return await self._write(_inbox.accept, workspace_id, session_id, events, validate, claim)
 
     async def append_events(self, session_id: str, events: Sequence[NewEvent]) -> list[EventRecord]:
-        return await self._write(_events.append_log, session_id, events)
+        return await self._write(_events.append, session_id, events)
 
     async def drain_pending(self, session_id: str) -> list[EventRecord]:
         return await self._write(_events.drain, session_id)
@@ -461,17 +466,17 @@ class SqlStore(
         return await self._read(run)
 
     async def events_after(self, session_id: str, seq: int, limit: int) -> list[EventRecord]:
-        return await self._read(_events.after, session_id, seq, limit)
+        return await self._read_one(_events.after, session_id, seq, limit)
 
     async def last_seq(self, session_id: str) -> int:
-        return await self._read(_events.last_seq, session_id)
+        return await self._read_one(_events.last_seq, session_id)
 
     async def find_event_seq(self, session_id: str, event_id: str) -> int | None:
         def run(conn: Connection) -> int | None:
             found = _events.find(conn, session_id, event_id)
             return None if found is None else found.seq
 
-        return await self._read(run)
+        return await self._read_one(run)
 
     # runs and the side-effect ledger
     async def start_run(self, session_id: str) -> str:
