@@ -25,10 +25,19 @@ def claim(
     terms: ClaimTerms,
     session: SessionRecord | None = None,
     appended: Sequence[EventRecord] = (),
+    *,
+    session_id: str | None = None,
 ) -> RunStart | None:
     """``session``: the run's session as this transaction already read it;
-    ``appended``: the events it appended to the session's log (last, in order)."""
-    _locks.run_session(conn, run_id)  # the session before its run (``_locks`` order)
+    ``appended``: the events it appended to the session's log (last, in order);
+    ``session_id``: the run's session, when the caller knows it."""
+    # The session before its run (``_locks`` order), by id when it is known: a
+    # lock this transaction holds already costs nothing then.
+    known = session.id if session is not None else session_id
+    if known is None:
+        _locks.run_session(conn, run_id)
+    else:
+        _locks.session(conn, known)
     taken = _runs.claim(conn, now, run_id, terms.owner, terms.lease_seconds)
     if taken is None:
         return None
@@ -54,4 +63,4 @@ def claim_next(
 ) -> RunStart | None:
     _locks.session(conn, session_id)
     run_id = _runs.oldest_queued(conn, session_id)
-    return None if run_id is None else claim(conn, now, run_id, terms)
+    return None if run_id is None else claim(conn, now, run_id, terms, session_id=session_id)

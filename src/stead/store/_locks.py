@@ -9,6 +9,8 @@ Order, to keep transactions from deadlocking: a session row before its runs,
 ops, events, pending events and sandbox leases. Every session-scoped write locks
 the session first (``session``/``run_session``), whatever it touches next.
 On SQLite these helpers return at once: the write lock already covers them.
+A session's lock is taken once per transaction: a later call in the same one
+sends nothing (the row stays held until commit).
 """
 
 from __future__ import annotations
@@ -29,11 +31,24 @@ def _session_statement() -> Any:
     return select(sessions.c.id).where(sessions.c.id == bindparam("session_id")).with_for_update()
 
 
+def _held(conn: Connection) -> set[str]:
+    """The sessions whose rows this transaction holds."""
+    transaction = conn.get_transaction()
+    held: tuple[object, set[str]] | None = conn.info.get("stead.held")
+    if held is None or held[0] is not transaction:
+        held = conn.info["stead.held"] = (transaction, set())
+    return held[1]
+
+
 def session(conn: Connection, session_id: str) -> None:
     """Holds the session's row until commit (a missing session locks nothing)."""
     if _shared_writer(conn):
+        held = _held(conn)
+        if session_id in held:
+            return
         statement = compiled(conn, "lock.session", _session_statement)
         statement.execute(conn, {"session_id": session_id}).close()
+        held.add(session_id)
 
 
 def _run_session_statement() -> Any:
@@ -45,7 +60,8 @@ def run_session(conn: Connection, run_id: str) -> None:
     """Holds the row of run ``run_id``'s session until commit."""
     if _shared_writer(conn):
         statement = compiled(conn, "lock.run_session", _run_session_statement)
-        statement.execute(conn, {"run_id": run_id}).close()
+        rows = statement.fetch(conn, {"run_id": run_id})
+        _held(conn).update(row.id for row in rows)
 
 
 def row(conn: Connection, table: Table, ident: str, *, shared: bool = False) -> None:
