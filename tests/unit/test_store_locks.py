@@ -1,14 +1,16 @@
 """Row locks on PostgreSQL (``_locks.py``): a session's lock, taken once per
-transaction, is taken again by the next transaction on the same connection."""
+transaction, is taken again by the next transaction on the same connection; a
+write that waited for the lock decides on what its holder committed."""
 
 from __future__ import annotations
 
+import anyio
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
-from stead.store import SqlStore, _locks
+from stead.store import Conflict, NewEvent, SqlStore, _locks
 from tests.databases import engine
 from tests.unit.conftest import new_session
 
@@ -19,6 +21,8 @@ pytestmark = [
     ),
 ]
 TRY_LOCK = "SELECT id FROM sessions WHERE id = :id FOR UPDATE NOWAIT"
+ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
+WAIT_S = 10.0
 
 
 async def test_each_transaction_takes_the_sessions_lock_again(
@@ -40,3 +44,44 @@ async def test_each_transaction_takes_the_sessions_lock_again(
     finally:
         holder.dispose()
         other.dispose()
+
+
+async def test_an_accept_that_waited_for_the_lock_sees_what_the_holder_committed(
+    store: SqlStore, database_url: str
+) -> None:
+    workspace_id, session_id = await new_session(store)
+    holder = engine(database_url)
+    outcome: list[BaseException] = []
+
+    async def interrupt() -> None:
+        try:
+            await store.accept_user_events(
+                workspace_id, session_id, [NewEvent("sevt_x", "user.interrupt", {})], ACCEPT_ALL
+            )
+        except Conflict as exc:
+            outcome.append(exc)
+
+    try:
+        with holder.connect() as conn:
+            async with anyio.create_task_group() as group:
+                with conn.begin():
+                    archive = "UPDATE sessions SET archived_at = now() WHERE id = :id"
+                    conn.execute(text(archive), {"id": session_id})
+                    group.start_soon(interrupt)
+                    await _until_one_waits_for_a_lock(conn)
+    finally:
+        holder.dispose()
+    assert [str(e) for e in outcome] == [
+        f"session {session_id} is archived; it accepts no new events"
+    ]
+    assert await store.last_seq(session_id) == 0
+
+
+async def _until_one_waits_for_a_lock(conn: Connection) -> None:
+    waiting = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    with anyio.fail_after(WAIT_S):
+        while conn.execute(text(waiting)).scalar_one() == 0:  # noqa: ASYNC110 - another process
+            await anyio.sleep(0.01)

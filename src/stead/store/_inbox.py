@@ -43,10 +43,15 @@ def accept(
     validate: Validator,
     claim: ClaimTerms | None = None,
 ) -> EventsAccepted:
-    # Busy or idle is decided on the session's state as of the lock: a run that
-    # finishes meanwhile drains the queue only after this commits.
-    _locks.session(conn, session_id)
-    session = _sessions.get(conn, workspace_id, session_id)
+    if any(e.type in QUEUED_TYPES for e in new):
+        # Busy or idle is decided on the session's state as of the lock: a run
+        # that finishes meanwhile drains the queue only after this commits.
+        _locks.session(conn, session_id)
+        session = _sessions.get(conn, workspace_id, session_id)
+    else:
+        # Nothing here waits for the turn, so the status decides nothing: the
+        # lock and the read are one statement.
+        session = _sessions.locked(conn, workspace_id, session_id)
     check_accepting(session)
     validate(session, lambda event_id: _events.find(conn, session_id, event_id))
     new, repeated = _work.first_answers(

@@ -51,6 +51,12 @@ def session(conn: Connection, session_id: str) -> None:
         held.add(session_id)
 
 
+def taken(conn: Connection, session_id: str) -> None:
+    """Notes that a statement of this transaction locked the session's row itself."""
+    if _shared_writer(conn):
+        _held(conn).add(session_id)
+
+
 def _run_session_statement() -> Any:
     owner = select(runs.c.session_id).where(runs.c.id == bindparam("run_id")).scalar_subquery()
     return select(sessions.c.id).where(sessions.c.id == owner).with_for_update()

@@ -108,6 +108,25 @@ def get(conn: Connection, workspace_id: str, session_id: str) -> SessionRecord:
     return _record(rows[0])
 
 
+def _locked_statement() -> Select[Any]:
+    return _get_statement().with_for_update(of=sessions)
+
+
+def locked(conn: Connection, workspace_id: str, session_id: str) -> SessionRecord:
+    """``_locks.session`` and ``get`` in one statement (one round trip). The row
+    is read as of the lock, but PostgreSQL reads the runs, and so the status,
+    as of the statement's start, before any wait for the lock: use it where the
+    status decides nothing."""
+    if conn.dialect.name == "sqlite":  # the write lock is held already
+        return get(conn, workspace_id, session_id)
+    statement = compiled(conn, "sessions.locked", _locked_statement)
+    rows = statement.fetch(conn, {"session_id": session_id, "workspace_id": workspace_id})
+    if not rows:
+        raise NotFound("session", session_id)
+    _locks.taken(conn, session_id)
+    return _record(rows[0])
+
+
 def create(
     conn: Connection,
     now: datetime,
