@@ -4,7 +4,8 @@ Imported only for a ``postgresql://`` URL, so a SQLite server never loads the
 driver or the dialect. Write transactions run at READ COMMITTED on several
 workers and in several processes at once; the query modules keep their
 invariants with row locks (``_locks.py``). Reads run at REPEATABLE READ, one
-snapshot per transaction, as a SQLite read does.
+snapshot per transaction, as a SQLite read does; a read of one statement runs
+without a transaction (``ConnectionWorkers.run``'s ``single``), its own snapshot.
 
 JSON is stored as ``jsonb``, which cannot hold the character U+0000 in a string:
 the serialiser writes U+FFFD in its place (a NUL in a tool's output must not
