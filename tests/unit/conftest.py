@@ -10,7 +10,8 @@ import pytest
 
 from stead.runtime import SessionFeed
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
-from stead.store import EventRecord, InMemoryStore, NewEvent, SqlStore, Store, open_store
+from stead.store import EventRecord, NewEvent, SqlStore, Store, open_store
+from stead.store.inmemory import InMemoryStore
 from tests.databases import MEMORY
 
 WAIT = 10.0

@@ -61,9 +61,10 @@ BRAIN = set(ROOMS) - {"sandbox_host"}
 for room in BRAIN:
     FORBIDDEN[room] = FORBIDDEN.get(room, set()) | {"sandbox_host"}
 BODY_SURFACES = {"stead.sandbox.local", "stead.sandbox.protocol"}
-LAZY_SURFACES = {"stead.tools.mcp"}
+LAZY_SURFACES = {"stead.tools.mcp", "stead.store.inmemory"}
 """Subpackages kept out of their room's ``__init__`` because what they import is
-heavy (the mcp SDK): other rooms import them by name, when first needed."""
+heavy (the mcp SDK) or a server never needs them (the in-memory fake store):
+other rooms import them by name, when first needed."""
 """What the body shares with the brain besides ``stead.sandbox`` itself: the
 workspace code and the host protocol's frames."""
 SQL_DRIVERS = {"sqlalchemy", "sqlite3", "psycopg", "alembic"}
@@ -139,7 +140,8 @@ def test_the_app_factory_loads_no_body_module() -> None:
     Alembic (needed only by a database behind the newest migration), nor the
     PostgreSQL dialect of a SQLite server, nor rich (for the commands that print),
     nor the mcp SDK and cryptography (for vault credentials, when first used),
-    nor psycopg (the PostgreSQL store and bus)."""
+    nor psycopg (the PostgreSQL store and bus), nor YAML (skill uploads), nor
+    the in-memory fake store."""
     body = ("stead.sandbox_host", "stead.sandbox.local", "obstore")
     lazy = (
         "anthropic",
@@ -149,6 +151,8 @@ def test_the_app_factory_loads_no_body_module() -> None:
         "rich",
         "mcp",
         "cryptography",
+        "yaml",
+        "stead.store.inmemory",
     )
     imports = "stead.api.app, stead.cli, stead.tools, stead.runtime"
     assert _loaded_after(imports, body + lazy) == []

@@ -7,7 +7,8 @@ import anyio
 import pytest
 
 from stead.runtime import LocalBus, SessionFeed
-from stead.store import EventRecord, InMemoryStore
+from stead.store import EventRecord
+from stead.store.inmemory import InMemoryStore
 from tests.unit.conftest import collect_feed, new_session, user_message
 
 pytestmark = pytest.mark.anyio

@@ -11,7 +11,8 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from stead.runtime.leases import LeaseSweeper, SweepRound
-from stead.store import InMemoryStore, LeaseExpiry, SandboxLease
+from stead.store import LeaseExpiry, SandboxLease
+from stead.store.inmemory import InMemoryStore
 from tests.unit.conftest import WAIT, new_session
 
 pytestmark = pytest.mark.anyio

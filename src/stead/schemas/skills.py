@@ -16,8 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from stead.schemas.skill_archive import Budget, SkillLimits, check_path, is_zip, read_zip
 from stead.schemas.skill_archive import write_zip as _write_zip
 from stead.schemas.validation import RequestError
@@ -101,6 +99,9 @@ def frontmatter(skill_md: bytes) -> tuple[str | None, str]:
     end = next((i for i, line in enumerate(lines[1:], 1) if line.strip() == "---"), None)
     if end is None:
         raise RequestError(f"{where}: the frontmatter has no closing --- line")
+    # Imported here: only a skill upload parses YAML, and a server keeps what it imports.
+    import yaml
+
     try:
         meta: Any = yaml.safe_load("\n".join(lines[1:end]))
     except yaml.YAMLError as exc:

@@ -13,7 +13,8 @@ op ledger), ``LeaseStore``, ``UsageStore``, ``IdempotencyStore``, ``FileStore``,
 ``SessionResourceStore``, ``LimitStore``, ``VaultStore``, ``WorkStore``,
 ``BrainStore``, ``SkillStore``, ``WebhookStore`` and ``MemoryStoreStore``. A room
 takes the ones it uses. ``SqlStore`` and ``InMemoryStore`` (the fake,
-``inmemory/``) each implement the whole ``Store``.
+imported by name from ``stead.store.inmemory``: a server never loads it) each
+implement the whole ``Store``.
 """
 
 from __future__ import annotations
@@ -77,7 +78,6 @@ from stead.store.idempotency import (
     IdempotencyStore,
     KeyClaim,
 )
-from stead.store.inmemory import InMemoryStore
 from stead.store.leases import (
     LeaseExpiry,
     LeaseHost,
@@ -200,7 +200,6 @@ __all__ = [
     "IdempotencyClaim",
     "IdempotencyKeyHeld",
     "IdempotencyStore",
-    "InMemoryStore",
     "IntegrityFinding",
     "InvalidValue",
     "KeyClaim",
