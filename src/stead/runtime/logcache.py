@@ -3,8 +3,10 @@
 The log is append-only, so a cached copy stays right: each read fetches only
 the events after the last one seen, and a write or claim that returns the log
 after the cache's last ``seq`` (``since``) brings it up to date with no read of
-its own. Bounded: the least recently used sessions are forgotten (and read from
-the store again if they come back).
+its own. Bounded by sessions and by events, as an idle session's log stays
+until something pushes it out: the least recently used sessions are forgotten
+(and read from the store again if they come back) while more than ``capacity``
+sessions or ``max_events`` events are held; the session kept last always stays.
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ READ_ALL = 1_000_000_000
 
 
 class LogCache:
-    def __init__(self, store: EventLog, capacity: int = 256) -> None:
+    def __init__(self, store: EventLog, capacity: int = 256, max_events: int = 50_000) -> None:
         self._store = store
         self._capacity = capacity
+        self._max_events = max_events
         self._logs: OrderedDict[str, tuple[int, list[Json]]] = OrderedDict()
+        self._events = 0
+        """Events held, over all sessions."""
 
     def since(self, session_id: str) -> int:
         """The last ``seq`` held for the session (0: nothing)."""
@@ -57,7 +62,11 @@ class LogCache:
         return log if log is not None else await self.read(session_id)
 
     def _keep(self, session_id: str, last_seq: int, log: list[Json]) -> None:
-        self._logs.pop(session_id, None)
+        _, before = self._logs.pop(session_id, (0, []))
         self._logs[session_id] = (last_seq, log)
-        while len(self._logs) > self._capacity:
-            self._logs.popitem(last=False)
+        self._events += len(log) - len(before)
+        while len(self._logs) > 1 and (
+            len(self._logs) > self._capacity or self._events > self._max_events
+        ):
+            _, (_, dropped) = self._logs.popitem(last=False)
+            self._events -= len(dropped)
