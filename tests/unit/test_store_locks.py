@@ -83,5 +83,10 @@ async def _until_one_waits_for_a_lock(conn: Connection) -> None:
         " WHERE datname = current_database() AND wait_event_type = 'Lock'"
     )
     with anyio.fail_after(WAIT_S):
-        while conn.execute(text(waiting)).scalar_one() == 0:  # noqa: ASYNC110 - another process
+        while True:
+            # Inside a transaction PostgreSQL answers pg_stat_activity from the
+            # snapshot its first read took: cleared, each poll sees the present.
+            conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+            if conn.execute(text(waiting)).scalar_one() > 0:
+                return
             await anyio.sleep(0.01)
