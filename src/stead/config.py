@@ -70,7 +70,7 @@ class Settings(BaseSettings):
 
     # The agent loop.
     upstream_base_url: str | None = None
-    """Anthropic Messages API base URL (default: the SDK's, api.anthropic.com)."""
+    """Anthropic Messages API base URL (default: https://api.anthropic.com)."""
     anthropic_api_key: str | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "STEAD_ANTHROPIC_API_KEY")
     )

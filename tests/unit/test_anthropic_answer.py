@@ -1,4 +1,5 @@
-"""AnswerBuilder finishes a streamed answer exactly as the SDK's own accumulator does."""
+"""AnswerBuilder finishes a streamed answer (decoded JSON events) exactly as the
+SDK's own accumulator finishes the same events parsed into its types."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from stead.harness.providers.anthropic_answer import AnswerBuilder
+from stead.harness.providers.anthropic_answer import AnswerBuilder, MalformedStream
 
 Json = dict[str, Any]
 EVENTS: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
@@ -129,8 +130,7 @@ def test_the_answer_is_the_sdk_accumulators_final_message(name: str) -> None:
     snapshot: Any = None
     buffers: dict[int, bytes] = {}
     for raw in STREAMS[name]:
-        builder.add(EVENTS.validate_python(raw))
-        # A fresh event for the SDK: the builder keeps (and completes) the blocks it was given.
+        builder.add(json.loads(json.dumps(raw)))
         event = EVENTS.validate_python(raw)
         snapshot = accumulate_event(event=event, current_snapshot=snapshot, json_bufs=buffers)
     expected = [b.model_dump(mode="json", exclude_none=True) for b in snapshot.content]
@@ -150,7 +150,23 @@ def test_the_answer_is_the_sdk_accumulators_final_message(name: str) -> None:
 
 def test_a_stream_must_begin_with_message_start() -> None:
     builder = AnswerBuilder()
-    with pytest.raises(RuntimeError, match="message_start"):
-        builder.add(EVENTS.validate_python(TEXT[0]))
-    with pytest.raises(RuntimeError, match="message_start"):
+    with pytest.raises(MalformedStream, match="message_start"):
+        builder.add(TEXT[0])
+    with pytest.raises(MalformedStream, match="message_start"):
         AnswerBuilder().content()
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "content_block_delta", "index": 7, "delta": {"type": "text_delta", "text": "x"}},
+        {"type": "content_block_start", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+        {"type": "content_block_delta", "index": 0, "delta": "text"},
+    ],
+)
+def test_an_event_that_cannot_belong_to_the_answer_is_malformed(event: Json) -> None:
+    builder = AnswerBuilder()
+    builder.add(start({"input_tokens": 1, "output_tokens": 1}))
+    with pytest.raises(MalformedStream, match=event["type"]):
+        builder.add(event)

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
 from typing import Any
 
-import anyio
 import pytest
 
 from stead.harness import (
-    AnthropicModel,
     AwaitInput,
     CallModel,
     EndTurn,
@@ -168,20 +165,3 @@ def test_tool_arguments_no_read_could_render_are_kept_as_unparsed_text(arguments
     answer = {"choices": [{"message": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}
     (block,) = from_chat(answer).content
     assert block["input"] == {"_unparsed_arguments": arguments}
-
-
-@pytest.mark.anyio
-async def test_concurrent_first_calls_build_one_anthropic_client() -> None:
-    model = AnthropicModel(
-        base_url="http://127.0.0.1:9", api_key="k", read_timeout=1.0, total_timeout=1.0
-    )
-    built = []
-    async with anyio.create_task_group() as group:
-        for _ in range(4):
-            group.start_soon(_append, built, model.client())
-    assert len(built) == 4 and all(client is built[0] for client in built)
-    await model.aclose()
-
-
-async def _append(into: list[Any], awaitable: Awaitable[Any]) -> None:
-    into.append(await awaitable)

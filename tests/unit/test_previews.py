@@ -13,7 +13,7 @@ from stead.runtime import LocalBus, Preview, SessionFeed
 from stead.runtime.previews import PreviewTracker
 from stead.store import SqlStore
 from tests.unit.conftest import collect_feed, new_session, user_message
-from tests.unit.test_anthropic_answer import EVENTS, block, delta, start
+from tests.unit.test_anthropic_answer import block, delta, start
 
 Json = dict[str, Any]
 AGENT: Json = {"tools": [], "mcp_servers": []}
@@ -44,7 +44,7 @@ def test_previews_name_the_events_the_answer_is_logged_as() -> None:
     tracker = PreviewTracker(published.append)
     builder = AnswerBuilder(tracker)
     for raw in STREAM:
-        builder.add(EVENTS.validate_python(raw))
+        builder.add(raw)
     logged = tracker.named(response_events(builder.content(), AGENT, []))
 
     assert [e.type for e in logged] == [

@@ -34,7 +34,6 @@ PRELOAD = (
     "stead.cli",
     "stead.api",
     "stead.harness.providers.anthropic",
-    "anthropic",
     "stead.sandbox.providers.host",
     "stead.sandbox.providers.unsafe_local",
     "sqlite3",

@@ -1,160 +1,169 @@
-"""The Anthropic Messages API through the official SDK (streaming underneath).
+"""The Anthropic Messages API over HTTP, streamed.
 
-The request goes through the SDK's client (``post`` to ``/v1/messages``, its
-headers, timeouts and stream decoder) as JSON bytes encoded here, and the answer
-streams into ``AnswerBuilder``: the SDK's ``messages.stream`` helper would rebuild a typed
-snapshot of the message on every event, which cost about 0.5 ms a call. The
-SDK's OpenTelemetry spans are off unless the process has a tracer provider
-(without one they go nowhere, yet building each one's attributes costs about
-0.2 ms a call).
+A request is the JSON bytes of its ``ModelRequest``, encoded once and POSTed to
+``/v1/messages`` with ``httpx2`` (the transport the official SDK itself uses);
+the answer is read with ``httpx2``'s server-sent events decoder, each event's
+data decoded as JSON and put together by ``AnswerBuilder``. The wire is the
+SDK's: the same headers, the error body's ``error.type``, ``event: error``
+mid-stream, ``ping`` and unknown events passed over; ``tests/unit/
+test_anthropic_model.py`` holds the answer read here against the SDK's own
+accumulator over the same bytes.
 
-The SDK's own retries are off: the runtime owns retry policy, so it can report
-each retry as ``session.status_rescheduled``. SDK errors become ``UpstreamError``
-here and nowhere else.
+The SDK is not imported on this path: ``import anthropic`` loads some 3,300
+modules (the types of every API it covers) and about 46 MB, for one POST
+whose answer stead accumulates itself anyway. The SDK's retries were off
+(the runtime owns retry policy, so it can report each retry as
+``session.status_rescheduled``), and the model call's span is stead's own
+(``Telemetry.model_call``).
 
-The SDK is imported on the first model call, not at start: importing it costs
-about a second and 38 MB, which a server that has not yet run a turn (or runs
-only OpenAI-compatible models) need not pay. The import runs in a worker thread
-so the event loop keeps serving meanwhile.
+Errors become ``UpstreamError`` here and nowhere else.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import NoReturn
 
 import anyio
-import anyio.to_thread
 import httpx2
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
-from stead.harness.providers.anthropic_answer import AnswerBuilder
+from stead.harness.providers.anthropic_answer import STREAM_EVENTS, AnswerBuilder
 from stead.telemetry import trace_headers
 
-if TYPE_CHECKING:
-    import anthropic
-
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2026-10-21"
+"""The SDK's (``anthropic._constants``); the provider test holds them equal."""
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 ERROR_TYPES = {429: "model_rate_limited_error", 529: "model_overloaded_error"}
+RETRYABLE_KINDS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
+"""Error types in an error body; an ``event: error`` mid-stream arrives with status 200."""
+MAX_ERROR_BODY = 64 * 1024
+"""How much of an error answer is read: its ``error.message`` is all that is used."""
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+"""One streamed event's bound: a server tool's result arrives whole in its
+``content_block_start`` and may pass ``httpx2``'s default of 1 MiB."""
+CONNECTION_LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
+"""The SDK's own: a model call per running turn, and many turns run at once."""
 
 
-def _retry_after(response: Any) -> float | None:
-    value = response.headers.get("retry-after") if response is not None else None
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    value = headers.get("retry-after")
     try:
         return float(value) if value is not None else None
     except ValueError:
         return None
 
 
-RETRYABLE_KINDS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
-"""Error types in an error body; an ``event: error`` mid-stream arrives with status 200."""
+def _error_of(body: object) -> tuple[str | None, str | None]:
+    """(``error.type``, ``error.message``) of an error body, where it has them."""
+    if not isinstance(body, dict):
+        return None, None
+    error = body.get("error", body)
+    if not isinstance(error, dict):
+        return None, None
+    kind, message = error.get("type"), error.get("message")
+    return (
+        kind if isinstance(kind, str) else None,
+        message if isinstance(message, str) else None,
+    )
 
 
-def _kind(exc: anthropic.APIStatusError) -> str | None:
-    body = exc.body
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and isinstance(error.get("type"), str):
-            return str(error["type"])
-    return None
+def status_error(status: int, body: object, headers: httpx2.Headers | None = None) -> UpstreamError:
+    """The error for an answer with ``status`` and the decoded ``body``; a
+    status under 400 is an ``event: error`` inside a stream, placed by its type."""
+    kind, message = _error_of(body)
+    if status < 400:
+        status = RETRYABLE_KINDS.get(kind or "", 500)
+    detail = message if message is not None else json.dumps(body)[:500]
+    return UpstreamError(
+        f"upstream answered {status}" + (f" ({kind})" if kind else "") + f": {detail}",
+        status=status,
+        retryable=status in RETRYABLE_STATUS or status >= 500,
+        retry_after=_retry_after(headers) if headers is not None else None,
+        error_type=ERROR_TYPES.get(status, "model_request_failed_error"),
+    )
 
 
-def map_error(exc: Exception) -> UpstreamError:
-    import anthropic  # loaded already: only an SDK call raises what is mapped here
-
-    if isinstance(exc, anthropic.APIStatusError):
-        status = exc.status_code
-        if status < 400:
-            status = RETRYABLE_KINDS.get(_kind(exc) or "", 500)
-        return UpstreamError(
-            f"upstream answered {status}: {exc.message}",
-            status=status,
-            retryable=status in RETRYABLE_STATUS or status >= 500,
-            retry_after=_retry_after(exc.response),
-            error_type=ERROR_TYPES.get(status, "model_request_failed_error"),
-        )
-    if isinstance(exc, anthropic.APITimeoutError):
-        return UpstreamError("upstream timed out", retryable=True)
-    if isinstance(exc, anthropic.APIConnectionError):
-        return UpstreamError(f"upstream connection failed: {exc}", retryable=True)
-    return UpstreamError(f"upstream failed: {exc}", retryable=False)
+async def _refused(response: httpx2.Response) -> NoReturn:
+    body = b""
+    async for chunk in response.aiter_bytes():
+        body += chunk
+        if len(body) >= MAX_ERROR_BODY:
+            break
+    try:
+        decoded: object = json.loads(body)
+    except ValueError:
+        decoded = body[:500].decode(errors="replace")
+    raise status_error(response.status_code, decoded, response.headers)
 
 
 class AnthropicModel:
     def __init__(
         self, *, base_url: str | None, api_key: str, read_timeout: float, total_timeout: float
     ) -> None:
-        self._base_url = base_url
-        self._api_key = api_key
-        self._read_timeout = read_timeout
+        self._url = (base_url or DEFAULT_BASE_URL).rstrip("/") + "/v1/messages"
+        self._headers = {
+            "authorization": f"Bearer {api_key}",
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+            "user-agent": "stead",
+        }
+        self._timeout = httpx2.Timeout(read_timeout)
         self._total_timeout = total_timeout
-        self._client: anthropic.AsyncAnthropic | None = None
-        self._building = anyio.Lock()
+        self._client: httpx2.AsyncClient | None = None
 
-    async def client(self) -> anthropic.AsyncAnthropic:
-        """The SDK client, built (and the SDK imported) once, by the first caller."""
+    def client(self) -> httpx2.AsyncClient:
+        """The HTTP client, made by the first call (its TLS context costs a
+        server that never calls this upstream some milliseconds and memory)."""
         if self._client is None:
-            async with self._building:
-                if self._client is None:
-                    self._client = await anyio.to_thread.run_sync(self._build)
+            self._client = httpx2.AsyncClient(timeout=self._timeout, limits=CONNECTION_LIMITS)
         return self._client
-
-    def _build(self) -> anthropic.AsyncAnthropic:
-        import anthropic
-        from opentelemetry import trace
-
-        traced = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
-        return anthropic.AsyncAnthropic(
-            base_url=self._base_url,
-            api_key=self._api_key,
-            max_retries=0,
-            timeout=self._read_timeout,
-            # None: the SDK's default (its ANTHROPIC_OPEN_TELEMETRY* variables).
-            open_telemetry=None if traced else False,
-        )
 
     async def complete(
         self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
     ) -> ModelResponse:
-        # Sent as the JSON bytes it is: ``messages.create`` would deep-copy the
-        # whole body (the session's context) twice before encoding it.
         body = json.dumps(
             {**request.as_params(), "stream": True}, separators=(",", ":"), ensure_ascii=False
         ).encode()
-        headers = trace_headers({"idempotency-key": op_key, "content-type": "application/json"})
-        client = await self.client()
-        import anthropic  # loaded by ``client()``
-        from anthropic.types import Message, RawMessageStreamEvent
-
+        headers = trace_headers({**self._headers, "idempotency-key": op_key})
         answer = AnswerBuilder(observer)
+        answered = False
         try:
             with anyio.fail_after(self._total_timeout):
-                stream = await client.post(
-                    "/v1/messages",
+                async with self.client().sse(
+                    self._url,
+                    method="POST",
                     content=body,
-                    cast_to=Message,
-                    options={"headers": headers},
-                    stream=True,
-                    stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
-                )
-                async with stream:
-                    async for event in stream:
-                        answer.add(event)
+                    headers=headers,
+                    max_event_size=MAX_EVENT_BYTES,
+                ) as source:
+                    if source.response.status_code != 200:
+                        await _refused(source.response)
+                    answered = True
+                    async for event in source:
+                        if event.event in STREAM_EVENTS:
+                            answer.add(json.loads(event.data))
+                        elif event.event == "error":
+                            raise status_error(200, json.loads(event.data))
+            return ModelResponse(
+                content=answer.content(), stop_reason=answer.stop_reason, usage=answer.usage()
+            )
         except TimeoutError:
             raise UpstreamError(
                 f"no complete answer within {self._total_timeout:g}s", retryable=True
             ) from None
-        except anthropic.APIError as exc:
-            raise map_error(exc) from None
         except httpx2.TimeoutException:
-            # Mid-stream, the SDK lets the transport's own errors through unwrapped.
-            raise UpstreamError("upstream stopped sending (read timeout)", retryable=True) from None
+            what = "stopped sending (read timeout)" if answered else "timed out"
+            raise UpstreamError(f"upstream {what}", retryable=True) from None
         except httpx2.TransportError as exc:
-            raise UpstreamError(f"upstream connection broke: {exc!r}", retryable=True) from None
-        return ModelResponse(
-            content=answer.content(), stop_reason=answer.stop_reason, usage=answer.usage()
-        )
+            what = "connection broke" if answered else "connection failed"
+            raise UpstreamError(f"upstream {what}: {exc!r}", retryable=True) from None
+        except ValueError as exc:  # the event's JSON, or ``MalformedStream``
+            raise UpstreamError(
+                f"upstream sent an unreadable stream: {exc}", retryable=True
+            ) from None
 
     async def aclose(self) -> None:
         if self._client is not None:
-            await self._client.close()
+            await self._client.aclose()
