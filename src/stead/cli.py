@@ -36,18 +36,11 @@ from stead.cli_webhooks import webhooks_app
 from stead.cli_worker import worker
 from stead.config import Settings
 from stead.startup import summary
-from stead.store import (
-    ApiKey,
-    BrainRecord,
-    IntegrityFinding,
-    SchemaState,
-)
-from stead.telemetry import configure_logging
 from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
 if TYPE_CHECKING:
-    pass
+    from stead.store import ApiKey, BrainRecord, IntegrityFinding
 
 app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
 app.add_typer(keys_app, name="keys")
@@ -103,6 +96,7 @@ def serve(
     import uvicorn
 
     from stead.api import create_app
+    from stead.telemetry import configure_logging
 
     settings = read_settings(host=host, port=port, data_dir=data_dir)
     if settings.sandbox == "bwrap" and settings.sandbox_host_autostart:
@@ -221,6 +215,8 @@ def db_check(
     made by a newer stead) or a problem remains (with --repair: one it could not
     repair); 2 if the database cannot be reached.
     """
+    from stead.store import SchemaState
+
     settings = read_settings(data_dir=data_dir)
     schema = schema_status(settings)
     if schema.state is not SchemaState.CURRENT:

@@ -3,16 +3,22 @@ database stands against this stead's migrations, said in one line."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import anyio
 import typer
 
 from stead.cli_support import DataDir, opened, read_settings
 from stead.config import Settings
-from stead.store import SchemaState, SchemaStatus, StoreUnavailable, schema_status_sync
+
+if TYPE_CHECKING:
+    from stead.store import SchemaStatus
 
 
 def schema_status(settings: Settings) -> SchemaStatus:
     """The database's schema status; one line and exit 2 if it cannot be read."""
+    from stead.store import SchemaState, SchemaStatus, StoreUnavailable, schema_status_sync
+
     if settings.database_url is None and not settings.embedded_database.exists():
         return SchemaStatus(SchemaState.EMPTY, ())  # not made by asking
     try:
@@ -28,6 +34,8 @@ def db_migrate(data_dir: DataDir = None) -> None:
     Safe to run while other stead processes start: they migrate once, in turn.
     Exits 1 for a database migrated by a newer stead.
     """
+    from stead.store import SchemaState
+
     settings = read_settings(data_dir=data_dir)
     before = schema_status(settings)
     if before.state is SchemaState.AHEAD:

@@ -4,14 +4,16 @@ revoked beside a running server (the secret is shown once, at creation)."""
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 
 from stead.cli_support import PLAIN, DataDir, console, existing, opened
 from stead.config import Settings
-from stead.store import ApiKey
+
+if TYPE_CHECKING:
+    from stead.store import ApiKey
 
 keys_app = typer.Typer(help="API keys: each belongs to one workspace.", **PLAIN)
 

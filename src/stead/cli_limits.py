@@ -13,7 +13,6 @@ from stead.cli_support import PLAIN, DataDir, console, existing, opened
 from stead.config import Settings
 from stead.schemas import RequestError
 from stead.schemas.workspace_limits import ENVIRONMENT_FIELDS, WORKSPACE_FIELDS, changes, wire
-from stead.store import WORKSPACE, NotFound
 
 limits_app = typer.Typer(
     help="Limits per workspace (monthly tokens, spend, sandbox time, concurrent "
@@ -48,6 +47,8 @@ async def _apply(
     settings: Settings, workspace: str | None, scope: str | None, body: dict[str, Any]
 ) -> tuple[str, dict[str, int], dict[str, int]]:
     """(workspace id, the workspace's limits, the environment's, if ``scope``)."""
+    from stead.store import WORKSPACE, NotFound
+
     async with opened(settings) as store:
         if workspace is None:
             found = await store.list_workspaces()
@@ -65,6 +66,8 @@ async def _apply(
 
 
 def _run(settings: Settings, workspace: str | None, scope: str | None, body: dict[str, Any]) -> Any:
+    from stead.store import NotFound
+
     try:
         return anyio.run(_apply, settings, workspace, scope, body)
     except (RequestError, NotFound) as exc:

@@ -15,10 +15,11 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsError
 
 from stead.config import Settings, settings_errors, unparsed_setting
-from stead.store import Store, StoreUnavailable, open_store
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from stead.store import Store
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
@@ -70,6 +71,10 @@ def validated(kind: type[SettingsT], **given: Any) -> SettingsT:
 async def opened(settings: Settings) -> AsyncIterator[Store]:
     """The store ``settings`` name, migrated, for one command; closed on every path.
     A database that cannot be opened stops the command with one line."""
+    # Loaded here: the commands that need no store (the sandbox host above all,
+    # a process that runs for good) start without SQLAlchemy.
+    from stead.store import StoreUnavailable, open_store
+
     try:
         store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
     except StoreUnavailable as exc:

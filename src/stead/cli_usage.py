@@ -16,10 +16,11 @@ import typer
 from stead import usage as accounting
 from stead.cli_support import DataDir, console, existing, opened
 from stead.config import Settings
-from stead.store import LedgerRow, NotFound, Store
 
 if TYPE_CHECKING:
     from rich.table import Table
+
+    from stead.store import LedgerRow, Store
 
 GROUPS = ("workspace", "agent", "session", "model", "day")
 DEFAULT_DAYS = 30
@@ -113,6 +114,8 @@ async def _lines(settings: Settings, first: date, last: date, only: str | None) 
 
 async def _agents(store: Store, workspace_id: str, sessions: set[str | None]) -> dict[str, str]:
     """Each session's agent id (a deleted session's usage has none to show)."""
+    from stead.store import NotFound
+
     found: dict[str, str] = {}
     for session_id in sessions - {None}:
         assert session_id is not None

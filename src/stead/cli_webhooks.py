@@ -15,10 +15,10 @@ import typer
 from stead.cli_support import PLAIN, DataDir, existing, opened
 from stead.config import Settings
 from stead.jsonvalues import Json
-from stead.store import NotFound, Store, WebhookDelivery, WebhookEndpoint
 
 if TYPE_CHECKING:
     from stead.runtime import WebhookEndpoints
+    from stead.store import Store, WebhookDelivery, WebhookEndpoint
 
 webhooks_app = typer.Typer(help="Webhook endpoints: each belongs to one workspace.", **PLAIN)
 T = TypeVar("T")
@@ -37,6 +37,7 @@ def _run(settings: Settings, work: Callable[[Store, WebhookEndpoints], Awaitable
     # Loaded here, not at import: every other ``stead`` command starts without them.
     from stead.runtime import WebhookEndpoints, webhook_parts
     from stead.schemas import RequestError
+    from stead.store import NotFound
     from stead.vault import load_secret_box
 
     async def main() -> T:

@@ -158,6 +158,15 @@ def test_the_app_factory_loads_no_body_module() -> None:
     assert _loaded_after(imports, body + lazy) == []
 
 
+def test_the_sandbox_host_process_loads_no_brain_module() -> None:
+    """``stead sandbox-host`` runs the CLI, then the host: neither loads the
+    store (SQLAlchemy), the API, the runtime nor telemetry's exporters, which a
+    process that runs for good would carry and every start would pay for."""
+    brain = ("sqlalchemy", "stead.store", "fastapi", "stead.api", "stead.runtime")
+    brain += ("stead.harness", "prometheus_client")
+    assert _loaded_after("stead.cli, stead.sandbox_host.server", brain) == []
+
+
 def test_checking_the_host_settings_loads_no_blob_store() -> None:
     """``stead serve`` checks the settings of the host it may start; a
     ``BlobConfig`` is read without obstore, which only the host uses."""

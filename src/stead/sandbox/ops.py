@@ -59,7 +59,7 @@ OpKey = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 
 
 class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class Request(Message):
