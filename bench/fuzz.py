@@ -3,7 +3,7 @@
 Runs ``tests/integration/test_fuzz.py`` (schemathesis on the served OpenAPI
 document, stateful sequences included) and ``test_hostile_bodies.py`` (hostile
 bodies for every POST route) with ``STEAD_FUZZ_EXAMPLES`` examples per operation
-and property (default 500; the test suite uses 25-30). Not a speed benchmark and
+and property (default 500; the test suite uses 15-25). Not a speed benchmark and
 not in ``bench/run.py``: it reports what it found, and exits non-zero on any 5xx,
 undocumented status or misnamed refusal.
 
