@@ -11,21 +11,21 @@
 * The terminal WebSockets, as ``x-websocket`` path items (``WEBSOCKET``).
 
 Routes name their SDK response types by path (``response("beta.BetaEnvironment")``)
-and the types are imported when the document is first built: importing the SDK
-costs a server about a second at start, and only this document needs them.
+and, like the request bodies, they take their schemas from ``openapi_schemas.json``,
+generated from the SDK (``openapi_schemas.py``): a server never imports the SDK
+for its document.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute, APIWebSocketRoute
-from fastapi.utils import create_model_field
 
+from stead.api.openapi_schemas import REF, SDK_MODEL, components_for, shipped
 from stead.schemas import (
     StrictParams,
     agents,
@@ -62,10 +62,6 @@ REQUEST_BODIES: dict[str, StrictParams] = {
     "MemoryCreateParams": memories.MEMORY_CREATE,
     "MemoryUpdateParams": memories.MEMORY_UPDATE,
 }
-REF = "#/components/schemas/{model}"
-SDK_TYPES = "anthropic.types"
-SDK_MODEL = "x-stead-sdk-model"
-"""Key of a route's 200 response that names its SDK type until the document is built."""
 ERROR = "Error"
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -196,7 +192,11 @@ def _document(app: FastAPI) -> dict[str, Any]:
     # Copies: FastAPI's document shares dicts with the (module-level) routes, and a
     # reader that changes its document (a fuzzer injecting links) must not change
     # the next app's.
-    routes = [_with_models(route) if isinstance(route, APIRoute) else route for route in app.routes]
+    sdk = shipped()
+    routes = [
+        _with_schemas(route, sdk["responses"]) if isinstance(route, APIRoute) else route
+        for route in app.routes
+    ]
     document = copy.deepcopy(
         get_openapi(
             title=app.title, version=app.version, description=app.description, routes=routes
@@ -204,8 +204,9 @@ def _document(app: FastAPI) -> dict[str, Any]:
     )
     components = document.setdefault("components", {})
     schemas = components.setdefault("schemas", {})
-    for name, params in REQUEST_BODIES.items():
-        schema = params.json_schema(REF)
+    schemas.update(components_for([document["paths"]], sdk["components"]))
+    for name in REQUEST_BODIES:
+        schema = sdk["requests"][name]
         schemas.update(schema.pop("$defs", {}))
         schemas[name] = schema
     schemas[ERROR] = copy.deepcopy(ERROR_SCHEMA)
@@ -223,25 +224,23 @@ def _document(app: FastAPI) -> dict[str, Any]:
     return document
 
 
-def _with_models(route: APIRoute) -> APIRoute:
-    """A copy of ``route`` whose named SDK response types are imported, as FastAPI
-    would have set it up had they been given as ``model`` (the route is shared by
-    every app, so it is not changed)."""
+def _with_schemas(route: APIRoute, schemas: dict[str, Any]) -> APIRoute:
+    """A copy of ``route`` whose named SDK response types carry their shipped
+    schemas (the route is shared by every app, so it is not changed)."""
     named = {code: answer for code, answer in route.responses.items() if SDK_MODEL in answer}
     if not named:
         return route
     bound = copy.copy(route)
     bound.responses = dict(route.responses)
-    bound.response_fields = dict(route.response_fields)
     for code, answer in named.items():
-        module, _, name = f"{SDK_TYPES}.{answer[SDK_MODEL]}".rpartition(".")
-        model = getattr(importlib.import_module(module), name)
+        schema = dict(schemas[answer[SDK_MODEL]])
+        if "$ref" not in schema:
+            # Titled as FastAPI titles an inline response model: after its field.
+            schema["title"] = f"Response_{code}_{route.unique_id}".title().replace("_", " ")
+        content = {"application/json": {"schema": schema}}
         bound.responses[code] = {k: v for k, v in answer.items() if k != SDK_MODEL} | {
-            "model": model
+            "content": content
         }
-        bound.response_fields[code] = create_model_field(
-            name=f"Response_{code}_{route.unique_id}", type_=model, mode="serialization"
-        )
     return bound
 
 

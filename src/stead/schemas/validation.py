@@ -68,12 +68,6 @@ class StrictParams:
             raise RequestError(f"{prefix or 'body'}: expected an object")
         return result
 
-    def json_schema(self, ref_template: str) -> dict[str, Any]:
-        """The JSON schema, with the SDK's titles and descriptions: imports the SDK."""
-        from stead.schemas import generate
-
-        return generate.json_schema(self.name, ref_template)
-
     def _describe(self, exc: ValidationError, prefix: str) -> str:
         errors = exc.errors(include_url=False)
         best = max(errors, key=lambda e: len(e["loc"]))
