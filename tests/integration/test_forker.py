@@ -3,12 +3,14 @@ another process took first is not mistaken for the server's."""
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import socket
 from pathlib import Path
 
 import httpx2
+import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess
 from tests.conftest import loop_env
@@ -28,6 +30,23 @@ def test_a_forked_server_serves_dies_to_sigkill_and_restarts(
     again = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
     again.stop()
     assert again.wait_exit(timeout=0)
+
+
+def test_a_forked_command_runs_to_its_end_and_a_failing_one_says_why(
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
+) -> None:
+    server = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
+    try:
+        key = server.create_key(new_workspace="forked")
+        other = httpx2.get(f"{server.url}/v1/agents", headers={"x-api-key": key})
+        assert other.status_code == 200, other.text
+    finally:
+        server.stop()
+    env = {**os.environ, "STEAD_DATA_DIR": str(tmp_path / "data")}
+    listed = json.loads(forker.run(("keys", "list", "--json"), env, timeout=60))
+    assert key[-4:] in {k["ends_with"] for k in listed} and len(listed) == 2
+    with pytest.raises(RuntimeError, match="no API key key_none"):
+        forker.run(("keys", "revoke", "key_none"), env, timeout=60)
 
 
 def test_closing_the_forker_ends_the_servers_it_left(tmp_path: Path, fake_model: FakeModel) -> None:

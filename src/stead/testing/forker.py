@@ -24,6 +24,7 @@ import select
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import traceback
 from pathlib import Path
@@ -85,10 +86,31 @@ class ServeForker:
             helper.wait(timeout=30)
         helper.stdout.close()
 
-    def fork(self, env: dict[str, str], log_path: Path) -> ForkedServer:
-        """Starts ``stead serve`` with exactly ``env``, its output appended to ``log_path``."""
-        pid = int(self._request({"op": "fork", "env": env, "log": str(log_path)})["pid"])
+    def fork(
+        self, env: dict[str, str], log_path: Path, command: tuple[str, ...] = ("serve",)
+    ) -> ForkedServer:
+        """Starts ``stead <command>`` (``serve`` unless named) with exactly ``env``,
+        its output appended to ``log_path``."""
+        request = {"op": "fork", "env": env, "log": str(log_path), "command": list(command)}
+        pid = int(self._request(request)["pid"])
         return ForkedServer(self, pid)
+
+    def run(self, command: tuple[str, ...], env: dict[str, str], timeout: float) -> str:
+        """The output of ``stead <command>`` run to its end; ``RuntimeError`` with
+        that output if it fails."""
+        with tempfile.TemporaryDirectory(prefix="stead-forked-") as scratch:
+            output = Path(scratch) / "output"
+            child = self.fork(env, output, command)
+            try:
+                code = child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait(30)
+                raise
+            text = output.read_text(errors="replace") if output.exists() else ""
+        if code != 0:
+            raise RuntimeError(f"stead {' '.join(command)} exited with {code}: {text}")
+        return text
 
     def reap(self, pid: int) -> int:
         """The exit code of a child that has ended (negative: killed by that signal)."""
@@ -156,7 +178,7 @@ class ForkedServer:
         return self.returncode
 
 
-def _serve_child(env: dict[str, str], log: str) -> NoReturn:
+def _serve_child(env: dict[str, str], log: str, command: list[str]) -> NoReturn:
     """Runs in the forked child; never returns."""
     code = 1
     try:
@@ -171,7 +193,7 @@ def _serve_child(env: dict[str, str], log: str) -> NoReturn:
         gc.enable()
         os.environ.clear()
         os.environ.update(env)
-        sys.argv = ["stead", "serve"]
+        sys.argv = ["stead", *command]
         from stead.cli import main
 
         main()
@@ -220,7 +242,7 @@ def _handle(request: dict[str, Any], children: set[int]) -> dict[str, Any]:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _serve_child(request["env"], request["log"])
+            _serve_child(request["env"], request["log"], request["command"])
         children.add(pid)
         return {"pid": pid}
     if request["op"] == "reap":

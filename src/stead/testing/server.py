@@ -211,14 +211,20 @@ class ServerProcess:
         """A key made with ``stead keys create`` (in a new workspace if named; an
         operator's if ``admin``), on the server's store (its ``STEAD_DATABASE_URL``
         too, when it has one)."""
-        args = [sys.executable, "-m", "stead", "keys", "create", "--json"]
+        command: tuple[str, ...] = ("keys", "create", "--json")
         if new_workspace:
-            args += ["--new-workspace", new_workspace]
+            command += ("--new-workspace", new_workspace)
         if admin:
-            args.append("--admin")
+            command += ("--admin",)
         # The server's own settings: on PostgreSQL the key goes to its database.
         env = {**os.environ, **self._env, "STEAD_DATA_DIR": str(self.data_dir)}
-        out = subprocess.run(args, env=env, check=True, capture_output=True, timeout=60)
-        found = KEY_PATTERN.search(out.stdout.decode())
-        assert found, out.stdout
+        if self._forker is not None:  # forked: no second of imports per key
+            output = self._forker.run(command, env, timeout=60)
+        else:
+            args = [sys.executable, "-m", "stead", *command]
+            output = subprocess.run(
+                args, env=env, check=True, capture_output=True, timeout=60
+            ).stdout.decode()
+        found = KEY_PATTERN.search(output)
+        assert found, output
         return found.group(0)
