@@ -1,4 +1,5 @@
-"""``stead serve`` processes forked from one that has already imported stead.
+"""``stead serve`` processes (and other ``stead`` commands, ``ServeForker.run``)
+forked from one that has already imported stead.
 
 Importing the API (the SDK's types, FastAPI, SQLAlchemy, Alembic) is most of a
 server's start: seconds of CPU on a busy machine. A test that starts dozens of
