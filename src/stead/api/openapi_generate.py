@@ -1,6 +1,7 @@
-"""Writes ``openapi_schemas.json`` from the installed SDK (see ``openapi_schemas.py``)::
+"""Writes ``openapi_schemas.json`` from the installed SDK (see
+``openapi_schemas.py``)::
 
-python -m stead.api.openapi_generate
+    python -m stead.api.openapi_generate
 """
 
 from __future__ import annotations
