@@ -26,9 +26,11 @@ from stead.cli_support import (
     Url,
     bold,
     console,
+    freeze_start,
     opened,
     read_settings,
     setting_help,
+    start_uncollected,
     validated,
 )
 from stead.cli_usage import usage
@@ -93,6 +95,7 @@ def serve(
     data_dir: DataDir = None,
 ) -> None:
     """Serve the Managed Agents API on the embedded store."""
+    start_uncollected()
     import uvicorn
 
     from stead.api import create_app
@@ -140,6 +143,7 @@ def serve(
             access_log=False,
             timeout_graceful_shutdown=3,
         )
+        freeze_start()
         uvicorn.Server(config).run(sockets=[sock])
 
 

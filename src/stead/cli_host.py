@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from stead.cli_support import DataDir, console, read_settings, stop_on_signal, validated
+from stead.cli_support import (
+    DataDir,
+    console,
+    freeze_start,
+    read_settings,
+    start_uncollected,
+    stop_on_signal,
+    validated,
+)
 
 if TYPE_CHECKING:
     from stead.sandbox import HostAddress
@@ -39,6 +47,7 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
+    start_uncollected()
     from stead.sandbox_host.server import HostAlreadyRunning, serve_host
     from stead.sandbox_host.settings import HostSettings
 
@@ -57,6 +66,7 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
             tasks.start_soon(stop_on_signal, tasks.cancel_scope)
             await serve_host(options)
 
+    freeze_start()
     try:
         anyio.run(run, backend_options={"use_uvloop": True})
     except HostAlreadyRunning as exc:
