@@ -46,9 +46,10 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def host(tmp_path_factory: pytest.TempPathFactory, forker: ServeForker) -> Iterator[HostProcess]:
     root = tmp_path_factory.mktemp("host")
-    process = HostProcess(root / "state", env={"STEAD_SANDBOX_IDLE_CHECK_SECONDS": "0.2"}).start()
+    env = {"STEAD_SANDBOX_IDLE_CHECK_SECONDS": "0.2"}
+    process = HostProcess(root / "state", env=env, forker=forker).start()
     yield process
     process.stop()
 

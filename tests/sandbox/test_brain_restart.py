@@ -180,12 +180,15 @@ def stop_process(pid: int) -> None:
 class KillableHost:
     """A sandbox host of the test's own, to kill and start again on its state."""
 
-    def __init__(self, state: Path) -> None:
-        self.process = HostProcess(state).start()
+    def __init__(self, state: Path, forker: ServeForker) -> None:
+        self._forker = forker
+        self.process = HostProcess(state, forker=forker).start()
 
     def restart(self) -> None:
         old = self.process
-        self.process = HostProcess(old.state_dir, work_dir=old.work_dir).start()
+        self.process = HostProcess(
+            old.state_dir, work_dir=old.work_dir, forker=self._forker
+        ).start()
 
 
 @contextlib.contextmanager
@@ -194,7 +197,7 @@ def brain_on_a_killable_host(
 ) -> Iterator[tuple[anthropic.Anthropic, KillableHost]]:
     """A ``stead serve`` whose tool calls wait for a lost host with quick backoff;
     a run left to its lease would take longer than the test may."""
-    host = KillableHost(tmp_path / "host" / "state")
+    host = KillableHost(tmp_path / "host" / "state", forker)
     try:
         with FakeModel(script) as fake:
             env = loop_env(

@@ -25,7 +25,7 @@ from stead.sandbox import (
     parse_address,
 )
 from stead.sandbox.protocol import raise_error
-from stead.testing import HostProcess, free_port
+from stead.testing import HostProcess, ServeForker, free_port
 from tests.sandbox.conftest import (
     WAIT,
     client_of,
@@ -185,10 +185,10 @@ async def test_a_brain_of_another_protocol_version_is_refused_naming_both(
 
 
 async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_doubt(
-    tmp_path: Path,
+    tmp_path: Path, forker: ServeForker
 ) -> None:
     root = tmp_path
-    process = HostProcess(root / "state").start()
+    process = HostProcess(root / "state", forker=forker).start()
     client = client_of(process)
     sandbox = HostSandbox(client, new_id(), config())
     try:
@@ -205,7 +205,7 @@ async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_do
                     await anyio.sleep(0.05)
             process.kill()
         await client.aclose()
-        process = HostProcess(root / "state", work_dir=process.work_dir).start()
+        process = HostProcess(root / "state", work_dir=process.work_dir, forker=forker).start()
         client = client_of(process)
         sandbox = HostSandbox(client, sandbox.sandbox_id, config())
         assert (await sandbox.read_file("note", max_bytes=100)) == b"kept\n"
@@ -218,13 +218,16 @@ async def test_a_killed_host_leaves_files_and_reports_the_interrupted_exec_in_do
         process.stop()
 
 
-async def test_old_exec_records_are_pruned_but_never_a_running_one(tmp_path: Path) -> None:
+async def test_old_exec_records_are_pruned_but_never_a_running_one(
+    tmp_path: Path, forker: ServeForker
+) -> None:
     process = HostProcess(
         tmp_path / "state",
         env={
             "STEAD_SANDBOX_EXEC_RECORD_SECONDS": "0.3",
             "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "0.1",
         },
+        forker=forker,
     ).start()
     client = client_of(process)
     sandbox = HostSandbox(client, new_id(), config())

@@ -47,10 +47,13 @@ PRELOAD = (
     "uvicorn.protocols.http.httptools_impl",
     "uvicorn.protocols.websockets.auto",
     "stead.tools.mcp",
+    "stead.sandbox_host.server",
+    "stead.sandbox_host.settings",
 )
 """What ``stead serve`` imports before it answers and on its first turn (the mcp
 SDK, which a server loads only at its first MCP call, costs each forked server
-about a second there otherwise: crash tests fork one per kill point)."""
+about a second there otherwise: crash tests fork one per kill point), and what
+``stead sandbox-host`` imports."""
 
 
 class ServeForker:

@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import IO, Any
 
 from stead.sandbox import PROTOCOL_VERSION
+from stead.testing.forker import ForkedServer, ServeForker
 
 START_TIMEOUT = 60.0
 
 
 class HostProcess:
+    """``forker``: the host is forked from it (``stead sandbox-host`` run in a
+    process that imported stead once) instead of started in a fresh interpreter."""
+
     def __init__(
         self,
         state_dir: Path,
@@ -33,6 +37,7 @@ class HostProcess:
         blob_url: str | None = None,
         work_dir: Path | None = None,
         env: dict[str, str] | None = None,
+        forker: ServeForker | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.blob_url = blob_url or f"file://{(state_dir.parent / 'blobs').resolve()}"
@@ -44,7 +49,8 @@ class HostProcess:
         self.work_dir = work_dir
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self._env = env or {}
-        self._process: subprocess.Popen[bytes] | None = None
+        self._forker = forker
+        self._process: subprocess.Popen[bytes] | ForkedServer | None = None
         self._log: IO[bytes] | None = None
 
     @property
@@ -67,14 +73,17 @@ class HostProcess:
             "STEAD_SANDBOX_WORK_DIR": str(self.work_dir),
             **self._env,
         }
-        self._log = self.log_path.open("ab")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "stead", "sandbox-host"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        if self._forker is not None:
+            self._process = self._forker.fork(env, self.log_path, ("sandbox-host",))
+        else:
+            self._log = self.log_path.open("ab")
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "stead", "sandbox-host"],
+                env=env,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
