@@ -30,7 +30,7 @@ import threading
 import traceback
 from pathlib import Path
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 PRELOAD = (
     "stead.cli",
@@ -135,6 +135,25 @@ class ServeForker:
         if "error" in reply:
             raise RuntimeError(f"the forker failed: {reply['error']}")
         return reply
+
+
+def launch(
+    command: tuple[str, ...], env: dict[str, str], log_path: Path, forker: ServeForker | None
+) -> tuple[subprocess.Popen[bytes] | ForkedServer, IO[bytes] | None]:
+    """``stead <command>`` with exactly ``env`` and its output appended to
+    ``log_path``: forked from ``forker``, else in a fresh interpreter. Also the
+    log file the caller closes once the process ended (None when forked)."""
+    if forker is not None:
+        return forker.fork(env, log_path, command), None
+    log = log_path.open("ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "stead", *command],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    return process, log
 
 
 class ForkedServer:

@@ -14,14 +14,13 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
 
 from stead.sandbox import PROTOCOL_VERSION
-from stead.testing.forker import ForkedServer, ServeForker
+from stead.testing.forker import ForkedServer, ServeForker, launch
 
 START_TIMEOUT = 60.0
 
@@ -73,17 +72,7 @@ class HostProcess:
             "STEAD_SANDBOX_WORK_DIR": str(self.work_dir),
             **self._env,
         }
-        if self._forker is not None:
-            self._process = self._forker.fork(env, self.log_path, ("sandbox-host",))
-        else:
-            self._log = self.log_path.open("ab")
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "stead", "sandbox-host"],
-                env=env,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
+        self._process, self._log = launch(("sandbox-host",), env, self.log_path, self._forker)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

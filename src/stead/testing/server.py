@@ -18,7 +18,7 @@ from typing import IO, Protocol
 
 import httpx2
 
-from stead.testing.forker import ServeForker
+from stead.testing.forker import ServeForker, launch
 
 SCRUBBED = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY"})
 KEY_PATTERN = re.compile(r"sk-stead-[A-Za-z0-9_-]+")
@@ -130,17 +130,7 @@ class ServerProcess:
             **self._env,
         }
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
-        if self._forker is not None:
-            self._process = self._forker.fork(env, self.log_path)
-            return self
-        self._log = self.log_path.open("ab")
-        self._process = subprocess.Popen(
-            [sys.executable, "-m", "stead", "serve"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        self._process, self._log = launch(("serve",), env, self.log_path, self._forker)
         return self
 
     def _wait_ready(self) -> None:
