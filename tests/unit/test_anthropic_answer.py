@@ -154,6 +154,8 @@ def test_a_stream_must_begin_with_message_start() -> None:
         builder.add(TEXT[0])
     with pytest.raises(MalformedStream, match="message_start"):
         AnswerBuilder().content()
+    with pytest.raises(MalformedStream, match="not an object: list"):
+        AnswerBuilder().add([start({"input_tokens": 1, "output_tokens": 1})])
 
 
 @pytest.mark.parametrize(

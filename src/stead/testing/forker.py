@@ -97,7 +97,7 @@ class ServeForker:
         its output appended to ``log_path``."""
         request = {"op": "fork", "env": env, "log": str(log_path), "command": list(command)}
         pid = int(self._request(request)["pid"])
-        return ForkedServer(self, pid)
+        return ForkedServer(self, pid, command)
 
     def run(self, command: tuple[str, ...], env: dict[str, str], timeout: float) -> str:
         """The output of ``stead <command>`` run to its end; ``RuntimeError`` with
@@ -157,15 +157,17 @@ def launch(
 
 
 class ForkedServer:
-    """The part of ``subprocess.Popen`` that ``ServerProcess`` uses, for a forked child.
+    """The part of ``subprocess.Popen`` that ``ServerProcess`` and ``HostProcess``
+    use, for a forked child.
 
     The child is the helper's, not ours, so it is watched and signalled through a
     pidfd, which stays bound to this process even after it ends.
     """
 
-    def __init__(self, forker: ServeForker, pid: int) -> None:
+    def __init__(self, forker: ServeForker, pid: int, command: tuple[str, ...]) -> None:
         self._forker = forker
         self.pid = pid
+        self._command = command
         self.returncode: int | None = None
         # Safe from pid reuse: the helper does not reap the child until asked.
         self._pidfd: int | None = os.pidfd_open(pid)
@@ -176,7 +178,7 @@ class ForkedServer:
     def wait(self, timeout: float) -> int:
         code = self._ended(timeout)
         if code is None:
-            raise subprocess.TimeoutExpired(["stead", "serve"], timeout)
+            raise subprocess.TimeoutExpired(["stead", *self._command], timeout)
         return code
 
     def send_signal(self, sig: int) -> None:

@@ -63,9 +63,11 @@ class AnswerBuilder:
         self._usage: dict[str, int | None] = {}
         self._started = False
 
-    def add(self, event: Json) -> None:
+    def add(self, event: object) -> None:
         """Applies one decoded event; raises ``MalformedStream`` for one that
-        cannot belong to the answer so far."""
+        cannot belong to the answer so far (or is not a JSON object at all)."""
+        if not isinstance(event, dict):
+            raise MalformedStream(f"an event that is not an object: {type(event).__name__}")
         kind = event.get("type")
         if not self._started and kind != "message_start":
             raise MalformedStream(f'unexpected event order: {kind} before "message_start"')
