@@ -226,6 +226,31 @@ async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
         process.stop()
 
 
+async def test_a_snapshot_past_its_expiry_is_expired_before_the_collector_deletes_it(
+    tmp_path: Path,
+) -> None:
+    # The collector deletes the blob, then marks the row: a wake in between
+    # once found the row and no blob ("missing from the blob store").
+    process = HostProcess(
+        tmp_path / "state",
+        env={"STEAD_SNAPSHOT_TTL_SECONDS": "0.3", "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "3600"},
+    ).start()
+    client = client_of(process)
+    sandbox = HostSandbox(client, new_id(), config())
+    try:
+        await sandbox.write_file("old", b"data")
+        assert await sandbox.sleep()
+        blobs = Path(process.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+        await anyio.sleep(0.5)
+        with pytest.raises(WorkspaceUnavailable, match="expired"):
+            await sandbox.read_file("old", max_bytes=10)
+        assert any(p.name.endswith(".tar.zst") for p in blobs.iterdir()), "not collected yet"
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()
+
+
 async def test_a_live_snapshot_keeps_the_sandbox_running_and_replaces_older_ones(
     sandbox: HostSandbox, host: HostProcess
 ) -> None:

@@ -129,7 +129,11 @@ class SavedWorkspace:
         """The snapshot that holds the workspace; None if there never was one.
         ``WorkspaceUnavailable`` if the newest one expired and was deleted."""
         latest = await self._catalogue.latest_snapshot(self._id)
-        if latest is not None and latest.deleted_at is not None:
+        # Expired is expired from that moment, whether or not the collector has
+        # deleted it yet (it deletes the blob before it marks the row).
+        if latest is not None and (
+            latest.deleted_at is not None or latest.expires_at <= self._clock.time()
+        ):
             raise WorkspaceUnavailable(
                 "the sandbox's saved workspace expired and was deleted; it cannot be restored"
             )
