@@ -10,7 +10,7 @@ import httpx2
 import pytest
 
 from stead.blobs import BlobConfig
-from stead.testing import FakeModel, ServeForker, ServerProcess, echo
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls, echo
 from stead.testing.mcp_server import MCP_TEST_PIN
 from stead.testing.seaweed import S3Server, seaweed_s3
 from tests.databases import PostgresRun, database_url, postgres_run, serve_env
@@ -95,6 +95,7 @@ def make_client(url: str, key: str, **options: object) -> anthropic.Anthropic:
     return anthropic.Anthropic(
         base_url=url,
         api_key=key,
+        http_client=anthropic.DefaultHttpxClient(verify=client_tls()),
         _strict_response_validation=True,
         **(defaults | options),  # type: ignore[arg-type]
     )
@@ -165,5 +166,7 @@ def admin(served: ServerProcess) -> Iterator[httpx2.Client]:
     """A client with an operator's key (``stead keys create --admin``) of the
     module's ``served`` server."""
     key = served.create_key(admin=True)
-    with httpx2.Client(base_url=served.url, headers={"x-api-key": key}, timeout=30) as http:
+    with httpx2.Client(
+        verify=client_tls(), base_url=served.url, headers={"x-api-key": key}, timeout=30
+    ) as http:
         yield http

@@ -17,7 +17,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from stead.testing import ServeForker, ServerProcess
+from stead.testing import ServeForker, ServerProcess, client_tls
 from tests.integration.helpers import db_check, wait_idle_http
 
 A, E, S = "/v1/agents", "/v1/environments", "/v1/sessions"
@@ -531,7 +531,9 @@ def world(server: ServerProcess, api_key: str) -> Iterator[World]:
     other_key = server.create_key(new_workspace="other")
     # a fresh connection per request: a server failure must not break the next case
     limits = httpx2.Limits(max_keepalive_connections=0)
-    with httpx2.Client(base_url=server.url, timeout=30.0, limits=limits) as http:
+    with httpx2.Client(
+        verify=client_tls(), base_url=server.url, timeout=30.0, limits=limits
+    ) as http:
 
         def post(path: str, body: Json | None = None, key: str = api_key) -> str:
             return str(ok(http.post(path, json=body, headers={"x-api-key": key}))["id"])
@@ -626,7 +628,7 @@ def test_body_over_the_limit_is_413(small_server: ServerProcess, path: str, chun
     assert small_server.first_key
     headers = {"x-api-key": small_server.first_key, "content-type": "application/json"}
     raw = json.dumps(agent(system="x" * 5000)).encode()
-    with httpx2.Client(base_url=small_server.url, timeout=30.0) as http:
+    with httpx2.Client(verify=client_tls(), base_url=small_server.url, timeout=30.0) as http:
         response = http.post(path, content=in_chunks(raw) if chunked else raw, headers=headers)
         check_error(response, 413)
         assert ok(http.get(A, headers=headers))["data"] == []  # answers, and stored nothing

@@ -15,7 +15,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, sdk_of
 from tests.webhook_receiver import HOOKS_HOST, PINNED, Receiver
 
@@ -102,6 +102,7 @@ def test_rotating_the_secret_key_keeps_every_signing_secret(
                 json=hook,
                 headers={"x-api-key": str(fresh.first_key)},
                 timeout=30,
+                verify=client_tls(),
             )
             secret = made.json()["secret"]
             fresh.stop()

@@ -11,7 +11,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from tests.conftest import sdk_of
 from tests.integration.test_operations import logged
 
@@ -19,13 +19,15 @@ CONSOLE = {"x-stead-console": "1"}
 
 
 def log_in(server: ServerProcess, body: object, headers: dict[str, str]) -> httpx2.Response:
-    return httpx2.post(f"{server.url}/console/login", json=body, headers=headers, timeout=30)
+    return httpx2.post(
+        f"{server.url}/console/login", json=body, headers=headers, timeout=30, verify=client_tls()
+    )
 
 
 @pytest.fixture
 def browser(server: ServerProcess, api_key: str) -> Iterator[httpx2.Client]:
     """A client holding the console's cookie, as a browser would after logging in."""
-    with httpx2.Client(base_url=server.url, timeout=30.0) as http:
+    with httpx2.Client(verify=client_tls(), base_url=server.url, timeout=30.0) as http:
         answer = http.post("/console/login", json={"api_key": api_key}, headers=CONSOLE)
         assert answer.status_code == 200, answer.text
         yield http
@@ -78,7 +80,7 @@ def test_an_idempotency_key_on_login_is_refused_and_sets_no_cookie(
 def test_login_and_logout_need_the_console_header(server: ServerProcess, api_key: str) -> None:
     login = log_in(server, {"api_key": api_key}, {})
     assert login.status_code == 403 and "set-cookie" not in login.headers
-    logout = httpx2.post(f"{server.url}/console/logout", timeout=30)
+    logout = httpx2.post(f"{server.url}/console/logout", timeout=30, verify=client_tls())
     assert logout.status_code == 403
 
 
@@ -120,21 +122,30 @@ def test_a_terminal_takes_the_cookie_from_the_console_origin_only(
 
 
 def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> None:
-    page = httpx2.get(f"{server.url}/console", follow_redirects=True, timeout=30)
+    page = httpx2.get(
+        f"{server.url}/console", follow_redirects=True, timeout=30, verify=client_tls()
+    )
     assert page.status_code == 200 and "/console/static/app.js" in page.text
     assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
     for name in ("xterm.js", "xterm.css", "addon-fit.js"):
-        packaged = httpx2.get(f"{server.url}/console/vendor/{name}", timeout=30)
+        packaged = httpx2.get(
+            f"{server.url}/console/vendor/{name}", timeout=30, verify=client_tls()
+        )
         assert packaged.status_code == 200, f"{name}: run ./scripts/setup (npm ci)"
         assert len(packaged.content) > 1000
-    assert httpx2.get(f"{server.url}/console/vendor/package.json", timeout=30).status_code == 404
-    script = httpx2.get(f"{server.url}/console/static/app.js", timeout=30)
+    assert (
+        httpx2.get(
+            f"{server.url}/console/vendor/package.json", timeout=30, verify=client_tls()
+        ).status_code
+        == 404
+    )
+    script = httpx2.get(f"{server.url}/console/static/app.js", timeout=30, verify=client_tls())
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
 
 
 def test_the_key_reaches_no_log(server: ServerProcess) -> None:
     key = server.create_key()  # the first key is printed at start, by design
-    with httpx2.Client(base_url=server.url, timeout=30.0) as http:
+    with httpx2.Client(verify=client_tls(), base_url=server.url, timeout=30.0) as http:
         assert log_in(server, {"api_key": key}, CONSOLE).status_code == 200
         http.cookies.set("stead_console_key", key)
         assert http.get("/v1/sessions", headers=CONSOLE).status_code == 200

@@ -40,6 +40,7 @@ from stead.testing import (
     Text,
     ToolCall,
     Turn,
+    client_tls,
 )
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env
@@ -142,7 +143,9 @@ class Lane:
         assert self.key
         headers = {"x-api-key": self.key}
         token = uuid.uuid4().hex[:12]
-        with httpx2.Client(base_url=server.url, headers=headers, timeout=30) as http:
+        with httpx2.Client(
+            verify=client_tls(), base_url=server.url, headers=headers, timeout=30
+        ) as http:
             agent = http.post(
                 "/v1/agents",
                 json={"name": "c", "model": "m", "tools": [{"type": "agent_toolset_20260401"}]},
@@ -182,7 +185,11 @@ class Lane:
             url = f"{server.url}/v1/sessions/{session_id}/events/stream"
             try:
                 with httpx2.stream(
-                    "GET", url, headers={"x-api-key": self.key or ""}, timeout=30
+                    "GET",
+                    url,
+                    headers={"x-api-key": self.key or ""},
+                    timeout=30,
+                    verify=client_tls(),
                 ) as response:
                     # Resume from the start: count every logged event of the session.
                     for frame in sse_frames(response):
@@ -209,7 +216,7 @@ class Lane:
     ) -> Outcome:
         assert self.key
         with httpx2.Client(
-            base_url=server.url, headers={"x-api-key": self.key}, timeout=30
+            verify=client_tls(), base_url=server.url, headers={"x-api-key": self.key}, timeout=30
         ) as http:
             wait_for_idle(http, session_id)
             events = http.get(f"/v1/sessions/{session_id}/events").json()["data"]
@@ -337,7 +344,7 @@ def test_a_turn_that_keeps_crashing_gives_up_after_five_attempts(
         server = lane.server("model.before_request:1")
         assert lane.key
         with httpx2.Client(
-            base_url=server.url, headers={"x-api-key": lane.key}, timeout=30
+            verify=client_tls(), base_url=server.url, headers={"x-api-key": lane.key}, timeout=30
         ) as http:
             agent = http.post("/v1/agents", json={"name": "c", "model": "m"}).json()
             env = http.post("/v1/environments", json={"name": "doomed"}).json()
@@ -357,7 +364,9 @@ def test_a_turn_that_keeps_crashing_gives_up_after_five_attempts(
         server.first_key = lane.key
         server._wait_ready()
         try:
-            with httpx2.Client(base_url=server.url, headers={"x-api-key": lane.key}) as http:
+            with httpx2.Client(
+                verify=client_tls(), base_url=server.url, headers={"x-api-key": lane.key}
+            ) as http:
                 wait_for_idle(http, session_id)
                 events = http.get(f"/v1/sessions/{session_id}/events").json()["data"]
         finally:

@@ -11,7 +11,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from tests.conftest import make_client
 from tests.databases import BACKENDS
 
@@ -166,6 +166,7 @@ def test_bad_uploads_are_4xx_naming_the_field(
         files=files,  # type: ignore[arg-type]
         data=data,
         content=None if files or data else b"{}",
+        verify=client_tls(),
     )
     assert answer.status_code == status, answer.text
     body = answer.json()

@@ -16,7 +16,7 @@ import httpx2
 import pytest
 
 from stead.blobs import open_blob_store
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from stead.testing.seaweed import S3Server
 from tests.conftest import loop_env, make_client, s3_config, serving
 
@@ -86,12 +86,15 @@ def test_an_upload_past_the_quota_is_a_400_and_stores_nothing(
         client.beta.files.delete(first.id)  # room again
         client.beta.files.upload(file=("b.bin", b"b" * 50_000))
         # The workspace's own limit, set by an operator, replaces the server's.
-        own = httpx2.get(f"{server.url}/v1/stead/limits", headers={"x-api-key": key}).json()
+        own = httpx2.get(
+            f"{server.url}/v1/stead/limits", headers={"x-api-key": key}, verify=client_tls()
+        ).json()
         admin = server.create_key(admin=True)
         answer = httpx2.post(
             f"{server.url}/v1/stead/workspaces/{own['workspace_id']}/limits",
             headers={"x-api-key": admin},
             json={"file_storage_bytes": 200_000},
+            verify=client_tls(),
         )
         assert answer.json()["limits"]["file_storage_bytes"] == 200_000, answer.text
         client.beta.files.upload(file=("c.bin", b"c" * 90_000))

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env
 
 
@@ -22,7 +22,9 @@ def test_a_forked_server_serves_dies_to_sigkill_and_restarts(
     server = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
     try:
         assert server.first_key, server.log_text()
-        answer = httpx2.get(f"{server.url}/v1/agents", headers={"x-api-key": server.first_key})
+        answer = httpx2.get(
+            f"{server.url}/v1/agents", headers={"x-api-key": server.first_key}, verify=client_tls()
+        )
         assert answer.status_code == 200, answer.text
     finally:
         server.kill()
@@ -38,7 +40,9 @@ def test_a_forked_command_runs_to_its_end_and_a_failing_one_says_why(
     server = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
     try:
         key = server.create_key(new_workspace="forked")
-        other = httpx2.get(f"{server.url}/v1/agents", headers={"x-api-key": key})
+        other = httpx2.get(
+            f"{server.url}/v1/agents", headers={"x-api-key": key}, verify=client_tls()
+        )
         assert other.status_code == 200, other.text
     finally:
         server.stop()
@@ -75,7 +79,11 @@ def test_a_port_taken_before_the_server_binds_it_is_retried(
             assert server.port != taken
             assert "address already in use" in server.log_text().lower()
             assert server.first_key
-            answer = httpx2.get(f"{server.url}/v1/agents", headers={"x-api-key": server.first_key})
+            answer = httpx2.get(
+                f"{server.url}/v1/agents",
+                headers={"x-api-key": server.first_key},
+                verify=client_tls(),
+            )
             assert answer.status_code == 200, answer.text
         finally:
             server.stop()

@@ -25,10 +25,10 @@ from schemathesis.specs.openapi.checks import status_code_conformance
 
 from stead.api import create_app
 from stead.config import Settings
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, serving
 
-EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "10"))
 """Examples per operation and generation mode; ``bench/fuzz.py`` raises it. No
 example database is kept, so each run of the suite draws new ones."""
 STREAMS = "/v1/sessions/{session_id}/events/stream"
@@ -55,7 +55,7 @@ schema = schemathesis.openapi.from_dict(openapi_document()).exclude(path=STREAMS
 
 
 def test_the_served_document_is_this_one(fuzzed_server: ServerProcess) -> None:
-    served = httpx2.get(f"{fuzzed_server.url}/openapi.json", timeout=30).json()
+    served = httpx2.get(f"{fuzzed_server.url}/openapi.json", timeout=30, verify=client_tls()).json()
     assert served == openapi_document()
 
 

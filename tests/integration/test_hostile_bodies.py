@@ -22,13 +22,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env
 from tests.integration.helpers import db_check
 
 Json = dict[str, Any]
 Path = tuple[str | int, ...]
-EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "25"))
+EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "15"))
 """Examples per route and property; ``bench/fuzz.py`` raises it."""
 MODEL = "claude-sonnet-4-6"
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 5}}}
@@ -123,7 +123,9 @@ def hostile_server(
 def routes(hostile_server: ServerProcess) -> list[Route]:
     key = hostile_server.first_key
     assert key
-    with httpx2.Client(base_url=hostile_server.url, headers={"x-api-key": key}, timeout=30) as http:
+    with httpx2.Client(
+        verify=client_tls(), base_url=hostile_server.url, headers={"x-api-key": key}, timeout=30
+    ) as http:
 
         def made(path: str, body: Json) -> str:
             response = http.post(path, json=body)
@@ -161,7 +163,13 @@ def routes(hostile_server: ServerProcess) -> list[Route]:
 def post(server: ServerProcess, route: Route, raw: str) -> httpx2.Response:
     assert server.first_key
     headers = {"x-api-key": server.first_key, "content-type": "application/json"}
-    return httpx2.post(server.url + route.path, content=raw.encode(), headers=headers, timeout=30)
+    return httpx2.post(
+        server.url + route.path,
+        content=raw.encode(),
+        headers=headers,
+        timeout=30,
+        verify=client_tls(),
+    )
 
 
 def hostile_case(route: Route) -> st.SearchStrategy[tuple[Path, str]]:
@@ -226,7 +234,9 @@ def test_afterwards_every_read_answers_and_nothing_needs_repair(
 ) -> None:
     assert hostile_server.first_key
     headers = {"x-api-key": hostile_server.first_key}
-    with httpx2.Client(base_url=hostile_server.url, headers=headers, timeout=30) as http:
+    with httpx2.Client(
+        verify=client_tls(), base_url=hostile_server.url, headers=headers, timeout=30
+    ) as http:
         for path in ("/v1/agents", "/v1/environments", "/v1/sessions"):
             listed = http.get(path, params={"limit": 100, "include_archived": "true"})
             assert listed.status_code == 200, listed.text

@@ -17,7 +17,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message
 from tests.integration.test_usage_budget import new_session, script, wait_for_stop
@@ -42,7 +42,9 @@ def workspace_of(http: httpx2.Client) -> str:
 def tenant(served: ServerProcess) -> tuple[anthropic.Anthropic, httpx2.Client]:
     """The SDK and a plain client with a member key of a new workspace."""
     key = served.create_key(new_workspace="tenant")
-    http = httpx2.Client(base_url=served.url, headers={"x-api-key": key}, timeout=30)
+    http = httpx2.Client(
+        verify=client_tls(), base_url=served.url, headers={"x-api-key": key}, timeout=30
+    )
     return make_client(served.url, key), http
 
 

@@ -22,7 +22,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import make_client
 from tests.databases import PostgresRun
 from tests.integration.brains import Brains
@@ -74,7 +74,7 @@ def _stream(
     if last_id is not None:
         headers["Last-Event-ID"] = last_id
     got: list[dict[str, Any]] = []
-    with httpx2.stream("GET", url, headers=headers, timeout=60) as response:
+    with httpx2.stream("GET", url, headers=headers, timeout=60, verify=client_tls()) as response:
         assert response.status_code == 200
         opened.set()  # the server subscribes before it sends the headers
         for frame in sse_frames(response):

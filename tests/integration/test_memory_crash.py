@@ -12,7 +12,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, make_client
 
 QUICK_PURGE = {
@@ -64,6 +64,9 @@ def test_a_write_killed_before_its_commit_leaves_nothing_behind(
             made = memories.create(store.id, path="/m.md", content="kept")
             assert memories.retrieve(made.id, memory_store_id=store.id).content == "kept"
             assert len(memory_blobs(data)) == 1
-            assert httpx2.get(f"{again.url}/healthz", timeout=10).status_code == 200
+            assert (
+                httpx2.get(f"{again.url}/healthz", timeout=10, verify=client_tls()).status_code
+                == 200
+            )
     finally:
         again.stop()

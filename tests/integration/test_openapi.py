@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx2
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 
 ROUTES = {
     ("get", "/healthz"): None,
@@ -133,7 +133,7 @@ def _refs(node: Any) -> list[str]:
 
 def openapi_document(server: ServerProcess) -> dict[str, Any]:
     """The server's /openapi.json; building it the first time takes a while on a busy machine."""
-    return dict(httpx2.get(f"{server.url}/openapi.json", timeout=30).json())
+    return dict(httpx2.get(f"{server.url}/openapi.json", timeout=30, verify=client_tls()).json())
 
 
 def test_every_route_and_body_is_described(server: ServerProcess) -> None:
@@ -216,10 +216,10 @@ def test_health_checks_ask_for_no_key(server: ServerProcess) -> None:
 
 def test_docs_render_from_shipped_assets(server: ServerProcess) -> None:
     for page in ("/docs", "/redoc"):
-        html = httpx2.get(f"{server.url}{page}", timeout=30).text
+        html = httpx2.get(f"{server.url}{page}", timeout=30, verify=client_tls()).text
         sources = re.findall(r'(?:src|href)="([^"]+)"', html)
         assert sources, html
         for source in sources:
             assert source.startswith("/"), f"{page} loads {source} from elsewhere"
-            answer = httpx2.get(f"{server.url}{source}", timeout=30)
+            answer = httpx2.get(f"{server.url}{source}", timeout=30, verify=client_tls())
             assert answer.status_code == 200 and answer.content, source

@@ -16,7 +16,16 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn, free_port
+from stead.testing import (
+    FakeModel,
+    ServeForker,
+    ServerProcess,
+    Text,
+    ToolCall,
+    Turn,
+    client_tls,
+    free_port,
+)
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of
 from tests.integration.helpers import message, new_session, wait_idle
@@ -54,7 +63,10 @@ def ops_server(
 def samples(server: ServerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``/metrics`` parsed by prometheus_client's parser: (name, labels) -> value."""
     answer = httpx2.get(
-        f"{server.url}/metrics", headers={"x-api-key": server.first_key or ""}, timeout=30
+        f"{server.url}/metrics",
+        headers={"x-api-key": server.first_key or ""},
+        timeout=30,
+        verify=client_tls(),
     )
     assert answer.status_code == 200, answer.text
     found = {}
@@ -85,8 +97,10 @@ def logged(server: ServerProcess, match: Callable[[Json], bool]) -> list[Json]:
 
 
 def test_health_answers_without_a_key(ops_server: ServerProcess) -> None:
-    assert httpx2.get(f"{ops_server.url}/healthz", timeout=30).json() == {"status": "ok"}
-    ready = httpx2.get(f"{ops_server.url}/readyz", timeout=30)
+    assert httpx2.get(f"{ops_server.url}/healthz", timeout=30, verify=client_tls()).json() == {
+        "status": "ok"
+    }
+    ready = httpx2.get(f"{ops_server.url}/readyz", timeout=30, verify=client_tls())
     assert ready.status_code == 200
     assert ready.json() == {"status": "ready", "checks": {"store": "ok", "blobs": "ok"}}
 
@@ -105,7 +119,7 @@ def test_readiness_names_a_blob_store_that_does_not_answer(
     }
     server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
     try:
-        ready = httpx2.get(f"{server.url}/readyz", timeout=30)
+        ready = httpx2.get(f"{server.url}/readyz", timeout=30, verify=client_tls())
     finally:
         server.stop()
     assert ready.status_code == 503
@@ -115,7 +129,7 @@ def test_readiness_names_a_blob_store_that_does_not_answer(
 
 
 def test_metrics_need_a_key_by_default(ops_server: ServerProcess) -> None:
-    answer = httpx2.get(f"{ops_server.url}/metrics", timeout=30)
+    answer = httpx2.get(f"{ops_server.url}/metrics", timeout=30, verify=client_tls())
     assert answer.status_code == 401
     assert answer.json()["error"]["type"] == "authentication_error"
 
@@ -189,7 +203,7 @@ def test_the_log_holds_no_key_and_no_command_text(ops_server: ServerProcess) -> 
                 socket.recv(timeout=30)
             except Exception:
                 break
-    httpx2.get(f"{ops_server.url}/v1/agents?secret={key}", timeout=30)
+    httpx2.get(f"{ops_server.url}/v1/agents?secret={key}", timeout=30, verify=client_tls())
     text = ops_server.log_text()
     assert COMMAND_MARK not in text
     assert key not in text
@@ -209,6 +223,9 @@ def test_metrics_open_or_off_as_set(
             tmp_path / setting, env=loop_env(fake_model, STEAD_METRICS=setting), forker=forker
         ).start()
         try:
-            assert httpx2.get(f"{process.url}/metrics", timeout=30).status_code == status
+            assert (
+                httpx2.get(f"{process.url}/metrics", timeout=30, verify=client_tls()).status_code
+                == status
+            )
         finally:
             process.stop()

@@ -9,7 +9,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from tests.conftest import make_client
 from tests.databases import BACKENDS
 from tests.integration.helpers import message, new_session, wait_idle
@@ -28,7 +28,7 @@ def test_acknowledged_events_survive_sigkill(fresh_server: ServerProcess) -> Non
     killed = threading.Event()
 
     def send(worker: int) -> None:
-        with httpx2.Client(headers={"x-api-key": key}, timeout=10) as http:
+        with httpx2.Client(verify=client_tls(), headers={"x-api-key": key}, timeout=10) as http:
             for i in range(10_000):
                 try:
                     response = http.post(

@@ -10,7 +10,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from tests.integration.helpers import message, new_session, sse_frames
 
 TOTAL = 500
@@ -25,7 +25,7 @@ def _read(
 ) -> list[Any]:
     """Reads user.message frames until ``stop_after`` of them (or every id in ``want``)."""
     got: list[Any] = []
-    with httpx2.stream("GET", url, headers=headers, timeout=60) as response:
+    with httpx2.stream("GET", url, headers=headers, timeout=60, verify=client_tls()) as response:
         assert response.status_code == 200
         if opened is not None:
             opened.set()  # the server subscribes before it sends the headers
@@ -52,7 +52,7 @@ def test_reconnect_gets_every_event_once_in_order(
     sent_ids: list[str] = []
 
     def send_all() -> None:
-        with httpx2.Client(headers=headers, timeout=30) as http:
+        with httpx2.Client(verify=client_tls(), headers=headers, timeout=30) as http:
             for i in range(TOTAL):
                 response = http.post(
                     f"{server.url}/v1/sessions/{session_id}/events",
@@ -61,7 +61,7 @@ def test_reconnect_gets_every_event_once_in_order(
                 response.raise_for_status()
                 sent_ids.append(response.json()["data"][0]["id"])
 
-    with httpx2.stream("GET", url, headers=headers, timeout=60):
+    with httpx2.stream("GET", url, headers=headers, timeout=60, verify=client_tls()):
         pass  # a stream that opens and closes at once does no harm
     reader_first: list[Any] = []
     opened = threading.Event()
@@ -103,6 +103,7 @@ def test_resume_from_unknown_event_is_a_400(
     response = httpx2.get(
         f"{server.url}/v1/sessions/{session_id}/events/stream",
         headers={"x-api-key": api_key, "Last-Event-ID": "sevt_nope"},
+        verify=client_tls(),
     )
     assert response.status_code == 400
     assert "Last-Event-ID" in response.json()["error"]["message"]

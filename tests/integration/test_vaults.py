@@ -12,7 +12,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from tests.conftest import make_client
 
 SECRET = f"sk-live-{uuid.uuid4().hex}"
@@ -226,6 +226,7 @@ def test_bad_credentials_name_the_field_and_store_nothing(
         json=body,
         headers={"x-api-key": api_key},
         timeout=30,
+        verify=client_tls(),
     )
     assert response.status_code == 400, response.text
     message = response.json()["error"]["message"]

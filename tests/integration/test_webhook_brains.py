@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, make_client
 from tests.databases import PostgresRun
 from tests.webhook_receiver import HOOKS_HOST, PINNED, Receiver
@@ -48,6 +48,7 @@ def test_processes_on_one_database_deliver_each_event_once_in_order(
                 json=hook,
                 headers={"x-api-key": key},
                 timeout=30,
+                verify=client_tls(),
             ).json()
             clients = [make_client(s.url, key) for s in servers]
             try:
@@ -82,6 +83,7 @@ def _settled(server: ServerProcess, key: str, endpoint_id: str) -> list[dict[str
             f"{server.url}/v1/stead/webhooks/{endpoint_id}/deliveries?limit=100",
             headers={"x-api-key": key},
             timeout=30,
+            verify=client_tls(),
         )
         found: list[dict[str, object]] = answer.json()["data"]
         if len(found) == EVENTS and all(d["state"] == "delivered" for d in found):

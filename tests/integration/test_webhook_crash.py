@@ -11,7 +11,7 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, make_client
 from tests.webhook_receiver import PINNED, Receiver
 
@@ -40,7 +40,11 @@ def test_a_kill_between_commit_and_delivery_loses_nothing(
     with Receiver() as receiver:
         hook = {"url": receiver.url, "event_types": ["vault.created"]}
         answer = httpx2.post(
-            f"{doomed.url}/v1/stead/webhooks", json=hook, headers={"x-api-key": key}, timeout=30
+            f"{doomed.url}/v1/stead/webhooks",
+            json=hook,
+            headers={"x-api-key": key},
+            timeout=30,
+            verify=client_tls(),
         )
         secret = answer.json()["secret"]
         try:

@@ -14,7 +14,7 @@ import httpx2
 import pytest
 import standardwebhooks
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from stead.testing.server import free_port
 from tests.conftest import make_client
 from tests.databases import BACKENDS
@@ -44,7 +44,9 @@ class Admin:
 
     def __init__(self, server: ServerProcess, key: str) -> None:
         self.key = key
-        self.http = httpx2.Client(base_url=server.url, headers={"x-api-key": key}, timeout=30)
+        self.http = httpx2.Client(
+            verify=client_tls(), base_url=server.url, headers={"x-api-key": key}, timeout=30
+        )
 
     def close(self) -> None:
         self.http.close()

@@ -11,7 +11,7 @@ import httpx2
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, client_tls
 from tests.conftest import sdk_of
 from tests.sandbox.conftest import WAIT, bash_turn, requires_isolation, shell, tool_session
 
@@ -40,7 +40,10 @@ def scrape(server: ServerProcess) -> dict[str, float]:
     """Every sample of ``/metrics``, by name and labels."""
     assert server.first_key
     text = httpx2.get(
-        f"{server.url}/metrics", headers={"x-api-key": server.first_key}, timeout=30
+        f"{server.url}/metrics",
+        headers={"x-api-key": server.first_key},
+        timeout=30,
+        verify=client_tls(),
     ).text
     return {
         sample.name + str(sorted(sample.labels.items())): sample.value

@@ -28,6 +28,7 @@ from stead.testing import (
     Thinking,
     ToolCall,
     Turn,
+    client_tls,
     when_asked,
 )
 from stead.testing.faults import FaultBook
@@ -101,7 +102,10 @@ async def test_a_stream_sends_the_events_of_the_hosted_api() -> None:
 
 
 async def test_raw_stream_frames_include_ping_and_event_names() -> None:
-    async with FakeModel([Turn([Text("hi")])]) as fake, httpx2.AsyncClient() as http:
+    async with (
+        FakeModel([Turn([Text("hi")])]) as fake,
+        httpx2.AsyncClient(verify=client_tls()) as http,
+    ):
         body = {"model": "m", "max_tokens": 5, "messages": USER, "stream": True}
         async with http.stream("POST", f"{fake.url}/v1/messages", json=body) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
@@ -401,7 +405,7 @@ async def test_openai_streaming_carries_text_and_tool_call_deltas() -> None:
     }
     async with (
         FakeModel([turn]) as fake,
-        httpx2.AsyncClient() as http,
+        httpx2.AsyncClient(verify=client_tls()) as http,
         http.stream("POST", f"{fake.openai_url}/chat/completions", json=body) as response,
     ):
         data = [line[6:] async for line in response.aiter_lines() if line.startswith("data: ")]
@@ -421,7 +425,10 @@ async def test_openai_plain_answer_and_error_body() -> None:
     script = [Turn([ToolCall("read", {"path": "/a"})]), Turn([Text("fine")])]
     faults = [FaultRule(HttpError(529), from_request=1)]
     assistant = {"role": "assistant", "content": None}
-    async with FakeModel(script, faults=faults) as fake, httpx2.AsyncClient() as http:
+    async with (
+        FakeModel(script, faults=faults) as fake,
+        httpx2.AsyncClient(verify=client_tls()) as http,
+    ):
         url = f"{fake.openai_url}/chat/completions"
         first = (await http.post(url, json={"model": "g", "messages": USER})).json()
         failed = await http.post(url, json={"model": "g", "messages": USER})
@@ -440,7 +447,9 @@ def test_sync_use_and_lifecycle_rules() -> None:
         _ = fake.url
     with fake:
         body = {"model": "m", "max_tokens": 5, "messages": USER}
-        reply = httpx2.post(f"{fake.url}/v1/messages?beta=true", json=body, timeout=5).json()
+        reply = httpx2.post(
+            f"{fake.url}/v1/messages?beta=true", json=body, timeout=5, verify=client_tls()
+        ).json()
         assert reply["content"] == [{"type": "text", "text": "hi"}]
         (request,) = fake.wait_for_requests(1)
         assert (request.path, request.query) == ("/v1/messages", "beta=true")

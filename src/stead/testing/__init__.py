@@ -6,6 +6,7 @@ a test starts many); ``FakeModel`` is a scripted upstream model server
 agent session can run completely offline.
 """
 
+from stead.testing.client_tls import client_tls
 from stead.testing.fake_model import FakeModel
 from stead.testing.faults import (
     MAX_FAULT_SECONDS,
@@ -66,6 +67,7 @@ __all__ = [
     "Turn",
     "assistant_turns",
     "call_every_tool",
+    "client_tls",
     "echo",
     "free_port",
     "serve_origin",

@@ -18,6 +18,7 @@ from typing import IO, Protocol
 
 import httpx2
 
+from stead.testing.client_tls import client_tls
 from stead.testing.forker import ServeForker, launch
 
 SCRUBBED = frozenset({"ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY"})
@@ -134,6 +135,10 @@ class ServerProcess:
         return self
 
     def _wait_ready(self) -> None:
+        with httpx2.Client(verify=client_tls(), timeout=1.0) as http:
+            self._poll_ready(http)
+
+    def _poll_ready(self, http: httpx2.Client) -> None:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             assert self._process is not None
@@ -145,7 +150,7 @@ class ServerProcess:
             try:
                 # Any answer (401 without a key) means the API is up; the OpenAPI
                 # document would cost a second to build on first request.
-                httpx2.get(f"{self.url}/v1/agents", timeout=1.0)
+                http.get(f"{self.url}/v1/agents")
             except httpx2.TransportError:
                 pass
             else:
