@@ -17,7 +17,7 @@ from types import TracebackType
 
 import httpx2
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 
 BENCH_DIR = Path(__file__).resolve().parent
 START_TIMEOUT_S = 30.0
@@ -74,7 +74,9 @@ def stead_session(server: ServerProcess) -> tuple[str, str]:
     key = server.first_key
     if key is None:
         raise RuntimeError(f"stead serve printed no first API key:\n{server.log_text()}")
-    with httpx2.Client(base_url=server.url, headers={"x-api-key": key}, timeout=30) as client:
+    with httpx2.Client(
+        verify=client_tls(), base_url=server.url, headers={"x-api-key": key}, timeout=30
+    ) as client:
 
         def create(path: str, body: dict[str, object]) -> str:
             response = client.post(path, json=body)
@@ -119,7 +121,7 @@ class BareServer:
                 err = self._process.stderr.read().decode() if self._process.stderr else ""
                 raise RuntimeError(f"bare server exited early:\n{err}")
             try:
-                httpx2.get(f"{self.url}/ping", timeout=1.0)
+                httpx2.get(f"{self.url}/ping", timeout=1.0, verify=client_tls())
                 return self
             except httpx2.TransportError:
                 time.sleep(0.05)

@@ -1,5 +1,9 @@
 """A session's SSE stream read in a thread, noting when each event's frame was
 complete: what the latency benchmarks time a send against. Not a benchmark itself.
+
+Each moment is noted twice: on ``time.perf_counter`` (against a moment of this
+process) and on the wall clock (against a server's stamp, such as an event's
+``processed_at``: one machine, one clock).
 """
 
 from __future__ import annotations
@@ -9,6 +13,8 @@ import threading
 import time
 
 import httpx2
+
+from stead.testing import client_tls
 
 WAIT_S = 10.0
 STOP_TEXT = "bench: stop reading"
@@ -22,7 +28,7 @@ class StreamReader(threading.Thread):
         super().__init__(daemon=True)
         self._url = url
         self._headers = headers
-        self._seen: dict[str, float] = {}
+        self._seen: dict[str, tuple[float, float]] = {}
         self._cond = threading.Condition()
         self._open = threading.Event()
         self._error: BaseException | None = None
@@ -31,7 +37,7 @@ class StreamReader(threading.Thread):
         try:
             timeout = httpx2.Timeout(WAIT_S, read=60.0)
             with (
-                httpx2.Client(timeout=timeout) as client,
+                httpx2.Client(verify=client_tls(), timeout=timeout) as client,
                 client.stream("GET", self._url, headers=self._headers) as response,
             ):
                 response.raise_for_status()
@@ -50,7 +56,7 @@ class StreamReader(threading.Thread):
             if line.startswith("data:"):
                 data = line[5:].strip()
             elif line == "" and data is not None:
-                seen_at = time.perf_counter()
+                seen_at = time.perf_counter(), time.time()
                 event = json.loads(data)
                 data = None
                 event_id = event.get("id")
@@ -67,6 +73,12 @@ class StreamReader(threading.Thread):
             raise RuntimeError(f"stream {self._url} did not open: {self._error!r}")
 
     def seen_at(self, event_id: str) -> float:
+        """When the frame of ``event_id`` was complete, on ``time.perf_counter``."""
+        return self.seen(event_id)[0]
+
+    def seen(self, event_id: str) -> tuple[float, float]:
+        """When the frame of ``event_id`` was complete: (``time.perf_counter``,
+        ``time.time``); waits for it (bounded)."""
         deadline = time.monotonic() + WAIT_S
         with self._cond:
             while event_id not in self._seen:

@@ -50,7 +50,7 @@ import httpx2
 from anthropic.types.beta import BetaManagedAgentsAgent, BetaManagedAgentsSession
 from anthropic.types.beta.sessions import BetaManagedAgentsSendSessionEvents
 
-from stead.testing import HostProcess, ServerProcess, free_port
+from stead.testing import HostProcess, ServerProcess, client_tls, free_port
 
 # isort: split
 from _common import BENCH_DIR, BareServer, ms, percentile, size, user_message, verdict
@@ -135,7 +135,7 @@ def spawned(args: list[str], env: dict[str, str], log: Path) -> Iterator[subproc
 def first_answer(process: subprocess.Popen[bytes], url: str, headers: dict[str, str]) -> None:
     """Polls ``url`` until it answers at all (any status)."""
     deadline = time.monotonic() + WAIT_S
-    with httpx2.Client(timeout=5.0) as client:
+    with httpx2.Client(verify=client_tls(), timeout=5.0) as client:
         while time.monotonic() < deadline:
             if process.poll() is not None:
                 raise RuntimeError(f"{url}: the server exited with {process.returncode}")

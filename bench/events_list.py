@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx2
 
-from stead.testing import ServerProcess, free_port
+from stead.testing import ServerProcess, client_tls, free_port
 
 # isort: split
 # The shared helpers sit next to this script (sys.path[0] when it is run).
@@ -119,7 +119,7 @@ def run() -> str:
             headers = {"x-api-key": key}
             url = f"{server.url}/v1/sessions/{session_id}/events"
             with (
-                httpx2.Client(timeout=TIMEOUT_S) as client,
+                httpx2.Client(verify=client_tls(), timeout=TIMEOUT_S) as client,
                 BareServer(free_port()) as bare,
                 closing(sqlite3.connect(f"file:{data_dir / 'stead.db'}?mode=ro", uri=True)) as db,
             ):

@@ -36,7 +36,7 @@ from typing import Any
 import anthropic
 import httpx2
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 
 # isort: split
 from _common import cpu_seconds, ms, percentile, size, user_message
@@ -146,7 +146,9 @@ def measure(server: ServerProcess) -> str:
         "monthly_sandbox_seconds": HUGE,
         "concurrent_sandboxes": 1000,
     }
-    with httpx2.Client(base_url=server.url, headers={"x-api-key": admin_key}) as admin:
+    with httpx2.Client(
+        verify=client_tls(), base_url=server.url, headers={"x-api-key": admin_key}
+    ) as admin:
         answer = admin.post(f"/v1/stead/workspaces/{own['workspace_id']}/limits", json=limits)
         answer.raise_for_status()
     plain, checked = Side(plain_client), Side(limited_client, budget=BUDGET)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import httpx2
 
-from stead.testing import ServerProcess, free_port
+from stead.testing import ServerProcess, client_tls, free_port
 
 # isort: split
 # The shared helpers sit next to this script (sys.path[0] when it is run).
@@ -68,7 +68,7 @@ def measure(targets: list[Target]) -> None:
     for target in targets:
         target.reader.start()
         target.reader.wait_open()
-    with httpx2.Client(timeout=WAIT_S) as client:
+    with httpx2.Client(verify=client_tls(), timeout=WAIT_S) as client:
         for target in targets:
             for i in range(WARMUP):
                 target.send(client, f"warm-up {i}")

@@ -29,7 +29,7 @@ from stead.sandbox import (
     TerminalOutput,
     TerminalReplayed,
 )
-from stead.testing import FakeModel, ServerProcess, Text, Turn
+from stead.testing import FakeModel, ServerProcess, Text, Turn, client_tls
 
 # isort: split
 from _common import median, ms, percentile, size
@@ -43,7 +43,9 @@ def session(server: ServerProcess) -> str:
     import httpx2
 
     headers = {"x-api-key": server.first_key or ""}
-    with httpx2.Client(base_url=server.url, headers=headers, timeout=30) as http:
+    with httpx2.Client(
+        verify=client_tls(), base_url=server.url, headers=headers, timeout=30
+    ) as http:
         agent = http.post("/v1/agents", json={"name": "b", "model": "m"}).json()["id"]
         env = http.post("/v1/environments", json={"name": "bench-terminal"}).json()["id"]
         body = {"agent": agent, "environment_id": env}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,22 +46,17 @@ def turned(
     yield data, agent.id, session.id
 
 
-def stead(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+def stead(forker: ServeForker, *args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STEAD_DATA_DIR": str(data_dir), "COLUMNS": "200"}
     env.pop("STEAD_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "stead", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return forker.complete(args, env, 60)
 
 
-def test_json_totals_the_turn_by_every_grouping(turned: tuple[Path, str, str]) -> None:
+def test_json_totals_the_turn_by_every_grouping(
+    turned: tuple[Path, str, str], forker: ServeForker
+) -> None:
     data, agent_id, session_id = turned
-    done = stead("usage", "--json", data_dir=data)
+    done = stead(forker, "usage", "--json", data_dir=data)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     total = report["total"]
@@ -85,9 +79,9 @@ def test_json_totals_the_turn_by_every_grouping(turned: tuple[Path, str, str]) -
     assert {row["model"] for row in by["model"]} <= {MODEL, "(sandbox time)"}
 
 
-def test_tables_show_the_same_figures(turned: tuple[Path, str, str]) -> None:
+def test_tables_show_the_same_figures(turned: tuple[Path, str, str], forker: ServeForker) -> None:
     data, agent_id, _ = turned
-    done = stead("usage", "--by", "agent", "--by", "model", data_dir=data)
+    done = stead(forker, "usage", "--by", "agent", "--by", "model", data_dir=data)
     assert done.returncode == 0, done.stderr
     assert "by agent" in done.stdout and "by model" in done.stdout
     assert "by day" not in done.stdout
@@ -95,18 +89,22 @@ def test_tables_show_the_same_figures(turned: tuple[Path, str, str]) -> None:
     assert "150,000" in done.stdout and "$0.71" in done.stdout
 
 
-def test_a_day_range_without_usage_totals_zero(turned: tuple[Path, str, str]) -> None:
+def test_a_day_range_without_usage_totals_zero(
+    turned: tuple[Path, str, str], forker: ServeForker
+) -> None:
     data, _, _ = turned
-    done = stead("usage", "--json", "--from", "2001-01-01", "--to", "2001-01-31", data_dir=data)
+    done = stead(
+        forker, "usage", "--json", "--from", "2001-01-01", "--to", "2001-01-31", data_dir=data
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["total"]["requests"] == 0
     assert report["by"]["session"] == []
 
 
-def test_mistakes_get_one_line_and_no_database_is_made(tmp_path: Path) -> None:
+def test_mistakes_get_one_line_and_no_database_is_made(tmp_path: Path, forker: ServeForker) -> None:
     empty = tmp_path / "nothing-here"
-    done = stead("usage", data_dir=empty)
+    done = stead(forker, "usage", data_dir=empty)
     assert done.returncode == 1
     assert "no stead database" in done.stderr
     assert not (empty / "stead.db").exists()
@@ -115,6 +113,6 @@ def test_mistakes_get_one_line_and_no_database_is_made(tmp_path: Path) -> None:
         ("--by", "colour"),
         ("--from", "2026-02-02", "--to", "2026-02-01"),
     ):
-        done = stead("usage", *args, data_dir=empty)
+        done = stead(forker, "usage", *args, data_dir=empty)
         assert done.returncode == 2, args
         assert done.stderr.startswith("stead: ") and "Traceback" not in done.stderr

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,24 +31,20 @@ def server(
     process.stop()
 
 
-def stead(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+def stead(forker: ServeForker, *args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "STEAD_DATA_DIR": str(data_dir), "STEAD_EGRESS_HOSTS": PINNED}
     env.pop("STEAD_DATABASE_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "stead", "webhooks", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return forker.complete(("webhooks", *args), env, 60)
 
 
-def test_an_endpoint_made_with_the_cli_gets_signed_deliveries(server: ServerProcess) -> None:
+def test_an_endpoint_made_with_the_cli_gets_signed_deliveries(
+    server: ServerProcess, forker: ServeForker
+) -> None:
     data = server.data_dir
     with Receiver() as receiver:
         url = f"http://{HOOKS_HOST}:{receiver.port}/in"
         made = stead(
-            "create", "--url", url, "--event-type", "agent.created", "--json", data_dir=data
+            forker, "create", "--url", url, "--event-type", "agent.created", "--json", data_dir=data
         )
         assert made.returncode == 0, made.stderr
         endpoint = json.loads(made.stdout)
@@ -62,25 +57,31 @@ def test_an_endpoint_made_with_the_cli_gets_signed_deliveries(server: ServerProc
             )
         assert (event.data.type, event.data.id) == ("agent.created", agent.id)
 
-    listed = stead("list", "--json", data_dir=data)
+    listed = stead(forker, "list", "--json", data_dir=data)
     [shown] = json.loads(listed.stdout)
     assert shown["id"] == endpoint["id"] and "secret" not in shown
     assert endpoint["secret"] not in listed.stdout + server.log_text()
 
-    off = stead("update", endpoint["id"], "--disable", "--json", data_dir=data)
+    off = stead(forker, "update", endpoint["id"], "--disable", "--json", data_dir=data)
     assert json.loads(off.stdout)["status"] == "disabled", off.stderr
-    tried = json.loads(stead("deliveries", endpoint["id"], "--json", data_dir=data).stdout)
+    tried = json.loads(stead(forker, "deliveries", endpoint["id"], "--json", data_dir=data).stdout)
     assert [d["event_type"] for d in tried] == ["agent.created"]
-    gone = stead("delete", endpoint["id"], data_dir=data)
+    gone = stead(forker, "delete", endpoint["id"], data_dir=data)
     assert gone.returncode == 0 and endpoint["id"] in gone.stdout, gone.stderr
 
 
-def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess) -> None:
+def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess, forker: ServeForker) -> None:
     bad = stead(
-        "create", "--url", "https://example.com/", "--event-type", "nope", data_dir=server.data_dir
+        forker,
+        "create",
+        "--url",
+        "https://example.com/",
+        "--event-type",
+        "nope",
+        data_dir=server.data_dir,
     )
     assert bad.returncode == 2 and "'nope'" in bad.stderr
-    missing = stead("delete", "whk_nothing", data_dir=server.data_dir)
+    missing = stead(forker, "delete", "whk_nothing", data_dir=server.data_dir)
     assert missing.returncode == 1 and "whk_nothing" in missing.stderr
 
 
@@ -106,12 +107,8 @@ def test_rotating_the_secret_key_keeps_every_signing_secret(
             )
             secret = made.json()["secret"]
             fresh.stop()
-            rotated = subprocess.run(
-                [sys.executable, "-m", "stead", "secrets", "rotate-key"],
-                env={**os.environ, "STEAD_DATA_DIR": str(fresh.data_dir)},
-                capture_output=True,
-                text=True,
-                timeout=60,
+            rotated = forker.complete(
+                ("secrets", "rotate-key"), {**os.environ, "STEAD_DATA_DIR": str(fresh.data_dir)}, 60
             )
             assert "1 webhook secret(s)" in rotated.stdout, rotated.stderr
             fresh.start()

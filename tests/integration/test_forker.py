@@ -51,6 +51,10 @@ def test_a_forked_command_runs_to_its_end_and_a_failing_one_says_why(
     assert key[-4:] in {k["ends_with"] for k in listed} and len(listed) == 2
     with pytest.raises(RuntimeError, match="no API key key_none"):
         forker.run(("keys", "revoke", "key_none"), env, timeout=60)
+    # As subprocess.run(capture_output=True) gives it: the errors apart.
+    refused = forker.complete(("keys", "revoke", "key_none"), env, timeout=60)
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert "no API key key_none" in refused.stderr
 
 
 def test_closing_the_forker_ends_the_servers_it_left(tmp_path: Path, fake_model: FakeModel) -> None:

@@ -91,29 +91,49 @@ class ServeForker:
         helper.stdout.close()
 
     def fork(
-        self, env: dict[str, str], log_path: Path, command: tuple[str, ...] = ("serve",)
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        command: tuple[str, ...] = ("serve",),
+        stderr_path: Path | None = None,
     ) -> ForkedServer:
         """Starts ``stead <command>`` (``serve`` unless named) with exactly ``env``,
-        its output appended to ``log_path``."""
-        request = {"op": "fork", "env": env, "log": str(log_path), "command": list(command)}
+        its output appended to ``log_path`` (its errors too, unless ``stderr_path``)."""
+        request = {
+            "op": "fork",
+            "env": env,
+            "log": str(log_path),
+            "errors": str(stderr_path or log_path),
+            "command": list(command),
+        }
         pid = int(self._request(request)["pid"])
         return ForkedServer(self, pid, command)
 
-    def run(self, command: tuple[str, ...], env: dict[str, str], timeout: float) -> str:
-        """The output of ``stead <command>`` run to its end; ``RuntimeError`` with
-        that output if it fails."""
+    def complete(
+        self, command: tuple[str, ...], env: dict[str, str], timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """``stead <command>`` run to its end, as ``subprocess.run`` with
+        ``capture_output`` and ``text`` would give it (a CLI test's operator
+        command, without a fresh interpreter's seconds of imports)."""
         with tempfile.TemporaryDirectory(prefix="stead-forked-") as scratch:
-            output = Path(scratch) / "output"
-            child = self.fork(env, output, command)
+            out, err = Path(scratch) / "stdout", Path(scratch) / "stderr"
+            child = self.fork(env, out, command, stderr_path=err)
             try:
                 code = child.wait(timeout)
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait(30)
                 raise
-            text = output.read_text(errors="replace") if output.exists() else ""
-        if code != 0:
-            raise RuntimeError(f"stead {' '.join(command)} exited with {code}: {text}")
+            texts = [p.read_text(errors="replace") if p.exists() else "" for p in (out, err)]
+        return subprocess.CompletedProcess(["stead", *command], code, texts[0], texts[1])
+
+    def run(self, command: tuple[str, ...], env: dict[str, str], timeout: float) -> str:
+        """The output of ``stead <command>`` run to its end (its errors after it);
+        ``RuntimeError`` with both if it fails."""
+        done = self.complete(command, env, timeout)
+        text = done.stdout + done.stderr
+        if done.returncode != 0:
+            raise RuntimeError(f"stead {' '.join(command)} exited with {done.returncode}: {text}")
         return text
 
     def reap(self, pid: int) -> int:
@@ -203,18 +223,19 @@ class ForkedServer:
         return self.returncode
 
 
-def _serve_child(env: dict[str, str], log: str, command: list[str]) -> NoReturn:
+def _serve_child(env: dict[str, str], log: str, errors: str, command: list[str]) -> NoReturn:
     """Runs in the forked child; never returns."""
     code = 1
     try:
         null = os.open(os.devnull, os.O_RDONLY)
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        err = os.open(errors, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         # Replacing 0 and 1 also drops the child's copies of the helper's pipes.
         os.dup2(null, 0)
         os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(null)
-        os.close(out)
+        os.dup2(err, 2)
+        for fd in {null, out, err}:
+            os.close(fd)
         gc.enable()
         os.environ.clear()
         os.environ.update(env)
@@ -267,7 +288,7 @@ def _handle(request: dict[str, Any], children: set[int]) -> dict[str, Any]:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _serve_child(request["env"], request["log"], request["command"])
+            _serve_child(request["env"], request["log"], request["errors"], request["command"])
         children.add(pid)
         return {"pid": pid}
     if request["op"] == "reap":
