@@ -10,7 +10,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
@@ -201,29 +202,44 @@ async def process_blobs(s3: S3Server, sandbox_id: str) -> list[str]:
     return [info.key for info in await store.list(f"sandboxes/{sandbox_id}")]
 
 
-async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
-    tmp_path: Path,
-) -> None:
+@asynccontextmanager
+async def slept_on_own_host(
+    tmp_path: Path, ttl: str, gc_interval: str
+) -> AsyncIterator[tuple[HostSandbox, Path]]:
+    """A sandbox put to sleep on a host of its own whose snapshots live ``ttl``
+    seconds and are collected every ``gc_interval``; and its blob directory."""
     process = HostProcess(
         tmp_path / "state",
-        env={"STEAD_SNAPSHOT_TTL_SECONDS": "0.5", "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "0.2"},
+        env={
+            "STEAD_SNAPSHOT_TTL_SECONDS": ttl,
+            "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": gc_interval,
+        },
     ).start()
     client = client_of(process)
     sandbox = HostSandbox(client, new_id(), config())
     try:
         await sandbox.write_file("old", b"data")
         assert await sandbox.sleep()
-        blobs = Path(process.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+        yield (
+            sandbox,
+            Path(process.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id,
+        )
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+        process.stop()
+
+
+async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
+    tmp_path: Path,
+) -> None:
+    async with slept_on_own_host(tmp_path, ttl="0.5", gc_interval="0.2") as (sandbox, blobs):
         with anyio.fail_after(WAIT):
             # The host deletes the snapshot; its manifest stays, naming what expired.
             while any(p.is_file() for p in blobs.iterdir()):  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         with pytest.raises(WorkspaceUnavailable, match="expired"):
             await sandbox.read_file("old", max_bytes=10)
-    finally:
-        await client.destroy(sandbox.sandbox_id)
-        await client.aclose()
-        process.stop()
 
 
 async def test_a_snapshot_past_its_expiry_is_expired_before_the_collector_deletes_it(
@@ -231,24 +247,11 @@ async def test_a_snapshot_past_its_expiry_is_expired_before_the_collector_delete
 ) -> None:
     # The collector deletes the blob, then marks the row: a wake in between
     # once found the row and no blob ("missing from the blob store").
-    process = HostProcess(
-        tmp_path / "state",
-        env={"STEAD_SNAPSHOT_TTL_SECONDS": "0.3", "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "3600"},
-    ).start()
-    client = client_of(process)
-    sandbox = HostSandbox(client, new_id(), config())
-    try:
-        await sandbox.write_file("old", b"data")
-        assert await sandbox.sleep()
-        blobs = Path(process.blob_url.removeprefix("file://")) / "sandboxes" / sandbox.sandbox_id
+    async with slept_on_own_host(tmp_path, ttl="0.3", gc_interval="3600") as (sandbox, blobs):
         await anyio.sleep(0.5)
         with pytest.raises(WorkspaceUnavailable, match="expired"):
             await sandbox.read_file("old", max_bytes=10)
         assert any(p.name.endswith(".tar.zst") for p in blobs.iterdir()), "not collected yet"
-    finally:
-        await client.destroy(sandbox.sandbox_id)
-        await client.aclose()
-        process.stop()
 
 
 async def test_a_live_snapshot_keeps_the_sandbox_running_and_replaces_older_ones(
