@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -15,16 +14,13 @@ from typing import Any
 import anthropic
 import httpx2
 
+from stead.testing import ServeForker
 
-def db_check(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+
+def db_check(forker: ServeForker, data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """``stead db check`` on ``data_dir`` (the server may be running)."""
-    return subprocess.run(
-        [sys.executable, "-m", "stead", "db", "check", "--data-dir", str(data_dir), *extra],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    command = ("db", "check", "--data-dir", str(data_dir), *extra)
+    return forker.complete(command, {"PATH": "/usr/bin:/bin"}, 60)
 
 
 def new_session(client: anthropic.Anthropic, tools: list[dict[str, Any]] | None = None) -> str:

@@ -587,7 +587,7 @@ def test_bad_request_gets_its_error_envelope(world: World, case: Case) -> None:
 
 
 def test_rejected_requests_change_nothing_and_the_server_keeps_answering(
-    world: World, server: ServerProcess
+    world: World, server: ServerProcess, forker: ServeForker
 ) -> None:
     changed: list[str] = []
     before = snapshot(world)
@@ -599,7 +599,7 @@ def test_rejected_requests_change_nothing_and_the_server_keeps_answering(
             before = after
     assert changed == [], f"rejected requests that changed stored data: {changed}"
     assert ok(world.http.get(A, headers={"authorization": f"Bearer {world.key}"}))["data"]
-    checked = db_check(server.data_dir)
+    checked = db_check(forker, server.data_dir)
     assert checked.returncode == 0 and "no problems found" in checked.stdout, checked
 
 

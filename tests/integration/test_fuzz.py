@@ -28,7 +28,7 @@ from stead.config import Settings
 from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
 from tests.conftest import loop_env, serving
 
-EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("STEAD_FUZZ_EXAMPLES", "8"))
 """Examples per operation and generation mode; ``bench/fuzz.py`` raises it. No
 example database is kept, so each run of the suite draws new ones."""
 STREAMS = "/v1/sessions/{session_id}/events/stream"

@@ -230,7 +230,7 @@ def test_a_wrong_type_at_any_path_is_never_a_server_error(
 
 
 def test_afterwards_every_read_answers_and_nothing_needs_repair(
-    hostile_server: ServerProcess, routes: list[Route]
+    hostile_server: ServerProcess, routes: list[Route], forker: ServeForker
 ) -> None:
     assert hostile_server.first_key
     headers = {"x-api-key": hostile_server.first_key}
@@ -246,5 +246,5 @@ def test_afterwards_every_read_answers_and_nothing_needs_repair(
                     assert http.get(f"{path}/{item['id']}/events").status_code == 200
                 if path == "/v1/agents":
                     assert http.get(f"{path}/{item['id']}/versions").status_code == 200
-    checked = db_check(hostile_server.data_dir)
+    checked = db_check(forker, hostile_server.data_dir)
     assert checked.returncode == 0 and "no problems found" in checked.stdout, checked

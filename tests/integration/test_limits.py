@@ -7,8 +7,8 @@ and cost 52.5 then 18.6 cents)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -180,21 +180,19 @@ def test_unknown_workspaces_and_environments_are_404(admin: httpx2.Client) -> No
     assert admin.post(path, json={"session_sandbox_seconds": 1}).status_code == 404
 
 
-def limits_cli(served: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stead", "limits", *args, "--data-dir", str(served.data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def limits_cli(
+    forker: ServeForker, served: ServerProcess, *args: str
+) -> subprocess.CompletedProcess[str]:
+    command = ("limits", *args, "--data-dir", str(served.data_dir))
+    return forker.complete(command, dict(os.environ), 60)
 
 
-def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess) -> None:
+def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess, forker: ServeForker) -> None:
     sdk, http = tenant(served)
     with sdk, http:
         workspace_id = workspace_of(http)
-        done = limits_cli(
-            served, "set", "--workspace", workspace_id, "--monthly-tokens", "1000",
+        done = limits_cli(forker, served, "set", "--workspace", workspace_id,
+            "--monthly-tokens", "1000",
             "--monthly-spend", "12.5", "--concurrent-sandboxes", "2",
             "--file-storage-bytes", "4096", "--json",
         )  # fmt: skip
@@ -207,13 +205,19 @@ def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess) -> None:
             "file_storage_bytes": 4096,
         }
         assert http.get("/v1/stead/limits").json()["limits"]["monthly_tokens"] == 1000
-        cleared = limits_cli(served, "set", "--workspace", workspace_id, "--monthly-tokens", "none")
+        cleared = limits_cli(
+            forker, served, "set", "--workspace", workspace_id, "--monthly-tokens", "none"
+        )
         assert cleared.returncode == 0, cleared.stderr
-        shown = limits_cli(served, "show", "--workspace", workspace_id)
+        shown = limits_cli(forker, served, "show", "--workspace", workspace_id)
         assert "monthly_tokens" in shown.stdout and "$12.50" in shown.stdout
         assert http.get("/v1/stead/limits").json()["limits"]["monthly_tokens"] is None
-        bad = limits_cli(served, "set", "--workspace", workspace_id, "--monthly-spend", "lots")
+        bad = limits_cli(
+            forker, served, "set", "--workspace", workspace_id, "--monthly-spend", "lots"
+        )
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1
         assert "--monthly-spend" in bad.stderr
-        unknown = limits_cli(served, "set-environment", "env_nosuch", "--workspace", workspace_id)
+        unknown = limits_cli(
+            forker, served, "set-environment", "env_nosuch", "--workspace", workspace_id
+        )
         assert unknown.returncode == 2 and "env_nosuch" in unknown.stderr

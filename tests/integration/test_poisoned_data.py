@@ -66,7 +66,7 @@ def poisoned(tmp_path: Path, forker: ServeForker) -> tuple[ServerProcess, str, d
 
 
 def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
-    poisoned: tuple[ServerProcess, str, dict[str, str]],
+    poisoned: tuple[ServerProcess, str, dict[str, str]], forker: ServeForker
 ) -> None:
     server, key, ids = poisoned
     database = server.data_dir / "stead.db"
@@ -113,12 +113,12 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
     finally:
         server.stop()
     assert seen == {"maximum": None, "session_maximum": None, "metadata": {"k": "\ufffd"}}
-    checked = db_check(server.data_dir)
+    checked = db_check(forker, server.data_dir)
     assert checked.returncode == 0 and "no problems found" in checked.stdout, checked
 
 
 def test_stored_values_render_safely_until_stead_db_check_repairs_them(
-    poisoned: tuple[ServerProcess, str, dict[str, str]],
+    poisoned: tuple[ServerProcess, str, dict[str, str]], forker: ServeForker
 ) -> None:
     server, key, ids = poisoned
     server.start()
@@ -128,15 +128,15 @@ def test_stored_values_render_safely_until_stead_db_check_repairs_them(
     finally:
         server.stop()
 
-    found = db_check(server.data_dir)
+    found = db_check(forker, server.data_dir)
     assert found.returncode == 1, found
     for where in (f"agent_versions {ids['agent']}/1", f"sessions {ids['session']}"):
         assert where in found.stdout and "not finite" in found.stdout, found.stdout
     assert f"environments {ids['environment']}: metadata.k" in found.stdout, found.stdout
 
-    repaired = db_check(server.data_dir, "--repair")
+    repaired = db_check(forker, server.data_dir, "--repair")
     assert repaired.returncode == 0 and repaired.stdout.count("(repaired)") == 3, repaired
-    again = db_check(server.data_dir)
+    again = db_check(forker, server.data_dir)
     assert again.returncode == 0 and "no problems found" in again.stdout, again
     with sqlite3.connect(server.data_dir / "stead.db") as db:
         (definition,) = db.execute("SELECT definition FROM agent_versions").fetchone()
