@@ -127,7 +127,7 @@ class SavedWorkspace:
 
     async def latest(self) -> SnapshotRow | None:
         """The snapshot that holds the workspace; None if there never was one.
-        ``WorkspaceUnavailable`` if the newest one expired and was deleted."""
+        ``WorkspaceUnavailable`` if the newest one expired (deleted, or about to be)."""
         latest = await self._catalogue.latest_snapshot(self._id)
         # Expired is expired from that moment, whether or not the collector has
         # deleted it yet (it deletes the blob before it marks the row).
@@ -135,7 +135,7 @@ class SavedWorkspace:
             latest.deleted_at is not None or latest.expires_at <= self._clock.time()
         ):
             raise WorkspaceUnavailable(
-                "the sandbox's saved workspace expired and was deleted; it cannot be restored"
+                "the sandbox's saved workspace expired; it cannot be restored"
             )
         return latest
 
