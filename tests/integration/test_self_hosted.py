@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +17,7 @@ import pytest
 from anthropic.lib.environments._worker import _sessions_token_from_secret
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn
+from stead.testing.forker import ForkedServer
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of, store_env
 from tests.databases import BACKENDS
@@ -159,24 +158,21 @@ def test_bad_input_gets_the_api_errors(sdk: anthropic.Anthropic, hosted: ServerP
         assert other_id != env_id
 
 
-def start_worker(hosted: ServerProcess, env_id: str, key: str, workdir: Path, log: Path) -> Any:
-    command = [sys.executable, "-c", "from stead.cli import main; main()", "worker"]
-    command += ["--environment", env_id, "--url", hosted.url, "--environment-key", key]
-    command += ["--workdir", str(workdir), "--max-idle", "1"]
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            command,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+def start_worker(
+    forker: ServeForker, hosted: ServerProcess, env_id: str, key: str, workdir: Path, log: Path
+) -> ForkedServer:
+    """``stead worker`` for the environment, forked (the anthropic SDK it runs on
+    is a second of imports for a fresh interpreter)."""
+    command = ("worker", "--environment", env_id, "--url", hosted.url, "--environment-key", key)
+    command += ("--workdir", str(workdir), "--max-idle", "1")
+    return forker.fork(dict(os.environ), log, command)
 
 
 def test_a_multi_tool_turn_runs_in_stead_worker(
-    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path, forker: ServeForker
 ) -> None:
     env_id, key = environment(sdk)
-    worker = start_worker(hosted, env_id, key, tmp_path / "work", tmp_path / "worker.log")
+    worker = start_worker(forker, hosted, env_id, key, tmp_path / "work", tmp_path / "worker.log")
     try:
         session_id = session_on(sdk, env_id)
         with sdk.beta.sessions.events.stream(session_id) as stream:
@@ -195,12 +191,12 @@ def test_a_multi_tool_turn_runs_in_stead_worker(
 
 
 def test_a_killed_worker_loses_its_item_and_bash_runs_once(
-    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path, forker: ServeForker
 ) -> None:
     env_id, key = environment(sdk)
     workdir = tmp_path / "shared"
     logs = [tmp_path / "a.log", tmp_path / "b.log"]
-    workers = [start_worker(hosted, env_id, key, workdir, log) for log in logs]
+    workers = [start_worker(forker, hosted, env_id, key, workdir, log) for log in logs]
     try:
         session_id = session_on(sdk, env_id)
         with sdk.beta.sessions.events.stream(session_id) as stream:

@@ -19,7 +19,7 @@ import trustme
 
 from stead.sandbox import EgressCredential, EnvironmentCredential, HostAddress, HostSandbox
 from stead.sandbox.providers.host import HostProvider
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import config, files_holding, held_in, new_id, requires_isolation
 from tests.sandbox.https_origins import Origin, https_origin
 
@@ -89,13 +89,13 @@ def _quoted(text: str) -> str:
 
 
 async def test_clients_in_the_sandbox_reach_https_with_the_secret_they_never_see(
-    tmp_path: Path, servers: tuple[Path, Origin, Origin]
+    tmp_path: Path, servers: tuple[Path, Origin, Origin], forker: ServeForker
 ) -> None:
     bundle, good, bad = servers
     made = time.time()
     secret = f"dummy-secret-{uuid.uuid4().hex}"
     static = f"static-secret-{uuid.uuid4().hex}"
-    process = HostProcess(tmp_path / "state", env=_host_env(bundle)).start()
+    process = HostProcess(tmp_path / "state", env=_host_env(bundle), forker=forker).start()
     provider = HostProvider(HostAddress(unix_path=process.socket_path))
     sandbox_id = new_id()
     wanted = config(networking=_networking())
@@ -180,7 +180,9 @@ async def test_clients_in_the_sandbox_reach_https_with_the_secret_they_never_see
         process.kill()
         assert secret not in process.log_text()
         env = _host_env(bundle)
-        process = HostProcess(tmp_path / "state", work_dir=process.work_dir, env=env).start()
+        process = HostProcess(
+            tmp_path / "state", work_dir=process.work_dir, env=env, forker=forker
+        ).start()
         assert (await run("echo $API_TOKEN")).strip() == placeholder
         assert await run(f'curl -sS -H "Authorization: Bearer $API_TOKEN" {api}/again') == "ok"
         assert good.seen[-1]["authorization"] == f"Bearer {secret}"

@@ -280,7 +280,7 @@ async def test_exec_output_streams_while_the_command_runs(
     assert result.output.encode().startswith(b"".join(seen))
 
 
-async def test_a_remote_brain_needs_the_token(tmp_path: Path) -> None:
+async def test_a_remote_brain_needs_the_token(tmp_path: Path, forker: ServeForker) -> None:
     port = free_port()
     process = HostProcess(
         tmp_path / "state",
@@ -288,6 +288,7 @@ async def test_a_remote_brain_needs_the_token(tmp_path: Path) -> None:
             "STEAD_SANDBOX_HOST_LISTEN_TCP": f"127.0.0.1:{port}",
             "STEAD_SANDBOX_HOST_TOKEN": "s3cret-token",
         },
+        forker=forker,
     ).start()
     try:
         remote = HostClient(parse_address(f"tcp://127.0.0.1:{port}", "s3cret-token"))

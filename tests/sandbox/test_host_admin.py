@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import requires_isolation
 
 pytestmark = requires_isolation
@@ -28,8 +28,8 @@ def _host_command(host: HostProcess, *args: str) -> subprocess.CompletedProcess[
     )
 
 
-def test_the_host_is_seen_and_stopped(tmp_path: Path) -> None:
-    host = HostProcess(tmp_path / "state").start()
+def test_the_host_is_seen_and_stopped(tmp_path: Path, forker: ServeForker) -> None:
+    host = HostProcess(tmp_path / "state", forker=forker).start()
     try:
         status = _host_command(host, "status")
         assert status.returncode == 0, status.stderr

@@ -14,7 +14,7 @@ import pytest
 
 from stead.sandbox import HostSandbox, PackagesUnavailable
 from stead.sandbox_host.installers import missing_toolchain
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import client_of, config, new_id, requires_isolation
 from tests.sandbox.registries import CRATE, GEM, HAS_GEM, NPM_NAME, WHEEL, Registry, loopback_name
 
@@ -37,10 +37,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 @pytest.fixture(scope="module")
 def package_host(
-    tmp_path_factory: pytest.TempPathFactory, registry: Registry
+    tmp_path_factory: pytest.TempPathFactory, registry: Registry, forker: ServeForker
 ) -> Iterator[HostProcess]:
     process = HostProcess(
-        tmp_path_factory.mktemp("package-host") / "state", env=registry.env()
+        tmp_path_factory.mktemp("package-host") / "state", env=registry.env(), forker=forker
     ).start()
     yield process
     process.stop()

@@ -22,14 +22,14 @@ from stead.sandbox import (
     SandboxUnavailable,
 )
 from stead.sandbox.providers.host import HostProvider
-from stead.testing import HostProcess, free_port
+from stead.testing import HostProcess, ServeForker, free_port
 from tests.sandbox.conftest import config, new_id, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 TOKEN = "shared-host-token"
 
 
-def _host(root: Path, name: str) -> HostProcess:
+def _host(root: Path, name: str, forker: ServeForker) -> HostProcess:
     port = free_port()
     return HostProcess(
         root / name,
@@ -38,13 +38,16 @@ def _host(root: Path, name: str) -> HostProcess:
             "STEAD_SANDBOX_HOST_LISTEN_TCP": f"127.0.0.1:{port}",
             "STEAD_SANDBOX_HOST_TOKEN": TOKEN,
         },
+        forker=forker,
     )
 
 
 @pytest.fixture(scope="module")
-def hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[HostProcess, HostProcess]]:
+def hosts(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[tuple[HostProcess, HostProcess]]:
     root = tmp_path_factory.mktemp("placements")
-    a, b = _host(root, "a").start(), _host(root, "b").start()
+    a, b = _host(root, "a", forker).start(), _host(root, "b", forker).start()
     yield a, b
     a.stop()
     b.stop()

@@ -28,7 +28,7 @@ from stead.sandbox.client import HostAddress
 from stead.sandbox.providers.host import HostProvider
 from stead.sandbox.providers.off import OffProvider
 from stead.sandbox.providers.unsafe_local import UnsafeLocalProvider
-from stead.testing import HostProcess, MemoryProvider
+from stead.testing import HostProcess, MemoryProvider, ServeForker
 from tests.sandbox.conftest import config, new_id, requires_isolation
 
 pytestmark = pytest.mark.anyio
@@ -49,8 +49,10 @@ class Case:
 
 
 @pytest.fixture(scope="module")
-def host_process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
-    process = HostProcess(tmp_path_factory.mktemp("providers") / "state").start()
+def host_process(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[HostProcess]:
+    process = HostProcess(tmp_path_factory.mktemp("providers") / "state", forker=forker).start()
     yield process
     process.stop()
 

@@ -68,13 +68,17 @@ def origin(
 
 @pytest.fixture(scope="module")
 def host(
-    origin: tuple[GitOrigin, Path, dict[str, str]], tmp_path_factory: pytest.TempPathFactory
+    origin: tuple[GitOrigin, Path, dict[str, str]],
+    tmp_path_factory: pytest.TempPathFactory,
+    forker: ServeForker,
 ) -> Iterator[HostProcess]:
     env = {
         "STEAD_EGRESS_HOSTS": json.dumps({GIT_HOST: "127.0.0.1"}),
         "STEAD_EGRESS_EXTRA_CA_FILE": str(origin[1]),
     }
-    started = HostProcess(tmp_path_factory.mktemp("repo-host") / "state", env=env).start()
+    started = HostProcess(
+        tmp_path_factory.mktemp("repo-host") / "state", env=env, forker=forker
+    ).start()
     yield started
     started.stop()
 

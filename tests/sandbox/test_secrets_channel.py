@@ -16,7 +16,7 @@ import pytest
 
 from stead.sandbox import EgressCredential, HostAddress, HostSandbox
 from stead.sandbox.providers.host import HostProvider
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import config, files_holding, held_in, new_id, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
@@ -73,12 +73,14 @@ def _files_holding(root: Path, secret: bytes) -> list[Path]:
 
 
 async def test_a_credential_is_injected_by_the_proxy_and_written_nowhere(
-    tmp_path: Path, echo: tuple[int, list[str]]
+    tmp_path: Path, echo: tuple[int, list[str]], forker: ServeForker
 ) -> None:
     port, seen = echo
     made = time.time()
     secret = f"dummy-secret-{uuid.uuid4().hex}"
-    process = HostProcess(tmp_path / "state", env={"STEAD_LOG_LEVEL": "debug"}).start()
+    process = HostProcess(
+        tmp_path / "state", env={"STEAD_LOG_LEVEL": "debug"}, forker=forker
+    ).start()
     provider = HostProvider(HostAddress(unix_path=process.socket_path))
     sandbox_id = new_id()
     wanted = config(networking=_allowing_loopback())
@@ -117,7 +119,7 @@ async def test_a_credential_is_injected_by_the_proxy_and_written_nowhere(
         assert secret not in process.log_text()
 
         # A restarted host holds no credentials; the next call sends them again.
-        process = HostProcess(tmp_path / "state", work_dir=process.work_dir).start()
+        process = HostProcess(tmp_path / "state", work_dir=process.work_dir, forker=forker).start()
         again = await sandbox.exec(f"{FETCH} http://127.0.0.1:{port}/", op_key=new_id(), timeout=30)
         assert again.output.strip() == "answered"
         assert seen[-1] == f"Bearer {secret}"
@@ -129,10 +131,10 @@ async def test_a_credential_is_injected_by_the_proxy_and_written_nowhere(
 
 
 async def test_without_credentials_the_sandboxs_request_goes_out_unchanged(
-    tmp_path: Path, echo: tuple[int, list[str]]
+    tmp_path: Path, echo: tuple[int, list[str]], forker: ServeForker
 ) -> None:
     port, seen = echo
-    process = HostProcess(tmp_path / "state").start()
+    process = HostProcess(tmp_path / "state", forker=forker).start()
     provider = HostProvider(HostAddress(unix_path=process.socket_path))
     sandbox_id = new_id()
     try:

@@ -23,7 +23,7 @@ from stead.sandbox import HostAddress, HostClient, HostSandbox, WorkspaceUnavail
 from stead.sandbox_host.clock import ManualClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.server import serve_host
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from stead.testing.seaweed import S3Server, seaweed_s3
 from tests.sandbox.conftest import (
     WAIT,
@@ -173,11 +173,14 @@ def s3_env(s3: S3Server) -> dict[str, str]:
     }
 
 
-async def test_sleep_and_wake_against_an_s3_compatible_server(s3: S3Server, tmp_path: Path) -> None:
+async def test_sleep_and_wake_against_an_s3_compatible_server(
+    s3: S3Server, tmp_path: Path, forker: ServeForker
+) -> None:
     process = HostProcess(
         tmp_path / "state",
         blob_url=s3.url("snapshots"),
         env=s3_env(s3),
+        forker=forker,
     ).start()
     client = client_of(process)
     sandbox = HostSandbox(client, new_id(), config())
@@ -204,7 +207,7 @@ async def process_blobs(s3: S3Server, sandbox_id: str) -> list[str]:
 
 @asynccontextmanager
 async def slept_on_own_host(
-    tmp_path: Path, ttl: str, gc_interval: str
+    tmp_path: Path, forker: ServeForker, ttl: str, gc_interval: str
 ) -> AsyncIterator[tuple[HostSandbox, Path]]:
     """A sandbox put to sleep on a host of its own whose snapshots live ``ttl``
     seconds and are collected every ``gc_interval``; and its blob directory."""
@@ -214,6 +217,7 @@ async def slept_on_own_host(
             "STEAD_SNAPSHOT_TTL_SECONDS": ttl,
             "STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": gc_interval,
         },
+        forker=forker,
     ).start()
     client = client_of(process)
     sandbox = HostSandbox(client, new_id(), config())
@@ -231,9 +235,10 @@ async def slept_on_own_host(
 
 
 async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
-    tmp_path: Path,
+    tmp_path: Path, forker: ServeForker
 ) -> None:
-    async with slept_on_own_host(tmp_path, ttl="0.5", gc_interval="0.2") as (sandbox, blobs):
+    own_host = slept_on_own_host(tmp_path, forker, ttl="0.5", gc_interval="0.2")
+    async with own_host as (sandbox, blobs):
         with anyio.fail_after(WAIT):
             # The host deletes the snapshot; its manifest stays, naming what expired.
             while any(p.is_file() for p in blobs.iterdir()):  # noqa: ASYNC110
@@ -243,11 +248,12 @@ async def test_expired_snapshots_are_deleted_and_never_replaced_by_nothing(
 
 
 async def test_a_snapshot_past_its_expiry_is_expired_before_the_collector_deletes_it(
-    tmp_path: Path,
+    tmp_path: Path, forker: ServeForker
 ) -> None:
     # The collector deletes the blob, then marks the row: a wake in between
     # once found the row and no blob ("missing from the blob store").
-    async with slept_on_own_host(tmp_path, ttl="0.3", gc_interval="3600") as (sandbox, blobs):
+    own_host = slept_on_own_host(tmp_path, forker, ttl="0.3", gc_interval="3600")
+    async with own_host as (sandbox, blobs):
         await anyio.sleep(0.5)
         with pytest.raises(WorkspaceUnavailable, match="expired"):
             await sandbox.read_file("old", max_bytes=10)

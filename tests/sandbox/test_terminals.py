@@ -17,7 +17,7 @@ from stead.sandbox.client import (
     TerminalOutput,
     TerminalReplayed,
 )
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
@@ -137,9 +137,11 @@ async def test_resize_reaches_the_pty(sandbox: HostSandbox) -> None:
     await terminal.aclose()
 
 
-async def test_a_slow_client_is_dropped_without_holding_back_a_fast_one(tmp_path: Path) -> None:
+async def test_a_slow_client_is_dropped_without_holding_back_a_fast_one(
+    tmp_path: Path, forker: ServeForker
+) -> None:
     process = HostProcess(
-        tmp_path / "state", env={"STEAD_TERMINAL_SEND_TIMEOUT_SECONDS": "1"}
+        tmp_path / "state", env={"STEAD_TERMINAL_SEND_TIMEOUT_SECONDS": "1"}, forker=forker
     ).start()
     client = client_of(process)
     sandbox = HostSandbox(client, new_id(), config())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from stead.sandbox import HostClient, HostSandbox, IsolationUnavailable
-from stead.testing import HostProcess
+from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import (
     WAIT,
     client_of,
@@ -64,12 +64,12 @@ async def uids_of(client: HostClient) -> range:
 
 
 async def test_two_hosts_run_their_sandboxes_as_their_own_uids_and_keep_them_on_restart(
-    tmp_path: Path,
+    tmp_path: Path, forker: ServeForker
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
 
         def start(state: Path, **env: str) -> HostProcess:
-            process = HostProcess(state, env=env).start()
+            process = HostProcess(state, env=env, forker=forker).start()
             stack.callback(process.stop)
             return process
 

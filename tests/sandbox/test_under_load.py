@@ -94,9 +94,11 @@ def busy_cores() -> Iterator[None]:
 
 
 @pytest.fixture
-def loaded_host(busy_cores: None, tmp_path: Path) -> Iterator[HostProcess]:
+def loaded_host(busy_cores: None, tmp_path: Path, forker: ServeForker) -> Iterator[HostProcess]:
     process = HostProcess(
-        tmp_path / "host" / "state", env={"STEAD_SANDBOX_IDLE_CHECK_SECONDS": "0.2"}
+        tmp_path / "host" / "state",
+        env={"STEAD_SANDBOX_IDLE_CHECK_SECONDS": "0.2"},
+        forker=forker,
     )
     try:
         yield process.start()

@@ -39,14 +39,16 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Origin, P
 
 @pytest.fixture(scope="module")
 def host(
-    origin: tuple[Origin, Path], tmp_path_factory: pytest.TempPathFactory
+    origin: tuple[Origin, Path], tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
 ) -> Iterator[HostProcess]:
     _, bundle = origin
     host_env = {
         "STEAD_EGRESS_HOSTS": json.dumps({API: "127.0.0.1", OTHER: "127.0.0.1"}),
         "STEAD_EGRESS_EXTRA_CA_FILE": str(bundle),
     }
-    started = HostProcess(tmp_path_factory.mktemp("vault-host") / "state", env=host_env).start()
+    started = HostProcess(
+        tmp_path_factory.mktemp("vault-host") / "state", env=host_env, forker=forker
+    ).start()
     yield started
     started.stop()
 

@@ -50,8 +50,10 @@ def _worker(
         )
 
 
-def test_a_turn_runs_its_tools_in_a_stead_sandbox(served: ServerProcess, tmp_path: Path) -> None:
-    host = HostProcess(tmp_path / "host" / "state").start()
+def test_a_turn_runs_its_tools_in_a_stead_sandbox(
+    served: ServerProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    host = HostProcess(tmp_path / "host" / "state", forker=forker).start()
     try:
         with sdk_of(served) as sdk:
             env_id, key = environment(sdk)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from stead.egress_policy import upstream_context
+from stead.egress_policy import UpstreamTls
 from stead.runtime import WebhookEgress
 from stead.runtime.webhook_signing import new_secret, signed_headers
 from stead.schemas import RequestError
@@ -17,7 +17,7 @@ PIN = {"hooks.test": "127.0.0.1"}
 
 
 def egress(pinned: dict[str, str]) -> WebhookEgress:
-    return WebhookEgress(pinned=pinned, tls=upstream_context(None), timeout_seconds=5.0)
+    return WebhookEgress(pinned=pinned, tls=UpstreamTls(None), timeout_seconds=5.0)
 
 
 async def test_loopback_is_refused_unless_the_operator_pinned_it() -> None:

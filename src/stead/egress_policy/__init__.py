@@ -37,7 +37,7 @@ from stead.egress_policy.resolve import (
     system_resolver,
 )
 from stead.egress_policy.settings import ExtraCaFile, PinnedHosts
-from stead.egress_policy.tls import checked_bundle, upstream_context
+from stead.egress_policy.tls import UpstreamTls, checked_bundle, upstream_context
 
 __all__ = [
     "DOMAIN_RULE",
@@ -55,6 +55,7 @@ __all__ = [
     "Resolver",
     "UpstreamFailed",
     "UpstreamTimeout",
+    "UpstreamTls",
     "block_reason",
     "checked_addresses",
     "checked_bundle",

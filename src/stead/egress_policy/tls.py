@@ -20,6 +20,21 @@ def upstream_context(extra_ca_file: Path | None) -> ssl.SSLContext:
     return context
 
 
+class UpstreamTls:
+    """``upstream_context`` made at its first use, then kept: loading the system's
+    CAs takes tens of milliseconds, which a start that never calls out (most
+    servers' webhooks, web tools and MCP servers) does not pay."""
+
+    def __init__(self, extra_ca_file: Path | None) -> None:
+        self._extra_ca_file = extra_ca_file
+        self._context: ssl.SSLContext | None = None
+
+    def context(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = upstream_context(self._extra_ca_file)
+        return self._context
+
+
 def checked_bundle(extra_ca_file: Path | None) -> Path | None:
     """``STEAD_EGRESS_EXTRA_CA_FILE`` checked at start: ``ValueError`` unless it loads."""
     if extra_ca_file is not None:

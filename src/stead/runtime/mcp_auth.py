@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import ssl
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,7 +23,7 @@ import anyio
 from anyio import to_thread
 
 from stead.config import Settings
-from stead.egress_policy import EgressPolicy, upstream_context
+from stead.egress_policy import EgressPolicy, UpstreamTls
 from stead.jsonvalues import Json
 from stead.store import CredentialRecord, VaultStore
 from stead.vault import SealError, SecretBox
@@ -60,20 +59,21 @@ class McpEgress:
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
-        self._tls: ssl.SSLContext | None = None
+        self._tls = UpstreamTls(settings.egress_extra_ca_file)
 
     def rules(self, mcp: ModuleType, networking: Json | None = None, url: str = "") -> EgressRules:
         """Rules for an MCP server at ``url`` under ``networking``; with neither,
         for an OAuth token endpoint (the blocklist alone). Raises
         ``InvalidPolicy`` for a malformed ``networking``."""
-        if self._tls is None:  # reads the extra CA file at first use, not at start
-            self._tls = upstream_context(self._settings.egress_extra_ca_file)
         host = urlsplit(url).hostname if url else None
         policy = EgressPolicy.from_config(
             networking or UNRESTRICTED, mcp_server_hosts=[host] if host else []
         )
         rules: EgressRules = mcp.EgressRules(
-            policy, self._tls, dict(self._settings.egress_hosts), self._settings.mcp_timeout_seconds
+            policy,
+            self._tls.context(),
+            dict(self._settings.egress_hosts),
+            self._settings.mcp_timeout_seconds,
         )
         return rules
 

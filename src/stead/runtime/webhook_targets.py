@@ -8,7 +8,6 @@ verified for the name.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -19,6 +18,7 @@ import httpx2
 from stead.egress_policy import (
     Denied,
     EgressError,
+    UpstreamTls,
     checked_addresses,
     is_address,
     normalize_host,
@@ -47,7 +47,7 @@ class PublicAddresses:
 class WebhookEgress:
     pinned: Mapping[str, str]
     """``STEAD_EGRESS_HOSTS``: names the operator allows at the addresses given."""
-    tls: ssl.SSLContext
+    tls: UpstreamTls
     timeout_seconds: float
 
     async def check_target(self, url: str) -> None:
@@ -111,7 +111,9 @@ class WebhookEgress:
         }
         failure: httpx2.ConnectError | None = None
         # A transport per delivery: its pool never carries a request for another name.
-        async with httpx2.AsyncHTTPTransport(verify=self.tls, trust_env=False) as transport:
+        async with httpx2.AsyncHTTPTransport(
+            verify=self.tls.context(), trust_env=False
+        ) as transport:
             for address in addresses:
                 request = httpx2.Request(
                     "POST",

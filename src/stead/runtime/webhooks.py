@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from stead.config import Settings
-from stead.egress_policy import upstream_context
+from stead.egress_policy import UpstreamTls
 from stead.failpoints import FailPoints
 from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.webhook_signing import open_secret, signed_headers
@@ -112,7 +112,7 @@ def webhook_parts(settings: Settings) -> tuple[WebhookEgress, CourierTerms]:
     """The egress rules and the courier's terms ``settings`` name."""
     egress = WebhookEgress(
         pinned=dict(settings.egress_hosts),
-        tls=upstream_context(settings.egress_extra_ca_file),
+        tls=UpstreamTls(settings.egress_extra_ca_file),
         timeout_seconds=settings.webhook_timeout_seconds,
     )
     retry = RetryTerms(

@@ -49,11 +49,12 @@ PRELOAD = (
     "stead.tools.mcp",
     "stead.sandbox_host.server",
     "stead.sandbox_host.settings",
+    "stead.client.worker",
 )
 """What ``stead serve`` imports before it answers and on its first turn (the mcp
 SDK, which a server loads only at its first MCP call, costs each forked server
 about a second there otherwise: crash tests fork one per kill point), and what
-``stead sandbox-host`` imports."""
+``stead sandbox-host`` imports, and ``stead worker`` (the anthropic SDK)."""
 
 
 class ServeForker:
