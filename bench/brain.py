@@ -23,6 +23,12 @@ figure is printed beside a baseline measured in the same run, and their ratio:
   run in the session's warm bwrap sandbox through a real sandbox host (needs
   root). Baseline: two bare model calls and ``subprocess.run(["bash", "-c",
   "true"])``.
+* long session: the same text turn in one session that already holds
+  ``LONG_TURNS`` turns (seven events each), p50 of its last ``LONG_TAIL``.
+  Baseline: a bare model call carrying the same history (the fake model parses
+  it too). Also stead's own share (turn minus bare call) over the same share in
+  sessions of ``PER_SESSION`` turns: what a long log adds to stead's work on
+  each turn (every step renders and hashes the whole log it sends). No target.
 * memory: RSS of ``stead serve`` after ``TURNS`` text turns. Baseline: the
   bare app's RSS. Also its RSS once started, before any model call: what the
   turns themselves add (their code's first use, caches, the log cache).
@@ -61,6 +67,8 @@ REQUESTS = size("REQUESTS", 300, 10)
 ROUNDS = size("ROUNDS", 10, 1)
 TURNS = size("TURNS", 100, 4)
 PER_SESSION = 5
+LONG_TURNS = size("LONG_TURNS", 200, 4)
+LONG_TAIL = size("LONG_TAIL", 20, 2)
 BASH_TURNS = size("BASH_TURNS", 40, 3)
 WARMUP = size("WARMUP", 10, 1)
 MODEL = "claude-sonnet-4-6"
@@ -222,6 +230,7 @@ class Samples:
     send: list[float] = field(default_factory=list)
     turn: list[float] = field(default_factory=list)
     bash: list[float] = field(default_factory=list)
+    long: list[float] = field(default_factory=list)
 
 
 class Bench:
@@ -290,13 +299,13 @@ class Bench:
         )
         self.bares.send.append(took)
 
-    def bare_model_call(self, text: str) -> float:
+    def bare_model_call(self, text: str, history: list[Any] | None = None) -> float:
+        """One streamed model call carrying ``text`` after ``history`` (messages)."""
+        messages = [*(history or []), {"role": "user", "content": [{"type": "text", "text": text}]}]
+
         def call() -> None:
             stream = self.model.messages.create(
-                model=MODEL,
-                max_tokens=1024,
-                messages=[{"role": "user", "content": [{"type": "text", "text": text}]}],
-                stream=True,
+                model=MODEL, max_tokens=1024, messages=messages, stream=True
             )
             for _ in stream:
                 pass
@@ -332,6 +341,28 @@ class Bench:
                         self.bares.turn.append(call)
                     done += 1
 
+    def long_session(self) -> None:
+        session_id = self.new_session(Samples(), self.stead, self.agent_id)
+        with self.stead.beta.sessions.events.stream(session_id) as stream:
+            for i in range(LONG_TURNS + LONG_TAIL):
+                text = f"long {i}"
+                if i >= LONG_TURNS:
+                    # The model's own share of a long history: the same messages, sent bare.
+                    self.bares.long.append(self.bare_model_call(text, self.history(session_id)))
+                _, turn = self.turn(session_id, stream, text)
+                if i >= LONG_TURNS:
+                    self.steads.long.append(turn)
+
+    def history(self, session_id: str) -> list[Any]:
+        """The session's conversation as Messages API messages (its text turns)."""
+        roles = {"user.message": "user", "agent.message": "assistant"}
+        messages: list[Any] = []
+        for event in self.stead.beta.sessions.events.list(session_id, limit=1000):
+            if event.type in roles:
+                content = [{"type": "text", "text": b.text} for b in event.content]  # type: ignore[union-attr]
+                messages.append({"role": roles[event.type], "content": content})
+        return messages
+
     def bash_turns(self, count: int) -> None:
         tools = [{"type": "agent_toolset_20260401"}]
         agent = self.stead.beta.agents.create(name="bash", model=MODEL, tools=tools)  # type: ignore[list-item]
@@ -352,6 +383,17 @@ def line(name: str, stead: list[float], bare: list[float], budget: float, base: 
         f"{name} p50 {ms(p50)} p99 {ms(percentile(stead, 99))}"
         f" (target <= {ms(budget, 1)}, {verdict(p50 <= budget)})"
         f" vs {base} p50 {ms(b50)} = {p50 / b50:.2f}x"
+    )
+
+
+def long_line(long: list[float], bare: list[float], short: list[float], call: list[float]) -> str:
+    p50, b50 = percentile(long, 50), percentile(bare, 50)
+    added, short_added = p50 - b50, percentile(short, 50) - percentile(call, 50)
+    return (
+        f"text turn after {LONG_TURNS} turns in one session p50 {ms(p50)}"
+        f" p99 {ms(percentile(long, 99))} vs bare model call with its history p50 {ms(b50)}"
+        f" = {p50 / b50:.2f}x; stead's own share {ms(added)}, in a {PER_SESSION}-turn"
+        f" session {ms(short_added)} = {added / short_added:.2f}x"
     )
 
 
@@ -393,6 +435,7 @@ def run() -> str:
         bench.requests()
         bench.text_turns(TURNS, record=True)
         rss, bare_rss = rss_mb(server.pid), rss_mb(bare.pid)
+        bench.long_session()
         if host is not None:
             bench.bash_turns(BASH_TURNS)
         s, b = bench.steads, bench.bares
@@ -401,6 +444,7 @@ def run() -> str:
             line("sessions.create", s.session, b.session, REQUEST_BUDGET_S, "bare app"),
             line("events.send", s.send, b.send, REQUEST_BUDGET_S, "bare app"),
             line("text turn", s.turn, b.turn, TURN_BUDGET_S, "bare model call"),
+            long_line(s.long, b.long, s.turn, b.turn),
         ]
         if host is not None:
             lines.append(line("bash turn", s.bash, b.bash, BASH_BUDGET_S, "2 model calls + bash"))
