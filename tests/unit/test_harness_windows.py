@@ -7,6 +7,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from stead.harness.windows import CHARS_PER_TOKEN, MEDIA_TOKENS, estimate_tokens
 from stead.runtime.plan import dangling_span
 
@@ -39,6 +42,40 @@ def test_media_counts_a_fixed_size_whatever_its_bytes() -> None:
     image = {"type": "base64", "media_type": "image/png", "data": "A" * 100_000}
     assert estimate_tokens([image]) == MEDIA_TOKENS
     assert estimate_tokens(Frozen(**image)) == MEDIA_TOKENS
+
+
+def _counted(value: Any) -> int:
+    """The estimate's definition, written as plainly as it reads."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, Mapping):
+        if value.get("type") == "base64" and "data" in value:
+            return MEDIA_TOKENS * CHARS_PER_TOKEN
+        return sum(len(str(k)) + _counted(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return sum(_counted(v) for v in value)
+    return len(str(value))
+
+
+_leaves = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
+_json = st.recursive(
+    _leaves | st.just("base64"),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.tuples(inner, inner)
+        | st.dictionaries(
+            st.sampled_from(["type", "data", "text", "content", "n"]), inner, max_size=5
+        )
+        | st.dictionaries(st.integers(), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_the_estimate_is_its_definition_on_any_json(value: Any) -> None:
+    assert estimate_tokens(value) == _counted(value) // CHARS_PER_TOKEN
 
 
 def _start(i: int) -> dict[str, Any]:

@@ -38,25 +38,41 @@ def estimate_tokens(value: Any) -> int:
 
 
 def _chars(value: Any) -> int:
-    # Exact types first: a request is plain dicts, lists and strings, and the
-    # ABC checks below cost more than the counting (this walks every request).
-    kind = type(value)
-    if kind is str:
-        return len(value)
-    if kind is dict:
-        return _mapping_chars(value)
-    if kind is list:
-        return sum(_chars(v) for v in value)
-    if isinstance(value, str):
-        return len(value)
-    if isinstance(value, Mapping):
-        return _mapping_chars(value)
-    if isinstance(value, list | tuple):
-        return sum(_chars(v) for v in value)
-    return len(str(value))
+    """Characters of every key and value under ``value``; a media source counts
+    ``MEDIA_TOKENS`` whatever its bytes. A loop over a stack, not recursion: this
+    walks the whole request at every model step (thousands of nodes in a long
+    session), and a call and a generator per node cost twice the counting."""
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        # Exact types first: a request is plain dicts, lists and strings, and the
+        # ABC checks below cost more than the counting.
+        kind = type(item)
+        if kind is str:
+            total += len(item)
+        elif kind is dict:
+            total += _mapping_chars(item, pending)
+        elif kind is list:
+            pending.extend(item)
+        elif isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, Mapping):
+            total += _mapping_chars(item, pending)
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        else:
+            total += len(str(item))
+    return total
 
 
-def _mapping_chars(value: Mapping[Any, Any]) -> int:
+def _mapping_chars(value: Mapping[Any, Any], pending: list[Any]) -> int:
+    """The characters of ``value``'s keys (its values go on ``pending``), or a
+    media source's fixed size."""
     if value.get("type") == "base64" and "data" in value:
         return MEDIA_TOKENS * CHARS_PER_TOKEN
-    return sum(len(str(k)) + _chars(v) for k, v in value.items())
+    keys = 0
+    for key, item in value.items():
+        keys += len(key) if type(key) is str else len(str(key))
+        pending.append(item)
+    return keys
