@@ -19,6 +19,7 @@ test closes the pipe (or dies) the helper kills and reaps what is left.
 from __future__ import annotations
 
 import gc
+import importlib
 import json
 import os
 import select
@@ -29,7 +30,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import IO, Any, NoReturn
 
 PRELOAD = (
@@ -49,12 +50,15 @@ PRELOAD = (
     "stead.tools.mcp",
     "stead.sandbox_host.server",
     "stead.sandbox_host.settings",
-    "stead.client.worker",
 )
 """What ``stead serve`` imports before it answers and on its first turn (the mcp
 SDK, which a server loads only at its first MCP call, costs each forked server
 about a second there otherwise: crash tests fork one per kill point), and what
-``stead sandbox-host`` imports, and ``stead worker`` (the anthropic SDK)."""
+``stead sandbox-host`` imports."""
+PRELOAD_FOR = MappingProxyType({"worker": ("stead.client.worker",)})
+"""Imported by the helper before it forks the first of such a command: ``stead
+worker`` runs on the anthropic SDK (a second and a half of imports), which a
+helper that forks no worker need not load."""
 
 
 class ServeForker:
@@ -257,8 +261,6 @@ def _serve_child(env: dict[str, str], log: str, errors: str, command: list[str])
 
 def helper() -> None:
     """The helper's loop: one JSON request per line on stdin, one reply per line on stdout."""
-    import importlib
-
     # As the gc module's documentation advises for fork without exec: without
     # this, each child's first full collections walk (and so copy) the whole
     # imported heap, which costs it about as much as the imports saved.
@@ -285,6 +287,11 @@ def helper() -> None:
 
 def _handle(request: dict[str, Any], children: set[int]) -> dict[str, Any]:
     if request["op"] == "fork":
+        wanted = [n for n in PRELOAD_FOR.get(request["command"][0], ()) if n not in sys.modules]
+        if wanted:
+            for name in wanted:
+                importlib.import_module(name)
+            gc.freeze()  # as after PRELOAD
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
