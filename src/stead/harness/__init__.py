@@ -12,7 +12,15 @@ from stead.harness.compaction import (
     compacted_body,
     plan_compaction,
 )
-from stead.harness.context import build_request, custom_tools, enabled_builtin_tools
+from stead.harness.context import (
+    Rendering,
+    build_messages,
+    build_request,
+    custom_tools,
+    enabled_builtin_tools,
+    rendering,
+    request_with,
+)
 from stead.harness.mcp import McpTool, servers_in_use
 from stead.harness.memory import (
     MEMORY_SEARCH,
@@ -61,10 +69,12 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAICompatibleModel",
+    "Rendering",
     "RunTools",
     "SkillPrompt",
     "Step",
     "UpstreamError",
+    "build_messages",
     "build_request",
     "compacted_body",
     "context_window",
@@ -74,6 +84,8 @@ __all__ = [
     "memory_search_offered",
     "next_step",
     "plan_compaction",
+    "rendering",
+    "request_with",
     "response_events",
     "servers_in_use",
     "unresolved_tool_uses",

@@ -15,6 +15,7 @@ the next compaction.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from stead.events import EventType
@@ -199,17 +200,92 @@ def render_messages(summary: str | None, events: Sequence[Json]) -> list[Json]:
             messages[-1]["content"].extend(blocks)
         else:
             messages.append({"role": role, "content": list(blocks)})
-    for message in messages:
-        if message["role"] == "user":
-            # Tool results must lead the user turn that follows the tool uses.
-            content = message["content"]
-            message["content"] = [b for b in content if b["type"] == "tool_result"] + [
-                b for b in content if b["type"] != "tool_result"
-            ]
+    messages = [_finished(m["role"], m["content"]) for m in messages]
+    return _marked(messages)
+
+
+def _finished(role: str, content: list[Json]) -> Json:
+    if role == "user":
+        # Tool results must lead the user turn that follows the tool uses.
+        content = [b for b in content if b["type"] == "tool_result"] + [
+            b for b in content if b["type"] != "tool_result"
+        ]
+    return {"role": role, "content": content}
+
+
+def _marked(messages: list[Json]) -> list[Json]:
+    """``messages`` with a cache breakpoint on the last block (a copy of it)."""
     if messages and messages[-1]["content"]:
-        last = messages[-1]["content"]
-        last[-1] = {**last[-1], "cache_control": CACHE}
+        last = messages[-1]
+        content = list(last["content"])
+        content[-1] = {**content[-1], "cache_control": CACHE}
+        messages[-1] = {"role": last["role"], "content": content}
     return messages
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """``build_messages`` of a log with no compaction, kept so that a longer log
+    that starts with it is rendered from where it ended: every model step renders
+    the whole log otherwise, which grows with the session. The messages before
+    the last are finished (shared by the requests made from it, which only read
+    them); the last is still open, as the next event of its role joins it."""
+
+    count: int
+    """How many events of the log it renders."""
+    first_id: str
+    last_id: str
+    finished: tuple[Json, ...]
+    open_role: str | None
+    open_blocks: tuple[Json, ...]
+
+    def renders_prefix_of(self, events: Sequence[Json]) -> bool:
+        count = self.count
+        return (
+            len(events) >= count > 0
+            and events[0]["id"] == self.first_id
+            and events[count - 1]["id"] == self.last_id
+        )
+
+    def messages(self) -> list[Json]:
+        """What ``build_messages`` gives for the log it renders."""
+        messages = list(self.finished)
+        if self.open_role is not None:
+            messages.append(_finished(self.open_role, list(self.open_blocks)))
+        return _marked(messages)
+
+
+def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rendering | None:
+    """The ``Rendering`` of the log ``events``, carried on from ``previous`` when
+    that renders a prefix of it; None for a log that holds a compaction (its
+    history is not the whole log: ``build_messages`` renders it whole)."""
+    if not events:
+        return None
+    compacted = str(EventType.AGENT_THREAD_CONTEXT_COMPACTED)  # read once, not per event
+    start = previous if previous is not None and previous.renders_prefix_of(events) else None
+    finished = list(start.finished) if start is not None else []
+    role = start.open_role if start is not None else None
+    blocks = list(start.open_blocks) if start is not None else []
+    for event in events[start.count if start is not None else 0 :]:
+        if event["type"] == compacted:
+            return None
+        found = event_blocks(event)
+        if found is None or not found[1]:
+            continue
+        if found[0] == role:
+            blocks.extend(found[1])
+            continue
+        if role is not None:
+            finished.append(_finished(role, blocks))
+        role, blocks = found[0], list(found[1])
+    return Rendering(
+        count=len(events),
+        first_id=str(events[0]["id"]),
+        last_id=str(events[-1]["id"]),
+        finished=tuple(finished),
+        open_role=role,
+        open_blocks=tuple(blocks),
+    )
 
 
 def _system(

@@ -20,6 +20,7 @@ from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
 from stead.runtime.models import ModelRouter
 from stead.runtime.planned import PlannedRequests
+from stead.runtime.renderings import Renderings
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.work import WorkQueue
 from stead.store import LeaseTerms, SandboxLease, SessionRecord, Store
@@ -146,6 +147,8 @@ class LoopDeps:
     """List prices each model request is costed at (``STEAD_MODEL_PRICES``)."""
     planned: PlannedRequests = field(default_factory=PlannedRequests)
     """First requests the claims planned, until their runners send them."""
+    renderings: Renderings = field(default_factory=Renderings)
+    """Each busy session's log as last rendered for the model (``renderings.py``)."""
 
 
 def build_loop(

@@ -25,11 +25,11 @@ from stead.harness import (
     MemoryPrompt,
     ModelRequest,
     SkillPrompt,
-    build_request,
     context_window,
     memory_prompts,
     next_step,
     plan_compaction,
+    request_with,
 )
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
@@ -45,6 +45,7 @@ Plan = Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | Non
 
 def model_request(
     deps: LoopDeps,
+    session_id: str,
     agent: Json,
     events: Sequence[Json],
     run_id: str,
@@ -53,10 +54,11 @@ def model_request(
     skills: Sequence[SkillPrompt] = (),
     memory: Sequence[MemoryPrompt] = (),
 ) -> tuple[ModelRequest, str]:
-    """The request a model step at ``position`` sends, and its op key."""
-    request = build_request(
+    """The request a model step at ``position`` of the session's log ``events``
+    sends, and its op key."""
+    request = request_with(
         agent,
-        events,
+        deps.renderings.messages(session_id, events),
         deps.tools.definitions,
         max_tokens=deps.settings.max_output_tokens,
         mcp_tools=mcp_tools,
@@ -142,7 +144,14 @@ def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
             memory = memory_prompts(session.resources)
             agent = session.agent
             request, key = model_request(
-                deps, agent, events, claim.run_id, step.position, mcp_tools, memory=memory
+                deps,
+                claim.session_id,
+                agent,
+                events,
+                claim.run_id,
+                step.position,
+                mcp_tools,
+                memory=memory,
             )
             planned = compaction(deps, agent, events, mcp_tools, memory=memory, request=request)
             if planned is not None:

@@ -311,7 +311,15 @@ class TurnRunner(ToolSteps):
         skills = await self._offered_skills()
         memory = self._memory
         request, key = prepared or model_request(
-            self.deps, agent, events, self.claim.run_id, position, mcp_tools, skills, memory
+            self.deps,
+            self.session_id,
+            agent,
+            events,
+            self.claim.run_id,
+            position,
+            mcp_tools,
+            skills,
+            memory,
         )
         if opened is None:
             await self._close_dangling_span(events)

@@ -1,0 +1,124 @@
+"""A log rendered from where its last rendering ended gives the very messages a
+whole render gives: the request, and so its op key, cannot tell them apart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from stead.harness import build_messages, rendering
+from stead.runtime.renderings import Renderings
+
+Json = dict[str, Any]
+
+_text = st.text(alphabet="abc xyz", min_size=0, max_size=6)
+_blocks = st.lists(st.builds(lambda t: {"type": "text", "text": t}, _text), max_size=3)
+
+
+def _event(kind: str, n: int, draw: Any) -> Json:
+    event: Json = {"type": kind, "id": f"e{n}", "_seq": n}
+    if kind in ("user.message", "agent.message", "system.message"):
+        event["content"] = draw(_blocks)
+    elif kind in ("agent.tool_use", "agent.custom_tool_use"):
+        event |= {"name": draw(st.sampled_from(["bash", "read"])), "input": {"n": n}}
+    elif kind == "agent.mcp_tool_use":
+        event |= {"mcp_server_name": "srv", "name": "tool", "input": {}}
+    elif kind in ("agent.tool_result", "user.tool_result"):
+        event |= {"tool_use_id": f"e{n - 1}", "content": draw(_blocks)}
+        event |= {"is_error": True} if draw(st.booleans()) else {}
+    elif kind == "user.custom_tool_result":
+        event |= {"custom_tool_use_id": f"e{n - 1}", "content": draw(_blocks)}
+    elif kind == "agent.mcp_tool_result":
+        event |= {"mcp_tool_use_id": f"e{n - 1}", "content": draw(_blocks)}
+    elif kind == "agent.thinking":
+        event["_internal"] = draw(
+            st.sampled_from([{}, {"thinking": "hm", "signature": "s"}, {"redacted": "x"}])
+        )
+    return event
+
+
+KINDS = [
+    "user.message",
+    "agent.message",
+    "system.message",
+    "agent.tool_use",
+    "agent.custom_tool_use",
+    "agent.mcp_tool_use",
+    "agent.tool_result",
+    "user.tool_result",
+    "user.custom_tool_result",
+    "agent.mcp_tool_result",
+    "agent.thinking",
+    "span.model_request_start",
+    "session.status_idle",
+    "session.usage",
+]
+
+
+@st.composite
+def logs(draw: Any) -> list[Json]:
+    kinds = draw(st.lists(st.sampled_from(KINDS), min_size=1, max_size=40))
+    return [_event(kind, n, draw) for n, kind in enumerate(kinds, start=1)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(logs(), st.lists(st.integers(min_value=1, max_value=40), max_size=4))
+def test_a_log_rendered_in_parts_is_the_log_rendered_whole(
+    log: list[Json], cuts: list[int]
+) -> None:
+    current = None
+    for cut in sorted(c for c in cuts if c <= len(log)):
+        current = rendering(log[:cut], current)
+        assert current is not None
+        assert current.messages() == build_messages(log[:cut])
+    whole = rendering(log, current)
+    assert whole is not None
+    assert whole.messages() == build_messages(log)
+
+
+def test_a_log_with_a_compaction_is_not_carried_on() -> None:
+    log = [
+        {"type": "user.message", "id": "e1", "_seq": 1, "content": [{"type": "text", "text": "a"}]},
+        {
+            "type": "agent.message",
+            "id": "e2",
+            "_seq": 2,
+            "content": [{"type": "text", "text": "b"}],
+        },
+    ]
+    before = rendering(log)
+    compaction = {
+        "type": "agent.thread_context_compacted",
+        "id": "e3",
+        "_seq": 3,
+        "_internal": {"summary": "s", "kept_from": 2},
+    }
+    assert rendering([*log, compaction], before) is None
+
+
+def test_a_session_s_renderings_follow_its_log_and_start_over_for_another() -> None:
+    renderings = Renderings(most=1)
+    log: list[Json] = []
+    for n in range(1, 30):
+        kind = "user.message" if n % 3 == 1 else "agent.message"
+        log.append(
+            {"type": kind, "id": f"e{n}", "_seq": n, "content": [{"type": "text", "text": f"{n}"}]}
+        )
+        assert renderings.messages("sesn_1", log) == build_messages(log)
+        if n == 15:
+            compaction = {
+                "type": "agent.thread_context_compacted",
+                "id": "c",
+                "_seq": 16,
+                "_internal": {"summary": "so far", "kept_from": 10},
+            }
+            other = [*log, compaction]
+            assert renderings.messages("sesn_1", other) == build_messages(other)
+    # Not a longer form of the log last rendered for the session: rendered whole.
+    other_log = [dict(e, id=f"x{e['id']}") for e in log[:5]]
+    assert renderings.messages("sesn_1", other_log) == build_messages(other_log)
+    # A second session pushes the first out (most=1); both still render right.
+    assert renderings.messages("sesn_2", log[:3]) == build_messages(log[:3])
+    assert renderings.messages("sesn_1", log) == build_messages(log)
