@@ -105,7 +105,6 @@ def plan_compaction(
     it fits), compact, or give up. ``request``: that request, when the caller
     has built it already (``build_request`` of the same log and arguments), so
     the context is not rendered a second time."""
-    summary, live = live_context(events)
 
     def shaped(messages: list[Json]) -> ModelRequest:
         """The agent's own request (system prompt, skills, tools) with ``messages``."""
@@ -120,10 +119,11 @@ def plan_compaction(
         )
 
     if request is None:
-        request = shaped(render_messages(summary, live))
+        request = shaped(render_messages(*live_context(events)))
     tokens = context_tokens(request, events)
     if tokens <= limits.trigger:
-        return None
+        return None  # nearly every step: the log is not walked again for it
+    summary, live = live_context(events)
     window = limits.window
     in_a_row = consecutive_compactions(events)
     if in_a_row >= limits.max_consecutive:
