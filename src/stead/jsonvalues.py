@@ -92,6 +92,12 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def canonical(value: Any) -> str:
+    """``value`` in one canonical form: keys sorted, no spaces, text as is. Op keys
+    hash it, and a model request is sent in it (its form computed once)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def loads(raw: bytes | str, *, root: str = "body") -> Any:
     """Parses JSON text under the rules above; raises ``JsonValueError`` naming the path."""
     try:

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from stead.harness import AnthropicModel, ModelRequest, ModelResponse, UpstreamError
+from stead.runtime.opkeys import op_key, op_key_of
 from stead.testing import (
     Delay,
     Disconnect,
@@ -152,3 +153,17 @@ async def test_a_model_call_loads_no_part_of_the_sdk() -> None:
     assert done.returncode == 0, done.stderr.decode()
     text, sdk_modules = json.loads(done.stdout)
     assert text.startswith("let me look") and sdk_modules == []
+
+
+def test_a_model_step_s_op_key_is_the_one_of_its_params() -> None:
+    # The body sent is checked against the SDK's above; it is made from the same form.
+    request = ModelRequest(
+        model="claude-test",
+        system=[{"type": "text", "text": "sys"}],
+        tools=[{"name": "bash", "input_schema": {"type": "object"}}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": 'héllo "x"'}]}],
+        max_tokens=100,
+    )
+    assert op_key_of("model", request.canonical_params, "run_1", 3) == op_key(
+        "model", request.as_params(), "run_1", 3
+    )

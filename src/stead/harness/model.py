@@ -8,9 +8,10 @@ UpstreamError          the provider failed; ``retryable`` says whether to back o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Protocol
 
-from stead.jsonvalues import Json
+from stead.jsonvalues import Json, canonical
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,13 @@ class ModelRequest:
     tools: list[Json]
     messages: list[Json]
     max_tokens: int
+
+    @cached_property
+    def canonical_params(self) -> str:
+        """``as_params`` in ``jsonvalues.canonical`` form, made once: its op key
+        hashes it and the request is sent in it, and for a long session it is the
+        whole conversation."""
+        return canonical(self.as_params())
 
     def as_params(self) -> Json:
         params: Json = {

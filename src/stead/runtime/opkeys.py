@@ -7,14 +7,16 @@ for again after a crash gets the same key; anything else gets another.
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
-
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+from stead.jsonvalues import canonical
 
 
 def op_key(kind: str, args: Any, run_id: str, position: str | int) -> str:
-    material = "\x1f".join((kind, canonical(args), run_id, str(position)))
+    return op_key_of(kind, canonical(args), run_id, position)
+
+
+def op_key_of(kind: str, canonical_args: str, run_id: str, position: str | int) -> str:
+    """``op_key`` of args whose ``canonical`` form the caller has already made."""
+    material = "\x1f".join((kind, canonical_args, run_id, str(position)))
     return hashlib.sha256(material.encode()).hexdigest()

@@ -34,7 +34,7 @@ from stead.harness import (
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
-from stead.runtime.opkeys import op_key
+from stead.runtime.opkeys import op_key_of
 from stead.runtime.planned import PlannedRequest
 from stead.store import EventRecord, RunClaim, RunWrite, SessionRecord
 
@@ -65,7 +65,7 @@ def model_request(
         skills=skills,
         memory=memory,
     )
-    return request, op_key("model", request.as_params(), run_id, position)
+    return request, op_key_of("model", request.canonical_params, run_id, position)
 
 
 def compaction(

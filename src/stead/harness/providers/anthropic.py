@@ -123,9 +123,9 @@ class AnthropicModel:
     async def complete(
         self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
     ) -> ModelResponse:
-        body = json.dumps(
-            {**request.as_params(), "stream": True}, separators=(",", ":"), ensure_ascii=False
-        ).encode()
+        # The request's canonical form, made once for its op key, with the flag
+        # added last: a second dump of the whole conversation saved per step.
+        body = (request.canonical_params[:-1] + ',"stream":true}').encode()
         headers = trace_headers({**self._headers, "idempotency-key": op_key})
         answer = AnswerBuilder(observer)
         answered = False
