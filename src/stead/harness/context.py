@@ -188,20 +188,30 @@ def build_messages(events: Sequence[Json]) -> list[Json]:
 
 def render_messages(summary: str | None, events: Sequence[Json]) -> list[Json]:
     """Messages of ``events``, after a user turn holding ``summary`` if given."""
-    messages: list[Json] = []
-    if summary is not None:
-        messages.append({"role": "user", "content": [summary_block(summary)]})
+    finished: list[Json] = []
+    role, blocks = ("user", [summary_block(summary)]) if summary is not None else (None, [])
+    role, blocks = _merged(finished, role, blocks, events)
+    if role is not None:
+        finished.append(_finished(role, blocks))
+    return _marked(finished)
+
+
+def _merged(
+    finished: list[Json], role: str | None, blocks: list[Json], events: Sequence[Json]
+) -> tuple[str | None, list[Json]]:
+    """The open message (``role``, ``blocks``) with the blocks of ``events`` added:
+    each change of role finishes it onto ``finished`` and opens the next."""
     for event in events:
         found = event_blocks(event)
         if found is None or not found[1]:
             continue
-        role, blocks = found
-        if messages and messages[-1]["role"] == role:
-            messages[-1]["content"].extend(blocks)
-        else:
-            messages.append({"role": role, "content": list(blocks)})
-    messages = [_finished(m["role"], m["content"]) for m in messages]
-    return _marked(messages)
+        if found[0] == role:
+            blocks.extend(found[1])
+            continue
+        if role is not None:
+            finished.append(_finished(role, blocks))
+        role, blocks = found[0], list(found[1])
+    return role, blocks
 
 
 def _finished(role: str, content: list[Json]) -> Json:
@@ -263,21 +273,13 @@ def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rend
         return None
     compacted = str(EventType.AGENT_THREAD_CONTEXT_COMPACTED)  # read once, not per event
     start = previous if previous is not None and previous.renders_prefix_of(events) else None
+    new = events[start.count :] if start is not None else events
+    if any(event["type"] == compacted for event in new):
+        return None
     finished = list(start.finished) if start is not None else []
     role = start.open_role if start is not None else None
     blocks = list(start.open_blocks) if start is not None else []
-    for event in events[start.count if start is not None else 0 :]:
-        if event["type"] == compacted:
-            return None
-        found = event_blocks(event)
-        if found is None or not found[1]:
-            continue
-        if found[0] == role:
-            blocks.extend(found[1])
-            continue
-        if role is not None:
-            finished.append(_finished(role, blocks))
-        role, blocks = found[0], list(found[1])
+    role, blocks = _merged(finished, role, blocks, new)
     return Rendering(
         count=len(events),
         first_id=str(events[0]["id"]),
