@@ -122,3 +122,19 @@ def test_a_session_s_renderings_follow_its_log_and_start_over_for_another() -> N
     # A second session pushes the first out (most=1); both still render right.
     assert renderings.messages("sesn_2", log[:3]) == build_messages(log[:3])
     assert renderings.messages("sesn_1", log) == build_messages(log)
+
+
+def _said(kind: str, n: int) -> Json:
+    return {"type": kind, "id": f"e{n}", "_seq": n, "content": [{"type": "text", "text": f"{n}"}]}
+
+
+def test_renderings_hold_at_most_so_many_events_but_always_the_last() -> None:
+    renderings = Renderings(most=10, max_events=5)
+    first = [_said("user.message", n) for n in range(1, 4)]
+    second = [_said("agent.message", n) for n in range(10, 14)]
+    assert renderings.messages("sesn_1", first) == build_messages(first)
+    assert renderings.messages("sesn_2", second) == build_messages(second)  # 3 + 4 > 5
+    assert renderings.held() == ["sesn_2"]
+    longer = [*second, *(_said("user.message", n) for n in range(14, 20))]
+    assert renderings.messages("sesn_2", longer) == build_messages(longer)
+    assert renderings.held() == ["sesn_2"]  # over the bound alone: the last stays

@@ -19,9 +19,12 @@ from stead.jsonvalues import Json
 
 
 class Renderings:
-    def __init__(self, most: int = 256) -> None:
+    def __init__(self, most: int = 256, max_events: int = 50_000) -> None:
         self._most = most
+        self._max_events = max_events
         self._held: OrderedDict[str, Rendering] = OrderedDict()
+        self._events = 0
+        """Events rendered, over all sessions held."""
         # Claims render on the store's writer thread; runners on the event loop.
         self._lock = threading.Lock()
 
@@ -35,8 +38,17 @@ class Renderings:
         with self._lock:
             # Two renderers of one session may race: either result is right for
             # its own log, and the next step checks which log it renders.
+            replaced = self._held.pop(session_id, None)
+            self._events += current.count - (replaced.count if replaced is not None else 0)
             self._held[session_id] = current
-            self._held.move_to_end(session_id)
-            while len(self._held) > self._most:
-                self._held.popitem(last=False)
+            while len(self._held) > 1 and (
+                len(self._held) > self._most or self._events > self._max_events
+            ):
+                _, dropped = self._held.popitem(last=False)
+                self._events -= dropped.count
         return current.messages()
+
+    def held(self) -> list[str]:
+        """The sessions whose renderings are kept, least recently rendered first."""
+        with self._lock:
+            return list(self._held)
