@@ -158,10 +158,9 @@ def event_blocks(event: Json) -> tuple[str, list[Json]] | None:
 def live_context(events: Sequence[Json]) -> tuple[str | None, list[Json]]:
     """The latest compaction's summary (None if none) and the events the model
     still sees word for word: those from its ``kept_from`` on, compactions aside."""
-    compacted = str(EventType.AGENT_THREAD_CONTEXT_COMPACTED)  # read once, not per event
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
-        if event["type"] == compacted:
+        if _is_compaction(event):
             internal = event.get("_internal", {})
             kept_from = int(internal["kept_from"])
             live = [e for e in events if _seq(e) >= kept_from and not _is_compaction(e)]
@@ -173,8 +172,13 @@ def _seq(event: Json) -> int:
     return int(event["_seq"])
 
 
+COMPACTED = str(EventType.AGENT_THREAD_CONTEXT_COMPACTED)
+"""A plain string: the log is walked at every step, and reading an enum member
+costs more than the comparison."""
+
+
 def _is_compaction(event: Json) -> bool:
-    return bool(event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED)
+    return bool(event["type"] == COMPACTED)
 
 
 def summary_block(summary: str) -> Json:
@@ -271,10 +275,9 @@ def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rend
     history is not the whole log: ``build_messages`` renders it whole)."""
     if not events:
         return None
-    compacted = str(EventType.AGENT_THREAD_CONTEXT_COMPACTED)  # read once, not per event
     start = previous if previous is not None and previous.renders_prefix_of(events) else None
     new = events[start.count :] if start is not None else events
-    if any(event["type"] == compacted for event in new):
+    if any(_is_compaction(event) for event in new):
         return None
     finished = list(start.finished) if start is not None else []
     role = start.open_role if start is not None else None

@@ -4,8 +4,9 @@ next step renders only what was logged since (``harness.context.Rendering``).
 Every model step sends the whole conversation, and rendering it from the whole
 log grew with the session; a claim does it inside its transaction, on the
 store's writer. A log with a compaction is rendered whole, as its history is not
-the whole log. Bounded like ``LogCache``: the least recently used sessions are
-forgotten (and rendered whole again if they come back).
+the whole log. Bounded like ``LogCache``, by sessions and by the events their
+renderings hold: the least recently used sessions are forgotten (and rendered
+whole again if they come back); the session rendered last always stays.
 """
 
 from __future__ import annotations
