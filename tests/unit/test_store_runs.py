@@ -102,6 +102,27 @@ async def test_a_message_to_an_idle_session_is_claimed_in_its_own_commit(store: 
     assert busy.started is None and [e.position for e in busy.echoes] == [1]
 
 
+async def test_a_claim_carries_the_sessions_sandbox_lease(store: SqlStore) -> None:
+    workspace_id, session_id = await new_session(store)
+    session = await store.get_session(workspace_id, session_id)
+    await store.start_run(session_id)
+    without = await store.claim_next(session_id, _terms("brain"))
+    assert without is not None and without.lease is None
+    await store.run_write(without.claim, RunWrite(status=RunStatus.DONE))
+    acquired = await store.acquire_sandbox_lease(
+        session_id,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        environment_id=session.environment_id,
+        agent_id=session.agent["id"],
+        ttl_seconds=60.0,
+    )
+    await store.start_run(session_id)
+    leased = await store.claim_next(session_id, _terms("brain"))
+    assert leased is not None and leased.lease is not None
+    assert (leased.lease.sandbox_id, leased.lease.status) == (session_id, acquired.status)
+
+
 async def test_a_write_that_fails_writes_nothing(store: SqlStore) -> None:
     workspace_id, session_id = await new_session(store)
     await store.start_run(session_id)

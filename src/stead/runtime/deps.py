@@ -118,11 +118,15 @@ class Toolbox(Protocol):
         its sandbox, each once; the ones that failed (never raises for those)."""
         ...
 
-    async def capture_outputs(self, session_id: str, workspace_id: str) -> str | None:
+    async def capture_outputs(
+        self, session_id: str, workspace_id: str, *, claimed_without_lease: bool = False
+    ) -> str | None:
         """Files what the session's sandbox wrote to ``/mnt/session/outputs``
         into the Files API, each content once (``mounts.py``); never raises for
         a sandbox or blob store that fails. Returns a message naming the outputs
-        the workspace's file storage quota left out, if any."""
+        the workspace's file storage quota left out, if any.
+        ``claimed_without_lease``: the session had no sandbox lease when its run
+        was claimed (``RunStart.lease``)."""
         ...
 
     async def aclose(self) -> None: ...

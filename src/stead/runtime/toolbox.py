@@ -272,12 +272,19 @@ class SandboxToolbox:
             log.warning("memories of session %s not written back yet: %s", memory.id, exc)
             return []
 
-    async def capture_outputs(self, session_id: str, workspace_id: str) -> str | None:
+    async def capture_outputs(
+        self, session_id: str, workspace_id: str, *, claimed_without_lease: bool = False
+    ) -> str | None:
         """Files what the session's sandbox wrote to its outputs (never wakes it).
         A sandbox or blob store that fails is logged: the next capture (after
         the next turn, or at release) files what this one missed. Returns the
         message naming outputs left over the workspace's quota, if any."""
         if self._mounts is None:
+            return None
+        if claimed_without_lease and session_id not in self._served:
+            # No sandbox when the run was claimed, none from this process since:
+            # nothing to read. One a terminal on another server made meanwhile
+            # is captured after the next turn, or at release.
             return None
         lease = await self._store.sandbox_lease(session_id)
         if lease is None:

@@ -245,7 +245,9 @@ class TurnRunner(ToolSteps):
         """``stop_reason`` None: the session is terminated instead of idle."""
         self.deps.failpoints.hit("turn.before_idle")
         refused = await self.deps.tools.capture_outputs(
-            self.session_id, self.start.session.workspace_id
+            self.session_id,
+            self.start.session.workspace_id,
+            claimed_without_lease=self.start.lease is None,
         )
         if refused is not None:
             # The turn is over, so the model is not told; the session's reader is.

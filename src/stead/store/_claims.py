@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from stead.store import _events, _limits, _locks, _runs, _sessions
+from stead.store import _events, _leases, _limits, _locks, _runs, _sessions
 from stead.store.base import ClaimTerms, EventRecord, RunStart, SessionRecord
 
 
@@ -55,7 +55,9 @@ def claim(
         done = _runs.write_claimed(conn, now, taken, replace(first, since=None))
         opened += done.logged
         log = [*log, *done.logged]
-    return RunStart(claim=taken, opened=opened, session=session, since=terms.since, log=log)
+    # Read here so a turn without a sandbox ends with no read of its own (``capture_outputs``).
+    lease = _leases.get(conn, taken.session_id)
+    return RunStart(taken, opened, session, terms.since, log, lease)
 
 
 def claim_next(

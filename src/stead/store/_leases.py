@@ -15,8 +15,9 @@ import math
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Table, and_, or_, select, update
+from sqlalchemy import Connection, Table, and_, bindparam, or_, select, update
 
+from stead.store._compiled import compiled
 from stead.store.errors import Conflict, SandboxLeaseEnded
 from stead.store.leases import (
     REPLACEABLE_EXPIRIES,
@@ -301,8 +302,14 @@ def expire_one(conn: Connection, now: datetime, sandbox_id: str, reason: LeaseEx
 
 
 def get(conn: Connection, sandbox_id: str) -> SandboxLease | None:
-    row = conn.execute(select(sandbox_leases).where(leases.sandbox_id == sandbox_id)).first()
-    return None if row is None else _record(row)
+    # Compiled: every claim reads its session's lease (``_claims.claim``).
+    statement = compiled(
+        conn,
+        "sandbox_leases.get",
+        lambda: select(sandbox_leases).where(leases.sandbox_id == bindparam("sandbox_id")),
+    )
+    rows = statement.fetch(conn, {"sandbox_id": sandbox_id})
+    return _record(rows[0]) if rows else None
 
 
 def to_destroy(conn: Connection) -> list[SandboxLease]:

@@ -72,6 +72,8 @@ class RunStart:
     """``ClaimTerms.since``."""
     log: list[EventRecord]
     """The session's log after ``since``, ``opened`` included."""
+    lease: SandboxLease | None = None
+    """The session's sandbox lease as the claim found it (None: it had none)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,7 +88,8 @@ def claim(
         done = write_claimed(t, now, taken, replace(first, since=None))
         opened += done.logged
         log = [*log, *done.logged]
-    return RunStart(claim=taken, opened=opened, session=session, since=terms.since, log=log)
+    lease = t.leases.get(taken.session_id)
+    return RunStart(taken, opened, session, terms.since, log, lease)
 
 
 def claim_next(t: Tables, now: datetime, session_id: str, terms: ClaimTerms) -> RunStart | None:
