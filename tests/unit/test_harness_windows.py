@@ -10,7 +10,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stead.harness.windows import CHARS_PER_TOKEN, MEDIA_TOKENS, estimate_tokens
+from stead.harness.windows import CHARS_PER_TOKEN, MEDIA_TOKENS, estimate_tokens, tokens_at_most
+from stead.jsonvalues import canonical
 from stead.runtime.plan import dangling_span
 
 
@@ -70,6 +71,19 @@ _json = st.recursive(
     ),
     max_leaves=40,
 )
+
+
+def test_the_bound_of_a_request_with_small_media_counts_each_at_its_fixed_size() -> None:
+    tiny = {"type": "base64", "media_type": "image/png", "data": "AAAA"}
+    request = {"messages": [{"role": "user", "content": [{"type": "image", "source": tiny}] * 3}]}
+    assert estimate_tokens(request) > len(canonical(request)) // CHARS_PER_TOKEN
+    assert tokens_at_most(canonical(request)) >= estimate_tokens(request)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json)
+def test_the_bound_from_canonical_json_is_never_below_the_estimate(value: Any) -> None:
+    assert tokens_at_most(canonical(value)) >= estimate_tokens(value)
 
 
 @settings(max_examples=300, deadline=None)

@@ -37,7 +37,7 @@ from stead.harness.memory import MemoryPrompt
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.skills import SkillPrompt
 from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
-from stead.harness.windows import estimate_tokens
+from stead.harness.windows import estimate_tokens, tokens_at_most
 from stead.jsonvalues import Json
 
 SUMMARY_INSTRUCTION = (
@@ -120,9 +120,13 @@ def plan_compaction(
 
     if request is None:
         request = shaped(render_messages(*live_context(events)))
+    # Nearly every step fits, and a bound of the estimate shows it: the request
+    # is not walked for its size, nor the log split into summary and live part.
+    if _with_model_count(tokens_at_most(request.canonical_params), events) <= limits.trigger:
+        return None
     tokens = context_tokens(request, events)
     if tokens <= limits.trigger:
-        return None  # nearly every step: the log is not walked again for it
+        return None
     summary, live = live_context(events)
     window = limits.window
     in_a_row = consecutive_compactions(events)
@@ -152,7 +156,12 @@ def plan_compaction(
 def context_tokens(request: ModelRequest, events: Sequence[Json]) -> int:
     """The request's size: the estimate, or the model's count of the last answer
     since the latest compaction plus the estimate of what came after, if larger."""
-    estimate = estimate_tokens(request.as_params())
+    return _with_model_count(estimate_tokens(request.as_params()), events)
+
+
+def _with_model_count(estimate: int, events: Sequence[Json]) -> int:
+    """``estimate`` of the request ``events`` make, or the model's count as
+    ``context_tokens`` takes it, if larger."""
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
         if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:

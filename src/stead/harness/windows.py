@@ -37,6 +37,21 @@ def estimate_tokens(value: Any) -> int:
     return _chars(value) // CHARS_PER_TOKEN
 
 
+MEDIA_MARK = '"type":"base64"'
+"""How a media source's mapping shows in canonical JSON (sorted keys, no spaces)."""
+
+
+def tokens_at_most(canonical_json: str) -> int:
+    """At least ``estimate_tokens`` of the value whose ``jsonvalues.canonical`` form
+    this is, without walking the value: its JSON holds every key and text at
+    least as long as it is counted (quotes, escapes and punctuation only add),
+    and each media source once, which is counted at its fixed size whatever its
+    bytes. A long session's request is megabytes of nodes to walk; this is a
+    length and one scan of the text, which is made for the op key anyway."""
+    media = canonical_json.count(MEDIA_MARK)
+    return (len(canonical_json) + media * MEDIA_TOKENS * CHARS_PER_TOKEN) // CHARS_PER_TOKEN
+
+
 def _chars(value: Any) -> int:
     """Characters of every key and value under ``value``; a media source counts
     ``MEDIA_TOKENS`` whatever its bytes. A loop over a stack, not recursion: this
