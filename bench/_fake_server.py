@@ -4,6 +4,7 @@ its stdin closes (the benchmark exits or closes the pipe)."""
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -63,6 +64,11 @@ def fake_model_process(script: str) -> Iterator[str]:
 
 
 def main() -> None:
+    # The fake keeps every request it is sent (tests read them), and in a long
+    # session each one carries the whole history: its collections would walk an
+    # ever larger log, pausing for tens of milliseconds, which the latencies
+    # measured through it (stead's and the baselines') must not count.
+    gc.disable()
     with FakeModel(SCRIPTS[sys.argv[1]]) as fake:
         print(fake.url, flush=True)
         sys.stdin.read()
