@@ -122,11 +122,13 @@ class SessionMounts:
         held = {f.path: f for f in await self._mounts.listing(session_id, UPLOADS)}
         await self._mounts.put(session_id, config, OUTPUTS, [], writable=True)
         now = self._files.now()
-        live = {
-            f.id
-            for f in await self._store.files_by_ids(session.workspace_id, list(wanted.values()))
-            if f.expires_at is None or f.expires_at > now
-        }
+        # Most sessions mount no files: no read for them.
+        files = (
+            await self._store.files_by_ids(session.workspace_id, list(wanted.values()))
+            if wanted
+            else []
+        )
+        live = {f.id for f in files if f.expires_at is None or f.expires_at > now}
         gone = {path for path, file_id in wanted.items() if file_id not in live}
         for path, file_id in wanted.items():
             found = held.get(path)
