@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, select, update
+from sqlalchemy import Connection, bindparam, select, update
 
 from stead import usage as accounting
 from stead.store import _leases, _locks
 from stead.store._compiled import compiled
-from stead.store._leases import _insert
-from stead.store.tables import sandbox_usage, sessions, usage_ledger, usage_months
+from stead.store._leases import added_on_conflict
+from stead.store.tables import sessions, usage_ledger, usage_months
 from stead.store.usage import LedgerRow
 
 LEDGER_COUNTERS = tuple(c for c in accounting.COUNTERS if c != "cache_creation_input_tokens")
@@ -100,24 +100,14 @@ def ledger_add(
     ).close()
 
 
-def _added_on_conflict(conn: Connection, table: Table, keys: list[str], grown: list[str]) -> Any:
-    """INSERT of one row of ``table`` from bind parameters named like its columns
-    that, when the row with its ``keys`` exists, adds to its ``grown`` columns."""
-    insert = _insert(conn, table).values({c.name: bindparam(c.name) for c in table.columns})
-    added = {name: table.c[name] + insert.excluded[name] for name in grown}
-    return insert.on_conflict_do_update(
-        index_elements=keys, set_={**added, "updated_at": insert.excluded.updated_at}
-    )
-
-
 def _ledger_upsert(conn: Connection) -> Any:
     keys = ["workspace_id", "day", "session_id", "model"]
-    return _added_on_conflict(conn, usage_ledger, keys, [*LEDGER_COUNTERS, "active_seconds"])
+    return added_on_conflict(conn, usage_ledger, keys, [*LEDGER_COUNTERS, "active_seconds"])
 
 
 def _month_upsert(conn: Connection) -> Any:
     grown = ["tokens", "list_cost_nanos", "active_seconds"]
-    return _added_on_conflict(conn, usage_months, ["workspace_id", "month"], grown)
+    return added_on_conflict(conn, usage_months, ["workspace_id", "month"], grown)
 
 
 def add_active_seconds(
@@ -158,9 +148,7 @@ def book_active_seconds(
     twice adds nothing. Returns the seconds added."""
     if session_id is not None:
         _locks.session(conn, session_id)
-    stmt = select(sandbox_usage.c.active_seconds).where(sandbox_usage.c.sandbox_id == sandbox_id)
-    booked = conn.execute(stmt.with_for_update()).scalar_one_or_none() or 0.0
-    missing = total - float(booked)
+    missing = total - _leases.locked_active_seconds(conn, sandbox_id)
     if missing <= 0:
         return 0.0
     add_active_seconds(conn, now, sandbox_id, session_id, workspace_id, missing)
