@@ -186,6 +186,13 @@ def test_a_turn_with_every_builtin_tool(
     assert (workspace / "notes.txt").read_text() == "hello stead\n"
     listed = [e.id for e in sdk.beta.sessions.events.list(session_id)]
     assert listed == [e.id for e in events]
+    # Each result and the span of the request that answers it are one commit
+    # (``RunWrite.then``): one transaction's stamp.
+    for index, event in enumerate(events):
+        if event.type == "agent.tool_result":
+            following = events[index + 1]
+            assert following.type == "span.model_request_start"
+            assert following.processed_at == event.processed_at
 
 
 def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:

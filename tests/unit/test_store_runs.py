@@ -5,19 +5,23 @@ and a write that fails writing nothing."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
 from stead.ids import new_id
 from stead.store import (
     ClaimTerms,
+    EventRecord,
     InvalidValue,
     LeaseLost,
     LeaseTerms,
     NewEvent,
+    RunClaim,
     RunStatus,
     RunWrite,
     SandboxLeaseEnded,
+    SessionRecord,
     SqlStore,
 )
 from tests.databases import STORES
@@ -121,6 +125,39 @@ async def test_a_claim_carries_the_sessions_sandbox_lease(store: SqlStore) -> No
     leased = await store.claim_next(session_id, _terms("brain"))
     assert leased is not None and leased.lease is not None
     assert (leased.lease.sandbox_id, leased.lease.status) == (session_id, acquired.status)
+
+
+async def test_a_write_makes_the_next_one_its_then_works_out_in_the_same_commit(
+    store: SqlStore,
+) -> None:
+    _, session_id = await new_session(store)
+    await store.start_run(session_id)
+    taken = await store.claim_next(session_id, _terms("brain"))
+    assert taken is not None
+    since = await store.last_seq(session_id)
+    seen: list[tuple[str, list[str]]] = []
+
+    def then(claim: RunClaim, session: SessionRecord, log: Sequence[EventRecord]) -> RunWrite:
+        seen.append((session.id, [e.type for e in log]))
+        return RunWrite(events=[_span("span.next")], ops_started=[("op-next", "model")])
+
+    result = await store.run_write(
+        taken.claim, RunWrite(events=[_span("tool.result")], since=since, then=then)
+    )
+    assert seen == [(session_id, ["tool.result"])]
+    assert [e.type for e in result.logged] == ["tool.result", "span.next"]
+    assert result.log is not None and [e.type for e in result.log] == ["tool.result", "span.next"]
+    assert len({e.processed_at for e in result.logged}) == 1  # one transaction's stamp
+    assert result.started == {"op-next": None}
+    again = await store.run_write(taken.claim, RunWrite(ops_started=[("op-next", "model")]))
+    assert again.started["op-next"] is not None  # recorded as started, in that commit
+    nothing = await store.run_write(
+        taken.claim,
+        RunWrite(
+            events=[_span("more")], since=await store.last_seq(session_id), then=lambda *_: None
+        ),
+    )
+    assert [e.type for e in nothing.logged] == ["more"]
 
 
 async def test_a_write_that_fails_writes_nothing(store: SqlStore) -> None:

@@ -1,14 +1,16 @@
 """INSERT ... ON CONFLICT DO NOTHING tells a new row from an existing one on both
-backends. The store reads it from RETURNING (``_leases.inserted``: the sandbox
-lease acquire and the idempotency key claim), since through SQLAlchemy psycopg
-reports ``rowcount`` -1 for every INSERT; this pins both facts."""
+backends. The store reads it from RETURNING (the sandbox lease acquire, as a
+compiled statement on the driver's cursor, and the idempotency key claim), since
+through SQLAlchemy psycopg reports ``rowcount`` -1 for every INSERT; this pins
+both facts."""
 
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table
+from sqlalchemy import Column, Integer, MetaData, String, Table, bindparam
 
-from stead.store._leases import _insert, inserted
+from stead.store._compiled import compiled
+from stead.store._leases import _insert
 from tests.databases import BACKENDS
 from tests.databases import engine as engine_of
 
@@ -24,9 +26,15 @@ def test_inserted_is_true_for_a_new_row_and_false_on_a_conflict(database_url: st
         with engine.begin() as conn:
             table.create(conn)
 
+            def statement() -> object:
+                insert = _insert(conn, table).values(k=bindparam("k"), v=bindparam("v"))
+                return insert.on_conflict_do_nothing(index_elements=["k"]).returning(table.c.k)
+
             def put(key: str, value: int) -> bool:
-                stmt = _insert(conn, table).values(k=key, v=value)
-                return inserted(conn, stmt.on_conflict_do_nothing(index_elements=["k"]), table.c.k)
+                cursor = compiled(conn, "upserted", statement).execute(conn, {"k": key, "v": value})
+                made = cursor.fetchone() is not None
+                cursor.close()
+                return made
 
             assert put("a", 1) is True
             assert put("a", 2) is False

@@ -15,7 +15,7 @@ from functools import partial
 import anyio
 
 from stead.runtime.deps import LoopDeps
-from stead.runtime.plan import first_step
+from stead.runtime.plan import next_model_step
 from stead.runtime.turn import TurnRunner, opening_events
 from stead.store import ClaimTerms, DatabaseBusy, LeaseLost, RunStart
 
@@ -31,7 +31,7 @@ def claim_terms(deps: LoopDeps, session_id: str) -> ClaimTerms:
         lease_seconds=settings.lease_seconds,
         opening=partial(opening_events, max_attempts=settings.max_run_attempts),
         since=since,
-        plan=first_step(deps, held),
+        plan=next_model_step(deps, held),
     )
 
 

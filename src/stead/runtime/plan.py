@@ -1,12 +1,13 @@
-"""A run's first step, worked out inside the transaction that claims it.
+"""A turn's next model request, worked out inside the transaction before it.
 
 When a run's first step is a model request, the claim records that request as
 started (``span.model_request_start`` and the ledger's ``started``) in its own
-commit, so the turn makes one transaction less. The request is built from the
-log exactly as the runner builds it (rule 3): the runner, finding its span
-opened by the claim, builds the same request with the same op key and sends it.
-A crash after the claim recovers like one before any request: the next attempt
-closes the span as an error and asks again.
+commit, so the turn makes one transaction less; so does the write of a tool
+step's last result, for the request that answers it (``RunWrite.then``). The
+request is built from the log exactly as the runner builds it (rule 3): the
+runner, finding its span opened, builds the same request with the same op key
+and sends it. A crash after that commit recovers like one before any request:
+the next attempt closes the span as an error and asks again.
 """
 
 from __future__ import annotations
@@ -116,10 +117,12 @@ def dangling_span(events: Sequence[Json]) -> str | None:
     return None
 
 
-def first_step(deps: LoopDeps, held: list[Json]) -> Plan:
-    """The plan for a claim whose caller's log cache holds ``held`` (the log up
-    to the claim's ``since``). It runs on the store's writer, so it only reads
-    ``held``, which the cache never changes in place."""
+def next_model_step(deps: LoopDeps, held: list[Json]) -> Plan:
+    """The plan for a claim, or a run's write (``RunWrite.then``), whose caller's
+    log cache holds ``held`` (the log up to its ``since``): the model request the
+    log calls for next, recorded as started in the same transaction. It runs on
+    the store's writer, so it only reads ``held``, which the cache never changes
+    in place."""
 
     def plan(
         claim: RunClaim, session: SessionRecord, tail: Sequence[EventRecord]

@@ -62,7 +62,7 @@ from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
 from stead.runtime.opkeys import op_key
-from stead.runtime.plan import compaction, dangling_span, model_request
+from stead.runtime.plan import compaction, dangling_span, model_request, next_model_step
 from stead.runtime.previews import PreviewTracker
 from stead.runtime.skills import resolve_skills
 from stead.runtime.turn_tools import ToolSteps, mcp_error
@@ -70,6 +70,7 @@ from stead.runtime.work import in_doubt_result
 from stead.store import (
     BudgetReached,
     DatabaseBusy,
+    EventRecord,
     LeaseLost,
     LimitReached,
     NewEvent,
@@ -97,6 +98,12 @@ def opening_events(attempts: int, *, max_attempts: int) -> list[NewEvent]:
 
 class TurnOver(Exception):
     """The run is finished (its final events are written); unwinds the step loop."""
+
+
+def _opened_span(logged: Sequence[EventRecord]) -> str | None:
+    """The ``span.model_request_start`` among ``logged``, which only a plan logs
+    with other events (``plan.py``)."""
+    return next((e.id for e in logged if e.type == EventType.SPAN_MODEL_REQUEST_START), None)
 
 
 def _first_cause(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -133,6 +140,8 @@ class TurnRunner(ToolSteps):
         self._credentials_checked = False
         self._on_workers: bool | None = None
         """The session's environment is self-hosted: workers run its tools."""
+        self._planned: str | None = None
+        """The span of a model request the last write recorded as started (``plan.py``)."""
 
     async def run(self) -> None:
         """Runs the turn; keeps the lease alive meanwhile. Raises ``LeaseLost``."""
@@ -166,15 +175,23 @@ class TurnRunner(ToolSteps):
             if not renewed:
                 raise LeaseLost(self.claim.run_id, self.claim.epoch)
 
-    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> WriteResult:
-        since = self.deps.logs.since(self.session_id)
+    async def _write(
+        self, events: Sequence[NewEvent] = (), *, then_model: bool = False, **change: Any
+    ) -> WriteResult:
+        """``then_model``: when the log calls for a model request next, it is
+        recorded as started in this commit (``RunWrite.then``), and the loop's
+        next step sends it."""
+        since, held = self.deps.logs.held(self.session_id)
+        then = next_model_step(self.deps, held) if then_model else None
         done = await self.deps.store.run_write(
-            self.claim, RunWrite(events=events, since=since, **change)
+            self.claim, RunWrite(events=events, since=since, then=then, **change)
         )
         # Committed: now, and only now, readers may see it (rule 1).
         self.deps.bus.publish(self.session_id, done.logged)
         if done.next_run is not None:
             self.next_run = done.next_run
+        if then is not None:
+            self._planned = _opened_span(done.logged)
         assert done.log is not None
         self._log = self.deps.logs.add(self.session_id, since, done.log)
         return done
@@ -205,13 +222,13 @@ class TurnRunner(ToolSteps):
         if await self._self_hosted():
             # Queued before the model answers, so a worker is ready for its calls.
             await self.deps.work.ensure(self.start.session)
-        planned = next(
-            (e.id for e in self.start.opened if e.type == EventType.SPAN_MODEL_REQUEST_START), None
-        )
+        self._planned = _opened_span(self.start.opened)
         while True:
             events = await self._refresh()
-            # The claim may have opened the first request's span (``plan.py``):
-            # then step on the log as it planned it, and send that request.
+            # The claim, or the write before, may have opened the next request's
+            # span (``plan.py``): then step on the log as it planned it, and send
+            # that request.
+            planned, self._planned = self._planned, None
             if (
                 planned is not None
                 and events
@@ -219,7 +236,6 @@ class TurnRunner(ToolSteps):
                 and await self._planned_step(agent, events[:-1], planned)
             ):
                 continue
-            planned = None
             step = next_step(events)
             if isinstance(step, CallModel):
                 await self._model_step(agent, events, step.position)

@@ -46,7 +46,9 @@ class ToolSteps:
     def session_id(self) -> str:
         return self.claim.session_id
 
-    async def _write(self, events: Sequence[NewEvent] = (), **change: Any) -> WriteResult:
+    async def _write(
+        self, events: Sequence[NewEvent] = (), *, then_model: bool = False, **change: Any
+    ) -> WriteResult:
         raise NotImplementedError
 
     async def _end(
@@ -236,7 +238,8 @@ class ToolSteps:
         completed = [(key, {"is_error": outcome.is_error})]
         if outcome.session_error is not None:
             await self._end_for_broken_sandbox(result, completed, not_run, outcome)
-        await self._write([result], ops_completed=completed)
+        # The step's last result: the request that answers it starts in this commit.
+        await self._write([result], ops_completed=completed, then_model=not not_run)
 
     async def _end_for_broken_sandbox(
         self,

@@ -4,6 +4,7 @@ A claim logs the run's opening events and returns the session and the log after
 the caller's ``since``, so the agent loop starts a run with no read of its own.
 It is used alone (the loop picking up queued work) and inside the transaction
 that accepts user events (the run their message queued, taken before the ack).
+A run's write makes the turn's next one with it in the same way (``write``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from datetime import datetime
 from sqlalchemy import Connection
 
 from stead.store import _events, _leases, _limits, _locks, _runs, _sessions
-from stead.store.base import ClaimTerms, EventRecord, RunStart, SessionRecord
+from stead.store.base import (
+    ClaimTerms,
+    EventRecord,
+    RunClaim,
+    RunStart,
+    RunWrite,
+    SessionRecord,
+    WriteResult,
+)
 
 
 def claim(
@@ -66,3 +75,24 @@ def claim_next(
     _locks.session(conn, session_id)
     run_id = _runs.oldest_queued(conn, session_id)
     return None if run_id is None else claim(conn, now, run_id, terms, session_id=session_id)
+
+
+def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
+    """``_runs.write``, then the write ``change.then`` works out from it, in the
+    same transaction (``RunWrite.then``)."""
+    done = _runs.write(conn, now, claim, replace(change, then=None))
+    if change.then is None or done.log is None:
+        return done
+    session = _sessions.snapshot(conn, claim.session_id)
+    if not _limits.allows_model_request(conn, now, session.workspace_id):
+        return done
+    planned = change.then(claim, session, done.log)
+    if planned is None:
+        return done
+    more = _runs.write_claimed(conn, now, claim, replace(planned, since=None, then=None))
+    return replace(
+        done,
+        logged=done.logged + more.logged,
+        log=done.log + more.logged,
+        started={**done.started, **more.started},
+    )

@@ -122,6 +122,12 @@ class RunWrite:
     """A sandbox lease acquired or renewed first; ``SandboxLeaseEnded`` (the whole
     write undone) when it ended, ``LimitReached`` when a limit stops it. The ops
     this write starts record its placement."""
+    then: Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | None] | None = None
+    """The turn's next write, worked out as ``ClaimTerms.plan`` works out a claim's
+    first (from the session as this transaction reads it and the log after
+    ``since``, which it needs, as this write leaves it) and made in this
+    transaction when it returns one and the workspace's limits allow a model
+    request: one commit less per step. What it logs and starts is in the result."""
 
 
 @dataclass(frozen=True, slots=True)

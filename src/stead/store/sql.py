@@ -503,7 +503,7 @@ class SqlStore(
         return await self._read(_runs.queued, session_id)
 
     async def run_write(self, claim: RunClaim, write: RunWrite) -> WriteResult:
-        return await self._write(_runs.write, claim, write)
+        return await self._write(_claims.write, claim, write)
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         return await self._read(_sessions.snapshot, session_id)

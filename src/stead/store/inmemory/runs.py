@@ -156,10 +156,26 @@ def _op_started(
 
 
 def write(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
+    """``_claims.write``: the run's write, then the one ``change.then`` works out."""
     run = t.runs.get(claim.run_id)
     if run is None or run.epoch != claim.epoch or run.status not in OWNED:
         raise LeaseLost(claim.run_id, claim.epoch)
-    return write_claimed(t, now, claim, change)
+    done = write_claimed(t, now, claim, replace(change, then=None))
+    if change.then is None or done.log is None:
+        return done
+    session = sessions.snapshot(t, claim.session_id)
+    if not limits.allows_model_request(t, now, session.workspace_id):
+        return done
+    planned = change.then(claim, session, done.log)
+    if planned is None:
+        return done
+    more = write_claimed(t, now, claim, replace(planned, since=None, then=None))
+    return replace(
+        done,
+        logged=done.logged + more.logged,
+        log=done.log + more.logged,
+        started={**done.started, **more.started},
+    )
 
 
 def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -> WriteResult:
