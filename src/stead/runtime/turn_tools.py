@@ -15,6 +15,7 @@ from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
+from stead.schemas import repositories
 from stead.store import (
     LimitReached,
     NewEvent,
@@ -128,7 +129,12 @@ class ToolSteps:
             return
         self._credentials_checked = True
         found = await self.deps.tools.unreachable_credentials(self.start.session)
-        failed = await self.deps.tools.clone_repositories(self.session_id, self.claim.run_id)
+        # Most sessions have no repository: no read of their clone states then. One
+        # added since this run was claimed is cloned by the next run.
+        failed = []
+        resources = self.start.session.resources
+        if any(r.get("type") == repositories.TYPE for r in resources):
+            failed = await self.deps.tools.clone_repositories(self.session_id, self.claim.run_id)
         cloning = [
             ev.session_error(f.error_type, f.message, "retrying", repository_url=f.url)
             for f in failed
