@@ -9,7 +9,7 @@ A run's write makes the turn's next one with it in the same way (``write``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
@@ -81,15 +81,36 @@ def write(conn: Connection, now: datetime, claim: RunClaim, change: RunWrite) ->
     """``_runs.write``, then the write ``change.then`` works out from it, in the
     same transaction (``RunWrite.then``)."""
     done = _runs.write(conn, now, claim, replace(change, then=None))
+    return followed(
+        claim,
+        change,
+        done,
+        lambda: _sessions.snapshot(conn, claim.session_id),
+        lambda workspace_id: _limits.allows_model_request(conn, now, workspace_id),
+        lambda planned: _runs.write_claimed(conn, now, claim, planned),
+    )
+
+
+def followed(
+    claim: RunClaim,
+    change: RunWrite,
+    done: WriteResult,
+    session: Callable[[], SessionRecord],
+    allows_model_request: Callable[[str], bool],
+    write: Callable[[RunWrite], WriteResult],
+) -> WriteResult:
+    """``done`` (``change`` written) and the write ``change.then`` works out from
+    it, made by ``write`` when the workspace's limits allow a model request and
+    the plan returns one. The in-memory store's run writes call it too."""
     if change.then is None or done.log is None:
         return done
-    session = _sessions.snapshot(conn, claim.session_id)
-    if not _limits.allows_model_request(conn, now, session.workspace_id):
+    current = session()
+    if not allows_model_request(current.workspace_id):
         return done
-    planned = change.then(claim, session, done.log)
+    planned = change.then(claim, current, done.log)
     if planned is None:
         return done
-    more = _runs.write_claimed(conn, now, claim, replace(planned, since=None, then=None))
+    more = write(replace(planned, since=None, then=None))
     return replace(
         done,
         logged=done.logged + more.logged,

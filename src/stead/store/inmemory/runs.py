@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from stead.ids import new_id
+from stead.store import _claims
 from stead.store._runs import NOT_DONE, OWNED
 from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
@@ -161,20 +162,13 @@ def write(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -> WriteR
     if run is None or run.epoch != claim.epoch or run.status not in OWNED:
         raise LeaseLost(claim.run_id, claim.epoch)
     done = write_claimed(t, now, claim, replace(change, then=None))
-    if change.then is None or done.log is None:
-        return done
-    session = sessions.snapshot(t, claim.session_id)
-    if not limits.allows_model_request(t, now, session.workspace_id):
-        return done
-    planned = change.then(claim, session, done.log)
-    if planned is None:
-        return done
-    more = write_claimed(t, now, claim, replace(planned, since=None, then=None))
-    return replace(
+    return _claims.followed(
+        claim,
+        change,
         done,
-        logged=done.logged + more.logged,
-        log=done.log + more.logged,
-        started={**done.started, **more.started},
+        lambda: sessions.snapshot(t, claim.session_id),
+        lambda workspace_id: limits.allows_model_request(t, now, workspace_id),
+        lambda planned: write_claimed(t, now, claim, planned),
     )
 
 
