@@ -7,7 +7,7 @@ back into JSON-ready data. The types are in ``ops.py``.
 from __future__ import annotations
 
 import dataclasses
-from types import MappingProxyType
+from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -30,18 +30,25 @@ from stead.sandbox.ops import (
 
 T = TypeVar("T")
 
-_OUTPUT_FRAMES: TypeAdapter[TerminalOutputFrame] = TypeAdapter(TerminalOutputFrame)
-_CONTROL_FRAMES: TypeAdapter[TerminalControlFrame] = TypeAdapter(TerminalControlFrame)
+
+@cache
+def _adapter(kind: Any) -> TypeAdapter[Any]:
+    """``kind``'s adapter, built at its first use (the messages' models defer
+    theirs too): a brain parses no request and uses few of the replies, and
+    building every one at import took tens of milliseconds of each start."""
+    return TypeAdapter(kind)
 
 
 def parse_terminal_output(frame: Json) -> TerminalData | TerminalReplayed | TerminalExit:
     """A host's terminal frame; ``ValueError`` if it is none."""
-    return _parsed(_OUTPUT_FRAMES, frame)
+    frames: TypeAdapter[TerminalOutputFrame] = _adapter(TerminalOutputFrame)
+    return _parsed(frames, frame)
 
 
 def parse_terminal_control(frame: Json) -> TerminalInput | TerminalResize | TerminalDetach:
     """A brain's terminal frame; ``ValueError`` if it is none."""
-    return _parsed(_CONTROL_FRAMES, frame)
+    frames: TypeAdapter[TerminalControlFrame] = _adapter(TerminalControlFrame)
+    return _parsed(frames, frame)
 
 
 def _parsed(adapter: TypeAdapter[T], frame: Json) -> T:
@@ -49,9 +56,6 @@ def _parsed(adapter: TypeAdapter[T], frame: Json) -> T:
         return adapter.validate_python(frame, strict=False)
     except ValidationError:
         raise ValueError("malformed terminal frame") from None
-
-
-_REQUESTS: TypeAdapter[AnyRequest] = TypeAdapter(AnyRequest)
 
 
 def request_types() -> tuple[type[Request], ...]:
@@ -69,7 +73,8 @@ def request_types() -> tuple[type[Request], ...]:
 def parse_request(frame: Json) -> AnyRequest:
     """The request a frame holds; ``InvalidArgument`` naming the first bad field."""
     try:
-        return _REQUESTS.validate_python(frame, strict=False)
+        request: AnyRequest = _adapter(AnyRequest).validate_python(frame, strict=False)
+        return request
     except ValidationError as exc:
         first = exc.errors()[0]
         if first["type"] in ("union_tag_invalid", "union_tag_not_found"):
@@ -99,9 +104,6 @@ def encode(message: Any) -> Any:
 def decode_reply(request: Request, value: Any) -> Any:
     """The reply to ``request`` from JSON data; ``ValueError`` if it is not one."""
     try:
-        return _REPLIES[type(request)].validate_python(value, strict=False)
+        return _adapter(type(request).reply).validate_python(value, strict=False)
     except ValidationError as exc:
         raise ValueError(f"malformed reply to {type(request).__name__}: {exc}") from None
-
-
-_REPLIES = MappingProxyType({kind: TypeAdapter(kind.reply) for kind in request_types()})
