@@ -5,8 +5,9 @@ What is measured: turns of one model step each (user message -> model -> answer
 commits, bus, runtime, the Anthropic SDK provider) against the zero-latency
 fake model. Baseline, same run, interleaved: the same provider asking the same
 fake model directly, with a request the size of a turn's. The overhead is the
-turn time minus the direct call time: building context, the five durable
-commits of a turn, status events, scheduling. DESIGN budget: p50 <= 2 ms.
+turn time minus the direct call time: building context, the three durable
+commits of a turn (the message; the claim, which records the request as
+started; the answer), status events, scheduling. DESIGN budget: p50 <= 2 ms.
 Every turn runs in a fresh session, so the turn's model request is the same size
 as the baseline's (a longer history would only make the fake model slower).
 """
