@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from datetime import datetime, timedelta
+from types import MappingProxyType
 from typing import Any
 
 from sqlalchemy import Connection, Table, and_, bindparam, or_, select, update
@@ -84,7 +86,7 @@ def _record(row: Any) -> SandboxLease:
 
 # Every tool call renews its session's lease (``acquire``) and every turn with a
 # sandbox books its time (``add_active_seconds``): their statements are compiled
-# (``_compiled.py``), which took the renewal from 650 to under 200 us here.
+# (``_compiled.py``), which took a renewal's work from 650 to 80 us.
 
 
 def _locked(conn: Connection, sandbox_id: str) -> SandboxLease | None:
@@ -171,7 +173,9 @@ def fresh(now: datetime, ttl_seconds: float) -> dict[str, Any]:
     }
 
 
-UNPLACED: dict[str, Any] = {"host_id": None, "host_address": None, "placement": 0}
+UNPLACED: Mapping[str, Any] = MappingProxyType(
+    {"host_id": None, "host_address": None, "placement": 0}
+)
 """The host columns of a lease no host holds a sandbox for (as the table's defaults)."""
 
 
