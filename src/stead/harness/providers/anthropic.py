@@ -29,6 +29,7 @@ import httpx2
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
 from stead.harness.providers.anthropic_answer import STREAM_EVENTS, AnswerBuilder
+from stead.harness.providers.upstream import upstream_verify
 from stead.telemetry import trace_headers
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -117,7 +118,9 @@ class AnthropicModel:
         """The HTTP client, made by the first call (its TLS context costs a
         server that never calls this upstream some milliseconds and memory)."""
         if self._client is None:
-            self._client = httpx2.AsyncClient(timeout=self._timeout, limits=CONNECTION_LIMITS)
+            self._client = httpx2.AsyncClient(
+                timeout=self._timeout, limits=CONNECTION_LIMITS, verify=upstream_verify(self._url)
+            )
         return self._client
 
     async def complete(

@@ -13,6 +13,7 @@ import json
 import httpx2
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
+from stead.harness.providers.upstream import upstream_verify
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
 
@@ -110,7 +111,10 @@ class OpenAICompatibleModel:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         timeout = httpx2.Timeout(total_timeout, read=read_timeout)
         self._client = httpx2.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=timeout
+            base_url=base_url.rstrip("/"),
+            headers=headers,
+            timeout=timeout,
+            verify=upstream_verify(base_url),
         )
 
     async def complete(
