@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anthropic
 import pytest
+from sqlalchemy import select
 
+from stead.store.tables import ops
 from stead.testing import (
     Delay,
     FakeModel,
@@ -26,6 +29,7 @@ from stead.testing import (
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, sdk_of, store_env
 from tests.databases import BACKENDS
+from tests.databases import engine as engine_of
 
 Json = dict[str, Any]
 SCENARIOS: dict[str, list[Turn]] = {
@@ -187,12 +191,30 @@ def test_a_turn_with_every_builtin_tool(
     listed = [e.id for e in sdk.beta.sessions.events.list(session_id)]
     assert listed == [e.id for e in events]
     # Each result and the span of the request that answers it are one commit
-    # (``RunWrite.then``): one transaction's stamp.
+    # (``RunWrite.then``): one transaction's stamp. So are each answer and the
+    # start of the call it asks for, in the ledger.
     for index, event in enumerate(events):
         if event.type == "agent.tool_result":
             following = events[index + 1]
             assert following.type == "span.model_request_start"
             assert following.processed_at == event.processed_at
+    started = tool_starts(loop_server, session_id)
+    assert {u.name: u.processed_at for u in uses} == started
+
+
+def tool_starts(server: ServerProcess, session_id: str) -> dict[str, datetime]:
+    """When the ledger recorded each tool call of the session as started, by tool."""
+    engine = engine_of(server.database_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                select(ops.c.kind, ops.c.created_at).where(
+                    ops.c.session_id == session_id, ops.c.kind.like("tool:%")
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    return {kind.removeprefix("tool:"): created for kind, created in rows}
 
 
 def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:

@@ -25,6 +25,7 @@ from stead.harness import (
     McpTool,
     MemoryPrompt,
     ModelRequest,
+    RunTools,
     SkillPrompt,
     context_window,
     memory_prompts,
@@ -35,13 +36,15 @@ from stead.harness import (
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
-from stead.runtime.opkeys import op_key_of
+from stead.runtime.opkeys import op_key, op_key_of
 from stead.runtime.planned import PlannedRequest
-from stead.store import EventRecord, RunClaim, RunWrite, SessionRecord
+from stead.store import EventRecord, LeaseTerms, RunClaim, RunWrite, SessionRecord
 
 log = logging.getLogger("stead.runtime")
 
 Plan = Callable[[RunClaim, SessionRecord, Sequence[EventRecord]], RunWrite | None]
+Planner = Callable[[list[Json]], Plan]
+"""A plan made from the log a runner's cache holds (``RunWrite.then``)."""
 
 
 def model_request(
@@ -165,5 +168,29 @@ def next_model_step(deps: LoopDeps, held: list[Json]) -> Plan:
         start = ev.new(EventType.SPAN_MODEL_REQUEST_START)
         deps.planned.put(start.id, PlannedRequest(request, key, tuple(mcp_tools)))
         return RunWrite(events=[start], ops_started=[(key, "model")])
+
+    return plan
+
+
+def next_tool_start(deps: LoopDeps, held: list[Json], lease: LeaseTerms | None) -> Plan:
+    """The plan for the write of a model's answer that asks for tools: the first
+    call the step runs, recorded as started in the same transaction, with the
+    sandbox's lease renewed as the call's own start does (``lease``, worked out
+    before the write). None when the step first refuses a call, or its first
+    call is not a built-in tool. The runner then runs the call on that start."""
+
+    def plan(
+        claim: RunClaim, session: SessionRecord, tail: Sequence[EventRecord]
+    ) -> RunWrite | None:
+        step = next_step(held + [ev.as_log(r) for r in tail])
+        if not isinstance(step, RunTools) or step.refuse or not step.run:
+            return None
+        use = step.run[0]
+        if use["type"] != EventType.AGENT_TOOL_USE:
+            return None
+        name = use["name"]
+        key = op_key(f"tool:{name}", use.get("input", {}), claim.run_id, use["id"])
+        renewed = None if name in deps.tools.sandbox_free else lease
+        return RunWrite(ops_started=[(key, f"tool:{name}")], lease=renewed)
 
     return plan

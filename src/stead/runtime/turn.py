@@ -62,7 +62,13 @@ from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps
 from stead.runtime.opkeys import op_key
-from stead.runtime.plan import compaction, dangling_span, model_request, next_model_step
+from stead.runtime.plan import (
+    Planner,
+    compaction,
+    dangling_span,
+    model_request,
+    next_tool_start,
+)
 from stead.runtime.previews import PreviewTracker
 from stead.runtime.skills import resolve_skills
 from stead.runtime.turn_tools import ToolSteps, mcp_error
@@ -142,6 +148,9 @@ class TurnRunner(ToolSteps):
         """The session's environment is self-hosted: workers run its tools."""
         self._planned: str | None = None
         """The span of a model request the last write recorded as started (``plan.py``)."""
+        self._ahead: WriteResult | None = None
+        """The last write that made a plan's write too: a tool call it recorded as
+        started is run on that start (``_run_tool``)."""
 
     async def run(self) -> None:
         """Runs the turn; keeps the lease alive meanwhile. Raises ``LeaseLost``."""
@@ -176,22 +185,24 @@ class TurnRunner(ToolSteps):
                 raise LeaseLost(self.claim.run_id, self.claim.epoch)
 
     async def _write(
-        self, events: Sequence[NewEvent] = (), *, then_model: bool = False, **change: Any
+        self, events: Sequence[NewEvent] = (), *, then: Planner | None = None, **change: Any
     ) -> WriteResult:
-        """``then_model``: when the log calls for a model request next, it is
-        recorded as started in this commit (``RunWrite.then``), and the loop's
-        next step sends it."""
+        """``then``: the plan (made from the cached log) of the turn's next write,
+        made in this commit when it returns one (``RunWrite.then``): the next model
+        request's start, which the loop's next step sends, or the next tool
+        call's, which its run takes (``_ahead``)."""
         since, held = self.deps.logs.held(self.session_id)
-        then = next_model_step(self.deps, held) if then_model else None
+        plan = then(held) if then is not None else None
         done = await self.deps.store.run_write(
-            self.claim, RunWrite(events=events, since=since, then=then, **change)
+            self.claim, RunWrite(events=events, since=since, then=plan, **change)
         )
         # Committed: now, and only now, readers may see it (rule 1).
         self.deps.bus.publish(self.session_id, done.logged)
         if done.next_run is not None:
             self.next_run = done.next_run
-        if then is not None:
+        if plan is not None:
             self._planned = _opened_span(done.logged)
+            self._ahead = done
         assert done.log is not None
         self._log = self.deps.logs.add(self.session_id, since, done.log)
         return done
@@ -380,7 +391,26 @@ class TurnRunner(ToolSteps):
                 ops_completed=completed,
                 usage=delta,
             )
-        await self._write(recorded, ops_completed=completed, usage=delta)
+        then = await self._tool_start_ahead(answer)
+        await self._write(recorded, ops_completed=completed, usage=delta, then=then)
+
+    async def _tool_start_ahead(self, answer: Sequence[NewEvent]) -> Planner | None:
+        """The plan that records the first tool call of the answer as started in
+        the answer's own commit (``plan.next_tool_start``), when nothing the tool
+        step does first comes between: no worker runs the calls, and the run's
+        credential check has nothing to do (done, or no vault and no repository)."""
+        uses = [e for e in answer if e.type == EventType.AGENT_TOOL_USE]
+        if not uses or await self._self_hosted():
+            return None
+        session = self.start.session
+        if not self._credentials_checked:
+            if session.vault_ids or self._has_repositories():
+                return None
+            self._credentials_checked = True  # nothing to check: no vault, no repository
+        free = self.deps.tools.sandbox_free
+        needs_lease = any(u.body.get("name") not in free for u in uses)
+        lease = await self.deps.tools.lease_terms(session) if needs_lease else None
+        return functools.partial(next_tool_start, self.deps, lease=lease)
 
     async def _start_model_op(self, events: list[NewEvent], key: str, kind: str) -> None:
         """Records a model request as started, unless the session is at its budget

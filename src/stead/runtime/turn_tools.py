@@ -4,6 +4,7 @@ op ledger as ``turn.py``'s notes say."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,6 +15,7 @@ from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
+from stead.runtime.plan import Planner, next_model_step
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.schemas import repositories
 from stead.store import (
@@ -42,13 +44,14 @@ class ToolSteps:
     claim: RunClaim
     _credentials_checked: bool
     _on_workers: bool | None
+    _ahead: WriteResult | None
 
     @property
     def session_id(self) -> str:
         return self.claim.session_id
 
     async def _write(
-        self, events: Sequence[NewEvent] = (), *, then_model: bool = False, **change: Any
+        self, events: Sequence[NewEvent] = (), *, then: Planner | None = None, **change: Any
     ) -> WriteResult:
         raise NotImplementedError
 
@@ -132,8 +135,7 @@ class ToolSteps:
         # Most sessions have no repository: no read of their clone states then. One
         # added since this run was claimed is cloned by the next run.
         failed = []
-        resources = self.start.session.resources
-        if any(r.get("type") == repositories.TYPE for r in resources):
+        if self._has_repositories():
             failed = await self.deps.tools.clone_repositories(self.session_id, self.claim.run_id)
         cloning = [
             ev.session_error(f.error_type, f.message, "retrying", repository_url=f.url)
@@ -153,6 +155,10 @@ class ToolSteps:
         ]
         if errors:
             await self._write(errors)
+
+    def _has_repositories(self) -> bool:
+        """The session has a repository resource (as the run's claim read it)."""
+        return any(r.get("type") == repositories.TYPE for r in self.start.session.resources)
 
     async def _run_mcp_tool(self, use: Json) -> None:
         server, name, tool_input = use["mcp_server_name"], use["name"], use.get("input", {})
@@ -212,16 +218,7 @@ class ToolSteps:
         name, tool_input = use["name"], use.get("input", {})
         key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
         tools = self.deps.tools
-        started = [(key, f"tool:{name}")]
-        # One commit records the call as started (unless the ledger has it: it
-        # says what it had) and renews the sandbox's lease, as the call would.
-        terms = None if name in tools.sandbox_free else await tools.lease_terms(self.start.session)
-        try:
-            written = await self._write(ops_started=started, lease=terms)
-        except (SandboxLeaseEnded, LimitReached):
-            # The lease ended, or a limit stops the sandbox: record the start
-            # alone; the call finds out for itself (and its result says which).
-            written = await self._write(ops_started=started)
+        written = await self._started(key, name)
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
         if (
@@ -245,7 +242,26 @@ class ToolSteps:
         if outcome.session_error is not None:
             await self._end_for_broken_sandbox(result, completed, not_run, outcome)
         # The step's last result: the request that answers it starts in this commit.
-        await self._write([result], ops_completed=completed, then_model=not not_run)
+        then = None if not_run else functools.partial(next_model_step, self.deps)
+        await self._write([result], ops_completed=completed, then=then)
+
+    async def _started(self, key: str, name: str) -> WriteResult:
+        """The write that recorded the call as started: the answer's, when it did
+        (``TurnRunner._tool_start_ahead``), else one commit of its own, which also
+        renews the sandbox's lease as the call would (unless the ledger has it: it
+        says what it had)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and key in ahead.started:
+            return ahead
+        tools = self.deps.tools
+        started = [(key, f"tool:{name}")]
+        terms = None if name in tools.sandbox_free else await tools.lease_terms(self.start.session)
+        try:
+            return await self._write(ops_started=started, lease=terms)
+        except (SandboxLeaseEnded, LimitReached):
+            # The lease ended, or a limit stops the sandbox: record the start
+            # alone; the call finds out for itself (and its result says which).
+            return await self._write(ops_started=started)
 
     async def _end_for_broken_sandbox(
         self,

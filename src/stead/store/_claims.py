@@ -25,6 +25,7 @@ from stead.store.base import (
     SessionRecord,
     WriteResult,
 )
+from stead.store.errors import LimitReached, SandboxLeaseEnded
 
 
 def claim(
@@ -110,10 +111,19 @@ def followed(
     planned = change.then(claim, current, done.log)
     if planned is None:
         return done
-    more = write(replace(planned, since=None, then=None))
+    planned = replace(planned, since=None, then=None)
+    try:
+        more = write(planned)
+    except (SandboxLeaseEnded, LimitReached):
+        if planned.lease is None:
+            raise
+        # Raised before the lease wrote anything: the rest is written without
+        # it, as a tool call's own start is (the call then finds out for itself).
+        more = write(replace(planned, lease=None))
     return replace(
         done,
         logged=done.logged + more.logged,
         log=done.log + more.logged,
         started={**done.started, **more.started},
+        lease=more.lease if more.lease is not None else done.lease,
     )

@@ -127,7 +127,9 @@ class RunWrite:
     first (from the session as this transaction reads it and the log after
     ``since``, which it needs, as this write leaves it) and made in this
     transaction when it returns one and the workspace's limits allow a model
-    request: one commit less per step. What it logs and starts is in the result."""
+    request: one commit less per step. What it logs and starts, and the lease it
+    renews, are in the result; a lease that ended or a limit that stops it
+    leaves the rest of that write made without it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -202,6 +202,12 @@ class ServerProcess:
             self._log.close()
             self._log = None
 
+    @property
+    def database_url(self) -> str:
+        """The URL of the server's store: its ``STEAD_DATABASE_URL``, else the
+        SQLite file in its data directory."""
+        return self._env.get("STEAD_DATABASE_URL") or f"sqlite:///{self.data_dir / 'stead.db'}"
+
     def create_key(self, *, new_workspace: str | None = None, admin: bool = False) -> str:
         """A key made with ``stead keys create`` (in a new workspace if named; an
         operator's if ``admin``), on the server's store (its ``STEAD_DATABASE_URL``
