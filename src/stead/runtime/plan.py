@@ -188,9 +188,14 @@ def next_tool_start(deps: LoopDeps, held: list[Json], lease: LeaseTerms | None) 
         use = step.run[0]
         if use["type"] != EventType.AGENT_TOOL_USE:
             return None
-        name = use["name"]
-        key = op_key(f"tool:{name}", use.get("input", {}), claim.run_id, use["id"])
-        renewed = None if name in deps.tools.sandbox_free else lease
-        return RunWrite(ops_started=[(key, f"tool:{name}")], lease=renewed)
+        renewed = None if use["name"] in deps.tools.sandbox_free else lease
+        return RunWrite(ops_started=[tool_op(use, claim.run_id)], lease=renewed)
 
     return plan
+
+
+def tool_op(use: Json, run_id: str) -> tuple[str, str]:
+    """The op key and kind of the built-in call ``use`` in the run: one for the
+    answer's plan that records it as started and the call that records it itself."""
+    name = use["name"]
+    return op_key(f"tool:{name}", use.get("input", {}), run_id, use["id"]), f"tool:{name}"

@@ -15,7 +15,7 @@ from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
 from stead.runtime.mcp import McpCall, McpProblem
 from stead.runtime.opkeys import op_key
-from stead.runtime.plan import Planner, next_model_step
+from stead.runtime.plan import Planner, next_model_step, tool_op
 from stead.runtime.work import WORKER_TOOLS, in_doubt_result
 from stead.schemas import repositories
 from stead.store import (
@@ -216,9 +216,9 @@ class ToolSteps:
         """``unsent``: the ledger says started, but no try so far can have
         reached the sandbox, so any tool may run."""
         name, tool_input = use["name"], use.get("input", {})
-        key = op_key(f"tool:{name}", tool_input, self.claim.run_id, use["id"])
+        key, kind = tool_op(use, self.claim.run_id)
         tools = self.deps.tools
-        written = await self._started(key, name)
+        written = await self._started(key, kind, name)
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
         if (
@@ -245,7 +245,7 @@ class ToolSteps:
         then = None if not_run else functools.partial(next_model_step, self.deps)
         await self._write([result], ops_completed=completed, then=then)
 
-    async def _started(self, key: str, name: str) -> WriteResult:
+    async def _started(self, key: str, kind: str, name: str) -> WriteResult:
         """The write that recorded the call as started: the answer's, when it did
         (``TurnRunner._tool_start_ahead``), else one commit of its own, which also
         renews the sandbox's lease as the call would (unless the ledger has it: it
@@ -254,7 +254,7 @@ class ToolSteps:
         if ahead is not None and key in ahead.started:
             return ahead
         tools = self.deps.tools
-        started = [(key, f"tool:{name}")]
+        started = [(key, kind)]
         terms = None if name in tools.sandbox_free else await tools.lease_terms(self.start.session)
         try:
             return await self._write(ops_started=started, lease=terms)
