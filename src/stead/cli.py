@@ -35,6 +35,7 @@ from stead.cli_support import (
     setting_help,
     start_uncollected,
     validated,
+    without_pydantic_v1,
 )
 from stead.cli_usage import usage
 from stead.cli_webhooks import webhooks_app
@@ -99,6 +100,7 @@ def serve(
 ) -> None:
     """Serve the Managed Agents API on the embedded store."""
     start_uncollected()
+    without_pydantic_v1()
     import uvicorn
 
     from stead.api import create_app

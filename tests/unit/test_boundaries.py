@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,27 @@ def test_checking_the_host_settings_loads_no_blob_store() -> None:
     ``BlobConfig`` is read without obstore, which only the host uses."""
     loaded = _loaded_after("stead.sandbox_host.settings", ("obstore", "stead.blobs.store"))
     assert loaded == []
+
+
+def test_a_server_loads_no_pydantic_v1() -> None:
+    """``stead serve`` keeps FastAPI from importing ``pydantic.v1`` (to refuse v1
+    models, which stead has none of) and serves as well without it."""
+    program = """
+import sys
+from stead.cli_support import read_settings, without_pydantic_v1
+without_pydantic_v1()
+from fastapi.testclient import TestClient
+from stead.api.app import create_app
+with TestClient(create_app(read_settings(data_dir=None))) as client:
+    print(sys.modules["pydantic.v1"], client.get("/v1/agents").status_code)
+"""
+    with tempfile.TemporaryDirectory() as data_dir:
+        found = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={**os.environ, "STEAD_DATA_DIR": data_dir},
+        )
+    assert found.stdout.split() == ["None", "401"]

@@ -265,6 +265,9 @@ def helper() -> None:
     # this, each child's first full collections walk (and so copy) the whole
     # imported heap, which costs it about as much as the imports saved.
     gc.disable()
+    from stead.cli_support import without_pydantic_v1
+
+    without_pydantic_v1()  # as ``stead serve`` does before its imports
     for name in PRELOAD:
         importlib.import_module(name)
     gc.freeze()
