@@ -31,6 +31,12 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "stead"
 
 
+def _check_model_url(url: str, prefix: str = "") -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
+        raise ValueError(f"{prefix}{url!r} is not the http(s) base URL of a model API")
+
+
 class Settings(BaseSettings):
     """Every knob of a stead installation. Timers are settings so tests can shrink them."""
 
@@ -243,6 +249,20 @@ class Settings(BaseSettings):
             if parts.scheme not in ("http", "https") or not parts.hostname or parts.query:
                 raise ValueError(f"{url!r} is not the http(s) base URL of a SearXNG instance")
         return url
+
+    @field_validator("upstream_base_url")
+    @classmethod
+    def _upstream_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            _check_model_url(url)
+        return url
+
+    @field_validator("openai_models")
+    @classmethod
+    def _openai_urls(cls, models: dict[str, str]) -> dict[str, str]:
+        for model, url in models.items():
+            _check_model_url(url, f"{model}: ")
+        return models
 
     @field_validator("blob_url")
     @classmethod

@@ -1,21 +1,233 @@
-"""How a model provider's client trusts its upstream: the system's CAs for
-https; for plain HTTP no CA at all (it makes no TLS connection, and one it were
-led to fails)."""
+"""The providers' HTTP client against the fake model, reached directly, through
+a TLS front (trusted by ``SSL_CERT_FILE``, as the SDK's transport trusts) and
+through a loopback proxy named by the proxy variables: connections are kept
+and reused, a closed one is left for a new one, https is verified and tunnelled
+with ``CONNECT``, plain HTTP goes to the proxy with its whole URL, and a header
+that would split the request is never sent."""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from stead.harness.providers.upstream import upstream_verify
+import anyio
+import pytest
+import trustme
+
+from stead.harness import AnthropicModel, ModelRequest, ModelResponse, UpstreamError
+from stead.testing import FakeModel, Text, Turn
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = ModelRequest(
+    model="m",
+    system=None,
+    tools=[],
+    messages=[{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+    max_tokens=9,
+)
+ANSWER = Turn([Text("answered")])
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 
 
-def test_https_is_verified_with_the_systems_cas() -> None:
-    assert upstream_verify("https://api.anthropic.com") is True
-    assert upstream_verify("HTTPS://models.internal:8443/v1") is True
+@pytest.fixture(autouse=True)
+def no_proxy_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.lower(), raising=False)
 
 
-def test_plain_http_loads_no_ca_and_would_refuse_any_tls() -> None:
-    context = upstream_verify("http://127.0.0.1:8000/v1")
-    assert isinstance(context, ssl.SSLContext)
-    assert context.cert_store_stats()["x509_ca"] == 0
-    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        writer.close()
+
+
+async def _joined(
+    client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    server: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+) -> None:
+    async with anyio.create_task_group() as group:
+        group.start_soon(_pipe, client[0], server[1])
+        group.start_soon(_pipe, server[0], client[1])
+
+
+@dataclass
+class Front:
+    """A loopback TCP (or TLS) front that forwards each connection to ``port``."""
+
+    port: int = 0
+    opened: int = 0
+    ended: anyio.Event = field(default_factory=anyio.Event)
+    """Set once a connection has ended on both sides (the client saw it close)."""
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    def cut(self) -> None:
+        """Closes every connection from the server's side, as an idle timeout would."""
+        for writer in self.writers:
+            writer.close()
+
+
+@asynccontextmanager
+async def front(target: int, tls: ssl.SSLContext | None = None) -> AsyncIterator[Front]:
+    seen = Front()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.opened += 1
+        seen.writers.append(writer)
+        try:
+            await _joined((reader, writer), await asyncio.open_connection("127.0.0.1", target))
+        finally:
+            seen.ended.set()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
+    seen.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield seen
+        seen.cut()
+
+
+@dataclass
+class Proxy:
+    port: int = 0
+    heads: list[list[str]] = field(default_factory=list)
+    """Each request's head as it reached the proxy: its lines."""
+
+
+@asynccontextmanager
+async def proxy() -> AsyncIterator[Proxy]:
+    """A forward proxy: ``CONNECT host:port`` opens a tunnel; a request with a
+    whole URL is passed on, as it came, to the URL's host."""
+    seen = Proxy()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        lines = head.split("\r\n")[:-2]
+        seen.heads.append(lines)
+        method, target, _ = lines[0].split(" ")
+        authority = target if method == "CONNECT" else target.split("/")[2]
+        host, _, port = authority.rpartition(":")
+        upstream = await asyncio.open_connection(host, int(port))
+        if method == "CONNECT":
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            upstream[1].write(head.encode("latin-1"))
+        await _joined((reader, writer), upstream)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    seen.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield seen
+
+
+def _tls(tmp_path: Path) -> tuple[ssl.SSLContext, Path]:
+    """A server context for 127.0.0.1 and the file of the CA that signed it."""
+    ca = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(context)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    return context, ca_file
+
+
+async def _calls(url: str, count: int = 1, api_key: str = "key") -> list[ModelResponse]:
+    model = AnthropicModel(base_url=url, api_key=api_key, read_timeout=10.0, total_timeout=30.0)
+    try:
+        return [await model.complete(REQUEST, op_key=f"op-{i}") for i in range(count)]
+    finally:
+        await model.aclose()
+
+
+async def test_calls_share_one_connection_and_one_the_server_closed_is_replaced() -> None:
+    async with FakeModel([ANSWER]) as fake, front(fake.port) as seen:
+        model = AnthropicModel(
+            base_url=f"http://127.0.0.1:{seen.port}",
+            api_key="key",
+            read_timeout=10.0,
+            total_timeout=30.0,
+        )
+        try:
+            for i in range(3):
+                await model.complete(REQUEST, op_key=f"op-{i}")
+            assert seen.opened == 1
+            seen.cut()
+            with anyio.fail_after(10):
+                await seen.ended.wait()
+            answer = await model.complete(REQUEST, op_key="op-after")
+        finally:
+            await model.aclose()
+    assert answer.content == [{"type": "text", "text": "answered"}]
+    assert seen.opened == 2
+
+
+async def test_https_is_verified_with_the_ca_of_ssl_cert_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_tls, ca_file = _tls(tmp_path)
+    other_ca = tmp_path / "other.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    async with FakeModel([ANSWER]) as fake, front(fake.port, server_tls) as seen:
+        url = f"https://127.0.0.1:{seen.port}"
+        monkeypatch.setenv("SSL_CERT_FILE", str(other_ca))
+        with pytest.raises(UpstreamError, match=r"connection failed.*CERTIFICATE_VERIFY_FAILED"):
+            await _calls(url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        answers = await _calls(url, count=2)
+    assert [a.content[0]["text"] for a in answers] == ["answered", "answered"]
+
+
+async def test_https_goes_through_the_proxy_s_connect_tunnel_unless_no_proxy_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_tls, ca_file = _tls(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    async with FakeModel([ANSWER]) as fake, front(fake.port, server_tls) as seen, proxy() as via:
+        url = f"https://127.0.0.1:{seen.port}"
+        monkeypatch.setenv("HTTPS_PROXY", f"http://user:p%40ss@127.0.0.1:{via.port}")
+        answers = await _calls(url, count=2)
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+        answers += await _calls(url)
+    assert [a.content[0]["text"] for a in answers] == ["answered"] * 3
+    assert len(via.heads) == 1  # one tunnel for both calls, none once bypassed
+    connect, *headers = via.heads[0]
+    assert connect == f"CONNECT 127.0.0.1:{seen.port} HTTP/1.1"
+    credentials = base64.b64encode(b"user:p@ss").decode()
+    assert f"proxy-authorization: Basic {credentials}" in headers
+    assert seen.opened == 2
+
+
+async def test_plain_http_goes_to_the_proxy_with_its_whole_url(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with FakeModel([ANSWER]) as fake, proxy() as via:
+        monkeypatch.setenv("HTTP_PROXY", f"127.0.0.1:{via.port}")
+        answers = await _calls(fake.url)
+        requests = fake.requests
+    assert answers[0].content[0]["text"] == "answered"
+    assert via.heads[0][0] == f"POST {fake.url.rstrip('/')}/v1/messages HTTP/1.1"
+    assert requests[0].path == "/v1/messages"
+
+
+async def test_a_proxy_stead_cannot_use_is_named_in_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
+    with pytest.raises(UpstreamError, match=r"socks5://127\.0\.0\.1:1080.*only an http:// proxy"):
+        await _calls("https://api.anthropic.com")
+
+
+async def test_a_header_that_would_split_the_request_is_never_sent() -> None:
+    async with FakeModel([ANSWER]) as fake:
+        with pytest.raises(UpstreamError, match="a request header holds a line break"):
+            await _calls(fake.url, api_key="key\r\nx-injected: 1")
+        assert fake.request_count == 0

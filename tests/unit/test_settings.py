@@ -77,6 +77,16 @@ EXTRA_CA = (
         (BRAIN, {"STEAD_OPENAI_MODELS": "notjson"}, "STEAD_OPENAI_MODELS: not valid JSON"),
         (
             BRAIN,
+            {"STEAD_OPENAI_MODELS": '{"llama3.1": "localhost:11434/v1"}'},
+            "STEAD_OPENAI_MODELS: llama3.1: 'localhost:11434/v1' is not the http(s) base URL",
+        ),
+        (
+            BRAIN,
+            {"STEAD_UPSTREAM_BASE_URL": "ftp://models.internal"},
+            "STEAD_UPSTREAM_BASE_URL: 'ftp://models.internal' is not the http(s) base URL",
+        ),
+        (
+            BRAIN,
             {"STEAD_CONTEXT_WINDOWS": '{"llama3.1": 0}'},
             "STEAD_CONTEXT_WINDOWS: llama3.1: a context window is a positive",
         ),

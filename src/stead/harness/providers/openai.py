@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 
-import httpx2
+import anyio
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
-from stead.harness.providers.upstream import upstream_verify
+from stead.harness.providers.upstream import Upstream, UpstreamBroken, UpstreamTimeout
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""An answer's bound (it comes whole, not streamed)."""
 
 
 def _text(blocks: list[Json]) -> str:
@@ -108,43 +110,41 @@ class OpenAICompatibleModel:
     def __init__(
         self, *, base_url: str, api_key: str | None, read_timeout: float, total_timeout: float
     ) -> None:
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-        timeout = httpx2.Timeout(total_timeout, read=read_timeout)
-        self._client = httpx2.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=headers,
-            timeout=timeout,
-            verify=upstream_verify(base_url),
-        )
+        self._headers = {"content-type": "application/json", "user-agent": "stead"}
+        if api_key:
+            self._headers["authorization"] = f"Bearer {api_key}"
+        self._upstream = Upstream(base_url, timeout=read_timeout)
+        self._total_timeout = total_timeout
 
     async def complete(
         self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
     ) -> ModelResponse:
+        body = json.dumps(to_chat(request)).encode()
+        headers = trace_headers({**self._headers, "idempotency-key": op_key})
         try:
-            response = await self._client.post(
-                "/chat/completions",
-                json=to_chat(request),
-                headers=trace_headers({"idempotency-key": op_key}),
-            )
-        except httpx2.TimeoutException:
+            with anyio.fail_after(self._total_timeout):
+                async with self._upstream.post("/chat/completions", body, headers) as response:
+                    status = response.status
+                    text = await response.read(MAX_ANSWER_BYTES)
+        except (TimeoutError, UpstreamTimeout):
             raise UpstreamError("upstream timed out", retryable=True) from None
-        except httpx2.TransportError as exc:
+        except UpstreamBroken as exc:
             raise UpstreamError(f"upstream connection failed: {exc}", retryable=True) from None
-        if response.status_code >= 400:
+        if status >= 400:
             raise UpstreamError(
-                f"upstream answered {response.status_code}: {response.text[:500]}",
-                status=response.status_code,
-                retryable=response.status_code in RETRYABLE_STATUS or response.status_code >= 500,
+                f"upstream answered {status}: {text[:500].decode(errors='replace')}",
+                status=status,
+                retryable=status in RETRYABLE_STATUS or status >= 500,
                 error_type="model_rate_limited_error"
-                if response.status_code == 429
+                if status == 429
                 else "model_request_failed_error",
             )
         try:
-            return from_chat(response.json())
+            return from_chat(json.loads(text))
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise UpstreamError(
                 f"upstream sent an unreadable answer: {exc}", retryable=False
             ) from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._upstream.aclose()

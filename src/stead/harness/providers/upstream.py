@@ -1,18 +1,404 @@
-"""What both providers' HTTP clients share: how they trust their upstream."""
+"""HTTP/1.1 to one model upstream, on asyncio with httptools' parser.
+
+Both providers call one upstream over and over: a turn makes a call per step.
+Measured against the fake model on a 2-core machine, one streamed call cost
+1.55 ms of CPU through ``httpx2`` (its request, auth, redirect and stream
+layers over ``httpcore2``'s pool, h11 and anyio), 1.1 ms through ``httpcore2``
+alone, and 0.2 ms here: a protocol that hands httptools (uvicorn's parser) the
+bytes and the caller the body's chunks. It keeps what ``httpx2``'s defaults
+gave the providers:
+
+* trust: ``httpx2.create_ssl_context`` (``SSL_CERT_FILE`` / ``SSL_CERT_DIR``,
+  else the system's CAs), made at the first https connection; a plain-HTTP
+  upstream loads no CA;
+* the proxy variables (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``,
+  ``NO_PROXY``, as urllib reads them), for an ``http://`` proxy: an https
+  upstream is reached through a ``CONNECT`` tunnel, a plain one by sending the
+  proxy the whole URL; ``user:password@`` in the proxy's URL becomes
+  ``Proxy-Authorization``;
+* one timeout for connecting (TLS and tunnel included) and for each wait on
+  the peer, as ``httpx2.Timeout(t)`` has it;
+* idle connections kept for the next call (up to ``MAX_IDLE``), dropped when
+  the server closes them or sends on them unasked.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import ssl
-from urllib.parse import urlsplit
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import cast
+from urllib.parse import unquote, urlsplit
+from urllib.request import getproxies_environment, proxy_bypass
+
+import anyio
+import httptools
+
+MAX_IDLE = 100
+"""Idle connections kept: the SDK's own keep-alive bound (many turns run at once)."""
+MAX_TUNNEL_ANSWER = 16 * 1024
+"""The most a proxy's answer to ``CONNECT`` may take before its blank line."""
 
 
-def upstream_verify(url: str) -> ssl.SSLContext | bool:
-    """The ``verify`` of a client that calls only ``url``: the system's CAs
-    (``httpx2``'s default) for ``https``; for plain HTTP, which never makes a TLS
-    connection, a context that trusts nothing, so a TLS connection it were led
-    to would fail. Loading every CA of the system costs a client 1.5 MB and tens
-    of milliseconds, which a local upstream (a proxy, an OpenAI-compatible
-    server on the machine) never needs."""
-    if urlsplit(url).scheme.lower() == "https":
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+class UpstreamTimeout(Exception):
+    """Connecting or a wait on the peer took longer than the timeout."""
+
+
+class UpstreamBroken(Exception):
+    """No connection could be made, it broke, or what came is not HTTP."""
+
+
+@dataclass(frozen=True)
+class _Proxy:
+    host: str
+    port: int
+    authorization: str | None
+
+
+def _authority(host: str, port: int | None = None) -> str:
+    """``host:port`` as a request line or ``Host`` header writes it (IPv6 in brackets)."""
+    name = f"[{host}]" if ":" in host else host
+    return name if port is None else f"{name}:{port}"
+
+
+def _proxy_for(scheme: str, host: str) -> _Proxy | None:
+    """The proxy the environment names for ``scheme://host``, if any and not bypassed."""
+    proxies = getproxies_environment()
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url or proxy_bypass(host):
+        return None
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme != "http" or not parts.hostname:
+        raise UpstreamBroken(f"the {scheme} proxy {url!r}: only an http:// proxy is supported")
+    authorization = None
+    if parts.username is not None:
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(pair.encode()).decode()
+    return _Proxy(parts.hostname, parts.port or 80, authorization)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(UpstreamTimeout())
+
+
+class _Connection(asyncio.Protocol):
+    """One connection, one exchange at a time. httptools calls the ``on_*``
+    methods from ``data_received``; the exchange's task waits in ``wait``."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self.error: str | None = None
+        self.raw: bytearray | None = None
+        """Set while a proxy's answer to ``CONNECT`` is read (no parser then)."""
+        self._parser: httptools.HttpResponseParser | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self.headed = False
+        self.keep_alive = False
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.chunks: deque[bytes] = deque()
+        self.complete = False
+
+    # asyncio's side
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        if self._parser is not None:
+            try:
+                self._parser.feed_data(data)
+            except httptools.HttpParserError as exc:
+                self._fail(f"not an HTTP answer: {exc}")
+        elif self.raw is not None:
+            self.raw += data
+        else:
+            self._fail("the server sent on an idle connection")
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._wake()
+
+    # httptools' side
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        seen = self.headers.get(key)
+        self.headers[key] = text if seen is None else f"{seen}, {text}"
+
+    def on_headers_complete(self) -> None:
+        assert self._parser is not None
+        self.headed = True
+        self.status = self._parser.get_status_code()
+        # Asked here: once the message is complete the parser has reset.
+        self.keep_alive = self._parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    # the exchange's side
+
+    def begin(self) -> None:
+        self._parser = httptools.HttpResponseParser(self)
+        self.headed, self.keep_alive, self.status, self.complete = False, False, 0, False
+        self.headers = {}
+        self.chunks.clear()
+
+    def settle(self) -> bool:
+        """Ends the exchange; True when the connection can carry another."""
+        self._parser = None
+        return self.complete and self.keep_alive and self.idle_usable()
+
+    def idle_usable(self) -> bool:
+        assert self.transport is not None
+        return not self.lost and self.error is None and not self.transport.is_closing()
+
+    def check(self) -> None:
+        """Raises what ended the exchange early, if anything did."""
+        if self.error is not None:
+            raise UpstreamBroken(self.error)
+        if self.lost and not self.complete:
+            if self.headed and _ends_at_close(self.headers):
+                self.complete = True  # a body without a length ends with the connection
+                return
+            where = "mid-answer" if self.headed else "before answering"
+            raise UpstreamBroken(f"the server closed the connection {where}")
+
+    async def wait(self, seconds: float) -> None:
+        """Until the peer sends or closes, or writing may go on; ``UpstreamTimeout``
+        after ``seconds`` (one timer, where a cancel scope would cost a task's worth)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiter = waiter
+        timer = loop.call_later(seconds, _expire, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    async def send(self, data: bytes, seconds: float) -> None:
+        """Writes ``data``; waits while the transport's buffer is full."""
+        assert self.transport is not None
+        self.transport.write(data)
+        while self._paused:
+            self.check()
+            if self.lost:
+                raise UpstreamBroken("the server closed the connection before answering")
+            await self.wait(seconds)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, error: str) -> None:
+        self.error = error
+        if self.transport is not None:
+            self.transport.close()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+def _ends_at_close(headers: Mapping[str, str]) -> bool:
+    return (
+        "content-length" not in headers
+        and "chunked" not in headers.get("transfer-encoding", "").lower()
+    )
+
+
+class Response:
+    """An answer's status and headers (names in lower case); its body is read
+    while the ``post`` block is open."""
+
+    def __init__(self, connection: _Connection, timeout: float) -> None:
+        self._connection = connection
+        self._timeout = timeout
+        self.status = connection.status
+        self.headers: Mapping[str, str] = connection.headers
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        connection = self._connection
+        while True:
+            while connection.chunks:
+                yield connection.chunks.popleft()
+            connection.check()
+            if connection.complete:
+                return
+            await connection.wait(self._timeout)
+
+    async def read(self, limit: int) -> bytes:
+        """The body, or its first ``limit`` bytes and somewhat more."""
+        body = b""
+        async for chunk in self.chunks():
+            body += chunk
+            if len(body) >= limit:
+                break
+        return body
+
+
+class Upstream:
+    """HTTP/1.1 to the origin of ``base_url``: ``post`` a request under its path."""
+
+    def __init__(self, base_url: str, *, timeout: float) -> None:
+        parts = urlsplit(base_url)
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{base_url!r} is not an http(s) URL")
+        self._tls = scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._tls else 80)
+        self._authority = _authority(self._host, parts.port)
+        self._base_path = parts.path.rstrip("/")
+        self._proxy: _Proxy | None = None
+        self._refused: str | None = None
+        """Why no call can be made (a proxy variable stead cannot use), said by each call."""
+        try:
+            self._proxy = _proxy_for(scheme, self._host)
+        except UpstreamBroken as exc:
+            self._refused = str(exc)
+        self._timeout = timeout
+        self._context: ssl.SSLContext | None = None
+        self._idle: list[_Connection] = []
+
+    @asynccontextmanager
+    async def post(
+        self, path: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[Response]:
+        head = self._head(path, headers, len(body))
+        connection = await self._connection()
+        reusable = False
+        try:
+            connection.begin()
+            await connection.send(head + body, self._timeout)
+            while not connection.headed:
+                connection.check()
+                await connection.wait(self._timeout)
+            yield Response(connection, self._timeout)
+            reusable = connection.settle()
+        finally:
+            if reusable and len(self._idle) < MAX_IDLE:
+                self._idle.append(connection)
+            else:
+                connection.close()
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+    def _head(self, path: str, headers: Mapping[str, str], length: int) -> bytes:
+        if self._refused is not None:
+            raise UpstreamBroken(self._refused)
+        target = self._base_path + path
+        if self._plain_proxy():
+            target = f"http://{self._authority}{target}"  # a proxy is sent the whole URL
+        lines = [f"POST {target} HTTP/1.1", f"host: {self._authority}"]
+        if self._plain_proxy() and self._proxy is not None and self._proxy.authorization:
+            lines.append(f"proxy-authorization: {self._proxy.authorization}")
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append(f"content-length: {length}")
+        text = "\r\n".join(lines)
+        if "\r" in text.replace("\r\n", "") or text.count("\n") != len(lines) - 1:
+            raise UpstreamBroken("a request header holds a line break")
+        try:
+            return (text + "\r\n\r\n").encode("latin-1")
+        except UnicodeEncodeError:
+            raise UpstreamBroken("a request header is not Latin-1 text") from None
+
+    def _plain_proxy(self) -> bool:
+        return self._proxy is not None and not self._tls
+
+    async def _connection(self) -> _Connection:
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.idle_usable():
+                return connection
+            connection.close()
+        return await self._open()
+
+    async def _open(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        proxy = self._proxy
+        where = f"the proxy {proxy.host}:{proxy.port}" if proxy else self._authority
+        connection: _Connection | None = None
+        try:
+            with anyio.fail_after(self._timeout):
+                if proxy is None:
+                    _, connection = await loop.create_connection(
+                        _Connection,
+                        self._host,
+                        self._port,
+                        ssl=self._tls_context() if self._tls else None,
+                        server_hostname=self._host if self._tls else None,
+                    )
+                    return connection
+                _, connection = await loop.create_connection(_Connection, proxy.host, proxy.port)
+                if self._tls:
+                    await self._tunnel(connection, proxy)
+                    assert connection.transport is not None
+                    connection.transport = await loop.start_tls(
+                        connection.transport,
+                        connection,
+                        self._tls_context(),
+                        server_hostname=self._host,
+                    )
+                return connection
+        except TimeoutError:
+            if connection is not None:
+                connection.close()
+            raise UpstreamTimeout() from None
+        except (OSError, ssl.SSLError) as exc:
+            if connection is not None:
+                connection.close()
+            raise UpstreamBroken(f"cannot connect to {where}: {exc}") from None
+        except UpstreamBroken:
+            if connection is not None:
+                connection.close()
+            raise
+
+    async def _tunnel(self, connection: _Connection, proxy: _Proxy) -> None:
+        assert connection.transport is not None
+        target = _authority(self._host, self._port)
+        lines = [f"CONNECT {target} HTTP/1.1", f"host: {target}"]
+        if proxy.authorization:
+            lines.append(f"proxy-authorization: {proxy.authorization}")
+        connection.raw = bytearray()
+        connection.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        while b"\r\n\r\n" not in connection.raw:
+            if connection.lost or len(connection.raw) > MAX_TUNNEL_ANSWER:
+                raise UpstreamBroken("the proxy closed the connection before its answer")
+            await connection.wait(self._timeout)
+        head, _, rest = bytes(connection.raw).partition(b"\r\n\r\n")
+        connection.raw = None
+        status = head.split(b"\r\n", 1)[0].decode("latin-1")
+        code = status.split(" ", 2)[1] if status.count(" ") else ""
+        if not (code.isdigit() and 200 <= int(code) < 300) or rest:
+            raise UpstreamBroken(f"the proxy refused the tunnel: {status[:200]}")
+
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._context is None:
+            import httpx2  # loaded already by the web tools; its trust is the SDK's
+
+            self._context = httpx2.create_ssl_context()
+        return self._context
