@@ -143,7 +143,8 @@ def test_the_app_factory_loads_no_body_module() -> None:
     PostgreSQL dialect of a SQLite server, nor rich (for the commands that print),
     nor the mcp SDK and cryptography (for vault credentials, when first used),
     nor psycopg (the PostgreSQL store and bus), nor YAML (skill uploads), nor
-    the in-memory fake store."""
+    the in-memory fake store, nor httpx2 (web tools, webhook deliveries and an
+    https model upstream's trust, at their first use)."""
     body = ("stead.sandbox_host", "stead.sandbox.local", "obstore")
     lazy = (
         "anthropic",
@@ -155,6 +156,9 @@ def test_the_app_factory_loads_no_body_module() -> None:
         "cryptography",
         "yaml",
         "stead.store.inmemory",
+        "httpx2",
+        "httpcore2",
+        "h11",
     )
     imports = "stead.api.app, stead.cli, stead.tools, stead.runtime"
     assert _loaded_after(imports, body + lazy) == []

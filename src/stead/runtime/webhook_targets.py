@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import anyio
-import httpx2
 
 from stead.egress_policy import (
     Denied,
@@ -82,6 +81,8 @@ class WebhookEgress:
     async def post(self, url: str, headers: Mapping[str, str], body: str) -> AttemptResult:
         """POSTs ``body`` to ``url``; the whole exchange is bounded by the timeout.
         Never raises for the receiver's failures: they are the result."""
+        import httpx2  # at the first delivery: a server with no webhooks loads none of it
+
         try:
             with anyio.fail_after(self.timeout_seconds):
                 status = await self._post(url, headers, body)
@@ -97,6 +98,8 @@ class WebhookEgress:
         return AttemptResult(status, error)
 
     async def _post(self, url: str, headers: Mapping[str, str], body: str) -> int:
+        import httpx2
+
         target = httpx2.URL(url)
         port = target.port or (443 if target.scheme == "https" else 80)
         addresses = await self._addresses(target.host, port)

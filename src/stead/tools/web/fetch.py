@@ -15,14 +15,17 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import anyio
-import httpx2
 
 from stead.egress_policy import EgressError, HostPolicy, checked_addresses, is_address
 from stead.tools.web.errors import WebError
 from stead.tools.web.guard import CredentialGuard
 from stead.tools.web.options import WebOptions
+
+if TYPE_CHECKING:
+    import httpx2
 
 MAX_REDIRECTS = 10
 USER_AGENT = "stead-web-fetch/1 (an AI agent's web_fetch tool)"
@@ -55,6 +58,8 @@ async def fetch(
     url: str, policy: HostPolicy, options: WebOptions, guard: CredentialGuard
 ) -> Fetched:
     """GETs ``url``; raises ``WebError`` for anything that keeps it from a 2xx body."""
+    import httpx2  # at first use: a server that never fetches loads none of it
+
     try:
         with anyio.fail_after(options.timeout):
             return await _follow(url, policy, options, guard)
@@ -102,6 +107,8 @@ async def _follow(
 
 def parse_target(url: str) -> _Target:
     """An absolute http(s) URL without user info; ``WebError`` otherwise."""
+    import httpx2
+
     try:
         parsed = httpx2.URL(url)
     except (httpx2.InvalidURL, TypeError):
@@ -116,6 +123,8 @@ def parse_target(url: str) -> _Target:
 
 
 def _client(options: WebOptions) -> httpx2.AsyncClient:
+    import httpx2
+
     return httpx2.AsyncClient(
         verify=options.tls,
         trust_env=False,  # no proxy, netrc or CA variables of the brain's environment
@@ -130,6 +139,8 @@ async def _opened(
     client: httpx2.AsyncClient, target: _Target, addresses: list[str]
 ) -> AsyncIterator[httpx2.Response]:
     """The response of the first checked address that takes the connection."""
+    import httpx2
+
     failure = "no address to try"
     for address in addresses:
         request = _request(client, target, address)

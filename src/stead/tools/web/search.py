@@ -13,11 +13,10 @@ SearXNG has no such parameter.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import anyio
-import httpx2
 
 from stead.egress_policy import DomainPolicy
 from stead.tools.outcome import ToolOutcome
@@ -25,6 +24,9 @@ from stead.tools.web.errors import WebError
 from stead.tools.web.fetch import USER_AGENT
 from stead.tools.web.guard import CredentialGuard
 from stead.tools.web.options import WebOptions
+
+if TYPE_CHECKING:
+    import httpx2
 
 MAX_RESULTS = 10
 SNIPPET_CHARS = 500
@@ -51,6 +53,8 @@ async def search(
 
 
 async def _ask(url: str, query: str, options: WebOptions) -> dict[str, Any]:
+    import httpx2  # at first use: a server that never searches loads none of it
+
     params = {"q": query, "format": "json"}
     headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
     try:
