@@ -296,6 +296,9 @@ class TurnRunner(ToolSteps):
             terminate=stop_reason is None,
             **change,
         )
+        # The readers woken by the write's publish frame the turn's last events
+        # before this task winds the run and its actor down.
+        await anyio.lowlevel.checkpoint()
         outcome = "terminated" if stop_reason is None else str(stop_reason["type"])
         self.deps.telemetry.turn_ended(self.session_id, self.claim.run_id, outcome)
         raise TurnOver
