@@ -97,11 +97,6 @@ class Toolbox(Protocol):
         a call neither makes nor wakes one, nor renews its lease."""
         ...
 
-    async def active_seconds(self, session_id: str) -> float | None:
-        """The host's cumulative count of the session's sandbox's active time, when
-        this process used it (None otherwise); never wakes or renews anything."""
-        ...
-
     async def unreachable_credentials(self, session: SessionRecord) -> list[UnreachableCredential]:
         """The session's vault credentials its sandbox can never use, because
         its environment forbids their hosts."""
@@ -118,15 +113,17 @@ class Toolbox(Protocol):
         its sandbox, each once; the ones that failed (never raises for those)."""
         ...
 
-    async def capture_outputs(
+    async def end_of_turn(
         self, session_id: str, workspace_id: str, *, claimed_without_lease: bool = False
-    ) -> str | None:
-        """Files what the session's sandbox wrote to ``/mnt/session/outputs``
-        into the Files API, each content once (``mounts.py``); never raises for
-        a sandbox or blob store that fails. Returns a message naming the outputs
-        the workspace's file storage quota left out, if any.
-        ``claimed_without_lease``: the session had no sandbox lease when its run
-        was claimed (``RunStart.lease``)."""
+    ) -> tuple[str | None, float | None]:
+        """(refusal, active seconds). Files what the session's sandbox wrote to
+        ``/mnt/session/outputs`` into the Files API, each content once
+        (``mounts.py``), never raising for a sandbox or blob store that fails;
+        the refusal names the outputs the workspace's file storage quota left
+        out, if any. Active seconds: the host's cumulative count of the
+        sandbox's active time, when this process used it (None otherwise).
+        Never wakes or renews anything. ``claimed_without_lease``: the session
+        had no sandbox lease when its run was claimed (``RunStart.lease``)."""
         ...
 
     async def aclose(self) -> None: ...

@@ -31,6 +31,7 @@ from typing import Protocol
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
 from stead.runtime.files import FileExpired, FileKeeper, new_file
+from stead.runtime.together import together
 from stead.sandbox import (
     FileTooLarge,
     MountedFile,
@@ -113,14 +114,19 @@ class SessionMounts:
         """Makes the sandbox's uploads match the session's file resources and
         its outputs directory writable. A resource whose file is gone is left
         out (and logged); the others are staged."""
-        session = await self._store.session_snapshot(session_id)
+        # Three round trips that need nothing of each other (the uploads listed
+        # and the outputs made are different directories): one's time.
+        session, listed, _ = await together(
+            lambda: self._store.session_snapshot(session_id),
+            lambda: self._mounts.listing(session_id, UPLOADS),
+            lambda: self._mounts.put(session_id, config, OUTPUTS, [], writable=True),
+        )
         wanted = {
             _relative(str(r["mount_path"])): str(r["file_id"])
             for r in session.resources
             if r.get("type") == "file"
         }
-        held = {f.path: f for f in await self._mounts.listing(session_id, UPLOADS)}
-        await self._mounts.put(session_id, config, OUTPUTS, [], writable=True)
+        held = {f.path: f for f in listed}
         now = self._files.now()
         # Most sessions mount no files: no read for them.
         files = (

@@ -19,6 +19,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
 from typing import Protocol
 
@@ -42,6 +43,7 @@ from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
 from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
+from stead.runtime.together import together
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
     HostLost,
@@ -271,6 +273,21 @@ class SandboxToolbox:
         except (SandboxError, BlobError, DatabaseBusy) as exc:
             log.warning("memories of session %s not written back yet: %s", memory.id, exc)
             return []
+
+    async def end_of_turn(
+        self, session_id: str, workspace_id: str, *, claimed_without_lease: bool = False
+    ) -> tuple[str | None, float | None]:
+        """``capture_outputs`` and ``active_seconds``: when this process gave the
+        session a sandbox, two round trips to its host, made at once."""
+        capture = partial(
+            self.capture_outputs,
+            session_id,
+            workspace_id,
+            claimed_without_lease=claimed_without_lease,
+        )
+        if session_id not in self._sandboxes:
+            return await capture(), None
+        return await together(capture, partial(self.active_seconds, session_id))
 
     async def capture_outputs(
         self, session_id: str, workspace_id: str, *, claimed_without_lease: bool = False

@@ -271,7 +271,7 @@ class TurnRunner(ToolSteps):
     ) -> None:
         """``stop_reason`` None: the session is terminated instead of idle."""
         self.deps.failpoints.hit("turn.before_idle")
-        refused = await self.deps.tools.capture_outputs(
+        refused, seconds = await self.deps.tools.end_of_turn(
             self.session_id,
             self.start.session.workspace_id,
             claimed_without_lease=self.start.lease is None,
@@ -279,7 +279,6 @@ class TurnRunner(ToolSteps):
         if refused is not None:
             # The turn is over, so the model is not told; the session's reader is.
             events = [*events, ev.session_error("unknown_error", refused, "retrying")]
-        seconds = await self.deps.tools.active_seconds(self.session_id)
         if seconds is not None:
             # Booked in this write, up to the host's count: a replay books nothing twice.
             booked = float(self._usage.get("active_seconds") or 0.0)
