@@ -112,7 +112,9 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
     def data_received(self, data: bytes) -> None:
-        if self._parser is not None:
+        if self.complete:
+            self._fail("the server sent past the end of its answer")
+        elif self._parser is not None:
             try:
                 self._parser.feed_data(data)
             except httptools.HttpParserError as exc:
@@ -249,12 +251,12 @@ class Response:
 
     async def read(self, limit: int) -> bytes:
         """The body, or its first ``limit`` bytes and somewhat more."""
-        body = b""
+        body = bytearray()
         async for chunk in self.chunks():
             body += chunk
             if len(body) >= limit:
                 break
-        return body
+        return bytes(body)
 
 
 class Upstream:
