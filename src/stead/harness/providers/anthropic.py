@@ -2,7 +2,7 @@
 
 A request is the JSON bytes of its ``ModelRequest``, encoded once and POSTed to
 ``/v1/messages`` over ``upstream.Upstream`` (keep-alive HTTP/1.1 with the
-trust and proxy variables the SDK's own transport honours, at a seventh of its
+trust and proxy variables the SDK's own transport honours, at a sixth of its
 CPU); the answer is read with ``sse.SseDecoder``, each event's data decoded as
 JSON and put together by ``AnswerBuilder``. The wire is the
 SDK's: the same headers, the error body's ``error.type``, ``event: error``
