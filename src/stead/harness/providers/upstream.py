@@ -187,7 +187,7 @@ class _Connection(asyncio.Protocol):
 
     async def wait(self, seconds: float) -> None:
         """Until the peer sends or closes, or writing may go on; ``UpstreamTimeout``
-        after ``seconds`` (one timer, where a cancel scope would cost a task's worth)."""
+        after ``seconds`` (a timer handle: a read costs no cancel scope)."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         self._waiter = waiter
