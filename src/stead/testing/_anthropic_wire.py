@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from stead.testing._wire import (
@@ -89,13 +89,16 @@ class PromptCache:
 
     def usage(self, body: dict[str, Any], output_tokens: int) -> dict[str, Any]:
         segments = _segments(body)
-        sizes = [tokens_for(value) for _, value in segments]
+        # Each segment encoded once, for its size and its prefix's digest: in a
+        # long session these encodings are most of what the fake does per call.
+        texts = [canonical(value) for _, value in segments]
+        sizes = [tokens_for(text) for text in texts]
         marks = [i for i, (marked, _) in enumerate(segments) if marked]
         if body.get("cache_control") and segments:  # automatic caching: up to the end
             marks.append(len(segments) - 1)
         cached = read = 0
         if marks:
-            digests = list(_prefix_digests(value for _, value in segments))
+            digests = list(_prefix_digests(texts))
             last = max(marks)
             with self._lock:
                 hit = max((i for i in range(last + 1) if digests[i] in self._seen), default=-1)
@@ -201,8 +204,8 @@ def _segment(role: Any, block: Any) -> tuple[bool, Any]:
     return "cache_control" in block, [role, rest]
 
 
-def _prefix_digests(values: Iterator[Any]) -> Iterator[str]:
+def _prefix_digests(texts: Sequence[str]) -> Iterator[str]:
     running = hashlib.sha256()
-    for value in values:
-        running.update(canonical(value).encode())
+    for text in texts:
+        running.update(text.encode())
         yield running.hexdigest()
