@@ -1,5 +1,6 @@
 """A log rendered from where its last rendering ended gives the very messages a
-whole render gives: the request, and so its op key, cannot tell them apart."""
+whole render gives, and the very canonical text: the request, and so its op
+key, cannot tell them apart."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stead.harness import build_messages, rendering
+from stead.harness import ModelRequest, build_messages, rendering
+from stead.jsonvalues import canonical
 from stead.runtime.renderings import Renderings
 
 Json = dict[str, Any]
@@ -73,9 +75,27 @@ def test_a_log_rendered_in_parts_is_the_log_rendered_whole(
         current = rendering(log[:cut], current)
         assert current is not None
         assert current.messages() == build_messages(log[:cut])
+        _same_text(*current.messages_with_json())
     whole = rendering(log, current)
     assert whole is not None
     assert whole.messages() == build_messages(log)
+    _same_text(*whole.messages_with_json())
+
+
+def _same_text(messages: list[Json], messages_json: str | None) -> None:
+    """The kept canonical text is the messages' own, and so is the request's."""
+    if messages_json is None:
+        return
+    assert messages_json == canonical(messages)
+    tools = [{"name": "bash", "input_schema": {"type": "object"}}]
+    request = ModelRequest("m", [{"type": "text", "text": "s"}], tools, messages, 9, messages_json)
+    assert request.canonical_params == canonical(request.as_params())
+
+
+def _rendered(renderings: Renderings, session_id: str, log: list[Json]) -> list[Json]:
+    messages, messages_json = renderings.messages(session_id, log)
+    _same_text(messages, messages_json)
+    return messages
 
 
 def test_a_log_with_a_compaction_is_not_carried_on() -> None:
@@ -106,7 +126,7 @@ def test_a_session_s_renderings_follow_its_log_and_start_over_for_another() -> N
         log.append(
             {"type": kind, "id": f"e{n}", "_seq": n, "content": [{"type": "text", "text": f"{n}"}]}
         )
-        assert renderings.messages("sesn_1", log) == build_messages(log)
+        assert _rendered(renderings, "sesn_1", log) == build_messages(log)
         if n == 15:
             compaction = {
                 "type": "agent.thread_context_compacted",
@@ -115,13 +135,13 @@ def test_a_session_s_renderings_follow_its_log_and_start_over_for_another() -> N
                 "_internal": {"summary": "so far", "kept_from": 10},
             }
             other = [*log, compaction]
-            assert renderings.messages("sesn_1", other) == build_messages(other)
+            assert _rendered(renderings, "sesn_1", other) == build_messages(other)
     # Not a longer form of the log last rendered for the session: rendered whole.
     other_log = [dict(e, id=f"x{e['id']}") for e in log[:5]]
-    assert renderings.messages("sesn_1", other_log) == build_messages(other_log)
+    assert _rendered(renderings, "sesn_1", other_log) == build_messages(other_log)
     # A second session pushes the first out (most=1); both still render right.
-    assert renderings.messages("sesn_2", log[:3]) == build_messages(log[:3])
-    assert renderings.messages("sesn_1", log) == build_messages(log)
+    assert _rendered(renderings, "sesn_2", log[:3]) == build_messages(log[:3])
+    assert _rendered(renderings, "sesn_1", log) == build_messages(log)
 
 
 def _said(kind: str, n: int) -> Json:
@@ -132,9 +152,9 @@ def test_renderings_hold_at_most_so_many_events_but_always_the_last() -> None:
     renderings = Renderings(most=10, max_events=5)
     first = [_said("user.message", n) for n in range(1, 4)]
     second = [_said("agent.message", n) for n in range(10, 14)]
-    assert renderings.messages("sesn_1", first) == build_messages(first)
-    assert renderings.messages("sesn_2", second) == build_messages(second)  # 3 + 4 > 5
+    assert _rendered(renderings, "sesn_1", first) == build_messages(first)
+    assert _rendered(renderings, "sesn_2", second) == build_messages(second)  # 3 + 4 > 5
     assert renderings.held() == ["sesn_2"]
     longer = [*second, *(_said("user.message", n) for n in range(14, 20))]
-    assert renderings.messages("sesn_2", longer) == build_messages(longer)
+    assert _rendered(renderings, "sesn_2", longer) == build_messages(longer)
     assert renderings.held() == ["sesn_2"]  # over the bound alone: the last stays

@@ -28,7 +28,7 @@ from stead.harness.memory import (
 )
 from stead.harness.model import ModelRequest
 from stead.harness.skills import SkillPrompt, skills_prompt
-from stead.jsonvalues import Json
+from stead.jsonvalues import Json, canonical
 
 CACHE = {"type": "ephemeral"}
 AGENT_TOOLSET = "agent_toolset_20260401"
@@ -250,6 +250,8 @@ class Rendering:
     first_id: str
     last_id: str
     finished: tuple[Json, ...]
+    finished_json: tuple[str, ...]
+    """Each finished message in canonical form, encoded once when it finished."""
     open_role: str | None
     open_blocks: tuple[Json, ...]
 
@@ -268,6 +270,15 @@ class Rendering:
             messages.append(_finished(self.open_role, list(self.open_blocks)))
         return _marked(messages)
 
+    def messages_with_json(self) -> tuple[list[Json], str]:
+        """``messages()`` and their list in canonical form, in which only the last
+        message (open, or a marked copy) is encoded now."""
+        messages = self.messages()
+        if not messages:
+            return messages, "[]"
+        texts = [*self.finished_json[: len(messages) - 1], canonical(messages[-1])]
+        return messages, "[" + ",".join(texts) + "]"
+
 
 def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rendering | None:
     """The ``Rendering`` of the log ``events``, carried on from ``previous`` when
@@ -280,14 +291,17 @@ def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rend
     if any(_is_compaction(event) for event in new):
         return None
     finished = list(start.finished) if start is not None else []
+    texts = list(start.finished_json) if start is not None else []
     role = start.open_role if start is not None else None
     blocks = list(start.open_blocks) if start is not None else []
     role, blocks = _merged(finished, role, blocks, new)
+    texts += [canonical(message) for message in finished[len(texts) :]]
     return Rendering(
         count=len(events),
         first_id=str(events[0]["id"]),
         last_id=str(events[-1]["id"]),
         finished=tuple(finished),
+        finished_json=tuple(texts),
         open_role=role,
         open_blocks=tuple(blocks),
     )
@@ -339,12 +353,15 @@ def request_with(
     mcp_tools: Sequence[McpTool] = (),
     skills: Sequence[SkillPrompt] = (),
     memory: Sequence[MemoryPrompt] = (),
+    messages_json: str | None = None,
 ) -> ModelRequest:
-    """The agent's request (system prompt, tools) carrying ``messages``."""
+    """The agent's request (system prompt, tools) carrying ``messages``
+    (``messages_json``: their canonical form, when the caller has it)."""
     return ModelRequest(
         model=agent["model"]["id"],
         system=_system(agent, skills, memory),
         tools=_tool_definitions(agent, builtin_definitions, mcp_tools, memory),
         messages=messages,
         max_tokens=max_tokens,
+        messages_json=messages_json,
     )

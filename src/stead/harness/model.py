@@ -23,13 +23,24 @@ class ModelRequest:
     tools: list[Json]
     messages: list[Json]
     max_tokens: int
+    messages_json: str | None = field(default=None, compare=False, repr=False)
+    """``messages`` in canonical form when the caller has it (``Rendering``
+    keeps each finished message's), so a step encodes only what is new."""
 
     @cached_property
     def canonical_params(self) -> str:
         """``as_params`` in ``jsonvalues.canonical`` form, made once: its op key
         hashes it and the request is sent in it, and for a long session it is the
         whole conversation."""
-        return canonical(self.as_params())
+        params = self.as_params()
+        if self.messages_json is None:
+            return canonical(params)
+        # The very text ``canonical(params)`` gives: keys sorted, no spaces.
+        members = (
+            canonical(key) + ":" + (self.messages_json if key == "messages" else canonical(value))
+            for key, value in sorted(params.items())
+        )
+        return "{" + ",".join(members) + "}"
 
     def as_params(self) -> Json:
         params: Json = {

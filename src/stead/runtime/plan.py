@@ -60,14 +60,16 @@ def model_request(
 ) -> tuple[ModelRequest, str]:
     """The request a model step at ``position`` of the session's log ``events``
     sends, and its op key."""
+    messages, messages_json = deps.renderings.messages(session_id, events)
     request = request_with(
         agent,
-        deps.renderings.messages(session_id, events),
+        messages,
         deps.tools.definitions,
         max_tokens=deps.settings.max_output_tokens,
         mcp_tools=mcp_tools,
         skills=skills,
         memory=memory,
+        messages_json=messages_json,
     )
     return request, op_key_of("model", request.canonical_params, run_id, position)
 

@@ -29,13 +29,14 @@ class Renderings:
         # Claims render on the store's writer thread; runners on the event loop.
         self._lock = threading.Lock()
 
-    def messages(self, session_id: str, events: Sequence[Json]) -> list[Json]:
-        """``build_messages(events)`` for the session's log ``events``."""
+    def messages(self, session_id: str, events: Sequence[Json]) -> tuple[list[Json], str | None]:
+        """``build_messages(events)`` for the session's log ``events``, and their
+        canonical form when it was kept (None for a log with a compaction)."""
         with self._lock:
             previous = self._held.get(session_id)
         current = rendering(events, previous)
         if current is None:
-            return build_messages(events)
+            return build_messages(events), None
         with self._lock:
             # Two renderers of one session may race: either result is right for
             # its own log, and the next step checks which log it renders.
@@ -47,7 +48,7 @@ class Renderings:
             ):
                 _, dropped = self._held.popitem(last=False)
                 self._events -= dropped.count
-        return current.messages()
+        return current.messages_with_json()
 
     def held(self) -> list[str]:
         """The sessions whose renderings are kept, least recently rendered first."""
