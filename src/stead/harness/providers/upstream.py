@@ -355,29 +355,27 @@ class Upstream:
                         ssl=self._tls_context() if self._tls else None,
                         server_hostname=self._host if self._tls else None,
                     )
-                    return connection
-                _, connection = await loop.create_connection(_Connection, proxy.host, proxy.port)
-                if self._tls:
-                    await self._tunnel(connection, proxy)
-                    assert connection.transport is not None
-                    connection.transport = await loop.start_tls(
-                        connection.transport,
-                        connection,
-                        self._tls_context(),
-                        server_hostname=self._host,
+                else:
+                    _, connection = await loop.create_connection(
+                        _Connection, proxy.host, proxy.port
                     )
-                return connection
-        except TimeoutError:
+                    if self._tls:
+                        await self._tunnel(connection, proxy)
+                        assert connection.transport is not None
+                        connection.transport = await loop.start_tls(
+                            connection.transport,
+                            connection,
+                            self._tls_context(),
+                            server_hostname=self._host,
+                        )
+            return connection
+        except BaseException as exc:
             if connection is not None:
-                connection.close()
-            raise UpstreamTimeout() from None
-        except (OSError, ssl.SSLError) as exc:
-            if connection is not None:
-                connection.close()
-            raise UpstreamBroken(f"cannot connect to {where}: {exc}") from None
-        except UpstreamBroken:
-            if connection is not None:
-                connection.close()
+                connection.close()  # a tunnel or handshake cut short, or cancelled
+            if isinstance(exc, TimeoutError):
+                raise UpstreamTimeout() from None
+            if isinstance(exc, OSError):  # ssl.SSLError among them
+                raise UpstreamBroken(f"cannot connect to {where}: {exc}") from None
             raise
 
     async def _tunnel(self, connection: _Connection, proxy: _Proxy) -> None:
