@@ -20,14 +20,14 @@ import base64
 import logging
 import posixpath
 import shlex
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from stead.jsonvalues import Json
 from stead.runtime.opkeys import op_key
-from stead.sandbox import EgressCredential, ExecInDoubt, Sandbox
+from stead.sandbox import EgressCredential, ExecInDoubt, Sandbox, SandboxError
 from stead.schemas import repositories
-from stead.store import RepositoryState
+from stead.store import RepositoryState, SessionRecord
 from stead.vault import SealError, SecretBox
 
 log = logging.getLogger("stead.runtime.repositories")
@@ -165,3 +165,33 @@ async def clone(
         error_type,
         f"repository {url} was not cloned into {resource['mount_path']}: {output or 'git failed'}",
     )
+
+
+async def clone_pending(
+    sandbox: Sandbox,
+    session: SessionRecord,
+    pending: Sequence[RepositoryState],
+    run_id: str,
+    seconds: float,
+    cloned: Callable[[str], Awaitable[None]],
+) -> list[CloneFailure]:
+    """Clones each of ``pending`` still among the session's resources, in order,
+    and records each one in place with ``cloned``; the ones that failed. A
+    sandbox that fails meanwhile clones nothing more: the run's tool calls meet
+    it too, and say so, and the next run tries again."""
+    held = {str(r.get("id")): r for r in session.resources}
+    failures = []
+    for state in pending:
+        resource = held.get(state.resource_id)
+        if resource is None:
+            continue  # deleted meanwhile
+        try:
+            failure = await clone(sandbox, resource, run_id, seconds)
+        except SandboxError as exc:
+            log.info("session %s: repositories not cloned yet: %s", session.id, exc)
+            break
+        if failure is None:
+            await cloned(state.resource_id)
+        else:
+            failures.append(failure)
+    return failures

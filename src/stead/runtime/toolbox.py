@@ -409,25 +409,15 @@ class SandboxToolbox:
         except SandboxError as exc:
             log.info("session %s: repositories not cloned yet: %s", session_id, exc)
             return []
-        held = {
-            str(r.get("id")): r for r in (await self._store.session_snapshot(session_id)).resources
-        }
-        failures = []
-        timeout = self._settings.repository_clone_timeout_seconds
-        for state in pending:
-            resource = held.get(state.resource_id)
-            if resource is None:
-                continue  # deleted meanwhile
-            try:
-                failure = await repositories.clone(sandbox, resource, run_id, timeout)
-            except SandboxError as exc:  # the tool calls meet it too, and say so
-                log.info("session %s: repositories not cloned yet: %s", session_id, exc)
-                break
-            if failure is None:
-                await self._store.mark_repository_cloned(state.resource_id)
-            else:
-                failures.append(failure)
-        return failures
+        session = await self._store.session_snapshot(session_id)
+        return await repositories.clone_pending(
+            sandbox,
+            session,
+            pending,
+            run_id,
+            self._settings.repository_clone_timeout_seconds,
+            self._store.mark_repository_cloned,
+        )
 
     async def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
         if not self._provider.leased:
