@@ -216,9 +216,9 @@ class ToolSteps:
         """``unsent``: the ledger says started, but no try so far can have
         reached the sandbox, so any tool may run."""
         name, tool_input = use["name"], use.get("input", {})
-        key, kind = tool_op(use, self.claim.run_id)
+        key, op_kind = tool_op(use, self.claim.run_id)
         tools = self.deps.tools
-        written = await self._started(key, kind, name)
+        written = await self._started(key, op_kind, name)
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
         if (
