@@ -2,8 +2,9 @@
 a TLS front (trusted by ``SSL_CERT_FILE``, as the SDK's transport trusts) and
 through a loopback proxy named by the proxy variables: connections are kept
 and reused, a closed one is left for a new one, https is verified and tunnelled
-with ``CONNECT``, plain HTTP goes to the proxy with its whole URL, and a header
-that would split the request is never sent."""
+with ``CONNECT``, plain HTTP goes to the proxy with its whole URL, a header
+that would split the request is never sent, and calls beyond the most in flight
+wait for one to end."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 import trustme
 
 from stead.harness import AnthropicModel, ModelRequest, ModelResponse, UpstreamError
+from stead.harness.providers.upstream import Upstream, UpstreamTimeout
 from stead.testing import FakeModel, Text, Turn
 
 pytestmark = pytest.mark.anyio
@@ -231,3 +233,103 @@ async def test_a_header_that_would_split_the_request_is_never_sent() -> None:
         with pytest.raises(UpstreamError, match="a request header holds a line break"):
             await _calls(fake.url, api_key="key\r\nx-injected: 1")
         assert fake.request_count == 0
+
+
+@dataclass
+class HeldServer:
+    """Answers each request only once ``release`` is set (``trickle``: starts
+    answering at once but sends the body's last byte only then, one byte a
+    tenth of a second before it); counts the requests it holds at once and the
+    connections made to it."""
+
+    port: int = 0
+    holding: int = 0
+    most_held: int = 0
+    connections: int = 0
+    arrived: anyio.Event = field(default_factory=anyio.Event)
+    release: anyio.Event = field(default_factory=anyio.Event)
+    wanted: int = 1
+    trickle: bool = False
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+                await reader.readexactly(length)
+                self.holding += 1
+                self.most_held = max(self.most_held, self.holding)
+                if self.holding >= self.wanted:
+                    self.arrived.set()
+                body = b"ok"
+                if self.trickle:
+                    body = b"." * 1000
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n")
+                    while not self.release.is_set():
+                        writer.write(body[:1])
+                        body = body[1:]
+                        with anyio.move_on_after(0.1):
+                            await self.release.wait()
+                else:
+                    await self.release.wait()
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+                self.holding -= 1
+                writer.write(body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@asynccontextmanager
+async def held_server(wanted: int, trickle: bool = False) -> AsyncIterator[HeldServer]:
+    held = HeldServer(wanted=wanted, trickle=trickle)
+    server = await asyncio.start_server(held.serve, "127.0.0.1", 0)
+    held.port = server.sockets[0].getsockname()[1]
+    try:
+        yield held
+    finally:
+        held.release.set()
+        server.close()
+
+
+async def _post(upstream: Upstream) -> bytes:
+    async with upstream.post("/v1/messages", b"{}", {}) as response:
+        return await response.read(1000)
+
+
+async def test_calls_beyond_the_most_in_flight_wait_for_one_to_end() -> None:
+    async with held_server(wanted=2) as held:
+        upstream = Upstream(f"http://127.0.0.1:{held.port}", timeout=30.0, max_in_flight=2)
+        try:
+            async with anyio.create_task_group() as group:
+                for _ in range(3):
+                    group.start_soon(_post, upstream)
+                with anyio.fail_after(10):
+                    await held.arrived.wait()
+                # A third call that did not wait would reach the server meanwhile.
+                await anyio.sleep(0.3)
+                held.release.set()
+        finally:
+            await upstream.aclose()
+    assert held.most_held == 2
+    assert held.connections == 2  # the third call took a connection the first two left
+
+
+async def test_a_call_that_finds_no_free_slot_in_time_times_out_naming_the_bound() -> None:
+    # The call in flight goes on (its answer keeps coming); the one behind it
+    # waits no longer than the timeout for it to end.
+    async with held_server(wanted=1, trickle=True) as held:
+        upstream = Upstream(f"http://127.0.0.1:{held.port}", timeout=1.0, max_in_flight=1)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_post, upstream)
+                with anyio.fail_after(10):
+                    await held.arrived.wait()
+                with pytest.raises(UpstreamTimeout, match="1 in flight, the most at once"):
+                    await _post(upstream)
+                held.release.set()
+        finally:
+            await upstream.aclose()
+    assert held.connections == 1

@@ -31,7 +31,13 @@ import anyio
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
 from stead.harness.providers.anthropic_answer import STREAM_EVENTS, AnswerBuilder
 from stead.harness.providers.sse import SseDecoder
-from stead.harness.providers.upstream import Response, Upstream, UpstreamBroken, UpstreamTimeout
+from stead.harness.providers.upstream import (
+    Response,
+    Upstream,
+    UpstreamBroken,
+    UpstreamTimeout,
+    detail,
+)
 from stead.telemetry import trace_headers
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
@@ -140,9 +146,9 @@ class AnthropicModel:
             raise UpstreamError(
                 f"no complete answer within {self._total_timeout:g}s", retryable=True
             ) from None
-        except UpstreamTimeout:
+        except UpstreamTimeout as exc:
             what = "stopped sending (read timeout)" if answered else "timed out"
-            raise UpstreamError(f"upstream {what}", retryable=True) from None
+            raise UpstreamError(f"upstream {what}{detail(exc)}", retryable=True) from None
         except UpstreamBroken as exc:
             what = "connection broke" if answered else "connection failed"
             raise UpstreamError(f"upstream {what}: {exc}", retryable=True) from None

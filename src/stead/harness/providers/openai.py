@@ -13,7 +13,7 @@ import json
 import anyio
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
-from stead.harness.providers.upstream import Upstream, UpstreamBroken, UpstreamTimeout
+from stead.harness.providers.upstream import Upstream, UpstreamBroken, UpstreamTimeout, detail
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
 
@@ -126,8 +126,8 @@ class OpenAICompatibleModel:
                 async with self._upstream.post("/chat/completions", body, headers) as response:
                     status = response.status
                     text = await response.read(MAX_ANSWER_BYTES)
-        except (TimeoutError, UpstreamTimeout):
-            raise UpstreamError("upstream timed out", retryable=True) from None
+        except (TimeoutError, UpstreamTimeout) as exc:
+            raise UpstreamError(f"upstream timed out{detail(exc)}", retryable=True) from None
         except UpstreamBroken as exc:
             raise UpstreamError(f"upstream connection failed: {exc}", retryable=True) from None
         if status >= 400:

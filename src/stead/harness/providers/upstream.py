@@ -20,7 +20,10 @@ gave the providers:
 * one timeout for connecting (TLS and tunnel included) and for each wait on
   the peer, as ``httpx2.Timeout(t)`` has it;
 * idle connections kept for the next call (up to ``MAX_IDLE``), dropped when
-  the server closes them or sends on them unasked.
+  the server closes them or sends on them unasked;
+* at most ``MAX_IN_FLIGHT`` calls at once: a call beyond them waits for one to
+  end (within the timeout), so a burst of turns cannot open connections (and
+  file descriptors) without bound.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ import httptools
 
 MAX_IDLE = 100
 """Idle connections kept: the SDK's own keep-alive bound (many turns run at once)."""
+MAX_IN_FLIGHT = 1000
+"""Calls at once, each on a connection of its own: the SDK's own connection bound."""
 MAX_TUNNEL_ANSWER = 16 * 1024
 """The most a proxy's answer to ``CONNECT`` may take before its blank line."""
 
@@ -51,6 +56,11 @@ class UpstreamTimeout(Exception):
 
 class UpstreamBroken(Exception):
     """No connection could be made, it broke, or what came is not HTTP."""
+
+
+def detail(exc: Exception) -> str:
+    """``": <what exc says>"``, or nothing when it says nothing (a bare timeout)."""
+    return f": {exc}" if str(exc) else ""
 
 
 @dataclass(frozen=True)
@@ -263,7 +273,9 @@ class Response:
 class Upstream:
     """HTTP/1.1 to the origin of ``base_url``: ``post`` a request under its path."""
 
-    def __init__(self, base_url: str, *, timeout: float) -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float, max_in_flight: int = MAX_IN_FLIGHT
+    ) -> None:
         parts = urlsplit(base_url)
         scheme = parts.scheme.lower()
         if scheme not in ("http", "https") or not parts.hostname:
@@ -283,15 +295,19 @@ class Upstream:
         self._timeout = timeout
         self._context: ssl.SSLContext | None = None
         self._idle: list[_Connection] = []
+        self._max_in_flight = max_in_flight
+        self._slots = asyncio.Semaphore(max_in_flight)
 
     @asynccontextmanager
     async def post(
         self, path: str, body: bytes, headers: Mapping[str, str]
     ) -> AsyncIterator[Response]:
         head = self._head(path, headers, len(body))
-        connection = await self._connection()
+        await self._slot()
         reusable = False
+        connection: _Connection | None = None
         try:
+            connection = await self._connection()
             connection.begin()
             await connection.send(head + body, self._timeout)
             while not connection.headed:
@@ -300,10 +316,24 @@ class Upstream:
             yield Response(connection, self._timeout)
             reusable = connection.settle()
         finally:
-            if reusable and len(self._idle) < MAX_IDLE:
+            self._slots.release()
+            if connection is not None and reusable and len(self._idle) < MAX_IDLE:
                 self._idle.append(connection)
-            else:
+            elif connection is not None:
                 connection.close()
+
+    async def _slot(self) -> None:
+        """Waits (within the timeout) until fewer than ``max_in_flight`` calls run."""
+        if not self._slots.locked():  # a free slot needs no task or timer
+            await self._slots.acquire()
+            return
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self._timeout)
+        except TimeoutError:
+            raise UpstreamTimeout(
+                f"no call to the upstream ended in {self._timeout:g}s"
+                f" ({self._max_in_flight} in flight, the most at once)"
+            ) from None
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []
