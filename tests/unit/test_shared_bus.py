@@ -183,3 +183,16 @@ async def test_notices_pass_between_two_postgres_channels(database_url: str) -> 
         group.cancel_scope.cancel()
     await sender.aclose()
     assert heard == ["e a sesn_1 3", "q a sesn_1"]
+
+
+@pytest.mark.parametrize("database_url", BACKENDS[1:], indirect=True)
+async def test_the_sender_s_commits_do_not_wait_for_the_log_s_flush(database_url: str) -> None:
+    # A notice is a wake-up, not data: its transaction holds PostgreSQL's
+    # notify lock through its commit, so a flush there would make notifying
+    # transactions of every process go one at a time.
+    sender = open_channel(database_url)
+    await sender.send(["e a sesn_1 3"])
+    connection = sender._sender  # type: ignore[attr-defined]
+    cursor = await connection.execute("SHOW synchronous_commit")
+    assert await cursor.fetchone() == ("off",)
+    await sender.aclose()

@@ -2,6 +2,11 @@
 
 One connection sends (``pg_notify``, autocommit), one listens; each is made on
 first use and again after a failure, and every wait on the server is bounded.
+The sender's transactions commit without waiting for the write-ahead log's
+flush (``synchronous_commit=off``): a notice is a wake-up, never data, and a
+lost one is healed by the readers' polling. A waited flush would put a disk
+write on every event's way to another process, with PostgreSQL's notify lock
+held through it, so notifying transactions would go one at a time.
 The channel's name is derived from the connection's schema (``current_schema()``),
 so stores in different schemas of one database are kept apart.
 """
@@ -40,8 +45,9 @@ def conninfo(url: str) -> str:
     return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def connect(url: str) -> tuple[AsyncConnection, str]:
-    """An autocommit connection and the channel name of its schema."""
+async def connect(url: str, *, sends: bool = False) -> tuple[AsyncConnection, str]:
+    """An autocommit connection and the channel name of its schema; ``sends``:
+    one whose commits do not wait for the log's flush."""
     with anyio.fail_after(CONNECT_TIMEOUT_SECONDS + 1):
         conn = await AsyncConnection.connect(
             conninfo(url),
@@ -50,6 +56,8 @@ async def connect(url: str) -> tuple[AsyncConnection, str]:
             application_name="stead-bus",
         )
         try:
+            if sends:
+                await conn.execute("SET synchronous_commit TO off")
             cursor = await conn.execute("SELECT current_schema()")
             row = await cursor.fetchone()
         except BaseException:
@@ -80,7 +88,7 @@ class PgChannel:
             try:
                 with anyio.fail_after(SEND_TIMEOUT_SECONDS):
                     if self._sender is None:
-                        self._sender, self._name = await connect(self._url)
+                        self._sender, self._name = await connect(self._url, sends=True)
                     await self._sender.execute(_SEND, (self._name, list(notices)))
             except FAILURES as exc:
                 # Its state is unknown after a failure or a timeout: start afresh.
