@@ -15,10 +15,9 @@ from stead.testing._wire import (
     JsonReply,
     Reply,
     StreamReply,
-    canonical,
+    Texts,
     derived_id,
     pieces,
-    request_digest,
     sse_frame,
     tokens_for,
 )
@@ -33,7 +32,8 @@ _MIN_JSON_CHUNKS = 3
 class AnthropicDialect:
     def __init__(self, chunk_chars: int) -> None:
         self._chunk_chars = chunk_chars
-        self._cache = PromptCache()
+        self._texts = Texts()
+        self._cache = PromptCache(self._texts)
 
     def invalid(self, body: dict[str, Any]) -> str | None:
         for name, kind in (("model", str), ("max_tokens", int), ("messages", list)):
@@ -50,11 +50,11 @@ class AnthropicDialect:
         return JsonReply(message)
 
     def count_tokens(self, body: dict[str, Any]) -> JsonReply:
-        total = sum(tokens_for(value) for _, value in _segments(body))
+        total = sum(tokens_for(text) for _, text in _segments(body, self._texts))
         return JsonReply({"input_tokens": total + _FRAMING_TOKENS})
 
     def message(self, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
-        digest = request_digest(body)
+        digest = self._texts.request_digest(body)
         content = [_content_block(block, digest, k) for k, block in enumerate(turn.blocks)]
         output_tokens = sum(tokens_for(_visible(block)) for block in content)
         return {
@@ -83,15 +83,14 @@ class PromptCache:
     the rest up to its last breakpoint, as the hosted API reports it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, texts: Texts) -> None:
         self._lock = threading.Lock()  # dialects are shared by all requests
         self._seen: set[str] = set()
+        self._texts = texts
 
     def usage(self, body: dict[str, Any], output_tokens: int) -> dict[str, Any]:
-        segments = _segments(body)
-        # Each segment encoded once, for its size and its prefix's digest: in a
-        # long session these encodings are most of what the fake does per call.
-        texts = [canonical(value) for _, value in segments]
+        segments = _segments(body, self._texts)
+        texts = [text for _, text in segments]
         sizes = [tokens_for(text) for text in texts]
         marks = [i for i, (marked, _) in enumerate(segments) if marked]
         if body.get("cache_control") and segments:  # automatic caching: up to the end
@@ -182,26 +181,26 @@ def _visible(block: dict[str, Any]) -> Any:
     return block.get("text") or block.get("thinking") or [block.get("name"), block.get("input")]
 
 
-def _segments(body: dict[str, Any]) -> list[tuple[bool, Any]]:
-    """The prompt in cache order (tools, system, messages) as (breakpoint?, value)
-    pairs; ``cache_control`` itself is left out so moving a breakpoint keeps the
-    prefix the same, as on the hosted API."""
+def _segments(body: dict[str, Any], texts: Texts) -> list[tuple[bool, str]]:
+    """The prompt in cache order (tools, system, messages) as (breakpoint?, the
+    canonical text of ``[role, block]``) pairs; ``cache_control`` itself is left
+    out so moving a breakpoint keeps the prefix the same, as on the hosted API."""
     system = body.get("system")
     system_blocks = [system] if isinstance(system, str) else system or []
-    found = [_segment("tool", tool) for tool in body.get("tools") or []]
-    found += [_segment("system", block) for block in system_blocks]
+    found = [_segment("tool", tool, texts) for tool in body.get("tools") or []]
+    found += [_segment("system", block, texts) for block in system_blocks]
     for message in body.get("messages") or []:
         content = message["content"]  # messages are checked by ``invalid``
         blocks = content if isinstance(content, list) else [content]
-        found += [_segment(message.get("role"), block) for block in blocks]
+        found += [_segment(message.get("role"), block, texts) for block in blocks]
     return found
 
 
-def _segment(role: Any, block: Any) -> tuple[bool, Any]:
-    if not isinstance(block, dict):
-        return False, [role, block]
-    rest = {k: v for k, v in block.items() if k != "cache_control"}
-    return "cache_control" in block, [role, rest]
+def _segment(role: Any, block: Any, texts: Texts) -> tuple[bool, str]:
+    if isinstance(block, dict) and "cache_control" in block:
+        rest = {k: v for k, v in block.items() if k != "cache_control"}
+        return True, texts.canonical([role, rest])
+    return False, texts.canonical([role, block])
 
 
 def _prefix_digests(texts: Sequence[str]) -> Iterator[str]:

@@ -15,9 +15,9 @@ from stead.testing._wire import (
     JsonReply,
     Reply,
     StreamReply,
+    Texts,
     derived_id,
     pieces,
-    request_digest,
     sse_frame,
     tokens_for,
 )
@@ -30,6 +30,7 @@ _MIN_ARGUMENT_CHUNKS = 3
 class OpenAIDialect:
     def __init__(self, chunk_chars: int) -> None:
         self._chunk_chars = chunk_chars
+        self._texts = Texts()
 
     def invalid(self, body: dict[str, Any]) -> str | None:
         if not isinstance(body.get("model"), str):
@@ -46,7 +47,7 @@ class OpenAIDialect:
         return StreamReply(tuple(frames))
 
     def completion(self, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
-        digest = request_digest(body)
+        digest = self._texts.request_digest(body)
         message = _message(turn, digest)
         prompt = tokens_for([body.get("messages"), body.get("tools")])
         completion = tokens_for(_generated_text(message))
