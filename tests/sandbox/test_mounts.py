@@ -21,7 +21,7 @@ from stead.sandbox import (
     NotARegularFile,
     ops,
 )
-from stead.sandbox.mounts import HostMounts
+from stead.sandbox.host_mounts import HostMounts
 from stead.testing import HostProcess
 from tests.sandbox.conftest import new_id, requires_isolation
 

@@ -24,7 +24,7 @@ from stead.sandbox import (
     TerminalOutput,
     TerminalRequest,
 )
-from stead.sandbox.client import HostAddress
+from stead.sandbox.address import HostAddress
 from stead.sandbox.providers.host import HostProvider
 from stead.sandbox.providers.off import OffProvider
 from stead.sandbox.providers.unsafe_local import UnsafeLocalProvider

@@ -135,6 +135,15 @@ def _loaded_after(imports: str, prefixes: tuple[str, ...]) -> list[str]:
     return list(ast.literal_eval(found.stdout.strip()))
 
 
+HOST_PROTOCOL = (
+    "stead.sandbox.ops",
+    "stead.sandbox.codec",
+    "stead.sandbox.client",
+    "stead.sandbox.admin",
+    "stead.sandbox.protocol",
+)
+
+
 def test_the_app_factory_loads_no_body_module() -> None:
     """A brain that serves the API loads nothing of the sandbox host, nor the
     in-process workspace of ``unsafe_local`` until that provider is chosen, nor
@@ -159,6 +168,7 @@ def test_the_app_factory_loads_no_body_module() -> None:
         "httpx2",
         "httpcore2",
         "h11",
+        *HOST_PROTOCOL,
     )
     imports = "stead.api.app, stead.cli, stead.tools, stead.runtime"
     assert _loaded_after(imports, body + lazy) == []
@@ -202,3 +212,33 @@ with TestClient(create_app(read_settings(data_dir=None))) as client:
             env={**os.environ, "STEAD_DATA_DIR": data_dir},
         )
     assert found.stdout.split() == ["None", "401"]
+
+
+def test_a_server_that_has_not_reached_a_host_holds_none_of_its_protocol() -> None:
+    """A server made for sandboxes in a host (the default) that has not yet
+    used one holds neither the host protocol nor its client: text-only agents
+    never pay for them. Its first status check of the host loads them."""
+    program = f"""
+import sys
+from stead.cli_support import read_settings
+from fastapi.testclient import TestClient
+from stead.api.app import create_app
+def held():
+    return [m for m in {HOST_PROTOCOL!r} if m in sys.modules]
+with TestClient(create_app(read_settings(data_dir=None))) as client:
+    print(held(), client.get("/v1/agents").status_code, held())
+    client.get("/readyz")
+    print(held())
+"""
+    with tempfile.TemporaryDirectory() as data_dir:
+        found = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={**os.environ, "STEAD_DATA_DIR": data_dir, "STEAD_SANDBOX_HOST_AUTOSTART": "false"},
+        )
+    before, after = found.stdout.strip().splitlines()
+    assert before == "[] 401 []"
+    assert "'stead.sandbox.client'" in after

@@ -15,12 +15,13 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
+from stead import sandbox
 from stead.api import openapi
 from stead.api.deps import authenticate, services
 from stead.api.errors import ApiError
 from stead.api.wire import JSONResponse
 from stead.config import Settings
-from stead.sandbox import host_address, host_status
+from stead.sandbox import host_address
 from stead.telemetry import CONTENT_TYPE, Telemetry
 
 router = APIRouter(tags=["operations"])
@@ -92,7 +93,7 @@ async def _answers(ask: Callable[[], Awaitable[object]]) -> str:
 
 async def _host_check(settings: Settings) -> str:
     address = host_address(settings)
-    found = await host_status(address)
+    found = await sandbox.host_status(address)  # the host's client, loaded now
     if found.answer is not None:
         return "ok"
     if settings.sandbox_host_autostart and address.unix_path is not None:
@@ -120,7 +121,7 @@ async def metrics(request: Request) -> Response:
     with anyio.move_on_after(CHECK_SECONDS):
         found.queued_runs.set(len(await app.store.queued_runs()))
     if app.settings.sandbox == "bwrap":
-        host = await host_status(host_address(app.settings))
+        host = await sandbox.host_status(host_address(app.settings))
         if host.answer is not None:
             found.set_sandboxes(host.answer.get("sandboxes") or {})
         found.host.update(host.answer.get("metrics") if host.answer is not None else None)

@@ -6,12 +6,20 @@ Other brain rooms import only from here; none imports ``stead.sandbox_host``
 workspace itself (files, search, the shell, exec records): the sandbox host
 runs it inside each isolated body's reach, and the ``unsafe_local`` provider
 runs it in the brain's own process.
+
+The host protocol (``ops``, ``codec``) and its client (``HostClient``,
+``HostSandbox``, ``HostTerminal``, ``host_status``) are imported at their first
+use (``__getattr__``): a server reaches them only once it first talks to a
+host, and one that never does (text-only agents, ``STEAD_SANDBOX=off``) never
+pays the protocol's 59 pydantic models, some 35 ms of start-up and 1 MB.
 """
 
 from __future__ import annotations
 
-from stead.sandbox import codec, ops
-from stead.sandbox.admin import HostStatus, host_status
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from stead.sandbox.address import ClientTimeouts, HostAddress, parse_address
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     GLOB_RESULT_LIMIT,
@@ -29,14 +37,6 @@ from stead.sandbox.base import (
     GlobResult,
     GrepResult,
     Sandbox,
-)
-from stead.sandbox.client import (
-    ClientTimeouts,
-    HostAddress,
-    HostClient,
-    HostSandbox,
-    HostTerminal,
-    parse_address,
 )
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import (
@@ -62,7 +62,6 @@ from stead.sandbox.errors import (
     WorkspaceUnavailable,
 )
 from stead.sandbox.mounts import MountedFile, MountFile, SandboxMounts
-from stead.sandbox.ops import PROTOCOL_VERSION
 from stead.sandbox.provider import (
     PLACEHOLDER_PREFIX,
     EgressCredential,
@@ -83,6 +82,33 @@ from stead.sandbox.terminals import (
     TerminalReplayed,
     TerminalRequest,
 )
+
+if TYPE_CHECKING:
+    from stead.sandbox import codec, ops
+    from stead.sandbox.admin import HostStatus, host_status
+    from stead.sandbox.client import HostClient, HostSandbox, HostTerminal
+    from stead.sandbox.ops import PROTOCOL_VERSION
+
+_AT_FIRST_USE = {
+    "codec": "stead.sandbox.codec",
+    "ops": "stead.sandbox.ops",
+    "PROTOCOL_VERSION": "stead.sandbox.ops",
+    "HostClient": "stead.sandbox.client",
+    "HostSandbox": "stead.sandbox.client",
+    "HostTerminal": "stead.sandbox.client",
+    "HostStatus": "stead.sandbox.admin",
+    "host_status": "stead.sandbox.admin",
+}
+"""Name -> the module that holds it (a module itself: the name is its last part)."""
+
+
+def __getattr__(name: str) -> Any:
+    where = _AT_FIRST_USE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(where)
+    return module if where.endswith(f".{name}") else getattr(module, name)
+
 
 __all__ = [
     "EXEC_OUTPUT_LIMIT",

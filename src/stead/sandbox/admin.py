@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import anyio
 
 from stead.jsonvalues import Json
-from stead.sandbox.client import ClientTimeouts, HostAddress, HostClient
+from stead.sandbox.address import ClientTimeouts, HostAddress
+from stead.sandbox.client import HostClient
 from stead.sandbox.errors import SandboxError
 
 STATUS_TIMEOUTS = ClientTimeouts(connect=5.0, call=10.0)

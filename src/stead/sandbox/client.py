@@ -15,8 +15,6 @@ import os
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -24,6 +22,7 @@ from anyio.abc import ByteStream, SocketAttribute
 
 from stead.jsonvalues import Json
 from stead.sandbox import codec, ops
+from stead.sandbox.address import ClientTimeouts, HostAddress
 from stead.sandbox.base import (
     WORKSPACE,
     DirListing,
@@ -37,7 +36,6 @@ from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import (
     HostLost,
     HostUnreachable,
-    InvalidArgument,
     SandboxNotFound,
     SandboxUnavailable,
     SecretsOutdated,
@@ -58,27 +56,6 @@ from stead.sandbox.terminals import (
 )
 
 MAX_IDLE_CONNECTIONS = 8
-
-
-@dataclass(frozen=True, slots=True)
-class HostAddress:
-    """A Unix socket path, or ``host:port`` with the host's token."""
-
-    unix_path: Path | None = None
-    tcp: str | None = None
-    token: str | None = None
-
-    def __str__(self) -> str:
-        return str(self.unix_path) if self.unix_path is not None else f"tcp://{self.tcp}"
-
-
-@dataclass(frozen=True, slots=True)
-class ClientTimeouts:
-    connect: float = 5.0
-    call: float = 60.0
-    """An ordinary call: a file operation, a status."""
-    wake: float = 960.0
-    """Added to any call that may wake a sandbox (restore, package install)."""
 
 
 class HostClient:
@@ -520,12 +497,3 @@ class HostSandbox:
     async def close(self) -> None:
         """Forgets the sandbox on this side; it lives on in the host (rule 6)."""
         self._closed = True
-
-
-def parse_address(value: str, token: str | None = None) -> HostAddress:
-    """``unix:///path``, a plain path, or ``tcp://host:port`` (needs ``token``)."""
-    if value.startswith("tcp://"):
-        if not token:
-            raise InvalidArgument("a tcp:// sandbox host address needs a token")
-        return HostAddress(tcp=value.removeprefix("tcp://"), token=token)
-    return HostAddress(unix_path=Path(value.removeprefix("unix://")))

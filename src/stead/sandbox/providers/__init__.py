@@ -5,7 +5,7 @@ imports only the provider chosen, so a brain never loads the others."""
 from __future__ import annotations
 
 from stead.config import Settings
-from stead.sandbox.client import HostAddress, parse_address
+from stead.sandbox.address import HostAddress, parse_address
 from stead.sandbox.provider import SandboxProvider
 
 

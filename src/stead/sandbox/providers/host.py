@@ -7,6 +7,9 @@ With a ``HostLauncher``, a local host that does not answer is started
 detached: its own session, no stdin, output appended to ``host.log``, and the
 brain's environment, so it reads the same ``STEAD_*`` settings itself
 (``stead.sandbox_host.settings``). A later brain finds it by its socket.
+
+The host protocol and its client are imported when a host is first reached,
+not when the provider is made at start-up (the package's ``__getattr__``).
 """
 
 from __future__ import annotations
@@ -19,22 +22,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
 from stead.jsonvalues import Json
-from stead.sandbox import ops
+from stead.sandbox.address import ClientTimeouts, HostAddress, parse_address
 from stead.sandbox.base import Sandbox
-from stead.sandbox.client import (
-    ClientTimeouts,
-    HostAddress,
-    HostClient,
-    HostSandbox,
-    parse_address,
-)
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import HostUnreachable, InvalidArgument, SandboxUnavailable
-from stead.sandbox.mounts import HostMounts, SandboxMounts
+from stead.sandbox.host_mounts import HostMounts
+from stead.sandbox.mounts import SandboxMounts
 from stead.sandbox.provider import (
     PLACEHOLDER_PREFIX,
     EgressCredential,
@@ -44,6 +42,10 @@ from stead.sandbox.provider import (
     Placement,
 )
 from stead.sandbox.terminals import Terminal, TerminalRequest
+
+if TYPE_CHECKING:
+    from stead.sandbox import ops
+    from stead.sandbox.client import HostClient, HostSandbox
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -112,6 +114,8 @@ class HostProvider:
             return self._client
 
     async def _connect(self) -> HostClient:
+        from stead.sandbox.client import HostClient
+
         client = HostClient(self._address, self._timeouts)
         try:
             await client.ping()
@@ -164,6 +168,8 @@ class HostProvider:
             return host.address is None
 
     def _remote_client(self, host: HostIdentity) -> HostClient:
+        from stead.sandbox.client import HostClient
+
         if host.address is None:
             raise HostUnreachable(
                 f"the sandbox is on host {host.host_id}, which has no address other "
@@ -184,6 +190,8 @@ class HostProvider:
         return found
 
     async def _sandbox(self, sandbox_id: str, config: SandboxConfig) -> HostSandbox:
+        from stead.sandbox.client import HostSandbox
+
         client, placement = await self._route(sandbox_id)
         return HostSandbox(client, sandbox_id, config, self._secrets, placement=placement)
 
@@ -248,6 +256,8 @@ class _Secrets:
         return found[0] if found is not None else None
 
     async def replace(self, sandbox: HostSandbox, secrets: Sequence[EgressSecret]) -> None:
+        from stead.sandbox import ops
+
         held = self._held.get(sandbox.sandbox_id)
         known = {(v.credential_id, v.name): v.placeholder for v in held[2]} if held else {}
         headers = [
@@ -280,6 +290,8 @@ class _Secrets:
 
 
 def _variable(credential: EnvironmentCredential, placeholder: str | None) -> ops.SecretVariable:
+    from stead.sandbox import ops
+
     hosts = credential.allowed_hosts
     return ops.SecretVariable(
         credential_id=credential.credential_id,

@@ -1,0 +1,165 @@
+"""``SandboxMounts`` over the host protocol (``mounts.py`` has the seam).
+
+A server makes its ``HostMounts`` at start-up; the protocol (``ops``) is
+imported by the first mount op, as the package's ``__getattr__`` says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
+
+from stead.sandbox.config import SandboxConfig
+from stead.sandbox.errors import FileNotFound, FileTooLarge, SandboxNotFound
+from stead.sandbox.mounts import MountedFile, MountFile
+
+if TYPE_CHECKING:
+    from stead.sandbox.client import HostClient
+
+Route: TypeAlias = "Callable[[str], Awaitable[tuple[HostClient, int | None]]]"
+"""A sandbox id -> the client of the host holding it, and its placement."""
+
+
+class HostMounts:
+    """``SandboxMounts`` over the host protocol, on the host ``route`` names."""
+
+    def __init__(self, route: Route) -> None:
+        self._route = route
+
+    async def put(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        mount: str,
+        files: Sequence[MountFile],
+        *,
+        writable: bool,
+    ) -> None:
+        from stead.sandbox import ops
+
+        client, placement = await self._route(sandbox_id)
+        request = ops.PutMount(
+            sandbox_id=sandbox_id,
+            config=config.to_json(),
+            placement=placement,
+            mount=mount,
+            files=[ops.MountFile(path=f.path, data=f.data) for f in files],
+            writable=writable,
+        )
+        await client.call(request)
+
+    async def listing(self, sandbox_id: str, mount: str) -> list[MountedFile]:
+        from stead.sandbox import ops
+
+        client, placement = await self._route(sandbox_id)
+        try:
+            reply = await client.call(
+                ops.ListMount(sandbox_id=sandbox_id, placement=placement, mount=mount)
+            )
+        except SandboxNotFound:
+            return []
+        return [MountedFile(f.path, f.size, f.sha256) for f in reply.files]
+
+    async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
+        from stead.sandbox import ops
+
+        client, placement = await self._route(sandbox_id)
+        request = ops.ReadMount(
+            sandbox_id=sandbox_id, placement=placement, mount=mount, path=path, max_bytes=max_bytes
+        )
+        try:
+            reply = await client.call(request)
+        except SandboxNotFound:
+            raise FileNotFound(f"{mount}/{path}") from None
+        data: bytes = reply.data
+        return data
+
+    async def put_stream(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        mount: str,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        writable: bool,
+    ) -> None:
+        from stead.sandbox import ops
+
+        client, placement = await self._route(sandbox_id)
+        offset = 0
+        async for data, last in _parts(chunks, ops.MOUNT_PART_BYTES):
+            request = ops.PutMountPart(
+                sandbox_id=sandbox_id,
+                config=config.to_json(),
+                placement=placement,
+                mount=mount,
+                path=path,
+                offset=offset,
+                data=data,
+                last=last,
+                writable=writable,
+            )
+            await client.call(request)
+            offset += len(data)
+
+    async def read_stream(
+        self, sandbox_id: str, mount: str, path: str, *, max_bytes: int
+    ) -> AsyncIterator[bytes]:
+        from stead.sandbox import ops
+
+        client, placement = await self._route(sandbox_id)
+        offset = 0
+        while True:
+            request = ops.ReadMountPart(
+                sandbox_id=sandbox_id,
+                placement=placement,
+                mount=mount,
+                path=path,
+                offset=offset,
+                length=ops.MOUNT_PART_BYTES,
+            )
+            try:
+                reply = await client.call(request)
+            except SandboxNotFound:
+                raise FileNotFound(f"{mount}/{path}") from None
+            if reply.size > max_bytes:
+                raise FileTooLarge(f"{mount}/{path}", reply.size, max_bytes)
+            data: bytes = reply.data
+            if data:
+                yield data
+            offset += len(data)
+            if len(data) < ops.MOUNT_PART_BYTES or offset >= reply.size:
+                return
+
+    async def remove(self, sandbox_id: str, mount: str, paths: Sequence[str] | None = None) -> None:
+        from stead.sandbox import ops
+
+        client, placement = await self._route(sandbox_id)
+        request = ops.RemoveMount(
+            sandbox_id=sandbox_id,
+            placement=placement,
+            mount=mount,
+            paths=None if paths is None else list(paths),
+        )
+        try:
+            await client.call(request)
+        except SandboxNotFound:
+            return
+
+
+async def _parts(chunks: AsyncIterable[bytes], size: int) -> AsyncIterator[tuple[bytes, bool]]:
+    """``chunks`` regrouped into parts of ``size`` bytes (the final one shorter,
+    and one empty part for no bytes at all), each with whether it is the last."""
+    held = bytearray()
+    ready: bytes | None = None
+    async for chunk in chunks:
+        held += chunk
+        while len(held) >= size:
+            if ready is not None:
+                yield ready, False
+            ready, held = bytes(held[:size]), held[size:]
+    if ready is not None and held:
+        yield ready, False
+        ready = None
+    yield (bytes(held) if ready is None else ready), True
