@@ -190,6 +190,21 @@ def test_checking_the_host_settings_loads_no_blob_store() -> None:
     assert loaded == []
 
 
+def _served(program: str, **env: str) -> list[str]:
+    """The lines ``program`` prints, run in a fresh interpreter on a data
+    directory of its own (it serves requests through a ``TestClient``)."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        found = subprocess.run(
+            [sys.executable, "-c", program],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+            env={**os.environ, "STEAD_DATA_DIR": data_dir, **env},
+        )
+    return found.stdout.strip().splitlines()
+
+
 def test_a_server_loads_no_pydantic_v1() -> None:
     """``stead serve`` keeps FastAPI from importing ``pydantic.v1`` (to refuse v1
     models, which stead has none of) and serves as well without it."""
@@ -202,16 +217,7 @@ from stead.api.app import create_app
 with TestClient(create_app(read_settings(data_dir=None))) as client:
     print(sys.modules["pydantic.v1"], client.get("/v1/agents").status_code)
 """
-    with tempfile.TemporaryDirectory() as data_dir:
-        found = subprocess.run(
-            [sys.executable, "-c", program],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-            env={**os.environ, "STEAD_DATA_DIR": data_dir},
-        )
-    assert found.stdout.split() == ["None", "401"]
+    assert _served(program) == ["None 401"]
 
 
 def test_a_server_that_has_not_reached_a_host_holds_none_of_its_protocol() -> None:
@@ -230,15 +236,6 @@ with TestClient(create_app(read_settings(data_dir=None))) as client:
     client.get("/readyz")
     print(held())
 """
-    with tempfile.TemporaryDirectory() as data_dir:
-        found = subprocess.run(
-            [sys.executable, "-c", program],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-            env={**os.environ, "STEAD_DATA_DIR": data_dir, "STEAD_SANDBOX_HOST_AUTOSTART": "false"},
-        )
-    before, after = found.stdout.strip().splitlines()
+    before, after = _served(program, STEAD_SANDBOX_HOST_AUTOSTART="false")
     assert before == "[] 401 []"
     assert "'stead.sandbox.client'" in after
