@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import marshal
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -72,12 +73,13 @@ class Texts:
     form, which costs a fifth of an encoding and tells apart what equality
     would not (``True`` and ``1``, ``1`` and ``1.0``); a dict written in
     another key order is only encoded again. Shared by the requests a server
-    answers at once: a lost race encodes a value twice, never wrongly.
+    answers at once (a lock guards the keeping, not the lookup).
     """
 
     def __init__(self, limit: int = MAX_TEXTS) -> None:
         self._texts: dict[bytes, str] = {}
         self._limit = limit
+        self._lock = threading.Lock()
 
     def canonical(self, value: Any) -> str:
         """``canonical(value)``."""
@@ -85,9 +87,10 @@ class Texts:
         text = self._texts.get(key)
         if text is None:
             text = canonical(value)
-            if len(self._texts) >= self._limit:
-                self._texts.pop(next(iter(self._texts)), None)
-            self._texts[key] = text
+            with self._lock:
+                if len(self._texts) >= self._limit:
+                    del self._texts[next(iter(self._texts))]
+                self._texts[key] = text
         return text
 
     def request_digest(self, body: Mapping[str, Any]) -> str:
