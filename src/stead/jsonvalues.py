@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 Json = dict[str, Any]
@@ -96,6 +97,19 @@ def canonical(value: Any) -> str:
     """``value`` in one canonical form: keys sorted, no spaces, text as is. Op keys
     hash it, and a model request is sent in it (its form computed once)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def canonical_array(texts: Iterable[str]) -> str:
+    """``canonical`` of a list whose items' canonical texts are ``texts``."""
+    return "[" + ",".join(texts) + "]"
+
+
+def canonical_object(value: Mapping[str, Any], member: Callable[[str, Any], str]) -> str:
+    """``canonical(value)`` put together from each member's text, ``member(key,
+    value)``: for a caller that holds some of them encoded already (a long
+    conversation's messages), which ``canonical`` would encode again."""
+    items = sorted(value.items(), key=lambda item: item[0])
+    return "{" + ",".join(f"{canonical(key)}:{member(key, v)}" for key, v in items) + "}"
 
 
 def loads(raw: bytes | str, *, root: str = "body") -> Any:

@@ -12,8 +12,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from stead.jsonvalues import canonical
 from stead.testing._anthropic_wire import PromptCache
-from stead.testing._wire import Texts, canonical
+from stead.testing._wire import Texts
 
 _leaves = st.none() | st.booleans() | st.integers(-2, 2) | st.floats() | st.text(max_size=6)
 _json = st.recursive(

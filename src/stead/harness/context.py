@@ -28,7 +28,7 @@ from stead.harness.memory import (
 )
 from stead.harness.model import ModelRequest
 from stead.harness.skills import SkillPrompt, skills_prompt
-from stead.jsonvalues import Json, canonical
+from stead.jsonvalues import Json, canonical, canonical_array
 
 CACHE = {"type": "ephemeral"}
 AGENT_TOOLSET = "agent_toolset_20260401"
@@ -275,9 +275,9 @@ class Rendering:
         message (open, or a marked copy) is encoded now."""
         messages = self.messages()
         if not messages:
-            return messages, "[]"
+            return messages, canonical_array(())
         texts = [*self.finished_json[: len(messages) - 1], canonical(messages[-1])]
-        return messages, "[" + ",".join(texts) + "]"
+        return messages, canonical_array(texts)
 
 
 def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rendering | None:

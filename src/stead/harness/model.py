@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
 
-from stead.jsonvalues import Json, canonical
+from stead.jsonvalues import Json, canonical, canonical_object
 
 
 @dataclass(frozen=True)
@@ -33,14 +33,12 @@ class ModelRequest:
         hashes it and the request is sent in it, and for a long session it is the
         whole conversation."""
         params = self.as_params()
-        if self.messages_json is None:
+        held = self.messages_json
+        if held is None:
             return canonical(params)
-        # The very text ``canonical(params)`` gives: keys sorted, no spaces.
-        members = (
-            canonical(key) + ":" + (self.messages_json if key == "messages" else canonical(value))
-            for key, value in sorted(params.items())
+        return canonical_object(
+            params, lambda key, value: held if key == "messages" else canonical(value)
         )
-        return "{" + ",".join(members) + "}"
 
     def as_params(self) -> Json:
         params: Json = {

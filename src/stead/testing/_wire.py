@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stead.jsonvalues import canonical, canonical_array, canonical_object
 from stead.testing.scripts import Turn
 
 # Request fields that change how an answer is delivered, not what it is.
@@ -59,10 +60,6 @@ class Dialect(Protocol):
         """The frame that reports an error inside a stream."""
 
 
-def canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 class Texts:
     """Canonical texts of the parts of requests, kept by exact value.
 
@@ -97,13 +94,12 @@ class Texts:
         """A stable digest of what was asked, ignoring how it is delivered: of
         ``canonical`` of the body without its delivery fields, put together
         from its values' texts (each message's on its own)."""
-        items = sorted((k, v) for k, v in body.items() if k not in _DELIVERY_FIELDS)
-        text = "{" + ",".join(f"{canonical(k)}:{self._value(k, v)}" for k, v in items) + "}"
-        return hashlib.sha256(text.encode()).hexdigest()
+        asked = {k: v for k, v in body.items() if k not in _DELIVERY_FIELDS}
+        return hashlib.sha256(canonical_object(asked, self._member).encode()).hexdigest()
 
-    def _value(self, key: str, value: Any) -> str:
+    def _member(self, key: str, value: Any) -> str:
         if key == "messages" and isinstance(value, list):
-            return "[" + ",".join(map(self.canonical, value)) + "]"
+            return canonical_array(map(self.canonical, value))
         return self.canonical(value)
 
 
