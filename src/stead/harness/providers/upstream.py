@@ -417,7 +417,11 @@ class Upstream:
         connection.raw = bytearray()
         connection.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
         while b"\r\n\r\n" not in connection.raw:
-            if connection.lost or len(connection.raw) > MAX_TUNNEL_ANSWER:
+            if len(connection.raw) > MAX_TUNNEL_ANSWER:
+                raise UpstreamBroken(
+                    f"the proxy's answer to CONNECT passed {MAX_TUNNEL_ANSWER} bytes"
+                )
+            if connection.lost:
                 raise UpstreamBroken("the proxy closed the connection before its answer")
             await connection.wait(self._timeout)
         head, _, rest = bytes(connection.raw).partition(b"\r\n\r\n")
@@ -429,7 +433,7 @@ class Upstream:
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._context is None:
-            import httpx2  # loaded already by the web tools; its trust is the SDK's
+            import httpx2  # at the first https connection; its trust is the SDK's
 
             self._context = httpx2.create_ssl_context()
         return self._context
