@@ -10,6 +10,8 @@ bus), not the HTTP stack's. Endpoints, all on loopback:
   event an id and ``processed_at`` like stead does, fans the SSE frames out to
   every ``/stream`` reader in memory (no storage), and answers ``{"data": [...]}``.
 - ``GET /stream``: an SSE stream of those frames, framed as stead frames them.
+- ``POST /turn``: as ``/events``, and the frames stored at ``/blobs/turn`` follow
+  the echo on every stream (a turn's other events, as stead streamed them).
 - ``PUT /blobs/<name>`` then ``GET /blobs/<name>``: stores bytes, serves them back as JSON;
   ``POST /blobs/<name>`` reads the request body and answers the same stored bytes
   (a canned answer to a create call).
@@ -70,6 +72,8 @@ class BareApp:
             await respond(send, b"{}")
         elif (method, path) == ("POST", "/events"):
             await self._send_events(receive, send)
+        elif (method, path) == ("POST", "/turn"):
+            await self._send_events(receive, send, then=self._blobs.get("/blobs/turn", b""))
         elif (method, path) == ("GET", "/stream"):
             await self._stream(receive, send)
         elif method == "PUT" and path.startswith("/blobs/"):
@@ -83,7 +87,7 @@ class BareApp:
         else:
             await respond(send, b'{"error":"not found"}', status=404)
 
-    async def _send_events(self, receive: Receive, send: Send) -> None:
+    async def _send_events(self, receive: Receive, send: Send, then: bytes = b"") -> None:
         params = json.loads(await read_body(receive))
         now = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         echoes = []
@@ -96,6 +100,7 @@ class BareApp:
             f"event: {e['type']}\nid: {e['id']}\ndata: ".encode() + dumps(e) + b"\n\n"
             for e in echoes
         )
+        frames += then
         for queue in self._readers:
             queue.put_nowait(frames)
         await respond(send, dumps({"data": echoes}))

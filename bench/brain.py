@@ -19,6 +19,10 @@ figure is printed beside a baseline measured in the same run, and their ratio:
 * text turn: ``events.send`` of a ``user.message`` -> ``session.status_idle``
   read from the SDK's event stream (``events.stream``), p50 and p99. Baseline:
   one bare model call, the SDK streaming an answer straight from the fake model.
+  Beside it, the turn's floor in HTTP and the SDK alone: the same send answered
+  by the bare app, which streams the echo and then the turn's other events (the
+  frames stead streamed for a turn, all in one write) to the SDK's stream, read
+  up to ``session.status_idle``: no store, no model, no loop.
 * bash turn: the same, with the model asking for one ``bash`` call (``true``)
   run in the session's warm bwrap sandbox through a real sandbox host (needs
   root). Baseline: two bare model calls and ``subprocess.run(["bash", "-c",
@@ -39,6 +43,7 @@ turn p50 <= 30 ms, RSS <= 80 MB.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,12 +54,16 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx2
+from anthropic import Stream
 from anthropic.types.beta import BetaManagedAgentsAgent, BetaManagedAgentsSession
-from anthropic.types.beta.sessions import BetaManagedAgentsSendSessionEvents
+from anthropic.types.beta.sessions import (
+    BetaManagedAgentsSendSessionEvents,
+    BetaManagedAgentsStreamSessionEvents,
+)
 
 from stead.testing import HostProcess, ServerProcess, client_tls, free_port
 
@@ -231,6 +240,7 @@ class Samples:
     turn: list[float] = field(default_factory=list)
     bash: list[float] = field(default_factory=list)
     long: list[float] = field(default_factory=list)
+    floor: list[float] = field(default_factory=list)
 
 
 class Bench:
@@ -239,6 +249,7 @@ class Bench:
         self.server = server
         self.stead = sdk(server.url, server.first_key)
         self.bare = sdk(bare.url, "bare")
+        self.bare_url = bare.url
         self.model = anthropic.Anthropic(base_url=model_url, api_key="x", max_retries=0)
         self.steads = Samples()
         self.bares = Samples()
@@ -299,6 +310,40 @@ class Bench:
         )
         self.bares.send.append(took)
 
+    def canned_turn(self, session_id: str) -> None:
+        """Stores in the bare app the frames of the session's last turn after its
+        ``user.message`` echo, framed as stead frames them (``/turn`` streams them)."""
+        raw = self.stead.beta.sessions.events.with_raw_response.list(session_id, limit=100)
+        logged: list[dict[str, Any]] = raw.http_response.json()["data"]
+        last = max(i for i, e in enumerate(logged) if e["type"] == "user.message")
+        frames = b"".join(
+            f"event: {e['type']}\nid: {e['id']}\ndata: ".encode()
+            + json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode()
+            + b"\n\n"
+            for e in logged[last + 1 :]
+        )
+        if not frames.endswith(b"\n\n") or b"session.status_idle" not in frames:
+            raise RuntimeError(f"no finished turn to copy in {session_id}")
+        httpx2.put(f"{self.bare_url}/blobs/turn", content=frames, timeout=WAIT_S).raise_for_status()
+
+    def bare_stream(self) -> Stream[BetaManagedAgentsStreamSessionEvents]:
+        return self.bare.get(
+            "/stream",
+            cast_to=cast(Any, BetaManagedAgentsStreamSessionEvents),
+            stream=True,
+            stream_cls=Stream[BetaManagedAgentsStreamSessionEvents],
+        )
+
+    def bare_turn(self, stream: Any, text: str) -> float:
+        """The text turn's floor: ``turn`` against the bare app's canned turn."""
+        body = {"events": [user_message(text)]}
+        start = time.perf_counter()
+        self.bare.post("/turn", body=body, cast_to=BetaManagedAgentsSendSessionEvents)
+        for event in stream:
+            if event.type == "session.status_idle":
+                return time.perf_counter() - start
+        raise RuntimeError("the bare app's stream ended before the turn's last event")
+
     def bare_model_call(self, text: str, history: list[Any] | None = None) -> float:
         """One streamed model call carrying ``text`` after ``history`` (messages)."""
         messages = [*(history or []), {"role": "user", "content": [{"type": "text", "text": text}]}]
@@ -327,19 +372,24 @@ class Bench:
 
     def text_turns(self, count: int, record: bool) -> None:
         done = 0
-        while done < count:
-            session_id = self.new_session(Samples(), self.stead, self.agent_id)
-            with self.stead.beta.sessions.events.stream(session_id) as stream:
-                for _ in range(min(PER_SESSION, count - done)):
-                    text = f"turn {done}"
-                    sent, turn = self.turn(session_id, stream, text)
-                    call = self.bare_model_call(text)
-                    self.bare_send(text)
-                    if record:
-                        self.steads.send.append(sent)
-                        self.steads.turn.append(turn)
-                        self.bares.turn.append(call)
-                    done += 1
+        with self.bare_stream() as bare_stream:
+            while done < count:
+                session_id = self.new_session(Samples(), self.stead, self.agent_id)
+                with self.stead.beta.sessions.events.stream(session_id) as stream:
+                    for _ in range(min(PER_SESSION, count - done)):
+                        text = f"turn {done}"
+                        sent, turn = self.turn(session_id, stream, text)
+                        if not record and done == 0:
+                            self.canned_turn(session_id)
+                        call = self.bare_model_call(text)
+                        self.bare_send(text)
+                        floor = self.bare_turn(bare_stream, text)
+                        if record:
+                            self.steads.send.append(sent)
+                            self.steads.turn.append(turn)
+                            self.bares.turn.append(call)
+                            self.bares.floor.append(floor)
+                        done += 1
 
     def long_session(self) -> None:
         session_id = self.new_session(Samples(), self.stead, self.agent_id)
@@ -383,6 +433,15 @@ def line(name: str, stead: list[float], bare: list[float], budget: float, base: 
         f"{name} p50 {ms(p50)} p99 {ms(percentile(stead, 99))}"
         f" (target <= {ms(budget, 1)}, {verdict(p50 <= budget)})"
         f" vs {base} p50 {ms(b50)} = {p50 / b50:.2f}x"
+    )
+
+
+def floor_line(turn: list[float], floor: list[float]) -> str:
+    p50, f50 = percentile(turn, 50), percentile(floor, 50)
+    return (
+        f"text turn's floor in HTTP and the SDK (the bare app answering the send and"
+        f" streaming the turn's events) p50 {ms(f50)} = {f50 / TURN_BUDGET_S:.0%} of the"
+        f" target; the turn over it {p50 / f50:.2f}x"
     )
 
 
@@ -444,6 +503,7 @@ def run() -> str:
             line("sessions.create", s.session, b.session, REQUEST_BUDGET_S, "bare app"),
             line("events.send", s.send, b.send, REQUEST_BUDGET_S, "bare app"),
             line("text turn", s.turn, b.turn, TURN_BUDGET_S, "bare model call"),
+            floor_line(s.turn, b.floor),
             long_line(s.long, b.long, s.turn, b.turn),
         ]
         if host is not None:
