@@ -35,7 +35,12 @@ def bash_once(body: dict[str, Any]) -> Turn:
     return echo(body)
 
 
-SCRIPTS = {"echo": echo, "ten_steps": ten_steps, "bash_once": bash_once}
+def brief(body: dict[str, Any]) -> Turn:
+    """A short answer to anything, however long the conversation."""
+    return Turn([Text("noted")])
+
+
+SCRIPTS = {"echo": echo, "ten_steps": ten_steps, "bash_once": bash_once, "brief": brief}
 
 
 @contextmanager

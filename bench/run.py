@@ -27,6 +27,7 @@ BENCHMARKS = (
     "events_list",
     "agent_step",
     "concurrent_sessions",
+    "heavy_sessions",
     "brain",
     "sandbox_start",
     "sandbox_exec",

@@ -17,7 +17,8 @@ such as tool schemas and metadata included):
 ``loads`` parses a request body under these rules; ``problem`` checks a value
 already in memory; ``repaired`` turns a value stored before these rules into one
 that renders (used by the ``0004`` migration, ``stead db check`` and the
-responses' last-resort fallback). Imports nothing from stead.
+responses' last-resort fallback); ``weight`` tells roughly how much memory a
+value holds (caches bound themselves by it). Imports nothing from stead.
 """
 
 from __future__ import annotations
@@ -110,6 +111,32 @@ def canonical_object(value: Mapping[str, Any], member: Callable[[str, Any], str]
     conversation's messages), which ``canonical`` would encode again."""
     items = sorted(value.items(), key=lambda item: item[0])
     return "{" + ",".join(f"{canonical(key)}:{member(key, v)}" for key, v in items) + "}"
+
+
+NODE_WEIGHT = 64
+"""What ``weight`` counts for each value besides its text: about what CPython
+spends on a small object, a dict entry or a list slot."""
+
+
+def weight(value: Any) -> int:
+    """Roughly the bytes ``value`` holds: its strings' lengths and keys', plus
+    ``NODE_WEIGHT`` a value. Cheap enough to take once per value a cache keeps
+    (a long string costs what a short one does), exact enough to bound one by
+    memory rather than by count: an event of an image tool result is five
+    megabytes, one of a status change a few dozen bytes."""
+    total = 0
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        total += NODE_WEIGHT
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, dict):
+            total += sum(len(key) for key in item if isinstance(key, str))
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
 
 
 def loads(raw: bytes | str, *, root: str = "body") -> Any:

@@ -80,6 +80,11 @@ def test_a_log_rendered_in_parts_is_the_log_rendered_whole(
     assert whole is not None
     assert whole.messages() == build_messages(log)
     _same_text(*whole.messages_with_json())
+    # What a cache counts it for is what it holds, however it came to be.
+    afresh = rendering(log)
+    assert afresh is not None
+    assert (whole.weight, whole.finished_weight) == (afresh.weight, afresh.finished_weight)
+    assert whole.weight >= sum(len(text) for text in whole.finished_json)
 
 
 def _same_text(messages: list[Json], messages_json: str | None) -> None:
@@ -158,3 +163,29 @@ def test_renderings_hold_at_most_so_many_events_but_always_the_last() -> None:
     longer = [*second, *(_said("user.message", n) for n in range(14, 20))]
     assert _rendered(renderings, "sesn_2", longer) == build_messages(longer)
     assert renderings.held() == ["sesn_2"]  # over the bound alone: the last stays
+
+
+def _long(kind: str, n: int, size: int) -> Json:
+    return {
+        "type": kind,
+        "id": f"e{n}",
+        "_seq": n,
+        "content": [{"type": "text", "text": "x" * size}],
+    }
+
+
+def test_renderings_hold_at_most_so_many_bytes_but_always_the_last() -> None:
+    # Few events, but one image's tool result weighs megabytes: counting events
+    # alone would let a cache of such sessions grow without bound.
+    renderings = Renderings(most=10, max_events=1000, max_bytes=50_000)
+    small = [_long("user.message", 1, 10), _long("agent.message", 2, 10)]
+    big = [_long("user.message", 1, 10_000), _long("agent.message", 2, 10_000)]
+    _rendered(renderings, "sesn_small", small)
+    _rendered(renderings, "sesn_big", big)
+    assert renderings.held() == ["sesn_small", "sesn_big"]
+    bigger = [*big, _long("user.message", 3, 10_000), _long("agent.message", 4, 10)]
+    assert _rendered(renderings, "sesn_big", bigger) == build_messages(bigger)
+    # Three finished messages of 10,000 characters and their texts: over the bound.
+    assert renderings.held() == ["sesn_big"]
+    _rendered(renderings, "sesn_small", small)
+    assert renderings.held() == ["sesn_small"]

@@ -1,4 +1,5 @@
-"""What a body may hold (``stead.jsonvalues``): each refusal names its path; repairs render."""
+"""What a body may hold (``stead.jsonvalues``): each refusal names its path; repairs
+render; a value's weight follows the memory it holds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,16 @@ import math
 
 import pytest
 
-from stead.jsonvalues import MAX_DEPTH, JsonValueError, dumps_checked, loads, problem, repaired
+from stead.jsonvalues import (
+    MAX_DEPTH,
+    NODE_WEIGHT,
+    JsonValueError,
+    dumps_checked,
+    loads,
+    problem,
+    repaired,
+    weight,
+)
 
 
 @pytest.mark.parametrize(
@@ -64,3 +74,19 @@ def test_the_store_serialiser_refuses_what_it_could_not_render() -> None:
         dumps_checked({"tools": [{"max": math.inf}]})
     with pytest.raises(JsonValueError, match="surrogate"):
         dumps_checked({"a": "\ud800"})
+
+
+def test_a_value_weighs_its_text_and_a_little_for_each_part() -> None:
+    assert weight("x" * 1_000_000) == 1_000_000 + NODE_WEIGHT
+    assert weight(None) == weight(7) == weight(True) == NODE_WEIGHT
+    event = {"type": "user.message", "content": [{"type": "text", "text": "hello"}]}
+    # Six values (the object, its type, the list, the block, its type and text),
+    # the keys' text and the strings'.
+    keys = len("type") + len("content") + len("type") + len("text")
+    strings = len("user.message") + len("text") + len("hello")
+    assert weight(event) == 6 * NODE_WEIGHT + keys + strings
+    # An image's tool result outweighs any number of small events' worth of nodes.
+    image = {"type": "image", "source": {"type": "base64", "data": "A" * 5_000_000}}
+    assert weight(image) > 5_000_000 > 1_000 * weight(event)
+    # Tuples weigh as lists do (renderings hold their blocks in them).
+    assert weight((event, event)) == weight([event, event])

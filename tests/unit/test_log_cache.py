@@ -1,5 +1,6 @@
-"""``LogCache`` holds at most ``capacity`` sessions and ``max_events`` events,
-forgetting the least recently used sessions first and never the one just kept."""
+"""``LogCache`` holds at most ``capacity`` sessions, ``max_events`` events and
+``max_bytes`` of their weight, forgetting the least recently used sessions first
+and never the one just kept."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from stead.store import EventRecord
 from stead.store.inmemory import InMemoryStore
 
 
-def records(session_id: str, first: int, count: int) -> list[EventRecord]:
+def records(session_id: str, first: int, count: int, size: int = 0) -> list[EventRecord]:
     now = datetime.now(UTC)
+    body = {"content": [{"type": "text", "text": "x" * size}]} if size else {}
     return [
-        EventRecord(session_id, f"sevt_{session_id}_{seq}", "user.message", {}, now, seq)
+        EventRecord(session_id, f"sevt_{session_id}_{seq}", "user.message", body, now, seq)
         for seq in range(first, first + count)
     ]
 
@@ -42,3 +44,19 @@ def test_the_least_recently_used_sessions_go_when_too_many_sessions_are_held() -
     for session in "abc":
         cache.add(session, 0, records(session, 1, 2))
     assert held(cache, "a", "b", "c") == {"b": 2, "c": 2}
+
+
+def test_the_least_recently_used_sessions_go_when_the_logs_weigh_too_much() -> None:
+    # Two events of a few dozen bytes and two of 30,000: counting events alone
+    # would hold any number of sessions like the second.
+    cache = LogCache(InMemoryStore(), capacity=10, max_events=1000, max_bytes=50_000)
+    cache.add("light", 0, records("light", 1, 2))
+    cache.add("heavy", 0, records("heavy", 1, 1, size=30_000))
+    assert held(cache, "light", "heavy") == {"light": 2, "heavy": 1}
+    cache.add("heavy", 1, records("heavy", 2, 1, size=30_000))
+    assert held(cache, "light", "heavy") == {"heavy": 2}  # over the bound alone: kept
+    cache.add("light", 0, records("light", 1, 2))
+    assert held(cache, "light", "heavy") == {"light": 2}
+    # What went is forgotten with its weight: the light session alone fits again.
+    cache.add("other", 0, records("other", 1, 1, size=40_000))
+    assert held(cache, "light", "other") == {"light": 2, "other": 1}

@@ -28,7 +28,7 @@ from stead.harness.memory import (
 )
 from stead.harness.model import ModelRequest
 from stead.harness.skills import SkillPrompt, skills_prompt
-from stead.jsonvalues import Json, canonical, canonical_array
+from stead.jsonvalues import Json, canonical, canonical_array, weight
 
 CACHE = {"type": "ephemeral"}
 AGENT_TOOLSET = "agent_toolset_20260401"
@@ -254,6 +254,11 @@ class Rendering:
     """Each finished message in canonical form, encoded once when it finished."""
     open_role: str | None
     open_blocks: tuple[Json, ...]
+    finished_weight: int = 0
+    """What the finished messages and their texts weigh (``jsonvalues.weight``)."""
+    weight: int = 0
+    """Roughly the bytes it holds, the open message's included: caches of
+    renderings are bounded by it."""
 
     def renders_prefix_of(self, events: Sequence[Json]) -> bool:
         count = self.count
@@ -295,7 +300,12 @@ def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rend
     role = start.open_role if start is not None else None
     blocks = list(start.open_blocks) if start is not None else []
     role, blocks = _merged(finished, role, blocks, new)
-    texts += [canonical(message) for message in finished[len(texts) :]]
+    done = len(texts)
+    texts += [canonical(message) for message in finished[done:]]
+    finished_weight = (start.finished_weight if start is not None else 0) + sum(
+        weight(message) + len(text)
+        for message, text in zip(finished[done:], texts[done:], strict=True)
+    )
     return Rendering(
         count=len(events),
         first_id=str(events[0]["id"]),
@@ -304,6 +314,8 @@ def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rend
         finished_json=tuple(texts),
         open_role=role,
         open_blocks=tuple(blocks),
+        finished_weight=finished_weight,
+        weight=finished_weight + weight(blocks),
     )
 
 

@@ -3,10 +3,12 @@
 The log is append-only, so a cached copy stays right: each read fetches only
 the events after the last one seen, and a write or claim that returns the log
 after the cache's last ``seq`` (``since``) brings it up to date with no read of
-its own. Bounded by sessions and by events, as an idle session's log stays
-until something pushes it out: the least recently used sessions are forgotten
-(and read from the store again if they come back) while more than ``capacity``
-sessions or ``max_events`` events are held; the session kept last always stays.
+its own. Bounded by sessions, by events and by their weight in memory
+(``jsonvalues.weight``: an image's tool result weighs five megabytes, a status
+change a few dozen bytes), as an idle session's log stays until something
+pushes it out: the least recently used sessions are forgotten (and read from
+the store again if they come back) while more than ``capacity`` sessions,
+``max_events`` events or ``max_bytes`` are held; the session kept last always stays.
 """
 
 from __future__ import annotations
@@ -14,21 +16,35 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from stead.jsonvalues import Json
+from stead.jsonvalues import Json, weight
 from stead.runtime import events as ev
 from stead.store import EventLog, EventRecord
 
 READ_ALL = 1_000_000_000
+MAX_BYTES = 64 * 1024 * 1024
+"""The default bound on what the held logs weigh; one session's may weigh more
+(the one kept last stays), and sessions past it are read again when they come back."""
 
 
 class LogCache:
-    def __init__(self, store: EventLog, capacity: int = 256, max_events: int = 50_000) -> None:
+    def __init__(
+        self,
+        store: EventLog,
+        capacity: int = 256,
+        max_events: int = 50_000,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self._store = store
         self._capacity = capacity
         self._max_events = max_events
+        self._max_bytes = max_bytes
         self._logs: OrderedDict[str, tuple[int, list[Json]]] = OrderedDict()
+        self._weights: dict[str, int] = {}
+        """What each held session's log weighs (``jsonvalues.weight``)."""
         self._events = 0
         """Events held, over all sessions."""
+        self._bytes = 0
+        """What they weigh, over all sessions."""
 
     def since(self, session_id: str) -> int:
         """The last ``seq`` held for the session (0: nothing)."""
@@ -46,10 +62,11 @@ class LogCache:
         if last_seq < since:
             return None
         new = [r for r in fresh if (r.seq or 0) > last_seq]
-        if new:
-            log = log + [ev.as_log(r) for r in new]
+        added = [ev.as_log(r) for r in new]
+        if added:
+            log = log + added
             last_seq = new[-1].seq or last_seq
-        self._keep(session_id, last_seq, log)
+        self._keep(session_id, last_seq, log, sum(map(weight, added)))
         return log
 
     async def read(self, session_id: str) -> list[Json]:
@@ -61,12 +78,18 @@ class LogCache:
         # forgotten meanwhile, read it whole.
         return log if log is not None else await self.read(session_id)
 
-    def _keep(self, session_id: str, last_seq: int, log: list[Json]) -> None:
+    def _keep(self, session_id: str, last_seq: int, log: list[Json], added: int) -> None:
+        """Holds ``log``, the session's log held before and ``added`` weight more."""
         _, before = self._logs.pop(session_id, (0, []))
         self._logs[session_id] = (last_seq, log)
         self._events += len(log) - len(before)
+        self._weights[session_id] = self._weights.get(session_id, 0) + added
+        self._bytes += added
         while len(self._logs) > 1 and (
-            len(self._logs) > self._capacity or self._events > self._max_events
+            len(self._logs) > self._capacity
+            or self._events > self._max_events
+            or self._bytes > self._max_bytes
         ):
-            _, (_, dropped) = self._logs.popitem(last=False)
+            dropped_id, (_, dropped) = self._logs.popitem(last=False)
             self._events -= len(dropped)
+            self._bytes -= self._weights.pop(dropped_id)

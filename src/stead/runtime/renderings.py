@@ -4,9 +4,10 @@ next step renders only what was logged since (``harness.context.Rendering``).
 Every model step sends the whole conversation, and rendering it from the whole
 log grew with the session; a claim does it inside its transaction, on the
 store's writer. A log with a compaction is rendered whole, as its history is not
-the whole log. Bounded like ``LogCache``, by sessions and by the events their
-renderings hold: the least recently used sessions are forgotten (and rendered
-whole again if they come back); the session rendered last always stays.
+the whole log. Bounded like ``LogCache``, by sessions, by the events their
+renderings hold and by what those weigh (``Rendering.weight``): the least
+recently used sessions are forgotten (and rendered whole again if they come
+back); the session rendered last always stays.
 """
 
 from __future__ import annotations
@@ -18,14 +19,22 @@ from collections.abc import Sequence
 from stead.harness import Rendering, build_messages, rendering
 from stead.jsonvalues import Json
 
+MAX_BYTES = 64 * 1024 * 1024
+"""The default bound on what the held renderings weigh."""
+
 
 class Renderings:
-    def __init__(self, most: int = 256, max_events: int = 50_000) -> None:
+    def __init__(
+        self, most: int = 256, max_events: int = 50_000, max_bytes: int = MAX_BYTES
+    ) -> None:
         self._most = most
         self._max_events = max_events
+        self._max_bytes = max_bytes
         self._held: OrderedDict[str, Rendering] = OrderedDict()
         self._events = 0
         """Events rendered, over all sessions held."""
+        self._bytes = 0
+        """What the renderings held weigh."""
         # Claims render on the store's writer thread; runners on the event loop.
         self._lock = threading.Lock()
 
@@ -41,13 +50,20 @@ class Renderings:
             # Two renderers of one session may race: either result is right for
             # its own log, and the next step checks which log it renders.
             replaced = self._held.pop(session_id, None)
-            self._events += current.count - (replaced.count if replaced is not None else 0)
+            if replaced is not None:
+                self._events -= replaced.count
+                self._bytes -= replaced.weight
+            self._events += current.count
+            self._bytes += current.weight
             self._held[session_id] = current
             while len(self._held) > 1 and (
-                len(self._held) > self._most or self._events > self._max_events
+                len(self._held) > self._most
+                or self._events > self._max_events
+                or self._bytes > self._max_bytes
             ):
                 _, dropped = self._held.popitem(last=False)
                 self._events -= dropped.count
+                self._bytes -= dropped.weight
         return current.messages_with_json()
 
     def held(self) -> list[str]:
