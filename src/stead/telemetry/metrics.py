@@ -2,8 +2,10 @@
 
 Nothing here is module state: tests build several apps in one process, and
 each gets its own ``CollectorRegistry``. Labels are bounded sets (route
-templates, never paths; model names the operator configured; tool kinds), so
-a client cannot grow a series per request.
+templates, never paths; tool kinds; model names, up to ``MODEL_LABELS`` of
+them), so a client cannot grow a series per request. A model is any name an
+agent gives: past the first ``MODEL_LABELS`` a process has seen, the rest are
+counted together as ``other``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 """Most requests answer in a millisecond or two; event streams stay open for long."""
 CALL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 """Model and tool calls: from a cached answer to a long build."""
+MODEL_LABELS = 100
+"""Model names a process labels its series with; more than a deployment uses,
+few enough that agents naming made-up models cannot swell every scrape."""
+OTHER_MODELS = "other"
 
 
 class Metrics:
@@ -101,9 +107,21 @@ class Metrics:
         )
         self._states: set[str] = set()
         """Sandbox states reported so far."""
+        self._models: set[str] = set()
+        """Model names labelled so far (``model_label``)."""
         self.host = HostCollector()
         """Wake and snapshot durations and egress requests, as the host counts them."""
         r.register(self.host)
+
+    def model_label(self, model: str) -> str:
+        """``model`` as the model series label it: itself while fewer than
+        ``MODEL_LABELS`` names have been, else ``other``."""
+        if model in self._models:
+            return model
+        if len(self._models) < MODEL_LABELS:
+            self._models.add(model)
+            return model
+        return OTHER_MODELS
 
     def count_tokens(self, model: str, usage: Mapping[str, int]) -> None:
         for kind, value in usage.items():

@@ -31,6 +31,7 @@ class ModelCall:
     """What a model call's caller reports back: the tokens the answer used."""
 
     model: str
+    """The model's series label (``Metrics.model_label``)."""
     metrics: Metrics
     span: Span
 
@@ -76,19 +77,20 @@ class Telemetry:
         error, with its ``error_type``) is counted, logged and propagates."""
         started = time.monotonic()
         outcome = OK
+        label = self.metrics.model_label(model)
         with self.tracing.span(
             "model call", **{"gen_ai.request.model": model, "stead.session_id": session_id}
         ) as span:
             try:
-                yield ModelCall(model, self.metrics, span)
+                yield ModelCall(label, self.metrics, span)
             except Exception as exc:
                 outcome = str(getattr(exc, "error_type", type(exc).__name__))
                 fields = {"session_id": session_id, "model": model, "error_type": outcome}
                 log.warning("model call failed: %s", exc, extra={FIELDS: fields})
                 raise
             finally:
-                self.metrics.model_calls.labels(model, outcome).inc()
-                self.metrics.model_seconds.labels(model).observe(time.monotonic() - started)
+                self.metrics.model_calls.labels(label, outcome).inc()
+                self.metrics.model_seconds.labels(label).observe(time.monotonic() - started)
 
     @contextmanager
     def tool_call(self, session_id: str, kind: str, name: str) -> Iterator[ToolCall]:
