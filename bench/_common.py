@@ -63,6 +63,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mb(pid: int) -> float:
+    """The process's resident memory now, in MiB."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
 def verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 

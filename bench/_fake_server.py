@@ -7,12 +7,13 @@ from __future__ import annotations
 import gc
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from stead.testing import FakeModel, Text, ToolCall, Turn, assistant_turns, echo
+from stead.testing import FakeModel, ServerProcess, Text, ToolCall, Turn, assistant_turns, echo
 
 
 def ten_steps(body: dict[str, Any]) -> Turn:
@@ -66,6 +67,27 @@ def fake_model_process(script: str) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+@contextmanager
+def served_without_sandbox(script: str) -> Iterator[ServerProcess]:
+    """A started ``stead serve`` (``STEAD_SANDBOX=off``, its own data directory)
+    whose model is the fake in a process of its own, answering by ``script``."""
+    with (
+        tempfile.TemporaryDirectory(prefix="stead-bench-") as tmp,
+        fake_model_process(script) as model_url,
+    ):
+        env = {
+            "STEAD_UPSTREAM_BASE_URL": model_url,
+            "ANTHROPIC_API_KEY": "bench-key-for-the-fake-model",
+            "STEAD_LOG_LEVEL": "warning",
+            "STEAD_SANDBOX": "off",
+        }
+        server = ServerProcess(Path(tmp) / "data", env=env).start()
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def main() -> None:

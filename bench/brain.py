@@ -68,7 +68,16 @@ from anthropic.types.beta.sessions import (
 from stead.testing import HostProcess, ServerProcess, client_tls, free_port
 
 # isort: split
-from _common import BENCH_DIR, BareServer, ms, percentile, size, user_message, verdict
+from _common import (
+    BENCH_DIR,
+    BareServer,
+    ms,
+    percentile,
+    rss_mb,
+    size,
+    user_message,
+    verdict,
+)
 from _fake_server import fake_model_process
 
 STARTS = size("STARTS", 7, 1)
@@ -93,12 +102,6 @@ RSS_BUDGET_MB = 80.0
 
 def sdk(url: str, key: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, timeout=WAIT_S)
-
-
-def rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    kb = int(status.split("VmRSS:")[1].split()[0])
-    return kb / 1024
 
 
 def root_with_bwrap() -> bool:

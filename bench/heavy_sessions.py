@@ -14,16 +14,11 @@ events alone would grow by every session's events up to 256 sessions.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 import anthropic
 
-from stead.testing import ServerProcess
-
 # isort: split
-from _common import size, user_message
-from _fake_server import fake_model_process
+from _common import rss_mb, size, user_message
+from _fake_server import served_without_sandbox
 
 SESSIONS = size("SESSIONS", 120, 2)
 STEP = size("STEP", 20, 1)
@@ -31,11 +26,6 @@ TURNS = 3
 MESSAGE_KIB = size("MESSAGE_KIB", 300, 4)
 MODEL = "claude-sonnet-4-6"
 WAIT_S = 60.0
-
-
-def rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(status.split("VmRSS:")[1].split()[0]) / 1024
 
 
 def session(client: anthropic.Anthropic, agent_id: str, environment_id: str, text: str) -> None:
@@ -51,33 +41,20 @@ def session(client: anthropic.Anthropic, agent_id: str, environment_id: str, tex
 
 
 def run() -> str:
-    with (
-        tempfile.TemporaryDirectory(prefix="stead-bench-") as tmp,
-        fake_model_process("brief") as model_url,
-    ):
-        env = {
-            "STEAD_UPSTREAM_BASE_URL": model_url,
-            "ANTHROPIC_API_KEY": "bench-key-for-the-fake-model",
-            "STEAD_LOG_LEVEL": "warning",
-            "STEAD_SANDBOX": "off",
-        }
-        server = ServerProcess(Path(tmp) / "data", env=env).start()
-        try:
-            assert server.first_key is not None
-            client = anthropic.Anthropic(
-                base_url=server.url, api_key=server.first_key, max_retries=0, timeout=WAIT_S
-            )
-            environment_id = client.beta.environments.create(name="bench").id
-            agent_id = client.beta.agents.create(name="bench", model=MODEL).id
-            started = rss_mb(server.pid)
-            text = "x" * (MESSAGE_KIB * 1024)
-            levels: dict[int, float] = {}
-            for n in range(1, SESSIONS + 1):
-                session(client, agent_id, environment_id, text)
-                if n % STEP == 0 or n == SESSIONS:
-                    levels[n] = rss_mb(server.pid)
-        finally:
-            server.stop()
+    with served_without_sandbox("brief") as server:
+        assert server.first_key is not None
+        client = anthropic.Anthropic(
+            base_url=server.url, api_key=server.first_key, max_retries=0, timeout=WAIT_S
+        )
+        environment_id = client.beta.environments.create(name="bench").id
+        agent_id = client.beta.agents.create(name="bench", model=MODEL).id
+        started = rss_mb(server.pid)
+        text = "x" * (MESSAGE_KIB * 1024)
+        levels: dict[int, float] = {}
+        for n in range(1, SESSIONS + 1):
+            session(client, agent_id, environment_id, text)
+            if n % STEP == 0 or n == SESSIONS:
+                levels[n] = rss_mb(server.pid)
     checked = sorted(levels)
     before = checked[-2] if len(checked) > 1 else checked[-1]
     last = levels[SESSIONS]

@@ -26,11 +26,9 @@ budgets' noise (well under 0.5 ms).
 
 from __future__ import annotations
 
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -40,7 +38,7 @@ from stead.testing import ServerProcess, client_tls
 
 # isort: split
 from _common import cpu_seconds, ms, percentile, size, user_message
-from _fake_server import fake_model_process
+from _fake_server import served_without_sandbox
 
 ROUNDS = size("ROUNDS", 10, 1)
 PER_ROUND = size("PER_ROUND", 20, 2)
@@ -117,21 +115,8 @@ def cpu_line(checked: Side, plain: Side) -> str:
 
 
 def run() -> str:
-    with (
-        tempfile.TemporaryDirectory(prefix="stead-bench-") as tmp,
-        fake_model_process("echo") as model_url,
-    ):
-        env = {
-            "STEAD_UPSTREAM_BASE_URL": model_url,
-            "ANTHROPIC_API_KEY": "bench-key-for-the-fake-model",
-            "STEAD_LOG_LEVEL": "warning",
-            "STEAD_SANDBOX": "off",
-        }
-        server = ServerProcess(Path(tmp) / "data", env=env).start()
-        try:
-            return measure(server)
-        finally:
-            server.stop()
+    with served_without_sandbox("echo") as server:
+        return measure(server)
 
 
 def measure(server: ServerProcess) -> str:
