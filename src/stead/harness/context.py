@@ -254,9 +254,9 @@ class Rendering:
     """Each finished message in canonical form, encoded once when it finished."""
     open_role: str | None
     open_blocks: tuple[Json, ...]
-    finished_weight: int = 0
+    finished_weight: int
     """What the finished messages and their texts weigh (``jsonvalues.weight``)."""
-    weight: int = 0
+    weight: int
     """Roughly the bytes it holds, the open message's included: caches of
     renderings are bounded by it."""
 
