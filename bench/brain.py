@@ -306,12 +306,16 @@ class Bench:
                 for _ in range(per_round):
                     self.new_session(samples, client, self.agent_id)
 
-    def bare_send(self, text: str) -> None:
+    def bare_send(self, text: str, stream: Any) -> None:
+        """The send's baseline; the echo it fans out to ``stream`` is read off
+        it after, so the next bare turn starts with nothing waiting."""
         body = {"events": [user_message(text)]}
         took, _ = timed(
             lambda: self.bare.post("/events", body=body, cast_to=BetaManagedAgentsSendSessionEvents)
         )
         self.bares.send.append(took)
+        for _ in stream:
+            break
 
     def canned_turn(self, session_id: str) -> None:
         """Stores in the bare app the frames of the session's last turn after its
@@ -385,7 +389,7 @@ class Bench:
                         if not record and done == 0:
                             self.canned_turn(session_id)
                         call = self.bare_model_call(text)
-                        self.bare_send(text)
+                        self.bare_send(text, bare_stream)
                         floor = self.bare_turn(bare_stream, text)
                         if record:
                             self.steads.send.append(sent)
