@@ -27,23 +27,52 @@ class PlannedRequest:
     """The MCP tools the request offers."""
 
 
-class PlannedRequests:
-    """Bounded: a claim whose run never reaches a runner here (its transaction
-    failed, another process took the run over) leaves an entry that ages out."""
+MAX_BYTES = 64 * 1024 * 1024
+"""The default bound on what the held requests weigh (``_weight``)."""
 
-    def __init__(self, most: int = 256) -> None:
+
+class PlannedRequests:
+    """Bounded by count and by weight: a claim whose run never reaches a runner
+    here (its transaction failed, another process took the run over) leaves an
+    entry that ages out, and each holds a whole conversation's text; when the
+    database is in trouble such entries come many at once."""
+
+    def __init__(self, most: int = 256, max_bytes: int = MAX_BYTES) -> None:
         self._most = most
-        self._held: OrderedDict[str, PlannedRequest] = OrderedDict()
+        self._max_bytes = max_bytes
+        self._held: OrderedDict[str, tuple[PlannedRequest, int]] = OrderedDict()
+        self._bytes = 0
+        """What the held requests weigh."""
         # Claims plan on the store's writer thread; runners take on the event loop.
         self._lock = threading.Lock()
 
     def put(self, span_id: str, planned: PlannedRequest) -> None:
+        weight = _weight(planned)
         with self._lock:
-            self._held[span_id] = planned
-            while len(self._held) > self._most:
-                self._held.popitem(last=False)
+            replaced = self._held.pop(span_id, None)
+            if replaced is not None:
+                self._bytes -= replaced[1]
+            self._held[span_id] = (planned, weight)
+            self._bytes += weight
+            while len(self._held) > self._most or (
+                len(self._held) > 1 and self._bytes > self._max_bytes
+            ):
+                _, (_, dropped) = self._held.popitem(last=False)
+                self._bytes -= dropped
 
     def take(self, span_id: str) -> PlannedRequest | None:
         """The request planned with the span ``span_id``, once."""
         with self._lock:
-            return self._held.pop(span_id, None)
+            found = self._held.pop(span_id, None)
+            if found is None:
+                return None
+            self._bytes -= found[1]
+            return found[0]
+
+
+def _weight(planned: PlannedRequest) -> int:
+    """Roughly the bytes a planned request holds of its own: its canonical
+    texts, made already (the claim keyed it by them). Its messages are shared
+    with the session's rendering."""
+    request = planned.request
+    return len(request.canonical_params) + len(request.messages_json or "")
