@@ -3,21 +3,22 @@
 The log is append-only, so a cached copy stays right: each read fetches only
 the events after the last one seen, and a write or claim that returns the log
 after the cache's last ``seq`` (``since``) brings it up to date with no read of
-its own. Bounded by sessions, by events and by their weight in memory
-(``jsonvalues.weight``: an image's tool result weighs five megabytes, a status
-change a few dozen bytes), as an idle session's log stays until something
-pushes it out: the least recently used sessions are forgotten (and read from
-the store again if they come back) while more than ``capacity`` sessions,
-``max_events`` events or ``max_bytes`` are held; the session kept last always stays.
+its own. Bounded (``Bounded``) by sessions, by events and by their weight in
+memory (``jsonvalues.weight``: an image's tool result weighs five megabytes, a
+status change a few dozen bytes), as an idle session's log stays until
+something pushes it out: the least recently used sessions are forgotten (and
+read from the store again if they come back) while more than ``capacity``
+sessions, ``max_events`` events or ``max_bytes`` are held; the session kept
+last always stays.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from stead.jsonvalues import Json, weight
 from stead.runtime import events as ev
+from stead.runtime.bounded import Bounded
 from stead.store import EventLog, EventRecord
 
 READ_ALL = 1_000_000_000
@@ -35,30 +36,23 @@ class LogCache:
         max_bytes: int = MAX_BYTES,
     ) -> None:
         self._store = store
-        self._capacity = capacity
-        self._max_events = max_events
-        self._max_bytes = max_bytes
-        self._logs: OrderedDict[str, tuple[int, list[Json]]] = OrderedDict()
-        self._weights: dict[str, int] = {}
-        """What each held session's log weighs (``jsonvalues.weight``)."""
-        self._events = 0
-        """Events held, over all sessions."""
-        self._bytes = 0
-        """What they weigh, over all sessions."""
+        self._logs: Bounded[str, tuple[int, list[Json]]] = Bounded(
+            capacity, max_bytes, max_count=max_events
+        )
 
     def since(self, session_id: str) -> int:
         """The last ``seq`` held for the session (0: nothing)."""
-        return self._logs.get(session_id, (0, []))[0]
+        return self.held(session_id)[0]
 
     def held(self, session_id: str) -> tuple[int, list[Json]]:
         """(last ``seq``, the log up to it). The list is never changed in place."""
-        return self._logs.get(session_id, (0, []))
+        return self._logs.get(session_id) or (0, [])
 
     def add(self, session_id: str, since: int, fresh: Sequence[EventRecord]) -> list[Json] | None:
         """Takes ``fresh``, the whole log after ``since`` as one transaction read
         it; returns the session's log up to date, or None when the cache has
         forgotten what came before ``since`` (then ``read`` it)."""
-        last_seq, log = self._logs.get(session_id, (0, []))
+        last_seq, log = self.held(session_id)
         if last_seq < since:
             return None
         new = [r for r in fresh if (r.seq or 0) > last_seq]
@@ -66,7 +60,8 @@ class LogCache:
         if added:
             log = log + added
             last_seq = new[-1].seq or last_seq
-        self._keep(session_id, last_seq, log, sum(map(weight, added)))
+        grown = self._logs.weight(session_id) + sum(map(weight, added))
+        self._logs.put(session_id, (last_seq, log), grown, count=len(log))
         return log
 
     async def read(self, session_id: str) -> list[Json]:
@@ -77,19 +72,3 @@ class LogCache:
         # Only this task moves the session's entry on while it awaits; if it was
         # forgotten meanwhile, read it whole.
         return log if log is not None else await self.read(session_id)
-
-    def _keep(self, session_id: str, last_seq: int, log: list[Json], added: int) -> None:
-        """Holds ``log``, the session's log held before and ``added`` weight more."""
-        _, before = self._logs.pop(session_id, (0, []))
-        self._logs[session_id] = (last_seq, log)
-        self._events += len(log) - len(before)
-        self._weights[session_id] = self._weights.get(session_id, 0) + added
-        self._bytes += added
-        while len(self._logs) > 1 and (
-            len(self._logs) > self._capacity
-            or self._events > self._max_events
-            or self._bytes > self._max_bytes
-        ):
-            dropped_id, (_, dropped) = self._logs.popitem(last=False)
-            self._events -= len(dropped)
-            self._bytes -= self._weights.pop(dropped_id)

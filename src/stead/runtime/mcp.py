@@ -11,7 +11,6 @@ list, so the next turn lists its tools anew.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -21,7 +20,8 @@ import anyio
 from stead.config import Settings
 from stead.egress_policy import InvalidPolicy
 from stead.harness import McpTool, servers_in_use
-from stead.jsonvalues import Json
+from stead.jsonvalues import Json, weight
+from stead.runtime.bounded import Bounded
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
 from stead.runtime.sandboxconfig import session_networking
 from stead.store import EnvironmentStore, SessionRecord, VaultStore
@@ -34,6 +34,9 @@ CONNECTION_FAILED = "mcp_connection_failed_error"
 AUTHENTICATION_FAILED = "mcp_authentication_failed_error"
 LISTS_KEPT = 4096
 """Server tool lists kept in memory (one per session and server)."""
+LISTS_MAX_BYTES = 64 * 1024 * 1024
+"""What the kept lists may weigh: a server may list hundreds of tools, each
+with its schema, and every session using it keeps a list of its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,7 @@ class McpGateway:
         self._timeout = settings.mcp_timeout_seconds
         self._egress = McpEgress(settings)
         self._tokens = McpTokens(store, box, self._egress, timeout=self._timeout)
-        self._lists: OrderedDict[_ListKey, tuple[McpTool, ...]] = OrderedDict()
+        self._lists: Bounded[_ListKey, tuple[McpTool, ...]] = Bounded(LISTS_KEPT, LISTS_MAX_BYTES)
 
     @property
     def egress(self) -> McpEgress:
@@ -102,7 +105,7 @@ class McpGateway:
             key = (session.id, server["name"], server["url"])
             kept = self._lists.get(key)
             if kept is not None:
-                self._lists.move_to_end(key)
+                self._lists.touch(key)
                 found[server["name"]] = kept
                 return
             listed = await self._list(session, server)
@@ -124,10 +127,8 @@ class McpGateway:
         return Discovery(tuple(tools), tuple(problems))
 
     def _keep(self, key: _ListKey, tools: tuple[McpTool, ...]) -> None:
-        self._lists[key] = tools
-        self._lists.move_to_end(key)
-        while len(self._lists) > LISTS_KEPT:
-            self._lists.popitem(last=False)
+        listed = [(t.name, t.description, t.input_schema) for t in tools]
+        self._lists.put(key, tools, weight(listed))
 
     async def _list(self, session: SessionRecord, server: Json) -> tuple[McpTool, ...] | McpProblem:
         mcp = await load_mcp()
@@ -166,7 +167,7 @@ class McpGateway:
         try:
             result = await self._authorised(session, server, called)
         except _Unusable as exc:
-            self._lists.pop((session.id, server["name"], server["url"]), None)
+            self._lists.pop((session.id, server["name"], server["url"]))
             return McpCall(ToolOutcome.error(exc.problem.message), exc.problem)
         except mcp.McpRefused as exc:
             return McpCall(ToolOutcome.error(f"{server_name}: {exc}"))

@@ -12,10 +12,10 @@ was made by another process, or this one restarted) is built again, as before.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from stead.harness import McpTool, ModelRequest
+from stead.runtime.bounded import Bounded
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,36 +38,19 @@ class PlannedRequests:
     database is in trouble such entries come many at once."""
 
     def __init__(self, most: int = 256, max_bytes: int = MAX_BYTES) -> None:
-        self._most = most
-        self._max_bytes = max_bytes
-        self._held: OrderedDict[str, tuple[PlannedRequest, int]] = OrderedDict()
-        self._bytes = 0
-        """What the held requests weigh."""
+        self._held: Bounded[str, PlannedRequest] = Bounded(most, max_bytes)
         # Claims plan on the store's writer thread; runners take on the event loop.
         self._lock = threading.Lock()
 
     def put(self, span_id: str, planned: PlannedRequest) -> None:
         weight = _weight(planned)
         with self._lock:
-            replaced = self._held.pop(span_id, None)
-            if replaced is not None:
-                self._bytes -= replaced[1]
-            self._held[span_id] = (planned, weight)
-            self._bytes += weight
-            while len(self._held) > self._most or (
-                len(self._held) > 1 and self._bytes > self._max_bytes
-            ):
-                _, (_, dropped) = self._held.popitem(last=False)
-                self._bytes -= dropped
+            self._held.put(span_id, planned, weight)
 
     def take(self, span_id: str) -> PlannedRequest | None:
         """The request planned with the span ``span_id``, once."""
         with self._lock:
-            found = self._held.pop(span_id, None)
-            if found is None:
-                return None
-            self._bytes -= found[1]
-            return found[0]
+            return self._held.pop(span_id)
 
 
 def _weight(planned: PlannedRequest) -> int:

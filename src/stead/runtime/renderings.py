@@ -13,11 +13,11 @@ back); the session rendered last always stays.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 
 from stead.harness import Rendering, build_messages, rendering
 from stead.jsonvalues import Json
+from stead.runtime.bounded import Bounded
 
 MAX_BYTES = 64 * 1024 * 1024
 """The default bound on what the held renderings weigh."""
@@ -27,14 +27,7 @@ class Renderings:
     def __init__(
         self, most: int = 256, max_events: int = 50_000, max_bytes: int = MAX_BYTES
     ) -> None:
-        self._most = most
-        self._max_events = max_events
-        self._max_bytes = max_bytes
-        self._held: OrderedDict[str, Rendering] = OrderedDict()
-        self._events = 0
-        """Events rendered, over all sessions held."""
-        self._bytes = 0
-        """What the renderings held weigh."""
+        self._held: Bounded[str, Rendering] = Bounded(most, max_bytes, max_count=max_events)
         # Claims render on the store's writer thread; runners on the event loop.
         self._lock = threading.Lock()
 
@@ -49,24 +42,10 @@ class Renderings:
         with self._lock:
             # Two renderers of one session may race: either result is right for
             # its own log, and the next step checks which log it renders.
-            replaced = self._held.pop(session_id, None)
-            if replaced is not None:
-                self._events -= replaced.count
-                self._bytes -= replaced.weight
-            self._events += current.count
-            self._bytes += current.weight
-            self._held[session_id] = current
-            while len(self._held) > 1 and (
-                len(self._held) > self._most
-                or self._events > self._max_events
-                or self._bytes > self._max_bytes
-            ):
-                _, dropped = self._held.popitem(last=False)
-                self._events -= dropped.count
-                self._bytes -= dropped.weight
+            self._held.put(session_id, current, current.weight, count=current.count)
         return current.messages_with_json()
 
     def held(self) -> list[str]:
         """The sessions whose renderings are kept, least recently rendered first."""
         with self._lock:
-            return list(self._held)
+            return self._held.keys()
