@@ -30,6 +30,7 @@ from typing import Protocol
 
 from stead.blobs import BlobError
 from stead.failpoints import FailPoints
+from stead.runtime.bounded import Bounded
 from stead.runtime.files import FileExpired, FileKeeper, new_file
 from stead.runtime.together import together
 from stead.sandbox import (
@@ -59,6 +60,9 @@ SKILLS = "/mnt/skills"
 UPLOADS = "/mnt/session/uploads"
 OUTPUTS = "/mnt/session/outputs"
 MAX_MOUNTED_BYTES = 500 * 1024 * 1024
+DIGESTS_KEPT = 65_536
+"""Mounted files whose digest is remembered (about 200 bytes each): a server
+that runs for months mounts more files than it should remember."""
 """The default largest file mounted or captured (``STEAD_MAX_MOUNTED_FILE_BYTES``);
 the bytes cross the host protocol in parts, never whole."""
 
@@ -106,7 +110,7 @@ class SessionMounts:
         self._failpoints = failpoints
         self._mounts = mounts
         self._files = files
-        self._digests: dict[str, str] = {}
+        self._digests: Bounded[str, str] = Bounded(DIGESTS_KEPT, max_bytes=DIGESTS_KEPT * 256)
         """file id -> sha256 of its bytes (files never change), so staging an
         unchanged resource reads nothing from the blob store."""
 
@@ -141,6 +145,7 @@ class SessionMounts:
             if path in gone:
                 continue
             if found is not None and self._digests.get(file_id) == found.sha256:
+                self._digests.touch(file_id)
                 continue
             if not await self._put_file(session_id, config, session.workspace_id, path, file_id):
                 gone.add(path)
@@ -189,7 +194,8 @@ class SessionMounts:
             return False
         except BlobError as exc:  # retryable: the turn waits and tries again
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
-        self._digests[file_id] = digest.hexdigest()
+        hexdigest = digest.hexdigest()
+        self._digests.put(file_id, hexdigest, len(file_id) + len(hexdigest))
         return True
 
     async def capture(self, session_id: str, workspace_id: str) -> Captured:
