@@ -59,3 +59,12 @@ def test_what_is_popped_or_replaced_is_forgotten_with_its_weight() -> None:
     held.put("a", 2, weight=90)  # replaced, not added: 90 held, not 180
     held.put("b", 3, weight=10)
     assert held.keys() == ["a", "b"]
+
+
+def test_a_map_of_values_all_alike_is_bounded_by_its_entries_alone() -> None:
+    held: Bounded[str, str] = Bounded(most=2)
+    held.put("a", "x" * 10_000_000, weight=10_000_000)  # no weight bound to pass
+    held.put("b", "digest")
+    assert held.keys() == ["a", "b"]
+    held.put("c", "digest")
+    assert held.keys() == ["b", "c"]

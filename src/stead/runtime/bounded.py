@@ -5,7 +5,8 @@ The caches of something per session use it (``LogCache``, ``Renderings``,
 ``PlannedRequests``, the MCP tool lists). A bound on entries alone does not
 bound memory: one event may be a five-megabyte image, one tool list hundreds
 of kilobytes. Weights are what the caller says (``jsonvalues.weight``, a
-text's length). While any bound is passed the least recently put or touched
+text's length); a map of values all alike (a file's digest) is bounded by its
+entries alone. While any bound is passed the least recently put or touched
 entries go; the entry put last always stays, however heavy. Not thread-safe:
 a cache used from two threads holds its own lock around it.
 """
@@ -28,7 +29,9 @@ class _Entry(Generic[V]):
 
 
 class Bounded(Generic[K, V]):
-    def __init__(self, most: int, max_bytes: int, max_count: int | None = None) -> None:
+    def __init__(
+        self, most: int, max_bytes: int | None = None, max_count: int | None = None
+    ) -> None:
         self._most = most
         self._max_bytes = max_bytes
         self._max_count = max_count
@@ -51,7 +54,7 @@ class Bounded(Generic[K, V]):
         if key in self._entries:
             self._entries.move_to_end(key)
 
-    def put(self, key: K, value: V, weight: int, count: int = 1) -> None:
+    def put(self, key: K, value: V, weight: int = 0, count: int = 1) -> None:
         """Holds ``value`` for ``key`` (in place of any before it), as the most
         recent entry; then drops the oldest while a bound is passed."""
         self.pop(key)
@@ -76,7 +79,7 @@ class Bounded(Generic[K, V]):
     def _over(self) -> bool:
         return (
             len(self._entries) > self._most
-            or self._bytes > self._max_bytes
+            or (self._max_bytes is not None and self._bytes > self._max_bytes)
             or (self._max_count is not None and self._count > self._max_count)
         )
 

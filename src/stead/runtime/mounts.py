@@ -60,11 +60,11 @@ SKILLS = "/mnt/skills"
 UPLOADS = "/mnt/session/uploads"
 OUTPUTS = "/mnt/session/outputs"
 MAX_MOUNTED_BYTES = 500 * 1024 * 1024
+"""The default largest file mounted or captured (``STEAD_MAX_MOUNTED_FILE_BYTES``);
+the bytes cross the host protocol in parts, never whole."""
 DIGESTS_KEPT = 65_536
 """Mounted files whose digest is remembered (about 200 bytes each): a server
 that runs for months mounts more files than it should remember."""
-"""The default largest file mounted or captured (``STEAD_MAX_MOUNTED_FILE_BYTES``);
-the bytes cross the host protocol in parts, never whole."""
 
 
 @dataclass
@@ -110,7 +110,7 @@ class SessionMounts:
         self._failpoints = failpoints
         self._mounts = mounts
         self._files = files
-        self._digests: Bounded[str, str] = Bounded(DIGESTS_KEPT, max_bytes=DIGESTS_KEPT * 256)
+        self._digests: Bounded[str, str] = Bounded(DIGESTS_KEPT)
         """file id -> sha256 of its bytes (files never change), so staging an
         unchanged resource reads nothing from the blob store."""
 
@@ -194,8 +194,7 @@ class SessionMounts:
             return False
         except BlobError as exc:  # retryable: the turn waits and tries again
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
-        hexdigest = digest.hexdigest()
-        self._digests.put(file_id, hexdigest, len(file_id) + len(hexdigest))
+        self._digests.put(file_id, digest.hexdigest())
         return True
 
     async def capture(self, session_id: str, workspace_id: str) -> Captured:
