@@ -19,12 +19,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import anyio
 from anyio import to_thread
 
 from stead.config import Settings
 from stead.egress_policy import EgressPolicy, UpstreamTls
 from stead.jsonvalues import Json
+from stead.runtime.keyed_locks import KeyedLocks
 from stead.store import CredentialRecord, VaultStore
 from stead.vault import SealError, SecretBox
 
@@ -112,8 +112,8 @@ class McpTokens:
         self._box = box
         self._egress = egress
         self._timeout = timeout
-        self._refreshing: dict[str, anyio.Lock] = {}
-        """Credential id -> the lock one refresh at a time holds."""
+        self._refreshing = KeyedLocks()
+        """By credential id: one refresh at a time."""
 
     async def token_for(self, workspace_id: str, vault_ids: list[str], url: str) -> ServerToken:
         """The token for the server at ``url``, refreshed first if it is about to expire."""
@@ -146,8 +146,7 @@ class McpTokens:
             raise McpAuthFailed(
                 f"credential {credential.id} was refused and has no refresh settings"
             )
-        lock = self._refreshing.setdefault(credential.id, anyio.Lock())
-        async with lock:
+        async with self._refreshing.hold(credential.id):
             current = await self._store.get_credential(
                 credential.workspace_id, credential.vault_id, credential.id
             )

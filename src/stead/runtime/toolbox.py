@@ -35,6 +35,7 @@ from stead.runtime import repositories
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
 from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.files import FileKeeper
+from stead.runtime.keyed_locks import KeyedLocks
 from stead.runtime.memories import MemoryKeeper
 from stead.runtime.memory_mounts import MemoryMounts, MemorySession
 from stead.runtime.memory_tool import DEFINITION as MEMORY_SEARCH_DEFINITION
@@ -143,8 +144,8 @@ class SandboxToolbox:
         self._credentials = credentials
         self._sandboxes: dict[str, Sandbox] = {}
         self._lock = anyio.Lock()
-        self._sandbox_locks: dict[str, anyio.Lock] = {}
-        """Sandbox id -> held while its sandbox is acquired and staged, or
+        self._sandbox_locks = KeyedLocks()
+        """By sandbox id: held while its sandbox is acquired and staged, or
         destroyed: a destroy never comes between a call's staging and its use."""
         self._served: dict[str, _Served] = {}
         """Sessions this process gave a sandbox (tools or a terminal)."""
@@ -223,7 +224,7 @@ class SandboxToolbox:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
         this server's provider has none."""
         await self._renew(session_id)
-        async with self._sandbox_locks.setdefault(session_id, anyio.Lock()):
+        async with self._sandbox_locks.hold(session_id):
             config = await self._serve(session_id)
             await self._stage(session_id, config)
         return await self._provider.terminal(session_id, config, request)
@@ -231,7 +232,7 @@ class SandboxToolbox:
     async def _sandbox(self, session_id: str, *, renewed: bool = False) -> Sandbox:
         if not renewed:
             await self._renew(session_id)
-        async with self._sandbox_locks.setdefault(session_id, anyio.Lock()):
+        async with self._sandbox_locks.hold(session_id):
             async with self._lock:
                 found = self._sandboxes.get(session_id)
                 if found is None:
@@ -551,8 +552,7 @@ class SandboxToolbox:
         time as usage (the lease sweeper calls this)."""
         if lease.session_id is not None:
             await self.capture_outputs(lease.session_id, lease.workspace_id)
-        held = self._sandbox_locks.setdefault(lease.sandbox_id, anyio.Lock())
-        async with held:
+        async with self._sandbox_locks.hold(lease.sandbox_id):
             current = await self._store.sandbox_lease(lease.sandbox_id)
             if current is not None and current.status == SandboxLeaseStatus.ACTIVE:
                 # Taken again since the sweeper listed it (an explicit release,
@@ -570,8 +570,6 @@ class SandboxToolbox:
             self._follow(lease)
             total = await self._provider.release(lease.sandbox_id)
             self._placements.forget(lease.sandbox_id)
-        if held.statistics().tasks_waiting == 0:
-            self._sandbox_locks.pop(lease.sandbox_id, None)
         if total is not None:
             # The host counts all wakes of the sandbox (also before an earlier
             # destroy and revival); the store books what it has not seen yet.

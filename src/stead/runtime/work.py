@@ -25,6 +25,7 @@ from stead.events import EventType
 from stead.harness import unresolved_tool_uses
 from stead.ids import new_id
 from stead.jsonvalues import Json
+from stead.runtime.bounded import Bounded
 from stead.runtime.bus import Bus
 from stead.runtime.logcache import LogCache
 from stead.store import (
@@ -46,6 +47,9 @@ WORKER_TOOLS = frozenset({"bash", "read", "write", "edit", "glob", "grep"})
 stay in the brain."""
 RECHECK_SECONDS = 5.0
 """How often a waiting turn reads the log itself, in case it missed a notice."""
+ENVIRONMENTS_KEPT = 4096
+"""Environments whose type and pollers are remembered, the most recently used:
+one forgotten is read again, or counts its workers again from their next poll."""
 
 
 def in_doubt_result(use_id: str, message: str) -> NewEvent:
@@ -81,22 +85,27 @@ class WorkQueue:
         self._store = store
         self._bus = bus
         self._logs = logs
-        self._self_hosted: dict[str, bool] = {}
+        self._self_hosted: Bounded[str, bool] = Bounded(ENVIRONMENTS_KEPT)
         """Environment id -> self-hosted; a config never changes type (spec §2.2)."""
         self._arrivals: dict[str, anyio.Event] = {}
-        """Environment id -> set when an item is queued there (long polls wait on it)."""
-        self._pollers: dict[str, dict[str, float]] = {}
+        """Environment id -> set when an item is queued there (long polls wait on
+        it); held while a poll waits."""
+        self._pollers: Bounded[str, dict[str, float]] = Bounded(ENVIRONMENTS_KEPT)
         """Environment id -> worker id -> when it last polled (for ``stats``)."""
 
     async def self_hosted(self, session: SessionRecord) -> bool:
         env_id = session.environment_id
-        if env_id not in self._self_hosted:
-            try:
-                env = await self._store.get_environment(session.workspace_id, env_id)
-            except NotFound:
-                return False
-            self._self_hosted[env_id] = env.config.get("type") == "self_hosted"
-        return self._self_hosted[env_id]
+        known = self._self_hosted.get(env_id)
+        if known is not None:
+            self._self_hosted.touch(env_id)
+            return known
+        try:
+            env = await self._store.get_environment(session.workspace_id, env_id)
+        except NotFound:
+            return False
+        known = env.config.get("type") == "self_hosted"
+        self._self_hosted.put(env_id, known)
+        return known
 
     async def ensure(self, session: SessionRecord) -> WorkItem | None:
         """The session's live work item, queued now if it has none."""
@@ -118,11 +127,21 @@ class WorkQueue:
     async def wait_for_work(self, environment_id: str, seconds: float) -> None:
         """Returns when an item is queued in the environment, or after ``seconds``."""
         arrived = self._arrivals.setdefault(environment_id, anyio.Event())
-        with anyio.move_on_after(seconds):
-            await arrived.wait()
+        try:
+            with anyio.move_on_after(seconds):
+                await arrived.wait()
+        finally:
+            # notify() takes the event it sets; one that timed out goes with its last waiter.
+            unwaited = arrived.statistics().tasks_waiting == 0
+            if unwaited and self._arrivals.get(environment_id) is arrived:
+                del self._arrivals[environment_id]
 
     def polled(self, environment_id: str, worker_id: str | None) -> None:
-        seen = self._pollers.setdefault(environment_id, {})
+        seen = self._pollers.get(environment_id)
+        if seen is None:
+            seen = {}
+            self._pollers.put(environment_id, seen)
+        self._pollers.touch(environment_id)
         seen[worker_id or "anonymous"] = anyio.current_time()
         horizon = anyio.current_time() - self._settings.work_lease_seconds
         for worker, at in list(seen.items()):
@@ -131,7 +150,8 @@ class WorkQueue:
 
     def workers_polling(self, environment_id: str) -> int:
         horizon = anyio.current_time() - self._settings.work_lease_seconds
-        return sum(1 for at in self._pollers.get(environment_id, {}).values() if at >= horizon)
+        seen = self._pollers.get(environment_id) or {}
+        return sum(1 for at in seen.values() if at >= horizon)
 
     async def settle(self, item: WorkItem) -> EventsAccepted | None:
         """After a worker lost the item: answers the calls it may have started,
