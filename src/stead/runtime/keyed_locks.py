@@ -4,7 +4,9 @@ A map that gave every key a lock of its own and kept it grew by every key a
 server ever locked, for as long as it ran. Here a key's lock goes from the map
 once nobody holds it or waits for it; the next caller makes a new one. A lock
 released to a waiter stays held (anyio hands it over), so it is never dropped
-from under the task it was handed to.
+from under the task it was handed to; and a caller takes the lock from the map
+and becomes its holder or a waiter with no await between, so no lock can be
+dropped between the two either.
 """
 
 from __future__ import annotations
