@@ -141,7 +141,8 @@ class WorkQueue:
         if seen is None:
             seen = {}
             self._pollers.put(environment_id, seen)
-        self._pollers.touch(environment_id)
+        else:
+            self._pollers.touch(environment_id)
         seen[worker_id or "anonymous"] = anyio.current_time()
         horizon = anyio.current_time() - self._settings.work_lease_seconds
         for worker, at in list(seen.items()):
