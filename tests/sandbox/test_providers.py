@@ -147,6 +147,28 @@ async def test_status_is_none_until_acquired_and_after_release(case: Case) -> No
         await case.provider.release(sandbox_id)
 
 
+async def test_forgetting_a_sandbox_destroys_nothing(case: Case) -> None:
+    """What another process's destroy asks of this one: the provider lets go of
+    the sandbox, and the sandbox (anyone else's now) is as it was."""
+    sandbox_id = new_id()
+    case.provider.forget(sandbox_id)  # one it never held
+    if not case.sandboxes:
+        return
+    try:
+        sandbox = await case.provider.acquire(sandbox_id, WANTED)
+        await sandbox.write_file("kept.txt", b"kept\n")
+        if case.secrets:
+            credential = EgressCredential("api.example", "authorization", "Bearer forgotten")
+            await case.provider.set_secrets(sandbox_id, WANTED, [credential])
+        case.provider.forget(sandbox_id)
+        status = await case.provider.status(sandbox_id)
+        assert status is not None and status["state"] == "active"
+        again = await case.provider.acquire(sandbox_id, WANTED)
+        assert await again.read_file("kept.txt", max_bytes=100) == b"kept\n"
+    finally:
+        await case.provider.release(sandbox_id)
+
+
 async def test_secrets_are_held_only_where_the_sandbox_cannot_read_them(case: Case) -> None:
     sandbox_id = new_id()
     secret = f"secret-{new_id()}"

@@ -71,6 +71,7 @@ class Peers:
         self.woken: list[str] = []
         self.interrupted: list[str] = []
         self.vaults: list[str] = []
+        self.destroyed: list[str] = []
         self.called = anyio.Event()
 
     def wake(self, session_id: str) -> None:
@@ -83,6 +84,10 @@ class Peers:
 
     def credentials_changed(self, vault_id: str) -> None:
         self.vaults.append(vault_id)
+        self.called.set()
+
+    def sandbox_destroyed(self, sandbox_id: str) -> None:
+        self.destroyed.append(sandbox_id)
         self.called.set()
 
 
@@ -118,12 +123,14 @@ async def test_wake_ups_reach_the_other_process_only(store: SqlStore) -> None:
         one.run_queued("sesn_1")
         one.interrupt("sesn_2")
         one.credentials_changed("vlt_3")
+        one.sandbox_destroyed("sesn_4")
         with anyio.fail_after(5):
-            while len(there.vaults) < 1:
+            while len(there.destroyed) < 1:
                 await there.called.wait()
                 there.called = anyio.Event()
-    assert (there.woken, there.interrupted, there.vaults) == (["sesn_1"], ["sesn_2"], ["vlt_3"])
-    assert (here.woken, here.interrupted, here.vaults) == ([], [], [])
+    assert (there.woken, there.interrupted) == (["sesn_1"], ["sesn_2"])
+    assert (there.vaults, there.destroyed) == (["vlt_3"], ["sesn_4"])
+    assert (here.woken, here.interrupted, here.vaults, here.destroyed) == ([], [], [], [])
 
 
 async def test_a_lost_notice_is_healed_by_the_slow_poll(store: SqlStore) -> None:

@@ -173,7 +173,7 @@ def create_app(
             if toolbox.leased:
                 sweeper = LeaseSweeper(
                     opened,
-                    toolbox.destroy,
+                    runtime.destroy_sandbox,
                     interval=settings.sandbox_sweep_interval_seconds,
                     destroy_timeout=SWEEP_DESTROY_SECONDS,
                 )

@@ -120,6 +120,7 @@ async def metrics(request: Request) -> Response:
     found = telemetry(request).metrics
     with anyio.move_on_after(CHECK_SECONDS):
         found.queued_runs.set(len(await app.store.queued_runs()))
+    found.sandboxes_served.set(app.sandboxes.served)
     if app.settings.sandbox == "bwrap":
         host = await sandbox.host_status(host_address(app.settings))
         if host.answer is not None:

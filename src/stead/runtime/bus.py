@@ -120,6 +120,10 @@ class Peers(Protocol):
         """A credential of the vault changed: refresh the sandboxes served here."""
         ...
 
+    def sandbox_destroyed(self, sandbox_id: str) -> None:
+        """Another process destroyed the sandbox: let go of what is held of it here."""
+        ...
+
 
 class Bus(Protocol):
     def subscribe(
@@ -153,6 +157,10 @@ class Bus(Protocol):
 
     def credentials_changed(self, vault_id: str) -> None:
         """Tells the other processes a credential of ``vault_id`` changed."""
+        ...
+
+    def sandbox_destroyed(self, sandbox_id: str) -> None:
+        """Tells the other processes this one destroyed the sandbox."""
         ...
 
     async def serve(
@@ -218,6 +226,9 @@ class LocalBus:
         pass
 
     def credentials_changed(self, vault_id: str) -> None:
+        pass
+
+    def sandbox_destroyed(self, sandbox_id: str) -> None:
         pass
 
     async def serve(

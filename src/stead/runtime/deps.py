@@ -126,6 +126,16 @@ class Toolbox(Protocol):
         had no sandbox lease when its run was claimed (``RunStart.lease``)."""
         ...
 
+    async def destroy(self, lease: SandboxLease) -> None:
+        """Destroys an expired lease's sandbox and books its active time (the
+        lease sweeper's work); none whose lease was taken again since."""
+        ...
+
+    async def forget(self, sandbox_id: str) -> None:
+        """Another process destroyed the sandbox: what this one held of it goes,
+        unless its lease is active again."""
+        ...
+
     async def aclose(self) -> None: ...
 
 

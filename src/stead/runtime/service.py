@@ -25,7 +25,14 @@ from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
 from stead.runtime.mcp import McpGateway
 from stead.runtime.work import WorkQueue
-from stead.store import ClaimTerms, DatabaseBusy, EventRecord, EventsAccepted, RunStart
+from stead.store import (
+    ClaimTerms,
+    DatabaseBusy,
+    EventRecord,
+    EventsAccepted,
+    RunStart,
+    SandboxLease,
+)
 
 log = logging.getLogger("stead.runtime")
 
@@ -153,6 +160,24 @@ class Runtime:
         """Another process changed a credential of ``vault_id`` (``Peers``)."""
         if self._group is not None:
             self._group.start_soon(self._deps.tools.credentials_changed, vault_id)
+
+    async def destroy_sandbox(self, lease: SandboxLease) -> None:
+        """The lease sweeper's destroy: the sandbox goes, then the other processes
+        let go of what they held of it (a sandbox is served by whichever process
+        runs its session's turn, so each may hold some)."""
+        await self._deps.tools.destroy(lease)
+        self._deps.bus.sandbox_destroyed(lease.sandbox_id)
+
+    def sandbox_destroyed(self, sandbox_id: str) -> None:
+        """Another process destroyed the sandbox (``Peers``)."""
+        if self._group is not None:
+            self._group.start_soon(self._forget, sandbox_id)
+
+    async def _forget(self, sandbox_id: str) -> None:
+        try:
+            await self._deps.tools.forget(sandbox_id)
+        except DatabaseBusy as exc:  # what is held stays; nothing is wrong in using it
+            log.warning("sandbox %s: what this process held of it stays: %s", sandbox_id, exc)
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""

@@ -8,13 +8,16 @@ each, ``<kind> <origin> <arg>...``:
 * ``d <session> <event id>`` the session was deleted (readers end);
 * ``q <session>`` a run of the session waits to be claimed;
 * ``i <session>`` a user interrupted the session's turn;
-* ``c <vault>`` a credential of the vault changed.
+* ``c <vault>`` a credential of the vault changed;
+* ``s <sandbox>`` the sandbox was destroyed (what other processes held of it goes).
 
 Notices are sent by one task, coalesced (a session's newest ``seq`` only), in
 one round trip per batch; publishing never waits on the database. A lost
 notice is healed by polling: every ``poll_seconds``, and after the channel
 reconnects, each reader here reads the store again, and the runtime's reaper
-looks for queued runs on its own schedule.
+looks for queued runs on its own schedule. A lost ``s`` leaves a process
+holding a few kilobytes of a sandbox that is gone (its record, its credentials
+in memory) until that sandbox is destroyed again or the process stops.
 """
 
 from __future__ import annotations
@@ -93,6 +96,9 @@ class SharedBus:
     def credentials_changed(self, vault_id: str) -> None:
         self._post("c", vault_id)
 
+    def sandbox_destroyed(self, sandbox_id: str) -> None:
+        self._post("s", sandbox_id)
+
     def reader_count(self, session_id: str) -> int:
         return self._local.reader_count(session_id)
 
@@ -160,6 +166,8 @@ class SharedBus:
             peers.interrupt(args[0])
         elif kind == "c":
             peers.credentials_changed(args[0])
+        elif kind == "s":
+            peers.sandbox_destroyed(args[0])
         else:
             raise ValueError(kind)
 

@@ -44,6 +44,7 @@ from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
 from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
+from stead.runtime.served import Served, ServedSecrets
 from stead.runtime.together import together
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -103,18 +104,6 @@ class SandboxView:
     """Why the host could not be asked."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Served:
-    """A session this process gave a sandbox: what its sandbox is made of and
-    where its credentials come from (``vault_ids`` never change after create)."""
-
-    session_id: str
-    workspace_id: str
-    vault_ids: tuple[str, ...]
-    config: SandboxConfig
-    memory: MemorySession
-
-
 class ToolboxStore(
     MountsStore, EnvironmentStore, LeaseStore, UsageStore, MemoryStoreStore, Protocol
 ):
@@ -147,14 +136,9 @@ class SandboxToolbox:
         self._sandbox_locks = KeyedLocks()
         """By sandbox id: held while its sandbox is acquired and staged, or
         destroyed: a destroy never comes between a call's staging and its use."""
-        self._served: dict[str, _Served] = {}
+        self._served: dict[str, Served] = {}
         """Sessions this process gave a sandbox (tools or a terminal)."""
-        self._stale_secrets: set[str] = set()
-        """Sessions whose sandbox must get its credentials before its next use."""
-        self._secrets_held: set[str] = set()
-        """Sessions whose sandbox holds credentials from this process."""
-        self._secrets_lock = anyio.Lock()
-        """One push at a time: a set computed earlier never overtakes a later one."""
+        self._secrets = ServedSecrets(provider, credentials)
         self._web = WebTools(settings, store, credentials)
         mounts = provider.mounts()
         self._failpoints = failpoints or FailPoints(None)
@@ -176,7 +160,16 @@ class SandboxToolbox:
         """Session id -> what the agent must hear of its memories (a staging's
         write-back found a conflict), said at the end of its next call's result."""
         self._stale_mounts: set[str] = set()
-        """Sessions whose sandbox is staged (``mounts.py``) before its next use."""
+        """Sessions served here whose sandbox is staged (``mounts.py``) before its
+        next use. Only those: one served here later is staged first anyway, and
+        a set of every session whose resources changed would grow without end."""
+
+    @property
+    def served(self) -> int:
+        """Sessions whose sandbox this process serves: a handle, the credentials
+        it gave it, its staging; kept until the sandbox is destroyed, here or
+        (``forget``) by another process."""
+        return len(self._served)
 
     @property
     def leased(self) -> bool:
@@ -204,7 +197,11 @@ class SandboxToolbox:
         went elsewhere is acquired and staged again there."""
         if lease is not None and self._placements.follow(lease):
             self._sandboxes.pop(lease.sandbox_id, None)
-            self._stale_mounts.add(lease.sandbox_id)
+            self._restage(lease.sandbox_id)
+
+    def _restage(self, session_id: str) -> None:
+        if session_id in self._served:
+            self._stale_mounts.add(session_id)
 
     async def move_sandbox(self, session_id: str) -> bool:
         """The session's sandbox's host does not answer: its lease moves to this
@@ -217,7 +214,7 @@ class SandboxToolbox:
             return False
         if moved:
             self._sandboxes.pop(session_id, None)
-            self._stale_mounts.add(session_id)
+            self._restage(session_id)
         return moved
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
@@ -240,8 +237,8 @@ class SandboxToolbox:
                     with self._telemetry.sandbox_acquire(session_id):
                         found = await self._provider.acquire(session_id, config)
                     self._sandboxes[session_id] = found
-            if session_id in self._stale_secrets:  # a change that could not be pushed at once
-                await self._give_secrets(self._served[session_id])
+            if self._secrets.stale(session_id):  # a change that could not be pushed at once
+                await self._secrets.give(self._served[session_id])
             await self._stage(session_id, self._served[session_id].config)
         return found
 
@@ -252,7 +249,7 @@ class SandboxToolbox:
 
     def resources_changed(self, session_id: str) -> None:
         """The session's resources changed: its sandbox is staged before its next use."""
-        self._stale_mounts.add(session_id)
+        self._restage(session_id)
 
     async def _stage(self, session_id: str, config: SandboxConfig) -> None:
         if self._mounts is None or session_id not in self._stale_mounts:
@@ -310,7 +307,7 @@ class SandboxToolbox:
         self._follow(lease)
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
-        self._stale_mounts.add(session_id)
+        self._restage(session_id)
         refusal = None
         try:
             refusal = (await self._mounts.capture(session_id, workspace_id)).refusal()
@@ -345,7 +342,7 @@ class SandboxToolbox:
         config = await self._config(session)
         served = self._served.get(session_id)
         if served is None:
-            served = _Served(
+            served = Served(
                 session_id,
                 session.workspace_id,
                 tuple(session.vault_ids),
@@ -353,30 +350,10 @@ class SandboxToolbox:
                 MemorySession.of(session),
             )
             self._served[session_id] = served
-            self._stale_secrets.add(session_id)
+            self._secrets.mark_stale(session_id)
             self._stale_mounts.add(session_id)
-        await self._give_secrets(served)
+        await self._secrets.give(served)
         return config
-
-    async def _give_secrets(self, served: _Served) -> None:
-        """Sends the session's vault credentials to its sandbox if they are stale.
-        A session with none sends nothing, so providers that cannot hold any
-        still serve it; one with some on such a provider gets ``NoSandbox``."""
-        session_id, config = served.session_id, served.config
-        async with self._secrets_lock:
-            if session_id not in self._stale_secrets:
-                return
-            secrets = await self._credentials.egress_secrets(
-                session_id, served.workspace_id, served.vault_ids
-            )
-            if secrets or session_id in self._secrets_held:
-                try:
-                    await self._provider.set_secrets(session_id, config, secrets)
-                except NoSandbox as exc:
-                    message = f"the session's credentials cannot be used: {exc}"
-                    raise NoSandbox(message) from None
-                self._secrets_held.add(session_id)
-            self._stale_secrets.discard(session_id)
 
     async def credentials_changed(self, source: str) -> None:
         """A credential of vault ``source`` was added, changed, archived or deleted
@@ -387,9 +364,9 @@ class SandboxToolbox:
         for session_id, served in list(self._served.items()):
             if source not in served.vault_ids and source != session_id:
                 continue
-            self._stale_secrets.add(session_id)
+            self._secrets.mark_stale(session_id)
             try:
-                await self._give_secrets(served)
+                await self._secrets.give(served)
             except (SandboxError, DatabaseBusy) as exc:
                 log.warning(
                     "session %s gets its changed credentials at its next tool call: %s",
@@ -553,20 +530,11 @@ class SandboxToolbox:
         if lease.session_id is not None:
             await self.capture_outputs(lease.session_id, lease.workspace_id)
         async with self._sandbox_locks.hold(lease.sandbox_id):
-            current = await self._store.sandbox_lease(lease.sandbox_id)
-            if current is not None and current.status == SandboxLeaseStatus.ACTIVE:
+            if await self._in_use(lease.sandbox_id):
                 # Taken again since the sweeper listed it (an explicit release,
                 # then a call): the sandbox is in use, and no longer to destroy.
                 return
-            async with self._lock:
-                sandbox = self._sandboxes.pop(lease.sandbox_id, None)
-                self._served.pop(lease.sandbox_id, None)
-                self._secrets_held.discard(lease.sandbox_id)
-                self._stale_secrets.discard(lease.sandbox_id)
-                self._stale_mounts.discard(lease.sandbox_id)
-                self._notes.pop(lease.sandbox_id, None)
-            if sandbox is not None:
-                await sandbox.close()
+            await self._let_go(lease.sandbox_id)
             self._follow(lease)
             total = await self._provider.release(lease.sandbox_id)
             self._placements.forget(lease.sandbox_id)
@@ -579,6 +547,32 @@ class SandboxToolbox:
                 workspace_id=lease.workspace_id,
                 total=total,
             )
+
+    async def forget(self, sandbox_id: str) -> None:
+        """Another process destroyed the sandbox: what this one held of it goes
+        (its handle, credentials, staging, placement), as its own destroy would
+        let go of it. Not if its lease is active again: this process may have
+        given the new sandbox credentials it must go on tracking."""
+        async with self._sandbox_locks.hold(sandbox_id):
+            if await self._in_use(sandbox_id):
+                return
+            await self._let_go(sandbox_id)
+            self._placements.forget(sandbox_id)
+            self._provider.forget(sandbox_id)
+
+    async def _in_use(self, sandbox_id: str) -> bool:
+        current = await self._store.sandbox_lease(sandbox_id)
+        return current is not None and current.status == SandboxLeaseStatus.ACTIVE
+
+    async def _let_go(self, sandbox_id: str) -> None:
+        async with self._lock:
+            sandbox = self._sandboxes.pop(sandbox_id, None)
+            self._served.pop(sandbox_id, None)
+            self._secrets.forget(sandbox_id)
+            self._stale_mounts.discard(sandbox_id)
+            self._notes.pop(sandbox_id, None)
+        if sandbox is not None:
+            await sandbox.close()
 
     async def aclose(self) -> None:
         sandboxes, self._sandboxes = list(self._sandboxes.values()), {}

@@ -167,4 +167,10 @@ class SandboxProvider(Protocol):
         active seconds, or None if there was no such sandbox."""
         ...
 
+    def forget(self, sandbox_id: str) -> None:
+        """Drops what this process holds for the sandbox (where it is, its
+        credentials) and asks nothing of any host: another process destroyed
+        it. The sandbox's next acquire starts from nothing here."""
+        ...
+
     async def aclose(self) -> None: ...

@@ -105,6 +105,11 @@ class Metrics:
         self.queued_runs = Gauge(
             "stead_queued_runs", "Runs waiting to be claimed (read at scrape time)", registry=r
         )
+        self.sandboxes_served = Gauge(
+            "stead_sandboxes_served",
+            "Sandboxes this process holds a session's state for (read at scrape time)",
+            registry=r,
+        )
         self._states: set[str] = set()
         """Sandbox states reported so far."""
         self._models: set[str] = set()

@@ -224,6 +224,9 @@ class MemoryProvider:
     def mounts(self) -> SandboxMounts | None:
         return None
 
+    def forget(self, sandbox_id: str) -> None:
+        pass  # not leased: its sandboxes are this process's own, which no other destroys
+
     async def release(self, sandbox_id: str) -> float | None:
         found = self.sandboxes.pop(sandbox_id, None)
         if found is None:

@@ -232,6 +232,10 @@ class HostProvider:
         client, _ = await self._route(sandbox_id)
         return await client.destroy(sandbox_id)
 
+    def forget(self, sandbox_id: str) -> None:
+        self._secrets.forget(sandbox_id)
+        self._placements.pop(sandbox_id, None)
+
     async def aclose(self) -> None:
         clients, self._remote = list(self._remote.values()), {}
         if self._client is not None:

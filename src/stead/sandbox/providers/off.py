@@ -52,6 +52,9 @@ class OffProvider:
     def mounts(self) -> SandboxMounts | None:
         return None
 
+    def forget(self, sandbox_id: str) -> None:
+        pass  # no sandboxes at all
+
     async def release(self, sandbox_id: str) -> float | None:
         return None
 

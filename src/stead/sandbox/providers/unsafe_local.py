@@ -83,6 +83,9 @@ class UnsafeLocalProvider:
     def mounts(self) -> SandboxMounts | None:
         return None
 
+    def forget(self, sandbox_id: str) -> None:
+        pass  # not leased: its sandboxes are this process's own, which no other destroys
+
     async def release(self, sandbox_id: str) -> float | None:
         async with self._lock:
             found = self._sandboxes.pop(sandbox_id, None)
