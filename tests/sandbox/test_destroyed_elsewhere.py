@@ -1,9 +1,10 @@
 """A sandbox destroyed by another process: two ``stead serve`` processes on one
 PostgreSQL and one sandbox host. A runs the session's turns and never sweeps;
-B sweeps. When the lease ends, B destroys the sandbox and tells A, which lets
-go of what it held of it: its handle, the credentials it gave it, its staging
-(``stead_sandboxes_served`` goes back to 0 on A). The session's next turn on A
-gets a new sandbox with the workspace the destroy snapshotted."""
+B sweeps. When the lease ends (released through B), B destroys the sandbox and
+tells A, which lets go of what it held of it: its handle, the credentials it
+gave it, its staging (``stead_sandboxes_served`` goes back to 0 on A). The
+session's next turn on A gets a new sandbox with the workspace the destroy
+snapshotted."""
 
 from __future__ import annotations
 
@@ -42,12 +43,8 @@ def pair(
     with FakeModel(shell) as fake:
         brains = Brains(postgres_run, root / "brains", fake, forker)
         try:
-            # The runner's leases end a little after each call; it never sweeps.
-            runner = brains.start(
-                **host.settings_env,
-                STEAD_SANDBOX_LEASE_SECONDS="2",
-                STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600",
-            )
+            # The runner never sweeps: only the other process destroys sandboxes.
+            runner = brains.start(**host.settings_env, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="3600")
             sweeper = brains.start(**host.settings_env, STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.2")
             yield Pair(runner, sweeper, brains.key)
         finally:
@@ -78,6 +75,7 @@ def test_a_process_lets_go_of_a_sandbox_another_destroyed(pair: Pair) -> None:
         assert bash_turn(on_a, session_id, "echo kept > f; echo written") == "written"
         assert _served(on_a) == 1
 
+        on_b.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)  # the lease ends
         _wait_served(on_a, 0)  # B destroyed it; A let go when B said so
         lease = on_b.get(f"/v1/sessions/{session_id}/sandbox", cast_to=dict[str, object])
         assert lease["lease"]["status"] == "destroyed"  # type: ignore[index]
