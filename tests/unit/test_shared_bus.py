@@ -86,8 +86,8 @@ class Peers:
         self.vaults.append(vault_id)
         self.called.set()
 
-    def sandbox_destroyed(self, sandbox_id: str) -> None:
-        self.destroyed.append(sandbox_id)
+    def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
+        self.destroyed.append(f"{sandbox_id}@{incarnation}")
         self.called.set()
 
 
@@ -123,13 +123,14 @@ async def test_wake_ups_reach_the_other_process_only(store: SqlStore) -> None:
         one.run_queued("sesn_1")
         one.interrupt("sesn_2")
         one.credentials_changed("vlt_3")
-        one.sandbox_destroyed("sesn_4")
+        one.sandbox_destroyed("sesn_4", "2026-11-29T14:00:00.123456+00:00")
         with anyio.fail_after(5):
             while len(there.destroyed) < 1:
                 await there.called.wait()
                 there.called = anyio.Event()
     assert (there.woken, there.interrupted) == (["sesn_1"], ["sesn_2"])
-    assert (there.vaults, there.destroyed) == (["vlt_3"], ["sesn_4"])
+    assert there.vaults == ["vlt_3"]
+    assert there.destroyed == ["sesn_4@2026-11-29T14:00:00.123456+00:00"]
     assert (here.woken, here.interrupted, here.vaults, here.destroyed) == ([], [], [], [])
 
 

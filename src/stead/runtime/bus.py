@@ -120,8 +120,9 @@ class Peers(Protocol):
         """A credential of the vault changed: refresh the sandboxes served here."""
         ...
 
-    def sandbox_destroyed(self, sandbox_id: str) -> None:
-        """Another process destroyed the sandbox: let go of what is held of it here."""
+    def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
+        """Another process destroyed the sandbox of the lease that started at
+        ``incarnation``: let go of what is held of it here."""
         ...
 
 
@@ -159,8 +160,9 @@ class Bus(Protocol):
         """Tells the other processes a credential of ``vault_id`` changed."""
         ...
 
-    def sandbox_destroyed(self, sandbox_id: str) -> None:
-        """Tells the other processes this one destroyed the sandbox."""
+    def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
+        """Tells the other processes this one destroyed the sandbox of the lease
+        that started at ``incarnation`` (its ``created_at``, ISO)."""
         ...
 
     async def serve(
@@ -228,7 +230,7 @@ class LocalBus:
     def credentials_changed(self, vault_id: str) -> None:
         pass
 
-    def sandbox_destroyed(self, sandbox_id: str) -> None:
+    def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
         pass
 
     async def serve(

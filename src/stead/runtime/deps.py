@@ -126,14 +126,15 @@ class Toolbox(Protocol):
         had no sandbox lease when its run was claimed (``RunStart.lease``)."""
         ...
 
-    async def destroy(self, lease: SandboxLease) -> None:
+    async def destroy(self, lease: SandboxLease) -> bool:
         """Destroys an expired lease's sandbox and books its active time (the
-        lease sweeper's work); none whose lease was taken again since."""
+        lease sweeper's work); False for one whose lease was taken again since."""
         ...
 
-    async def forget(self, sandbox_id: str) -> None:
-        """Another process destroyed the sandbox: what this one held of it goes,
-        unless its lease is active again."""
+    async def forget(self, sandbox_id: str, incarnation: str) -> None:
+        """Another process destroyed the sandbox of the lease that started at
+        ``incarnation``: what this one held of it goes, unless the lease is
+        active again or a newer one."""
         ...
 
     async def aclose(self) -> None: ...

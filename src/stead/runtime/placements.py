@@ -83,6 +83,11 @@ class SandboxPlacements:
             )
         return current.placement != seen.number
 
+    def current(self, sandbox_id: str) -> Placement | None:
+        """Where the sandbox's calls go now; each ``follow`` of a placed lease
+        records a new object, so a caller can tell whether one came between."""
+        return self._seen.get(sandbox_id)
+
     def forget(self, sandbox_id: str) -> None:
         """The sandbox was destroyed: its next lease places it anew."""
         self._seen.pop(sandbox_id, None)

@@ -165,17 +165,17 @@ class Runtime:
         """The lease sweeper's destroy: the sandbox goes, then the other processes
         let go of what they held of it (a sandbox is served by whichever process
         runs its session's turn, so each may hold some)."""
-        await self._deps.tools.destroy(lease)
-        self._deps.bus.sandbox_destroyed(lease.sandbox_id)
+        if await self._deps.tools.destroy(lease):
+            self._deps.bus.sandbox_destroyed(lease.sandbox_id, lease.created_at.isoformat())
 
-    def sandbox_destroyed(self, sandbox_id: str) -> None:
+    def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox (``Peers``)."""
         if self._group is not None:
-            self._group.start_soon(self._forget, sandbox_id)
+            self._group.start_soon(self._forget, sandbox_id, incarnation)
 
-    async def _forget(self, sandbox_id: str) -> None:
+    async def _forget(self, sandbox_id: str, incarnation: str) -> None:
         try:
-            await self._deps.tools.forget(sandbox_id)
+            await self._deps.tools.forget(sandbox_id, incarnation)
         except DatabaseBusy as exc:  # what is held stays; nothing is wrong in using it
             log.warning("sandbox %s: what this process held of it stays: %s", sandbox_id, exc)
 

@@ -9,7 +9,8 @@ each, ``<kind> <origin> <arg>...``:
 * ``q <session>`` a run of the session waits to be claimed;
 * ``i <session>`` a user interrupted the session's turn;
 * ``c <vault>`` a credential of the vault changed;
-* ``s <sandbox>`` the sandbox was destroyed (what other processes held of it goes).
+* ``s <sandbox> <lease created_at>`` the sandbox of that lease was destroyed
+  (what other processes held of it goes).
 
 Notices are sent by one task, coalesced (a session's newest ``seq`` only), in
 one round trip per batch; publishing never waits on the database. A lost
@@ -96,8 +97,8 @@ class SharedBus:
     def credentials_changed(self, vault_id: str) -> None:
         self._post("c", vault_id)
 
-    def sandbox_destroyed(self, sandbox_id: str) -> None:
-        self._post("s", sandbox_id)
+    def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
+        self._post("s", sandbox_id, incarnation)
 
     def reader_count(self, session_id: str) -> int:
         return self._local.reader_count(session_id)
@@ -167,7 +168,7 @@ class SharedBus:
         elif kind == "c":
             peers.credentials_changed(args[0])
         elif kind == "s":
-            peers.sandbox_destroyed(args[0])
+            peers.sandbox_destroyed(args[0], args[1])
         else:
             raise ValueError(kind)
 

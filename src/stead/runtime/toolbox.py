@@ -161,8 +161,7 @@ class SandboxToolbox:
         write-back found a conflict), said at the end of its next call's result."""
         self._stale_mounts: set[str] = set()
         """Sessions served here whose sandbox is staged (``mounts.py``) before its
-        next use. Only those: one served here later is staged first anyway, and
-        a set of every session whose resources changed would grow without end."""
+        next use (only those: any other is staged when it is first served)."""
 
     @property
     def served(self) -> int:
@@ -364,15 +363,20 @@ class SandboxToolbox:
         for session_id, served in list(self._served.items()):
             if source not in served.vault_ids and source != session_id:
                 continue
-            self._secrets.mark_stale(session_id)
-            try:
-                await self._secrets.give(served)
-            except (SandboxError, DatabaseBusy) as exc:
-                log.warning(
-                    "session %s gets its changed credentials at its next tool call: %s",
-                    session_id,
-                    exc,
-                )
+            async with self._sandbox_locks.hold(session_id):
+                if self._served.get(session_id) is not served:
+                    # Let go of meanwhile (destroyed): a push now would make the
+                    # sandbox again, with credentials nothing here tracks.
+                    continue
+                self._secrets.mark_stale(session_id)
+                try:
+                    await self._secrets.give(served)
+                except (SandboxError, DatabaseBusy) as exc:
+                    log.warning(
+                        "session %s gets its changed credentials at its next tool call: %s",
+                        session_id,
+                        exc,
+                    )
 
     async def clone_repositories(self, session_id: str, run_id: str) -> list[CloneFailure]:
         """Clones the session's repository resources not cloned yet into its
@@ -524,16 +528,17 @@ class SandboxToolbox:
         that snapshot. False if no lease was active."""
         return await self._store.expire_sandbox_lease(session_id, reason=LeaseExpiry.EXPLICIT)
 
-    async def destroy(self, lease: SandboxLease) -> None:
+    async def destroy(self, lease: SandboxLease) -> bool:
         """Destroys an expired lease's sandbox in the host and books its active
-        time as usage (the lease sweeper calls this)."""
+        time as usage (the lease sweeper calls this); False if it was not."""
         if lease.session_id is not None:
             await self.capture_outputs(lease.session_id, lease.workspace_id)
         async with self._sandbox_locks.hold(lease.sandbox_id):
-            if await self._in_use(lease.sandbox_id):
+            current = await self._store.sandbox_lease(lease.sandbox_id)
+            if current is not None and current.status == SandboxLeaseStatus.ACTIVE:
                 # Taken again since the sweeper listed it (an explicit release,
                 # then a call): the sandbox is in use, and no longer to destroy.
-                return
+                return False
             await self._let_go(lease.sandbox_id)
             self._follow(lease)
             total = await self._provider.release(lease.sandbox_id)
@@ -547,22 +552,26 @@ class SandboxToolbox:
                 workspace_id=lease.workspace_id,
                 total=total,
             )
+        return True
 
-    async def forget(self, sandbox_id: str) -> None:
-        """Another process destroyed the sandbox: what this one held of it goes
-        (its handle, credentials, staging, placement), as its own destroy would
-        let go of it. Not if its lease is active again: this process may have
-        given the new sandbox credentials it must go on tracking."""
+    async def forget(self, sandbox_id: str, incarnation: str) -> None:
+        """Another process destroyed the sandbox of the lease that started at
+        ``incarnation`` (ISO): what this one held of it goes, as at its own
+        destroy. Not if the lease is active again or newer, or a call here
+        renewed it meanwhile: that sandbox may hold credentials given from here."""
         async with self._sandbox_locks.hold(sandbox_id):
-            if await self._in_use(sandbox_id):
+            placed = self._placements.current(sandbox_id)
+            current = await self._store.sandbox_lease(sandbox_id)
+            if current is not None and (
+                current.status == SandboxLeaseStatus.ACTIVE
+                or current.created_at.isoformat() != incarnation
+            ):
                 return
-            await self._let_go(sandbox_id)
+            if self._placements.current(sandbox_id) is not placed:
+                return  # renewed by a call while read; none from here on comes between
             self._placements.forget(sandbox_id)
             self._provider.forget(sandbox_id)
-
-    async def _in_use(self, sandbox_id: str) -> bool:
-        current = await self._store.sandbox_lease(sandbox_id)
-        return current is not None and current.status == SandboxLeaseStatus.ACTIVE
+            await self._let_go(sandbox_id)
 
     async def _let_go(self, sandbox_id: str) -> None:
         async with self._lock:
