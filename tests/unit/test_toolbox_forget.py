@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from stead.config import Settings
+from stead.ids import new_id
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.toolbox import SandboxToolbox
 from stead.store import LeaseExpiry, SandboxLease
@@ -15,7 +16,7 @@ from stead.store.inmemory import InMemoryStore
 from stead.testing import MemoryProvider
 from stead.vault import SecretBox
 from stead.vault.keys import new_key
-from tests.unit.conftest import new_session
+from tests.unit.conftest import definition, new_session
 
 pytestmark = pytest.mark.anyio
 
@@ -78,12 +79,50 @@ async def test_a_notice_about_an_older_lease_keeps_the_newer_one_s_sandbox() -> 
     assert toolbox.served == 1
 
 
-async def test_destroy_says_whether_it_destroyed() -> None:
+async def test_destroy_says_which_lease_it_ended() -> None:
     store = InMemoryStore()
     toolbox, session_id = await _served(store)
     lease = await _lease(store, session_id)
-    assert not await toolbox.destroy(lease)  # active: in use, kept
+    assert await toolbox.destroy(lease) is None  # active: in use, kept
     assert toolbox.served == 1
     assert await store.expire_sandbox_lease(session_id, reason=LeaseExpiry.EXPLICIT)
-    assert await toolbox.destroy(await _lease(store, session_id))
+    ended = await toolbox.destroy(lease)  # as listed before it ended
+    assert ended is not None and ended.status == "expired"  # as read when destroyed
     assert toolbox.served == 0
+
+
+async def test_a_changed_credential_is_not_pushed_to_a_sandbox_whose_lease_ended() -> None:
+    """Destroyed by another process whose notice never came: a push would make the
+    sandbox again, with the credentials in it and no lease to end it (the call
+    that takes the lease again pushes them, marked stale)."""
+    store, provider = InMemoryStore(), LeasedMemoryProvider()
+    box = SecretBox(new_key())
+    workspace = await store.create_workspace("w")
+    vault = await store.create_vault(workspace.id, "v", {})
+    credential_id = new_id("credential")
+    auth = {
+        "type": "environment_variable",
+        "secret_name": "TOKEN",
+        "networking": {"type": "unrestricted"},
+        "injection_location": {"header": True, "body": False},
+    }
+    sealed = box.seal(credential_id, {"secret_value": "first"})
+    await store.create_credential(workspace.id, vault.id, credential_id, None, {}, auth, sealed)
+    agent = await store.create_agent(workspace.id, definition())
+    env = await store.create_environment(workspace.id, "env", None, {"type": "cloud"}, {}, None)
+    session, _ = await store.create_session(
+        workspace.id,
+        (agent.id, None),
+        lambda a: {"id": a.id},
+        env.id,
+        {"vault_ids": [vault.id]},
+        [],
+    )
+    toolbox = SandboxToolbox(Settings(), store, provider, SessionCredentials(store, box))
+    assert not (await toolbox.run(session.id, "bash", {"command": "echo hi"}, "op-1")).is_error
+    assert [s.value for s in provider.sandboxes[session.id].secrets] == ["first"]
+
+    assert await store.expire_sandbox_lease(session.id, reason=LeaseExpiry.EXPLICIT)
+    await provider.release(session.id)  # another process's destroy; its notice is lost
+    await toolbox.credentials_changed(vault.id)
+    assert session.id not in provider.sandboxes

@@ -126,9 +126,9 @@ class Toolbox(Protocol):
         had no sandbox lease when its run was claimed (``RunStart.lease``)."""
         ...
 
-    async def destroy(self, lease: SandboxLease) -> bool:
+    async def destroy(self, listed: SandboxLease) -> SandboxLease | None:
         """Destroys an expired lease's sandbox and books its active time (the
-        lease sweeper's work); False for one whose lease was taken again since."""
+        lease sweeper's work); the lease it ended, as read then (None: in use)."""
         ...
 
     async def forget(self, sandbox_id: str, incarnation: str) -> None:

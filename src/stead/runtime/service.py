@@ -165,8 +165,9 @@ class Runtime:
         """The lease sweeper's destroy: the sandbox goes, then the other processes
         let go of what they held of it (a sandbox is served by whichever process
         runs its session's turn, so each may hold some)."""
-        if await self._deps.tools.destroy(lease):
-            self._deps.bus.sandbox_destroyed(lease.sandbox_id, lease.created_at.isoformat())
+        ended = await self._deps.tools.destroy(lease)
+        if ended is not None:
+            self._deps.bus.sandbox_destroyed(ended.sandbox_id, ended.created_at.isoformat())
 
     def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox (``Peers``)."""

@@ -365,10 +365,12 @@ class SandboxToolbox:
                 continue
             async with self._sandbox_locks.hold(session_id):
                 if self._served.get(session_id) is not served:
-                    # Let go of meanwhile (destroyed): a push now would make the
-                    # sandbox again, with credentials nothing here tracks.
-                    continue
+                    continue  # let go of meanwhile: destroyed
                 self._secrets.mark_stale(session_id)
+                if not await self._in_use(session_id):
+                    # Ended: a push would make the sandbox again, with nothing
+                    # to end it. The call that takes the lease again pushes.
+                    continue
                 try:
                     await self._secrets.give(served)
                 except (SandboxError, DatabaseBusy) as exc:
@@ -528,17 +530,19 @@ class SandboxToolbox:
         that snapshot. False if no lease was active."""
         return await self._store.expire_sandbox_lease(session_id, reason=LeaseExpiry.EXPLICIT)
 
-    async def destroy(self, lease: SandboxLease) -> bool:
+    async def destroy(self, listed: SandboxLease) -> SandboxLease | None:
         """Destroys an expired lease's sandbox in the host and books its active
-        time as usage (the lease sweeper calls this); False if it was not."""
-        if lease.session_id is not None:
-            await self.capture_outputs(lease.session_id, lease.workspace_id)
-        async with self._sandbox_locks.hold(lease.sandbox_id):
-            current = await self._store.sandbox_lease(lease.sandbox_id)
-            if current is not None and current.status == SandboxLeaseStatus.ACTIVE:
+        time as usage (the lease sweeper calls this). Returns the lease as read
+        under the sandbox's lock, whose sandbox it destroyed (a newer one than
+        ``listed`` if it was taken again and ended since); None if in use."""
+        if listed.session_id is not None:
+            await self.capture_outputs(listed.session_id, listed.workspace_id)
+        async with self._sandbox_locks.hold(listed.sandbox_id):
+            lease = await self._store.sandbox_lease(listed.sandbox_id) or listed
+            if lease.status == SandboxLeaseStatus.ACTIVE:
                 # Taken again since the sweeper listed it (an explicit release,
                 # then a call): the sandbox is in use, and no longer to destroy.
-                return False
+                return None
             await self._let_go(lease.sandbox_id)
             self._follow(lease)
             total = await self._provider.release(lease.sandbox_id)
@@ -552,7 +556,7 @@ class SandboxToolbox:
                 workspace_id=lease.workspace_id,
                 total=total,
             )
-        return True
+        return lease
 
     async def forget(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox of the lease that started at
@@ -572,6 +576,12 @@ class SandboxToolbox:
             self._placements.forget(sandbox_id)
             self._provider.forget(sandbox_id)
             await self._let_go(sandbox_id)
+
+    async def _in_use(self, sandbox_id: str) -> bool:
+        if not self._provider.leased:
+            return True  # its sandboxes live as long as this process
+        current = await self._store.sandbox_lease(sandbox_id)
+        return current is not None and current.status == SandboxLeaseStatus.ACTIVE
 
     async def _let_go(self, sandbox_id: str) -> None:
         async with self._lock:
