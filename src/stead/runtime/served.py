@@ -1,7 +1,9 @@
-"""What the toolbox holds of each session whose sandbox this process serves:
-the session's record (``Served``) and the credentials given to its sandbox
-(``ServedSecrets``). Both go when the sandbox is destroyed, by this process or
-(``SandboxToolbox.forget``) by another one."""
+"""What the toolbox holds of each session whose sandbox this process serves
+(``HeldSandboxes``): the handle, the session's record (``Served``), the
+credentials given to its sandbox (``ServedSecrets``), its staging. All of it
+goes at once (``drop``) when the sandbox is destroyed, by this process or
+(``SandboxToolbox.forget``) by another one: anything new held per sandbox
+belongs here, so that nothing outlives it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import anyio
 
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.memory_mounts import MemorySession
-from stead.sandbox import NoSandbox, SandboxConfig, SandboxProvider
+from stead.sandbox import NoSandbox, Sandbox, SandboxConfig, SandboxProvider
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,3 +70,32 @@ class ServedSecrets:
         """The session's sandbox is gone, and the credentials it held with it."""
         self._stale.discard(session_id)
         self._held.discard(session_id)
+
+
+class HeldSandboxes:
+    """By session id (a session's sandbox id is its session id)."""
+
+    def __init__(self, provider: SandboxProvider, credentials: SessionCredentials) -> None:
+        self.handles: dict[str, Sandbox] = {}
+        self.served: dict[str, Served] = {}
+        """Sessions this process gave a sandbox (tools or a terminal)."""
+        self.secrets = ServedSecrets(provider, credentials)
+        self.stale_mounts: set[str] = set()
+        """Sessions served here whose sandbox is staged (``mounts.py``) before its
+        next use (only those: any other is staged when it is first served)."""
+        self.notes: dict[str, list[str]] = {}
+        """What the agent must hear of its memories (a staging's write-back found
+        a conflict), said at the end of its next call's result."""
+
+    def restage(self, session_id: str) -> None:
+        """Stages the session's sandbox before its next use, if served here."""
+        if session_id in self.served:
+            self.stale_mounts.add(session_id)
+
+    def drop(self, session_id: str) -> Sandbox | None:
+        """Lets go of all of it; the handle, for the caller to close."""
+        self.served.pop(session_id, None)
+        self.secrets.forget(session_id)
+        self.stale_mounts.discard(session_id)
+        self.notes.pop(session_id, None)
+        return self.handles.pop(session_id, None)

@@ -44,7 +44,7 @@ from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
 from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
-from stead.runtime.served import Served, ServedSecrets
+from stead.runtime.served import HeldSandboxes, Served
 from stead.runtime.together import together
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -131,14 +131,11 @@ class SandboxToolbox:
         self._provider = provider
         self._placements = SandboxPlacements(store, provider)
         self._credentials = credentials
-        self._sandboxes: dict[str, Sandbox] = {}
+        self._held = HeldSandboxes(provider, credentials)
         self._lock = anyio.Lock()
         self._sandbox_locks = KeyedLocks()
         """By sandbox id: held while its sandbox is acquired and staged, or
         destroyed: a destroy never comes between a call's staging and its use."""
-        self._served: dict[str, Served] = {}
-        """Sessions this process gave a sandbox (tools or a terminal)."""
-        self._secrets = ServedSecrets(provider, credentials)
         self._web = WebTools(settings, store, credentials)
         mounts = provider.mounts()
         self._failpoints = failpoints or FailPoints(None)
@@ -156,19 +153,13 @@ class SandboxToolbox:
         if mounts is not None and memories is not None:
             self._memory = MemoryMounts(store, mounts, memories, self._failpoints)
         self._search = MemorySearchTool(store, memories) if memories is not None else None
-        self._notes: dict[str, list[str]] = {}
-        """Session id -> what the agent must hear of its memories (a staging's
-        write-back found a conflict), said at the end of its next call's result."""
-        self._stale_mounts: set[str] = set()
-        """Sessions served here whose sandbox is staged (``mounts.py``) before its
-        next use (only those: any other is staged when it is first served)."""
 
     @property
     def served(self) -> int:
         """Sessions whose sandbox this process serves: a handle, the credentials
         it gave it, its staging; kept until the sandbox is destroyed, here or
         (``forget``) by another process."""
-        return len(self._served)
+        return len(self._held.served)
 
     @property
     def leased(self) -> bool:
@@ -195,12 +186,8 @@ class SandboxToolbox:
         """Calls for the lease's sandbox go where it places it; a sandbox that
         went elsewhere is acquired and staged again there."""
         if lease is not None and self._placements.follow(lease):
-            self._sandboxes.pop(lease.sandbox_id, None)
-            self._restage(lease.sandbox_id)
-
-    def _restage(self, session_id: str) -> None:
-        if session_id in self._served:
-            self._stale_mounts.add(session_id)
+            self._held.handles.pop(lease.sandbox_id, None)
+            self._held.restage(lease.sandbox_id)
 
     async def move_sandbox(self, session_id: str) -> bool:
         """The session's sandbox's host does not answer: its lease moves to this
@@ -212,8 +199,8 @@ class SandboxToolbox:
             log.warning("session %s: sandbox not moved now: %s", session_id, exc)
             return False
         if moved:
-            self._sandboxes.pop(session_id, None)
-            self._restage(session_id)
+            self._held.handles.pop(session_id, None)
+            self._held.restage(session_id)
         return moved
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
@@ -230,15 +217,15 @@ class SandboxToolbox:
             await self._renew(session_id)
         async with self._sandbox_locks.hold(session_id):
             async with self._lock:
-                found = self._sandboxes.get(session_id)
+                found = self._held.handles.get(session_id)
                 if found is None:
                     config = await self._serve(session_id)
                     with self._telemetry.sandbox_acquire(session_id):
                         found = await self._provider.acquire(session_id, config)
-                    self._sandboxes[session_id] = found
-            if self._secrets.stale(session_id):  # a change that could not be pushed at once
-                await self._secrets.give(self._served[session_id])
-            await self._stage(session_id, self._served[session_id].config)
+                    self._held.handles[session_id] = found
+            if self._held.secrets.stale(session_id):  # a change that could not be pushed at once
+                await self._held.secrets.give(self._held.served[session_id])
+            await self._stage(session_id, self._held.served[session_id].config)
         return found
 
     @property
@@ -248,17 +235,17 @@ class SandboxToolbox:
 
     def resources_changed(self, session_id: str) -> None:
         """The session's resources changed: its sandbox is staged before its next use."""
-        self._restage(session_id)
+        self._held.restage(session_id)
 
     async def _stage(self, session_id: str, config: SandboxConfig) -> None:
-        if self._mounts is None or session_id not in self._stale_mounts:
+        if self._mounts is None or session_id not in self._held.stale_mounts:
             return
         await self._mounts.stage(session_id, config)
-        memory = self._served[session_id].memory
+        memory = self._held.served[session_id].memory
         if self._memory is not None and memory.mounts:
             notes = await self._memory.stage(memory, config)
-            self._notes.setdefault(session_id, []).extend(notes)
-        self._stale_mounts.discard(session_id)
+            self._held.notes.setdefault(session_id, []).extend(notes)
+        self._held.stale_mounts.discard(session_id)
 
     async def _write_back(self, memory: MemorySession, config: SandboxConfig) -> list[str]:
         """What the agent changed in its memory mounts, written back; a sandbox,
@@ -282,7 +269,7 @@ class SandboxToolbox:
             workspace_id,
             claimed_without_lease=claimed_without_lease,
         )
-        if session_id not in self._sandboxes:
+        if session_id not in self._held.handles:
             return await capture(), None
         return await together(capture, partial(self.active_seconds, session_id))
 
@@ -295,7 +282,7 @@ class SandboxToolbox:
         message naming outputs left over the workspace's quota, if any."""
         if self._mounts is None:
             return None
-        if claimed_without_lease and session_id not in self._served:
+        if claimed_without_lease and session_id not in self._held.served:
             # No sandbox when the run was claimed, none from this process since:
             # nothing to read. One a terminal on another server made meanwhile
             # is captured after the next turn, or at release.
@@ -306,13 +293,13 @@ class SandboxToolbox:
         self._follow(lease)
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
-        self._restage(session_id)
+        self._held.restage(session_id)
         refusal = None
         try:
             refusal = (await self._mounts.capture(session_id, workspace_id)).refusal()
         except (SandboxError, BlobError) as exc:
             log.warning("outputs of session %s not captured yet: %s", session_id, exc)
-        served = self._served.get(session_id)
+        served = self._held.served.get(session_id)
         if served is not None:
             memory, config = served.memory, served.config
         else:  # served by another process before (a recovered turn, a sweep)
@@ -322,7 +309,7 @@ class SandboxToolbox:
                 return refusal
             config = await self._config(session)
         notes = await self._write_back(memory, config)
-        self._notes.setdefault(session_id, []).extend(notes)
+        self._held.notes.setdefault(session_id, []).extend(notes)
         return refusal
 
     async def _config(self, session: SessionRecord) -> SandboxConfig:
@@ -339,7 +326,7 @@ class SandboxToolbox:
         the sandbox if they are stale."""
         session = await self._store.session_snapshot(session_id)
         config = await self._config(session)
-        served = self._served.get(session_id)
+        served = self._held.served.get(session_id)
         if served is None:
             served = Served(
                 session_id,
@@ -348,10 +335,10 @@ class SandboxToolbox:
                 config,
                 MemorySession.of(session),
             )
-            self._served[session_id] = served
-            self._secrets.mark_stale(session_id)
-            self._stale_mounts.add(session_id)
-        await self._secrets.give(served)
+            self._held.served[session_id] = served
+            self._held.secrets.mark_stale(session_id)
+            self._held.stale_mounts.add(session_id)
+        await self._held.secrets.give(served)
         return config
 
     async def credentials_changed(self, source: str) -> None:
@@ -360,19 +347,19 @@ class SandboxToolbox:
         every sandbox this process gave credentials and whose session uses them
         gets the new set now, so a revoked credential stops being injected at
         once. One that cannot be reached now gets it before its next use."""
-        for session_id, served in list(self._served.items()):
+        for session_id, served in list(self._held.served.items()):
             if source not in served.vault_ids and source != session_id:
                 continue
             async with self._sandbox_locks.hold(session_id):
-                if self._served.get(session_id) is not served:
+                if self._held.served.get(session_id) is not served:
                     continue  # let go of meanwhile: destroyed
-                self._secrets.mark_stale(session_id)
+                self._held.secrets.mark_stale(session_id)
                 if not await self._in_use(session_id):
                     # Ended: a push would make the sandbox again, with nothing
                     # to end it. The call that takes the lease again pushes.
                     continue
                 try:
-                    await self._secrets.give(served)
+                    await self._held.secrets.give(served)
                 except (SandboxError, DatabaseBusy) as exc:
                     log.warning(
                         "session %s gets its changed credentials at its next tool call: %s",
@@ -468,8 +455,8 @@ class SandboxToolbox:
                 reached = not isinstance(exc, (HostUnreachable, SandboxMoved))
                 raise _unavailable(exc, reached=reached) from exc
             return _broken(name, exc)
-        notes = self._notes.pop(session_id, [])
-        served = self._served.get(session_id)
+        notes = self._held.notes.pop(session_id, [])
+        served = self._held.served.get(session_id)
         if served is not None and name not in tools.IDEMPOTENT_TOOLS:
             self._failpoints.hit("memories.before_writeback")
             notes += await self._write_back(served.memory, served.config)
@@ -497,7 +484,7 @@ class SandboxToolbox:
         """The host's count of the session's sandbox's active time, all wakes
         together, when this process gave the session a sandbox; None otherwise or
         when the host cannot say. Wakes nothing."""
-        if session_id not in self._sandboxes:
+        if session_id not in self._held.handles:
             return None
         try:
             host = await self._provider.status(session_id)
@@ -585,16 +572,13 @@ class SandboxToolbox:
 
     async def _let_go(self, sandbox_id: str) -> None:
         async with self._lock:
-            sandbox = self._sandboxes.pop(sandbox_id, None)
-            self._served.pop(sandbox_id, None)
-            self._secrets.forget(sandbox_id)
-            self._stale_mounts.discard(sandbox_id)
-            self._notes.pop(sandbox_id, None)
+            sandbox = self._held.drop(sandbox_id)
         if sandbox is not None:
             await sandbox.close()
 
     async def aclose(self) -> None:
-        sandboxes, self._sandboxes = list(self._sandboxes.values()), {}
+        sandboxes = list(self._held.handles.values())
+        self._held.handles.clear()
         for sandbox in sandboxes:
             await sandbox.close()
         await self._provider.aclose()
