@@ -354,12 +354,11 @@ class SandboxToolbox:
                 if self._held.served.get(session_id) is not served:
                     continue  # let go of meanwhile: destroyed
                 self._held.secrets.mark_stale(session_id)
-                if not await self._in_use(session_id):
-                    # Ended: a push would make the sandbox again, with nothing
-                    # to end it. The call that takes the lease again pushes.
-                    continue
                 try:
-                    await self._held.secrets.give(served)
+                    # Not to an ended lease's sandbox: a push would make it again,
+                    # with nothing to end it. The call that takes the lease pushes.
+                    if await self._in_use(session_id):
+                        await self._held.secrets.give(served)
                 except (SandboxError, DatabaseBusy) as exc:
                     log.warning(
                         "session %s gets its changed credentials at its next tool call: %s",
