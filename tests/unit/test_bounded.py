@@ -37,17 +37,17 @@ def test_the_oldest_go_past_the_count_bound() -> None:
     assert held.get("a") == "log a, longer"
 
 
-def test_reading_does_not_make_an_entry_recent_but_touching_does() -> None:
+def test_reading_does_not_make_an_entry_recent_but_using_it_does() -> None:
     held: Bounded[str, int] = Bounded(most=2, max_bytes=1000)
     held.put("a", 1, weight=1)
     held.put("b", 2, weight=1)
     assert held.get("a") == 1
     held.put("c", 3, weight=1)
     assert held.keys() == ["b", "c"]  # "a" was only read
-    held.touch("b")
+    assert held.use("b") == 2
     held.put("d", 4, weight=1)
     assert held.keys() == ["b", "d"]
-    held.touch("gone")  # nothing held: nothing happens
+    assert held.use("gone") is None  # nothing held: nothing happens
     assert held.keys() == ["b", "d"]
 
 

@@ -6,7 +6,7 @@ The caches of something per session use it (``LogCache``, ``Renderings``,
 bound memory: one event may be a five-megabyte image, one tool list hundreds
 of kilobytes. Weights are what the caller says (``jsonvalues.weight``, a
 text's length); a map of values all alike (a file's digest) is bounded by its
-entries alone. While any bound is passed the least recently put or touched
+entries alone. While any bound is passed the least recently put or used
 entries go; the entry put last always stays, however heavy. Not thread-safe:
 a cache used from two threads holds its own lock around it.
 """
@@ -40,19 +40,22 @@ class Bounded(Generic[K, V]):
         self._count = 0
 
     def get(self, key: K) -> V | None:
-        """The value held for ``key``; reading does not make it recent (``touch``)."""
+        """The value held for ``key``; reading does not make it recent (``use``)."""
         entry = self._entries.get(key)
         return None if entry is None else entry.value
+
+    def use(self, key: K) -> V | None:
+        """The value held for ``key``, made the most recently used."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry.value
 
     def weight(self, key: K) -> int:
         """What the entry for ``key`` weighs (0: none is held)."""
         entry = self._entries.get(key)
         return 0 if entry is None else entry.weight
-
-    def touch(self, key: K) -> None:
-        """Makes the entry for ``key``, if held, the most recently used."""
-        if key in self._entries:
-            self._entries.move_to_end(key)
 
     def put(self, key: K, value: V, weight: int = 0, count: int = 1) -> None:
         """Holds ``value`` for ``key`` (in place of any before it), as the most

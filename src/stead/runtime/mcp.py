@@ -103,9 +103,8 @@ class McpGateway:
 
         async def ask(server: Json) -> None:
             key = (session.id, server["name"], server["url"])
-            kept = self._lists.get(key)
+            kept = self._lists.use(key)
             if kept is not None:
-                self._lists.touch(key)
                 found[server["name"]] = kept
                 return
             listed = await self._list(session, server)

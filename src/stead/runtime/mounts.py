@@ -144,8 +144,7 @@ class SessionMounts:
             found = held.get(path)
             if path in gone:
                 continue
-            if found is not None and self._digests.get(file_id) == found.sha256:
-                self._digests.touch(file_id)
+            if found is not None and self._digests.use(file_id) == found.sha256:
                 continue
             if not await self._put_file(session_id, config, session.workspace_id, path, file_id):
                 gone.add(path)

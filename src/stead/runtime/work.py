@@ -95,9 +95,8 @@ class WorkQueue:
 
     async def self_hosted(self, session: SessionRecord) -> bool:
         env_id = session.environment_id
-        known = self._self_hosted.get(env_id)
+        known = self._self_hosted.use(env_id)
         if known is not None:
-            self._self_hosted.touch(env_id)
             return known
         try:
             env = await self._store.get_environment(session.workspace_id, env_id)
@@ -137,12 +136,10 @@ class WorkQueue:
                 del self._arrivals[environment_id]
 
     def polled(self, environment_id: str, worker_id: str | None) -> None:
-        seen = self._pollers.get(environment_id)
+        seen = self._pollers.use(environment_id)
         if seen is None:
             seen = {}
             self._pollers.put(environment_id, seen)
-        else:
-            self._pollers.touch(environment_id)
         seen[worker_id or "anonymous"] = anyio.current_time()
         horizon = anyio.current_time() - self._settings.work_lease_seconds
         for worker, at in list(seen.items()):
