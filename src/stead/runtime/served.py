@@ -92,6 +92,12 @@ class HeldSandboxes:
         if session_id in self.served:
             self.stale_mounts.add(session_id)
 
+    def moved(self, session_id: str) -> None:
+        """The sandbox's calls go to another host now: it is acquired and staged
+        again there (its handle here is for the host it left)."""
+        self.handles.pop(session_id, None)
+        self.restage(session_id)
+
     def drop(self, session_id: str) -> Sandbox | None:
         """Lets go of all of it; the handle, for the caller to close."""
         self.served.pop(session_id, None)

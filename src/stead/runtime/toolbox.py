@@ -186,8 +186,7 @@ class SandboxToolbox:
         """Calls for the lease's sandbox go where it places it; a sandbox that
         went elsewhere is acquired and staged again there."""
         if lease is not None and self._placements.follow(lease):
-            self._held.handles.pop(lease.sandbox_id, None)
-            self._held.restage(lease.sandbox_id)
+            self._held.moved(lease.sandbox_id)
 
     async def move_sandbox(self, session_id: str) -> bool:
         """The session's sandbox's host does not answer: its lease moves to this
@@ -199,8 +198,7 @@ class SandboxToolbox:
             log.warning("session %s: sandbox not moved now: %s", session_id, exc)
             return False
         if moved:
-            self._held.handles.pop(session_id, None)
-            self._held.restage(session_id)
+            self._held.moved(session_id)
         return moved
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
