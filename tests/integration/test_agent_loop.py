@@ -202,6 +202,21 @@ def test_a_turn_with_every_builtin_tool(
     assert {u.name: u.processed_at for u in uses} == started
 
 
+def test_deleting_a_session_removes_its_sandbox(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    """``unsafe_local`` sandboxes have no lease to end: the deletion itself
+    takes the session's files away."""
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("tools please")])
+        until_idle(stream)
+    sandbox = Path(loop_server.data_dir) / "sandboxes" / session_id
+    assert (sandbox / "workspace" / "notes.txt").read_text() == "hello stead\n"
+    assert sdk.beta.sessions.delete(session_id).type == "session_deleted"
+    assert not sandbox.exists()
+
+
 def tool_starts(server: ServerProcess, session_id: str) -> dict[str, datetime]:
     """When the ledger recorded each tool call of the session as started, by tool."""
     engine = engine_of(server.database_url)

@@ -147,6 +147,26 @@ async def test_status_is_none_until_acquired_and_after_release(case: Case) -> No
         await case.provider.release(sandbox_id)
 
 
+async def test_an_erased_sandbox_comes_back_empty(case: Case) -> None:
+    """What a deleted session's sandbox gets: nothing of it is kept, not even by
+    a provider that restores a released sandbox from its snapshot."""
+    sandbox_id = new_id()
+    assert await case.provider.release(sandbox_id, erase=True) is None
+    if not case.sandboxes:
+        return
+    try:
+        sandbox = await case.provider.acquire(sandbox_id, WANTED)
+        await sandbox.write_file("private.txt", b"private\n")
+        await sandbox.exec("sleep 0", op_key="wake", timeout=30)
+        assert await case.provider.release(sandbox_id, erase=True) is not None
+        assert await case.provider.status(sandbox_id) is None
+        again = await case.provider.acquire(sandbox_id, WANTED)
+        with pytest.raises(FileNotFound):
+            await again.read_file("private.txt", max_bytes=100)
+    finally:
+        await case.provider.release(sandbox_id, erase=True)
+
+
 async def test_forgetting_a_sandbox_destroys_nothing(case: Case) -> None:
     """What another process's destroy asks of this one: the provider lets go of
     the sandbox, and the sandbox (anyone else's now) is as it was."""

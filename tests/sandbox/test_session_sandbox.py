@@ -1,12 +1,15 @@
 """A session's sandbox through /v1/sessions/{id}/sandbox (rule 9): its lease
 and state are visible, and releasing it destroys the sandbox after a final
-snapshot; the session's next tool call gets its workspace back. Driven
+snapshot; the session's next tool call gets its workspace back. Deleting the
+session erases its sandbox: no final snapshot, and the earlier ones go. Driven
 through the official SDK against a real ``stead serve`` and sandbox host."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -93,6 +96,42 @@ def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
     again = sandbox_of(client, session_id)
     assert again["lease"]["status"] == "active"
     assert again["lease"]["created_at"] > view["lease"]["created_at"]
+
+
+def saved_of(host: HostProcess, sandbox_id: str) -> list[str]:
+    """The blobs the host keeps of the sandbox: snapshots and their manifests."""
+    kept = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
+    return sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file())
+
+
+def erased(host: HostProcess, sandbox_id: str) -> bool:
+    on_disk = workspace_on_host(host, sandbox_id).parent
+    return not saved_of(host, sandbox_id) and not on_disk.exists()
+
+
+def wait_for(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not done():
+        assert time.monotonic() < deadline, f"never {what}"
+        time.sleep(0.1)
+
+
+def test_deleting_the_session_erases_its_sandbox_and_every_snapshot(
+    client: anthropic.Anthropic, host: HostProcess
+) -> None:
+    # One sandbox destroyed before (its final snapshot kept), one still leased.
+    released, leased = tool_session(client), tool_session(client)
+    for session_id in (released, leased):
+        assert bash_turn(client, session_id, "printf private > note; cat note") == "private"
+    client.delete(f"/v1/sessions/{released}/sandbox", cast_to=object)
+    wait_for(lambda: sandbox_of(client, released)["lease"]["status"] == "destroyed", "destroyed")
+    assert any(name.endswith(".tar.zst") for name in saved_of(host, released))
+    assert workspace_on_host(host, leased).exists()
+
+    for session_id in (released, leased):
+        assert client.beta.sessions.delete(session_id).type == "session_deleted"
+    for session_id in (released, leased):
+        wait_for(partial(erased, host, session_id), f"erased: {session_id}")
 
 
 def test_a_running_session_keeps_its_sandbox(client: anthropic.Anthropic, fake: FakeModel) -> None:

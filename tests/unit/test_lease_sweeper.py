@@ -3,7 +3,7 @@ proven alike by ``test_store_leases.py``): one round, failing destroys, the loop
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import anyio
@@ -57,20 +57,27 @@ async def clock() -> AsyncIterator[StepClock]:
 
 
 class Destroyer:
-    """Records destroys; fails or hangs for the ids it is told to."""
+    """Records destroys (and the reason each acted on); fails or hangs for the
+    ids it is told to, or runs what it is told to while it destroys."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
+        self.reasons: list[LeaseExpiry | None] = []
         self.failing: set[str] = set()
         self.hanging: set[str] = set()
+        self.meanwhile: dict[str, Callable[[], Awaitable[None]]] = {}
 
-    async def __call__(self, lease: SandboxLease) -> None:
+    async def __call__(self, lease: SandboxLease) -> SandboxLease:
         sandbox_id = lease.sandbox_id
         self.calls.append(sandbox_id)
+        self.reasons.append(lease.expiry_reason)
         if sandbox_id in self.hanging:
             await anyio.sleep_forever()
         if sandbox_id in self.failing:
             raise RuntimeError(f"sandbox host refused to destroy {sandbox_id}")
+        if sandbox_id in self.meanwhile:
+            await self.meanwhile.pop(sandbox_id)()
+        return lease
 
 
 async def session_sandbox(store: InMemoryStore, ttl: float) -> tuple[str, str]:
@@ -114,6 +121,23 @@ async def test_one_round_expires_destroys_and_records(
     assert await store.leases_to_destroy() == []
     assert await store.renew_sandbox_lease(live, now=clock.current)
     assert await sweeper(store, destroy, clock).sweep() == SweepRound()
+
+
+async def test_a_session_deleted_during_its_destroy_is_destroyed_again_as_deleted(
+    store: InMemoryStore, clock: StepClock
+) -> None:
+    """The destroy for the TTL kept a snapshot; the deletion, committed while it
+    ran, must not be taken as done by it: the next round destroys again."""
+    workspace_id, sandbox_id = await session_sandbox(store, ttl=10)
+    clock.current = T0 + timedelta(seconds=20)
+    destroy = Destroyer()
+    destroy.meanwhile[sandbox_id] = lambda: store.delete_session(workspace_id, sandbox_id)
+    sweeping = sweeper(store, destroy, clock)
+
+    assert (await sweeping.sweep()).destroyed == []
+    assert (await sweeping.sweep()).destroyed == [sandbox_id]
+    assert destroy.reasons == [LeaseExpiry.TTL, LeaseExpiry.SESSION_DELETED]
+    assert await store.leases_to_destroy() == []
 
 
 async def test_a_failed_or_stuck_destroy_is_retried_next_round(

@@ -317,6 +317,40 @@ async def test_a_lease_ended_by_ttl_or_explicitly_is_replaced_on_acquire(db: Db)
     assert await lease_rows(db.url) == 1
 
 
+async def test_a_deleted_sessions_sandbox_is_destroyed_again_to_be_erased(db: Db) -> None:
+    """An ended lease of a deleted session is listed again, as deleted, so the
+    sweeper's destroy erases what an earlier one saved; a destroy that acted on
+    the old reason meanwhile is not taken for that one."""
+    store = db.store
+    destroyed, expired, active = [await new_owner(store) for _ in range(3)]
+    for owner in (destroyed, expired, active):
+        await acquire_session_sandbox(store, owner, T0, ttl=5 if owner is not active else TTL)
+    await store.expire_sandbox_leases(now=at(10))
+    assert await store.mark_sandbox_destroyed(
+        destroyed.session_id, now=at(11), reason=LeaseExpiry.TTL
+    )
+    for owner in (destroyed, expired, active):
+        await store.delete_session(owner.workspace_id, owner.session_id)
+    listed = await store.leases_to_destroy()
+    assert {lease.sandbox_id: lease.expiry_reason for lease in listed} == {
+        destroyed.session_id: LeaseExpiry.SESSION_DELETED,
+        expired.session_id: LeaseExpiry.SESSION_DELETED,
+    }
+    assert all(lease.destroyed_at is None for lease in listed)
+    # The sweeper that destroyed ``expired`` for its TTL, keeping a snapshot:
+    assert not await store.mark_sandbox_destroyed(
+        expired.session_id, now=at(12), reason=LeaseExpiry.TTL
+    )
+    [ended] = await store.expire_sandbox_leases(now=at(13))
+    assert ended.sandbox_id == active.session_id
+    assert ended.expiry_reason == LeaseExpiry.SESSION_DELETED
+    for owner in (destroyed, expired, active):
+        assert await store.mark_sandbox_destroyed(
+            owner.session_id, now=at(14), reason=LeaseExpiry.SESSION_DELETED
+        )
+    assert await store.leases_to_destroy() == []
+
+
 async def test_destroy_bookkeeping(db: Db) -> None:
     store = db.store
     first, second, live = [await new_owner(store) for _ in range(3)]

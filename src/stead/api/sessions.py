@@ -130,6 +130,9 @@ async def delete_session(
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_session(who.workspace_id, session_id)
+    await app.sandboxes.session_deleted(session_id)
+    if app.sweeper is not None:
+        app.sweeper.poke()  # the session's sandbox is erased now, not a round later
     deleted = EventRecord(
         session_id=session_id,
         id=new_id("event"),

@@ -22,8 +22,11 @@ from stead.store import DatabaseBusy, LeaseStore, SandboxLease
 
 log = logging.getLogger("stead.runtime.leases")
 
-Destroy = Callable[[SandboxLease], Awaitable[None]]
-"""Destroys the lease's sandbox; must be idempotent (a missing sandbox is done)."""
+Destroy = Callable[[SandboxLease], Awaitable[SandboxLease | None]]
+"""Destroys the lease's sandbox and returns the lease as it acted on it (read
+again: it may have ended once more since it was listed); None when the lease
+is active again and nothing was destroyed. Must be idempotent (a missing
+sandbox is done)."""
 
 
 @dataclass
@@ -32,6 +35,7 @@ class SweepRound:
 
     expired: list[SandboxLease] = field(default_factory=list)
     destroyed: list[str] = field(default_factory=list)
+    """Sandbox ids whose destroy this round recorded."""
     failed: list[str] = field(default_factory=list)
     """Sandbox ids whose destroy failed or timed out; retried next round."""
 
@@ -102,10 +106,16 @@ class LeaseSweeper:
         async with self._limit:
             try:
                 with anyio.fail_after(self._destroy_timeout):
-                    await self._destroy(lease)
+                    ended = await self._destroy(lease)
             except Exception:  # the sandbox's failure, not ours: log it, retry next round
                 log.warning("destroying sandbox %s failed; retrying", sandbox_id, exc_info=True)
                 done.failed.append(sandbox_id)
                 return
-        await self._store.mark_sandbox_destroyed(sandbox_id, now=self._clock.now())
-        done.destroyed.append(sandbox_id)
+        if ended is None:
+            return  # taken again: in use, not destroyed
+        # For the reason it acted on: had the session been deleted since, the
+        # lease stays expired and the next round destroys again, erasing.
+        if await self._store.mark_sandbox_destroyed(
+            sandbox_id, now=self._clock.now(), reason=ended.expiry_reason
+        ):
+            done.destroyed.append(sandbox_id)

@@ -161,13 +161,14 @@ class Runtime:
         if self._group is not None:
             self._group.start_soon(self._deps.tools.credentials_changed, vault_id)
 
-    async def destroy_sandbox(self, lease: SandboxLease) -> None:
-        """The lease sweeper's destroy: the sandbox goes, then the other processes
-        let go of what they held of it (a sandbox is served by whichever process
-        runs its session's turn, so each may hold some)."""
+    async def destroy_sandbox(self, lease: SandboxLease) -> SandboxLease | None:
+        """The lease sweeper's destroy (``leases.Destroy``): the sandbox goes, then
+        the other processes let go of what they held of it (a sandbox is served
+        by whichever process runs its session's turn, so each may hold some)."""
         ended = await self._deps.tools.destroy(lease)
         if ended is not None:
             self._deps.bus.sandbox_destroyed(ended.sandbox_id, ended.created_at.isoformat())
+        return ended
 
     def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox (``Peers``)."""

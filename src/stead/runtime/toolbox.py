@@ -518,8 +518,9 @@ class SandboxToolbox:
         """Destroys an expired lease's sandbox in the host and books its active
         time as usage (the lease sweeper calls this). Returns the lease as read
         under the sandbox's lock, whose sandbox it destroyed (a newer one than
-        ``listed`` if it was taken again and ended since); None if in use."""
-        if listed.session_id is not None:
+        ``listed`` if it was taken again and ended since); None if in use. A
+        deleted session's sandbox is erased: nothing of it is saved or kept."""
+        if listed.session_id is not None and listed.expiry_reason != LeaseExpiry.SESSION_DELETED:
             await self.capture_outputs(listed.session_id, listed.workspace_id)
         async with self._sandbox_locks.hold(listed.sandbox_id):
             lease = await self._store.sandbox_lease(listed.sandbox_id) or listed
@@ -529,7 +530,9 @@ class SandboxToolbox:
                 return None
             await self._let_go(lease.sandbox_id)
             self._follow(lease)
-            total = await self._provider.release(lease.sandbox_id)
+            total = await self._provider.release(
+                lease.sandbox_id, erase=lease.expiry_reason == LeaseExpiry.SESSION_DELETED
+            )
             self._placements.forget(lease.sandbox_id)
         if total is not None:
             # The host counts all wakes of the sandbox (also before an earlier
@@ -541,6 +544,15 @@ class SandboxToolbox:
                 total=total,
             )
         return lease
+
+    async def session_deleted(self, session_id: str) -> None:
+        """Its sandbox goes now, files and all, when no lease binds it
+        (``unsafe_local``); a leased one, whose lease ended with the session,
+        is the sweeper's to erase."""
+        if not self._provider.leased:
+            async with self._sandbox_locks.hold(session_id):
+                await self._let_go(session_id)
+                await self._provider.release(session_id, erase=True)
 
     async def forget(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox of the lease that started at

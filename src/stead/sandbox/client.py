@@ -186,11 +186,13 @@ class HostClient:
             return None
         return reply.model_dump(mode="json")
 
-    async def destroy(self, sandbox_id: str) -> float | None:
-        """Destroys the sandbox (after a final snapshot); its active seconds, or
-        None if the host had no such sandbox."""
+    async def destroy(self, sandbox_id: str, *, erase: bool = False) -> float | None:
+        """Destroys the sandbox (after a final snapshot, unless ``erase``:
+        ``ops.Destroy``); its active seconds, or None if the host had no such
+        sandbox."""
         result: ops.Destroyed = await self.call(
-            ops.Destroy(sandbox_id=sandbox_id), seconds=self.timeouts.call + self.timeouts.wake
+            ops.Destroy(sandbox_id=sandbox_id, erase=erase),
+            seconds=self.timeouts.call + self.timeouts.wake,
         )
         return result.active_seconds if result.destroyed else None
 

@@ -33,7 +33,7 @@ from stead.sandbox.base import (
     GrepResult,
 )
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 """Raised on any change to a request or reply type."""
 
 
@@ -273,6 +273,9 @@ Sleep.reply = Slept
 class Destroy(Request):
     op: Literal["destroy"] = "destroy"
     sandbox_id: SandboxId
+    erase: bool = False
+    """No final snapshot, and every snapshot any host saved of the sandbox is
+    deleted: its session is gone. Acquired again, it starts empty."""
 
 
 class Destroyed(Message):

@@ -162,9 +162,11 @@ class SandboxProvider(Protocol):
         when this provider cannot, and sessions that need mounts are refused."""
         ...
 
-    async def release(self, sandbox_id: str) -> float | None:
+    async def release(self, sandbox_id: str, *, erase: bool = False) -> float | None:
         """Destroys the sandbox (a durable provider snapshots it first); its
-        active seconds, or None if there was no such sandbox."""
+        active seconds, or None if there was no such sandbox. ``erase``: its
+        session is gone, so nothing of it is kept: no snapshot, and a durable
+        provider deletes those it took before; acquired again, it starts empty."""
         ...
 
     def forget(self, sandbox_id: str) -> None:

@@ -342,6 +342,13 @@ class Catalogue:
             )
         )
 
+    async def drop_snapshots(self, sandbox_id: str) -> None:
+        """Forgets every snapshot of the sandbox (their blobs are deleted): its
+        next wake starts from an empty workspace."""
+        await self._run(
+            lambda db: db.execute("DELETE FROM snapshots WHERE sandbox_id=?", (sandbox_id,))
+        )
+
     # -- exec results -----------------------------------------------------------
 
     async def exec_record(self, sandbox_id: str, op_key: str) -> tuple[str, str | None] | None:

@@ -367,11 +367,17 @@ class HostedSandbox(SandboxCommands):
         """This copy, as it is, belongs to ``placement`` from now on."""
         self.saved.placement = placement
 
-    async def destroy(self) -> None:
-        """Final snapshot, then every trace of the sandbox on this machine."""
-        await self.sleep(force=True)
+    async def destroy(self, *, erase: bool = False) -> None:
+        """Final snapshot, then every trace of the sandbox on this machine; with
+        ``erase``, no snapshot, and every one saved before is deleted too."""
+        if not erase:
+            await self.sleep(force=True)
         async with self._transition:
-            await to_thread.run_sync(self.saved.remove)
+            if erase:
+                await self._halt()
+                await self.saved.erase()
+            else:
+                await to_thread.run_sync(self.saved.remove)
             await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
 
     # -- files --------------------------------------------------------------------

@@ -41,6 +41,7 @@ from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.placements import latest_manifest
 from stead.sandbox_host.uids import UidRange
+from stead.sandbox_host.workspace import erase_snapshots
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -229,15 +230,18 @@ class SandboxManager:
             raise SandboxNotFound(f"no sandbox {sandbox_id!r} of placement {placement} here")
         return found
 
-    async def destroy(self, sandbox_id: str) -> float | None:
-        """Final snapshot, then gone. Returns the sandbox's active seconds, None
-        if there was no such sandbox."""
+    async def destroy(self, sandbox_id: str, *, erase: bool = False) -> float | None:
+        """Final snapshot, then gone; with ``erase``, no snapshot, and every one
+        any host saved is deleted (``ops.Destroy``). Returns the sandbox's
+        active seconds, None if there was no such sandbox here."""
         try:
             sandbox = await self.get(sandbox_id)
         except SandboxNotFound:
+            if erase:  # what the hosts it lived on before saved of it
+                await erase_snapshots(self._blobs, self._catalogue, sandbox_id)
             return None
         async with self._lock(sandbox_id):
-            await sandbox.destroy()
+            await sandbox.destroy(erase=erase)
             self._sandboxes.pop(sandbox_id, None)
         self._locks.pop(sandbox_id, None)
         return sandbox.active_seconds

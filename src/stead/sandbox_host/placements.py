@@ -35,8 +35,13 @@ class Manifest:
     """The placement's latest snapshot (``deleted_at`` is None)."""
 
 
+def sandbox_prefix(sandbox_id: str) -> str:
+    """Where every blob of the sandbox lives: its snapshots and their manifests."""
+    return f"sandboxes/{urllib.parse.quote(sandbox_id, safe='')}"
+
+
 def _prefix(sandbox_id: str) -> str:
-    return f"sandboxes/{urllib.parse.quote(sandbox_id, safe='')}/placements"
+    return f"{sandbox_prefix(sandbox_id)}/placements"
 
 
 def manifest_key(sandbox_id: str, placement: int) -> str:

@@ -350,7 +350,7 @@ class HostRpc:
         return ops.Slept(slept=await sandbox.sleep(force=request.force))
 
     async def _destroy(self, request: ops.Destroy, frames: FrameStream) -> ops.Destroyed:
-        seconds = await self._manager.destroy(request.sandbox_id)
+        seconds = await self._manager.destroy(request.sandbox_id, erase=request.erase)
         return ops.Destroyed(destroyed=seconds is not None, active_seconds=seconds or 0.0)
 
     async def _status(self, request: ops.Status, frames: FrameStream) -> Json:

@@ -15,7 +15,6 @@ import contextlib
 import os
 import shutil
 import time
-import urllib.parse
 from pathlib import Path
 
 from anyio import to_thread
@@ -24,7 +23,7 @@ from stead.blobs import BlobError, BlobStore
 from stead.sandbox import SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
 from stead.sandbox_host.clock import HostClock
-from stead.sandbox_host.placements import write_manifest
+from stead.sandbox_host.placements import sandbox_prefix, write_manifest
 from stead.sandbox_host.snapshots import (
     SnapshotError,
     SnapshotInfo,
@@ -106,7 +105,7 @@ class SavedWorkspace:
         """Snapshots the directory as it is and keeps it: the new snapshot, once
         verified and recorded, replaces the older ones."""
         snapshot_id = f"snap_{time.time_ns():x}"
-        key = f"sandboxes/{urllib.parse.quote(self._id, safe='')}/{snapshot_id}.tar.zst"
+        key = f"{sandbox_prefix(self._id)}/{snapshot_id}.tar.zst"
         info = await take_snapshot(self.directory, self._blobs, key)
         now = self._clock.time()
         row = SnapshotRow(
@@ -151,3 +150,21 @@ class SavedWorkspace:
     def remove(self) -> None:
         """Every trace on this machine (after a final save)."""
         shutil.rmtree(self._root, ignore_errors=True)
+
+    async def erase(self) -> None:
+        """Every trace, here and in the blob store, with nothing saved first."""
+        await to_thread.run_sync(self.remove)
+        await erase_snapshots(self._blobs, self._catalogue, self._id)
+
+
+async def erase_snapshots(blobs: BlobStore, catalogue: Catalogue, sandbox_id: str) -> None:
+    """Deletes every snapshot and manifest of the sandbox in the blob store (any
+    host's), then this host's rows of them. Blobs first: a failure between
+    leaves rows whose blobs are gone (the workspace reads as expired), never a
+    blob that no row names and so nothing would ever delete."""
+    try:
+        for info in await blobs.list(sandbox_prefix(sandbox_id)):
+            await blobs.delete(info.key)
+    except BlobError as exc:
+        raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+    await catalogue.drop_snapshots(sandbox_id)

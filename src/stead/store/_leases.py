@@ -377,15 +377,29 @@ def to_destroy(conn: Connection) -> list[SandboxLease]:
     return [_record(row) for row in conn.execute(stmt).all()]
 
 
-def mark_destroyed(conn: Connection, now: datetime, sandbox_id: str) -> bool:
+def mark_destroyed(
+    conn: Connection, now: datetime, sandbox_id: str, reason: LeaseExpiry | None = None
+) -> bool:
+    ended = [leases.expiry_reason == reason] if reason is not None else []
     result = conn.execute(
         update(sandbox_leases)
-        .where(leases.sandbox_id == sandbox_id, leases.status == EXPIRED)
+        .where(leases.sandbox_id == sandbox_id, leases.status == EXPIRED, *ended)
         .values(
             status=SandboxLeaseStatus.DESTROYED, destroyed_at=now, host_id=None, host_address=None
         )
     )
     return result.rowcount == 1
+
+
+def session_deleted(conn: Connection, session_id: str) -> None:
+    """The session's lease, if it already ended, is to be destroyed again, for
+    its session's deletion: that destroy erases what an earlier one saved. An
+    active one ends so at the sweeper's next round (``expire_all``)."""
+    conn.execute(
+        update(sandbox_leases)
+        .where(leases.session_id == session_id, leases.status != ACTIVE)
+        .values(status=EXPIRED, expiry_reason=LeaseExpiry.SESSION_DELETED, destroyed_at=None)
+    )
 
 
 def add_active_seconds(

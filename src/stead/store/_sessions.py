@@ -32,6 +32,7 @@ from stead.store import (
     _agents,
     _environments,
     _events,
+    _leases,
     _locks,
     _memory_mounts,
     _repositories,
@@ -315,6 +316,7 @@ def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
         conn.execute(delete(table).where(table.c.session_id == session_id))
     _repositories.delete_for_session(conn, session_id)
     _memory_mounts.forget_session(conn, session_id)
+    _leases.session_deleted(conn, session_id)
     conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
 

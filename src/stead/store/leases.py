@@ -148,10 +148,18 @@ class LeaseStore(Protocol):
         """Expired leases whose sandbox is not yet destroyed, oldest expiry first."""
         ...
 
-    async def mark_sandbox_destroyed(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
+    async def mark_sandbox_destroyed(
+        self,
+        sandbox_id: str,
+        *,
+        now: datetime | None = None,
+        reason: LeaseExpiry | None = None,
+    ) -> bool:
         """Records that an expired lease's sandbox is gone (no host holds it now);
-        False (and no change) if
-        the lease is not expired, e.g. acquired again since."""
+        False (and no change) if the lease is not expired (acquired again since),
+        or ended for another ``reason`` than the one its destroy acted on (None:
+        any): its session was deleted meanwhile, and its sandbox is to be
+        destroyed again, erased."""
         ...
 
     async def add_sandbox_active_seconds(

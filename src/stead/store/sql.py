@@ -560,8 +560,14 @@ class SqlStore(
     async def leases_to_destroy(self) -> list[SandboxLease]:
         return await self._read(_leases.to_destroy)
 
-    async def mark_sandbox_destroyed(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
-        return await self._write_at(now, _leases.mark_destroyed, sandbox_id)
+    async def mark_sandbox_destroyed(
+        self,
+        sandbox_id: str,
+        *,
+        now: datetime | None = None,
+        reason: LeaseExpiry | None = None,
+    ) -> bool:
+        return await self._write_at(now, _leases.mark_destroyed, sandbox_id, reason)
 
     async def add_sandbox_active_seconds(
         self,

@@ -227,7 +227,8 @@ class MemoryProvider:
     def forget(self, sandbox_id: str) -> None:
         pass  # not leased: its sandboxes are this process's own, which no other destroys
 
-    async def release(self, sandbox_id: str) -> float | None:
+    async def release(self, sandbox_id: str, *, erase: bool = False) -> float | None:
+        # Nothing outlives a release here: erased or not, the files go.
         found = self.sandboxes.pop(sandbox_id, None)
         if found is None:
             return None

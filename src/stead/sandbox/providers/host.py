@@ -227,10 +227,10 @@ class HostProvider:
     def mounts(self) -> SandboxMounts | None:
         return HostMounts(self._route)
 
-    async def release(self, sandbox_id: str) -> float | None:
+    async def release(self, sandbox_id: str, *, erase: bool = False) -> float | None:
         self._secrets.forget(sandbox_id)
         client, _ = await self._route(sandbox_id)
-        return await client.destroy(sandbox_id)
+        return await client.destroy(sandbox_id, erase=erase)
 
     def forget(self, sandbox_id: str) -> None:
         self._secrets.forget(sandbox_id)

@@ -55,7 +55,7 @@ class OffProvider:
     def forget(self, sandbox_id: str) -> None:
         pass  # no sandboxes at all
 
-    async def release(self, sandbox_id: str) -> float | None:
+    async def release(self, sandbox_id: str, *, erase: bool = False) -> float | None:
         return None
 
     async def aclose(self) -> None:

@@ -130,9 +130,13 @@ def to_destroy(t: Tables) -> list[SandboxLease]:
     return sorted(expired, key=lambda lease: (lease.expired_at, lease.sandbox_id))
 
 
-def mark_destroyed(t: Tables, now: datetime, sandbox_id: str) -> bool:
+def mark_destroyed(
+    t: Tables, now: datetime, sandbox_id: str, reason: LeaseExpiry | None = None
+) -> bool:
     current = t.leases.get(sandbox_id)
     if current is None or current.status != EXPIRED:
+        return False
+    if reason is not None and current.expiry_reason != reason:
         return False
     t.leases[sandbox_id] = dataclasses.replace(
         current,
@@ -142,6 +146,17 @@ def mark_destroyed(t: Tables, now: datetime, sandbox_id: str) -> bool:
         host_address=None,
     )
     return True
+
+
+def session_deleted(t: Tables, session_id: str) -> None:
+    for sandbox_id, lease in t.leases.items():
+        if lease.session_id == session_id and lease.status != ACTIVE:
+            t.leases[sandbox_id] = dataclasses.replace(
+                lease,
+                status=EXPIRED,
+                expiry_reason=LeaseExpiry.SESSION_DELETED,
+                destroyed_at=None,
+            )
 
 
 def active_seconds(t: Tables, sandbox_id: str) -> float:

@@ -24,7 +24,15 @@ from stead.store._sessions import (
 from stead.store.agents import AgentRecord
 from stead.store.errors import Conflict, NotFound
 from stead.store.events import EventRecord, NewEvent
-from stead.store.inmemory import agents, events, memory_mounts, repositories, runs, vaults
+from stead.store.inmemory import (
+    agents,
+    events,
+    leases,
+    memory_mounts,
+    repositories,
+    runs,
+    vaults,
+)
 from stead.store.inmemory.tables import SessionRow, Tables, loaded, page_of, stored
 from stead.store.paging import Page, PageRequest
 from stead.store.runs import LIVE_RUN_STATUSES, RunStatus
@@ -171,6 +179,7 @@ def delete(t: Tables, workspace_id: str, session_id: str) -> None:
             del rows[key]
     repositories.delete_for_session(t, session_id)
     memory_mounts.forget_session(t, session_id)
+    leases.session_deleted(t, session_id)
     del t.sessions[session_id]
 
 
