@@ -167,6 +167,21 @@ async def test_an_erased_sandbox_comes_back_empty(case: Case) -> None:
         await case.provider.release(sandbox_id, erase=True)
 
 
+async def test_unsafe_local_erases_what_an_earlier_server_made(tmp_path: Path) -> None:
+    root = tmp_path / "sandboxes"
+    earlier, sandbox_id = UnsafeLocalProvider(root), new_id()
+    await (await earlier.acquire(sandbox_id, WANTED)).write_file("a.txt", b"a")
+    await earlier.aclose()
+    later = UnsafeLocalProvider(root)
+    assert await later.release(sandbox_id) is None  # not this server's: kept
+    assert (root / sandbox_id / "workspace" / "a.txt").exists()
+    assert await later.release(sandbox_id, erase=True) is None
+    assert not (root / sandbox_id).exists() and root.is_dir()
+    with pytest.raises(ValueError, match="not a sandbox id"):
+        await later.release("..", erase=True)
+    assert root.is_dir()
+
+
 async def test_forgetting_a_sandbox_destroys_nothing(case: Case) -> None:
     """What another process's destroy asks of this one: the provider lets go of
     the sandbox, and the sandbox (anyone else's now) is as it was."""

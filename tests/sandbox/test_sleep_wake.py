@@ -19,7 +19,13 @@ import anyio
 import pytest
 
 from stead.blobs import BlobConfig, open_blob_store
-from stead.sandbox import HostAddress, HostClient, HostSandbox, WorkspaceUnavailable
+from stead.sandbox import (
+    FileNotFound,
+    HostAddress,
+    HostClient,
+    HostSandbox,
+    WorkspaceUnavailable,
+)
 from stead.sandbox_host.clock import ManualClock
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.server import serve_host
@@ -93,6 +99,31 @@ async def test_a_second_sleep_replaces_the_older_snapshot_only_once_verified(
     assert len([p for p in blobs.iterdir() if p.is_file()]) == 1
     assert await sandbox.read_file("one", max_bytes=10) == b"1"
     assert await sandbox.read_file("two", max_bytes=10) == b"2"
+
+
+async def test_an_erased_sandbox_leaves_no_snapshot_and_comes_back_empty(
+    sandbox: HostSandbox, client: HostClient, host: HostProcess
+) -> None:
+    """A deleted session's: not saved again, and what sleep saved is deleted,
+    manifests included; a sandbox of a prefix-sharing id keeps its own."""
+    neighbour = HostSandbox(client, f"{sandbox.sandbox_id}x", config())
+    for each in (sandbox, neighbour):
+        await each.write_file("private", b"secret")
+        assert await each.sleep()
+    await sandbox.write_file("later", b"unsaved")
+    blobs = Path(host.blob_url.removeprefix("file://")) / "sandboxes"
+    assert (blobs / sandbox.sandbox_id / "placements").is_dir()
+    try:
+        assert await client.destroy(sandbox.sandbox_id, erase=True) is not None
+        assert not [p for p in (blobs / sandbox.sandbox_id).rglob("*") if p.is_file()]
+        assert not workspace_on_host(host, sandbox.sandbox_id).exists()
+        with pytest.raises(FileNotFound):  # made again: empty, not restored
+            await sandbox.read_file("private", max_bytes=10)
+        assert await client.destroy(sandbox.sandbox_id, erase=True) is not None
+        assert await client.destroy(sandbox.sandbox_id, erase=True) is None  # gone: done
+        assert await neighbour.read_file("private", max_bytes=10) == b"secret"
+    finally:
+        await client.destroy(neighbour.sandbox_id, erase=True)
 
 
 async def test_a_corrupt_snapshot_is_an_error_not_an_empty_workspace(

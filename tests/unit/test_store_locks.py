@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
-from stead.store import Conflict, NewEvent, SqlStore, _locks
+from stead.store import Conflict, LeaseExpiry, NewEvent, SqlStore, _locks
 from tests.databases import engine
 from tests.unit.conftest import new_session
 
@@ -75,6 +75,40 @@ async def test_an_accept_that_waited_for_the_lock_sees_what_the_holder_committed
         f"session {session_id} is archived; it accepts no new events"
     ]
     assert await store.last_seq(session_id) == 0
+
+
+async def test_a_deletion_waits_for_an_expiry_being_committed_and_ends_the_lease_deleted(
+    store: SqlStore, database_url: str
+) -> None:
+    """The sweeper's expiry read the session as there; the deletion must not
+    take the lease for still active (and leave it ended for its TTL, its final
+    snapshot kept): it waits, then lists it to be destroyed again, erased."""
+    workspace_id, session_id = await new_session(store)
+    session = await store.get_session(workspace_id, session_id)
+    await store.acquire_sandbox_lease(
+        session_id,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        environment_id=session.environment_id,
+        agent_id=session.agent["id"],
+        ttl_seconds=60,
+    )
+    holder = engine(database_url)
+    try:
+        with holder.connect() as conn:
+            async with anyio.create_task_group() as group:
+                with conn.begin():
+                    expire = (
+                        "UPDATE sandbox_leases SET status = 'expired', expiry_reason = 'ttl',"
+                        " expired_at = now() WHERE sandbox_id = :id"
+                    )
+                    conn.execute(text(expire), {"id": session_id})
+                    group.start_soon(store.delete_session, workspace_id, session_id)
+                    await _until_one_waits_for_a_lock(conn)
+    finally:
+        holder.dispose()
+    [listed] = await store.leases_to_destroy()
+    assert (listed.sandbox_id, listed.expiry_reason) == (session_id, LeaseExpiry.SESSION_DELETED)
 
 
 async def _until_one_waits_for_a_lock(conn: Connection) -> None:

@@ -130,9 +130,6 @@ async def delete_session(
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_session(who.workspace_id, session_id)
-    await app.sandboxes.session_deleted(session_id)
-    if app.sweeper is not None:
-        app.sweeper.poke()  # the session's sandbox is erased now, not a round later
     deleted = EventRecord(
         session_id=session_id,
         id=new_id("event"),
@@ -141,6 +138,9 @@ async def delete_session(
         processed_at=datetime.now(UTC),
     )
     app.bus.publish_final(session_id, deleted)
+    await app.sandboxes.session_deleted(session_id)
+    if app.sweeper is not None:
+        app.sweeper.poke()  # the session's sandbox is erased now, not a round later
     return JSONResponse({"id": session_id, "type": "session_deleted"})
 
 

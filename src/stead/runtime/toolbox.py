@@ -45,6 +45,7 @@ from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.served import HeldSandboxes, Served
+from stead.runtime.session_leases import SessionLeases
 from stead.runtime.together import together
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -67,10 +68,8 @@ from stead.store import (
     LeaseExpiry,
     LeaseStore,
     LeaseTerms,
-    LimitReached,
     MemoryStoreStore,
     SandboxLease,
-    SandboxLeaseEnded,
     SandboxLeaseStatus,
     SessionRecord,
     UsageStore,
@@ -80,7 +79,6 @@ from stead.tools import ToolOutcome
 
 log = logging.getLogger("stead.runtime.toolbox")
 
-LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
 DEFINITIONS: Mapping[str, Json] = MappingProxyType(
     {**tools.DEFINITIONS, MEMORY_SEARCH: MEMORY_SEARCH_DEFINITION}
 )
@@ -130,6 +128,7 @@ class SandboxToolbox:
         self._store = store
         self._provider = provider
         self._placements = SandboxPlacements(store, provider)
+        self._leases = SessionLeases(store, self._placements, settings.sandbox_lease_seconds)
         self._credentials = credentials
         self._held = HeldSandboxes(provider, credentials)
         self._lock = anyio.Lock()
@@ -286,8 +285,8 @@ class SandboxToolbox:
             # is captured after the next turn, or at release.
             return None
         lease = await self._store.sandbox_lease(session_id)
-        if lease is None:
-            return None  # never had a sandbox: nothing to capture, no host to start for it
+        if lease is None or lease.expiry_reason == LeaseExpiry.SESSION_DELETED:
+            return None  # no sandbox, or no session: nothing to capture, no host to start
         self._follow(lease)
         # Resources may have changed in another brain meanwhile: staged again
         # before the next turn's first call.
@@ -388,40 +387,12 @@ class SandboxToolbox:
         )
 
     async def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
-        if not self._provider.leased:
-            return None
-        return LeaseTerms(
-            sandbox_id=session.id,
-            workspace_id=session.workspace_id,
-            session_id=session.id,
-            environment_id=session.environment_id,
-            agent_id=session.agent.get("id"),
-            ttl_seconds=self._settings.sandbox_lease_seconds,
-            host=await self._placements.home(),
-        )
+        return await self._leases.terms(session) if self._provider.leased else None
 
     async def _renew(self, session_id: str) -> None:
         """Every call renews the lease; one that ended stops the tools here."""
-        if not self._provider.leased:
-            return
-        terms = await self.lease_terms(await self._store.session_snapshot(session_id))
-        assert terms is not None
-        try:
-            lease = await self._store.acquire_sandbox_lease(
-                terms.sandbox_id,
-                workspace_id=terms.workspace_id,
-                session_id=terms.session_id,
-                environment_id=terms.environment_id,
-                agent_id=terms.agent_id,
-                ttl_seconds=terms.ttl_seconds,
-                enforce_limits=True,
-                host=terms.host,
-            )
-        except SandboxLeaseEnded:
-            raise NoSandbox(LEASE_ENDED) from None
-        except LimitReached as exc:
-            raise NoSandbox(str(exc)) from None
-        self._follow(lease)
+        if self._provider.leased:
+            self._follow(await self._leases.take(session_id))
 
     async def run(
         self,
@@ -520,7 +491,7 @@ class SandboxToolbox:
         under the sandbox's lock, whose sandbox it destroyed (a newer one than
         ``listed`` if it was taken again and ended since); None if in use. A
         deleted session's sandbox is erased: nothing of it is saved or kept."""
-        if listed.session_id is not None and listed.expiry_reason != LeaseExpiry.SESSION_DELETED:
+        if listed.session_id is not None:
             await self.capture_outputs(listed.session_id, listed.workspace_id)
         async with self._sandbox_locks.hold(listed.sandbox_id):
             lease = await self._store.sandbox_lease(listed.sandbox_id) or listed
@@ -549,10 +520,14 @@ class SandboxToolbox:
         """Its sandbox goes now, files and all, when no lease binds it
         (``unsafe_local``); a leased one, whose lease ended with the session,
         is the sweeper's to erase."""
-        if not self._provider.leased:
-            async with self._sandbox_locks.hold(session_id):
-                await self._let_go(session_id)
+        if self._provider.leased:
+            return
+        async with self._sandbox_locks.hold(session_id):
+            await self._let_go(session_id)
+            try:
                 await self._provider.release(session_id, erase=True)
+            except (SandboxError, OSError) as exc:  # the deletion stands all the same
+                log.warning("session %s deleted; its sandbox was not: %s", session_id, exc)
 
     async def forget(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox of the lease that started at

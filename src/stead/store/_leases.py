@@ -392,12 +392,18 @@ def mark_destroyed(
 
 
 def session_deleted(conn: Connection, session_id: str) -> None:
-    """The session's lease, if it already ended, is to be destroyed again, for
-    its session's deletion: that destroy erases what an earlier one saved. An
-    active one ends so at the sweeper's next round (``expire_all``)."""
+    """The session's lease (its sandbox id is the session's), if it already
+    ended, is to be destroyed again, for its session's deletion: that destroy
+    erases what an earlier one saved. An active one ends so at the sweeper's
+    next round (``expire_all``)."""
+    # Locked first: an expiry another transaction is committing (which read the
+    # session as still there) is waited for, not passed over as still active.
+    current = _locked(conn, session_id)
+    if current is None or current.session_id != session_id or current.status == ACTIVE:
+        return
     conn.execute(
         update(sandbox_leases)
-        .where(leases.session_id == session_id, leases.status != ACTIVE)
+        .where(leases.sandbox_id == session_id)
         .values(status=EXPIRED, expiry_reason=LeaseExpiry.SESSION_DELETED, destroyed_at=None)
     )
 

@@ -37,6 +37,12 @@ class UnsafeLocalProvider:
         self._sandboxes: dict[str, tuple[UnsafeLocalSandbox, float]] = {}
         self._lock = anyio.Lock()
 
+    def _directory(self, sandbox_id: str) -> Path:
+        directory = self._root / sandbox_id
+        if directory.parent != self._root or sandbox_id in ("", ".", ".."):
+            raise ValueError(f"not a sandbox id: {sandbox_id!r}")
+        return directory
+
     async def home(self) -> HostIdentity | None:
         return None  # no host: sandboxes here are never placed
 
@@ -47,7 +53,7 @@ class UnsafeLocalProvider:
         async with self._lock:
             found = self._sandboxes.get(sandbox_id)
             if found is None:
-                root = self._root / sandbox_id
+                root = self._directory(sandbox_id)
                 sandbox = UnsafeLocalSandbox(
                     workspace=root / "workspace", state_dir=root / "state", env=config.env
                 )
@@ -87,14 +93,15 @@ class UnsafeLocalProvider:
         pass  # not leased: its sandboxes are this process's own, which no other destroys
 
     async def release(self, sandbox_id: str, *, erase: bool = False) -> float | None:
-        # Nothing outlives a release here: erased or not, the files go.
+        # Nothing outlives a release here: erased or not, the files go; erased,
+        # also those of a sandbox an earlier run of the server made.
         async with self._lock:
             found = self._sandboxes.pop(sandbox_id, None)
-        if found is None:
-            return None
-        await found[0].close()
-        await to_thread.run_sync(shutil.rmtree, self._root / sandbox_id, True)
-        return time.monotonic() - found[1]
+        if found is not None:
+            await found[0].close()
+        if found is not None or erase:
+            await to_thread.run_sync(shutil.rmtree, self._directory(sandbox_id), True)
+        return None if found is None else time.monotonic() - found[1]
 
     async def aclose(self) -> None:
         async with self._lock:

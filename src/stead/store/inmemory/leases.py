@@ -149,14 +149,11 @@ def mark_destroyed(
 
 
 def session_deleted(t: Tables, session_id: str) -> None:
-    for sandbox_id, lease in t.leases.items():
-        if lease.session_id == session_id and lease.status != ACTIVE:
-            t.leases[sandbox_id] = dataclasses.replace(
-                lease,
-                status=EXPIRED,
-                expiry_reason=LeaseExpiry.SESSION_DELETED,
-                destroyed_at=None,
-            )
+    lease = t.leases.get(session_id)
+    if lease is not None and lease.session_id == session_id and lease.status != ACTIVE:
+        t.leases[session_id] = dataclasses.replace(
+            lease, status=EXPIRED, expiry_reason=LeaseExpiry.SESSION_DELETED, destroyed_at=None
+        )
 
 
 def active_seconds(t: Tables, sandbox_id: str) -> float:
