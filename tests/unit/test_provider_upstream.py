@@ -1,16 +1,19 @@
 """The providers' HTTP client against the fake model, reached directly, through
 a TLS front (trusted by ``SSL_CERT_FILE``, as the SDK's transport trusts) and
-through a loopback proxy named by the proxy variables: connections are kept
+through loopback proxies named by the proxy variables: connections are kept
 and reused, a closed one is left for a new one, https is verified and tunnelled
-with ``CONNECT``, plain HTTP goes to the proxy with its whole URL, a header
-that would split the request is never sent, and calls beyond the most in flight
-wait for one to end."""
+with ``CONNECT`` (over TLS to an https proxy too), plain HTTP goes to an HTTP
+proxy with its whole URL, a SOCKS5 proxy is asked for a tunnel (by name for
+``socks5h``, credentials when given), a header that would split the request is
+never sent, and calls beyond the most in flight wait for one to end."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import ipaddress
 import ssl
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -107,9 +110,10 @@ class Proxy:
 
 
 @asynccontextmanager
-async def proxy() -> AsyncIterator[Proxy]:
-    """A forward proxy: ``CONNECT host:port`` opens a tunnel; a request with a
-    whole URL is passed on, as it came, to the URL's host."""
+async def proxy(tls: ssl.SSLContext | None = None) -> AsyncIterator[Proxy]:
+    """A forward proxy (spoken to over TLS with ``tls``): ``CONNECT host:port``
+    opens a tunnel; a request with a whole URL is passed on, as it came, to the
+    URL's host."""
     seen = Proxy()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -125,6 +129,59 @@ async def proxy() -> AsyncIterator[Proxy]:
         else:
             upstream[1].write(head.encode("latin-1"))
         await _joined((reader, writer), upstream)
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
+    seen.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield seen
+
+
+@dataclass
+class Socks:
+    port: int = 0
+    credentials: bytes | None = None
+    """RFC 1929's ``user`` and ``password`` it requires, as ``user:password``."""
+    reply: int = 0
+    """Its answer to each ``CONNECT`` (0: connected)."""
+    offered: list[bytes] = field(default_factory=list)
+    """The authentication methods each client offered."""
+    logins: list[bytes] = field(default_factory=list)
+    asked: list[tuple[int, str, int]] = field(default_factory=list)
+    """Each ``CONNECT``'s address type (1 IPv4, 3 name, 4 IPv6), address and port."""
+
+
+@asynccontextmanager
+async def socks(target: int) -> AsyncIterator[Socks]:
+    """A SOCKS5 proxy that records each request and connects every tunnel to
+    ``target`` on 127.0.0.1, whatever it was asked for."""
+    seen = Socks()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _, count = await reader.readexactly(2)
+        seen.offered.append(await reader.readexactly(count))
+        wanted = 2 if seen.credentials is not None else 0
+        writer.write(bytes([5, wanted if wanted in seen.offered[-1] else 0xFF]))
+        if wanted not in seen.offered[-1]:
+            return writer.close()
+        if wanted == 2:
+            _, size = await reader.readexactly(2)
+            user = await reader.readexactly(size)
+            password = await reader.readexactly((await reader.readexactly(1))[0])
+            seen.logins.append(user + b":" + password)
+            writer.write(bytes([1, 0 if seen.logins[-1] == seen.credentials else 1]))
+            if seen.logins[-1] != seen.credentials:
+                return writer.close()
+        _, _, _, kind = await reader.readexactly(4)
+        if kind == 3:
+            host = (await reader.readexactly((await reader.readexactly(1))[0])).decode()
+        else:
+            host = str(ipaddress.ip_address(await reader.readexactly(4 if kind == 1 else 16)))
+        (port,) = struct.unpack("!H", await reader.readexactly(2))
+        seen.asked.append((kind, host, port))
+        writer.write(bytes([5, seen.reply, 0, 1, 127, 0, 0, 1, 0, 0]))
+        if seen.reply != 0:
+            return writer.close()
+        await _joined((reader, writer), await asyncio.open_connection("127.0.0.1", target))
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     seen.port = server.sockets[0].getsockname()[1]
@@ -220,12 +277,85 @@ async def test_plain_http_goes_to_the_proxy_with_its_whole_url(
     assert requests[0].path == "/v1/messages"
 
 
+async def test_an_https_proxy_is_verified_and_carries_https_and_plain_http(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_tls, ca_file = _tls(tmp_path)
+    other_ca = tmp_path / "other.pem"
+    trustme.CA().cert_pem.write_to_path(str(other_ca))
+    async with (
+        FakeModel([ANSWER]) as fake,
+        front(fake.port, server_tls) as seen,
+        proxy(server_tls) as via,
+    ):
+        url = f"https://127.0.0.1:{seen.port}"
+        monkeypatch.setenv("HTTPS_PROXY", f"https://127.0.0.1:{via.port}")
+        monkeypatch.setenv("HTTP_PROXY", f"https://127.0.0.1:{via.port}")
+        monkeypatch.setenv("SSL_CERT_FILE", str(other_ca))
+        with pytest.raises(UpstreamError, match=rf"proxy 127\.0\.0\.1:{via.port}.*VERIFY_FAILED"):
+            await _calls(url)
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+        answers = await _calls(url, count=2)  # TLS to the upstream inside TLS to the proxy
+        answers += await _calls(fake.url)
+    assert [a.content[0]["text"] for a in answers] == ["answered"] * 3
+    assert [head[0] for head in via.heads] == [
+        f"CONNECT 127.0.0.1:{seen.port} HTTP/1.1",
+        f"POST {fake.url.rstrip('/')}/v1/messages HTTP/1.1",
+    ]
+
+
+async def test_a_socks5h_proxy_is_given_the_name_and_a_socks5_one_an_address(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server_tls, ca_file = _tls(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca_file))
+    async with FakeModel([ANSWER]) as fake, front(fake.port, server_tls) as tls_front:
+        async with socks(fake.port) as via:
+            via.credentials = b"user:p@ss"
+            monkeypatch.setenv("ALL_PROXY", f"socks5h://user:p%40ss@127.0.0.1:{via.port}")
+            answers = await _calls(f"http://localhost:{fake.port}", count=2)
+            monkeypatch.setenv("ALL_PROXY", f"socks5://user:p%40ss@127.0.0.1:{via.port}")
+            answers += await _calls(f"http://localhost:{fake.port}")
+        assert via.offered == [b"\x00\x02"] * 2
+        assert via.logins == [b"user:p@ss"] * 2
+        (kind, name, port), (resolved, address, _) = via.asked
+        assert (kind, name, port) == (3, "localhost", fake.port)  # one tunnel, two calls
+        assert resolved in (1, 4) and ipaddress.ip_address(address).is_loopback
+        async with socks(tls_front.port) as via:
+            monkeypatch.setenv("ALL_PROXY", f"socks5://127.0.0.1:{via.port}")
+            answers += await _calls(f"https://127.0.0.1:{tls_front.port}")  # TLS over it
+        assert via.offered == [b"\x00"] and via.asked == [(1, "127.0.0.1", tls_front.port)]
+    assert [a.content[0]["text"] for a in answers] == ["answered"] * 4
+
+
+async def test_a_socks_proxy_s_refusal_is_named_in_the_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async with FakeModel([ANSWER]) as fake, socks(fake.port) as via:
+        via.credentials = b"user:right"
+        monkeypatch.setenv("ALL_PROXY", f"socks5h://user:wrong@127.0.0.1:{via.port}")
+        with pytest.raises(UpstreamError, match="refused the user name and password"):
+            await _calls(fake.url)
+        monkeypatch.setenv("ALL_PROXY", f"socks5h://127.0.0.1:{via.port}")
+        with pytest.raises(UpstreamError, match="accepts none of the ways stead can auth"):
+            await _calls(fake.url)
+        via.credentials, via.reply = None, 5
+        with pytest.raises(
+            UpstreamError, match=r"did not connect to 127\.0\.0\.1:\d+: connection ref"
+        ):
+            await _calls(fake.url)
+        assert fake.request_count == 0
+
+
 async def test_a_proxy_stead_cannot_use_is_named_in_the_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:1080")
-    with pytest.raises(UpstreamError, match=r"socks5://127\.0\.0\.1:1080.*only an http:// proxy"):
+    monkeypatch.setenv("HTTPS_PROXY", "socks4://user:hunter2-secret@127.0.0.1:1080")
+    with pytest.raises(
+        UpstreamError, match=r"socks4://127\.0\.0\.1:1080.*only an http://, https://, socks5://"
+    ) as refused:
         await _calls("https://api.anthropic.com")
+    assert "hunter2-secret" not in str(refused.value)
 
 
 async def test_a_header_that_would_split_the_request_is_never_sent() -> None:

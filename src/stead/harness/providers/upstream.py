@@ -13,10 +13,8 @@ gave the providers:
   else the system's CAs), made at the first https connection; a plain-HTTP
   upstream loads no CA;
 * the proxy variables (``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY``,
-  ``NO_PROXY``, as urllib reads them), for an ``http://`` proxy: an https
-  upstream is reached through a ``CONNECT`` tunnel, a plain one by sending the
-  proxy the whole URL; ``user:password@`` in the proxy's URL becomes
-  ``Proxy-Authorization``;
+  ``NO_PROXY``): ``http://``, ``https://``, ``socks5://`` and ``socks5h://``
+  proxies (``proxies.py``);
 * one timeout for connecting (TLS and tunnel included) and for each wait on
   the peer, as ``httpx2.Timeout(t)`` has it;
 * idle connections kept for the next call (up to ``MAX_IDLE``), dropped when
@@ -29,25 +27,28 @@ gave the providers:
 from __future__ import annotations
 
 import asyncio
-import base64
 import ssl
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import cast
-from urllib.parse import unquote, urlsplit
-from urllib.request import getproxies_environment, proxy_bypass
+from urllib.parse import urlsplit
 
 import anyio
 import httptools
+
+from stead.harness.providers.proxies import (
+    Proxy,
+    ProxyError,
+    http_tunnel,
+    proxy_for,
+    socks_tunnel,
+)
 
 MAX_IDLE = 100
 """Idle connections kept: the SDK's own keep-alive bound (many turns run at once)."""
 MAX_IN_FLIGHT = 1000
 """Calls at once, each on a connection of its own: the SDK's own connection bound."""
-MAX_TUNNEL_ANSWER = 16 * 1024
-"""The most a proxy's answer to ``CONNECT`` may take before its blank line."""
 
 
 class UpstreamTimeout(Exception):
@@ -63,33 +64,10 @@ def detail(exc: Exception) -> str:
     return f": {exc}" if str(exc) else ""
 
 
-@dataclass(frozen=True)
-class _Proxy:
-    host: str
-    port: int
-    authorization: str | None
-
-
 def _authority(host: str, port: int | None = None) -> str:
     """``host:port`` as a request line or ``Host`` header writes it (IPv6 in brackets)."""
     name = f"[{host}]" if ":" in host else host
     return name if port is None else f"{name}:{port}"
-
-
-def _proxy_for(scheme: str, host: str) -> _Proxy | None:
-    """The proxy the environment names for ``scheme://host``, if any and not bypassed."""
-    proxies = getproxies_environment()
-    url = proxies.get(scheme) or proxies.get("all")
-    if not url or proxy_bypass(host):
-        return None
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme != "http" or not parts.hostname:
-        raise UpstreamBroken(f"the {scheme} proxy {url!r}: only an http:// proxy is supported")
-    authorization = None
-    if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(pair.encode()).decode()
-    return _Proxy(parts.hostname, parts.port or 80, authorization)
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
@@ -285,12 +263,12 @@ class Upstream:
         self._port = parts.port or (443 if self._tls else 80)
         self._authority = _authority(self._host, parts.port)
         self._base_path = parts.path.rstrip("/")
-        self._proxy: _Proxy | None = None
+        self._proxy: Proxy | None = None
         self._refused: str | None = None
         """Why no call can be made (a proxy variable stead cannot use), said by each call."""
         try:
-            self._proxy = _proxy_for(scheme, self._host)
-        except UpstreamBroken as exc:
+            self._proxy = proxy_for(scheme, self._host)
+        except ProxyError as exc:
             self._refused = str(exc)
         self._timeout = timeout
         self._context: ssl.SSLContext | None = None
@@ -360,7 +338,8 @@ class Upstream:
             raise UpstreamBroken("a request header is not Latin-1 text") from None
 
     def _plain_proxy(self) -> bool:
-        return self._proxy is not None and not self._tls
+        """Requests go to an HTTP proxy, which forwards them (no tunnel)."""
+        return self._proxy is not None and self._proxy.forwards_http and not self._tls
 
     async def _connection(self) -> _Connection:
         while self._idle:
@@ -371,65 +350,51 @@ class Upstream:
         return await self._open()
 
     async def _open(self) -> _Connection:
-        loop = asyncio.get_running_loop()
         proxy = self._proxy
-        where = f"the proxy {proxy.host}:{proxy.port}" if proxy else self._authority
         connection: _Connection | None = None
         try:
             with anyio.fail_after(self._timeout):
                 if proxy is None:
-                    _, connection = await loop.create_connection(
-                        _Connection,
-                        self._host,
-                        self._port,
-                        ssl=self._tls_context() if self._tls else None,
-                        server_hostname=self._host if self._tls else None,
-                    )
+                    connection = await self._connect(self._host, self._port, tls=self._tls)
+                    return connection
+                connection = await self._connect(proxy.host, proxy.port, tls=proxy.tls)
+                if proxy.forwards_http and not self._tls:
+                    return connection  # requests go to the proxy, whole URL and all
+                if proxy.forwards_http:
+                    authority = _authority(self._host, self._port)
+                    await http_tunnel(connection, proxy, authority, self._timeout)
                 else:
-                    _, connection = await loop.create_connection(
-                        _Connection, proxy.host, proxy.port
+                    await socks_tunnel(connection, proxy, self._host, self._port, self._timeout)
+                if self._tls:  # over the tunnel (over TLS to an https proxy: TLS in TLS)
+                    assert connection.transport is not None
+                    connection.transport = await asyncio.get_running_loop().start_tls(
+                        connection.transport,
+                        connection,
+                        self._tls_context(),
+                        server_hostname=self._host,
                     )
-                    if self._tls:
-                        await self._tunnel(connection, proxy)
-                        assert connection.transport is not None
-                        connection.transport = await loop.start_tls(
-                            connection.transport,
-                            connection,
-                            self._tls_context(),
-                            server_hostname=self._host,
-                        )
-            return connection
+                return connection
         except BaseException as exc:
             if connection is not None:
                 connection.close()  # a tunnel or handshake cut short, or cancelled
             if isinstance(exc, TimeoutError):
                 raise UpstreamTimeout() from None
+            if isinstance(exc, ProxyError):
+                raise UpstreamBroken(str(exc)) from None
             if isinstance(exc, OSError):  # ssl.SSLError among them
+                where = str(proxy) if proxy else self._authority
                 raise UpstreamBroken(f"cannot connect to {where}: {exc}") from None
             raise
 
-    async def _tunnel(self, connection: _Connection, proxy: _Proxy) -> None:
-        assert connection.transport is not None
-        target = _authority(self._host, self._port)
-        lines = [f"CONNECT {target} HTTP/1.1", f"host: {target}"]
-        if proxy.authorization:
-            lines.append(f"proxy-authorization: {proxy.authorization}")
-        connection.raw = bytearray()
-        connection.transport.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        while b"\r\n\r\n" not in connection.raw:
-            if len(connection.raw) > MAX_TUNNEL_ANSWER:
-                raise UpstreamBroken(
-                    f"the proxy's answer to CONNECT passed {MAX_TUNNEL_ANSWER} bytes"
-                )
-            if connection.lost:
-                raise UpstreamBroken("the proxy closed the connection before its answer")
-            await connection.wait(self._timeout)
-        head, _, rest = bytes(connection.raw).partition(b"\r\n\r\n")
-        connection.raw = None
-        status = head.split(b"\r\n", 1)[0].decode("latin-1")
-        code = status.split(" ", 2)[1] if status.count(" ") else ""
-        if not (code.isdigit() and 200 <= int(code) < 300) or rest:
-            raise UpstreamBroken(f"the proxy refused the tunnel: {status[:200]}")
+    async def _connect(self, host: str, port: int, *, tls: bool) -> _Connection:
+        _, connection = await asyncio.get_running_loop().create_connection(
+            _Connection,
+            host,
+            port,
+            ssl=self._tls_context() if tls else None,
+            server_hostname=host if tls else None,
+        )
+        return connection
 
     def _tls_context(self) -> ssl.SSLContext:
         if self._context is None:
