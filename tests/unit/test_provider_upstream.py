@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 import ssl
 import struct
@@ -143,6 +144,10 @@ class Socks:
     """RFC 1929's ``user`` and ``password`` it requires, as ``user:password``."""
     reply: int = 0
     """Its answer to each ``CONNECT`` (0: connected)."""
+    version: int = 5
+    """The version its answer to ``CONNECT`` names."""
+    bound: bytes = b"\x03\x0bproxy.local"
+    """The address its answer says it bound (of any type: the client skips it)."""
     offered: list[bytes] = field(default_factory=list)
     """The authentication methods each client offered."""
     logins: list[bytes] = field(default_factory=list)
@@ -157,12 +162,19 @@ async def socks(target: int) -> AsyncIterator[Socks]:
     seen = Socks()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            with contextlib.suppress(asyncio.IncompleteReadError):  # a client that gave up
+                await answer(reader, writer)
+        finally:
+            writer.close()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         _, count = await reader.readexactly(2)
         seen.offered.append(await reader.readexactly(count))
         wanted = 2 if seen.credentials is not None else 0
         writer.write(bytes([5, wanted if wanted in seen.offered[-1] else 0xFF]))
         if wanted not in seen.offered[-1]:
-            return writer.close()
+            return
         if wanted == 2:
             _, size = await reader.readexactly(2)
             user = await reader.readexactly(size)
@@ -170,7 +182,7 @@ async def socks(target: int) -> AsyncIterator[Socks]:
             seen.logins.append(user + b":" + password)
             writer.write(bytes([1, 0 if seen.logins[-1] == seen.credentials else 1]))
             if seen.logins[-1] != seen.credentials:
-                return writer.close()
+                return
         _, _, _, kind = await reader.readexactly(4)
         if kind == 3:
             host = (await reader.readexactly((await reader.readexactly(1))[0])).decode()
@@ -178,9 +190,9 @@ async def socks(target: int) -> AsyncIterator[Socks]:
             host = str(ipaddress.ip_address(await reader.readexactly(4 if kind == 1 else 16)))
         (port,) = struct.unpack("!H", await reader.readexactly(2))
         seen.asked.append((kind, host, port))
-        writer.write(bytes([5, seen.reply, 0, 1, 127, 0, 0, 1, 0, 0]))
+        writer.write(bytes([seen.version, seen.reply, 0]) + seen.bound + b"\x04\x38")
         if seen.reply != 0:
-            return writer.close()
+            return
         await _joined((reader, writer), await asyncio.open_connection("127.0.0.1", target))
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
@@ -322,6 +334,7 @@ async def test_a_socks5h_proxy_is_given_the_name_and_a_socks5_one_an_address(
         assert (kind, name, port) == (3, "localhost", fake.port)  # one tunnel, two calls
         assert resolved in (1, 4) and ipaddress.ip_address(address).is_loopback
         async with socks(tls_front.port) as via:
+            via.bound = b"\x04" + ipaddress.ip_address("::1").packed
             monkeypatch.setenv("ALL_PROXY", f"socks5://127.0.0.1:{via.port}")
             answers += await _calls(f"https://127.0.0.1:{tls_front.port}")  # TLS over it
         assert via.offered == [b"\x00"] and via.asked == [(1, "127.0.0.1", tls_front.port)]
@@ -339,7 +352,17 @@ async def test_a_socks_proxy_s_refusal_is_named_in_the_error(
         monkeypatch.setenv("ALL_PROXY", f"socks5h://127.0.0.1:{via.port}")
         with pytest.raises(UpstreamError, match="accepts none of the ways stead can auth"):
             await _calls(fake.url)
-        via.credentials, via.reply = None, 5
+        monkeypatch.setenv("ALL_PROXY", f"socks5h://user@127.0.0.1:{via.port}")
+        with pytest.raises(UpstreamError, match="user name and password are 1 to 255 bytes"):
+            await _calls(fake.url)
+        via.credentials = None
+        monkeypatch.setenv("ALL_PROXY", f"socks5h://127.0.0.1:{via.port}")
+        with pytest.raises(UpstreamError, match="a name a proxy resolves is at most 255"):
+            await _calls(f"http://{'a' * 60}.{'b' * 60}.{'c' * 60}.{'d' * 60}.{'e' * 60}.test")
+        via.version = 4
+        with pytest.raises(UpstreamError, match="does not speak SOCKS5"):
+            await _calls(fake.url)
+        via.version, via.reply = 5, 5
         with pytest.raises(
             UpstreamError, match=r"did not connect to 127\.0\.0\.1:\d+: connection ref"
         ):
@@ -355,6 +378,12 @@ async def test_a_proxy_stead_cannot_use_is_named_in_the_error(
         UpstreamError, match=r"socks4://127\.0\.0\.1:1080.*only an http://, https://, socks5://"
     ) as refused:
         await _calls("https://api.anthropic.com")
+    # Not percent-encoded, a "/" or "#" ends the authority inside the password.
+    for raw in ("http://user:hunter2/secret@127.0.0.1:3128", "socks5h://u:12#secret@proxy"):
+        monkeypatch.setenv("HTTPS_PROXY", raw)
+        with pytest.raises(UpstreamError, match="percent-encoded credentials") as garbled:
+            await _calls("https://api.anthropic.com")
+        assert "secret" not in str(garbled.value)
     assert "hunter2-secret" not in str(refused.value)
 
 

@@ -21,7 +21,7 @@ import base64
 import ipaddress
 import socket
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 from urllib.request import getproxies_environment, proxy_bypass
@@ -52,7 +52,7 @@ class Proxy:
     host: str
     port: int
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
 
     @property
     def forwards_http(self) -> bool:
@@ -84,17 +84,24 @@ def proxy_for(scheme: str, host: str) -> Proxy | None:
     url = proxies.get(scheme) or proxies.get("all")
     if not url or proxy_bypass(host):
         return None
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    whole = url if "://" in url else f"http://{url}"
+    parts = urlsplit(whole)
     kind = parts.scheme.lower()
     try:
         port = parts.port
     except ValueError:
         port = -1
-    if kind not in DEFAULT_PORTS or not parts.hostname or port == -1:
-        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
-        raise ProxyError(  # named without its credentials: the text reaches the session
+    # Credentials with a bare "/", "?" or "#" end the URL's authority early:
+    # the host parsed is then part of them.
+    after = whole.partition("://")[2]
+    garbled = "@" in after and parts.username is None
+    if kind not in DEFAULT_PORTS or not parts.hostname or port == -1 or garbled:
+        # Named without its credentials, whatever they hold: the text reaches the session.
+        shown = f"{kind}://{after.rpartition('@')[2]}"
+        raise ProxyError(
             f"the {scheme} proxy {shown!r}: only an http://, https://, socks5:// or "
-            "socks5h:// proxy with a host (and a valid port) is supported"
+            "socks5h:// proxy with a host, a valid port and percent-encoded "
+            "credentials is supported"
         )
     return Proxy(
         kind,
@@ -140,25 +147,29 @@ async def socks_tunnel(
     connection: RawConnection, proxy: Proxy, host: str, port: int, seconds: float
 ) -> None:
     """RFC 1928's ``CONNECT`` to ``host:port`` through a SOCKS5 proxy."""
+    login = None
+    if proxy.username is not None:
+        user, password = proxy.username.encode(), (proxy.password or "").encode()
+        if not (0 < len(user) < 256 and 0 < len(password) < 256):
+            raise ProxyError(f"{proxy}: a SOCKS user name and password are 1 to 255 bytes")
+        login = bytes([len(user)]) + user + bytes([len(password)]) + password
     connection.raw = bytearray()
-    methods = b"\x00\x02" if proxy.username is not None else b"\x00"
+    methods = b"\x00\x02" if login is not None else b"\x00"
     _write(connection, b"\x05" + bytes([len(methods)]) + methods)
     version, method = await _take(connection, 2, seconds)
     if version != 5:
         raise ProxyError(f"{proxy} does not speak SOCKS5")
-    if method == 2 and proxy.username is not None:
-        user = proxy.username.encode()
-        password = (proxy.password or "").encode()
-        if len(user) > 255 or len(password) > 255:
-            raise ProxyError(f"{proxy}: a SOCKS user name or password is at most 255 bytes")
-        _write(connection, b"\x01" + bytes([len(user)]) + user + bytes([len(password)]) + password)
-        if (await _take(connection, 2, seconds))[1] != 0:
+    if method == 2 and login is not None:
+        _write(connection, b"\x01" + login)
+        if await _take(connection, 2, seconds) != b"\x01\x00":
             raise ProxyError(f"{proxy} refused the user name and password")
     elif method != 0:
         raise ProxyError(f"{proxy} accepts none of the ways stead can authenticate")
     address = await _socks_address(proxy, host, port)
     _write(connection, b"\x05\x01\x00" + address + struct.pack("!H", port))
-    _, reply, _, kind = await _take(connection, 4, seconds)
+    version, reply, _, kind = await _take(connection, 4, seconds)
+    if version != 5:
+        raise ProxyError(f"{proxy} does not speak SOCKS5")
     if reply != 0:
         why = SOCKS_REPLIES.get(reply, f"reply {reply}")
         raise ProxyError(f"{proxy} did not connect to {host}:{port}: {why}")
@@ -179,13 +190,29 @@ async def _socks_address(proxy: Proxy, host: str, port: int) -> bytes:
         literal = ipaddress.ip_address(host)
     except ValueError:
         if proxy.scheme == "socks5h":
-            name = host.encode("idna")
-            return b"\x03" + bytes([len(name)]) + name
-        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        if not found:
-            raise ProxyError(f"{host} resolves to no address") from None
-        literal = ipaddress.ip_address(found[0][4][0])
+            return _socks_name(host)
+        literal = await _resolved(host, port)
     return (b"\x01" if literal.version == 4 else b"\x04") + literal.packed
+
+
+async def _resolved(host: str, port: int) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise ProxyError(f"cannot resolve {host}: {exc}") from None
+    if not found:
+        raise ProxyError(f"cannot resolve {host}: no address")
+    return ipaddress.ip_address(found[0][4][0])
+
+
+def _socks_name(host: str) -> bytes:
+    try:
+        name = host.encode("idna")
+    except UnicodeError as exc:
+        raise ProxyError(f"{host[:80]!r} is not a name a proxy can resolve: {exc}") from None
+    if len(name) > 255:
+        raise ProxyError(f"{host[:80]!r}...: a name a proxy resolves is at most 255 bytes")
+    return b"\x03" + bytes([len(name)]) + name
 
 
 def _write(connection: RawConnection, data: bytes) -> None:
