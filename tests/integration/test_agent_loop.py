@@ -54,6 +54,19 @@ SCENARIOS: dict[str, list[Turn]] = {
         Turn([Text("All done.")]),
     ],
     "custom": [Turn([ToolCall("lookup", {"q": "weather"})]), Turn([Text("Thanks.")])],
+    "refused": [
+        Turn(
+            [Text("I can't help with that."), ToolCall("bash", {"command": "touch refused"})],
+            stop_reason="refusal",
+            stop_details={
+                "type": "refusal",
+                "category": "cyber",
+                "explanation": "It could enable harm to computer systems.",
+                "fallback_credit_token": "credit-token-of-the-request",
+            },
+        ),
+        Turn([Text("Happy to help with that.")]),
+    ],
     "ask": [
         Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
         Turn([Text("Finished.")]),
@@ -200,6 +213,33 @@ def test_a_turn_with_every_builtin_tool(
             assert following.processed_at == event.processed_at
     started = tool_starts(loop_server, session_id)
     assert {u.name: u.processed_at for u in uses} == started
+
+
+def test_a_refused_answer_idles_the_session_with_its_reason_and_details(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    """Its text is kept; a tool call in it is neither run nor kept."""
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("refused please")])
+        refused = until_idle(stream)
+        sdk.beta.sessions.events.send(session_id, events=[say("something else")])
+        answered = until_idle(stream)
+    idle = refused[-1]
+    assert (idle.stop_reason.type, idle.stop_details.type) == ("refusal", "refusal")
+    assert idle.stop_details.category == "cyber"
+    assert idle.stop_details.explanation == "It could enable harm to computer systems."
+    assert "fallback_credit_token" not in idle.model_dump()["stop_details"]
+    assert [e.content[0].text for e in refused if e.type == "agent.message"] == [
+        "I can't help with that."
+    ]
+    assert not [e for e in refused if e.type in ("agent.tool_use", "agent.tool_result")]
+    # The session goes on: the next message is answered as usual.
+    assert answered[-1].stop_reason.type == "end_turn" and answered[-1].stop_details is None
+    listed = sdk.beta.sessions.events.list(session_id, types=["session.status_idle"]).data
+    assert [e.stop_reason.type for e in listed] == ["refusal", "end_turn"]  # type: ignore[union-attr]
+    workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
+    assert not (workspace / "refused").exists()
 
 
 def test_deleting_a_session_removes_its_sandbox(

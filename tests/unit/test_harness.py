@@ -165,3 +165,21 @@ def test_tool_arguments_no_read_could_render_are_kept_as_unparsed_text(arguments
     answer = {"choices": [{"message": {"tool_calls": [call]}, "finish_reason": "tool_calls"}]}
     (block,) = from_chat(answer).content
     assert block["input"] == {"_unparsed_arguments": arguments}
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop_reason"),
+    [
+        ("stop", "end_turn"),
+        ("length", "end_turn"),
+        ("content_filter", "refusal"),
+        (None, "end_turn"),
+    ],
+)
+def test_an_openai_finish_reason_becomes_the_messages_api_stop_reason(
+    finish: str | None, stop_reason: str
+) -> None:
+    from stead.harness.providers.openai import from_chat
+
+    answer = {"choices": [{"message": {"content": "no"}, "finish_reason": finish}]}
+    assert from_chat(answer).stop_reason == stop_reason

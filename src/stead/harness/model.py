@@ -60,6 +60,8 @@ class ModelResponse:
     content: list[Json]
     stop_reason: str | None
     usage: dict[str, int] = field(default_factory=dict)
+    stop_details: Json | None = None
+    """What the upstream said of a ``refusal`` (``category``, ``explanation``)."""
 
 
 class UpstreamError(Exception):

@@ -20,8 +20,24 @@ def new(kind: str, body: Json | None = None) -> NewEvent:
     return NewEvent(new_id("event"), kind, body or {})
 
 
-def status_idle(stop_reason: Json) -> NewEvent:
-    return new(EventType.SESSION_STATUS_IDLE, {"stop_reason": stop_reason})
+def status_idle(stop_reason: Json, stop_details: Json | None = None) -> NewEvent:
+    body = {"stop_reason": stop_reason}
+    if stop_details is not None:
+        body["stop_details"] = stop_details
+    return new(EventType.SESSION_STATUS_IDLE, body)
+
+
+def refusal_details(upstream: Json | None) -> Json:
+    """A refused answer's ``stop_details`` as a session reports them: the
+    category and explanation the upstream gave, if any (nothing of its retry
+    tokens, which are the request's, not the session's)."""
+    given = upstream or {}
+    category, explanation = given.get("category"), given.get("explanation")
+    return {
+        "type": "refusal",
+        "category": category if isinstance(category, str) else None,
+        "explanation": explanation if isinstance(explanation, str) else None,
+    }
 
 
 def session_error(error_type: str, message: str, retry_status: str, **fields: str) -> NewEvent:

@@ -267,6 +267,7 @@ class TurnRunner(ToolSteps):
         *,
         answer_drained: bool = True,
         drain: bool = True,
+        stop_details: Json | None = None,
         **change: Any,
     ) -> None:
         """``stop_reason`` None: the session is terminated instead of idle."""
@@ -285,7 +286,7 @@ class TurnRunner(ToolSteps):
             self._usage["active_seconds"] = max(booked, seconds)
         final = [*events, ev.session_usage(self._usage, self.start.session.budget)]
         if stop_reason is not None:
-            final.append(ev.status_idle(stop_reason))
+            final.append(ev.status_idle(stop_reason, stop_details))
         await self._write(
             final,
             status=status,
@@ -378,6 +379,9 @@ class TurnRunner(ToolSteps):
         search = memory_search_offered(agent, memory)
         found = response_events(response.content, agent, events, mcp_tools, memory_search=search)
         answer = previews.named(found)
+        refused = response.stop_reason == "refusal"
+        if refused:  # what a refused answer asked to run is not run (nor kept for later)
+            answer = [e for e in answer if e.type not in TOOL_USE_TYPES]
         model = agent["model"]["id"]
         counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
         self._usage = accounting.added(self._usage, counters)
@@ -388,8 +392,9 @@ class TurnRunner(ToolSteps):
             # A plain answer ends the turn: record it and go idle in one commit.
             await self._end(
                 recorded,
-                {"type": "end_turn"},
+                {"type": "refusal" if refused else "end_turn"},
                 RunStatus.DONE,
+                stop_details=ev.refusal_details(response.stop_details) if refused else None,
                 ops_completed=completed,
                 usage=delta,
             )

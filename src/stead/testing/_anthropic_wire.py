@@ -65,6 +65,7 @@ class AnthropicDialect:
             "content": content,
             "stop_reason": turn.effective_stop_reason,
             "stop_sequence": None,
+            "stop_details": dict(turn.stop_details) if turn.stop_details else None,
             "usage": {**self._cache.usage(body, output_tokens), **(turn.usage or {})},
         }
 
@@ -120,7 +121,11 @@ def stream_frames(message: dict[str, Any], chunk_chars: int) -> Iterator[bytes]:
     yield sse_frame({"type": "ping"}, "ping")
     for index, block in enumerate(message["content"]):
         yield from _block_frames(index, block, chunk_chars)
-    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    delta = {
+        "stop_reason": message["stop_reason"],
+        "stop_sequence": None,
+        "stop_details": message["stop_details"],
+    }
     final_usage = {k: v for k, v in usage.items() if k != "service_tier"}
     yield sse_frame(
         {"type": "message_delta", "delta": delta, "usage": final_usage}, "message_delta"

@@ -23,7 +23,11 @@ from stead.testing._wire import (
 )
 from stead.testing.scripts import StopReason, Text, Thinking, ToolCall, Turn
 
-_FINISH_REASONS: dict[StopReason, str] = {"tool_use": "tool_calls", "max_tokens": "length"}
+_FINISH_REASONS: dict[StopReason, str] = {
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
 _MIN_ARGUMENT_CHUNKS = 3
 
 

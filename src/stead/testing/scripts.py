@@ -49,11 +49,13 @@ class Turn:
     ``usage``: token counts the answer reports instead of those the fake works
     out (Anthropic's names: ``input_tokens``, ``output_tokens``,
     ``cache_creation_input_tokens``, ``cache_read_input_tokens``), so a test
-    knows exactly what a request used."""
+    knows exactly what a request used. ``stop_details``: what the answer says of
+    its stop (a ``refusal``'s ``category`` and ``explanation``)."""
 
     blocks: Sequence[Block]
     stop_reason: StopReason | None = None
     usage: Mapping[str, int] | None = None
+    stop_details: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         # A tuple keeps the frozen turn truly immutable when given a list.

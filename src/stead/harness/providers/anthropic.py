@@ -140,7 +140,10 @@ class AnthropicModel:
                             elif kind == "error":
                                 raise status_error(200, json.loads(data))
             return ModelResponse(
-                content=answer.content(), stop_reason=answer.stop_reason, usage=answer.usage()
+                content=answer.content(),
+                stop_reason=answer.stop_reason,
+                usage=answer.usage(),
+                stop_details=answer.stop_details,
             )
         except TimeoutError:
             raise UpstreamError(

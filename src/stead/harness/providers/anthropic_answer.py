@@ -60,6 +60,7 @@ class AnswerBuilder:
         self._blocks: list[Json] = []
         self._inputs: dict[int, bytes] = {}
         self.stop_reason: str | None = None
+        self.stop_details: Json | None = None
         self._usage: dict[str, int | None] = {}
         self._started = False
 
@@ -82,6 +83,8 @@ class AnswerBuilder:
                 self._begin(event["message"]["usage"])
             elif kind == "message_delta":
                 self.stop_reason = event["delta"].get("stop_reason")
+                details = event["delta"].get("stop_details")
+                self.stop_details = details if isinstance(details, dict) else None
                 usage = event["usage"]
                 self._usage["output_tokens"] = usage["output_tokens"]
                 for name in USAGE_TOTALS:

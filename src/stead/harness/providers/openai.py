@@ -19,6 +19,8 @@ from stead.telemetry import trace_headers
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_STOP_REASONS = {"tool_calls": "tool_use", "content_filter": "refusal"}
+"""Messages API stop reasons of the finish reasons that say more than "the turn ended"."""
 """An answer's bound (it comes whole, not streamed)."""
 
 
@@ -98,7 +100,7 @@ def from_chat(answer: Json) -> ModelResponse:
     finish = choice.get("finish_reason")
     return ModelResponse(
         content=content,
-        stop_reason="tool_use" if finish == "tool_calls" else "end_turn",
+        stop_reason=_STOP_REASONS.get(finish, "end_turn"),
         usage={
             "input_tokens": int(usage.get("prompt_tokens", 0)),
             "output_tokens": int(usage.get("completion_tokens", 0)),
