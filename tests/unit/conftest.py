@@ -90,6 +90,24 @@ async def new_session(store: Store) -> tuple[str, str]:
     return workspace.id, session.id
 
 
+async def leased_session(
+    store: Store, *, ttl: float, now: datetime | None = None
+) -> tuple[str, str]:
+    """(workspace id, session id) of a fresh session whose sandbox holds a lease."""
+    workspace_id, session_id = await new_session(store)
+    session = await store.get_session(workspace_id, session_id)
+    await store.acquire_sandbox_lease(
+        session_id,
+        workspace_id=workspace_id,
+        session_id=session_id,
+        environment_id=session.environment_id,
+        agent_id=session.agent["id"],
+        ttl_seconds=ttl,
+        now=now,
+    )
+    return workspace_id, session_id
+
+
 def user_message(event_id: str, text: str = "hi") -> NewEvent:
     return NewEvent(event_id, "user.message", {"content": [{"type": "text", "text": text}]})
 

@@ -13,7 +13,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.store import LeaseExpiry, SandboxLease
 from stead.store.inmemory import InMemoryStore
-from tests.unit.conftest import WAIT, new_session
+from tests.unit.conftest import WAIT, leased_session
 
 pytestmark = pytest.mark.anyio
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
@@ -82,18 +82,7 @@ class Destroyer:
 
 async def session_sandbox(store: InMemoryStore, ttl: float) -> tuple[str, str]:
     """(workspace id, sandbox id) of a leased session sandbox."""
-    workspace_id, session_id = await new_session(store)
-    session = await store.get_session(workspace_id, session_id)
-    await store.acquire_sandbox_lease(
-        session_id,
-        workspace_id=workspace_id,
-        session_id=session_id,
-        environment_id=session.environment_id,
-        agent_id=session.agent["id"],
-        ttl_seconds=ttl,
-        now=T0,
-    )
-    return workspace_id, session_id
+    return await leased_session(store, ttl=ttl, now=T0)
 
 
 def sweeper(store: InMemoryStore, destroy: Destroyer, clock: StepClock) -> LeaseSweeper:

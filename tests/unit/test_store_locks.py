@@ -12,7 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from stead.store import Conflict, LeaseExpiry, NewEvent, SqlStore, _locks
 from tests.databases import engine
-from tests.unit.conftest import new_session
+from tests.unit.conftest import leased_session, new_session
 
 pytestmark = [
     pytest.mark.anyio,
@@ -83,16 +83,7 @@ async def test_a_deletion_waits_for_an_expiry_being_committed_and_ends_the_lease
     """The sweeper's expiry read the session as there; the deletion must not
     take the lease for still active (and leave it ended for its TTL, its final
     snapshot kept): it waits, then lists it to be destroyed again, erased."""
-    workspace_id, session_id = await new_session(store)
-    session = await store.get_session(workspace_id, session_id)
-    await store.acquire_sandbox_lease(
-        session_id,
-        workspace_id=workspace_id,
-        session_id=session_id,
-        environment_id=session.environment_id,
-        agent_id=session.agent["id"],
-        ttl_seconds=60,
-    )
+    workspace_id, session_id = await leased_session(store, ttl=60)
     holder = engine(database_url)
     try:
         with holder.connect() as conn:
