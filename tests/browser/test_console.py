@@ -64,6 +64,13 @@ SCENARIOS: dict[str, list[Turn]] = {
         Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
         Turn([Text("Written.")]),
     ],
+    "refuse": [
+        Turn(
+            [Text("I can't help with that.")],
+            stop_reason="refusal",
+            stop_details={"type": "refusal", "category": "cyber", "explanation": "Unsafe."},
+        )
+    ],
 }
 
 
@@ -264,6 +271,16 @@ def test_a_tool_confirmation_is_answered(
         e for e in sdk.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
     )
     assert not result.is_error  # type: ignore[union-attr]
+
+
+def test_a_refusal_shows_its_category_and_explanation(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    open_session(page, stead, sdk, [])
+    send(page, "refuse this")
+    expect(page.locator("#timeline .event.status").last).to_have_text(
+        "idle (refusal · cyber: Unsafe.)"
+    )
 
 
 def test_a_custom_tools_result_is_sent(

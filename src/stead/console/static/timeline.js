@@ -87,7 +87,10 @@ export class Timeline {
 
   status(event) {
     const name = event.type.slice("session.status_".length);
-    const reason = event.stop_reason ? ` (${event.stop_reason.type})` : "";
+    // A refusal says what the upstream gave of it: its category and explanation.
+    const details = event.stop_details || {};
+    const why = [details.category, details.explanation].filter(Boolean).join(": ");
+    const reason = event.stop_reason ? ` (${event.stop_reason.type}${why ? ` · ${why}` : ""})` : "";
     return el("div", { class: "event status", text: `${name}${reason}` });
   }
 
