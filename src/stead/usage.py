@@ -30,6 +30,9 @@ COUNTERS = (
 )
 """Integer counters of a session's usage; ``unpriced_requests`` counts requests
 to a model with no list price, whose cost is not in ``list_cost_nanos``."""
+TOOL_COUNTERS = ("web_search_requests", "web_fetch_requests")
+"""Counters of the web tools' calls that got their answer, in a session's usage
+only (the ledger counts model requests): the API's ``server_tool_use``."""
 
 
 def request_usage(reported: Mapping[str, int], price: Price | None) -> dict[str, int]:
@@ -92,6 +95,11 @@ def wire(usage: Mapping[str, Any]) -> dict[str, Any]:
         },
         "list_cost": {"amount": str(cents(count("list_cost_nanos"))), "currency": "USD"},
         "active_seconds": round(float(usage.get("active_seconds") or 0.0), 3),
+        **(
+            {"server_tool_use": {name: count(name) for name in TOOL_COUNTERS}}
+            if any(count(name) for name in TOOL_COUNTERS)
+            else {}
+        ),
     }
 
 

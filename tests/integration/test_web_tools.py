@@ -248,6 +248,23 @@ def test_web_search_lists_the_providers_results(
     assert provider.seen[-1].query == {"q": ["how to start"], "format": ["json"]}
 
 
+def test_web_calls_that_got_their_answer_are_counted_in_the_sessions_usage(
+    sdk: anthropic.Anthropic, origin: WebOrigin, provider: WebOrigin
+) -> None:
+    """``server_tool_use``, as the hosted service counts its web tools; a call
+    refused or failed is not counted."""
+    session_id = session(sdk, {"name": "web_fetch", "blocked_domains": ["other.test"]})
+    assert sdk.beta.sessions.retrieve(session_id).usage.server_tool_use is None
+    turn(sdk, session_id, f"web_fetch http://page.test:{origin.port}/page")
+    turn(sdk, session_id, f"web_fetch http://other.test:{origin.port}/page")
+    events = turn(sdk, session_id, "web_search how to start")
+    used = sdk.beta.sessions.retrieve(session_id).usage.server_tool_use
+    assert used is not None
+    assert (used.web_fetch_requests, used.web_search_requests) == (1, 1)
+    (last,) = [e for e in events if e.type == "session.usage"][-1:]
+    assert last.usage.server_tool_use == used  # type: ignore[union-attr]
+
+
 # --- a server with a sandbox provider, and without a search provider -----------------
 
 

@@ -8,6 +8,7 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from stead import usage as accounting
 from stead.events import EventType
 from stead.harness import MEMORY_SEARCH, McpTool, RunTools
 from stead.jsonvalues import Json
@@ -22,6 +23,7 @@ from stead.store import (
     LimitReached,
     NewEvent,
     OpRecord,
+    RequestUsage,
     RunClaim,
     RunStart,
     RunStatus,
@@ -43,6 +45,7 @@ class ToolSteps:
     start: RunStart
     claim: RunClaim
     _credentials_checked: bool
+    _usage: Json
     _on_workers: bool | None
     _ahead: WriteResult | None
 
@@ -243,7 +246,16 @@ class ToolSteps:
             await self._end_for_broken_sandbox(result, completed, not_run, outcome)
         # The step's last result: the request that answers it starts in this commit.
         then = None if not_run else functools.partial(next_model_step, self.deps)
-        await self._write([result], ops_completed=completed, then=then)
+        await self._write([result], ops_completed=completed, then=then, **self._used(outcome))
+
+    def _used(self, outcome: ToolOutcome) -> dict[str, RequestUsage]:
+        """What the call adds to the session's usage, written with its result
+        (counted once, as a model request is with its answer)."""
+        if not outcome.used:
+            return {}
+        self._usage = accounting.added(self._usage, outcome.used)
+        model = self.start.session.agent["model"]["id"]
+        return {"usage": RequestUsage(model, dict(outcome.used))}
 
     async def _started(self, key: str, kind: str, name: str) -> WriteResult:
         """The write that recorded the call as started: the answer's, when it did

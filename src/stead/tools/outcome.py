@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from stead.jsonvalues import Json
 
@@ -21,6 +23,8 @@ class ToolOutcome:
     terminal: bool = False
     """With ``session_error``: the session itself cannot go on (its saved
     workspace is lost for good), so it is terminated, not only the turn."""
+    used: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """Usage counters the call adds to its session (``stead.usage.TOOL_COUNTERS``)."""
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolOutcome:

@@ -8,6 +8,7 @@ a request belongs) or its value headed for a host the credential's
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ class CredentialGuard:
             else block
             for block in outcome.content
         ]
-        return ToolOutcome(content, outcome.is_error, outcome.session_error)
+        return dataclasses.replace(outcome, content=content)
 
     def _scrubbed(self, text: str) -> str:
         for value in self._values:

@@ -4,6 +4,8 @@ the session's credential values scrubbed from whatever the model will see."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from stead.egress_policy import DomainPolicy, InvalidPolicy
 from stead.jsonvalues import Json
 from stead.tools.inputs import InputError, WebFetchInput, WebSearchInput, parse_input
@@ -27,9 +29,9 @@ async def run_web_tool(
         policy = DomainPolicy.from_config(config)
         if isinstance(parsed, WebFetchInput):
             fetched = await fetch(parsed.url, policy, options, guard)
-            outcome = page_outcome(fetched, config.get("max_content_tokens"))
+            outcome = _counted(page_outcome(fetched, config.get("max_content_tokens")), name)
         elif isinstance(parsed, WebSearchInput):
-            outcome = await search(parsed.query, policy, options, guard)
+            outcome = _counted(await search(parsed.query, policy, options, guard), name)
         else:
             outcome = ToolOutcome.error(f"{name} is not a web tool")
     except InputError as exc:
@@ -39,3 +41,11 @@ async def run_web_tool(
     except WebError as exc:
         outcome = ToolOutcome.error(f"{name}: {exc}")
     return guard.scrub(outcome)
+
+
+def _counted(outcome: ToolOutcome, name: str) -> ToolOutcome:
+    """A call that got its answer is one request of its kind in the session's
+    usage (``server_tool_use``, as the hosted service counts its web tools)."""
+    if outcome.is_error:
+        return outcome
+    return dataclasses.replace(outcome, used={f"{name}_requests": 1})
