@@ -29,6 +29,7 @@ PREFIXES = {
     "memory_store": "memstore",
     "memory": "mem",
     "memory_version": "memver",
+    "session_thread": "sthr",
 }
 
 
@@ -50,3 +51,10 @@ def new_id(kind: str) -> str:
     while len(body) < _BODY_LENGTH:
         body += secrets.token_bytes(_DRAW).translate(_DIGITS, _DROPPED)
     return f"{PREFIXES[kind]}_{body[:_BODY_LENGTH].decode()}"
+
+
+def primary_thread_id(session_id: str) -> str:
+    """The id of a session's primary thread: the session's, under the thread
+    prefix (``api/threads.py``), the same wherever it is worked out."""
+    session = PREFIXES["session"] + "_"
+    return f"{PREFIXES['session_thread']}_{session_id.removeprefix(session)}"

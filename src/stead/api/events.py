@@ -16,7 +16,7 @@ from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.sse import EventStream
 from stead.api.wire import JSONResponse
 from stead.events import EventType
-from stead.ids import new_id
+from stead.ids import new_id, primary_thread_id
 from stead.jsonvalues import Json
 from stead.schemas import RequestError, SessionEventType, events
 from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
@@ -44,6 +44,18 @@ SETTLE_TYPES = frozenset(
 accepted and ignored (the store leaves them out of the log)."""
 
 
+def _check_threads(session: SessionRecord, params: list[Json]) -> None:
+    """An event may name the thread it is for: the session's only one, its primary."""
+    primary = primary_thread_id(session.id)
+    for i, event in enumerate(params):
+        named = event.get("session_thread_id")
+        if named is not None and named != primary:
+            raise RequestError(
+                f"events.{i}.session_thread_id: no thread {str(named)[:80]!r} in this session "
+                f"(its only thread is its primary, {primary})"
+            )
+
+
 def _check_budget(session: SessionRecord, params: list[Json]) -> None:
     if not accounting.at_cap(session.budget, session.usage):
         return
@@ -61,6 +73,7 @@ def _reference_check(
 ) -> Callable[[SessionRecord, Callable[[str], EventRecord | None]], None]:
     def validate(session: SessionRecord, lookup: Callable[[str], EventRecord | None]) -> None:
         _check_budget(session, params)
+        _check_threads(session, params)
 
         def found(event_id: str) -> tuple[str, Json] | None:
             record = lookup(event_id)
@@ -113,6 +126,19 @@ async def list_events(
         processed_lt=created_lt,
         processed_lte=created_lte,
     )
+    return await events_page(request, who, session_id, limit, order, page, where)
+
+
+async def events_page(
+    request: Request,
+    who: Caller,
+    session_id: str,
+    limit: int,
+    order: Literal["asc", "desc"],
+    page: str | None,
+    where: EventFilter,
+) -> JSONResponse:
+    """A page of the session's events (also its primary thread's: ``threads.py``)."""
     listing = pagination.listing(request, who, f"events:{session_id}")
     request_page = pagination.page_request(listing, order, limit, page, pagination.EVENT_KEY)
     if request_page.after is not None and request_page.after[0] not in (0, 1):
@@ -140,6 +166,18 @@ async def stream_events(
     last_event_id: str | None = Header(None, alias="Last-Event-ID"),
     who: Caller = Depends(caller),
 ) -> Any:
+    return await event_stream(request, who, session_id, event_deltas, after, last_event_id)
+
+
+async def event_stream(
+    request: Request,
+    who: Caller,
+    session_id: str,
+    event_deltas: list[str] | None,
+    after: str | None,
+    last_event_id: str | None,
+) -> EventStream:
+    """The session's SSE stream (also its primary thread's: ``threads.py``)."""
     previews = frozenset(events.parse_delta_types(event_deltas or []))
     app = services(request)
     await app.store.get_session(who.workspace_id, session_id)
