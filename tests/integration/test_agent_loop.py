@@ -67,6 +67,13 @@ SCENARIOS: dict[str, list[Turn]] = {
         ),
         Turn([Text("Happy to help with that.")]),
     ],
+    "unnamed": [
+        Turn(
+            [Text("No.")],
+            stop_reason="refusal",
+            stop_details={"type": "refusal", "category": "a_category_newer_than_the_sdk"},
+        ),
+    ],
     "ask": [
         Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
         Turn([Text("Finished.")]),
@@ -240,6 +247,16 @@ def test_a_refused_answer_idles_the_session_with_its_reason_and_details(
     assert [e.stop_reason.type for e in listed] == ["refusal", "end_turn"]  # type: ignore[union-attr]
     workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
     assert not (workspace / "refused").exists()
+    # A category the SDK does not know yet is none, so no client fails to read the event.
+    unnamed = new_session(sdk, [])
+    with sdk.beta.sessions.events.stream(unnamed) as stream:
+        sdk.beta.sessions.events.send(unnamed, events=[say("unnamed refusal")])
+        idle = until_idle(stream)[-1]
+    assert idle.stop_details.model_dump() == {
+        "type": "refusal",
+        "category": None,
+        "explanation": None,
+    }
 
 
 def test_deleting_a_session_removes_its_sandbox(

@@ -75,6 +75,10 @@ def test_the_primary_thread_is_not_archived_and_no_other_thread_is_found(
     with pytest.raises(anthropic.BadRequestError, match="page"):
         client.beta.sessions.threads.list(session_id, page="not-a-cursor")
     assert client.beta.sessions.threads.retrieve(thread.id, session_id=session_id).status == "idle"
+    archived = client.beta.sessions.archive(session_id).archived_at
+    assert archived is not None
+    (gone,) = client.beta.sessions.threads.list(session_id)
+    assert gone.archived_at == archived  # a thread is archived with its session
 
 
 def test_an_interrupt_may_name_the_primary_thread(client: anthropic.Anthropic) -> None:

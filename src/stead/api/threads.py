@@ -47,7 +47,7 @@ def _thread(record: SessionRecord) -> Json:
         "workflow_run_id": None,
         "created_at": shown["created_at"],
         "updated_at": shown["updated_at"],
-        "archived_at": None,
+        "archived_at": shown["archived_at"],  # with its session
     }
 
 
@@ -70,7 +70,7 @@ async def list_threads(
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     record = await services(request).store.get_session(who.workspace_id, session_id)
-    if page is not None:  # one thread fits any page: no listing hands out a cursor
+    if page:  # one thread fits any page: no listing hands out a cursor
         raise RequestError(pagination.NOT_OURS)
     threads = [_thread(record)]
     if statuses:

@@ -27,6 +27,13 @@ def status_idle(stop_reason: Json, stop_details: Json | None = None) -> NewEvent
     return new(EventType.SESSION_STATUS_IDLE, body)
 
 
+REFUSAL_CATEGORIES = frozenset(
+    {"cyber", "bio", "frontier_llm", "reasoning_extraction", "general_harms"}
+)
+"""The refusal categories the SDK's session types name; a newer one is reported
+as none (its explanation still says why), so no SDK client fails to read it."""
+
+
 def refusal_details(upstream: Json | None) -> Json:
     """A refused answer's ``stop_details`` as a session reports them: the
     category and explanation the upstream gave, if any (nothing of its retry
@@ -35,7 +42,7 @@ def refusal_details(upstream: Json | None) -> Json:
     category, explanation = given.get("category"), given.get("explanation")
     return {
         "type": "refusal",
-        "category": category if isinstance(category, str) else None,
+        "category": category if category in REFUSAL_CATEGORIES else None,
         "explanation": explanation if isinstance(explanation, str) else None,
     }
 
