@@ -19,6 +19,7 @@ from sqlalchemy import Connection, bindparam, insert, or_, select, update
 from stead.ids import new_id
 from stead.store import _events, _limits, _locks, _usage
 from stead.store._compiled import compiled
+from stead.store._leases import _insert
 from stead.store.base import (
     LIVE_RUN_STATUSES,
     OpRecord,
@@ -209,10 +210,7 @@ def op_started(
     placement: int | None = None,
 ) -> OpRecord | None:
     """Records the op as started (at the sandbox's ``placement``) unless the ledger
-    has it; returns what it had."""
-    previous = get_op(conn, op_key)
-    if previous is not None:
-        return previous
+    has it; returns what it had. A new op, the usual case, takes one statement."""
     row = {
         "op_key": op_key,
         "session_id": session_id,
@@ -225,8 +223,20 @@ def op_started(
         "created_at": now,
         "updated_at": now,
     }
-    compiled(conn, "ops.insert", lambda: insert(ops)).execute_many(conn, [row])
-    return None
+    cursor = compiled(conn, "ops.insert_new", lambda: _insert_op_statement(conn)).execute(conn, row)
+    try:
+        # Whether the row went in, from RETURNING (as ``_idempotency`` reads it).
+        inserted = cursor.fetchone() is not None
+    finally:
+        cursor.close()
+    return None if inserted else get_op(conn, op_key)
+
+
+def _insert_op_statement(conn: Connection) -> Any:
+    """An op row from bind parameters named like its columns, unless one has its key."""
+    columns: dict[str, Any] = {c.name: bindparam(c.name) for c in ops.columns}
+    new = _insert(conn, ops).values(columns)
+    return new.on_conflict_do_nothing(index_elements=["op_key"]).returning(ops.c.op_key)
 
 
 def _complete_statement() -> Any:
