@@ -5,14 +5,14 @@ agent it called. stead runs single-agent sessions only (``multiagent`` is
 refused at ``agents.create``), so each session has exactly its primary thread:
 the session's own agent, status and usage, whose events and stream are the
 session's. Its id is the session's with the ``sthr_`` prefix, so it needs no
-storage and is the same on every process. The primary thread cannot be
-archived (the session can).
+storage and is the same on every process. The primary thread is archived
+with its session, never by itself.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from starlette.responses import Response
@@ -21,6 +21,7 @@ from stead.api import openapi, pagination, wire
 from stead.api.deps import Caller, caller, services
 from stead.api.events import event_stream, events_page
 from stead.api.params import ResourceId, SessionId
+from stead.api.sessions import Status
 from stead.api.wire import JSONResponse
 from stead.ids import primary_thread_id
 from stead.jsonvalues import Json
@@ -29,7 +30,6 @@ from stead.store import EventFilter, NotFound, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/threads", tags=["session threads"])
 THREAD = openapi.response("beta.sessions.BetaManagedAgentsSessionThread")
-Status = Literal["rescheduling", "running", "idle", "terminated"]
 
 
 def _thread(record: SessionRecord) -> Json:
