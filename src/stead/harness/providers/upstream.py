@@ -358,7 +358,7 @@ class Upstream:
                     connection = await self._connect(self._host, self._port, tls=self._tls)
                     return connection
                 connection = await self._connect(proxy.host, proxy.port, tls=proxy.tls)
-                if proxy.forwards_http and not self._tls:
+                if self._plain_proxy():
                     return connection  # requests go to the proxy, whole URL and all
                 if proxy.forwards_http:
                     authority = _authority(self._host, self._port)
