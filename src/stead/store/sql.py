@@ -25,8 +25,6 @@ from stead.store import (
     _idempotency,
     _inbox,
     _integrity,
-    _leases,
-    _limits,
     _runs,
     _sessions,
     _usage,
@@ -37,6 +35,7 @@ from stead.store import (
 from stead.store._brain_methods import BrainMethods
 from stead.store._file_methods import FileMethods
 from stead.store._idempotency_methods import IdempotencyMethods
+from stead.store._lease_methods import LeaseMethods
 from stead.store._limit_methods import LimitMethods
 from stead.store._memory_methods import MemoryMethods
 from stead.store._resource_methods import ResourceMethods
@@ -68,11 +67,6 @@ from stead.store.base import (
     WriteResult,
 )
 from stead.store.idempotency import wanted_key
-from stead.store.leases import (
-    LeaseExpiry,
-    LeaseHost,
-    SandboxLease,
-)
 from stead.store.usage import LedgerRow
 from stead.store.vaults import (
     CredentialChange,
@@ -96,6 +90,7 @@ class SqlStore(
     BrainMethods,
     FileMethods,
     IdempotencyMethods,
+    LeaseMethods,
     LimitMethods,
     MemoryMethods,
     ResourceMethods,
@@ -507,90 +502,6 @@ class SqlStore(
 
     async def session_snapshot(self, session_id: str) -> SessionRecord:
         return await self._read(_sessions.snapshot, session_id)
-
-    # sandbox leases and usage
-    async def acquire_sandbox_lease(
-        self,
-        sandbox_id: str,
-        *,
-        workspace_id: str,
-        session_id: str | None,
-        environment_id: str,
-        agent_id: str | None,
-        ttl_seconds: float,
-        enforce_limits: bool = False,
-        host: LeaseHost | None = None,
-        now: datetime | None = None,
-    ) -> SandboxLease:
-        return await self._write_at(
-            now,
-            _limits.acquire_lease if enforce_limits else _leases.acquire,
-            sandbox_id,
-            workspace_id,
-            session_id,
-            environment_id,
-            agent_id,
-            ttl_seconds,
-            host,
-        )
-
-    async def move_sandbox_lease(
-        self, sandbox_id: str, *, placement: int, host: LeaseHost
-    ) -> SandboxLease | None:
-        return await self._write(_leases.move, sandbox_id, placement, host)
-
-    async def renew_sandbox_lease(self, sandbox_id: str, *, now: datetime | None = None) -> bool:
-        return await self._write_at(now, _leases.renew, sandbox_id)
-
-    async def expire_sandbox_leases(self, *, now: datetime | None = None) -> list[SandboxLease]:
-        return await self._write_at(now, _leases.expire_all)
-
-    async def expire_sandbox_lease(
-        self,
-        sandbox_id: str,
-        *,
-        reason: LeaseExpiry = LeaseExpiry.EXPLICIT,
-        now: datetime | None = None,
-    ) -> bool:
-        return await self._write_at(now, _leases.expire_one, sandbox_id, reason)
-
-    async def sandbox_lease(self, sandbox_id: str) -> SandboxLease | None:
-        return await self._read(_leases.get, sandbox_id)
-
-    async def leases_to_destroy(self) -> list[SandboxLease]:
-        return await self._read(_leases.to_destroy)
-
-    async def mark_sandbox_destroyed(
-        self,
-        sandbox_id: str,
-        *,
-        now: datetime | None = None,
-        reason: LeaseExpiry | None = None,
-    ) -> bool:
-        return await self._write_at(now, _leases.mark_destroyed, sandbox_id, reason)
-
-    async def add_sandbox_active_seconds(
-        self,
-        sandbox_id: str,
-        *,
-        session_id: str | None,
-        workspace_id: str,
-        seconds: float,
-        now: datetime | None = None,
-    ) -> None:
-        await self._write_at(
-            now, _usage.add_active_seconds, sandbox_id, session_id, workspace_id, seconds
-        )
-
-    async def sandbox_active_seconds(self, sandbox_id: str) -> float:
-        return await self._read(_leases.active_seconds, sandbox_id)
-
-    async def book_sandbox_active_seconds(
-        self, sandbox_id: str, *, session_id: str | None, workspace_id: str, total: float
-    ) -> float:
-        return await self._write(
-            _usage.book_active_seconds, sandbox_id, session_id, workspace_id, total
-        )
 
     # usage and termination
     async def usage_ledger(
