@@ -19,11 +19,12 @@ from stead.sandbox import (
     HostSandbox,
     Placement,
     SandboxMoved,
+    SandboxNotFound,
     SandboxUnavailable,
 )
 from stead.sandbox.providers.host import HostProvider
 from stead.testing import HostProcess, ServeForker, free_port
-from tests.sandbox.conftest import config, new_id, requires_isolation
+from tests.sandbox.conftest import config, new_id, requires_isolation, workspace_on_host
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 TOKEN = "shared-host-token"
@@ -135,6 +136,30 @@ async def test_a_sandbox_never_snapshotted_starts_empty_on_its_new_host(
     second = await on(brain, host_b, sandbox_id, 2)
     assert (await second.exec("ls -A", op_key=new_id(), timeout=10)).output == ""
     await destroy(first, second)
+
+
+async def test_a_host_that_lost_an_erased_sandbox_keeps_nothing_it_saves_later(
+    hosts: tuple[HostProcess, HostProcess], brain: HostProvider
+) -> None:
+    """A's copy was taken over by B, and the sandbox erased through B (its
+    session deleted); A, thought lost, snapshots its stale copy afterwards: the
+    erase's marker makes A delete that snapshot and its own copy."""
+    host_a, host_b = hosts
+    sandbox_id = new_id()
+    first = await on(brain, host_a, sandbox_id, 1)
+    await first.write_file("private", b"stale copy")
+    second = await on(brain, host_b, sandbox_id, 2)
+    await second.write_file("private", b"current copy")
+    assert await second.snapshot() is not None
+    assert await second.client.destroy(sandbox_id, erase=True) is not None
+
+    blobs = Path(host_a.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
+    with pytest.raises(SandboxNotFound, match="erased"):
+        await first.snapshot()
+    kept = [p.relative_to(blobs).as_posix() for p in blobs.rglob("*") if p.is_file()]
+    assert kept == ["erased"]
+    assert not workspace_on_host(host_a, sandbox_id).exists()
+    assert await first.client.sandbox_status(sandbox_id) is None
 
 
 async def test_a_host_with_no_address_cannot_be_reached_by_others(

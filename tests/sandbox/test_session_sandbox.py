@@ -105,8 +105,9 @@ def saved_of(host: HostProcess, sandbox_id: str) -> list[str]:
 
 
 def erased(host: HostProcess, sandbox_id: str) -> bool:
+    """Nothing of it kept but the erase's (empty) marker."""
     on_disk = workspace_on_host(host, sandbox_id).parent
-    return not saved_of(host, sandbox_id) and not on_disk.exists()
+    return saved_of(host, sandbox_id) == ["erased"] and not on_disk.exists()
 
 
 def wait_for(done: Callable[[], bool], what: str) -> None:

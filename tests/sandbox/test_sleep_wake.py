@@ -28,6 +28,8 @@ from stead.sandbox import (
 )
 from stead.sandbox_host.clock import ManualClock
 from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.manager import SandboxManager
+from stead.sandbox_host.placements import erased_key
 from stead.sandbox_host.server import serve_host
 from stead.testing import HostProcess, ServeForker
 from stead.testing.seaweed import S3Server, seaweed_s3
@@ -115,7 +117,9 @@ async def test_an_erased_sandbox_leaves_no_snapshot_and_comes_back_empty(
     assert (blobs / sandbox.sandbox_id / "placements").is_dir()
     try:
         assert await client.destroy(sandbox.sandbox_id, erase=True) is not None
-        assert not [p for p in (blobs / sandbox.sandbox_id).rglob("*") if p.is_file()]
+        erased = [p for p in (blobs / sandbox.sandbox_id).rglob("*") if p.is_file()]
+        assert [p.name for p in erased] == ["erased"]  # the marker only, empty
+        assert erased[0].stat().st_size == 0
         assert not workspace_on_host(host, sandbox.sandbox_id).exists()
         with pytest.raises(FileNotFound):  # made again: empty, not restored
             await sandbox.read_file("private", max_bytes=10)
@@ -141,14 +145,12 @@ async def test_a_corrupt_snapshot_is_an_error_not_an_empty_workspace(
     assert "corrupt" in (await sandbox.status())["last_error"]
 
 
-# uvloop, as `stead sandbox-host` runs: anyio's asyncio Unix sockets race a
-# cancelled read against readiness (see sandbox_host/egress/unix.py).
-@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
-async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
+@asynccontextmanager
+async def host_on_a_manual_clock(
     tmp_path: Path,
-) -> None:
-    # The host runs in this process on a clock the test moves: idleness is
-    # measured, never waited for.
+) -> AsyncIterator[tuple[SandboxManager, ManualClock, HostClient, HostOptions]]:
+    """A host run in this process on a clock the test moves: idleness is
+    measured, never waited for. Its idle sleeper runs when the test says."""
     clock = ManualClock()
     work_dir = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
     os.chmod(work_dir, 0o711)
@@ -162,31 +164,62 @@ async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
         async with anyio.create_task_group() as tasks:
             manager = await tasks.start(partial(serve_host, options, clock=clock))
             client = HostClient(HostAddress(unix_path=options.socket_path))
-            sandbox = HostSandbox(client, new_id(), config(sleep_after=300))
-            started = await sandbox.start_process("sleep 600")
-            await sandbox.write_file("kept", b"yes")
-            clock.advance(3600)
-            await manager.sleep_idle_once()
-            assert (await sandbox.status())["state"] == "active"  # the process runs
-
-            await sandbox.kill_process(started["id"])
-            with anyio.fail_after(WAIT):
-                while any(p["running"] for p in await sandbox.list_processes()):  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
-            await sandbox.acquire()  # activity now
-            clock.advance(299)
-            await manager.sleep_idle_once()
-            assert (await sandbox.status())["state"] == "active"
-            clock.advance(2)
-            await manager.sleep_idle_once()
-            assert (await sandbox.status())["state"] == "cold"
-            assert not (work_dir / "sandboxes" / sandbox.sandbox_id / "workspace").exists()
-            assert await sandbox.read_file("kept", max_bytes=10) == b"yes"
-            await client.destroy(sandbox.sandbox_id)
-            await client.aclose()
-            tasks.cancel_scope.cancel()
+            try:
+                yield manager, clock, client, options
+            finally:
+                await client.aclose()
+                tasks.cancel_scope.cancel()
     finally:
         shutil.rmtree(work_dir, ignore_errors=True)
+
+
+# uvloop, as `stead sandbox-host` runs: anyio's asyncio Unix sockets race a
+# cancelled read against readiness (see sandbox_host/egress/unix.py).
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
+async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
+    tmp_path: Path,
+) -> None:
+    async with host_on_a_manual_clock(tmp_path) as (manager, clock, client, options):
+        sandbox = HostSandbox(client, new_id(), config(sleep_after=300))
+        started = await sandbox.start_process("sleep 600")
+        await sandbox.write_file("kept", b"yes")
+        clock.advance(3600)
+        await manager.sleep_idle_once()
+        assert (await sandbox.status())["state"] == "active"  # the process runs
+
+        await sandbox.kill_process(started["id"])
+        with anyio.fail_after(WAIT):
+            while any(p["running"] for p in await sandbox.list_processes()):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        await sandbox.acquire()  # activity now
+        clock.advance(299)
+        await manager.sleep_idle_once()
+        assert (await sandbox.status())["state"] == "active"
+        clock.advance(2)
+        await manager.sleep_idle_once()
+        assert (await sandbox.status())["state"] == "cold"
+        assert not (options.work_dir / "sandboxes" / sandbox.sandbox_id / "workspace").exists()
+        assert await sandbox.read_file("kept", max_bytes=10) == b"yes"
+        await client.destroy(sandbox.sandbox_id)
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
+async def test_the_idle_sleeper_drops_a_copy_erased_through_another_host(
+    tmp_path: Path,
+) -> None:
+    """The sandbox was erased through another host (its session deleted) while
+    this one still held a copy: the copy's idle sleep saves nothing that stays."""
+    async with host_on_a_manual_clock(tmp_path) as (manager, clock, client, options):
+        sandbox = HostSandbox(client, new_id(), config(sleep_after=300))
+        await sandbox.write_file("private", b"stale copy")
+        # What another host's erase leaves, once it has deleted every blob.
+        await open_blob_store(options.blobs).put_bytes(erased_key(sandbox.sandbox_id), b"")
+        clock.advance(301)
+        await manager.sleep_idle_once()
+        assert await client.sandbox_status(sandbox.sandbox_id) is None
+        blobs = tmp_path / "blobs" / "sandboxes" / sandbox.sandbox_id
+        assert [p.name for p in blobs.rglob("*") if p.is_file()] == ["erased"]
+        assert not (options.work_dir / "sandboxes" / sandbox.sandbox_id).exists()
 
 
 @pytest.fixture(scope="module")

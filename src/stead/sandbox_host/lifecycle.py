@@ -70,7 +70,7 @@ from stead.sandbox_host.processes import (
     check_size,
     check_terminal_id,
 )
-from stead.sandbox_host.workspace import SavedWorkspace
+from stead.sandbox_host.workspace import SandboxErased, SavedWorkspace
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -371,7 +371,10 @@ class HostedSandbox(SandboxCommands):
         """Final snapshot, then every trace of the sandbox on this machine; with
         ``erase``, no snapshot, and every one saved before is deleted too."""
         if not erase:
-            await self.sleep(force=True)
+            try:
+                await self.sleep(force=True)
+            except SandboxErased:
+                erase = True  # erased through another host: nothing of it is kept
         async with self._transition:
             if erase:
                 await self._halt()

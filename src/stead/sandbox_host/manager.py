@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.placements import latest_manifest
 from stead.sandbox_host.uids import UidRange
-from stead.sandbox_host.workspace import erase_snapshots
+from stead.sandbox_host.workspace import SandboxErased, erase_snapshots
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -246,6 +246,17 @@ class SandboxManager:
         self._locks.pop(sandbox_id, None)
         return sandbox.active_seconds
 
+    @contextlib.asynccontextmanager
+    async def saving(self, sandbox: HostedSandbox) -> AsyncIterator[None]:
+        """Around a call that may save ``sandbox``: a copy found erased meanwhile
+        (``SandboxErased``, re-raised) is destroyed here too."""
+        try:
+            yield
+        except SandboxErased:
+            log.info("sandbox %s was erased through another host; this copy goes too", sandbox.id)
+            await self.destroy(sandbox.id, erase=True)
+            raise
+
     def _lock(self, sandbox_id: str) -> anyio.Lock:
         return self._locks.setdefault(sandbox_id, anyio.Lock())
 
@@ -287,7 +298,10 @@ class SandboxManager:
             if not awake or idle is None or idle < sandbox.config.sleep_after:
                 continue
             try:
-                await sandbox.sleep()
+                async with self.saving(sandbox):
+                    await sandbox.sleep()
+            except SandboxErased:
+                pass
             except Exception as exc:
                 sandbox.last_error = f"sleep failed: {exc}"
                 log.exception("sandbox %s could not sleep", sandbox.id)

@@ -40,6 +40,13 @@ def sandbox_prefix(sandbox_id: str) -> str:
     return f"sandboxes/{urllib.parse.quote(sandbox_id, safe='')}"
 
 
+def erased_key(sandbox_id: str) -> str:
+    """The marker an erase leaves (``workspace.erase_snapshots``), so a host that
+    still holds a stale copy deletes what it saves of it later. The only blob of
+    the sandbox that stays: it holds no data, and its id is never used again."""
+    return f"{sandbox_prefix(sandbox_id)}/erased"
+
+
 def _prefix(sandbox_id: str) -> str:
     return f"{sandbox_prefix(sandbox_id)}/placements"
 

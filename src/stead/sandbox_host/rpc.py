@@ -342,12 +342,15 @@ class HostRpc:
         )
 
     async def _snapshot(self, request: ops.Snapshot, frames: FrameStream) -> ops.SnapshotReply:
-        snapshot = await (await self._sandbox(request)).snapshot()
+        sandbox = await self._sandbox(request)
+        async with self._manager.saving(sandbox):
+            snapshot = await sandbox.snapshot()
         return ops.SnapshotReply(snapshot=codec.encode(snapshot) if snapshot is not None else None)
 
     async def _sleep(self, request: ops.Sleep, frames: FrameStream) -> ops.Slept:
         sandbox = await self._sandbox(request)
-        return ops.Slept(slept=await sandbox.sleep(force=request.force))
+        async with self._manager.saving(sandbox):
+            return ops.Slept(slept=await sandbox.sleep(force=request.force))
 
     async def _destroy(self, request: ops.Destroy, frames: FrameStream) -> ops.Destroyed:
         seconds = await self._manager.destroy(request.sandbox_id, erase=request.erase)

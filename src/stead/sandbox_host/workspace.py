@@ -20,16 +20,22 @@ from pathlib import Path
 from anyio import to_thread
 
 from stead.blobs import BlobError, BlobStore
-from stead.sandbox import SandboxUnavailable, WorkspaceUnavailable
+from stead.sandbox import SandboxNotFound, SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
 from stead.sandbox_host.clock import HostClock
-from stead.sandbox_host.placements import sandbox_prefix, write_manifest
+from stead.sandbox_host.placements import erased_key, sandbox_prefix, write_manifest
 from stead.sandbox_host.snapshots import (
     SnapshotError,
     SnapshotInfo,
     restore_snapshot,
     take_snapshot,
 )
+
+
+class SandboxErased(SandboxNotFound):
+    """The sandbox was erased (its session deleted) while this host held a copy
+    of it, as a host that lost it to another may: what the copy had just saved
+    is deleted again, and the copy must go too."""
 
 
 class SavedWorkspace:
@@ -114,8 +120,16 @@ class SavedWorkspace:
         await self._catalogue.add_snapshot(row)
         try:
             await write_manifest(self._blobs, self.placement or 0, row)
+            # Read after the writes: an erase that listed the blobs before they
+            # were written had put its marker before listing, so it is seen here.
+            erased = await self._blobs.head(erased_key(self._id)) is not None
         except BlobError as exc:
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+        if erased:
+            # The blobs go at once; the copy on disk goes with the body, which
+            # may still run: the caller destroys the sandbox (``SandboxManager.saving``).
+            await erase_snapshots(self._blobs, self._catalogue, self._id)
+            raise SandboxErased(f"sandbox {self._id} was erased; this host's copy goes too")
         # Only a verified newer snapshot, named in its manifest, makes the older
         # ones replaceable.
         for old in await self._catalogue.replaceable_snapshots(self._id, keep=snapshot_id):
@@ -161,10 +175,14 @@ async def erase_snapshots(blobs: BlobStore, catalogue: Catalogue, sandbox_id: st
     """Deletes every snapshot and manifest of the sandbox in the blob store (any
     host's), then this host's rows of them. Blobs first: a failure between
     leaves rows whose blobs are gone (the workspace reads as expired), never a
-    blob that no row names and so nothing would ever delete."""
+    blob that no row names and so nothing would ever delete. The erased marker
+    goes in before the listing, and stays (``checkpoint`` reads it)."""
+    marker = erased_key(sandbox_id)
     try:
+        await blobs.put_bytes(marker, b"")
         for info in await blobs.list(sandbox_prefix(sandbox_id)):
-            await blobs.delete(info.key)
+            if info.key != marker:
+                await blobs.delete(info.key)
     except BlobError as exc:
         raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
     await catalogue.drop_snapshots(sandbox_id)
