@@ -138,12 +138,14 @@ async def test_a_sandbox_never_snapshotted_starts_empty_on_its_new_host(
     await destroy(first, second)
 
 
+@pytest.mark.parametrize("save", ["snapshot", "sleep", "destroy"])
 async def test_a_host_that_lost_an_erased_sandbox_keeps_nothing_it_saves_later(
-    hosts: tuple[HostProcess, HostProcess], brain: HostProvider
+    hosts: tuple[HostProcess, HostProcess], brain: HostProvider, save: str
 ) -> None:
     """A's copy was taken over by B, and the sandbox erased through B (its
-    session deleted); A, thought lost, snapshots its stale copy afterwards: the
-    erase's marker makes A delete that snapshot and its own copy."""
+    session deleted); A, thought lost, saves its stale copy afterwards (a
+    snapshot, a sleep, or a destroy's final snapshot): the erase's marker makes
+    A delete what it saved and its own copy."""
     host_a, host_b = hosts
     sandbox_id = new_id()
     first = await on(brain, host_a, sandbox_id, 1)
@@ -153,12 +155,15 @@ async def test_a_host_that_lost_an_erased_sandbox_keeps_nothing_it_saves_later(
     assert await second.snapshot() is not None
     assert await second.client.destroy(sandbox_id, erase=True) is not None
 
+    if save == "destroy":  # the copy was there, so destroyed: no error
+        assert await first.client.destroy(sandbox_id) is not None
+    else:
+        with pytest.raises(SandboxNotFound, match="erased"):
+            await (first.snapshot() if save == "snapshot" else first.sleep())
     blobs = Path(host_a.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
-    with pytest.raises(SandboxNotFound, match="erased"):
-        await first.snapshot()
     kept = [p.relative_to(blobs).as_posix() for p in blobs.rglob("*") if p.is_file()]
     assert kept == ["erased"]
-    assert not workspace_on_host(host_a, sandbox_id).exists()
+    assert not workspace_on_host(host_a, sandbox_id).parent.exists()
     assert await first.client.sandbox_status(sandbox_id) is None
 
 

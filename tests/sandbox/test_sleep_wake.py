@@ -24,6 +24,7 @@ from stead.sandbox import (
     HostAddress,
     HostClient,
     HostSandbox,
+    SandboxNotFound,
     WorkspaceUnavailable,
 )
 from stead.sandbox_host.clock import ManualClock
@@ -212,6 +213,7 @@ async def test_the_idle_sleeper_drops_a_copy_erased_through_another_host(
     async with host_on_a_manual_clock(tmp_path) as (manager, clock, client, options):
         sandbox = HostSandbox(client, new_id(), config(sleep_after=300))
         await sandbox.write_file("private", b"stale copy")
+        held = await manager.get(sandbox.sandbox_id)  # as a call in flight holds it
         # What another host's erase leaves, once it has deleted every blob.
         await open_blob_store(options.blobs).put_bytes(erased_key(sandbox.sandbox_id), b"")
         clock.advance(301)
@@ -219,6 +221,9 @@ async def test_the_idle_sleeper_drops_a_copy_erased_through_another_host(
         assert await client.sandbox_status(sandbox.sandbox_id) is None
         blobs = tmp_path / "blobs" / "sandboxes" / sandbox.sandbox_id
         assert [p.name for p in blobs.rglob("*") if p.is_file()] == ["erased"]
+        assert not (options.work_dir / "sandboxes" / sandbox.sandbox_id).exists()
+        with pytest.raises(SandboxNotFound):  # no body starts for the destroyed copy
+            await held.ensure_active()
         assert not (options.work_dir / "sandboxes" / sandbox.sandbox_id).exists()
 
 

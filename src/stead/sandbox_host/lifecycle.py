@@ -43,6 +43,7 @@ from stead.sandbox import (
     GrepResult,
     InvalidArgument,
     SandboxConfig,
+    SandboxNotFound,
     SandboxUnavailable,
     WorkspaceUnavailable,
 )
@@ -128,6 +129,9 @@ class HostedSandbox(SandboxCommands):
             clock=clock,
         )
         self.saved.placement = row.placement
+        self._destroyed = False
+        """Set by ``destroy``: a call that got this object before then (the
+        manager has dropped it since) must not start a body for it."""
         self._egress_dir = self.root / "egress"
         self.mounts = MountTree(self.root / "mnt", row.uid)
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
@@ -204,6 +208,8 @@ class HostedSandbox(SandboxCommands):
         async with self._transition:
             if self.state is State.ACTIVE and self._body is not None and self._body.alive:
                 return
+            if self._destroyed:
+                raise SandboxNotFound(f"sandbox {self.id} was destroyed")
             await self._stop_body()
             self.state = State.WARMING
             try:
@@ -381,6 +387,7 @@ class HostedSandbox(SandboxCommands):
                 await self.saved.erase()
             else:
                 await to_thread.run_sync(self.saved.remove)
+            self._destroyed = True
             await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
 
     # -- files --------------------------------------------------------------------

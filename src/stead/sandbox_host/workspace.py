@@ -109,7 +109,9 @@ class SavedWorkspace:
 
     async def checkpoint(self) -> SnapshotRow:
         """Snapshots the directory as it is and keeps it: the new snapshot, once
-        verified and recorded, replaces the older ones."""
+        verified and recorded, replaces the older ones. ``SandboxErased`` if the
+        sandbox was erased meanwhile, through this host or another."""
+        await self._refuse_if_erased()  # before the upload, which would be wasted
         snapshot_id = f"snap_{time.time_ns():x}"
         key = f"{sandbox_prefix(self._id)}/{snapshot_id}.tar.zst"
         info = await take_snapshot(self.directory, self._blobs, key)
@@ -120,16 +122,11 @@ class SavedWorkspace:
         await self._catalogue.add_snapshot(row)
         try:
             await write_manifest(self._blobs, self.placement or 0, row)
-            # Read after the writes: an erase that listed the blobs before they
-            # were written had put its marker before listing, so it is seen here.
-            erased = await self._blobs.head(erased_key(self._id)) is not None
         except BlobError as exc:
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
-        if erased:
-            # The blobs go at once; the copy on disk goes with the body, which
-            # may still run: the caller destroys the sandbox (``SandboxManager.saving``).
-            await erase_snapshots(self._blobs, self._catalogue, self._id)
-            raise SandboxErased(f"sandbox {self._id} was erased; this host's copy goes too")
+        # Read again after the writes: an erase that listed the blobs before
+        # they were written had put its marker before listing, so it is seen now.
+        await self._refuse_if_erased()
         # Only a verified newer snapshot, named in its manifest, makes the older
         # ones replaceable.
         for old in await self._catalogue.replaceable_snapshots(self._id, keep=snapshot_id):
@@ -151,6 +148,19 @@ class SavedWorkspace:
                 "the sandbox's saved workspace expired; it cannot be restored"
             )
         return latest
+
+    async def _refuse_if_erased(self) -> None:
+        """Raises ``SandboxErased`` if an erase left its marker, after deleting
+        the sandbox's blobs and rows again (what this copy saved among them).
+        The copy on disk goes with the body, which may still run: the caller
+        destroys the sandbox (``SandboxManager.saving``)."""
+        try:
+            erased = await self._blobs.head(erased_key(self._id)) is not None
+        except BlobError as exc:
+            raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+        if erased:
+            await erase_snapshots(self._blobs, self._catalogue, self._id)
+            raise SandboxErased(f"sandbox {self._id} was erased; this host's copy goes too")
 
     def _drop(self) -> None:
         self._marker.unlink(missing_ok=True)
