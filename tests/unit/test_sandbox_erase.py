@@ -113,3 +113,24 @@ async def test_a_copy_erased_before_its_save_uploads_nothing(
         await copy.checkpoint()
     assert written == [erased_key(SANDBOX)]  # the erase's own marker, again: no upload
     assert await keys(blobs) == [erased_key(SANDBOX)]
+
+
+async def test_an_erase_during_the_upload_is_reported_as_the_erase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase deleted the snapshot between its upload and its verification:
+    the save says the sandbox was erased, not that its snapshot is corrupt."""
+    blobs = open_blob_store(BlobConfig(url="memory://"))
+    copy = await stale_copy(tmp_path / "stale", blobs)
+    other_host = Catalogue.open(tmp_path / "current.db")
+    put_stream = blobs.put_stream
+
+    async def erase_after_the_upload(key: str, chunks: AsyncIterable[bytes]) -> BlobInfo:
+        stored = await put_stream(key, chunks)
+        await erase_snapshots(blobs, other_host, SANDBOX)
+        return stored
+
+    monkeypatch.setattr(blobs, "put_stream", erase_after_the_upload)
+    with pytest.raises(SandboxErased):
+        await copy.checkpoint()
+    assert await keys(blobs) == [erased_key(SANDBOX)]

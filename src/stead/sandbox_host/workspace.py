@@ -114,7 +114,11 @@ class SavedWorkspace:
         await self._refuse_if_erased()  # before the upload, which would be wasted
         snapshot_id = f"snap_{time.time_ns():x}"
         key = f"{sandbox_prefix(self._id)}/{snapshot_id}.tar.zst"
-        info = await take_snapshot(self.directory, self._blobs, key)
+        try:
+            info = await take_snapshot(self.directory, self._blobs, key)
+        except SnapshotError:
+            await self._refuse_if_erased()  # an erase deleted the upload under it
+            raise
         now = self._clock.time()
         row = SnapshotRow(
             snapshot_id, self._id, info.key, info.size, info.sha256, now, now + self._ttl, None
