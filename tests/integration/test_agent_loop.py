@@ -65,6 +65,7 @@ SCENARIOS: dict[str, list[Turn]] = {
                 "fallback_credit_token": "credit-token-of-the-request",
             },
         ),
+        # Never played: the refused turn is not shown to the model again.
         Turn([Text("Happy to help with that.")]),
     ],
     "unnamed": [
@@ -225,7 +226,9 @@ def test_a_turn_with_every_builtin_tool(
 def test_a_refused_answer_idles_the_session_with_its_reason_and_details(
     sdk: anthropic.Anthropic, loop_server: ServerProcess
 ) -> None:
-    """Its text is kept; a tool call in it is neither run nor kept."""
+    """Its text is kept; a tool call in it is neither run nor kept. The next
+    message is answered as the first of a new conversation: the model is never
+    shown the refused turn again (it would refuse again)."""
     session_id = new_session(sdk, [TOOLSET])
     with sdk.beta.sessions.events.stream(session_id) as stream:
         sdk.beta.sessions.events.send(session_id, events=[say("refused please")])
@@ -241,8 +244,11 @@ def test_a_refused_answer_idles_the_session_with_its_reason_and_details(
         "I can't help with that."
     ]
     assert not [e for e in refused if e.type in ("agent.tool_use", "agent.tool_result")]
-    # The session goes on: the next message is answered as usual.
+    # The session goes on. The fake plays the scenario its request's first user
+    # message names, so a request that still held "refused please" would get
+    # the scenario's second answer; this one holds only the new message.
     assert answered[-1].stop_reason.type == "end_turn" and answered[-1].stop_details is None
+    assert [e.content[0].text for e in answered if e.type == "agent.message"] == ["answer 0"]
     listed = sdk.beta.sessions.events.list(session_id, types=["session.status_idle"]).data
     assert [e.stop_reason.type for e in listed] == ["refusal", "end_turn"]  # type: ignore[union-attr]
     workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"

@@ -149,8 +149,9 @@ def test_a_session_s_renderings_follow_its_log_and_start_over_for_another() -> N
     assert _rendered(renderings, "sesn_1", log) == build_messages(log)
 
 
-def _said(kind: str, n: int) -> Json:
-    return {"type": kind, "id": f"e{n}", "_seq": n, "content": [{"type": "text", "text": f"{n}"}]}
+def _said(kind: str, n: int, text: str | None = None) -> Json:
+    content = [{"type": "text", "text": f"{n}" if text is None else text}]
+    return {"type": kind, "id": f"e{n}", "_seq": n, "content": content}
 
 
 def test_renderings_hold_at_most_so_many_events_but_always_the_last() -> None:
@@ -189,3 +190,68 @@ def test_renderings_hold_at_most_so_many_bytes_but_always_the_last() -> None:
     assert renderings.held() == ["sesn_big"]
     _rendered(renderings, "sesn_small", small)
     assert renderings.held() == ["sesn_small"]
+
+
+def _idle(n: int, reason: str) -> Json:
+    idle = "session.status_idle"
+    return {"type": idle, "id": f"e{n}", "_seq": n, "stop_reason": {"type": reason}}
+
+
+def _texts(messages: list[Json]) -> list[tuple[str, list[str]]]:
+    return [(m["role"], [b["text"] for b in m["content"]]) for m in messages]
+
+
+def test_a_refused_turn_never_reaches_the_model_again() -> None:
+    """From the idle that ended the turn before it, through the refusal's idle:
+    an idle that waited for input in between ends no turn. The log keeps it all."""
+    custom_use = {"type": "agent.custom_tool_use", "id": "e6", "_seq": 6, "name": "look"}
+    custom_use["input"] = {}
+    log = [
+        _said("user.message", 1, "hello"),
+        _said("agent.message", 2, "hi"),
+        _idle(3, "end_turn"),
+        _said("user.message", 4, "something refused"),
+        _said("agent.message", 5, "let me look"),
+        custom_use,
+        _idle(7, "requires_action"),
+        {"type": "user.custom_tool_result", "id": "e8", "_seq": 8, "custom_tool_use_id": "e6"},
+        _said("agent.message", 9, "I can't"),
+        _idle(10, "refusal"),
+        _said("user.message", 11, "something else"),
+    ]
+    assert _texts(build_messages(log)) == [
+        ("user", ["hello"]),
+        ("assistant", ["hi"]),
+        ("user", ["something else"]),
+    ]
+    # A session whose first turn was refused starts afresh.
+    assert _texts(build_messages(log[3:])) == [("user", ["something else"])]
+    # Not carried on from a rendering: a refusal in the new part renders the log whole.
+    before = rendering(log[:9])
+    assert before is not None
+    assert rendering(log, before) is None
+    assert rendering(log) is None
+    renderings = Renderings()
+    assert _rendered(renderings, "sesn_1", log[:9]) == build_messages(log[:9])
+    assert _rendered(renderings, "sesn_1", log) == build_messages(log)
+
+
+def test_a_refused_turn_after_a_compaction_is_dropped_and_the_summary_kept() -> None:
+    compaction = {
+        "type": "agent.thread_context_compacted",
+        "id": "e3",
+        "_seq": 3,
+        "_internal": {"summary": "so far", "kept_from": 2},
+    }
+    log = [
+        _said("user.message", 1, "old"),
+        _said("agent.message", 2, "kept"),
+        compaction,
+        _idle(4, "end_turn"),
+        _said("user.message", 5, "refused"),
+        _idle(6, "refusal"),
+        _said("user.message", 7, "next"),
+    ]
+    messages = build_messages(log)
+    assert "so far" in messages[0]["content"][0]["text"]
+    assert _texts(messages[1:]) == [("assistant", ["kept"]), ("user", ["next"])]

@@ -10,6 +10,11 @@ latest one's summary, then the events from the first one it kept word for word
 (``_internal.kept_from``, a ``seq``): older events never reach the model again.
 The summary carries a breakpoint of its own, as it opens every request until
 the next compaction.
+
+A turn that ended in a refusal (its ``session.status_idle`` says ``refusal``)
+never reaches the model again either, from the event after the turn before it
+ended to that idle: shown the refused turn, a model refuses again, and the
+Messages API asks a conversation to drop it before going on. The log keeps it.
 """
 
 from __future__ import annotations
@@ -157,15 +162,35 @@ def event_blocks(event: Json) -> tuple[str, list[Json]] | None:
 
 def live_context(events: Sequence[Json]) -> tuple[str | None, list[Json]]:
     """The latest compaction's summary (None if none) and the events the model
-    still sees word for word: those from its ``kept_from`` on, compactions aside."""
+    still sees word for word: those from its ``kept_from`` on, compactions and
+    refused turns aside."""
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
         if _is_compaction(event):
             internal = event.get("_internal", {})
             kept_from = int(internal["kept_from"])
             live = [e for e in events if _seq(e) >= kept_from and not _is_compaction(e)]
-            return str(internal["summary"]), live
-    return None, list(events)
+            return str(internal["summary"]), without_refused_turns(live)
+    return None, without_refused_turns(events)
+
+
+def without_refused_turns(events: Sequence[Json]) -> list[Json]:
+    """``events`` less every turn that ended in a refusal: the events after the
+    idle that ended the turn before it (an idle that waits for input ends no
+    turn), up to and with the refusal's idle."""
+    kept: list[Json] = []
+    turn_start = 0
+    for index, event in enumerate(events):
+        if event["type"] != IDLE:
+            continue
+        ended = (event.get("stop_reason") or {}).get("type")
+        if ended == "requires_action":
+            continue
+        if ended != "refusal":
+            kept += events[turn_start : index + 1]
+        turn_start = index + 1
+    kept += events[turn_start:]
+    return kept
 
 
 def _seq(event: Json) -> int:
@@ -175,10 +200,15 @@ def _seq(event: Json) -> int:
 COMPACTED = str(EventType.AGENT_THREAD_CONTEXT_COMPACTED)
 """A plain string: the log is walked at every step, and reading an enum member
 costs more than the comparison."""
+IDLE = str(EventType.SESSION_STATUS_IDLE)
 
 
 def _is_compaction(event: Json) -> bool:
     return bool(event["type"] == COMPACTED)
+
+
+def _is_refusal(event: Json) -> bool:
+    return event["type"] == IDLE and (event.get("stop_reason") or {}).get("type") == "refusal"
 
 
 def summary_block(summary: str) -> Json:
@@ -239,9 +269,10 @@ def _marked(messages: list[Json]) -> list[Json]:
 
 @dataclass(frozen=True, slots=True)
 class Rendering:
-    """``build_messages`` of a log with no compaction, kept so that a longer log
-    that starts with it is rendered from where it ended: every model step renders
-    the whole log otherwise, which grows with the session. The messages before
+    """``build_messages`` of a log with no compaction and no refused turn, kept
+    so that a longer log that starts with it is rendered from where it ended:
+    every model step renders the whole log otherwise, which grows with the
+    session. The messages before
     the last are finished (shared by the requests made from it, which only read
     them); the last is still open, as the next event of its role joins it."""
 
@@ -287,13 +318,14 @@ class Rendering:
 
 def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rendering | None:
     """The ``Rendering`` of the log ``events``, carried on from ``previous`` when
-    that renders a prefix of it; None for a log that holds a compaction (its
-    history is not the whole log: ``build_messages`` renders it whole)."""
+    that renders a prefix of it; None for a log that holds a compaction or a
+    refused turn (its history is not the whole log: ``build_messages`` renders
+    it whole)."""
     if not events:
         return None
     start = previous if previous is not None and previous.renders_prefix_of(events) else None
     new = events[start.count :] if start is not None else events
-    if any(_is_compaction(event) for event in new):
+    if any(_is_compaction(event) or _is_refusal(event) for event in new):
         return None
     finished = list(start.finished) if start is not None else []
     texts = list(start.finished_json) if start is not None else []

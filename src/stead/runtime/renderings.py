@@ -3,8 +3,8 @@ next step renders only what was logged since (``harness.context.Rendering``).
 
 Every model step sends the whole conversation, and rendering it from the whole
 log grew with the session; a claim does it inside its transaction, on the
-store's writer. A log with a compaction is rendered whole, as its history is not
-the whole log. Bounded like ``LogCache``, by sessions, by the events their
+store's writer. A log with a compaction or a refused turn is rendered whole,
+as its history is not the whole log. Bounded like ``LogCache``, by sessions, by the events their
 renderings hold and by what those weigh (``Rendering.weight``): the least
 recently used sessions are forgotten (and rendered whole again if they come
 back); the session rendered last always stays.
