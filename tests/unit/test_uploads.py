@@ -1,8 +1,11 @@
-"""The stored filename and MIME type of an upload (``api/uploads.py``)."""
+"""Reading an upload, and its stored filename and MIME type (``api/uploads.py``)."""
 
 from __future__ import annotations
 
+import httpx2
 import pytest
+from starlette.requests import Request
+from starlette.types import Message
 
 from stead.api import uploads
 from stead.schemas import RequestError
@@ -35,3 +38,29 @@ def test_the_type_is_declared_guessed_or_sniffed(
     name: str | None, declared: str, head: bytes, expected: tuple[str, str]
 ) -> None:
     assert uploads._describe(name, declared, head[: uploads.SNIFF_BYTES]) == expected
+
+
+def _request(files: dict[str, tuple[str | None, bytes, str]]) -> Request:
+    built = httpx2.Request("POST", "http://stead.test/v1/files", files=files)
+    body = built.read()
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    headers = [(k.lower().encode(), v.encode()) for k, v in built.headers.items()]
+    return Request({"type": "http", "method": "POST", "headers": headers}, receive)
+
+
+@pytest.mark.anyio
+async def test_a_file_part_without_a_filename_is_a_file_of_any_size() -> None:
+    """Starlette would read it as a text field: whole, and refused past 1 MiB."""
+    data = bytes(range(256)) * 8192  # 2 MiB, not text
+    upload = await uploads.read_upload(
+        _request({"file": (None, data, "application/octet-stream")}), 4 * len(data), ()
+    )
+    try:
+        assert (upload.filename, upload.size) == (None, len(data))
+        assert b"".join([chunk async for chunk in upload.chunks()]) == data
+    finally:
+        await upload.file.close()

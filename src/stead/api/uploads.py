@@ -5,7 +5,9 @@ The body is parsed by Starlette's multipart parser into a spooled temporary
 file (in memory up to 1 MiB, then on disk), counted as it arrives so a body past
 the limit stops at the limit. Only the file part (``file`` for the Files API,
 ``files`` for skills) and the route's named text fields are accepted; anything
-else is a 400 naming it.
+else is a 400 naming it. A file part needs no ``filename``: the SDK sends bytes
+or a file object without a name so, and the Files API stores it as ``unnamed``
+plus the extension of its type.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ import mimetypes
 import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from tempfile import SpooledTemporaryFile
 
 import anyio
 from fastapi import Request
-from starlette.datastructures import FormData, UploadFile
+from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from stead.api.errors import ApiError
@@ -73,6 +76,39 @@ async def read_upload(request: Request, max_file_bytes: int, fields: tuple[str, 
         raise
 
 
+class _FileParts(MultiPartParser):
+    """Starlette's parser, which takes a part with a file's name (``names``) for
+    a file even without a ``filename``. Starlette reads such a part as a text
+    field: whole into memory, at most 1 MiB, and decoded as text."""
+
+    def __init__(
+        self,
+        headers: Headers,
+        stream: AsyncGenerator[bytes, None],
+        *,
+        names: tuple[str, ...],
+        max_files: int,
+    ) -> None:
+        super().__init__(headers, stream, max_files=max_files, max_fields=MAX_FIELDS)
+        self._names = names
+
+    def on_headers_finished(self) -> None:
+        super().on_headers_finished()
+        part = self._current_part
+        if part.file is not None or part.field_name not in self._names:
+            return
+        # What Starlette does for a part with a filename (``on_headers_finished``).
+        self._current_fields -= 1
+        self._current_files += 1
+        if self._current_files > self.max_files:
+            limit = self.max_files
+            raise MultiPartException(f"Too many files. Maximum number of files is {limit}.")
+        # Closed with the form (``FormData.close``), or by the parser on an error.
+        spool = SpooledTemporaryFile(max_size=self.spool_max_size)  # noqa: SIM115
+        self._files_to_close_on_error.append(spool)
+        part.file = UploadFile(file=spool, size=0, headers=Headers(raw=part.item_headers))  # type: ignore[arg-type]
+
+
 async def _parse(
     request: Request,
     max_file_bytes: int,
@@ -90,10 +126,10 @@ async def _parse(
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large(max_file_bytes, field, setting)
-    parser = MultiPartParser(
+    parser = _FileParts(
         request.headers,
         _capped(request, limit, too_large(max_file_bytes, field, setting)),
-        max_fields=MAX_FIELDS,
+        names=(field, f"{field}[]"),
         max_files=max_files,
     )
     try:
@@ -132,10 +168,8 @@ def _split(
     found: list[UploadFile] = []
     text: dict[str, str] = {}
     for name, value in items:
-        if name in names and isinstance(value, UploadFile):
+        if name in names and isinstance(value, UploadFile):  # always, as ``_FileParts`` parses
             found.append(value)
-        elif name in names:
-            raise RequestError(f"{names[0]}: send each file as a file part (with a filename)")
         elif name not in fields:
             raise RequestError(f"{name}: unknown field")
         elif isinstance(value, UploadFile) or name in text:
