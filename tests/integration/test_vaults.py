@@ -206,6 +206,7 @@ BAD_CREDENTIALS: list[tuple[dict[str, Any], str]] = [
         "auth.networking.allowed_hosts.0",
     ),
     ({"auth": _oauth(expires_at="2001-01-01T00:00:00Z")}, "auth.expires_at"),
+    ({"auth": _oauth(expires_at="9999-12-31T23:59:59-05:00")}, "auth.expires_at"),
     ({"auth": _bearer(), "display_name": "n" * 256}, "display_name"),
     ({"auth": _bearer(), "metadata": {f"k{i}": "v" for i in range(17)}}, "metadata"),
     ({"auth": _bearer(), "secret": SECRET}, "secret"),

@@ -104,7 +104,10 @@ def _future(field: str, value: Any, now: datetime) -> str | None:
             raise RequestError(f"{field}: not an RFC 3339 time") from None
     if not isinstance(value, datetime):
         raise RequestError(f"{field}: not an RFC 3339 time")
-    moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    try:
+        moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    except OverflowError:
+        raise RequestError(f"{field}: outside the years 1 to 9999 once converted to UTC") from None
     if moment <= now:
         raise RequestError(f"{field}: must be in the future")
     return moment.isoformat().replace("+00:00", "Z")
