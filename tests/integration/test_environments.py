@@ -41,6 +41,33 @@ def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
     assert client.beta.environments.retrieve(env.id).model_dump() == updated.model_dump()
     kept = client.beta.environments.update(env.id, config={"type": "cloud"})
     assert kept.config.packages.pip == ["requests==2.32.3"]
+    # A limited policy's omitted (or null) fields keep their values, as packages do.
+    widened = client.beta.environments.update(
+        env.id,
+        config={
+            "type": "cloud",
+            "networking": {"type": "limited", "allow_package_managers": True},
+        },
+    )
+    assert widened.config.networking.model_dump() == {
+        "type": "limited",
+        "allowed_hosts": ["api.example.com"],
+        "allow_mcp_servers": False,
+        "allow_package_managers": True,
+    }
+    moved = client.beta.environments.update(
+        env.id,
+        config={
+            "type": "cloud",
+            "networking": {
+                "type": "limited",
+                "allowed_hosts": ["b.example"],
+                "allow_mcp_servers": None,
+            },
+        },
+    )
+    assert moved.config.networking.allowed_hosts == ["b.example"]
+    assert moved.config.networking.allow_package_managers is True
 
 
 def test_type_change_and_archived_updates_are_rejected(client: anthropic.Anthropic) -> None:

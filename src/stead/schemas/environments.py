@@ -15,10 +15,22 @@ UPDATE = StrictParams("environment_update")
 MAX_ALLOWED_HOSTS = 256
 
 
-def _networking(value: Json | None, field: str) -> Json:
+LIMITED_DEFAULTS: Json = {
+    "type": "limited",
+    "allowed_hosts": [],
+    "allow_mcp_servers": False,
+    "allow_package_managers": False,
+}
+
+
+def _networking(value: Json | None, field: str, current: Json | None = None) -> Json:
+    """``value`` resolved; on an update, a ``limited`` field that is omitted or
+    null keeps its ``current`` value (as ``packages`` do), when that is limited too."""
     if value is None or value["type"] == "unrestricted":
         return {"type": "unrestricted"}
-    hosts = list(value.get("allowed_hosts") or [])
+    base = current if current is not None and current["type"] == "limited" else LIMITED_DEFAULTS
+    given = {k: v for k, v in value.items() if v is not None}
+    hosts = list(given.get("allowed_hosts", base["allowed_hosts"]))
     if len(hosts) > MAX_ALLOWED_HOSTS:
         raise RequestError(f"{field}.allowed_hosts: at most {MAX_ALLOWED_HOSTS} hosts")
     for i, host in enumerate(hosts):
@@ -27,8 +39,10 @@ def _networking(value: Json | None, field: str) -> Json:
     return {
         "type": "limited",
         "allowed_hosts": hosts,
-        "allow_mcp_servers": bool(value.get("allow_mcp_servers") or False),
-        "allow_package_managers": bool(value.get("allow_package_managers") or False),
+        "allow_mcp_servers": bool(given.get("allow_mcp_servers", base["allow_mcp_servers"])),
+        "allow_package_managers": bool(
+            given.get("allow_package_managers", base["allow_package_managers"])
+        ),
     }
 
 
@@ -77,7 +91,7 @@ def merge_config(current: Json, change: Json | None) -> Json:
         return current
     networking = current["networking"]
     if "networking" in change:
-        networking = _networking(change["networking"], "config.networking")
+        networking = _networking(change["networking"], "config.networking", networking)
     packages = current["packages"]
     if "packages" in change:
         packages = _packages(change["packages"], None if change["packages"] is None else packages)
