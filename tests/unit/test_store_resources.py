@@ -141,3 +141,29 @@ async def test_a_repository_token_is_kept_apart_rotated_and_dropped(store: SqlSt
     assert [s.resource_id for s in await store.repository_states(session.id)] == [bare["id"]]
     await store.delete_session(workspace.id, session.id)
     assert await store.repository_states(session.id) == []
+
+
+async def test_an_archived_session_s_resources_cannot_change(store: SqlStore) -> None:
+    """Not added, rotated nor deleted: an archived session is read-only."""
+    workspace = await store.create_workspace("w")
+    agent = await store.create_agent(workspace.id, definition())
+    env = await store.create_environment(workspace.id, "env", None, {"type": "cloud"}, {}, None)
+    repo = {"id": new_id("session_resource"), "type": "github_repository", "mount_path": "/w/r"}
+    fields = {"resources": [repo], "repository_tokens": {repo["id"]: b"one"}}
+    session, _ = await store.create_session(
+        workspace.id, (agent.id, None), lambda a: {"id": a.id}, env.id, fields, []
+    )
+    await store.archive_session(workspace.id, session.id)
+    file_id = await _ready_file(store, workspace.id)
+    with pytest.raises(Conflict, match="archived"):
+        await store.add_session_resource(
+            workspace.id, session.id, _resource(file_id, "/mnt/session/uploads/f"), limit=5
+        )
+    with pytest.raises(Conflict, match="archived"):
+        await store.set_repository_token(workspace.id, session.id, repo["id"], b"two", "t1")
+    with pytest.raises(Conflict, match="archived"):
+        await store.delete_session_resource(workspace.id, session.id, repo["id"])
+    kept = await store.get_session(workspace.id, session.id)
+    assert kept.resources == [repo]
+    [state] = await store.repository_states(session.id)
+    assert state.sealed_token == b"one"

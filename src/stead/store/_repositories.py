@@ -96,7 +96,9 @@ def set_token(
 def with_token(current: SessionRecord, resource_id: str, stamp: str) -> tuple[Json, list[Json]]:
     """The repository resource ``resource_id`` with its token replaced at ``stamp``,
     and the session's resources with it: ``NotFound``, or ``Conflict`` (400,
-    naming ``authorization_token``) for a resource of another type."""
+    naming ``authorization_token``) for a resource of another type, or when the
+    session's resources cannot change."""
+    _sessions.check_resources_open(current)
     found = next((r for r in current.resources if r.get("id") == resource_id), None)
     if found is None:
         raise NotFound("session resource", resource_id)

@@ -26,7 +26,7 @@ def add(
 ) -> Json:
     _locks.session(conn, session_id)
     current = _sessions.get(conn, workspace_id, session_id)
-    check_open(current)
+    _sessions.check_resources_open(current)
     if resource["type"] == "file":
         try:  # checked in the transaction that stores it: a file deleted meanwhile is a 404
             _files.get_file(conn, workspace_id, resource["file_id"])
@@ -40,14 +40,10 @@ def add(
     return resource
 
 
-def check_open(current: SessionRecord) -> None:
-    """``Conflict`` when the session may take no more resources."""
-    if current.archived_at is not None or current.terminated_at is not None:
-        raise Conflict(f"session {current.id} is archived or terminated; it takes no resources")
-
-
 def without(current: SessionRecord, ident: str) -> tuple[Json, list[Json]]:
-    """The resource ``ident`` and the session's others; ``NotFound`` if it has none."""
+    """The resource ``ident`` and the session's others; ``NotFound`` if it has
+    none, ``Conflict`` if its resources cannot change."""
+    _sessions.check_resources_open(current)
     found = next((r for r in current.resources if r.get("id") == ident), None)
     if found is None:
         raise NotFound("session resource", ident)

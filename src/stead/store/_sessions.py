@@ -101,6 +101,15 @@ def _get_statement() -> Select[Any]:
     )
 
 
+def check_resources_open(current: SessionRecord) -> None:
+    """``Conflict`` when the session's resources may not change: it is archived
+    (read-only) or terminated."""
+    if current.archived_at is not None or current.terminated_at is not None:
+        raise Conflict(
+            f"session {current.id} is archived or terminated; its resources cannot change"
+        )
+
+
 def get(conn: Connection, workspace_id: str, session_id: str) -> SessionRecord:
     statement = compiled(conn, "sessions.get", _get_statement)
     rows = statement.fetch(conn, {"session_id": session_id, "workspace_id": workspace_id})

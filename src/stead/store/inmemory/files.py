@@ -11,7 +11,8 @@ from datetime import datetime
 from stead.jsonvalues import Json
 from stead.store._files import refuse_storage
 from stead.store._repositories import REPOSITORY
-from stead.store._resources import check_open, with_room, without
+from stead.store._resources import with_room, without
+from stead.store._sessions import check_resources_open
 from stead.store.errors import NotFound
 from stead.store.files import FileRecord, NewFile
 from stead.store.inmemory import limits, repositories, sessions
@@ -172,7 +173,7 @@ def add_resource(
     sealed_token: bytes | None = None,
 ) -> Json:
     current = sessions.get(t, workspace_id, session_id)
-    check_open(current)
+    check_resources_open(current)
     if resource["type"] == "file":
         try:
             get_file(t, workspace_id, resource["file_id"])
