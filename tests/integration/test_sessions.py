@@ -116,6 +116,9 @@ def test_list_filters_order_and_both_directions(
     assert idle == set(made)
     assert list(client.beta.sessions.list(agent_id=agent.id, statuses=["running"])) == []
     assert list(client.beta.sessions.list(agent_id=agent.id, agent_version=9)) == []
+    # Without the agent's id, the version filters nothing (as the SDK documents).
+    unfiltered = client.beta.sessions.list(agent_version=9, created_at_gte=before, order="asc")
+    assert [s.id for s in unfiltered if s.id in made] == made
 
 
 def test_archive_then_delete(

@@ -164,7 +164,8 @@ async def list_sessions(
 ) -> JSONResponse:
     where = SessionFilter(
         agent_id=agent_id,
-        agent_version=agent_version,
+        # The SDK documents the version filter as applying only along with the agent's.
+        agent_version=agent_version if agent_id is not None else None,
         created_gt=created_gt,
         created_gte=created_gte,
         created_lt=created_lt,
