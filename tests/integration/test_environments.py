@@ -38,6 +38,9 @@ def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
     assert updated.config.networking.allow_package_managers is False
     assert updated.config.packages.pip == ["requests==2.32.3"]
     assert updated.metadata == {"tier": "gold"}
+    cleared = client.beta.environments.update(env.id, metadata={"tier": ""})
+    assert cleared.metadata == {}  # "" deletes here, as the SDK documents for environments
+    updated = client.beta.environments.update(env.id, metadata={"tier": "gold"})
     assert client.beta.environments.retrieve(env.id).model_dump() == updated.model_dump()
     kept = client.beta.environments.update(env.id, config={"type": "cloud"})
     assert kept.config.packages.pip == ["requests==2.32.3"]

@@ -57,6 +57,9 @@ def test_vault_lifecycle(client: anthropic.Anthropic) -> None:
     renamed = client.beta.vaults.update(vault.id, display_name="ops-2", metadata={"tier": "1"})
     assert (renamed.display_name, renamed.metadata) == ("ops-2", {"team": "infra", "tier": "1"})
     assert client.beta.vaults.retrieve(vault.id).model_dump() == renamed.model_dump()
+    # Only null deletes a key; "" is a value (environments alone take "" for null).
+    patched = client.beta.vaults.update(vault.id, metadata={"team": None, "tier": ""})
+    assert patched.metadata == {"tier": ""}
     archived = client.beta.vaults.archive(vault.id)
     assert archived.archived_at is not None
     with pytest.raises(anthropic.BadRequestError, match="archived"):

@@ -128,5 +128,7 @@ def apply_update(current: Json, params: Json) -> Json:
     if "config" in params:
         values["config"] = merge_config(current["config"], params["config"])
     if "metadata" in params:
-        values["metadata"] = patch_metadata("metadata", current["metadata"], params["metadata"])
+        values["metadata"] = patch_metadata(
+            "metadata", current["metadata"], params["metadata"], empty_deletes=True
+        )
     return values

@@ -48,14 +48,20 @@ def check_metadata(field: str, metadata: Mapping[str, Any]) -> None:
 
 
 def patch_metadata(
-    field: str, current: Mapping[str, str], patch: Mapping[str, str | None] | None
+    field: str,
+    current: Mapping[str, str],
+    patch: Mapping[str, str | None] | None,
+    *,
+    empty_deletes: bool = False,
 ) -> dict[str, str]:
-    """Applies a metadata patch: a string upserts, null (or "") deletes, null patch clears."""
+    """Applies a metadata patch: a string upserts, null deletes, a null patch
+    clears. ``empty_deletes``: "" deletes too (environments; elsewhere the SDK
+    names only null, so "" is a value like any other)."""
     if patch is None:
         return {}
     merged = dict(current)
     for key, value in patch.items():
-        if value is None or value == "":
+        if value is None or (empty_deletes and value == ""):
             merged.pop(key, None)
         else:
             merged[key] = value
