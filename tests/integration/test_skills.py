@@ -177,7 +177,8 @@ def test_a_taken_name_is_a_409_and_a_version_keeps_the_name(
     skill = client.beta.skills.create(files=skill_files(name))
     with pytest.raises(anthropic.ConflictError, match=name) as caught:
         client.beta.skills.create(files=skill_files(name))
-    assert caught.value.body["error"]["details"]["error_code"] == "skill_name_taken"  # type: ignore[index]
+    details = caught.value.body["error"]["details"]  # type: ignore[index]
+    assert details == {"error_code": "skill_name_taken", "skill_name": name}
     other = _name()
     before = _blobs(server_on_each_store)
     with pytest.raises(anthropic.BadRequestError, match=r"files: SKILL\.md names"):

@@ -28,6 +28,7 @@ def skill_name_taken(name: str) -> Conflict:
         f"files: this workspace already has a skill named {name!r}; "
         "add a version to it, or rename the skill in SKILL.md",
         code="skill_name_taken",
+        details={"skill_name": name},
     )
 
 
