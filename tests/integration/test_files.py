@@ -76,6 +76,11 @@ def test_filename_and_mime_type_are_kept_guessed_or_sniffed(client: anthropic.An
     assert (nameless.filename, nameless.mime_type) == ("unnamed.pdf", "application/pdf")
     assert files.download(nameless.id).read() == b"%PDF-1.7 body"
     assert files.upload(file=io.BytesIO(b"plain words")).filename == "unnamed.txt"
+    # Served with its stored type as it is: no charset is made up for a text file.
+    latin = files.upload(file=("latin.csv", "caf\xe9".encode("latin-1"), "text/csv"))
+    served = files.download(latin.id)
+    assert served.headers["content-type"] == "text/csv"
+    assert served.read() == "caf\xe9".encode("latin-1")
 
 
 def test_expires_in_seconds_sets_expires_at(client: anthropic.Anthropic) -> None:

@@ -46,7 +46,7 @@ async def upload_file(request: Request, who: Caller = Depends(caller)) -> JSONRe
         )
     finally:
         await upload.file.close()
-    return JSONResponse(wire.file(record))
+    return JSONResponse(wire.file(record, app.files.now()))
 
 
 def _expires_in(raw: str | None) -> timedelta | None:
@@ -69,7 +69,8 @@ async def list_files(
     ids: list[ResourceId] | None = Query(None, alias="ids[]"),
     who: Caller = Depends(caller),
 ) -> JSONResponse:
-    store = services(request).store
+    app = services(request)
+    store, now = app.store, app.files.now()
     if ids is not None:
         if limit is not None or page is not None:
             raise RequestError("ids: cannot be combined with page or limit")
@@ -79,7 +80,7 @@ async def list_files(
         found = await store.files_by_ids(who.workspace_id, wanted)
         if scope_id is not None:
             found = [f for f in found if f.scope is not None and f.scope.id == scope_id]
-        return JSONResponse({"data": [wire.file(f) for f in found], "next_page": None})
+        return JSONResponse({"data": [wire.file(f, now) for f in found], "next_page": None})
     # The cursor is bound to the filter: reused with another scope it is a 400.
     name = "files" if scope_id is None else f"files:{scope_id}"
     return JSONResponse(
@@ -90,7 +91,7 @@ async def list_files(
             20 if limit is None else limit,
             page,
             lambda at: store.list_files(who.workspace_id, at, scope_id),
-            wire.file,
+            lambda record: wire.file(record, now),
         )
     )
 
@@ -99,8 +100,9 @@ async def list_files(
 async def retrieve_file_metadata(
     request: Request, file_id: FileId, who: Caller = Depends(caller)
 ) -> JSONResponse:
-    record = await services(request).store.get_file(who.workspace_id, file_id)
-    return JSONResponse(wire.file(record))
+    app = services(request)
+    record = await app.store.get_file(who.workspace_id, file_id)
+    return JSONResponse(wire.file(record, app.files.now()))
 
 
 @router.get(
@@ -116,11 +118,13 @@ async def download_file(
         raise ApiError(404, str(exc), code="file_expired") from None
     # RFC 6266/5987: the stored name may hold anything but control characters.
     disposition = f"attachment; filename*=UTF-8''{quote(record.filename, safe='')}"
-    return StreamingResponse(
-        chunks,
-        media_type=record.mime_type,
-        headers={"content-length": str(record.size_bytes), "content-disposition": disposition},
-    )
+    # The stored type as it is: Starlette would add "charset=utf-8" to a text/ one.
+    headers = {
+        "content-type": record.mime_type,
+        "content-length": str(record.size_bytes),
+        "content-disposition": disposition,
+    }
+    return StreamingResponse(chunks, headers=headers)
 
 
 @router.delete("/{file_id}", responses=openapi.response("beta.BetaDeletedFile"))

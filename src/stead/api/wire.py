@@ -172,9 +172,10 @@ def skill_version(record: SkillVersionRecord) -> Json:
     }
 
 
-def file(record: FileRecord) -> Json:
-    """``BetaFileMetadata``. Every stead file can be downloaded: the bytes are the
-    installation's own (the hosted API refuses to serve back plain uploads)."""
+def file(record: FileRecord, now: datetime) -> Json:
+    """``BetaFileMetadata`` as of ``now``. Every stead file can be downloaded
+    until it expires: the bytes are the installation's own (the hosted API
+    refuses to serve back plain uploads)."""
     scope = None if record.scope is None else {"type": record.scope.type, "id": record.scope.id}
     return {
         "type": "file",
@@ -184,7 +185,7 @@ def file(record: FileRecord) -> Json:
         "size_bytes": record.size_bytes,
         "created_at": ts(record.created_at),
         "expires_at": ts(record.expires_at),
-        "downloadable": True,
+        "downloadable": record.expires_at is None or record.expires_at > now,
         "scope": scope,
     }
 
