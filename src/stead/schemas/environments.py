@@ -30,7 +30,9 @@ def _networking(value: Json | None, field: str, current: Json | None = None) -> 
         return {"type": "unrestricted"}
     base = current if current is not None and current["type"] == "limited" else LIMITED_DEFAULTS
     given = {k: v for k, v in value.items() if v is not None}
-    hosts = list(given.get("allowed_hosts", base["allowed_hosts"]))
+    hosts: list[str] = list(
+        given["allowed_hosts"] if "allowed_hosts" in given else base["allowed_hosts"]
+    )
     if len(hosts) > MAX_ALLOWED_HOSTS:
         raise RequestError(f"{field}.allowed_hosts: at most {MAX_ALLOWED_HOSTS} hosts")
     for i, host in enumerate(hosts):
