@@ -212,6 +212,9 @@ def test_an_archived_store_is_read_only_but_deletable(
         ({"path": "/cafe\u0301", "content": ""}, "path"),
         ({"path": "/" + "x" * 1024, "content": ""}, "path"),
         ({"path": "/a" * 21, "content": ""}, "path"),
+        # Each memory is a file in the sessions that mount its store.
+        ({"path": "/" + "y" * 256, "content": ""}, "path"),
+        ({"path": "/d/.stead-put-0123456789abcdef", "content": ""}, "path"),
         ({"path": "/big.md", "content": "x" * 102_401}, "content"),
         ({"path": "/big.md", "content": "é" * 51_201}, "content"),
         ({"path": "/n.md", "content": None}, "content"),

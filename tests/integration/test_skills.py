@@ -216,6 +216,10 @@ BAD_UPLOADS = {
         ],
     ],
     "two directories": lambda n: [*skill_files(n), ("other/file.txt", b"x")],
+    # What a session's sandbox could not hold under /workspace/skills.
+    "a file and a directory": lambda n: [*skill_files(n), (f"{n}/x", b"1"), (f"{n}/x/y", b"2")],
+    "a path too deep": lambda n: [*skill_files(n), (f"{n}/" + "a/" * 32 + "f.txt", b"x")],
+    "a name too long": lambda n: [*skill_files(n), (f"{n}/" + "n" * 256, b"x")],
     "no directory": lambda n: [("SKILL.md", skill_md(n))],
     "not a zip": lambda n: [("s.zip", b"PK\x03\x04 but not really")],
     "no description": lambda n: [(f"{n}/SKILL.md", skill_md(n, description=None))],

@@ -180,3 +180,27 @@ async def test_mounts_survive_sleep_and_wake_and_can_be_removed(
     assert await run(sandbox, f"ls {UPLOADS}") == (0, "b\n")
     await mounts.remove(sandbox_id, UPLOADS)
     assert (await run(sandbox, f"ls {UPLOADS}"))[0] != 0
+
+
+async def test_a_file_takes_an_emptied_directory_s_place_and_impossible_names_are_refused(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    """Content that moved from ``a/b`` to ``a`` (the old file removed first) is
+    put; a name the file system cannot hold, or a file where a directory holds
+    files, is an ``InvalidArgument`` (the caller's), never a host failure that
+    would be retried."""
+    mounts = mounts_of(client)
+    sandbox_id, config = sandbox.sandbox_id, sandbox.config
+    await mounts.put(sandbox_id, config, UPLOADS, [MountFile("a/b", b"below")], writable=False)
+    await mounts.remove(sandbox_id, UPLOADS, ["a/b"])
+    await mounts.put(sandbox_id, config, UPLOADS, [MountFile("a", b"in its place")], writable=False)
+    assert await run(sandbox, f"cat {UPLOADS}/a") == (0, "in its place")
+    for path in ("n" * 256, "d" * 256 + "/f"):
+        with pytest.raises(InvalidArgument, match="longer than 255 bytes"):
+            await mounts.put(sandbox_id, config, UPLOADS, [MountFile(path, b"x")], writable=False)
+    await mounts.put(sandbox_id, config, UPLOADS, [MountFile("full/f", b"f")], writable=False)
+    with pytest.raises(InvalidArgument, match="is a directory"):
+        await mounts.put(sandbox_id, config, UPLOADS, [MountFile("full", b"x")], writable=False)
+    with pytest.raises(InvalidArgument, match="not a directory"):
+        await mounts.put(sandbox_id, config, UPLOADS, [MountFile("a/c", b"x")], writable=False)
+    assert await run(sandbox, f"ls -A {UPLOADS}") == (0, "a\nfull\n")

@@ -161,6 +161,31 @@ def test_an_agent_changes_its_memories_with_bash(
     assert memories_of(client, store_id) == before
 
 
+def test_memories_that_cannot_all_be_files_leave_the_session_working(
+    client: anthropic.Anthropic,
+) -> None:
+    """``/x`` beside ``/x/y``: ``/x`` stays out of the mount and the agent is
+    told; a memory moved from ``/a/b`` to ``/a`` takes the place of the emptied
+    directory. Before, either one made every tool call of the session fail."""
+    name = f"Shapes {uuid.uuid4().hex[:6]}"
+    store_id = new_store(client, name, **{"/a/b": "moved", "/x": "held back", "/x/y": "kept"})
+    session_id = new_session(client, {"type": "memory_store", "memory_store_id": store_id})
+    mount = f"/mnt/memory/{name.lower().replace(' ', '-')}"
+    assert bash_turn(client, session_id, f"cat {mount}/a/b {mount}/x/y") == "movedkept"
+    [*_, result] = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    told = [block.text for block in result.content[1:]]  # type: ignore[union-attr]
+    assert told == [
+        f"The memory /x is not in {mount}: other memories are below /x/, "
+        "so it cannot be a file there."
+    ]
+    [moved] = [m for m in client.beta.memory_stores.memories.list(store_id) if m.path == "/a/b"]
+    client.beta.memory_stores.memories.update(moved.id, memory_store_id=store_id, path="/a")
+    assert bash_turn(client, session_id, f"cat {mount}/a") == "moved"
+    assert memories_of(client, store_id) == {"/a": "moved", "/x": "held back", "/x/y": "kept"}
+
+
 def test_a_read_only_store_cannot_be_changed(client: anthropic.Anthropic) -> None:
     store_id = new_store(client, "Shared Facts", **{"/fact.md": "water is wet"})
     session_id = new_session(

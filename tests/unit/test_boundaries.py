@@ -36,6 +36,7 @@ SHARED = {
     "ids",
     "failpoints",
     "jsonvalues",
+    "mount_paths",
     "package_specs",
     "prices",
     "sandbox_variables",

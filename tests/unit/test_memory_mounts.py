@@ -55,11 +55,21 @@ def memory(path: str, text: str, memory_id: str = "mem_1") -> MemoryRecord:
 
 
 def test_changes_are_files_that_differ_from_their_base() -> None:
+    writing = ".stead-put-0123456789abcdef"  # the host's while it puts a file: not the agent's
     found = changes(
-        held(**{"same.md": "s", "edited.md": "new", "made.md": "m", ".stead-put-1": "x"}),
+        held(
+            **{
+                "same.md": "s",
+                "edited.md": "new",
+                "made.md": "m",
+                writing: "x",
+                ".stead-put-x": "y",
+            }
+        ),
         [base("/same.md", "s"), base("/edited.md", "old"), base("/gone.md", "g")],
     )
     assert found == [
+        Change("created", "/.stead-put-x", None, sha("y")),  # named like it, but a memory
         Change("modified", "/edited.md", base("/edited.md", "old"), sha("new")),
         Change("deleted", "/gone.md", base("/gone.md", "g"), None),
         Change("created", "/made.md", None, sha("m")),
@@ -97,6 +107,16 @@ def test_staging_puts_the_api_content_but_never_over_an_agents_change() -> None:
     strict = stage_plan(current, files, bases, writable=False)
     assert [m.path for m in strict.put] == ["/fresh.md", "/moved.md", "/mine.md"]
     assert sorted(strict.remove) == ["/deleted.md", "/new.md"]
+
+
+def test_a_memory_with_memories_below_it_is_held_back_and_its_old_file_removed() -> None:
+    """``/a`` beside ``/a/b``: a mount cannot hold both, so ``/a`` is not put
+    (the agent is told) and a file it left from before goes, making room."""
+    current = [memory("/a", "file", "mem_a"), memory("/a/b", "below", "mem_b")]
+    plan = stage_plan(current, held(a="file"), [base("/a", "file", "mem_a")], writable=True)
+    assert plan.held_back == ["/a"]
+    assert [m.path for m in plan.put] == ["/a/b"]
+    assert (plan.remove, plan.record) == (["/a"], [])
 
 
 @pytest.fixture

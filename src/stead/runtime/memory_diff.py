@@ -13,11 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from stead.mount_paths import is_temporary
 from stead.sandbox import MountedFile
 from stead.store import MemoryRecord, MountBase
-
-HIDDEN_PREFIX = ".stead-put-"
-"""The host's temporary names while it puts a file (``sandbox_host.mounts``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +49,9 @@ def changes(held: Iterable[MountedFile], bases: Iterable[MountBase]) -> list[Cha
 
 
 def _hidden(path: str) -> bool:
-    return posixpath.basename(path).startswith(HIDDEN_PREFIX)
+    """A file the host is writing, under its temporary name (``mount_paths``):
+    only that exact form, so a memory named like it otherwise is the agent's."""
+    return is_temporary(posixpath.basename(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,9 @@ class StagePlan:
     """Memory paths whose file goes (their memory is gone), with their base."""
     drop: list[str]
     """Bases with neither a memory nor a file."""
+    held_back: list[str]
+    """Memory paths that cannot be files, as other memories are below them
+    (``/a`` beside ``/a/b``): not put, and the agent is told."""
 
 
 def stage_plan(
@@ -85,8 +88,12 @@ def stage_plan(
         found, base = files.get(path), by_path.get(path)
         return writable and found is not None and (base is None or found.sha256 != base.sha256)
 
-    plan = StagePlan([], [], [], [])
+    directories = {d for m in current for d in _parents(m.path)}
+    plan = StagePlan([], [], [], [], [])
     for memory in current:
+        if memory.path in directories:
+            plan.held_back.append(memory.path)
+            continue
         found, base = files.get(memory.path), by_path.get(memory.path)
         wanted = MountBase(memory.memory_store_id, memory.path, memory.id, memory.content_sha256)
         if found is not None and found.sha256 == memory.content_sha256:
@@ -94,7 +101,13 @@ def stage_plan(
                 plan.record.append(wanted)
         elif not agents(memory.path):
             plan.put.append(memory)
-    paths = {m.path for m in current}
+    paths = {m.path for m in current} - directories
     plan.remove.extend(p for p in files if p not in paths and not agents(p))
     plan.drop.extend(p for p in by_path if p not in paths and p not in files)
     return plan
+
+
+def _parents(path: str) -> list[str]:
+    """The directories above the memory path ``path`` (``/a/b/c``: ``/a``, ``/a/b``)."""
+    parts = path.split("/")
+    return ["/".join(parts[:i]) for i in range(2, len(parts))]

@@ -136,7 +136,7 @@ class MemoryMounts:
         store as it is now. Returns what the agent must be told."""
         notes = await self.write_back(session, config)
         for mount in session.mounts:
-            await self._stage_one(session, config, mount)
+            notes += await self._stage_one(session, config, mount)
         return notes
 
     async def _marked(self, session_id: str) -> set[str]:
@@ -146,7 +146,8 @@ class MemoryMounts:
 
     async def _stage_one(
         self, session: MemorySession, config: SandboxConfig, mount: MemoryMount
-    ) -> None:
+    ) -> list[str]:
+        """Makes the mount show its store; what the agent must be told."""
         store_id = mount.memory_store_id
         await self._mounts.put(session.id, config, mount.mount_path, [], writable=mount.writable)
         try:
@@ -163,19 +164,26 @@ class MemoryMounts:
             await self._store.drop_memory_mount_bases(session.id, store_id, [b.path for b in bases])
             bases = []
         plan = stage_plan(current, held, bases, writable=mount.writable and marked)
-        if plan.put:
-            await self._put(session, config, mount, plan.put)
-        if plan.record:
-            await self._store.put_memory_mount_bases(session.workspace_id, session.id, plan.record)
+        # Removed first: a memory may take the place of a directory that the
+        # removed files leave empty, or of a file that gives way to a directory.
         if plan.remove:
             await self._mounts.remove(session.id, mount.mount_path, [p[1:] for p in plan.remove])
         gone = plan.remove + plan.drop
         if gone:
             await self._store.drop_memory_mount_bases(session.id, store_id, gone)
+        if plan.put:
+            await self._put(session, config, mount, plan.put)
+        if plan.record:
+            await self._store.put_memory_mount_bases(session.workspace_id, session.id, plan.record)
         if not marked:  # last: a crash before it stages this mount afresh again
             await self._mounts.put(
                 session.id, config, MARKERS, [MountFile(store_id, b"")], writable=False
             )
+        return [
+            f"The memory {path} is not in {mount.mount_path}: other memories are below "
+            f"{path}/, so it cannot be a file there."
+            for path in plan.held_back
+        ]
 
     async def _current(self, workspace_id: str, store_id: str) -> list[MemoryRecord]:
         found: list[MemoryRecord] = []

@@ -169,11 +169,13 @@ class SessionMounts:
             for path, data in wanted.items()
             if held.get(path) != hashlib.sha256(data).hexdigest()
         ]
-        if changed:
-            await self._mounts.put(session.id, config, SKILLS, changed, writable=False)
+        # Stale files go first: a skill's new version may hold a file where the
+        # old one had a directory, or the other way round.
         stale = [path for path in held if path not in wanted]
         if stale:
             await self._mounts.remove(session.id, SKILLS, stale)
+        if changed:
+            await self._mounts.put(session.id, config, SKILLS, changed, writable=False)
 
     async def _put_file(
         self, session_id: str, config: SandboxConfig, workspace_id: str, path: str, file_id: str

@@ -21,15 +21,16 @@ writable mount is read back by the brain after each turn (outputs, memories).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
-import secrets
 import shutil
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from stead.mount_paths import MAX_DEPTH, NAME_MAX, part_name, put_name
 from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
 
 MOUNT_ROOT = "/mnt"
@@ -38,7 +39,6 @@ SKILLS = "skills"
 """The agent's skills: ``/mnt/skills``, bound read-only at ``/workspace/skills`` too."""
 MAX_ENTRIES = 10_000
 """Directory entries one listing visits before it stops (``truncated``)."""
-MAX_DEPTH = 32
 CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -188,7 +188,9 @@ def _walk(start: int, parts: list[str], *, create: bool = False, owner: int = 0)
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
                 os.fchown(child, owner, owner)
                 os.fchmod(child, 0o755)
-            except OSError:
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:
+                    raise _too_long(part) from None
                 raise InvalidArgument(
                     f"path: {part!r} is a link or a file, not a directory"
                 ) from None
@@ -202,7 +204,7 @@ def _walk(start: int, parts: list[str], *, create: bool = False, owner: int = 0)
 def _write(parent: int, name: str, data: bytes, *, owner: int, writable: bool) -> None:
     # Written aside and renamed over: a reader never sees half a file, and a
     # link the sandbox left at ``name`` is replaced, never written through.
-    temporary = f".stead-put-{secrets.token_hex(8)}"
+    temporary = put_name()
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(temporary, flags, 0o600, dir_fd=parent)
     try:
@@ -210,24 +212,38 @@ def _write(parent: int, name: str, data: bytes, *, owner: int, writable: bool) -
             handle.write(data)
             os.fchown(handle.fileno(), owner, owner)
             os.fchmod(handle.fileno(), 0o644 if writable else 0o444)
-        try:
-            os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except IsADirectoryError:
-            raise InvalidArgument(f"path: {name!r} is a directory") from None
+        _rename_over(parent, temporary, name)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary, dir_fd=parent)
         raise
 
 
-def _part_name(name: str) -> str:
-    """Where the parts of ``name`` gather until the last one: one name per
-    target (a new first part replaces an unfinished one), within NAME_MAX."""
-    return f".stead-part-{hashlib.sha256(name.encode('utf-8', 'surrogateescape')).hexdigest()[:24]}"
+def _rename_over(parent: int, temporary: str, name: str) -> None:
+    """Puts the file ``temporary`` at ``name``, in place of a file or an empty
+    directory there (what a file removed from below it left: the content moved
+    from ``name/...`` to ``name``); ``InvalidArgument`` for a directory that
+    holds anything, or a name too long for the file system."""
+    try:
+        os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except IsADirectoryError:
+        try:
+            os.rmdir(name, dir_fd=parent)
+        except OSError:
+            raise InvalidArgument(f"path: {name!r} is a directory") from None
+        os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise _too_long(name) from None
+        raise
+
+
+def _too_long(name: str) -> InvalidArgument:
+    return InvalidArgument(f"path: {name[:80]!r}... is longer than {NAME_MAX} bytes")
 
 
 def _write_part(parent: int, name: str, part: ops.PutMountPart, *, owner: int) -> None:
-    aside = _part_name(name)
+    aside = part_name(name)
     flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
         if part.offset == 0:
@@ -255,10 +271,10 @@ def _write_part(parent: int, name: str, part: ops.PutMountPart, *, owner: int) -
         os.close(fd)
     if part.last:
         try:
-            os.rename(aside, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except IsADirectoryError:
+            _rename_over(parent, aside, name)
+        except InvalidArgument:
             os.unlink(aside, dir_fd=parent)
-            raise InvalidArgument(f"path: {name!r} is a directory") from None
+            raise
 
 
 def _pwrite(fd: int, data: bytes, offset: int) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.jsonvalues import Json
+from stead.mount_paths import name_problem
 from stead.schemas.limits import check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -74,6 +75,9 @@ def check_path(field: str, path: Any) -> str:
     for segment in segments:
         if segment in ("", ".", ".."):
             raise RequestError(f"{field}: segments must not be empty, '.' or '..'")
+        # A memory is a file in the sessions that mount its store.
+        if problem := name_problem(segment):
+            raise RequestError(f"{field}: the segment {segment[:80]!r} {problem}")
     return path
 
 

@@ -15,6 +15,7 @@ import stat
 import zipfile
 from dataclasses import dataclass
 
+from stead.mount_paths import MAX_DEPTH, name_problem
 from stead.schemas.validation import RequestError
 
 MAX_PATH_BYTES = 1024
@@ -57,6 +58,12 @@ def _path_problem(path: str) -> str | None:
         return "has a '..' component; paths must stay inside the skill"
     if "." in parts or "" in parts:
         return "has an empty or '.' component"
+    # What a session's sandbox could not hold under /workspace/skills.
+    if len(parts) > MAX_DEPTH:
+        return f"is deeper than {MAX_DEPTH} levels"
+    for part in parts:
+        if problem := name_problem(part):
+            return f"has a component that {problem}"
     return None
 
 

@@ -83,6 +83,13 @@ def _one_directory(entries: Sequence[tuple[str, bytes]]) -> tuple[str, dict[str,
     if len(directories) != 1:
         found = ", ".join(sorted(directories)) or "none"
         raise RequestError(f"{FIELD}: every file must be in one top-level directory; found {found}")
+    for inner in files:
+        parts = inner.split("/")
+        for depth in range(1, len(parts)):
+            if (directory := "/".join(parts[:depth])) in files:
+                raise RequestError(
+                    f"{FIELD}: {directory!r} is both a file and the directory of {inner!r}"
+                )
     return directories.pop(), files
 
 
