@@ -185,8 +185,9 @@ def test_an_archived_store_is_read_only_but_deletable(
     ms.archive(store.id)
     with pytest.raises(anthropic.BadRequestError, match="archived"):
         ms.memories.create(store.id, path="/new.md", content="n")
-    with pytest.raises(anthropic.BadRequestError, match="archived"):
-        ms.memories.update(memory.id, memory_store_id=store.id, content="changed")
+    for unchanged in ({"content": "changed"}, {"content": "k"}, {}):  # a no-op too
+        with pytest.raises(anthropic.BadRequestError, match="archived"):
+            ms.memories.update(memory.id, memory_store_id=store.id, **unchanged)  # type: ignore[arg-type]
     assert ms.memories.retrieve(memory.id, memory_store_id=store.id).content == "k"
     assert [m.path for m in ms.memories.list(store.id)] == ["/keep.md"]
     ms.memories.delete(memory.id, memory_store_id=store.id)

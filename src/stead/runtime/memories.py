@@ -48,6 +48,7 @@ from stead.store import (
     NewVersion,
     NotFound,
     precondition_failed,
+    store_archived,
 )
 
 if TYPE_CHECKING:
@@ -138,6 +139,10 @@ class MemoryKeeper:
             raise precondition_failed("precondition.content_sha256", current)
         same_content = content is None or _sha256(content) == current.content_sha256
         if same_content and path in (None, current.path):
+            # No version to commit, so no commit to refuse it: checked here.
+            store = await self._store.get_memory_store(workspace_id, store_id)
+            if store.archived_at is not None:
+                raise store_archived(store_id)
             version = await self._store.get_memory_version(
                 workspace_id, store_id, current.version_id
             )

@@ -112,6 +112,7 @@ from stead.store.memories import (
     StoreFilter,
     VersionFilter,
     precondition_failed,
+    store_archived,
 )
 from stead.store.migrate import SchemaState, SchemaStatus
 from stead.store.resources import RepositoryState, SessionResourceStore
@@ -282,6 +283,7 @@ __all__ = [
     "single_brain",
     "skill_name_changed",
     "skill_name_taken",
+    "store_archived",
 ]
 
 READERS = 4

@@ -11,8 +11,13 @@ from stead.ids import new_id
 from stead.store import _locks
 from stead.store._paging import fetch_page
 from stead.store.base import Page, PageRequest
-from stead.store.errors import Conflict, NotFound
-from stead.store.memories import MemoryStoreChange, MemoryStoreRecord, StoreFilter
+from stead.store.errors import NotFound
+from stead.store.memories import (
+    MemoryStoreChange,
+    MemoryStoreRecord,
+    StoreFilter,
+    store_archived,
+)
 from stead.store.tables import memories, memory_stores, memory_versions
 
 
@@ -74,12 +79,7 @@ def writable_store(conn: Connection, workspace_id: str, store_id: str) -> Memory
 def writable(store: MemoryStoreRecord) -> MemoryStoreRecord:
     """``store``, unless it is archived (its memories read-only)."""
     if store.archived_at is not None:
-        raise Conflict(
-            f"memory store {store.id} is archived: its memories can be read and deleted, "
-            "not written",
-            code="memory_store_archived",
-            status=400,
-        )
+        raise store_archived(store.id)
     return store
 
 

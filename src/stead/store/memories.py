@@ -37,6 +37,15 @@ def precondition_failed(field: str, current: MemoryRecord) -> Conflict:
     )
 
 
+def store_archived(store_id: str) -> Conflict:
+    """A write to a memory of an archived store (its memories read-only)."""
+    return Conflict(
+        f"memory store {store_id} is archived: its memories can be read and deleted, not written",
+        code="memory_store_archived",
+        status=400,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Actor:
     """Who wrote or redacted a version: ``api_actor`` (an API key) or ``session_actor``."""
