@@ -93,6 +93,10 @@ def test_every_change_is_a_new_version_and_noops_are_not(client: anthropic.Anthr
         client.beta.agents.update(agent.id, name="w", version=1)
     assert stale.value.response.headers["x-should-retry"] == "false"
     assert client.beta.agents.retrieve(agent.id).version == 3
+    # "" clears as null does (the SDK's words); clearing what is clear changes nothing.
+    v4 = client.beta.agents.update(agent.id, system="", description="")
+    assert (v4.version, v4.system, v4.description) == (4, None, None)
+    assert client.beta.agents.update(agent.id, system=None, description="").version == 4
 
 
 def test_archive_hides_from_list_and_blocks_updates(client: anthropic.Anthropic) -> None:

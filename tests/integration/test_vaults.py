@@ -274,6 +274,10 @@ def test_sessions_take_live_vaults_only(client: anthropic.Anthropic) -> None:
         agent=agent.id, environment_id=env.id, vault_ids=[live.id]
     )
     assert session.vault_ids == [live.id]
+    with pytest.raises(anthropic.BadRequestError, match=r"vault_ids\.1: .* twice"):
+        client.beta.sessions.create(
+            agent=agent.id, environment_id=env.id, vault_ids=[live.id, live.id]
+        )
     with pytest.raises(anthropic.NotFoundError, match=r"vault_ids\.1"):
         client.beta.sessions.create(
             agent=agent.id, environment_id=env.id, vault_ids=[live.id, "vlt_missing"]

@@ -321,9 +321,11 @@ def parse_update(body: Any) -> tuple[int | None, Json]:
 def apply_update(current: Json, params: Json) -> Json:
     """The definition after ``params``; pure, raises RequestError on inconsistency."""
     new = dict(current)
-    for key in ("name", "description", "system"):
+    if "name" in params:
+        new["name"] = params["name"]
+    for key in ("description", "system"):
         if key in params:
-            new[key] = params[key]
+            new[key] = params[key] or None  # the SDK: "send empty string or null to clear"
     if "model" in params:
         new["model"] = resolve_model(params["model"])
     if "execution_identity" in params:

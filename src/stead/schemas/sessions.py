@@ -68,6 +68,8 @@ def parse_create(body: Any) -> SessionCreate:
     for i, vault_id in enumerate(vault_ids):
         if not vault_id.startswith("vlt_") or len(vault_id) > 128:
             raise RequestError(f"vault_ids.{i}: {vault_id[:80]!r} is not a vault id (vlt_...)")
+        if vault_id in vault_ids[:i]:
+            raise RequestError(f"vault_ids.{i}: {vault_id} is given twice")
     initial = list(params.get("initial_events", []))
     if len(initial) > MAX_INITIAL_EVENTS:
         raise RequestError(
