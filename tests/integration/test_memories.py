@@ -154,6 +154,9 @@ def test_list_with_prefixes_depth_and_paging(client_on_each_store: anthropic.Ant
         "/notes/todo.md",
         "/notes/zeta/deep/",
     ]
+    # Deeper than any path can be: everything below the prefix, as depth 0 lists.
+    deepest = [m.path for m in ms.memories.list(store.id, path_prefix="/notes/", depth=50)]
+    assert deepest == [m.path for m in ms.memories.list(store.id, path_prefix="/notes/")]
 
     full = ms.memories.list(store.id, path_prefix="/notes/2026/", view="full", limit=100)
     assert [(m.content, m.id) for m in full.data] == [  # type: ignore[union-attr]

@@ -141,6 +141,9 @@ def test_frontmatter_forms() -> None:
     folded = b'---\nname: "x-y"\ndescription: >\n  Two\n  lines.\n---\n'
     assert frontmatter(folded) == ("x-y", "Two lines.")
     assert frontmatter(b"\xef\xbb\xbf---\r\ndescription: D\r\n---\r\n") == (None, "D")
+    # Comparisons are not tags.
+    compared = b"---\ndescription: use when x < 5 and y > 3\n---\n"
+    assert frontmatter(compared) == (None, "use when x < 5 and y > 3")
 
 
 @pytest.mark.parametrize(
@@ -155,6 +158,7 @@ def test_frontmatter_forms() -> None:
         (b"---\ndescription: '  '\n---\n", "description: required"),
         (b"---\ndescription: " + b"d" * 1025 + b"\n---\n", "at most 1024"),
         (b"---\ndescription: use <tool>\n---\n", "XML tags"),
+        (b"---\ndescription: ends </tool>\n---\n", "XML tags"),
         (b"---\nname: \xff\n---\n", "not UTF-8"),
     ],
 )

@@ -115,7 +115,7 @@ async def delete_memory(
 async def list_memories(
     request: Request,
     memory_store_id: MemoryStoreId,
-    depth: int = Query(0, ge=0, le=memories.MAX_PATH_SEGMENTS),
+    depth: int = Query(0, ge=0, le=1_000_000),
     limit: int = Query(20, ge=1, le=100),
     page: str | None = Query(None),
     path_prefix: str = Query("/"),
@@ -123,6 +123,8 @@ async def list_memories(
     who: Caller = Depends(caller),
 ) -> JSONResponse:
     prefix = memories.check_prefix("path_prefix", path_prefix)
+    # No path is deeper than this: a larger depth lists what it lists (the SDK sets no bound).
+    depth = min(depth, memories.MAX_PATH_SEGMENTS)
     if view == "full":
         limit = min(limit, FULL_PAGE)
     app = services(request)

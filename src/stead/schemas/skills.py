@@ -26,7 +26,8 @@ MAX_DESCRIPTION = 1024
 MAX_DISPLAY_NAME = 255
 RESERVED_WORDS = ("anthropic", "claude")
 _SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-_TAG = re.compile(r"<[^>]*>")
+_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+"""An XML tag (``<b>``, ``</b>``, ``<a href=..>``); ``x < 5 and y > 3`` is none."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 FIELD = "files"
 
