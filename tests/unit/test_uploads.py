@@ -64,3 +64,38 @@ async def test_a_file_part_without_a_filename_is_a_file_of_any_size() -> None:
         assert b"".join([chunk async for chunk in upload.chunks()]) == data
     finally:
         await upload.file.close()
+
+
+def _raw_request(disposition: str, data: bytes) -> Request:
+    body = (
+        (f"--b\r\nContent-Disposition: {disposition}\r\nContent-Type: text/plain\r\n\r\n").encode()
+        + data
+        + b"\r\n--b--\r\n"
+    )
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> Message:
+        return messages.pop(0) if messages else {"type": "http.disconnect"}
+
+    headers = [(b"content-type", b"multipart/form-data; boundary=b")]
+    return Request({"type": "http", "method": "POST", "headers": headers}, receive)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("disposition", "named"),
+    [
+        ("form-data; name=\"file\"; filename*=UTF-8''caf%C3%A9%20menu.txt", "café menu.txt"),
+        ("form-data; name=\"file\"; filename*=utf-8'en'a.txt", "a.txt"),
+        ("form-data; name=\"file\"; filename*=UTF-8''%FF.txt", None),  # not UTF-8: no name
+        ('form-data; name="file"', None),
+    ],
+)
+async def test_a_part_named_only_by_its_extended_filename_keeps_that_name(
+    disposition: str, named: str | None
+) -> None:
+    upload = await uploads.read_upload(_raw_request(disposition, b"menu"), 1024, ())
+    try:
+        assert (upload.filename, upload.size) == (named, 4)
+    finally:
+        await upload.file.close()

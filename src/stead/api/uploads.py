@@ -15,6 +15,7 @@ from __future__ import annotations
 import codecs
 import mimetypes
 import re
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from tempfile import SpooledTemporaryFile
@@ -35,6 +36,7 @@ CHUNK_BYTES = 1024 * 1024
 SNIFF_BYTES = 512
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_EXTENDED_NAME = re.compile(r";\s*filename\*\s*=\s*([^;\s]+)", re.IGNORECASE)
 _SIGNATURES = (
     (b"%PDF-", "application/pdf"),
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -106,7 +108,26 @@ class _FileParts(MultiPartParser):
         # Closed with the form (``FormData.close``), or by the parser on an error.
         spool = SpooledTemporaryFile(max_size=self.spool_max_size)  # noqa: SIM115
         self._files_to_close_on_error.append(spool)
-        part.file = UploadFile(file=spool, size=0, headers=Headers(raw=part.item_headers))  # type: ignore[arg-type]
+        part.file = UploadFile(
+            file=spool,  # type: ignore[arg-type]
+            size=0,
+            filename=_extended_filename(part.content_disposition or b""),
+            headers=Headers(raw=part.item_headers),
+        )
+
+
+def _extended_filename(disposition: bytes) -> str | None:
+    """A part's RFC 5987 ``filename*`` (``UTF-8''caf%C3%A9.txt``), which
+    Starlette's header parser drops; None if it has none that decodes."""
+    found = _EXTENDED_NAME.search(disposition.decode("latin-1"))
+    if found is None:
+        return None
+    charset, _, rest = found.group(1).strip('"').partition("'")
+    _, _, encoded = rest.partition("'")
+    try:
+        return urllib.parse.unquote(encoded, encoding=charset or "utf-8", errors="strict")
+    except (LookupError, UnicodeDecodeError):
+        return None
 
 
 async def _parse(
