@@ -21,6 +21,7 @@ ALLOWED = {
         "jsonvalues",
         "package_specs",
         "egress_policy",
+        "mount_paths",  # a leaf (the standard library only), shared with the API's checks
     },
     # telemetry: the trace context an MCP request carries (a leaf: it imports only config).
     "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry"},
