@@ -57,6 +57,7 @@ def check_events(events: list[Json], field: str) -> None:
         kind = event["type"]
         if kind == EventType.USER_MESSAGE and not event["content"]:
             raise RequestError(f"{where}.content: must hold at least one block")
+        _check_text_blocks(event.get("content"), f"{where}.content")
         if kind == "system.message":
             _check_system_message(events, i, where)
         denied = event.get("result") == "deny"
@@ -68,6 +69,18 @@ def check_events(events: list[Json], field: str) -> None:
             raise RequestError(f"{where}.deny_message: only allowed with result 'deny'")
         if kind == EventType.USER_DEFINE_OUTCOME:
             _check_outcome(event, where)
+
+
+def _check_text_blocks(content: Any, where: str) -> None:
+    """Every text block holds some non-whitespace text: the Messages API refuses
+    an empty one, and the event would be in every later request of the session."""
+    if not isinstance(content, list):
+        return
+    for j, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text")
+            if isinstance(text, str) and not text.strip():
+                raise RequestError(f"{where}.{j}.text: must hold some non-whitespace text")
 
 
 def _check_system_message(events: list[Json], i: int, where: str) -> None:
