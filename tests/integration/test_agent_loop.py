@@ -312,17 +312,19 @@ def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:
         assert idle.stop_reason.type == "requires_action"
         assert idle.stop_reason.event_ids == [use.id]
         assert sdk.beta.sessions.retrieve(session_id).status == "idle"
-        sdk.beta.sessions.events.send(
-            session_id,
-            events=[
-                {
-                    "type": "user.custom_tool_result",
-                    "custom_tool_use_id": use.id,
-                    "content": [{"type": "text", "text": "sunny"}],
-                }
-            ],
-        )
+        result = {
+            "type": "user.custom_tool_result",
+            "custom_tool_use_id": use.id,
+            "content": [{"type": "text", "text": "sunny"}],
+        }
+        sent = sdk.beta.sessions.events.send(session_id, events=[result, result]).data
         second = until_idle(stream)
+        # Sent again (a client retrying): the logged result is the answer, and no turn runs.
+        again = sdk.beta.sessions.events.send(session_id, events=[result]).data
+    assert [e.id for e in again] == [sent[0].id] and len(sent) == 1
+    logged = sdk.beta.sessions.events.list(session_id, types=["user.custom_tool_result"]).data
+    assert [e.id for e in logged] == [sent[0].id]
+    assert sdk.beta.sessions.retrieve(session_id).status == "idle"
     assert kinds(second) == [
         "user.custom_tool_result",
         "session.status_running",

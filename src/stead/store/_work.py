@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Row, and_, insert, or_, select, update
 
 from stead.events import EventType
 from stead.ids import new_id
+from stead.jsonvalues import Json
 from stead.store import _environments, _events
 from stead.store._paging import fetch_page
 from stead.store._workspaces import hash_secret
@@ -463,22 +464,38 @@ def queue_stats(queued: Sequence[tuple[datetime | None, datetime]]) -> QueueStat
     return QueueStats(depth=depth, pending=len(queued) - depth, oldest_queued_at=oldest)
 
 
-ANSWER_TYPES = (EventType.USER_TOOL_RESULT, EventType.AGENT_TOOL_RESULT)
+ANSWER_KEYS: dict[str, str] = {
+    EventType.USER_TOOL_RESULT: "tool_use_id",
+    EventType.AGENT_TOOL_RESULT: "tool_use_id",
+    EventType.USER_CUSTOM_TOOL_RESULT: "custom_tool_use_id",
+}
+"""Events that answer a tool use, and the field that names it (stead answers a
+custom tool use itself, with an ``agent.tool_result``, when a turn is interrupted)."""
+ANSWER_TYPES = tuple(ANSWER_KEYS)
+
+
+def answered_use(event_type: str, body: Json) -> str | None:
+    """The tool use an event answers, if it is an answer."""
+    key = ANSWER_KEYS.get(event_type)
+    use_id = None if key is None else body.get(key)
+    return use_id if isinstance(use_id, str) else None
 
 
 def first_answers(
     new: Sequence[NewEvent], logged_answer: Callable[[str], EventRecord | None]
 ) -> tuple[list[NewEvent], list[EventRecord]]:
-    """``new`` without the ``user.tool_result`` events whose tool use already has
-    a result (a worker that reported twice, or after stead settled the call),
-    and the logged results they repeat: a result is recorded once.
+    """``new`` without the results whose tool use already has a result (a worker
+    that reported twice, or after stead settled the call; a client that sent a
+    custom tool's result again), and the logged results they repeat: a result is
+    recorded once. ``Conflict`` for a custom tool's result when stead closed the
+    call itself (an interrupted turn): the call was answered, not by that result.
     ``logged_answer(tool_use_id)`` is the result the log holds, if any."""
     kept: list[NewEvent] = []
     repeated: list[EventRecord] = []
     seen: set[str] = set()
     for event in new:
-        use_id = event.body.get("tool_use_id") if event.type == EventType.USER_TOOL_RESULT else None
-        if not isinstance(use_id, str):
+        use_id = answered_use(event.type, event.body)  # users send no agent.* events
+        if use_id is None:
             kept.append(event)
             continue
         if use_id in seen:
@@ -487,6 +504,11 @@ def first_answers(
         earlier = logged_answer(use_id)
         if earlier is None:
             kept.append(event)
+        elif event.type == EventType.USER_CUSTOM_TOOL_RESULT and earlier.type != event.type:
+            raise Conflict(
+                f"custom_tool_use_id: {use_id} already has a result: stead closed the call "
+                "when its turn was interrupted"
+            )
         else:
             repeated.append(earlier)
     return kept, repeated
@@ -497,7 +519,7 @@ def logged_answer(conn: Connection, session_id: str, use_id: str) -> EventRecord
     if use is None or use.seq is None:
         return None
     rows = conn.execute(
-        select(events.c.id, events.c.body)
+        select(events.c.id, events.c.type, events.c.body)
         .where(
             events.c.session_id == session_id,
             events.c.seq > use.seq,
@@ -506,6 +528,6 @@ def logged_answer(conn: Connection, session_id: str, use_id: str) -> EventRecord
         .order_by(events.c.seq)
     ).all()
     for row in rows:
-        if row.body.get("tool_use_id") == use_id:
+        if answered_use(row.type, row.body) == use_id:
             return _events.find(conn, session_id, row.id)
     return None

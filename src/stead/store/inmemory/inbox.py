@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from stead.store._inbox import STARTS_WORK, Validator, check_accepting, file_in
-from stead.store._work import ANSWER_TYPES, first_answers
+from stead.store._work import answered_use, first_answers
 from stead.store.events import EventRecord, EventsAccepted, NewEvent
 from stead.store.inmemory import events, runs, sessions
 from stead.store.inmemory.tables import Tables
@@ -50,6 +50,6 @@ def _logged_answer(t: Tables, session_id: str, use_id: str) -> EventRecord | Non
     if use is None or use.seq is None:
         return None
     for later in events.after(t, session_id, use.seq, None):
-        if later.type in ANSWER_TYPES and later.body.get("tool_use_id") == use_id:
+        if answered_use(later.type, later.body) == use_id:
             return later
     return None
