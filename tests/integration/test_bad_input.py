@@ -381,6 +381,8 @@ CASES = [
          body=events({"type": "user.message", "content": [{"type": "hologram"}]})),
     Case("events-send-empty-content", 400, "POST", EV, "events.0.content",
          body=events({"type": "user.message", "content": []})),
+    Case("events-send-tool-result-not-self-hosted", 400, "POST", EV, "self_hosted",
+         body=events({"type": "user.tool_result", "tool_use_id": "sevt_x"})),
     Case("events-send-blank-text-block", 400, "POST", EV, "events.0.content.0.text",
          body=events({"type": "user.message", "content": [{"type": "text", "text": " \n"},
                                                           {"type": "text", "text": "hi"}]})),

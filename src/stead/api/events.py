@@ -19,7 +19,7 @@ from stead.events import EventType
 from stead.ids import new_id, primary_thread_id
 from stead.jsonvalues import Json
 from stead.schemas import RequestError, SessionEventType, events
-from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord
+from stead.store import EventFilter, EventRecord, NewEvent, SessionRecord, Store
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["session events"])
 
@@ -68,6 +68,26 @@ def _check_budget(session: SessionRecord, params: list[Json]) -> None:
             )
 
 
+async def _check_worker_results(
+    store: Store, who: Caller, session_id: str, params: Sequence[Json]
+) -> None:
+    """A ``user.tool_result`` answers a call a self-hosted environment's worker
+    runs; elsewhere stead runs the call and answers it, and a second answer would
+    be in every later model request (which the Messages API refuses). Read only
+    for such a request (an environment's type never changes)."""
+    given = [i for i, e in enumerate(params) if e["type"] == EventType.USER_TOOL_RESULT]
+    if not given:
+        return
+    session = await store.get_session(who.workspace_id, session_id)
+    environment = await store.get_environment(who.workspace_id, session.environment_id)
+    if environment.config.get("type") != "self_hosted":
+        raise RequestError(
+            f"events.{given[0]}: user.tool_result answers a tool call of a self_hosted "
+            "environment's worker; this session's tools run in stead (a custom tool's "
+            "result is a user.custom_tool_result)"
+        )
+
+
 def _reference_check(
     params: list[Json],
 ) -> Callable[[SessionRecord, Callable[[str], EventRecord | None]], None]:
@@ -94,6 +114,7 @@ async def send_events(
 ) -> JSONResponse:
     app = services(request)
     params = events.parse_send(await json_body(request), app.settings.max_events_per_request)
+    await _check_worker_results(app.store, who, session_id, params)
     accepted = await app.store.accept_user_events(
         who.workspace_id,
         session_id,
