@@ -59,6 +59,9 @@ async def test_bash_timeout_truncation_and_restart(sandbox: UnsafeLocalSandbox) 
     restarted = await call(sandbox, "bash", restart=True)
     assert text(restarted) == "bash session restarted"
     assert text(await call(sandbox, "bash", "d", command='echo "[$X]"')) == "[]"
+    # Any integer is valid input: one past any float is the longest timeout.
+    huge = await call(sandbox, "bash", "e", command="echo fine", timeout_ms=10**400)
+    assert (text(huge), huge.is_error) == ("fine", False)
 
 
 async def test_bash_with_a_finished_op_key_returns_the_recorded_result(
@@ -120,9 +123,21 @@ async def test_read_returns_images_and_pdfs_as_blocks(sandbox: UnsafeLocalSandbo
     assert document["source"]["media_type"] == "application/pdf"
     ranged = await call(sandbox, "read", file_path="pic.PNG", view_range=[1, 2])
     assert ranged.is_error
+    # Typed by the bytes: a PNG named .jpg is a PNG; what is no image is refused,
+    # never sent as one (the Messages API would refuse every later request).
+    await sandbox.write_file("named.jpg", png)
+    [named] = (await call(sandbox, "read", file_path="named.jpg")).content
+    assert named["source"]["media_type"] == "image/png"
+    for name, data in (("empty.png", b""), ("text.png", b"not an image")):
+        await sandbox.write_file(name, data)
+        refused = await call(sandbox, "read", file_path=name)
+        assert refused.is_error and "not a PNG, JPEG, GIF, WebP or PDF" in text(refused)
 
 
 async def test_write_then_edit(sandbox: UnsafeLocalSandbox) -> None:
+    for root in (".", "/workspace", "sub/.."):
+        refused = await call(sandbox, "write", file_path=root, content="x")
+        assert refused.is_error and text(refused) == f"write: {root}: is a directory"
     wrote = await call(sandbox, "write", file_path="new/dir/f.txt", content="héllo hello\n")
     assert text(wrote) == "wrote 13 bytes to new/dir/f.txt"
     twice = await call(sandbox, "edit", file_path="new/dir/f.txt", old_string="llo", new_string="y")

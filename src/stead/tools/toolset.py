@@ -82,8 +82,10 @@ async def _bash(call: BashInput, sandbox: Sandbox, op_key: str) -> ToolOutcome:
         return ToolOutcome.error("bash: command is required")
     if call.timeout_ms is not None and call.timeout_ms < 0:
         return ToolOutcome.error("bash: timeout_ms must not be negative")
-    seconds = call.timeout_ms / 1000 if call.timeout_ms else BASH_DEFAULT_TIMEOUT
-    seconds = min(seconds, BASH_MAX_TIMEOUT)
+    # Clamped as an integer first: any integer is valid input, and a huge one
+    # overflows a float division.
+    limit_ms = min(call.timeout_ms, int(BASH_MAX_TIMEOUT * 1000)) if call.timeout_ms else None
+    seconds = limit_ms / 1000 if limit_ms else BASH_DEFAULT_TIMEOUT
     result = await sandbox.exec(call.command, op_key=op_key, timeout=seconds)
     return bash_outcome(result, seconds)
 
@@ -158,12 +160,46 @@ async def _read_media(call: ReadInput, sandbox: Sandbox, media_type: str) -> Too
             f"read: {call.file_path} is {exc.size} bytes, "
             f"exceeds {exc.limit}-byte limit for image/PDF files."
         )
+    # Typed by its bytes, not its name: a block whose bytes are not what its
+    # type says is refused by the Messages API, in this request and every later
+    # one of the session, which carries it.
+    found = _media_type_of(data)
+    if found is None:
+        return ToolOutcome.error(
+            f"read: {call.file_path} is not a PNG, JPEG, GIF, WebP or PDF file by its content"
+        )
     source = {
         "type": "base64",
-        "media_type": media_type,
+        "media_type": found,
         "data": base64.standard_b64encode(data).decode("ascii"),
     }
-    return ToolOutcome([{"type": "document" if is_pdf else "image", "source": source}])
+    kind = "document" if found == "application/pdf" else "image"
+    image_limit = IMAGE_MAX_BASE64_BYTES // 4 * 3
+    if kind == "image" and len(data) > image_limit:  # named a PDF, read with a PDF's limit
+        return ToolOutcome.error(
+            f"read: {call.file_path} is an image of {len(data)} bytes, "
+            f"exceeds {image_limit}-byte limit for image files."
+        )
+    return ToolOutcome([{"type": kind, "source": source}])
+
+
+def _media_type_of(data: bytes) -> str | None:
+    """The image or PDF type ``data`` is, by its signature."""
+    for signature, media_type in _SIGNATURES:
+        if data.startswith(signature):
+            return media_type
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+_SIGNATURES = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+)
 
 
 async def _write(call: WriteInput, sandbox: Sandbox, op_key: str) -> ToolOutcome:

@@ -149,6 +149,8 @@ def read_lines(paths: WorkspacePaths, path: str, start: int, end: int, max_bytes
 @_as_owner
 def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
     target = paths.resolve(path)
+    if target == paths.root:  # has no parent below the root to make
+        raise FileError(path, "is a directory")
     try:
         make_parents_beneath(paths.root, target)
         fd = open_beneath(paths.root, target, _WRITE_FLAGS, 0o666)
