@@ -183,3 +183,49 @@ async def test_a_write_that_fails_writes_nothing(store: SqlStore) -> None:
     retry = await store.run_write(taken.claim, RunWrite(ops_started=[("op-x", "bash")]))
     assert retry.started == {"op-x": None}
     assert await store.sandbox_lease(session_id) is None
+
+
+async def test_a_run_that_ends_waiting_queues_one_for_input_that_came_meanwhile(
+    store: SqlStore,
+) -> None:
+    """The answer was logged while the run was live (so its accept queued no
+    run), after the log the run last read: ending with ``requeue_unseen`` queues
+    the run that answers it, in the same commit; nothing is left waiting."""
+    workspace_id, session_id = await new_session(store)
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_hi")], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert accepted.started is not None
+    claim = accepted.started.claim
+    seen = await store.last_seq(session_id)
+    answer = NewEvent("sevt_answer", "user.custom_tool_result", {"custom_tool_use_id": "x"})
+    came = await store.accept_user_events(
+        workspace_id, session_id, [answer], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert came.started is None and await store.queued_runs(session_id) == []
+    ended = await store.run_write(
+        claim,
+        RunWrite(
+            events=[_span("session.status_idle")],
+            status=RunStatus.DONE,
+            since=seen,
+            answer_drained=False,
+            requeue_unseen=True,
+        ),
+    )
+    assert ended.next_run is not None
+    assert await store.queued_runs(session_id) == [(ended.next_run, session_id)]
+
+
+async def test_a_run_that_ends_waiting_with_nothing_new_queues_none(store: SqlStore) -> None:
+    workspace_id, session_id = await new_session(store)
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_hi")], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert accepted.started is not None
+    seen = await store.last_seq(session_id)
+    ended = await store.run_write(
+        accepted.started.claim,
+        RunWrite(status=RunStatus.DONE, since=seen, answer_drained=False, requeue_unseen=True),
+    )
+    assert ended.next_run is None and await store.queued_runs(session_id) == []

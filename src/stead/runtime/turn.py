@@ -254,7 +254,7 @@ class TurnRunner(ToolSteps):
                 await self._tools_step(step)
             elif isinstance(step, AwaitInput):
                 stop = {"type": "requires_action", "event_ids": step.event_ids}
-                await self._end([], stop, RunStatus.DONE, answer_drained=False)
+                await self._end([], stop, RunStatus.DONE, answer_drained=False, requeue_unseen=True)
             else:
                 assert isinstance(step, EndTurn)
                 await self._end([], {"type": "end_turn"}, RunStatus.DONE)

@@ -18,16 +18,6 @@ QUEUED_TYPES = frozenset({EventType.USER_MESSAGE, "system.message"})
 """Types that wait for the running turn to end. Everything else (interrupts, tool
 results, confirmations, outcomes) is processed on receipt (spec §3.0)."""
 
-STARTS_WORK = frozenset(
-    {
-        EventType.USER_MESSAGE,
-        EventType.USER_CUSTOM_TOOL_RESULT,
-        EventType.USER_TOOL_CONFIRMATION,
-        EventType.USER_TOOL_RESULT,
-    }
-)
-"""Logged, these give the agent loop something to do: a run is queued in the same
-transaction, so no crash can leave a message that nothing will answer."""
 
 MAX_PENDING = 1000
 
@@ -65,7 +55,7 @@ def accept(
         lambda batch: _events.append_log(conn, now, session_id, batch),
     )
     echoes = [*repeated, *echoes]
-    starts_work = any(e.type in STARTS_WORK for e in logged)
+    starts_work = any(e.type in _runs.STARTS_WORK for e in logged)
     started = None
     if starts_work:
         run_id = _runs.start(conn, now, session_id)

@@ -16,12 +16,14 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
+from stead.events import EventType
 from stead.ids import new_id
 from stead.store import _events, _limits, _locks, _usage
 from stead.store._compiled import compiled
 from stead.store._leases import _insert
 from stead.store.base import (
     LIVE_RUN_STATUSES,
+    EventRecord,
     OpRecord,
     RunClaim,
     RunStatus,
@@ -33,6 +35,26 @@ from stead.store.tables import ops, runs
 
 OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
 NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
+
+
+STARTS_WORK = frozenset(
+    {
+        EventType.USER_MESSAGE,
+        EventType.USER_CUSTOM_TOOL_RESULT,
+        EventType.USER_TOOL_CONFIRMATION,
+        EventType.USER_TOOL_RESULT,
+    }
+)
+"""Logged, these give the agent loop something to do: a run is queued in the same
+transaction, so no crash can leave a message that nothing will answer."""
+
+
+def unseen_work(log: Sequence[EventRecord] | None, logged: Sequence[EventRecord]) -> bool:
+    """Whether ``log`` (after the runner's ``since``) holds events that start work
+    and that this write did not log: they came while the run went on, and its
+    accept found the run live, so queued none (``RunWrite.requeue_unseen``)."""
+    mine = {e.id for e in logged}
+    return any(e.type in STARTS_WORK and e.id not in mine for e in log or ())
 
 
 def status_in(statuses: Sequence[str]) -> Any:
@@ -320,4 +342,6 @@ def write_claimed(
     log = None
     if change.since is not None:
         log = _events.log_after(conn, claim.session_id, change.since, logged)
+    if change.requeue_unseen and next_run is None and unseen_work(log, logged):
+        next_run = start(conn, now, claim.session_id)
     return WriteResult(logged, next_run, log, started, lease)

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from stead.store._inbox import STARTS_WORK, Validator, check_accepting, file_in
+from stead.store._inbox import Validator, check_accepting, file_in
+from stead.store._runs import STARTS_WORK
 from stead.store._work import answered_use, first_answers
 from stead.store.events import EventRecord, EventsAccepted, NewEvent
 from stead.store.inmemory import events, runs, sessions

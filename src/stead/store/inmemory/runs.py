@@ -12,7 +12,7 @@ from typing import Any
 
 from stead.ids import new_id
 from stead.store import _claims
-from stead.store._runs import NOT_DONE, OWNED
+from stead.store._runs import NOT_DONE, OWNED, unseen_work
 from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
 from stead.store.inmemory import events, leases, limits, sessions
@@ -215,6 +215,8 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     if change.terminate:
         logged += events.terminate(t, now, session_id)
     log = None if change.since is None else events.log_after(t, session_id, change.since, logged)
+    if change.requeue_unseen and next_run is None and unseen_work(log, logged):
+        next_run = start(t, now, session_id)
     return WriteResult(logged, next_run, log, started, lease)
 
 
