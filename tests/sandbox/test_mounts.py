@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from stead.sandbox import (
+    FileError,
     FileNotFound,
     FileTooLarge,
     HostClient,
@@ -19,11 +20,12 @@ from stead.sandbox import (
     InvalidArgument,
     MountFile,
     NotARegularFile,
+    PathOutsideWorkspace,
     ops,
 )
 from stead.sandbox.host_mounts import HostMounts
 from stead.testing import HostProcess
-from tests.sandbox.conftest import new_id, requires_isolation
+from tests.sandbox.conftest import config, new_id, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -204,3 +206,33 @@ async def test_a_file_takes_an_emptied_directory_s_place_and_impossible_names_ar
     with pytest.raises(InvalidArgument, match="not a directory"):
         await mounts.put(sandbox_id, config, UPLOADS, [MountFile("a/c", b"x")], writable=False)
     assert await run(sandbox, f"ls -A {UPLOADS}") == (0, "a\nfull\n")
+
+
+async def test_the_file_tools_see_the_skills_as_bash_does_and_cannot_change_them(
+    client: HostClient,
+) -> None:
+    """The body binds the skills read-only at /workspace/skills, over the
+    workspace directory: read, glob and grep find them there, and a write is
+    refused, never made to a hidden copy under them."""
+    sandbox = HostSandbox(client, new_id(), config(skills=True))
+    mounts = mounts_of(client)
+    skill = [MountFile("pdf/SKILL.md", b"---\ndescription: Fills PDFs.\n---\nUse fill.py\n")]
+    await mounts.put(sandbox.sandbox_id, sandbox.config, "/mnt/skills", skill, writable=False)
+    try:
+        shown = "/workspace/skills/pdf/SKILL.md"
+        assert await run(sandbox, f"head -c 3 {shown}") == (0, "---")
+        for path in (shown, "skills/pdf/SKILL.md", "skills/../skills/pdf/SKILL.md"):
+            assert (await sandbox.read_file(path, max_bytes=1000)).endswith(b"Use fill.py\n")
+        assert (await sandbox.glob("*/*.md", "/workspace/skills")).paths == (shown,)
+        assert (await sandbox.grep("fill", "skills")).lines == (f"{shown}:4:Use fill.py",)
+        for path in (shown, "skills/new.txt"):
+            with pytest.raises(FileError, match="read-only"):
+                await sandbox.write_file(path, b"EVIL")
+        assert await run(sandbox, f"cat {shown} | tail -1; ls -A /workspace") == (
+            0,
+            "Use fill.py\nskills\n",
+        )
+        with pytest.raises(PathOutsideWorkspace):
+            await sandbox.read_file("/workspace/skills/../../etc/passwd", max_bytes=10)
+    finally:
+        await client.destroy(sandbox.sandbox_id)

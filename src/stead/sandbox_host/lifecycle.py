@@ -26,7 +26,7 @@ import shutil
 import signal
 import urllib.parse
 from collections.abc import AsyncIterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import anyio
@@ -38,6 +38,7 @@ from stead.egress_policy import EgressPolicy
 from stead.sandbox import (
     WORKSPACE,
     DirListing,
+    FileError,
     FileInfo,
     GlobResult,
     GrepResult,
@@ -135,6 +136,8 @@ class HostedSandbox(SandboxCommands):
         self._egress_dir = self.root / "egress"
         self.mounts = MountTree(self.root / "mnt", row.uid)
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
+        shown = f"{WORKSPACE}/skills"
+        self._skills = WorkspacePaths(self.mounts.skills_directory, shown, alias=shown, uid=row.uid)
         self.state = State.COLD
         self._transition = anyio.Lock()
         self._exec_lock = anyio.Lock()
@@ -392,36 +395,56 @@ class HostedSandbox(SandboxCommands):
 
     # -- files --------------------------------------------------------------------
 
+    def _tree(self, path: str) -> tuple[WorkspacePaths, str]:
+        """The tree ``path`` is in, and ``path`` in it: the agent's skills, which
+        the body binds read-only at /workspace/skills over the workspace
+        directory (so the file tools see what bash sees there), or the workspace."""
+        if not self.config.skills or "\x00" in path:
+            return self.paths, path
+        parts = PurePosixPath(os.path.normpath(path)).parts
+        if parts[:1] == ("/",):
+            if parts[1:2] != (WORKSPACE.strip("/"),):
+                return self.paths, path
+            parts = parts[2:]
+        if parts[:1] != ("skills",):
+            return self.paths, path
+        return self._skills, "/".join(parts[1:]) or "."
+
     async def stat(self, path: str) -> FileInfo:
         async with self.activity():
-            return await to_thread.run_sync(files.stat_path, self.paths, path)
+            return await to_thread.run_sync(files.stat_path, *self._tree(path))
 
     async def list_dir(self, path: str) -> DirListing:
         async with self.activity():
-            return await to_thread.run_sync(files.list_dir, self.paths, path)
+            return await to_thread.run_sync(files.list_dir, *self._tree(path))
 
     async def read_file(self, path: str, *, max_bytes: int) -> bytes:
         async with self.activity():
-            return await to_thread.run_sync(files.read_file, self.paths, path, max_bytes)
+            return await to_thread.run_sync(files.read_file, *self._tree(path), max_bytes)
 
     async def read_lines(self, path: str, start: int, end: int, *, max_bytes: int) -> bytes:
         async with self.activity():
             return await to_thread.run_sync(
-                files.read_lines, self.paths, path, start, end, max_bytes
+                files.read_lines, *self._tree(path), start, end, max_bytes
             )
 
     async def write_file(self, path: str, data: bytes) -> None:
+        tree, _ = self._tree(path)
+        if tree is self._skills:
+            raise FileError(path, "is read-only: the agent's skills are under /workspace/skills")
         async with self.activity():
             # As the sandbox's user (WorkspacePaths.uid): what it creates is theirs.
             await to_thread.run_sync(files.write_file, self.paths, path, data)
 
     async def glob(self, pattern: str, path: str | None = None) -> GlobResult:
+        tree, inner = (self.paths, None) if path is None else self._tree(path)
         async with self.activity():
-            return await search.glob(self.paths, pattern, path)
+            return await search.glob(tree, pattern, inner)
 
     async def grep(self, pattern: str, path: str | None = None) -> GrepResult:
+        tree, inner = (self.paths, None) if path is None else self._tree(path)
         async with self.activity():
-            return await search.grep(self.paths, pattern, path)
+            return await search.grep(tree, pattern, inner)
 
     # -- background processes -------------------------------------------------------
 
