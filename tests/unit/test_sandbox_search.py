@@ -163,6 +163,25 @@ async def test_searches_stop_at_their_budgets(
     assert (await sandbox.grep("hit")).timed_out
 
 
+async def test_searches_do_not_spend_their_budget_where_nothing_can_match(
+    sandbox: UnsafeLocalSandbox, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large dependency tree that sorts first (``.venv``, ``node_modules``)
+    hid the project's own files from a pattern that cannot reach into it."""
+    for i in range(12):
+        make(workspace, f".venv/lib/m{i}.py", "needle\n")
+        make(workspace, f"node_modules/p{i}/index.js", "needle\n")
+    make(workspace, "package.json", "{}\n")
+    make(workspace, "src/app/main.py", "needle\n")
+    monkeypatch.setattr(search, "WALK_ENTRY_LIMIT", 8)
+    assert (await sandbox.glob("package.json")).paths == (f"{workspace}/package.json",)
+    assert (await sandbox.glob("src/*/*.py")).paths == (f"{workspace}/src/app/main.py",)
+    assert (await sandbox.glob("src/**/*.py")).paths == (f"{workspace}/src/app/main.py",)
+    assert (await sandbox.grep("needle")).lines == (f"{workspace}/src/app/main.py:1:needle",)
+    # Where the pattern does reach, it still walks: **/*.py goes everywhere.
+    assert (await sandbox.glob("**/*.py")).walk_limit_hit
+
+
 async def test_a_runaway_regex_is_killed_at_the_deadline(
     sandbox: UnsafeLocalSandbox, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -158,8 +158,9 @@ TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
         "name": "grep",
         "description": (
             "Search file contents for a regular expression (Python syntax). Prints "
-            "path:line:text for each matching line; binary files, .git and "
-            f"node_modules are skipped; output stops at {GREP_OUTPUT_LIMIT // 1024} KiB."
+            "path:line:text for each matching line; binary files and .git, node_modules, "
+            ".venv, venv and __pycache__ directories are skipped; output stops at "
+            f"{GREP_OUTPUT_LIMIT // 1024} KiB."
         ),
         "input_schema": {
             "type": "object",

@@ -19,10 +19,14 @@ import os
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
-GREP_SKIP_DIRS = frozenset({".git", "node_modules"})
+GREP_SKIP_DIRS = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__"})
+"""What grep does not go into below its path: version control and installed
+dependencies, often far larger than the code they sit beside (the walk's entry
+budget would be spent on them before the rest of the tree)."""
+_MAGIC = re.compile(r"[*?\[{]")
 BINARY_PROBE = 512
 
 
@@ -41,9 +45,15 @@ class Walk:
             self.timed_out = True
         return self.timed_out
 
-    def entries(self, root: str, skip: frozenset[str] = frozenset()) -> Iterator[os.DirEntry[str]]:
+    def entries(
+        self,
+        root: str,
+        skip: frozenset[str] = frozenset(),
+        descend: Callable[[os.DirEntry[str]], bool] | None = None,
+    ) -> Iterator[os.DirEntry[str]]:
         """Every entry under ``root`` in path order; symlinked directories are
-        listed but not entered, directories named in ``skip`` neither."""
+        listed but not entered, directories named in ``skip`` neither, nor those
+        ``descend`` says hold nothing wanted."""
         stack = [_listing(root)]
         while stack:
             if not stack[-1]:
@@ -59,7 +69,7 @@ class Walk:
             if entry.name in skip:
                 continue
             yield entry
-            if entry.is_dir(follow_symlinks=False):
+            if entry.is_dir(follow_symlinks=False) and (descend is None or descend(entry)):
                 stack.append(_listing(entry.path))
 
 
@@ -180,7 +190,9 @@ def glob(request: dict[str, Any], out: TextIO) -> dict[str, Any]:
     walk = Walk(request["walk_limit"], time.monotonic() + request["seconds"])
     root, workspace = request["root"], request["workspace"]
     found: list[tuple[float, str]] = []
-    for entry in walk.entries(root):
+    wanted = _descent(pattern)
+    descend = None if wanted is None else lambda e: wanted(os.path.relpath(e.path, root))
+    for entry in walk.entries(root, descend=descend):
         relative = os.path.relpath(entry.path, root).replace(os.sep, "/")
         if not matcher.fullmatch(relative):
             continue
@@ -191,6 +203,37 @@ def glob(request: dict[str, Any], out: TextIO) -> dict[str, Any]:
     for _, shown in found[: request["result_limit"]]:
         _emit(out, shown)
     return {"total": len(found), "walk_limit_hit": walk.walk_limit_hit, "timed_out": walk.timed_out}
+
+
+def _descent(pattern: str) -> Callable[[str], bool] | None:
+    """Which directories (paths relative to the root) can hold a match of
+    ``pattern``, so the walk enters no other: below leading literal components,
+    only those; without ``**``, none deeper than the pattern, and only those
+    its components match. None (every one) for a pattern with braces, which
+    may hold a ``/``."""
+    if "{" in pattern:
+        return None
+    parts = pattern.split("/")
+    deep = any("**" in part for part in parts)
+    literal: list[str] = []
+    for part in parts[:-1]:
+        if _MAGIC.search(part):
+            break
+        literal.append(part)
+    matchers = [re.compile(translate(part), re.DOTALL) for part in parts]
+
+    def descend(relative: str) -> bool:
+        for i, name in enumerate(relative.replace(os.sep, "/").split("/")):
+            if i < len(literal):
+                if name != literal[i]:
+                    return False
+            elif deep:
+                return True
+            elif i >= len(parts) - 1 or not matchers[i].fullmatch(name):
+                return False
+        return True
+
+    return descend
 
 
 def grep(request: dict[str, Any], out: TextIO) -> dict[str, Any]:
