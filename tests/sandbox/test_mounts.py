@@ -24,6 +24,7 @@ from stead.sandbox import (
     ops,
 )
 from stead.sandbox.host_mounts import HostMounts
+from stead.sandbox_host.commands import NEW_SHELL
 from stead.testing import HostProcess
 from tests.sandbox.conftest import config, new_id, requires_isolation
 
@@ -177,7 +178,8 @@ async def test_mounts_survive_sleep_and_wake_and_can_be_removed(
     # Asleep: listing and reading do not wake it.
     assert [f.path for f in await mounts.listing(sandbox_id, OUTPUTS)] == ["o.txt"]
     assert (await sandbox.status())["state"] == "cold"
-    assert await run(sandbox, f"cat {UPLOADS}/a {UPLOADS}/b {OUTPUTS}/o.txt") == (0, "ABout\n")
+    woke = await run(sandbox, f"cat {UPLOADS}/a {UPLOADS}/b {OUTPUTS}/o.txt")
+    assert woke == (0, NEW_SHELL + "ABout\n")  # the shell did not outlive the sleep
     await mounts.remove(sandbox_id, UPLOADS, ["a", "never-there"])
     assert await run(sandbox, f"ls {UPLOADS}") == (0, "b\n")
     await mounts.remove(sandbox_id, UPLOADS)

@@ -28,6 +28,7 @@ from stead.sandbox import (
     WorkspaceUnavailable,
 )
 from stead.sandbox_host.clock import ManualClock
+from stead.sandbox_host.commands import NEW_SHELL
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.manager import SandboxManager
 from stead.sandbox_host.placements import erased_key
@@ -62,7 +63,8 @@ DIGEST = (
 async def tree_digest(sandbox: HostSandbox) -> str:
     result = await sandbox.exec(DIGEST, op_key=new_id(), timeout=60)
     assert result.exit_code == 0, result.output
-    return hashlib.sha256(result.output.encode()).hexdigest()
+    # The first command after a sleep is told its shell is new: the files are what count.
+    return hashlib.sha256(result.output.removeprefix(NEW_SHELL).encode()).hexdigest()
 
 
 async def sleep_and_wake_round_trip(sandbox: HostSandbox, host: HostProcess) -> None:
@@ -89,6 +91,21 @@ async def test_sleep_and_wake_keep_the_workspace_in_a_local_blob_dir(
     (manifest,) = (blobs / "placements").iterdir()
     assert manifest.name == f"{0:020d}.json"
     assert json.loads(manifest.read_bytes())["blob_key"].endswith(snapshot)
+
+
+async def test_a_command_after_a_sleep_is_told_its_shell_is_new(sandbox: HostSandbox) -> None:
+    """The files come back; the shell's working directory and variables cannot,
+    and the first command after says so (once; a first command ever is not told)."""
+    first = await sandbox.exec(
+        "mkdir -p sub && cd sub && export KEEP=1", op_key=new_id(), timeout=30
+    )
+    assert first.output == ""
+    assert (await sandbox.exec("pwd", op_key=new_id(), timeout=30)).output == "/workspace/sub\n"
+    assert await sandbox.sleep()
+    woke = await sandbox.exec('pwd; echo "[$KEEP]"', op_key=new_id(), timeout=30)
+    assert woke.output.startswith("[stead: this command ran in a new shell")
+    assert woke.output.endswith("/workspace\n[]\n")
+    assert (await sandbox.exec("pwd", op_key=new_id(), timeout=30)).output == "/workspace\n"
 
 
 async def test_a_second_sleep_replaces_the_older_snapshot_only_once_verified(

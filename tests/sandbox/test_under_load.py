@@ -25,6 +25,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from stead.sandbox_host.commands import NEW_SHELL
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message
@@ -75,8 +76,10 @@ def busy_turn(body: Json) -> Turn:
 
 
 def expected_outputs(turn: int) -> list[str]:
-    """The three bash results of ``turn``, in order; turns.txt outlives each sleep."""
-    return [str(turn), str(LARGEST), "\n".join(f"turn-{n}" for n in range(1, turn + 1))]
+    """The three bash results of ``turn``, in order; turns.txt outlives each sleep,
+    and the first command after one is told its shell is new."""
+    first = str(turn) if turn == 1 else NEW_SHELL + str(turn)
+    return [first, str(LARGEST), "\n".join(f"turn-{n}" for n in range(1, turn + 1))]
 
 
 @pytest.fixture

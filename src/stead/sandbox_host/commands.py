@@ -35,6 +35,13 @@ RUNNING = "running"
 FINISHED = "finished"
 
 
+NEW_SHELL = (
+    "[stead: this command ran in a new shell (the sandbox slept, or its environment "
+    "changed, since the last command): the working directory is /workspace again and "
+    "exported variables are gone]\n"
+)
+
+
 class SandboxCommands:
     """Mixed into ``HostedSandbox``, which provides the state and the methods below."""
 
@@ -47,6 +54,9 @@ class SandboxCommands:
     _cgroup: SandboxCgroup | None
     _shell: Shell | None
     _shell_env: dict[str, str]
+    _shell_lost: bool
+    """A shell went without a result saying so (the body stopped: a sleep; the
+    environment changed): the next command's output says it runs in a new one."""
 
     def activity(self, *, wake: bool = True) -> contextlib.AbstractAsyncContextManager[None]:
         raise NotImplementedError
@@ -113,6 +123,7 @@ class SandboxCommands:
         on_output: Callable[[bytes], None] | None,
     ) -> ExecResult:
         shell = await self._live_shell()
+        fresh, self._shell_lost = self._shell_lost, False
         tail = OutputTail(EXEC_OUTPUT_LIMIT, on_output)
         oom_before = await self._oom_kills()
         try:
@@ -131,6 +142,8 @@ class SandboxCommands:
         if await self._oom_kills() > oom_before:
             note = "\n[stead: the sandbox ran out of memory; the kernel killed a process]"
             result = dataclasses.replace(result, output=result.output + note)
+        if fresh:
+            result = dataclasses.replace(result, output=NEW_SHELL + result.output)
         await self._record(op_key, result)
         return result
 
@@ -154,6 +167,7 @@ class SandboxCommands:
         body = self._require_body()
         if self._shell is not None:
             shell, self._shell = self._shell, None
+            self._shell_lost = True  # the environment changed, or it died unreported
             await shell.close()
         process = await body.spawn(BASH, env)
         self._shell = Shell(process)
@@ -171,3 +185,4 @@ class SandboxCommands:
             if shell is not None:
                 await shell.close()
             await self._live_shell()
+            self._shell_lost = False  # asked for: the caller knows

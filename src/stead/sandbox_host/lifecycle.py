@@ -149,6 +149,7 @@ class HostedSandbox(SandboxCommands):
         self._keeper_done: anyio.Event | None = None
         self._shell: Shell | None = None
         self._shell_env: dict[str, str] = {}
+        self._shell_lost = False
         self._baseline_pids = 0
         self.processes: dict[str, BackgroundProcess] = {}
         self.terminals = 0
@@ -295,6 +296,7 @@ class HostedSandbox(SandboxCommands):
             if self._body is not None and self.state is State.ACTIVE:
                 self.state = State.COLD  # died under us; the warm marker keeps the files
             self._body = None
+            self._shell_lost = self._shell_lost or self._shell is not None
             self._shell = None
             done.set()
 
