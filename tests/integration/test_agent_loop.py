@@ -337,6 +337,17 @@ def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:
     assert second[-1].stop_reason.type == "end_turn"
 
 
+def test_a_confirmation_for_a_call_that_needs_none_is_refused(sdk: anthropic.Anthropic) -> None:
+    """Logged, it would start a turn with nothing to do."""
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("ask first")])
+        use = next(e for e in until_idle(stream) if e.type == "agent.tool_use")
+    confirm = {"type": "user.tool_confirmation", "tool_use_id": use.id, "result": "allow"}
+    with pytest.raises(anthropic.BadRequestError, match="needs no confirmation"):
+        sdk.beta.sessions.events.send(session_id, events=[confirm])  # type: ignore[list-item]
+
+
 @pytest.mark.parametrize("answer", ["allow", "deny"])
 def test_always_ask_waits_for_a_confirmation(
     sdk: anthropic.Anthropic, loop_server: ServerProcess, answer: str

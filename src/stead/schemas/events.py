@@ -133,6 +133,13 @@ def check_references(
             raise RequestError(
                 f"{field}.{i}.{key}: no {' or '.join(allowed)} event {event[key]!r} in this session"
             )
+        asked = found[1].get("evaluated_permission") == "ask"
+        if event["type"] == EventType.USER_TOOL_CONFIRMATION and not asked:
+            # Logged, it would start a turn with nothing to do.
+            raise RequestError(
+                f"{field}.{i}.{key}: {event[key]} needs no confirmation (its permission "
+                "policy is not always_ask)"
+            )
 
 
 def parse_delta_types(values: list[str]) -> list[str]:
