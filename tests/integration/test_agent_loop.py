@@ -402,6 +402,21 @@ def test_interrupt_stops_a_long_command(
     assert not (workspace / "woke.txt").exists()
 
 
+def test_an_interrupt_sent_with_the_message_stops_the_turn_it_starts(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(
+            session_id, events=[say("sleep now"), {"type": "user.interrupt"}]
+        )
+        turn = until_idle(stream)
+    assert turn[-1].stop_reason.type == "end_turn"
+    assert not [e for e in turn if e.type in ("agent.tool_use", "agent.message")]
+    workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
+    assert not (workspace / "woke.txt").exists()
+
+
 def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(
     sdk: anthropic.Anthropic,
 ) -> None:

@@ -97,10 +97,13 @@ class SessionActor:
     async def _run_claim(self, start: RunStart) -> str | None:
         runner = TurnRunner(self._deps, start)
         claim = start.claim
-        self._interrupted = False
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
+                if self._interrupted:
+                    # Before it began: sent with the events that started it, or
+                    # while the run before it ended.
+                    scope.cancel()
                 await runner.run()
         except LeaseLost:
             log.warning("session %s: lost the lease of run %s", self.session_id, claim.run_id)
@@ -114,7 +117,8 @@ class SessionActor:
             return None
         finally:
             self._scope = None
-        if scope.cancelled_caught and self._interrupted:
+            interrupted, self._interrupted = self._interrupted, False
+        if scope.cancelled_caught and interrupted:
             # Whatever goes wrong here stays with this session: an exception
             # out of an actor would end every session's runtime.
             try:
