@@ -415,6 +415,14 @@ def test_an_interrupt_sent_with_the_message_stops_the_turn_it_starts(
     assert not [e for e in turn if e.type in ("agent.tool_use", "agent.message")]
     workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
     assert not (workspace / "woke.txt").exists()
+    # Sent before the message ("stop, then do this"), it leaves the new turn alone.
+    fresh = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(fresh) as stream:
+        sdk.beta.sessions.events.send(
+            fresh, events=[{"type": "user.interrupt"}, say("hello there")]
+        )
+        answered = until_idle(stream)
+    assert [e.type for e in answered if e.type == "agent.message"] == ["agent.message"]
 
 
 def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(

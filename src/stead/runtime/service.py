@@ -26,6 +26,7 @@ from stead.runtime.deps import LoopDeps
 from stead.runtime.mcp import McpGateway
 from stead.runtime.work import WorkQueue
 from stead.store import (
+    STARTS_WORK,
     ClaimTerms,
     DatabaseBusy,
     EventRecord,
@@ -131,7 +132,10 @@ class Runtime:
             self.take(accepted.started)
         self._deps.bus.publish(session_id, accepted.echoes)
         if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
-            self.interrupt(session_id)
+            # A run this request started is stopped only by an interrupt sent
+            # after what started it ("stop, then do this" keeps its new turn).
+            if accepted.started is None or _interrupts_after_work(accepted.logged):
+                self.interrupt(session_id)
             self._deps.bus.interrupt(session_id)
         self._announce(session_id, accepted.started, accepted.starts_work)
 
@@ -222,3 +226,13 @@ class Runtime:
         actor = self._actors.get(session_id)
         if actor is not None:
             actor.interrupt()
+
+
+def _interrupts_after_work(logged: Sequence[EventRecord]) -> bool:
+    """Whether a ``user.interrupt`` follows an event that starts work."""
+    working = False
+    for event in logged:
+        if event.type == EventType.USER_INTERRUPT and working:
+            return True
+        working = working or event.type in STARTS_WORK
+    return False

@@ -116,7 +116,7 @@ from stead.store.memories import (
 )
 from stead.store.migrate import SchemaState, SchemaStatus
 from stead.store.resources import RepositoryState, SessionResourceStore
-from stead.store.runs import RunLedger
+from stead.store.runs import STARTS_WORK, RunLedger
 from stead.store.sessions import SessionStore
 from stead.store.skills import (
     SKILL_SCOPE,
@@ -166,6 +166,7 @@ __all__ = [
     "PATH_CONFLICT",
     "PRECONDITION_FAILED",
     "SKILL_SCOPE",
+    "STARTS_WORK",
     "TOKEN_PREFIX",
     "WORKSPACE",
     "WORKSPACE_LIMITS",

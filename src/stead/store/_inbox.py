@@ -13,6 +13,7 @@ from stead.events import EventType
 from stead.store import _claims, _events, _locks, _runs, _sessions, _work
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
+from stead.store.runs import STARTS_WORK
 
 QUEUED_TYPES = frozenset({EventType.USER_MESSAGE, "system.message"})
 """Types that wait for the running turn to end. Everything else (interrupts, tool
@@ -55,7 +56,7 @@ def accept(
         lambda batch: _events.append_log(conn, now, session_id, batch),
     )
     echoes = [*repeated, *echoes]
-    starts_work = any(e.type in _runs.STARTS_WORK for e in logged)
+    starts_work = any(e.type in STARTS_WORK for e in logged)
     started = None
     if starts_work:
         run_id = _runs.start(conn, now, session_id)

@@ -16,7 +16,6 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
-from stead.events import EventType
 from stead.ids import new_id
 from stead.store import _events, _limits, _locks, _usage
 from stead.store._compiled import compiled
@@ -31,22 +30,11 @@ from stead.store.base import (
     WriteResult,
 )
 from stead.store.errors import LeaseLost
+from stead.store.runs import STARTS_WORK
 from stead.store.tables import ops, runs
 
 OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
 NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
-
-
-STARTS_WORK = frozenset(
-    {
-        EventType.USER_MESSAGE,
-        EventType.USER_CUSTOM_TOOL_RESULT,
-        EventType.USER_TOOL_CONFIRMATION,
-        EventType.USER_TOOL_RESULT,
-    }
-)
-"""Logged, these give the agent loop something to do: a run is queued in the same
-transaction, so no crash can leave a message that nothing will answer."""
 
 
 def unseen_work(log: Sequence[EventRecord] | None, logged: Sequence[EventRecord]) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stead.events import EventType
 from stead.store.events import EventRecord, NewEvent
 from stead.store.leases import LeaseTerms, SandboxLease
 from stead.store.sessions import SessionRecord
@@ -32,6 +33,18 @@ class RunStatus(enum.StrEnum):
 
 
 LIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+STARTS_WORK = frozenset(
+    {
+        EventType.USER_MESSAGE,
+        EventType.USER_CUSTOM_TOOL_RESULT,
+        EventType.USER_TOOL_CONFIRMATION,
+        EventType.USER_TOOL_RESULT,
+    }
+)
+"""Logged, these give the agent loop something to do: a run is queued in the same
+transaction, so no crash can leave a message that nothing will answer."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,12 +8,11 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from stead.store._inbox import Validator, check_accepting, file_in
-from stead.store._runs import STARTS_WORK
 from stead.store._work import answered_use, first_answers
 from stead.store.events import EventRecord, EventsAccepted, NewEvent
 from stead.store.inmemory import events, runs, sessions
 from stead.store.inmemory.tables import Tables
-from stead.store.runs import ClaimTerms
+from stead.store.runs import STARTS_WORK, ClaimTerms
 
 
 def accept(
