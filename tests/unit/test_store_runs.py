@@ -189,7 +189,7 @@ async def test_a_run_that_ends_waiting_queues_one_for_input_that_came_meanwhile(
     store: SqlStore,
 ) -> None:
     """The answer was logged while the run was live (so its accept queued no
-    run), after the log the run last read: ending with ``requeue_unseen`` queues
+    run), after the log the run last read: ending with ``requeue_after`` queues
     the run that answers it, in the same commit; nothing is left waiting."""
     workspace_id, session_id = await new_session(store)
     accepted = await store.accept_user_events(
@@ -210,7 +210,7 @@ async def test_a_run_that_ends_waiting_queues_one_for_input_that_came_meanwhile(
             status=RunStatus.DONE,
             since=seen,
             answer_drained=False,
-            requeue_unseen=True,
+            requeue_after=seen,
         ),
     )
     assert ended.next_run is not None
@@ -226,6 +226,8 @@ async def test_a_run_that_ends_waiting_with_nothing_new_queues_none(store: SqlSt
     seen = await store.last_seq(session_id)
     ended = await store.run_write(
         accepted.started.claim,
-        RunWrite(status=RunStatus.DONE, since=seen, answer_drained=False, requeue_unseen=True),
+        # since=0: the whole log read back (a runner whose log cache was
+        # evicted); the message that started the run is not new input.
+        RunWrite(status=RunStatus.DONE, since=0, answer_drained=False, requeue_after=seen),
     )
     assert ended.next_run is None and await store.queued_runs(session_id) == []

@@ -254,7 +254,9 @@ class TurnRunner(ToolSteps):
                 await self._tools_step(step)
             elif isinstance(step, AwaitInput):
                 stop = {"type": "requires_action", "event_ids": step.event_ids}
-                await self._end([], stop, RunStatus.DONE, answer_drained=False, requeue_unseen=True)
+                # Input logged after the log it stepped on came too late for it.
+                seen = int(events[-1]["_seq"]) if events else 0
+                await self._end([], stop, RunStatus.DONE, answer_drained=False, requeue_after=seen)
             else:
                 assert isinstance(step, EndTurn)
                 await self._end([], {"type": "end_turn"}, RunStatus.DONE)

@@ -37,12 +37,16 @@ OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
 NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
 
 
-def unseen_work(log: Sequence[EventRecord] | None, logged: Sequence[EventRecord]) -> bool:
-    """Whether ``log`` (after the runner's ``since``) holds events that start work
-    and that this write did not log: they came while the run went on, and its
-    accept found the run live, so queued none (``RunWrite.requeue_unseen``)."""
+def unseen_work(
+    log: Sequence[EventRecord] | None, logged: Sequence[EventRecord], after: int
+) -> bool:
+    """Whether ``log`` holds events that start work past ``after`` (the last seq
+    the run stepped on) that this write did not log: they came while the run
+    went on, and their accept found it live, so queued none (``RunWrite.requeue_after``)."""
     mine = {e.id for e in logged}
-    return any(e.type in STARTS_WORK and e.id not in mine for e in log or ())
+    return any(
+        e.type in STARTS_WORK and (e.seq or 0) > after and e.id not in mine for e in log or ()
+    )
 
 
 def status_in(statuses: Sequence[str]) -> Any:
@@ -330,6 +334,7 @@ def write_claimed(
     log = None
     if change.since is not None:
         log = _events.log_after(conn, claim.session_id, change.since, logged)
-    if change.requeue_unseen and next_run is None and unseen_work(log, logged):
+    after = change.requeue_after
+    if after is not None and next_run is None and unseen_work(log, logged, after):
         next_run = start(conn, now, claim.session_id)
     return WriteResult(logged, next_run, log, started, lease)

@@ -487,8 +487,8 @@ def first_answers(
     """``new`` without the results whose tool use already has a result (a worker
     that reported twice, or after stead settled the call; a client that sent a
     custom tool's result again), and the logged results they repeat: a result is
-    recorded once. ``Conflict`` for a custom tool's result when stead closed the
-    call itself (an interrupted turn): the call was answered, not by that result.
+    recorded once. ``Conflict`` (a 400) for a custom tool's result when stead
+    closed the call itself (an interrupted turn): it was answered, not by that result.
     ``logged_answer(tool_use_id)`` is the result the log holds, if any."""
     kept: list[NewEvent] = []
     repeated: list[EventRecord] = []
@@ -505,9 +505,11 @@ def first_answers(
         if earlier is None:
             kept.append(event)
         elif event.type == EventType.USER_CUSTOM_TOOL_RESULT and earlier.type != event.type:
+            # A 400, not a 409: the SDK's tool runner retries a 409 for minutes.
             raise Conflict(
                 f"custom_tool_use_id: {use_id} already has a result: stead closed the call "
-                "when its turn was interrupted"
+                "when its turn was interrupted",
+                status=400,
             )
         else:
             repeated.append(earlier)

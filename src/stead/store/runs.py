@@ -129,10 +129,11 @@ class RunWrite:
     """Move queued user events into the log (they are processed now)."""
     answer_drained: bool = True
     """After a drain, queue a new run to answer what was drained (False flushes them)."""
-    requeue_unseen: bool = False
-    """The run ends waiting for input: if input came meanwhile (events that start
-    work, logged after ``since`` while the run was live, so their accept queued no
-    run), queue a new run for it, under the same lock, so nothing is left waiting."""
+    requeue_after: int | None = None
+    """The run ends waiting for input, having stepped on the log up to this
+    ``seq``: if input came after it (events that start work, logged while the run
+    was live, so their accept queued no run), queue a new run for it, under the
+    same lock, so nothing is left waiting."""
     since: int | None = None
     """When set, the write also returns the log after this ``seq`` as committed."""
     lease: LeaseTerms | None = None

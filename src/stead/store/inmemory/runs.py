@@ -215,7 +215,8 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     if change.terminate:
         logged += events.terminate(t, now, session_id)
     log = None if change.since is None else events.log_after(t, session_id, change.since, logged)
-    if change.requeue_unseen and next_run is None and unseen_work(log, logged):
+    after = change.requeue_after
+    if after is not None and next_run is None and unseen_work(log, logged, after):
         next_run = start(t, now, session_id)
     return WriteResult(logged, next_run, log, started, lease)
 
