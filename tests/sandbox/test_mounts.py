@@ -199,6 +199,12 @@ async def test_a_file_takes_an_emptied_directory_s_place_and_impossible_names_ar
     await mounts.remove(sandbox_id, UPLOADS, ["a/b"])
     await mounts.put(sandbox_id, config, UPLOADS, [MountFile("a", b"in its place")], writable=False)
     assert await run(sandbox, f"cat {UPLOADS}/a") == (0, "in its place")
+    # Two levels: what the removed file leaves is a directory of empty directories.
+    deep = [MountFile("n/m/f", b"below")]
+    await mounts.put(sandbox_id, config, UPLOADS, deep, writable=False)
+    await mounts.remove(sandbox_id, UPLOADS, ["n/m/f"])
+    await mounts.put(sandbox_id, config, UPLOADS, [MountFile("n", b"flat")], writable=False)
+    assert await run(sandbox, f"cat {UPLOADS}/n") == (0, "flat")
     for path in ("n" * 256, "d" * 256 + "/f"):
         with pytest.raises(InvalidArgument, match="longer than 255 bytes"):
             await mounts.put(sandbox_id, config, UPLOADS, [MountFile(path, b"x")], writable=False)
@@ -207,7 +213,7 @@ async def test_a_file_takes_an_emptied_directory_s_place_and_impossible_names_ar
         await mounts.put(sandbox_id, config, UPLOADS, [MountFile("full", b"x")], writable=False)
     with pytest.raises(InvalidArgument, match="not a directory"):
         await mounts.put(sandbox_id, config, UPLOADS, [MountFile("a/c", b"x")], writable=False)
-    assert await run(sandbox, f"ls -A {UPLOADS}") == (0, "a\nfull\n")
+    assert await run(sandbox, f"ls -A {UPLOADS}") == (0, "a\nfull\nn\n")
 
 
 async def test_the_file_tools_see_the_skills_as_bash_does_and_cannot_change_them(

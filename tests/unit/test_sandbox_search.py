@@ -178,6 +178,13 @@ async def test_searches_do_not_spend_their_budget_where_nothing_can_match(
     assert (await sandbox.glob("src/*/*.py")).paths == (f"{workspace}/src/app/main.py",)
     assert (await sandbox.glob("src/**/*.py")).paths == (f"{workspace}/src/app/main.py",)
     assert (await sandbox.grep("needle")).lines == (f"{workspace}/src/app/main.py:1:needle",)
+    # An escaped or bracketed name is matched as glob reads it, not compared as
+    # spelled (such a pattern is walked unpruned: here, with room for it).
+    make(workspace, "foo.bar/x.conf", "")
+    monkeypatch.setattr(search, "WALK_ENTRY_LIMIT", 1000)
+    assert (await sandbox.glob("foo\\.bar/*.conf")).paths == (f"{workspace}/foo.bar/x.conf",)
+    assert (await sandbox.glob("[f]oo.bar/*.conf")).paths == (f"{workspace}/foo.bar/x.conf",)
+    monkeypatch.setattr(search, "WALK_ENTRY_LIMIT", 8)
     # Where the pattern does reach, it still walks: **/*.py goes everywhere.
     assert (await sandbox.glob("**/*.py")).walk_limit_hit
 

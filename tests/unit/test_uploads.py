@@ -88,6 +88,10 @@ def _raw_request(disposition: str, data: bytes) -> Request:
         ("form-data; name=\"file\"; filename*=UTF-8''caf%C3%A9%20menu.txt", "café menu.txt"),
         ("form-data; name=\"file\"; filename*=utf-8'en'a.txt", "a.txt"),
         ("form-data; name=\"file\"; filename*=UTF-8''%FF.txt", None),  # not UTF-8: no name
+        # Only the charsets RFC 5987 requires: no codec a client names runs.
+        ("form-data; name=\"file\"; filename*=punycode''a%5Cb.txt", None),
+        ("form-data; name=\"file\"; filename*=unicode_escape''%5Cud800.txt", None),
+        ("form-data; name=\"file\"; filename*=ISO-8859-1''caf%E9.txt", "café.txt"),
         ('form-data; name="file"', None),
     ],
 )

@@ -124,9 +124,11 @@ def _extended_filename(disposition: bytes) -> str | None:
         return None
     charset, _, rest = found.group(1).strip('"').partition("'")
     _, _, encoded = rest.partition("'")
+    if charset.lower() not in ("utf-8", "iso-8859-1"):  # the two RFC 5987 requires
+        return None
     try:
-        return urllib.parse.unquote(encoded, encoding=charset or "utf-8", errors="strict")
-    except (LookupError, UnicodeDecodeError):
+        return urllib.parse.unquote(encoded, encoding=charset, errors="strict")
+    except UnicodeError:
         return None
 
 
@@ -230,6 +232,10 @@ def filename(raw: str | None) -> str | None:
     name = re.split(r"[\\/]", raw or "")[-1]
     if _CONTROL.search(name):
         raise RequestError("file: the filename has a control character")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, from a part's odd charset
+        raise RequestError("file: the filename is not valid text") from None
     if len(name.encode("utf-8", "surrogatepass")) > MAX_FILENAME_BYTES:
         raise RequestError(f"file: the filename is longer than {MAX_FILENAME_BYTES} bytes")
     return name or None

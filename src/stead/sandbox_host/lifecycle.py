@@ -387,12 +387,17 @@ class HostedSandbox(SandboxCommands):
             except SandboxErased:
                 erase = True  # erased through another host: nothing of it is kept
         async with self._transition:
-            if erase:
-                await self._halt()
-                await self.saved.erase()
-            else:
-                await to_thread.run_sync(self.saved.remove)
+            # First: a call holding this object may not wake it meanwhile.
             self._destroyed = True
+            try:
+                await self._halt()  # a call woke it since the final snapshot, say
+                if erase:
+                    await self.saved.erase()
+                else:
+                    await to_thread.run_sync(self.saved.remove)
+            except BaseException:
+                self._destroyed = False  # still the manager's: usable, destroyed again later
+                raise
             await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
 
     # -- files --------------------------------------------------------------------

@@ -228,7 +228,7 @@ def _rename_over(parent: int, temporary: str, name: str) -> None:
         os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
     except IsADirectoryError:
         try:
-            os.rmdir(name, dir_fd=parent)
+            _remove_empty_tree(parent, name)
         except OSError:
             raise InvalidArgument(f"path: {name!r} is a directory") from None
         os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -236,6 +236,22 @@ def _rename_over(parent: int, temporary: str, name: str) -> None:
         if exc.errno == errno.ENAMETOOLONG:
             raise _too_long(name) from None
         raise
+
+
+def _remove_empty_tree(parent: int, name: str, depth: int = 0) -> None:
+    """Removes the directory ``name`` if it holds nothing but empty directories
+    (what removing the files below it left); ``OSError`` (ENOTEMPTY) if it
+    holds a file, a link or anything else, which stays."""
+    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    try:
+        with os.scandir(fd) as entries:
+            names = [e.name for e in entries if e.is_dir(follow_symlinks=False)]
+        if depth < MAX_DEPTH:
+            for child in names:
+                _remove_empty_tree(fd, child, depth + 1)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
 
 
 def _too_long(name: str) -> InvalidArgument:

@@ -57,7 +57,10 @@ def check_events(events: list[Json], field: str) -> None:
         kind = event["type"]
         if kind == EventType.USER_MESSAGE and not event["content"]:
             raise RequestError(f"{where}.content: must hold at least one block")
-        _check_text_blocks(event.get("content"), f"{where}.content")
+        # A message's text must hold some non-whitespace text; a tool result's
+        # must not be empty (its whitespace output stays as it is).
+        blank = kind in (EventType.USER_MESSAGE, "system.message")
+        _check_text_blocks(event.get("content"), f"{where}.content", blank=blank)
         if kind == "system.message":
             _check_system_message(events, i, where)
         denied = event.get("result") == "deny"
@@ -71,16 +74,18 @@ def check_events(events: list[Json], field: str) -> None:
             _check_outcome(event, where)
 
 
-def _check_text_blocks(content: Any, where: str) -> None:
-    """Every text block holds some non-whitespace text: the Messages API refuses
-    an empty one, and the event would be in every later request of the session."""
+def _check_text_blocks(content: Any, where: str, *, blank: bool) -> None:
+    """No text block is empty (nor, with ``blank``, only whitespace): the
+    Messages API refuses such a block, and the event would be in every later
+    request of the session."""
     if not isinstance(content, list):
         return
     for j, block in enumerate(content):
         if isinstance(block, dict) and block.get("type") == "text":
             text = block.get("text")
-            if isinstance(text, str) and not text.strip():
-                raise RequestError(f"{where}.{j}.text: must hold some non-whitespace text")
+            if isinstance(text, str) and not (text.strip() if blank else text):
+                wanted = "some non-whitespace text" if blank else "some text"
+                raise RequestError(f"{where}.{j}.text: must hold {wanted}")
 
 
 def _check_system_message(events: list[Json], i: int, where: str) -> None:

@@ -209,9 +209,10 @@ def _descent(pattern: str) -> Callable[[str], bool] | None:
     """Which directories (paths relative to the root) can hold a match of
     ``pattern``, so the walk enters no other: below leading literal components,
     only those; without ``**``, none deeper than the pattern, and only those
-    its components match. None (every one) for a pattern with braces, which
-    may hold a ``/``."""
-    if "{" in pattern:
+    its components match. None (every one) for a pattern with braces or a
+    character class, which may hold a ``/``, or an escape, which a literal
+    comparison would read wrong."""
+    if any(c in pattern for c in "{[\\"):
         return None
     parts = pattern.split("/")
     deep = any("**" in part for part in parts)
