@@ -125,8 +125,10 @@ class SessionActor:
                 with anyio.CancelScope(shield=True):
                     await runner.finish_interrupted()
             except LeaseLost:
+                # Also when the interrupt came as the run's own last write
+                # committed: that write may have queued the next run.
                 log.warning("session %s: lost the lease of run %s", self.session_id, claim.run_id)
-                return None
+                return runner.next_run
             except Exception:
                 log.exception(
                     "session %s: closing interrupted run %s failed", self.session_id, claim.run_id
