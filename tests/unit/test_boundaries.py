@@ -36,6 +36,7 @@ SHARED = {
     "ids",
     "failpoints",
     "jsonvalues",
+    "media_types",
     "mount_paths",
     "package_specs",
     "prices",

@@ -24,7 +24,7 @@ ALLOWED = {
         "mount_paths",  # a leaf (the standard library only), shared with the API's checks
     },
     # telemetry: the trace context an MCP request carries (a leaf: it imports only config).
-    "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry"},
+    "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry", "media_types"},
 }
 SHARED_WITH_THE_BODY = {"stead.sandbox.local", "stead.sandbox.protocol"}
 

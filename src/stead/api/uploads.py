@@ -26,6 +26,7 @@ from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from stead.api.errors import ApiError
+from stead.media_types import by_signature
 from stead.schemas import RequestError
 
 FORM_OVERHEAD = 1024 * 1024
@@ -37,14 +38,6 @@ SNIFF_BYTES = 512
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _EXTENDED_NAME = re.compile(r";\s*filename\*\s*=\s*([^;\s]+)", re.IGNORECASE)
-_SIGNATURES = (
-    (b"%PDF-", "application/pdf"),
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"PK\x03\x04", "application/zip"),
-)
 OCTET_STREAM = "application/octet-stream"
 
 
@@ -264,9 +257,8 @@ def _describe(name: str | None, declared: str, head: bytes) -> tuple[str, str]:
 
 
 def _sniffed(head: bytes) -> str:
-    for signature, kind in _SIGNATURES:
-        if head.startswith(signature):
-            return kind
+    if (kind := by_signature(head)) is not None:
+        return kind
     try:
         # Not final: a character cut at the end of the sample is still text.
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)

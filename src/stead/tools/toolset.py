@@ -15,6 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from stead.media_types import by_signature
 from stead.sandbox import (
     EXEC_OUTPUT_LIMIT,
     GREP_OUTPUT_LIMIT,
@@ -151,8 +152,8 @@ async def _read(call: ReadInput, sandbox: Sandbox, op_key: str) -> ToolOutcome:
 async def _read_media(call: ReadInput, sandbox: Sandbox, media_type: str) -> ToolOutcome:
     if call.view_range is not None:
         return ToolOutcome.error("read: view_range is not supported for image/PDF files")
-    is_pdf = media_type == "application/pdf"
-    limit = PDF_MAX_BYTES if is_pdf else IMAGE_MAX_BASE64_BYTES // 4 * 3
+    image_limit = IMAGE_MAX_BASE64_BYTES // 4 * 3
+    limit = PDF_MAX_BYTES if media_type == "application/pdf" else image_limit
     try:
         data = await sandbox.read_file(call.file_path, max_bytes=limit)
     except FileTooLarge as exc:
@@ -168,38 +169,29 @@ async def _read_media(call: ReadInput, sandbox: Sandbox, media_type: str) -> Too
         return ToolOutcome.error(
             f"read: {call.file_path} is not a PNG, JPEG, GIF, WebP or PDF file by its content"
         )
-    source = {
-        "type": "base64",
-        "media_type": found,
-        "data": base64.standard_b64encode(data).decode("ascii"),
-    }
     kind = "document" if found == "application/pdf" else "image"
-    image_limit = IMAGE_MAX_BASE64_BYTES // 4 * 3
     if kind == "image" and len(data) > image_limit:  # named a PDF, read with a PDF's limit
         return ToolOutcome.error(
             f"read: {call.file_path} is an image of {len(data)} bytes, "
             f"exceeds {image_limit}-byte limit for image files."
         )
+    source = {
+        "type": "base64",
+        "media_type": found,
+        "data": base64.standard_b64encode(data).decode("ascii"),
+    }
     return ToolOutcome([{"type": kind, "source": source}])
 
 
 def _media_type_of(data: bytes) -> str | None:
     """The image or PDF type ``data`` is, by its signature."""
-    for signature, media_type in _SIGNATURES:
-        if data.startswith(signature):
-            return media_type
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
+    found = by_signature(data)
+    if found is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        found = "image/webp"
+    return found if found in READABLE_TYPES else None
 
 
-_SIGNATURES = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-    (b"%PDF-", "application/pdf"),
-)
+READABLE_TYPES = frozenset(MEDIA_TYPES.values())
 
 
 async def _write(call: WriteInput, sandbox: Sandbox, op_key: str) -> ToolOutcome:
