@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+from collections.abc import Iterable
 
 NAME_MAX = 255
 """Bytes in one name (a path component), as the file system allows."""
@@ -50,3 +51,10 @@ def name_problem(name: str) -> str | None:
     if is_temporary(name):
         return "is a name the sandbox host keeps for files it is writing"
     return None
+
+
+def directories_of(paths: Iterable[str]) -> set[str]:
+    """The directories above each of ``paths`` (``a/b/c``: ``a`` and ``a/b``;
+    ``/a/b``: ``/a``). One of ``paths`` among them is both a file and a
+    directory, which a mount cannot hold."""
+    return {path[:i] for path in paths for i, c in enumerate(path) if c == "/" and i > 0}

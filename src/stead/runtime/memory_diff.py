@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from stead.mount_paths import is_temporary
+from stead.mount_paths import directories_of, is_temporary
 from stead.sandbox import MountedFile
 from stead.store import MemoryRecord, MountBase
 
@@ -88,7 +88,7 @@ def stage_plan(
         found, base = files.get(path), by_path.get(path)
         return writable and found is not None and (base is None or found.sha256 != base.sha256)
 
-    directories = {d for m in current for d in _parents(m.path)}
+    directories = directories_of(m.path for m in current)
     plan = StagePlan([], [], [], [], [])
     for memory in current:
         if memory.path in directories:
@@ -105,9 +105,3 @@ def stage_plan(
     plan.remove.extend(p for p in files if p not in paths and not agents(p))
     plan.drop.extend(p for p in by_path if p not in paths and p not in files)
     return plan
-
-
-def _parents(path: str) -> list[str]:
-    """The directories above the memory path ``path`` (``/a/b/c``: ``/a``, ``/a/b``)."""
-    parts = path.split("/")
-    return ["/".join(parts[:i]) for i in range(2, len(parts))]

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from stead.mount_paths import directories_of
 from stead.schemas.skill_archive import Budget, SkillLimits, check_path, is_zip, read_zip
 from stead.schemas.skill_archive import write_zip as _write_zip
 from stead.schemas.validation import RequestError
@@ -84,13 +85,9 @@ def _one_directory(entries: Sequence[tuple[str, bytes]]) -> tuple[str, dict[str,
     if len(directories) != 1:
         found = ", ".join(sorted(directories)) or "none"
         raise RequestError(f"{FIELD}: every file must be in one top-level directory; found {found}")
-    for inner in files:
-        parts = inner.split("/")
-        for depth in range(1, len(parts)):
-            if (directory := "/".join(parts[:depth])) in files:
-                raise RequestError(
-                    f"{FIELD}: {directory!r} is both a file and the directory of {inner!r}"
-                )
+    for directory in sorted(directories_of(files) & files.keys()):
+        inner = min(f for f in files if f.startswith(directory + "/"))
+        raise RequestError(f"{FIELD}: {directory!r} is both a file and the directory of {inner!r}")
     return directories.pop(), files
 
 
