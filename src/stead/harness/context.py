@@ -181,10 +181,8 @@ def without_refused_turns(events: Sequence[Json]) -> list[Json]:
     kept: list[Json] = []
     turn_start = 0
     for index, event in enumerate(events):
-        if event["type"] != IDLE:
-            continue
-        ended = (event.get("stop_reason") or {}).get("type")
-        if ended == "requires_action":
+        ended = _idle_reason(event)
+        if ended is None or ended == "requires_action":
             continue
         if ended != "refusal":
             kept += events[turn_start : index + 1]
@@ -207,8 +205,17 @@ def _is_compaction(event: Json) -> bool:
     return bool(event["type"] == COMPACTED)
 
 
+def _idle_reason(event: Json) -> str | None:
+    """The stop reason of a ``session.status_idle`` ("" if it names none); None
+    for any other event."""
+    if event["type"] != IDLE:
+        return None
+    reason = (event.get("stop_reason") or {}).get("type")
+    return reason if isinstance(reason, str) else ""
+
+
 def _is_refusal(event: Json) -> bool:
-    return event["type"] == IDLE and (event.get("stop_reason") or {}).get("type") == "refusal"
+    return _idle_reason(event) == "refusal"
 
 
 def summary_block(summary: str) -> Json:
