@@ -408,14 +408,14 @@ class HostedSandbox(SandboxCommands):
         directory (so the file tools see what bash sees there), or the workspace."""
         if not self.config.skills or "\x00" in path:
             return self.paths, path
-        parts = PurePosixPath(os.path.normpath(path)).parts
-        if parts[:1] == ("/",):
-            if parts[1:2] != (WORKSPACE.strip("/"),):
+        pure = PurePosixPath(os.path.normpath(path))
+        if pure.is_absolute():
+            if not pure.is_relative_to(WORKSPACE):
                 return self.paths, path
-            parts = parts[2:]
-        if parts[:1] != ("skills",):
+            pure = pure.relative_to(WORKSPACE)
+        if pure.parts[:1] != ("skills",):
             return self.paths, path
-        return self._skills, "/".join(parts[1:]) or "."
+        return self._skills, "/".join(pure.parts[1:]) or "."
 
     async def stat(self, path: str) -> FileInfo:
         async with self.activity():
