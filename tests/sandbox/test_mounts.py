@@ -244,3 +244,41 @@ async def test_the_file_tools_see_the_skills_as_bash_does_and_cannot_change_them
             await sandbox.read_file("/workspace/skills/../../etc/passwd", max_bytes=10)
     finally:
         await client.destroy(sandbox.sandbox_id)
+
+
+async def test_the_file_tools_reach_the_mounts_with_the_sandbox_user_s_rights(
+    sandbox: HostSandbox, client: HostClient, host: HostProcess
+) -> None:
+    """read, write, glob and grep see /mnt as bash does: uploads are read and
+    not changed, outputs (a writable mount) are written as the sandbox user,
+    and a link the sandbox plants there leads nowhere outside the mount tree."""
+    mounts = mounts_of(client)
+    sandbox_id, config = sandbox.sandbox_id, sandbox.config
+    await mounts.put(
+        sandbox_id, config, UPLOADS, [MountFile("notes.txt", b"alpha\n")], writable=False
+    )
+    await mounts.put(sandbox_id, config, OUTPUTS, [], writable=True)
+    assert await sandbox.read_file(f"{UPLOADS}/notes.txt", max_bytes=100) == b"alpha\n"
+    assert (await sandbox.grep("alpha", "/mnt/session")).lines == (f"{UPLOADS}/notes.txt:1:alpha",)
+    for path in (f"{UPLOADS}/notes.txt", f"{UPLOADS}/new.txt", "/mnt/made-here.txt"):
+        with pytest.raises(FileError, match="ermission denied"):
+            await sandbox.write_file(path, b"EVIL")
+    await sandbox.write_file(f"{OUTPUTS}/charts/result.txt", b"done\n")
+    assert (await sandbox.glob("**/*.txt", OUTPUTS)).paths == (f"{OUTPUTS}/charts/result.txt",)
+    assert [(f.path, f.size) for f in await mounts.listing(sandbox_id, OUTPUTS)] == [
+        ("charts/result.txt", 5)
+    ]
+    assert await run(
+        sandbox, f"stat -c %U {OUTPUTS}/charts/result.txt; cat {UPLOADS}/notes.txt"
+    ) == (
+        0,
+        f"{(await run(sandbox, 'id -un'))[1].strip()}\nalpha\n",
+    )
+    code, output = await run(sandbox, f"ln -s /etc {OUTPUTS}/etc && ln -s / {OUTPUTS}/root")
+    assert code == 0, output
+    for path in (f"{OUTPUTS}/etc/passwd", f"{OUTPUTS}/root/etc/passwd", "/mnt/../etc/passwd"):
+        with pytest.raises(PathOutsideWorkspace):
+            await sandbox.read_file(path, max_bytes=100_000)
+    with pytest.raises(PathOutsideWorkspace):
+        await sandbox.write_file(f"{OUTPUTS}/root/tmp/planted", b"no")
+    assert not (host.work_dir / "tmp" / "planted").exists()

@@ -8,6 +8,7 @@ the stores, and ``stead_memory_search`` answers with cited results."""
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,12 +36,28 @@ SEARCH = "stead_memory_search"
 
 
 def script(body: dict[str, Any]) -> Turn:
-    """``shell``, and a user message ``search <query>`` as a memory search."""
+    """``shell``, a user message ``search <query>`` as a memory search, and
+    ``call <name> <json input>`` as that one tool call."""
     last = body["messages"][-1]
     text = "".join(b.get("text", "") for b in last["content"] if b.get("type") == "text")
-    if text.startswith("search ") and last["role"] == "user" and "tool_result" not in str(last):
-        return Turn([ToolCall(SEARCH, {"query": text.removeprefix("search ")})])
+    if last["role"] == "user" and "tool_result" not in str(last):
+        if text.startswith("search "):
+            return Turn([ToolCall(SEARCH, {"query": text.removeprefix("search ")})])
+        if text.startswith("call "):
+            name, tool_input = text.removeprefix("call ").split(" ", 1)
+            return Turn([ToolCall(name, json.loads(tool_input))])
     return shell(body)
+
+
+def tool_turn(client: anthropic.Anthropic, session_id: str, name: str, **tool_input: Any) -> str:
+    """One call of the tool ``name``; its result's text once the session is idle."""
+    sent = message(f"call {name} {json.dumps(tool_input)}")
+    client.beta.sessions.events.send(session_id, events=[sent])
+    wait_idle(client, session_id, timeout=WAIT)
+    results = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    return "".join(block.text for block in results[-1].content)  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +176,34 @@ def test_an_agent_changes_its_memories_with_bash(
     client.delete(f"/v1/sessions/{session_id}/sandbox", cast_to=object)
     assert bash_turn(client, session_id, f"cat {mount}/new/hi.md") == "hello"
     assert memories_of(client, store_id) == before
+
+
+def test_an_agent_changes_its_memories_with_the_file_tools(client: anthropic.Anthropic) -> None:
+    """read, write, edit and glob reach /mnt/memory as bash does, and what write
+    and edit change is written back as memory versions by the session."""
+    name = f"tools-{uuid.uuid4().hex[:6]}"
+    store_id = new_store(client, name, **{"/todo.md": "milk\neggs\n"})
+    session_id = new_session(client, {"type": "memory_store", "memory_store_id": store_id})
+    mount = f"/mnt/memory/{name}"
+    assert "eggs" in tool_turn(client, session_id, "read", file_path=f"{mount}/todo.md")
+    tool_turn(client, session_id, "write", file_path=f"{mount}/people/ada.md", content="math")
+    tool_turn(
+        client,
+        session_id,
+        "edit",
+        file_path=f"{mount}/todo.md",
+        old_string="eggs",
+        new_string="bread",
+    )
+    assert f"{mount}/people/ada.md" in tool_turn(
+        client, session_id, "glob", pattern="**/*.md", path=mount
+    )
+    assert memories_of(client, store_id) == {"/todo.md": "milk\nbread\n", "/people/ada.md": "math"}
+    made = versions_by(client, store_id, session_id)
+    assert sorted((v.operation, v.path) for v in made) == [
+        ("created", "/people/ada.md"),
+        ("modified", "/todo.md"),
+    ]
 
 
 def test_memories_that_cannot_all_be_files_leave_the_session_working(

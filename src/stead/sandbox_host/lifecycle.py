@@ -64,7 +64,7 @@ from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.host_metrics import HostMetrics
-from stead.sandbox_host.mounts import MountTree
+from stead.sandbox_host.mounts import MOUNT_ROOT, MountTree
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
     BackgroundProcess,
@@ -138,6 +138,9 @@ class HostedSandbox(SandboxCommands):
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
         shown = f"{WORKSPACE}/skills"
         self._skills = WorkspacePaths(self.mounts.skills_directory, shown, alias=shown, uid=row.uid)
+        self._mount_paths = WorkspacePaths(
+            self.mounts.directory, MOUNT_ROOT, alias=MOUNT_ROOT, uid=row.uid
+        )
         self.state = State.COLD
         self._transition = anyio.Lock()
         self._exec_lock = anyio.Lock()
@@ -403,12 +406,18 @@ class HostedSandbox(SandboxCommands):
     # -- files --------------------------------------------------------------------
 
     def _tree(self, path: str) -> tuple[WorkspacePaths, str]:
-        """The tree ``path`` is in, and ``path`` in it: the agent's skills, which
-        the body binds read-only at /workspace/skills over the workspace
-        directory (so the file tools see what bash sees there), or the workspace."""
-        if not self.config.skills or "\x00" in path:
+        """The tree ``path`` is in, and ``path`` in it, so the file tools see what
+        bash sees: the mount tree at /mnt (uploads, outputs, memory stores; the
+        sandbox user's rights decide what may change there), the agent's skills,
+        which the body binds read-only at /workspace/skills over the workspace
+        directory, or the workspace."""
+        if "\x00" in path:
             return self.paths, path
         pure = PurePosixPath(os.path.normpath(path))
+        if pure.is_relative_to(MOUNT_ROOT):
+            return self._mount_paths, path
+        if not self.config.skills:
+            return self.paths, path
         if pure.is_absolute():
             if not pure.is_relative_to(WORKSPACE):
                 return self.paths, path
@@ -441,7 +450,7 @@ class HostedSandbox(SandboxCommands):
             raise FileError(path, "is read-only: the agent's skills are under /workspace/skills")
         async with self.activity():
             # As the sandbox's user (WorkspacePaths.uid): what it creates is theirs.
-            await to_thread.run_sync(files.write_file, self.paths, path, data)
+            await to_thread.run_sync(files.write_file, tree, path, data)
 
     async def glob(self, pattern: str, path: str | None = None) -> GlobResult:
         tree, inner = (self.paths, None) if path is None else self._tree(path)
