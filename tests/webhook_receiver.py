@@ -27,6 +27,9 @@ class Receiver:
     def __init__(self, port: int = 0) -> None:
         self.received: list[Received] = []
         self.status = 200
+        self.answering = threading.Event()
+        """Cleared, the receiver holds each answer until it is set again."""
+        self.answering.set()
         self._changed = threading.Condition()
         receiver = self
 
@@ -38,6 +41,7 @@ class Receiver:
                 with receiver._changed:
                     receiver.received.append(Received(headers, body))
                     receiver._changed.notify_all()
+                receiver.answering.wait(timeout=60)
                 self.send_response(receiver.status)
                 self.send_header("content-length", "0")
                 self.end_headers()
@@ -59,6 +63,7 @@ class Receiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.answering.set()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)

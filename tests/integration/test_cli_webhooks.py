@@ -83,6 +83,19 @@ def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess, forker: Ser
     assert bad.returncode == 2 and "'nope'" in bad.stderr
     missing = stead(forker, "delete", "whk_nothing", data_dir=server.data_dir)
     assert missing.returncode == 1 and "whk_nothing" in missing.stderr
+    nowhere = stead(
+        forker,
+        "create",
+        "--workspace",
+        "wrkspc_nothing",
+        "--url",
+        "https://example.com/",
+        "--event-type",
+        "session.created",
+        data_dir=server.data_dir,
+    )
+    assert nowhere.returncode == 1 and "wrkspc_nothing" in nowhere.stderr
+    assert "Traceback" not in nowhere.stderr
 
 
 def test_rotating_the_secret_key_keeps_every_signing_secret(

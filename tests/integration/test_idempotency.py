@@ -161,3 +161,34 @@ def test_a_replay_after_a_restart_returns_the_first_answer(
     with sdk_of(server_on_each_store) as client:
         replayed, again = create_agent(client, name, key)
     assert (replayed, again.id) == ("true", first.id)
+
+
+def test_a_retried_upload_is_replayed_and_a_large_keyed_one_refused(
+    client: anthropic.Anthropic,
+) -> None:
+    """The SDK draws a new multipart boundary for each attempt; the same upload
+    sent again is still the same request."""
+    key, name = new_key(), f"u-{uuid.uuid4().hex[:8]}.txt"
+    sent = [
+        client.beta.files.with_raw_response.upload(
+            file=(name, b"quarterly\n", "text/plain"), **keyed(key)
+        )
+        for _ in range(2)
+    ]
+    assert [r.headers.get("idempotent-replayed") for r in sent] == [None, "true"]
+    first, again = (r.parse() for r in sent)
+    assert again.id == first.id
+    assert [f.id for f in client.beta.files.list() if f.filename == name] == [first.id]
+    big = b"\0" * (32 * 1024**2 + 1)  # past STEAD_MAX_REQUEST_BYTES: cannot be compared
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        client.beta.files.upload(file=("big.bin", big, "application/octet-stream"), **keyed(key))
+    assert refused.value.status_code == 413 and "Idempotency-Key" in refused.value.message
+
+
+def test_a_key_is_refused_where_the_answer_carries_a_secret(client: anthropic.Anthropic) -> None:
+    for path in ("/v1/environments/env_any/keys", "/v1/stead/webhooks"):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.post(
+                path, cast_to=object, body={}, options={"headers": {"Idempotency-Key": "k"}}
+            )
+        assert "Idempotency-Key: not accepted" in refused.value.message

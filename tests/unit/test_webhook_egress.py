@@ -10,6 +10,7 @@ from stead.egress_policy import UpstreamTls
 from stead.runtime import WebhookEgress
 from stead.runtime.webhook_signing import new_secret, signed_headers
 from stead.schemas import RequestError
+from stead.schemas.webhooks import check_url
 from tests.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.anyio
@@ -64,3 +65,22 @@ async def test_registration_refuses_what_delivery_would(url: str, named: str) ->
 
 async def test_a_pinned_name_may_use_plain_http() -> None:
     await egress(PIN).check_target("http://hooks.test:8080/in")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://ä..example/", "https://⒈.example/", "https://a\u200dä.example/"],
+)
+async def test_a_host_without_an_idna_form_is_refused_at_registration(url: str) -> None:
+    """Before, encoding the name for DNS raised past the egress rules: a 500."""
+    with pytest.raises(RequestError, match="url: "):
+        await egress({}).check_target(url)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://hooks.example/a\nb", "https://hooks.example/\x7f", "https://hooks.example/a b"]
+)
+def test_control_characters_and_spaces_are_refused_in_a_url(url: str) -> None:
+    """Delivery's parser refuses them; stored, they failed every attempt."""
+    with pytest.raises(RequestError, match="url: must not contain"):
+        check_url(url)

@@ -23,6 +23,7 @@ its status, and later requests with the key get a 409 saying so.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 import anyio
@@ -40,10 +41,11 @@ FIRST_POLL_SECONDS = 0.02
 LAST_POLL_SECONDS = 0.5
 """Waiting for another request's answer polls the store (it may run in another
 process), from the first interval doubling up to the last."""
-SECRET_ANSWERS = ("/v1/stead/webhooks", "/console/")
-"""Routes whose answers carry a secret shown once (a webhook's signing secret)
-or a cookie (the console's login): never kept in the store, and a replay would
-lose the cookie, so a key there is refused rather than ignored."""
+SECRET_ANSWERS = re.compile(r"/v1/stead/webhooks|/console/|/v1/environments/[^/]+/keys(/|$)")
+"""Routes whose answers carry a secret shown once (a webhook's signing secret,
+an environment key) or a cookie (the console's login): never kept in the
+store, and a replay would lose the cookie, so a key there is refused rather
+than ignored."""
 
 
 @dataclass
@@ -94,7 +96,7 @@ class IdempotencyMiddleware:
         if key is None:
             await self.app(scope, receive, send)
             return
-        if scope["path"].startswith(SECRET_ANSWERS):
+        if SECRET_ANSWERS.match(scope["path"]):
             refused = (
                 f"Idempotency-Key: not accepted on {scope['path']} "
                 "(its answers carry a secret or a cookie)"
@@ -121,8 +123,15 @@ class IdempotencyMiddleware:
         app = services(request)
         body, complete = await _read_body(receive, app.settings.max_request_bytes)
         replay = _replaying(body, complete, receive)
-        if not complete:  # too large to fingerprint: the route refuses it with a 413
-            await self.app(scope, replay, send)
+        if not complete:
+            # Too large to fingerprint. Run without the key, an upload could be
+            # made twice by the retries the key is there to make safe.
+            limit = app.settings.max_request_bytes
+            refused = (
+                f"Idempotency-Key: a keyed request's body may be at most {limit} bytes "
+                "(STEAD_MAX_REQUEST_BYTES); send a larger one without the header"
+            )
+            await error_response(request, 413, refused)(scope, replay, send)
             return
         pending = KeyClaim(
             who.workspace_id,
@@ -297,10 +306,26 @@ def _replaying(body: bytes, complete: bool, receive: Receive) -> Receive:
 
 def _fingerprint(scope: Scope, body: bytes) -> str:
     digest = hashlib.sha256()
+    body = _without_boundary(scope, body)
     for part in (scope["method"].encode(), scope["path"].encode(), scope["query_string"], body):
         digest.update(len(part).to_bytes(8, "big"))
         digest.update(part)
     return digest.hexdigest()
+
+
+def _without_boundary(scope: Scope, body: bytes) -> bytes:
+    """A multipart body with its boundary replaced by a fixed one: clients draw
+    a new boundary for each attempt, so the same upload sent again differs only
+    there. (The boundary never occurs in the parts, by its definition.)"""
+    content_type = next((v for k, v in scope["headers"] if k == b"content-type"), b"")
+    kind, _, params = content_type.decode("latin-1").partition(";")
+    if kind.strip().lower() != "multipart/form-data":
+        return body
+    for param in params.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.lower() == "boundary" and value.strip('"'):
+            return body.replace(b"--" + value.strip('"').encode("latin-1"), b"--stead-boundary")
+    return body
 
 
 async def _claim(app: Services, who: Caller, key: str, fingerprint: str) -> IdempotencyClaim:

@@ -91,6 +91,8 @@ async def _resolve(host: str, port: int, resolver: Resolver, seconds: float) -> 
         raise UpstreamTimeout(host, "resolving the host timed out") from None
     except OSError:
         raise UpstreamFailed(host, "cannot resolve the host") from None
+    except UnicodeError:  # the name has no IDNA form, so no DNS name
+        raise UpstreamFailed(host, "not a valid host name") from None
     try:
         addresses = list(dict.fromkeys(str(ipaddress.ip_address(a)) for a in found))
     except ValueError:

@@ -53,6 +53,12 @@ class WebhookEgress:
         """Raises ``RequestError`` (a 400 naming ``url``) when stead would refuse to
         deliver to ``url``. A name that does not resolve yet is accepted: the
         receiver may come later, and every attempt records why it failed."""
+        import httpx2
+
+        try:
+            httpx2.URL(url)  # what delivery will parse it with
+        except (httpx2.InvalidURL, ValueError) as exc:
+            raise RequestError(f"url: not a URL stead can deliver to ({exc})") from None
         parts = urlsplit(url)
         host = parts.hostname or ""
         pinned = normalize_host(host) in self.pinned
@@ -92,7 +98,9 @@ class WebhookEgress:
             return AttemptResult(None, f"refused by stead's egress rules: {exc.reason}")
         except EgressError as exc:
             return AttemptResult(None, str(exc))
-        except httpx2.HTTPError as exc:
+        except (httpx2.HTTPError, httpx2.InvalidURL, ValueError) as exc:
+            # A URL stored before registration checked what delivery parses
+            # fails each attempt, never the courier.
             return AttemptResult(None, f"{type(exc).__name__}: {exc}" if str(exc) else repr(exc))
         error = None if 200 <= status < 300 else f"the receiver answered {status}"
         return AttemptResult(status, error)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import anyio
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 
 from stead.config import Settings
 from stead.egress_policy import UpstreamTls
@@ -71,41 +72,70 @@ class WebhookCourier:
             await self._clock.sleep(self._terms.poll_seconds)
 
     async def deliver_due(self) -> int:
-        """Delivers until nothing is due; returns the attempts made."""
-        made = 0
-        while await self._store.webhook_deliveries_due():
-            batch = await self._store.claim_webhook_deliveries(BATCH, self._lease_seconds)
-            if not batch:
-                return made  # due, but held by another process's claim
-            # One delivery per endpoint in a batch: sending them at once keeps
-            # each endpoint's order.
-            async with anyio.create_task_group() as group:
-                for delivery in batch:
-                    group.start_soon(self._deliver, delivery)
-            made += len(batch)
+        """Delivers until nothing is due and nothing is in flight; returns the
+        attempts made. Up to ``BATCH`` go at once, each endpoint's one at a time
+        (a claimed delivery is its endpoint's oldest, and holds the rest back),
+        and a slot is filled as soon as one frees: a slow receiver holds up only
+        its own endpoint's deliveries."""
+        made = in_flight = 0
+        done, finished = anyio.create_memory_object_stream[None](BATCH)
+        async with anyio.create_task_group() as group, done, finished:
+            while True:
+                claimed: list[DueDelivery] = []
+                if in_flight < BATCH and await self._store.webhook_deliveries_due():
+                    claimed = await self._store.claim_webhook_deliveries(
+                        BATCH - in_flight, self._lease_seconds
+                    )
+                for delivery in claimed:
+                    group.start_soon(self._deliver, delivery, done.clone())
+                made += len(claimed)
+                in_flight += len(claimed)
+                if claimed:
+                    continue  # more may be due, for endpoints not claimed yet
+                if not in_flight:
+                    break  # nothing due, or what is due held by another process
+                # A delivery made due meanwhile waits at most one poll.
+                with anyio.move_on_after(self._terms.poll_seconds):
+                    await finished.receive()
+                    in_flight -= 1
+                while True:
+                    try:
+                        finished.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                    in_flight -= 1
         return made
 
-    async def _deliver(self, delivery: DueDelivery) -> None:
+    async def _deliver(self, delivery: DueDelivery, done: MemoryObjectSendStream[None]) -> None:
+        async with done:
+            try:
+                result = await self._attempt(delivery)
+            except Exception as exc:  # one endpoint's failure never ends the courier
+                log.exception("webhook delivery %s failed in stead", delivery.id)
+                result = AttemptResult(None, f"stead could not make the attempt: {exc!r}")
+            if not result.delivered:
+                log.warning(
+                    "webhook delivery %s to endpoint %s, attempt %d: %s",
+                    delivery.id,
+                    delivery.endpoint_id,
+                    delivery.attempt,
+                    result.error,
+                )
+            with anyio.CancelScope(shield=True):  # an attempt made is an attempt recorded
+                await self._store.finish_webhook_delivery(delivery, result, self._terms.retry)
+            done.send_nowait(None)
+
+    async def _attempt(self, delivery: DueDelivery) -> AttemptResult:
         try:
             secret = open_secret(self._box, delivery.endpoint_id, delivery.sealed_secret)
         except SealError as exc:
-            result = AttemptResult(None, f"the signing secret cannot be opened: {exc}")
-        else:
-            timestamp = int(self._clock.now().timestamp())
-            headers = signed_headers(secret, delivery.id, timestamp, delivery.payload)
-            self._failpoints.hit("webhook.before_send")
-            result = await self._egress.post(delivery.url, headers, delivery.payload)
-            self._failpoints.hit("webhook.after_send")
-        if not result.delivered:
-            log.warning(
-                "webhook delivery %s to endpoint %s, attempt %d: %s",
-                delivery.id,
-                delivery.endpoint_id,
-                delivery.attempt,
-                result.error,
-            )
-        with anyio.CancelScope(shield=True):  # an attempt made is an attempt recorded
-            await self._store.finish_webhook_delivery(delivery, result, self._terms.retry)
+            return AttemptResult(None, f"the signing secret cannot be opened: {exc}")
+        timestamp = int(self._clock.now().timestamp())
+        headers = signed_headers(secret, delivery.id, timestamp, delivery.payload)
+        self._failpoints.hit("webhook.before_send")
+        result = await self._egress.post(delivery.url, headers, delivery.payload)
+        self._failpoints.hit("webhook.after_send")
+        return result
 
 
 def webhook_parts(settings: Settings) -> tuple[WebhookEgress, CourierTerms]:

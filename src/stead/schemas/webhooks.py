@@ -94,6 +94,8 @@ def check_url(url: str) -> str:
     """The URL's shape only; whether stead may reach its host is the egress rules'
     call (``runtime.webhook_targets``)."""
     check_length("url", url, low=1, high=MAX_URL_CHARS)
+    if any(c <= " " or c == "\x7f" for c in url):
+        raise RequestError("url: must not contain spaces or control characters")
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 (raises on a bad port)

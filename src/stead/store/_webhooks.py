@@ -75,6 +75,8 @@ def create(
     sealed_secret: bytes,
 ) -> WebhookEndpoint:
     _locks.row(conn, workspaces, workspace_id)  # concurrent creates count one by one
+    if conn.execute(select(workspaces.c.id).where(workspaces.c.id == workspace_id)).first() is None:
+        raise NotFound("workspace", workspace_id)  # the admin CLI names one
     held = select(func.count()).select_from(webhook_endpoints)
     check_room(conn.execute(held.where(ends.workspace_id == workspace_id)).scalar_one())
     row = {

@@ -38,6 +38,8 @@ def create(
     fields: Mapping[str, object],
     sealed_secret: bytes,
 ) -> WebhookEndpoint:
+    if workspace_id not in t.workspaces:
+        raise NotFound("workspace", workspace_id)
     check_room(sum(1 for row in t.webhook_endpoints.values() if _of(row, workspace_id)))
     event_types = fields["event_types"]
     assert isinstance(event_types, Sequence)
