@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from typing import Any
 
@@ -98,7 +99,11 @@ def test_a_refused_refresh_is_invalid_and_an_unreachable_server_unknown(
     assert result.refresh is not None and result.refresh.status == "failed"
     assert result.refresh.http_response is not None
     assert result.refresh.http_response.status_code == 400
-    assert "a-refresh-token-never-issued" not in result.model_dump_json()
+    shown = result.model_dump_json()
+    assert "invalid_grant" in shown and "[redacted]" in shown  # the server echoed them
+    pair = base64.b64encode(f"{mcp.client.client_id}:{CLIENT_SECRET}".encode()).decode()
+    for secret in ("a-refresh-token-never-issued", CLIENT_SECRET, pair):
+        assert secret not in shown
     nowhere = {"type": "static_bearer", "mcp_server_url": "http://127.0.0.1:9/mcp", "token": "t"}
     vault_id, cred_id = _credential(client, nowhere)
     unreachable = client.beta.vaults.credentials.mcp_oauth_validate(cred_id, vault_id=vault_id)

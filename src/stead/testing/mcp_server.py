@@ -202,7 +202,10 @@ class FakeMcpServer:
         given_refresh = str(form.get("refresh_token", ""))
         with self._book.lock:
             if given_refresh not in self._book.refresh:
-                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+                # Echoes what it was sent, as careless servers do: what stead
+                # shows of this answer must not carry the client's secrets.
+                sent = {"authorization": basic, "form": {k: str(v) for k, v in form.items()}}
+                return JSONResponse({"error": "invalid_grant", "sent": sent}, status_code=400)
             self._book.refresh.discard(given_refresh)
             self._book.refreshes += 1
         return JSONResponse(

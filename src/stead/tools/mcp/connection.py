@@ -13,9 +13,11 @@ the first refused one, so callers can tell "the token is not accepted" from
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import quote, quote_plus
 
 import anyio
 import httpx2
@@ -41,12 +43,22 @@ class HttpResponse:
     body_truncated: bool
 
     def redacted(self, secrets: Sequence[str]) -> HttpResponse:
-        """The same with any of ``secrets`` an upstream echoed replaced."""
+        """The same with any of ``secrets`` an upstream echoed replaced, as sent
+        or as a form, a URL or a JSON string would carry it."""
         body = self.body
-        for secret in secrets:
-            if secret:
-                body = body.replace(secret, "[redacted]")
+        for form in _written_forms(secrets):
+            body = body.replace(form, "[redacted]")
         return HttpResponse(self.status_code, self.content_type, body, self.body_truncated)
+
+
+def _written_forms(secrets: Sequence[str]) -> list[str]:
+    """Each secret and its escaped forms, longest first (so a form that holds
+    another is replaced whole)."""
+    forms = set()
+    for secret in secrets:
+        if secret:
+            forms |= {secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]}
+    return sorted(forms, key=len, reverse=True)
 
 
 class McpFailed(Exception):

@@ -64,7 +64,9 @@ async def refresh_access_token(
         ) as http:
             response = await http.post(token_endpoint, data=form, headers=headers)
             if response.status_code != 200:
-                refusal = await captured(response)
+                # An echo of what was sent: the Basic pair is a secret too.
+                sent = [refresh_token, client_secret or "", *_basic_credentials(headers)]
+                refusal = (await captured(response)).redacted(sent)
                 raise RefreshFailed(
                     "failed", f"the token endpoint answered HTTP {response.status_code}", refusal
                 )
@@ -87,3 +89,8 @@ async def refresh_access_token(
         refresh_token=rotated if isinstance(rotated, str) and rotated else None,
         expires_at=expires_at,
     )
+
+
+def _basic_credentials(headers: dict[str, str]) -> list[str]:
+    scheme, _, credentials = headers.get("authorization", "").partition(" ")
+    return [credentials] if scheme == "Basic" else []
