@@ -371,8 +371,19 @@ def test_always_ask_waits_for_a_confirmation(
         }
         if answer == "deny":
             confirmation["deny_message"] = "not today"
-        sdk.beta.sessions.events.send(session_id, events=[confirmation])
+        [sent] = sdk.beta.sessions.events.send(session_id, events=[confirmation]).data
         second = until_idle(stream)
+        # Sent again (a client retrying): the logged one is the answer, no turn runs;
+        # the other answer is refused.
+        again = sdk.beta.sessions.events.send(session_id, events=[confirmation]).data
+        assert [e.id for e in again] == [sent.id]
+        other = {**confirmation, "result": "deny" if answer == "allow" else "allow"}
+        other.pop("deny_message", None)
+        with pytest.raises(anthropic.BadRequestError, match="already confirmed"):
+            sdk.beta.sessions.events.send(session_id, events=[other])  # type: ignore[list-item]
+    logged = sdk.beta.sessions.events.list(session_id, types=["user.tool_confirmation"]).data
+    assert [e.id for e in logged] == [sent.id]
+    assert sdk.beta.sessions.retrieve(session_id).status == "idle"
     result = next(e for e in second if e.type == "agent.tool_result")
     written = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace" / "asked.txt"
     if answer == "allow":

@@ -41,6 +41,9 @@ def test_model_names_fit_the_messages_api_and_never_collide() -> None:
     long = model_tool_name("s" * 100, "t" * 100)
     assert len(long) <= MODEL_NAME_LIMIT
     assert long != model_tool_name("s" * 100, "t" * 99 + "u")
+    # Where the server's name ends is never in doubt.
+    assert model_tool_name("a", "b__c") == "mcp__a__b__c" != model_tool_name("a__b", "c")
+    assert model_tool_name("a", "__b") != model_tool_name("a_", "_b")
 
 
 def test_configs_enable_disable_and_set_policies_per_tool() -> None:

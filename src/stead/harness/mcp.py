@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from stead.jsonvalues import Json
+from stead.schemas import agents
 
 MCP_TOOLSET = "mcp_toolset"
 MODEL_NAME_LIMIT = 128
@@ -47,9 +48,12 @@ class EnabledMcpTool:
 def model_tool_name(server: str, tool: str) -> str:
     """The name the model calls ``tool`` of ``server`` by: the Messages API takes
     1-128 characters of A-Z, a-z, 0-9, _ and -; a name that needs changing to
-    fit gets a hash of the original, so two tools never share one."""
-    wanted = f"mcp__{server}__{tool}"
-    if len(wanted) <= MODEL_NAME_LIMIT and not _NOT_ALLOWED.search(wanted):
+    fit gets a hash of the original, so two tools never share one. So does one
+    whose server name could end elsewhere (it holds ``__`` or ends with ``_``):
+    server ``a__b``'s tool ``c`` and server ``a``'s tool ``b__c`` differ."""
+    wanted = f"{agents.MCP_TOOL_PREFIX}{server}__{tool}"
+    plain = "__" not in server and not server.endswith("_")
+    if plain and len(wanted) <= MODEL_NAME_LIMIT and not _NOT_ALLOWED.search(wanted):
         return wanted
     digest = hashlib.sha256(wanted.encode()).hexdigest()[:10]
     return _NOT_ALLOWED.sub("_", wanted)[: MODEL_NAME_LIMIT - 11] + "_" + digest

@@ -189,6 +189,9 @@ class McpGateway:
         except InvalidPolicy as exc:
             message = f"{name}: the environment's networking cannot be enforced: {exc}"
             raise _Unusable(McpProblem(name, CONNECTION_FAILED, message)) from None
+        except ValueError as exc:  # a URL stored before the API checked it
+            message = f"{name}: the server's URL cannot be used: {exc}"
+            raise _Unusable(McpProblem(name, CONNECTION_FAILED, message)) from None
         try:
             held = await self._tokens.token_for(session.workspace_id, list(session.vault_ids), url)
             try:

@@ -11,7 +11,13 @@ from typing import Any
 
 from stead.egress_policy import InvalidPolicy, domain_entry
 from stead.jsonvalues import Json
-from stead.schemas.limits import check_length, check_metadata, check_version, patch_metadata
+from stead.schemas.limits import (
+    check_http_url,
+    check_length,
+    check_metadata,
+    check_version,
+    patch_metadata,
+)
 from stead.schemas.validation import RequestError, StrictParams
 
 CREATE = StrictParams("agent_create")
@@ -160,9 +166,17 @@ def _resolve_mcp_toolset(field: str, tool: Json) -> Json:
     }
 
 
+MCP_TOOL_PREFIX = "mcp__"
+"""What the names the model calls MCP tools by start with (``harness.mcp``)."""
+
+
 def _resolve_custom(field: str, tool: Json) -> Json:
     if not CUSTOM_TOOL_NAME.match(tool["name"]):
         raise RequestError(f"{field}.name: must be 1-128 characters of A-Z, a-z, 0-9, _ or -")
+    if tool["name"].startswith(MCP_TOOL_PREFIX):
+        # An MCP server's tools reach the model as mcp__<server>__<tool>; the
+        # Messages API refuses a request that names one tool twice.
+        raise RequestError(f"{field}.name: {MCP_TOOL_PREFIX!r} starts MCP tools' names")
     return {
         "type": "custom",
         "name": tool["name"],
@@ -249,8 +263,7 @@ def resolve_mcp_servers(servers: list[Json], field: str = "mcp_servers") -> list
         if server["name"] in seen:
             raise RequestError(f"{field}.{i}.name: {server['name']!r} is used twice")
         seen.add(server["name"])
-        if not server["url"].startswith(("https://", "http://")):
-            raise RequestError(f"{field}.{i}.url: must be an http(s) URL")
+        check_http_url(f"{field}.{i}.url", server["url"])
         resolved.append({"type": "url", "name": server["name"], "url": server["url"]})
     return resolved
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from stead.schemas.validation import RequestError
 
@@ -17,6 +18,7 @@ HOST_NAME = re.compile(
     r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
 )
 """A host name, or a ``*.`` wildcard over one (an allowlist entry)."""
+MAX_URL_CHARS = 2048
 
 
 def check_length(field: str, value: str | None, *, low: int = 0, high: int) -> None:
@@ -26,6 +28,24 @@ def check_length(field: str, value: str | None, *, low: int = 0, high: int) -> N
         raise RequestError(f"{field}: must not be empty" if low == 1 else f"{field}: too short")
     if len(value) > high:
         raise RequestError(f"{field}: must be at most {high} characters, got {len(value)}")
+
+
+def check_http_url(field: str, value: str) -> str:
+    """An http(s) URL with a host and no user info, that stead's HTTP clients
+    can parse: what the API accepts must not fail each later use of it."""
+    check_length(field, value, low=1, high=MAX_URL_CHARS)
+    if any(c <= " " or c == "\x7f" for c in value):
+        raise RequestError(f"{field}: must not contain spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        host, _ = parts.hostname, parts.port  # each raises on a malformed netloc
+    except ValueError as exc:
+        raise RequestError(f"{field}: not a URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise RequestError(f"{field}: must be an http or https URL with a host")
+    if parts.username or parts.password:
+        raise RequestError(f"{field}: must not carry a user name or password; use the credential")
+    return value
 
 
 def check_metadata(field: str, metadata: Mapping[str, Any]) -> None:

@@ -12,11 +12,17 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from stead.jsonvalues import Json
 from stead.sandbox_variables import HOST_SET_VARIABLES
-from stead.schemas.limits import HOST_NAME, check_length, check_metadata, patch_metadata
+from stead.schemas.limits import (
+    HOST_NAME,
+    MAX_URL_CHARS,
+    check_http_url,
+    check_length,
+    check_metadata,
+    patch_metadata,
+)
 from stead.schemas.validation import RequestError, StrictParams
 
 VAULT_CREATE = StrictParams("vault_create")
@@ -25,7 +31,6 @@ CREDENTIAL_CREATE = StrictParams("credential_create")
 CREDENTIAL_UPDATE = StrictParams("credential_update")
 
 MAX_SECRET_CHARS = 65536
-MAX_URL_CHARS = 2048
 MAX_ALLOWED_HOSTS = 16
 SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
 SECRET_FIELDS = {
@@ -85,13 +90,7 @@ def _secret(field: str, value: Any) -> str:
 
 
 def _url(field: str, value: str) -> str:
-    check_length(field, value, low=1, high=MAX_URL_CHARS)
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RequestError(f"{field}: must be an http or https URL with a host")
-    if parts.username or parts.password:
-        raise RequestError(f"{field}: must not carry a user name or password; use the credential")
-    return value
+    return check_http_url(field, value)
 
 
 def _future(field: str, value: Any, now: datetime) -> str | None:

@@ -48,6 +48,10 @@ def accept(
     new, repeated = _work.first_answers(
         new, lambda use_id: _work.logged_answer(conn, session_id, use_id)
     )
+    new, confirmed = _work.first_confirmations(
+        new, lambda use_id: _work.logged_answer(conn, session_id, use_id, _work.SETTLING_KEYS)
+    )
+    repeated += confirmed
     echoes, logged = file_in(
         session,
         new,

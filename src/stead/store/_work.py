@@ -8,7 +8,7 @@ newer claim. Secrets are stored as SHA-256 hashes only.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -471,14 +471,53 @@ ANSWER_KEYS: dict[str, str] = {
 }
 """Events that answer a tool use, and the field that names it (stead answers a
 custom tool use itself, with an ``agent.tool_result``, when a turn is interrupted)."""
-ANSWER_TYPES = tuple(ANSWER_KEYS)
+SETTLING_KEYS: dict[str, str] = {
+    EventType.USER_TOOL_CONFIRMATION: "tool_use_id",
+    **ANSWER_KEYS,
+    EventType.AGENT_MCP_TOOL_RESULT: "mcp_tool_use_id",
+}
+"""Events after which a tool use takes no confirmation: one, or its result."""
 
 
-def answered_use(event_type: str, body: Json) -> str | None:
-    """The tool use an event answers, if it is an answer."""
-    key = ANSWER_KEYS.get(event_type)
+def answered_use(event_type: str, body: Json, keys: Mapping[str, str] = ANSWER_KEYS) -> str | None:
+    """The tool use an event answers (or, with ``SETTLING_KEYS``, settles), if any."""
+    key = keys.get(event_type)
     use_id = None if key is None else body.get(key)
     return use_id if isinstance(use_id, str) else None
+
+
+def first_confirmations(
+    new: Sequence[NewEvent], logged_settlement: Callable[[str], EventRecord | None]
+) -> tuple[list[NewEvent], list[EventRecord]]:
+    """``new`` without confirmations that repeat one logged (or sent before in
+    ``new``), and the logged ones they repeat: a retried confirmation is taken
+    once. ``Conflict`` (a 400) for one that differs from the confirmation
+    before it, or for a tool use that has its result: logged, it would start a
+    turn with nothing to do. ``logged_settlement(tool_use_id)`` is the first
+    confirmation or result the log holds for it, if any."""
+    kept: list[NewEvent] = []
+    repeated: list[EventRecord] = []
+    given: dict[str, Json] = {}
+    for event in new:
+        if event.type != EventType.USER_TOOL_CONFIRMATION:
+            kept.append(event)
+            continue
+        use_id = str(event.body["tool_use_id"])
+        earlier = logged_settlement(use_id)
+        before = earlier.body if earlier is not None else given.get(use_id)
+        if before is None:
+            given[use_id] = event.body
+            kept.append(event)
+        elif earlier is not None and earlier.type != EventType.USER_TOOL_CONFIRMATION:
+            raise Conflict(f"tool_use_id: {use_id} already has a result", status=400)
+        elif before.get("result") != event.body.get("result"):
+            raise Conflict(
+                f"tool_use_id: {use_id} was already confirmed with result {before.get('result')!r}",
+                status=400,
+            )
+        elif earlier is not None and earlier not in repeated:
+            repeated.append(earlier)
+    return kept, repeated
 
 
 def first_answers(
@@ -516,7 +555,11 @@ def first_answers(
     return kept, repeated
 
 
-def logged_answer(conn: Connection, session_id: str, use_id: str) -> EventRecord | None:
+def logged_answer(
+    conn: Connection, session_id: str, use_id: str, keys: Mapping[str, str] = ANSWER_KEYS
+) -> EventRecord | None:
+    """The first event after the tool use ``use_id`` that answers it (or, with
+    ``SETTLING_KEYS``, settles it)."""
     use = _events.find(conn, session_id, use_id)
     if use is None or use.seq is None:
         return None
@@ -525,11 +568,11 @@ def logged_answer(conn: Connection, session_id: str, use_id: str) -> EventRecord
         .where(
             events.c.session_id == session_id,
             events.c.seq > use.seq,
-            events.c.type.in_(ANSWER_TYPES),
+            events.c.type.in_(list(keys)),
         )
         .order_by(events.c.seq)
     ).all()
     for row in rows:
-        if answered_use(row.type, row.body) == use_id:
+        if answered_use(row.type, row.body, keys) == use_id:
             return _events.find(conn, session_id, row.id)
     return None
