@@ -247,6 +247,15 @@ def test_a_result_reported_twice_is_recorded_once(
     with make_client(hosted.url, token) as session_client:
         for _ in range(2):
             session_client.beta.sessions.events.send(session_id, events=[answer])  # type: ignore[list-item]
+        # The token reads its session and sends its events; nothing more.
+        assert session_client.beta.sessions.retrieve(session_id).id == session_id
+        for change in (
+            lambda: session_client.beta.sessions.update(session_id, title="taken"),
+            lambda: session_client.beta.sessions.archive(session_id),
+            lambda: session_client.beta.sessions.delete(session_id),
+        ):
+            with pytest.raises(anthropic.PermissionDeniedError, match="sessions token"):
+                change()
     eventually(
         lambda: sdk.beta.sessions.retrieve(session_id).status == "idle" or None, "the turn's end"
     )

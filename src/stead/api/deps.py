@@ -172,8 +172,11 @@ async def authenticate(request: HTTPConnection) -> Caller:
 
 
 async def _work_token_caller(request: HTTPConnection, secret: str) -> Caller:
-    """A self-hosted worker's sessions token: good for its item's session only,
-    and only while its claim lasts (never cached, so a new claim revokes it at once)."""
+    """A self-hosted worker's sessions token: good for reading its item's session
+    and sending its events (the tools' results) only, and only while its claim
+    lasts (never cached, so a new claim revokes it at once). What a worker does
+    not need (changing, archiving or deleting the session, its resources or
+    threads, a terminal) takes an API key."""
     token = await services(request).store.authenticate_work_token(secret)
     if token is None:
         raise ApiError(401, "invalid sessions token, or its claim ended")
@@ -181,4 +184,12 @@ async def _work_token_caller(request: HTTPConnection, secret: str) -> Caller:
     path = request.url.path
     if token.session_id is None or not (path == own or path.startswith(own + "/")):
         raise ApiError(403, f"this sessions token is good for session {token.session_id} only")
+    method = request.scope.get("method")
+    reads = request.scope["type"] == "http" and method in ("GET", "HEAD")
+    if not reads and not (method == "POST" and path == own + "/events"):
+        raise ApiError(
+            403,
+            f"a sessions token reads session {token.session_id} and sends its events; "
+            "anything else takes an API key",
+        )
     return Caller(workspace_id=token.workspace_id, key_id=token.work_id)
