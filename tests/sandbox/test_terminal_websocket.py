@@ -7,6 +7,7 @@ import contextlib
 import json
 import struct
 import urllib.parse
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from stead.client import Output, Terminal, TerminalError
 from stead.client.terminal import EXIT, STDOUT
 from stead.sandbox import HostSandbox
 from stead.testing import HostProcess, ServerProcess
+from tests.conftest import make_client
 from tests.sandbox.conftest import WAIT, client_of, config, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
@@ -228,3 +230,44 @@ async def test_two_clients_on_one_pty_and_two_ptys_apart(
             await read_until(watched, b"42-first")  # a second client sees it all
             await other.send(b"echo [$ONLY]-$((3*3))\n")
             assert b"[]-9" in await read_until(theirs, b"-9")  # another PTY: its own shell
+
+
+async def test_bad_terminal_requests_close_with_a_reason_and_no_server_error(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    """A bad offset, a binary first frame for an exec's command, a client gone
+    before its command: a 4400 (or nothing, for the one that left), never an
+    unhandled error in the server; and a self-hosted session has no sandbox."""
+    assert gateway.first_key
+    base = gateway.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox"
+    headers = {"x-api-key": gateway.first_key}
+    before = len(gateway.log_text())
+
+    async def closed(url: str, first: bytes | None = None) -> tuple[int | None, str]:
+        async with websockets.connect(url, additional_headers=headers) as socket:
+            if first is not None:
+                await socket.send(first)
+            with anyio.fail_after(WAIT):
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    while True:
+                        await socket.recv()
+            return socket.close_code, socket.close_reason
+
+    for offset in ("-1", str(10**30)):
+        code, reason = await closed(f"{base}/pty?offset={offset}")
+        assert code == 4400 and "offset" in reason
+    code, reason = await closed(f"{base}/exec", first=b"\x00ls")
+    assert code == 4400 and "command" in reason
+    async with websockets.connect(f"{base}/exec", additional_headers=headers):
+        pass  # gone before sending its command
+    with make_client(gateway.url, gateway.first_key) as client:
+        agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
+        environment = client.beta.environments.create(
+            name=f"workers-{uuid.uuid4().hex[:8]}", config={"type": "self_hosted"}
+        )
+        on_workers = client.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+    url = gateway.url.replace("http", "ws", 1) + f"/v1/sessions/{on_workers.id}/sandbox/pty"
+    code, reason = await closed(url)
+    assert code == 4503 and "self_hosted" in reason
+    await anyio.sleep(0.2)  # the server's handling of the one that left
+    assert "Traceback" not in gateway.log_text()[before:]

@@ -53,6 +53,8 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_TOO_SLOW = 4408
 """This client fell more than the scrollback behind and was dropped."""
 CLOSE_NO_SANDBOX = 4503
+MAX_OFFSET = 2**62
+"""Larger than any terminal's output; a signed 64-bit integer on the host protocol."""
 
 
 @router.websocket("/exec")
@@ -78,6 +80,8 @@ async def _serve(websocket: WebSocket, session_id: str, kind: TerminalKind) -> N
     except Refused as refused:
         await websocket.close(refused.code, refused.reason[:120])
         return
+    except WebSocketDisconnect:
+        return  # the client left before its terminal opened
     try:
         await websocket.send_text(json.dumps({"type": "attached", "id": terminal_id, "kind": kind}))
         code, reason = await _relay(websocket, terminal)
@@ -98,9 +102,13 @@ async def _open(websocket: WebSocket, session_id: str, kind: TerminalKind) -> tu
         raise Refused(CLOSE_UNAUTHORIZED, str(exc)) from None
     app = services(websocket)
     try:
-        await app.store.get_session(who.workspace_id, session_id)
+        session = await app.store.get_session(who.workspace_id, session_id)
     except NotFound:
         raise Refused(CLOSE_NOT_FOUND, f"no session {session_id}") from None
+    if await app.runtime.work.self_hosted(session):
+        # Its tools run on the environment's workers; a stead sandbox opened
+        # here would be another machine than the one its agent works in.
+        raise Refused(CLOSE_NO_SANDBOX, "a self_hosted environment's session has no sandbox")
     query = websocket.query_params
     terminal_id = query.get("id") or f"{kind}_{secrets.token_hex(8)}"
     try:
@@ -109,6 +117,8 @@ async def _open(websocket: WebSocket, session_id: str, kind: TerminalKind) -> tu
         )
     except ValueError:
         raise Refused(CLOSE_BAD_REQUEST, "offset, rows and cols must be integers") from None
+    if not 0 <= offset <= MAX_OFFSET:
+        raise Refused(CLOSE_BAD_REQUEST, f"offset must be between 0 and {MAX_OFFSET}")
     command = query.get("command")
     if kind == "exec" and command is None and "id" not in query:
         command = await _first_command(websocket)
@@ -125,9 +135,11 @@ async def _open(websocket: WebSocket, session_id: str, kind: TerminalKind) -> tu
 async def _first_command(websocket: WebSocket) -> str:
     """An exec's command from its first control message, when not in the query."""
     with anyio.move_on_after(services(websocket).settings.keepalive_seconds):
-        message = await websocket.receive_text()
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", CLOSE_NORMAL))
         try:
-            start = loads(message, root="message")
+            start = loads(message.get("text") or "", root="message")
         except JsonValueError:
             start = None
         if isinstance(start, dict) and isinstance(start.get("command"), str):
