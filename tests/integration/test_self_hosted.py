@@ -32,6 +32,12 @@ SELF_HOSTED = {
         Turn([ToolCall("bash", {"command": "echo ran >> count.txt; sleep 20"})]),
         Turn([Text("done")]),
     ],
+    "twice": [
+        Turn([ToolCall("bash", {"command": "true"})]),
+        Turn([Text("done")]),
+        Turn([ToolCall("bash", {"command": "echo again"})]),
+        Turn([Text("done")]),
+    ],
 }
 
 
@@ -263,3 +269,94 @@ def test_a_result_reported_twice_is_recorded_once(
     answers = [e for e in events if e.type == "user.tool_result" and e.tool_use_id == use.id]
     assert len(answers) == 1
     assert events[-1].type == "session.status_idle" and events[-1].stop_reason.type == "end_turn"
+
+
+def _hold(work: Any, env_id: str) -> Any:
+    """The environment's next item, polled, acked and claimed with a long lease."""
+    item = eventually(lambda: work.poll(env_id, block_ms=999), "a work item")
+    work.ack(item.id, environment_id=env_id)
+    work.heartbeat(
+        item.id,
+        environment_id=env_id,
+        expected_last_heartbeat="NO_HEARTBEAT",
+        desired_ttl_seconds=600,
+    )
+    return item
+
+
+def _results(sdk: anthropic.Anthropic, session_id: str) -> list[Any]:
+    return [e for e in sdk.beta.sessions.events.list(session_id) if e.type == "user.tool_result"]
+
+
+def test_an_item_stopped_while_its_call_waits_leaves_no_call_stranded(
+    sdk: anthropic.Anthropic, hosted: ServerProcess
+) -> None:
+    """Force-stopped while its worker runs a call (the worker can answer no
+    more): the call is answered as in doubt and the turn goes on, instead of
+    waiting out the answer timeout."""
+    env_id, key = environment(sdk)
+    session_id = session_on(sdk, env_id)
+    sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+    with make_client(hosted.url, key) as worker:
+        item = _hold(worker.beta.environments.work, env_id)
+    eventually(
+        lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)),
+        "the bash call",
+    )
+    sdk.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
+    eventually(lambda: sdk.beta.sessions.retrieve(session_id).status == "idle", "the turn's end")
+    [answer] = _results(sdk, session_id)
+    assert answer.is_error and "may have run" in answer.content[0].text  # type: ignore[union-attr]
+
+
+def test_a_stopping_item_keeps_its_session_s_calls_from_a_second_worker(
+    sdk: anthropic.Anthropic, hosted: ServerProcess
+) -> None:
+    """Asked to stop, its worker may still run what the session asks: no item is
+    queued beside it (a second worker would run the same call); once it stopped,
+    what it may have run is answered as in doubt."""
+    env_id, key = environment(sdk)
+    session_id = session_on(sdk, env_id)
+
+    def uses() -> list[Any]:
+        return [e for e in sdk.beta.sessions.events.list(session_id) if e.type == "agent.tool_use"]
+
+    sdk.beta.sessions.events.send(session_id, events=[say("twice")])  # type: ignore[list-item]
+    with make_client(hosted.url, key) as worker:
+        item = _hold(worker.beta.environments.work, env_id)
+        [first] = eventually(uses, "the first call")
+        token = _sessions_token_from_secret(item.secret)
+        assert token is not None
+        with make_client(hosted.url, token) as session_client:
+            ran = {"type": "user.tool_result", "tool_use_id": first.id, "content": []}
+            session_client.beta.sessions.events.send(session_id, events=[ran])  # type: ignore[list-item]
+        eventually(lambda: sdk.beta.sessions.retrieve(session_id).status == "idle", "turn one")
+        sdk.beta.environments.work.stop(item.id, environment_id=env_id)
+        sdk.beta.sessions.events.send(session_id, events=[say("again")])  # type: ignore[list-item]
+        eventually(lambda: len(uses()) == 2, "the second call")
+        listed = worker.beta.environments.work.list(env_id)
+        assert [(i.id, i.state) for i in listed] == [(item.id, "stopping")]
+        # The worker's own stop as it leaves (what the SDK's worker sends).
+        worker.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
+        eventually(lambda: sdk.beta.sessions.retrieve(session_id).status == "idle", "turn two")
+        assert [i.state for i in worker.beta.environments.work.list(env_id)] == ["stopped"]
+    *_, answer = _results(sdk, session_id)
+    assert "may have run" in answer.content[0].text  # type: ignore[union-attr]
+
+
+def test_archiving_a_session_stops_its_work(
+    sdk: anthropic.Anthropic, hosted: ServerProcess
+) -> None:
+    env_id, key = environment(sdk)
+    session_id = session_on(sdk, env_id)
+    sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+    eventually(
+        lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)),
+        "the bash call",
+    )
+    sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])  # type: ignore[list-item]
+    eventually(lambda: sdk.beta.sessions.retrieve(session_id).status == "idle", "the interrupt")
+    sdk.beta.sessions.archive(session_id)
+    with make_client(hosted.url, key) as worker:
+        assert [i.state for i in worker.beta.environments.work.list(env_id)] == ["stopped"]
+        assert worker.beta.environments.work.poll(env_id) is None

@@ -8,6 +8,7 @@ import pytest
 from stead.store import Conflict, PageRequest, SqlStore
 from stead.store.work import NO_HEARTBEAT, HeartbeatRefused, WorkState
 from tests.databases import STORES
+from tests.unit.conftest import definition
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 TTL = 60.0
@@ -114,3 +115,35 @@ async def test_metadata_merges_and_items_page_in_order(store: SqlStore) -> None:
     assert (await store.get_work(workspace, env, first)).metadata == {"c": "3"}
     page = await store.list_work(workspace, env, PageRequest(limit=2, order="asc"))
     assert [i.id for i in page.items] == [i.id for i in items[:2]] and page.has_next
+
+
+async def test_a_stopping_item_serves_its_session_and_an_ended_session_has_no_work(
+    store: SqlStore,
+) -> None:
+    """A stopping item's worker may still run the session's calls: no second
+    item is queued beside it. Archived, a session's items stop (their tokens
+    with them); deleted, they go."""
+    workspace, env = await _environment(store)
+    agent = await store.create_agent(workspace, definition())
+    sessions = []
+    for _ in range(2):
+        made, _ = await store.create_session(
+            workspace, (agent.id, None), lambda a: {"id": a.id}, env, {}, []
+        )
+        sessions.append(made.id)
+    kept, gone = sessions
+    item = await store.ensure_work_item(workspace, env, kept, TTL)
+    assert item is not None
+    claimed = await store.poll_work(workspace, env, "worker-1", 30.0)
+    assert claimed is not None
+    await store.ack_work(workspace, env, item.id)
+    stopping = await store.stop_work(workspace, env, item.id, force=False)
+    assert await store.ensure_work_item(workspace, env, kept, TTL) == stopping
+    await store.archive_session(workspace, kept)
+    [archived] = (await store.list_work(workspace, env, PageRequest(limit=10, order="asc"))).items
+    assert (archived.id, archived.state) == (item.id, WorkState.STOPPED)
+    assert await store.authenticate_work_token(claimed.token) is None
+    await store.ensure_work_item(workspace, env, gone, TTL)
+    await store.delete_session(workspace, gone)
+    listed = (await store.list_work(workspace, env, PageRequest(limit=10, order="asc"))).items
+    assert [i.id for i in listed] == [item.id]

@@ -265,7 +265,11 @@ async def stop_work(
 ) -> JSONResponse:
     who = await _worker(request, environment_id, (KEY, TOKEN, API), work_id)
     force = work_schemas.stop_force(await json_body(request) if await request.body() else {})
-    item = await services(request).store.stop_work(who.workspace_id, environment_id, work_id, force)
+    app = services(request)
+    item = await app.store.stop_work(who.workspace_id, environment_id, work_id, force)
+    accepted = await app.runtime.work.stopped(item)
+    if accepted is not None and accepted.starts_work and item.session_id:
+        app.runtime.committed(item.session_id, queued=True)
     return JSONResponse(_work(item))
 
 

@@ -36,7 +36,9 @@ from stead.store import (
     NewEvent,
     NotFound,
     SessionRecord,
+    SessionStore,
     WorkItem,
+    WorkState,
     WorkStore,
 )
 
@@ -74,9 +76,9 @@ def _answer_in(events: Sequence[Json], use_id: str) -> Json | None:
     return None
 
 
-class WorkQueueStore(WorkStore, EventLog, EnvironmentStore, Protocol):
+class WorkQueueStore(WorkStore, EventLog, EnvironmentStore, SessionStore, Protocol):
     """What handing tool calls to environment workers uses: the work queue,
-    the session's log and its environment's config."""
+    the session (its log, its environment's config, whether it is archived)."""
 
 
 class WorkQueue:
@@ -160,6 +162,30 @@ class WorkQueue:
         if item.session_id is not None:
             accepted = await self._answer_in_doubt(item)
         await self._store.settled_work(item.id, item.epoch)
+        return accepted
+
+    async def stopped(self, item: WorkItem) -> EventsAccepted | None:
+        """After ``item`` stopped (its worker leaving, an operator's stop) while
+        its session's turn may wait on it: the calls a worker that held it may
+        have started are answered as in doubt (it answers nothing more: its
+        token is revoked), and calls still waiting for a worker get a new item.
+        Before, such a turn waited out the answer timeout with no worker able
+        to take its calls."""
+        if item.state != WorkState.STOPPED or item.session_id is None:
+            return None
+        accepted = await self._answer_in_doubt(item) if item.acknowledged_at else None
+        waiting = [
+            use
+            for use in unresolved_tool_uses(await self._logs.read(item.session_id))
+            if use["type"] == EventType.AGENT_TOOL_USE and use["name"] in WORKER_TOOLS
+        ]
+        if waiting:
+            try:
+                session = await self._store.get_session(item.workspace_id, item.session_id)
+            except NotFound:
+                return accepted
+            if session.archived_at is None and session.terminated_at is None:
+                await self.ensure(session)
         return accepted
 
     async def _answer_in_doubt(self, item: WorkItem) -> EventsAccepted | None:

@@ -38,6 +38,7 @@ from stead.store import (
     _repositories,
     _runs,
     _vaults,
+    _work,
 )
 from stead.store._compiled import compiled
 from stead.store._paging import fetch_page
@@ -313,6 +314,7 @@ def archive(conn: Connection, now: datetime, workspace_id: str, session_id: str)
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before archiving")
     conn.execute(update(sessions).where(sessions.c.id == session_id).values(archived_at=now))
+    _work.session_archived(conn, now, session_id)
     return get(conn, workspace_id, session_id)
 
 
@@ -326,6 +328,7 @@ def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:
     _repositories.delete_for_session(conn, session_id)
     _memory_mounts.forget_session(conn, session_id)
     _leases.session_deleted(conn, session_id)
+    _work.session_deleted(conn, session_id)
     conn.execute(delete(sessions).where(sessions.c.id == session_id))
 
 

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, or_, select, update
+from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, update
 
 from stead.events import EventType
 from stead.ids import new_id
@@ -398,6 +398,26 @@ def stop(item: WorkItem, now: datetime, force: bool) -> Step | None:
     if item.state == WorkState.STOPPING:
         return None
     return WorkState.STOPPING, {"stop_requested_at": now}
+
+
+def session_archived(conn: Connection, now: datetime, session_id: str) -> None:
+    """The session's items stop: no worker is handed an archived session, and
+    a worker that holds one loses its sessions token."""
+    conn.execute(
+        update(work_items)
+        .where(work_items.c.session_id == session_id, work_items.c.state != WorkState.STOPPED)
+        .values(
+            state=WorkState.STOPPED,
+            stopped_at=now,
+            stop_requested_at=func.coalesce(work_items.c.stop_requested_at, now),
+            token_hash=None,
+            lease_until=None,
+        )
+    )
+
+
+def session_deleted(conn: Connection, session_id: str) -> None:
+    conn.execute(delete(work_items).where(work_items.c.session_id == session_id))
 
 
 def settled_work(conn: Connection, _now: datetime, work_id: str, epoch: int) -> None:

@@ -33,7 +33,10 @@ class WorkState(enum.StrEnum):
     STOPPED = "stopped"
 
 
-LIVE_STATES = (WorkState.QUEUED, WorkState.STARTING, WorkState.ACTIVE)
+LIVE_STATES = (WorkState.QUEUED, WorkState.STARTING, WorkState.ACTIVE, WorkState.STOPPING)
+"""An item that serves its session: a new turn's calls go to it. A stopping
+one's worker may still run them, so none is queued beside it until it stopped
+(two workers would run one call)."""
 HELD_STATES = (WorkState.STARTING, WorkState.ACTIVE, WorkState.STOPPING)
 """A worker holds the item (acked it) and may be running its tools."""
 TRANSITIONS: dict[WorkState, frozenset[WorkState]] = {

@@ -32,6 +32,7 @@ from stead.store.inmemory import (
     repositories,
     runs,
     vaults,
+    work,
 )
 from stead.store.inmemory.tables import SessionRow, Tables, loaded, page_of, stored
 from stead.store.paging import Page, PageRequest
@@ -165,6 +166,7 @@ def archive(t: Tables, now: datetime, workspace_id: str, session_id: str) -> Ses
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before archiving")
     t.sessions[session_id] = replace(t.sessions[session_id], archived_at=now)
+    work.session_archived(t, now, session_id)
     return get(t, workspace_id, session_id)
 
 
@@ -180,6 +182,7 @@ def delete(t: Tables, workspace_id: str, session_id: str) -> None:
     repositories.delete_for_session(t, session_id)
     memory_mounts.forget_session(t, session_id)
     leases.session_deleted(t, session_id)
+    work.session_deleted(t, session_id)
     del t.sessions[session_id]
 
 

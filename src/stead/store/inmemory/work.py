@@ -212,3 +212,19 @@ def list_work(
 def work_stats(t: Tables, workspace_id: str, environment_id: str) -> QueueStats:
     queued = [i for i in _of(t, workspace_id, environment_id) if i.state == WorkState.QUEUED]
     return _work.queue_stats([(i.polled_at, i.created_at) for i in queued])
+
+
+def session_archived(t: Tables, now: datetime, session_id: str) -> None:
+    """``_work.session_archived``."""
+    for found in list(t.work_items.values()):
+        item = found.record()
+        if item.session_id == session_id and item.state != WorkState.STOPPED:
+            step = _work.stop(item, now, force=True)
+            assert step is not None
+            _change(t, item, step)
+
+
+def session_deleted(t: Tables, session_id: str) -> None:
+    for work_id in [k for k, found in t.work_items.items() if found.kept.session_id == session_id]:
+        del t.work_items[work_id]
+        t.work_tokens.pop(work_id, None)
