@@ -110,3 +110,25 @@ async def test_a_refused_refresh_says_so_without_the_tokens(
     with pytest.raises(McpAuthFailed) as failed:
         await tokens.refreshed(ServerToken(held.credential, "old"))
     assert "unknown" not in str(failed.value) and "HTTP 400" in str(failed.value)
+
+
+@pytest.mark.parametrize("ended", ["deleted", "archived", "vault archived"])
+async def test_a_credential_gone_since_the_call_began_is_not_refreshed(
+    store: SqlStore, mcp: FakeMcpServer, ended: str
+) -> None:
+    """Refused by the server after its credential was deleted or archived: an
+    authentication failure for the call, with no refresh made (before, the
+    store's error ended the run, which was retried as if it had crashed)."""
+    tokens, _, workspace_id, vault_id = await _tokens(store, mcp, None)
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert held.credential is not None
+    if ended == "deleted":
+        await store.delete_credential(workspace_id, vault_id, held.credential.id)
+    elif ended == "archived":
+        await store.archive_credential(workspace_id, vault_id, held.credential.id)
+    else:
+        await store.archive_vault(workspace_id, vault_id)
+    before = mcp.refreshes
+    with pytest.raises(McpAuthFailed, match="deleted or archived"):
+        await tokens.refreshed(held)
+    assert mcp.refreshes == before

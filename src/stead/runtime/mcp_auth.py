@@ -25,7 +25,7 @@ from stead.config import Settings
 from stead.egress_policy import EgressPolicy, UpstreamTls
 from stead.jsonvalues import Json
 from stead.runtime.keyed_locks import KeyedLocks
-from stead.store import CredentialRecord, VaultStore
+from stead.store import Conflict, CredentialRecord, NotFound, VaultStore
 from stead.vault import SealError, SecretBox
 
 if TYPE_CHECKING:
@@ -147,9 +147,14 @@ class McpTokens:
                 f"credential {credential.id} was refused and has no refresh settings"
             )
         async with self._refreshing.hold(credential.id):
-            current = await self._store.get_credential(
-                credential.workspace_id, credential.vault_id, credential.id
+            # Read again as the session's vaults offer it: a credential deleted or
+            # archived (or its vault archived) since is not refreshed.
+            active = await self._store.active_credentials(
+                credential.workspace_id, [credential.vault_id]
             )
+            current = next((c for c in active if c.id == credential.id), None)
+            if current is None:
+                raise McpAuthFailed(f"credential {credential.id} was deleted or archived")
             now = self._open(current)
             if now.token != held.token and not _expires_soon(current, datetime.now(UTC)):
                 return now  # refreshed by someone else while this call waited
@@ -163,9 +168,12 @@ class McpTokens:
             except mcp.RefreshFailed as exc:
                 message = f"refreshing credential {credential.id} failed: {exc}"
                 raise McpAuthFailed(message) from None
-            updated = await write_back_grant(
-                self._store, self._box, current, secret["refresh_token"], grant
-            )
+            try:
+                updated = await write_back_grant(
+                    self._store, self._box, current, secret["refresh_token"], grant
+                )
+            except (NotFound, Conflict):  # deleted or archived while the grant was asked for
+                raise McpAuthFailed(f"credential {credential.id} was deleted or archived") from None
             log.info("refreshed the access token of credential %s", credential.id)
             return ServerToken(updated, grant.access_token)
 
