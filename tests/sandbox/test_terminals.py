@@ -17,6 +17,7 @@ from stead.sandbox.client import (
     TerminalOutput,
     TerminalReplayed,
 )
+from stead.sandbox_host.lifecycle import KEPT_EXITED
 from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
 
@@ -163,3 +164,16 @@ async def test_a_slow_client_is_dropped_without_holding_back_a_fast_one(
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()
         process.stop()
+
+
+async def test_a_sandbox_keeps_only_the_newest_exited_terminals(sandbox: HostSandbox) -> None:
+    """Each holds up to a mebibyte of output; a sandbox a terminal keeps awake
+    never sleeps them away, so past ``KEPT_EXITED`` the oldest go."""
+    ids = [f"exec-old-{n}" for n in range(KEPT_EXITED + 3)]
+    for terminal_id in ids:
+        await read_to_end(await sandbox.terminal(terminal_id, kind="exec", command="echo hi"))
+    listed = [p["id"] for p in (await sandbox.status())["processes"]]
+    assert set(listed) >= set(ids[-KEPT_EXITED + 1 :]) and ids[0] not in listed
+    assert len([i for i in listed if i.startswith("exec-old-")]) <= KEPT_EXITED
+    gone = await read_to_end(await sandbox.terminal(ids[0], kind="exec"))
+    assert isinstance(gone[-1], TerminalEnded) and "needs a command" in (gone[-1].error or "")

@@ -76,6 +76,9 @@ from stead.sandbox_host.workspace import SandboxErased, SavedWorkspace
 
 log = logging.getLogger("stead.sandbox.host")
 
+KEPT_EXITED = 16
+"""Exited processes and terminals a sandbox keeps for reading back (newest first)."""
+
 
 class State(enum.StrEnum):
     COLD = "cold"
@@ -471,8 +474,20 @@ class HostedSandbox(SandboxCommands):
             body = self._require_body()
             process = await body.spawn(["/bin/bash", "-c", command], self.environment())
             background = BackgroundProcess.start(process, command, name, self._tasks)
-            self.processes[background.id] = background
+            self._hold(background)
             return background
+
+    def _hold(self, process: BackgroundProcess) -> None:
+        """Adds ``process``, and lets the oldest exited ones go (none a client is
+        attached to) past ``KEPT_EXITED``: each holds up to a mebibyte of
+        output, and a sandbox kept awake by a terminal never sleeps them away."""
+        exited = sorted(
+            (p for p in self.processes.values() if not p.running and not p.attached),
+            key=lambda p: p.started_at,
+        )
+        for old in exited[: max(0, len(exited) + 1 - KEPT_EXITED)]:
+            del self.processes[old.id]
+        self.processes[process.id] = process
 
     async def terminal(
         self, terminal_id: str, *, kind: Kind, command: str | None, rows: int, cols: int
@@ -501,7 +516,7 @@ class HostedSandbox(SandboxCommands):
                 started = BackgroundProcess.start(
                     process, command or "bash -l", None, self._tasks, kind=kind, id=terminal_id
                 )
-                self.processes[terminal_id] = started
+                self._hold(started)
                 return started
 
     def process(self, process_id: str) -> BackgroundProcess:

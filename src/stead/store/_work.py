@@ -522,7 +522,10 @@ def first_confirmations(
         if event.type != EventType.USER_TOOL_CONFIRMATION:
             kept.append(event)
             continue
-        use_id = str(event.body["tool_use_id"])
+        use_id = answered_use(event.type, event.body, SETTLING_KEYS)
+        if use_id is None:  # refused before the store, by the schema's check
+            kept.append(event)
+            continue
         earlier = logged_settlement(use_id)
         before = earlier.body if earlier is not None else given.get(use_id)
         if before is None:
