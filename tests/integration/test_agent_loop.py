@@ -462,6 +462,34 @@ def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(
     assert len(answers) == 2
 
 
+def test_a_listing_that_reached_the_queue_goes_on_through_what_was_logged_since(
+    sdk: anthropic.Anthropic,
+) -> None:
+    """A page ending on a queued event, the queue drained before the next page:
+    the next page lists what was logged meanwhile (the drained messages among
+    it) instead of an empty queue; before, the listing ended there."""
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break  # the model answers in 1.5 s: the log holds still meanwhile
+        sdk.beta.sessions.events.send(session_id, events=[say("q1"), say("q2")])
+        everything = sdk.beta.sessions.events.list(session_id, limit=1000).data
+        first = sdk.beta.sessions.events.list(session_id, limit=len(everything) - 1)
+        assert first.data[-1].processed_at is None and first.has_next_page()  # ends on q1
+        until_idle(stream, idles=2)
+    listed = list(first.data)
+    page = first
+    while page.has_next_page():
+        page = page.get_next_page()
+        listed += page.data
+    final = [e.id for e in sdk.beta.sessions.events.list(session_id, limit=1000).data]
+    assert set(final) <= {e.id for e in listed}
+    texts = [e.content[0].text for e in listed if e.type == "user.message" and e.processed_at]
+    assert texts == ["slow start", "q1", "q2"]
+
+
 def test_stream_previews_add_up_to_the_logged_message(sdk: anthropic.Anthropic) -> None:
     session_id = new_session(sdk, [TOOLSET])
     deltas = ["agent.message", "agent.thinking"]

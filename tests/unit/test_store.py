@@ -104,6 +104,30 @@ async def test_event_pages_cross_from_log_to_queue(store: SqlStore) -> None:
     assert all(e.seq is not None for e in only_log.items)
 
 
+async def test_a_cursor_into_the_queue_with_a_log_floor_lists_what_was_logged_since(
+    store: SqlStore,
+) -> None:
+    """``(1, position, seq)``: the log past ``seq`` first (what was logged after
+    the page that reached the queue), then the queue past ``position``."""
+    workspace_id, session_id = await new_session(store)
+    await store.append_events(session_id, [user_message(f"sevt_l{i}") for i in range(2)])
+    await store.start_run(session_id)
+    queued = [user_message(f"sevt_q{i}") for i in range(3)]
+    await store.accept_user_events(workspace_id, session_id, queued, ACCEPT_ALL)
+    page = await store.list_events(
+        workspace_id, session_id, PageRequest(limit=3, order="asc"), EventFilter()
+    )
+    *logged, reached = page.items
+    assert [e.id for e in page.items] == ["sevt_l0", "sevt_l1", "sevt_q0"] and page.has_next
+    await store.append_events(session_id, [user_message("sevt_since")])
+    assert reached.position is not None and logged[-1].seq is not None
+    after = (1, reached.position, logged[-1].seq)
+    rest = await store.list_events(
+        workspace_id, session_id, PageRequest(limit=10, order="asc", after=after), EventFilter()
+    )
+    assert [e.id for e in rest.items] == ["sevt_since", "sevt_q1", "sevt_q2"]
+
+
 async def test_session_status_is_derived(store: SqlStore) -> None:
     workspace_id, session_id = await new_session(store)
     where = SessionFilter(statuses=["idle"])

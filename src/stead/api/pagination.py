@@ -42,6 +42,9 @@ CREATED_KEY: tuple[type, ...] = (datetime, str)
 VERSION_KEY: tuple[type, ...] = (int,)
 EVENT_KEY: tuple[type, ...] = (int, int)
 """(0, seq) for the log, (1, queue position) for pending events."""
+PENDING_EVENT_KEY: tuple[type, ...] = (int, int, int)
+"""(1, queue position, the last seq listed before it): an ascending listing's
+cursor into the queue (``events.events_page``)."""
 PREFIX = "page_"
 TAG_BYTES = 16
 NOT_OURS = "page: not a cursor issued by this server for this list"
@@ -108,8 +111,11 @@ def page_request(
     limit: int,
     cursor: str | None,
     key_types: tuple[type, ...],
+    *,
+    or_types: tuple[type, ...] | None = None,
 ) -> PageRequest:
-    """Decodes ``cursor`` for ``listing``; its key must have ``key_types``."""
+    """Decodes ``cursor`` for ``listing``; its key must have ``key_types`` (or
+    ``or_types``)."""
     if not cursor:
         return PageRequest(limit=limit, order=order)
     payload = _verified(listing, cursor)
@@ -119,10 +125,7 @@ def page_request(
         order_of, direction = payload["o"], payload["d"]
     except (ValueError, KeyError, TypeError):
         raise RequestError(NOT_OURS) from None
-    shaped = len(key) == len(key_types) and all(
-        isinstance(v, t) and not (t is int and isinstance(v, bool))
-        for v, t in zip(key, key_types, strict=False)
-    )
+    shaped = _shaped(key, key_types) or (or_types is not None and _shaped(key, or_types))
     if not shaped or direction not in ("after", "before"):
         raise RequestError(NOT_OURS)
     if order_of != order:
@@ -130,6 +133,13 @@ def page_request(
     if direction == "before":
         return PageRequest(limit=limit, order=order, before=key)
     return PageRequest(limit=limit, order=order, after=key)
+
+
+def _shaped(key: tuple[Any, ...], types: tuple[type, ...]) -> bool:
+    return len(key) == len(types) and all(
+        isinstance(v, t) and not (t is int and isinstance(v, bool))
+        for v, t in zip(key, types, strict=True)
+    )
 
 
 def page_body(

@@ -279,8 +279,11 @@ def list_(
     conn: Connection, session_id: str, page: PageRequest, where: EventFilter
 ) -> Page[EventRecord]:
     """The log in ``seq`` order, then the pending queue (never processed, so it
-    sorts after every processed event). Cursor keys are ``(phase, seq|position)``."""
-    phase, key = page.after if page.after is not None else (None, None)
+    sorts after every processed event). Cursor keys are ``(phase, seq|position)``;
+    an ascending one in the queue may carry a third, the last ``seq`` the
+    listing passed: the page after it reads the log past that first, so events
+    logged since (queued ones drained among them) are listed, not skipped."""
+    phase, key, floor = cursor_parts(page)
     with_pending = not where.has_time_bounds
     log = select(events).where(events.c.session_id == session_id)
     queue = select(pending).where(pending.c.session_id == session_id)
@@ -300,6 +303,8 @@ def list_(
         stmt = log
         if phase == LOG_PHASE:
             stmt = stmt.where(events.c.seq > key if page.order == "asc" else events.c.seq < key)
+        elif floor is not None:
+            stmt = stmt.where(events.c.seq > floor)
         order = events.c.seq.asc() if page.order == "asc" else events.c.seq.desc()
         return [_logged(r) for r in conn.execute(stmt.order_by(order).limit(room)).all()]
 
@@ -314,7 +319,7 @@ def list_(
     want = page.limit + 1
     items: list[EventRecord] = []
     if page.order == "asc":
-        if phase in (None, LOG_PHASE):
+        if phase in (None, LOG_PHASE) or floor is not None:
             items += from_log(want)
         if with_pending and len(items) < want:
             items += from_queue(want - len(items))
@@ -324,6 +329,14 @@ def list_(
         if len(items) < want:
             items += from_log(want - len(items))
     return Page(items=items[: page.limit], has_next=len(items) > page.limit, has_prev=False)
+
+
+def cursor_parts(page: PageRequest) -> tuple[int | None, int | None, int | None]:
+    """(phase, seq or position, log floor) of ``page``'s cursor; Nones without one."""
+    if page.after is None:
+        return None, None, None
+    phase, key, *floor = page.after
+    return phase, key, (floor[0] if floor and phase == PENDING_PHASE else None)
 
 
 def cursor_key(record: EventRecord) -> tuple[int, int]:
