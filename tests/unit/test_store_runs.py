@@ -231,3 +231,31 @@ async def test_a_run_that_ends_waiting_with_nothing_new_queues_none(store: SqlSt
         RunWrite(status=RunStatus.DONE, since=0, answer_drained=False, requeue_after=seen),
     )
     assert ended.next_run is None and await store.queued_runs(session_id) == []
+
+
+async def test_a_closing_write_leaves_out_answers_a_client_gave_meanwhile(
+    store: SqlStore,
+) -> None:
+    """An interrupted run closes the calls it read as open; a custom tool's
+    result accepted since keeps its place, and the call gets no second answer."""
+    workspace_id, session_id = await new_session(store)
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_hi")], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert accepted.started is not None
+    claim = accepted.started.claim
+    uses = [
+        NewEvent(f"sevt_use{n}", "agent.custom_tool_use", {"name": "t", "input": {}})
+        for n in range(2)
+    ]
+    await store.run_write(claim, RunWrite(events=uses))
+    answer = NewEvent("sevt_answer", "user.custom_tool_result", {"custom_tool_use_id": "sevt_use0"})
+    await store.accept_user_events(workspace_id, session_id, [answer], ACCEPT_ALL)
+    closing = [
+        NewEvent(f"sevt_closed{n}", "agent.tool_result", {"tool_use_id": f"sevt_use{n}"})
+        for n in range(2)
+    ]
+    ended = await store.run_write(
+        claim, RunWrite(events=closing, status=RunStatus.DONE, closing=True)
+    )
+    assert [e.id for e in ended.logged] == ["sevt_closed1"]

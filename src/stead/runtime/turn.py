@@ -551,4 +551,7 @@ class TurnRunner(ToolSteps):
             for use in unresolved_tool_uses(events)
         ]
         with contextlib.suppress(TurnOver):
-            await self._end(closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False)
+            # closing: a client's answer accepted since the read keeps its place.
+            await self._end(
+                closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False, closing=True
+            )

@@ -506,6 +506,17 @@ def answered_use(event_type: str, body: Json, keys: Mapping[str, str] = ANSWER_K
     return use_id if isinstance(use_id, str) else None
 
 
+def unanswered(
+    new: Sequence[NewEvent], logged_answer: Callable[[str], EventRecord | None]
+) -> list[NewEvent]:
+    """``new`` without the answers whose tool use has one logged already."""
+    return [
+        e
+        for e in new
+        if (use_id := answered_use(e.type, e.body)) is None or logged_answer(use_id) is None
+    ]
+
+
 def first_confirmations(
     new: Sequence[NewEvent], logged_settlement: Callable[[str], EventRecord | None]
 ) -> tuple[list[NewEvent], list[EventRecord]]:

@@ -125,6 +125,10 @@ class RunWrite:
     logged last, after the drained queue (the run's status is the caller's)."""
     status: RunStatus | None = None
     """The run's new status (``DONE`` ends it)."""
+    closing: bool = False
+    """``events`` answer calls the run gives up on (an interrupt): an answer for
+    a call that has one already (a client's, accepted since the run read the
+    log) is left out, so no call gets two."""
     drain_pending: bool = False
     """Move queued user events into the log (they are processed now)."""
     answer_drained: bool = True

@@ -4,13 +4,14 @@ order of the writes; stamps never go back within a session."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
 from stead.events import EventType
 from stead.ids import new_id
 from stead.store._events import LOG_PHASE, PENDING_PHASE, cursor_parts
+from stead.store._work import ANSWER_KEYS, answered_use
 from stead.store.errors import NotFound
 from stead.store.events import EventFilter, EventRecord, NewEvent
 from stead.store.inmemory import webhooks
@@ -133,3 +134,15 @@ def list_(t: Tables, session_id: str, page: PageRequest, where: EventFilter) -> 
         ordered = (queue if phase in (None, PENDING_PHASE) else []) + from_log
     items = [e.record(session_id) for e in ordered[: page.limit + 1]]
     return Page(items=items[: page.limit], has_next=len(items) > page.limit, has_prev=False)
+
+
+def logged_answer(
+    t: Tables, session_id: str, use_id: str, keys: Mapping[str, str] = ANSWER_KEYS
+) -> EventRecord | None:
+    use = find(t, session_id, use_id)
+    if use is None or use.seq is None:
+        return None
+    for later in after(t, session_id, use.seq, None):
+        if answered_use(later.type, later.body, keys) == use_id:
+            return later
+    return None

@@ -4,18 +4,12 @@ once when the caller gives terms."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 
 from stead.store._inbox import Validator, check_accepting, file_in
-from stead.store._work import (
-    ANSWER_KEYS,
-    SETTLING_KEYS,
-    answered_use,
-    first_answers,
-    first_confirmations,
-)
-from stead.store.events import EventRecord, EventsAccepted, NewEvent
+from stead.store._work import SETTLING_KEYS, first_answers, first_confirmations
+from stead.store.events import EventsAccepted, NewEvent
 from stead.store.inmemory import events, runs, sessions
 from stead.store.inmemory.tables import Tables
 from stead.store.runs import STARTS_WORK, ClaimTerms
@@ -33,9 +27,9 @@ def accept(
     session = sessions.get(t, workspace_id, session_id)
     check_accepting(session)
     validate(session, lambda event_id: events.find(t, session_id, event_id))
-    new, repeated = first_answers(new, lambda use_id: _logged_answer(t, session_id, use_id))
+    new, repeated = first_answers(new, lambda use_id: events.logged_answer(t, session_id, use_id))
     new, confirmed = first_confirmations(
-        new, lambda use_id: _logged_answer(t, session_id, use_id, SETTLING_KEYS)
+        new, lambda use_id: events.logged_answer(t, session_id, use_id, SETTLING_KEYS)
     )
     repeated += confirmed
     echoes, logged = file_in(
@@ -53,15 +47,3 @@ def accept(
         if claim is not None:
             started = runs.claim(t, now, run_id, claim, session, logged)
     return EventsAccepted(echoes, logged, starts_work, started)
-
-
-def _logged_answer(
-    t: Tables, session_id: str, use_id: str, keys: Mapping[str, str] = ANSWER_KEYS
-) -> EventRecord | None:
-    use = events.find(t, session_id, use_id)
-    if use is None or use.seq is None:
-        return None
-    for later in events.after(t, session_id, use.seq, None):
-        if answered_use(later.type, later.body, keys) == use_id:
-            return later
-    return None

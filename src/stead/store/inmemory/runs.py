@@ -13,6 +13,7 @@ from typing import Any
 from stead.ids import new_id
 from stead.store import _claims
 from stead.store._runs import NOT_DONE, OWNED, unseen_work
+from stead.store._work import unanswered
 from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
 from stead.store.inmemory import events, leases, limits, sessions
@@ -195,7 +196,10 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
         op_key: _op_started(t, claim, op_key, kind, placement)
         for op_key, kind in change.ops_started
     }
-    logged = events.append_log(t, now, session_id, change.events)
+    new = change.events
+    if change.closing:
+        new = unanswered(new, lambda use_id: events.logged_answer(t, session_id, use_id))
+    logged = events.append_log(t, now, session_id, new)
     for op_key, result in change.ops_completed:
         _op_completed(t, op_key, result)
     if change.usage is not None:
