@@ -79,6 +79,20 @@ def test_a_zip_is_unpacked_with_its_directories_skipped() -> None:
     assert bundle([("s.zip", data)], LIMITS).files == {"SKILL.md": MD, "x.txt": b"hello"}
 
 
+def test_a_zip_made_by_finder_leaves_its_metadata_out() -> None:
+    """macOS's Compress adds ``__MACOSX/`` resource forks and ``.DS_Store``;
+    before, such a zip was refused for its second top-level folder."""
+    data = _zip(
+        [
+            ("s/SKILL.md", MD),
+            ("s/.DS_Store", b"\0\0\0\1Bud1"),
+            ("__MACOSX/", b""),
+            ("__MACOSX/s/._SKILL.md", b"\0\5\26\7"),
+        ]
+    )
+    assert bundle([("s.zip", data)], LIMITS).files == {"SKILL.md": MD}
+
+
 def test_a_zip_is_recognised_by_its_bytes_without_the_extension() -> None:
     data = _zip([("s/SKILL.md", MD)])
     assert bundle([("upload", data)], LIMITS).name == "pdf-tools"

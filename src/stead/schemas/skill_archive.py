@@ -108,6 +108,8 @@ def read_zip(field: str, data: bytes, budget: Budget) -> list[tuple[str, bytes]]
     with archive:
         for info in archive.infolist():
             where = f"{field}: entry {info.filename!r}"
+            if _finder_metadata(info.filename):
+                continue
             if info.is_dir():
                 check_path(field, info.filename.rstrip("/"))
                 continue
@@ -117,6 +119,13 @@ def read_zip(field: str, data: bytes, budget: Budget) -> list[tuple[str, bytes]]
                 (check_path(field, info.filename), _inflate(field, archive, info, budget))
             )
     return entries
+
+
+def _finder_metadata(name: str) -> bool:
+    """What macOS's Finder adds to a zip it makes (``__MACOSX/`` resource forks,
+    ``.DS_Store``): no part of the skill, so left out rather than refused."""
+    parts = name.split("/")
+    return parts[0] == "__MACOSX" or parts[-1] == ".DS_Store"
 
 
 def _check_entry(where: str, info: zipfile.ZipInfo) -> None:
