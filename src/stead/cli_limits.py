@@ -4,6 +4,7 @@ set straight in the store beside a running server (as the admin routes do)."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated, Any
 
 import anyio
@@ -33,12 +34,12 @@ def _value(field: str, text: str) -> Any:
             typer.echo("stead: --monthly-spend: US dollars (e.g. 50 or 12.5), or 'none'", err=True)
             raise typer.Exit(2)
         return {"amount": str(round(float(text) * 100)), "currency": "USD"}
-    return int(text) if text.isdigit() else text
+    return int(text) if text.isascii() and text.isdigit() else text
 
 
 def _number(text: str) -> bool:
     try:
-        return float(text) >= 0
+        return math.isfinite(value := float(text)) and value >= 0
     except ValueError:
         return False
 

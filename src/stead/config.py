@@ -6,6 +6,7 @@ stead reads ``os.environ`` or keeps configuration in module state.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Literal
@@ -295,8 +296,8 @@ class Settings(BaseSettings):
                     f"{model}: give input and output (and optionally cache_write_5m, "
                     "cache_write_1h, cache_read) in USD per million tokens"
                 )
-            if any(value < 0 for value in price.values()):
-                raise ValueError(f"{model}: a price cannot be negative")
+            if any(not math.isfinite(value) or value < 0 for value in price.values()):
+                raise ValueError(f"{model}: a price must be a number of 0 or more")
         return prices
 
     @property

@@ -77,6 +77,16 @@ def cents(nanos: int) -> int:
     return (nanos + NANOS_PER_CENT // 2) // NANOS_PER_CENT
 
 
+def _five_minute_writes(usage: Mapping[str, Any]) -> int:
+    """Usage stored before the TTL split was kept has only the total of cache
+    writes, all 5-minute then; the ledger's rows have no total at all."""
+    split = int(usage.get("ephemeral_5m_input_tokens") or 0)
+    total = usage.get("cache_creation_input_tokens")
+    if split or total is None:
+        return split
+    return max(0, int(total) - int(usage.get("ephemeral_1h_input_tokens") or 0))
+
+
 def wire(usage: Mapping[str, Any]) -> dict[str, Any]:
     """The spec's ``usage`` object (``Session.usage``, ``session.usage``)."""
 
@@ -88,9 +98,7 @@ def wire(usage: Mapping[str, Any]) -> dict[str, Any]:
         "output_tokens": count("output_tokens"),
         "cache_read_input_tokens": count("cache_read_input_tokens"),
         "cache_creation": {
-            # Usage stored before the TTL split was kept counts all writes as 5-minute.
-            "ephemeral_5m_input_tokens": count("ephemeral_5m_input_tokens")
-            or count("cache_creation_input_tokens") - count("ephemeral_1h_input_tokens"),
+            "ephemeral_5m_input_tokens": _five_minute_writes(usage),
             "ephemeral_1h_input_tokens": count("ephemeral_1h_input_tokens"),
         },
         "list_cost": {"amount": str(cents(count("list_cost_nanos"))), "currency": "USD"},

@@ -342,6 +342,8 @@ CASES = [
          body=session(vault_ids=["{agent}"])),
     Case("sessions-create-bad-budget-amount", 400, "POST", S, "budget",
          body=session(budget=budget("12.50"))),
+    Case("sessions-create-budget-amount-with-newline", 400, "POST", S, "budget",
+         body=session(budget=budget("2500\n"))),
     Case("sessions-create-metadata-key-65", 400, "POST", S, "metadata",
          body=session(metadata=KEY_65)),
     Case("sessions-create-unknown-field", 400, "POST", S, "priority",

@@ -212,11 +212,14 @@ def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess, forker: Ser
         shown = limits_cli(forker, served, "show", "--workspace", workspace_id)
         assert "monthly_tokens" in shown.stdout and "$12.50" in shown.stdout
         assert http.get("/v1/stead/limits").json()["limits"]["monthly_tokens"] is None
-        bad = limits_cli(
-            forker, served, "set", "--workspace", workspace_id, "--monthly-spend", "lots"
-        )
-        assert bad.returncode == 2 and bad.stderr.count("\n") == 1
-        assert "--monthly-spend" in bad.stderr
+        for option, value in (
+            ("--monthly-spend", "lots"),
+            ("--monthly-spend", "inf"),
+            ("--monthly-tokens", "\u00b2"),  # a digit to str.isdigit, not to int()
+        ):
+            bad = limits_cli(forker, served, "set", "--workspace", workspace_id, option, value)
+            assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+            assert option.removeprefix("--").split("-")[-1] in bad.stderr
         unknown = limits_cli(
             forker, served, "set-environment", "env_nosuch", "--workspace", workspace_id
         )

@@ -52,6 +52,13 @@ def test_the_wire_form_rounds_the_cost_to_the_cent() -> None:
     assert created == {"ephemeral_5m_input_tokens": 4, "ephemeral_1h_input_tokens": 0}
 
 
+def test_the_ledger_s_one_hour_cache_writes_leave_no_negative_five_minute_ones() -> None:
+    """The ledger's rows keep the split counts without their total; the
+    fallback for usage stored before the split made -40000 of them."""
+    created = wire({"ephemeral_1h_input_tokens": 40_000})["cache_creation"]
+    assert created == {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 40_000}
+
+
 def test_a_budget_is_reached_at_its_amount_or_after_an_unpriced_request() -> None:
     budget = {"type": "limit", "max_list_cost": {"amount": "50", "currency": "USD"}}
     assert cap_nanos(budget) == 500_000_000
@@ -76,6 +83,9 @@ def test_configured_prices_win_and_openai_models_are_free_unless_priced() -> Non
 def test_model_prices_are_checked_when_settings_are_read() -> None:
     with pytest.raises(ValidationError, match="give input and output"):
         Settings(model_prices={"m": {"input": 1}})
-    with pytest.raises(ValidationError, match="negative"):
+    with pytest.raises(ValidationError, match="a number of 0 or more"):
         Settings(model_prices={"m": {"input": -1, "output": 1}})
+    for endless in ("nan", "inf"):  # every request to the model would fail
+        with pytest.raises(ValidationError, match="a number of 0 or more"):
+            Settings(model_prices={"m": {"input": float(endless), "output": 1}})
     assert Settings(model_prices={"m": {"input": 1, "output": 2, "cache_read": 0}}).model_prices

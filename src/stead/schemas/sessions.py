@@ -16,7 +16,7 @@ CREATE = StrictParams("session_create")
 UPDATE = StrictParams("session_update")
 MAX_INITIAL_EVENTS = 50
 MAX_VAULTS = 64
-AMOUNT = re.compile(r"^[0-9]{1,15}$")
+AMOUNT = re.compile(r"[0-9]{1,15}")
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _budget(value: Json | None, field: str = "budget") -> Json | None:
     if value is None:
         return None
     cost = value["max_list_cost"]
-    if not AMOUNT.match(str(cost["amount"])):
+    if not AMOUNT.fullmatch(str(cost["amount"])):
         raise RequestError(
             f"{field}.max_list_cost.amount: must be a whole number of cents as a string, "
             'such as "2500" for $25.00'
