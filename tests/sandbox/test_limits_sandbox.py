@@ -11,7 +11,16 @@ import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
+from stead.testing import (
+    FakeModel,
+    HostProcess,
+    ServeForker,
+    ServerProcess,
+    Text,
+    ToolCall,
+    Turn,
+    assistant_turns,
+)
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import requires_isolation, shell, tool_session
@@ -19,11 +28,25 @@ from tests.sandbox.conftest import requires_isolation, shell, tool_session
 pytestmark = requires_isolation
 
 
+def script(body: dict[str, Any]) -> Turn:
+    """``shell``, and a session opened with ``repeat N: <command>`` runs the
+    command N times, one call after another, in its first turn."""
+    first = body["messages"][0]["content"]
+    opening = first if isinstance(first, str) else "".join(b.get("text", "") for b in first)
+    if not opening.startswith("repeat "):
+        return shell(body)
+    times, command = opening.removeprefix("repeat ").split(": ", 1)
+    made = assistant_turns(body)
+    if made < int(times):
+        return Turn([ToolCall("bash", {"command": command})])
+    return Turn([Text("done")])
+
+
 @pytest.fixture(scope="module")
 def served(
     host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
 ) -> Iterator[ServerProcess]:
-    with FakeModel(shell) as fake:
+    with FakeModel(script) as fake:
         env = loop_env(fake, **host.settings_env)
         server = ServerProcess(
             tmp_path_factory.mktemp("limits") / "data", env=env, forker=forker
@@ -92,3 +115,21 @@ def test_sandbox_time_limits_refuse_the_sandbox_by_name(
     limit(admin, workspace_id, monthly_sandbox_seconds=None)
     ran = run(sdk, session_id, "echo hi")
     assert not ran.is_error and text(ran).strip() == "hi"
+
+
+def test_a_session_s_sandbox_time_is_checked_at_each_call_of_a_turn(
+    admin: httpx2.Client, tenant: tuple[anthropic.Anthropic, str]
+) -> None:
+    """Each call books the sandbox's time with its result: a turn of many calls
+    meets the limit at the call after it, not at the next turn."""
+    sdk, workspace_id = tenant
+    session_id = tool_session(sdk)
+    environment_id = sdk.beta.sessions.retrieve(session_id).environment_id
+    limit(admin, f"{workspace_id}/environments/{environment_id}", session_sandbox_seconds=1)
+    sdk.beta.sessions.events.send(session_id, events=[message("repeat 3: sleep 1.2")])
+    wait_idle(sdk, session_id)
+    results = [
+        e for e in sdk.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    assert [r.is_error for r in results] == [False, True, True]
+    assert all("sandbox time limit per session" in text(r) for r in results[1:])

@@ -113,6 +113,12 @@ class Toolbox(Protocol):
         its sandbox, each once; the ones that failed (never raises for those)."""
         ...
 
+    async def active_seconds(self, session_id: str) -> float | None:
+        """The host's cumulative count of the session's sandbox's active time,
+        when this process gave the session a sandbox (None otherwise, or when
+        the host cannot say). Wakes nothing."""
+        ...
+
     async def end_of_turn(
         self, session_id: str, workspace_id: str, *, claimed_without_lease: bool = False
     ) -> tuple[str | None, float | None]:

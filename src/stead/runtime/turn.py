@@ -282,10 +282,8 @@ class TurnRunner(ToolSteps):
         if refused is not None:
             # The turn is over, so the model is not told; the session's reader is.
             events = [*events, ev.session_error("unknown_error", refused, "retrying")]
-        if seconds is not None:
-            # Booked in this write, up to the host's count: a replay books nothing twice.
-            booked = float(self._usage.get("active_seconds") or 0.0)
-            self._usage["active_seconds"] = max(booked, seconds)
+        # Booked in this write, up to the host's count: a replay books nothing twice.
+        self._booked(seconds)
         final = [*events, ev.session_usage(self._usage, self.start.session.budget)]
         if stop_reason is not None:
             final.append(ev.status_idle(stop_reason, stop_details))

@@ -224,6 +224,7 @@ class ToolSteps:
         written = await self._started(key, op_kind, name)
         previous: OpRecord | None = written.started[key]
         outcome: ToolOutcome
+        seconds = None
         if (
             previous is None
             or unsent
@@ -238,6 +239,10 @@ class ToolSteps:
                 )
                 counted.finished(is_error=outcome.is_error)
             self.deps.failpoints.hit("tool.after_run")
+            if name not in tools.sandbox_free:
+                # Booked with the result: the next call's lease checks the
+                # session's and the month's sandbox time with this call's in it.
+                seconds = self._booked(await tools.active_seconds(self.session_id))
         else:
             outcome = ToolOutcome(ev.text(MAY_HAVE_RUN), True)
         result = ev.tool_result(use, outcome.content, outcome.is_error)
@@ -246,7 +251,21 @@ class ToolSteps:
             await self._end_for_broken_sandbox(result, completed, not_run, outcome)
         # The step's last result: the request that answers it starts in this commit.
         then = None if not_run else functools.partial(next_model_step, self.deps)
-        await self._write([result], ops_completed=completed, then=then, **self._used(outcome))
+        await self._write(
+            [result],
+            ops_completed=completed,
+            then=then,
+            sandbox_seconds=seconds,
+            **self._used(outcome),
+        )
+
+    def _booked(self, seconds: float | None) -> float | None:
+        """``seconds``, the host's count of the sandbox's awake time, now in the
+        session's usage as the write that books it leaves it (never lower)."""
+        if seconds is not None:
+            booked = float(self._usage.get("active_seconds") or 0.0)
+            self._usage["active_seconds"] = max(booked, seconds)
+        return seconds
 
     def _used(self, outcome: ToolOutcome) -> dict[str, RequestUsage]:
         """What the call adds to the session's usage, written with its result
