@@ -178,6 +178,38 @@ def test_an_older_part_too_large_for_one_request_is_summarised_in_pieces() -> No
     assert "question 0 " not in texts(request.messages)
 
 
+def test_an_older_message_too_large_for_any_summarising_request_is_cut_for_it() -> None:
+    """Before, no boundary after it could be summarised in one request, and
+    every later turn of the session failed: compaction gave up for good."""
+    log = Log()
+    log.user("a" * 8000 + "the end")  # 2,000 tokens: over the whole window
+    log.answer("noted")
+    for number in range(3):
+        log.user(f"question {number} {WORDS}")
+        log.answer(f"answer {number} {WORDS}")
+    log.user("last question")
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    assert estimate_tokens(planned.request.as_params()) <= LIMITS.trigger
+    asked = texts(planned.request.messages)
+    assert "characters left out" in asked and "the end" in asked
+    assert log.events[0]["content"][0]["text"].endswith("the end")  # the log keeps it whole
+
+
+def test_a_summary_that_came_back_long_does_not_stop_the_next_compaction() -> None:
+    log = conversation(4)
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    log.compacted("s" * 3000, planned.kept_from)  # 750 tokens: nearly the trigger alone
+    for number in range(4):
+        log.user(f"more {number} {WORDS}")
+        log.answer(f"again {number} {WORDS}")
+    log.user("last question")
+    again = plan(log.events)
+    assert isinstance(again, Compact)
+    assert estimate_tokens(again.request.as_params()) <= LIMITS.trigger
+
+
 def test_the_recorded_body_holds_the_summary_privately() -> None:
     planned = plan(conversation(5).events)
     assert isinstance(planned, Compact)

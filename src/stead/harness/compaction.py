@@ -11,7 +11,9 @@ the first event kept word for word in ``_internal``); the context builder
 The older part ends where the model starts a new answer or the user speaks, and
 never between a tool use and its result. The most recent part is kept word for
 word, as much of it as fits ``keep_ratio`` of the window. An older part too
-large for one summarising request is summarised in pieces, one compaction each.
+large for one summarising request is summarised in pieces, one compaction each;
+in that request a text too long for it (and the summary before it) shows its
+head and tail only, so one huge event never makes compaction impossible.
 
 The summarising request is the agent's own request cut at the boundary, with
 the instruction after it, so it reads its prefix from the prompt cache: at a
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from stead.events import EventType
 from stead.harness.context import (
@@ -37,7 +40,7 @@ from stead.harness.memory import MemoryPrompt
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.skills import SkillPrompt
 from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
-from stead.harness.windows import estimate_tokens, tokens_at_most
+from stead.harness.windows import CHARS_PER_TOKEN, estimate_tokens, tokens_at_most
 from stead.jsonvalues import Json
 
 SUMMARY_INSTRUCTION = (
@@ -51,6 +54,8 @@ SUMMARY_INSTRUCTION = (
 recognises the request by it)."""
 INSTRUCTION_TOKENS = estimate_tokens(SUMMARY_INSTRUCTION)
 BOUNDARY_TYPES = (EventType.USER_MESSAGE, EventType.SPAN_MODEL_REQUEST_START)
+MIN_PIECE_TOKENS = 256
+"""The least of an older event a summarising request shows, however little room."""
 
 
 @dataclass(frozen=True)
@@ -135,15 +140,23 @@ def plan_compaction(
             f"the context was compacted {in_a_row} times in a row and still does not fit "
             f"the model's context window of {window} tokens"
         )
-    bare = shaped([])
+    overhead = estimate_tokens(shaped([]).as_params())
+    # What one summarising request can hold: a summary that came back long is
+    # cut to half the room, and each older event to a quarter of what is left,
+    # so no single piece can make every later compaction impossible.
+    room = limits.trigger - overhead - INSTRUCTION_TOKENS
+    if summary is not None:
+        summary = _shortened(summary, max(room // 2, 0) * CHARS_PER_TOKEN)
     summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
-    cut = choose_cut(live, estimate_tokens(bare.as_params()), limits, summary_tokens)
+    piece = max((room - summary_tokens) // 4, MIN_PIECE_TOKENS) * CHARS_PER_TOKEN
+    older = [_elided(event, piece) for event in live]
+    cut = choose_cut(live, overhead, limits, summary_tokens, [_tokens(e) for e in older])
     if cut is None:
         return CompactionLimit(
             f"the context (about {tokens} tokens) does not fit the model's context window "
             f"of {window} tokens, and no part of it can be summarised to make it fit"
         )
-    messages = render_messages(summary, live[:cut])
+    messages = render_messages(summary, older[:cut])
     instruction: Json = {"type": "text", "text": SUMMARY_INSTRUCTION}
     if messages and messages[-1]["role"] == "user":
         messages[-1]["content"].append(instruction)
@@ -193,7 +206,11 @@ def consecutive_compactions(events: Sequence[Json]) -> int:
 
 
 def choose_cut(
-    live: Sequence[Json], overhead: int, limits: ContextLimits, summary_tokens: int = 0
+    live: Sequence[Json],
+    overhead: int,
+    limits: ContextLimits,
+    summary_tokens: int = 0,
+    summarised_sizes: Sequence[int] | None = None,
 ) -> int | None:
     """Index in ``live`` of the first event kept word for word: the earliest
     boundary whose kept part fits ``limits.keep``, else the latest one whose kept
@@ -202,12 +219,16 @@ def choose_cut(
     compaction summarises the rest. None if there is no such boundary.
 
     ``overhead``: the system prompt and tools; ``summary_tokens``: the summary
-    the older part starts with."""
+    the older part starts with; ``summarised_sizes``: each event's size as the
+    summarising request shows it (``_elided``), if not its own."""
     sizes = [_tokens(event) for event in live]
-    prefix = [0]
+    total = sum(sizes)
+    kept = [total]
     for size in sizes:
+        kept.append(kept[-1] - size)
+    prefix = [0]
+    for size in sizes if summarised_sizes is None else summarised_sizes:
         prefix.append(prefix[-1] + size)
-    kept = [prefix[-1] - before for before in prefix]
     boundaries = _boundaries(live)
     preferred = next((cut for cut in boundaries if overhead + kept[cut] <= limits.keep), None)
     if preferred is None and boundaries and overhead + kept[boundaries[-1]] <= limits.trigger:
@@ -241,6 +262,29 @@ def _boundaries(live: Sequence[Json]) -> list[int]:
 def _tokens(event: Json) -> int:
     found = event_blocks(event)
     return 0 if found is None else estimate_tokens(found[1])
+
+
+def _elided(value: Any, chars: int) -> Any:
+    """``value`` (an event, or part of one) with every text longer than ``chars``
+    cut to its head and tail, for the summarising request only (the log keeps
+    it whole). Media sources are left as they are."""
+    if isinstance(value, str):
+        return _shortened(value, chars)
+    if isinstance(value, list):
+        return [_elided(item, chars) for item in value]
+    if isinstance(value, dict):
+        if value.get("type") == "base64":
+            return value
+        return {key: _elided(item, chars) for key, item in value.items()}
+    return value
+
+
+def _shortened(text: str, chars: int) -> str:
+    if len(text) <= chars:
+        return text
+    half = max(chars // 2, 1)
+    gone = len(text) - 2 * half
+    return f"{text[:half]}\n[... {gone} characters left out ...]\n{text[-half:]}"
 
 
 def compacted_body(response: ModelResponse, plan: Compact) -> Json:
