@@ -10,6 +10,7 @@ import pytest
 
 from stead.runtime.repositories import CHECKOUT_FAILED, CLONE_FAILED, classify, egress_credentials
 from stead.schemas import RequestError, repositories
+from stead.schemas.resources import check_distinct
 from stead.store import RepositoryState
 from stead.vault import SecretBox
 
@@ -91,3 +92,11 @@ def test_git_failures_map_to_the_spec_error_types(
     code: int | None, output: str, expected: str
 ) -> None:
     assert classify(code, output) == expected
+
+
+def test_one_mount_inside_another_is_refused_whatever_sorts_between() -> None:
+    """``/workspace/a-b`` sorts between ``/workspace/a`` and ``/workspace/a/c``
+    as strings; compared only with its neighbour, the nesting slipped through."""
+    with pytest.raises(RequestError, match="/workspace/a/c"):
+        check_distinct(["/workspace/a", "/workspace/a-b", "/workspace/a/c"], "resources")
+    check_distinct(["/workspace/a", "/workspace/a-b", "/workspace/ab"], "resources")

@@ -72,6 +72,14 @@ def origin() -> Iterator[WebOrigin]:
         ),
         "/loop": Reply(302, headers={"Location": "/loop"}),
         "/secret": Reply(body=f"the token is {SECRET}".encode()),
+        "/base64-charset": Reply(
+            body=b"<p>caf\xc3\xa9</p>", content_type="text/html; charset=base64"
+        ),
+        "/idna-meta": Reply(
+            body=b'<html><head><meta charset="idna"></head><body>caf\xc3\xa9</body></html>',
+            content_type="text/html",
+        ),
+        "/nested": html("<div>" * 20_000 + "deep" + "</div>" * 20_000),
     }
     with web_origin(routes) as served:
         yield served
@@ -313,6 +321,23 @@ async def search(query: str, config: Json = SEARCH, **given: Any) -> ToolOutcome
     )
 
 
+@pytest.mark.parametrize("path", ["/base64-charset", "/idna-meta"])
+async def test_a_charset_that_is_no_text_encoding_reads_as_utf_8(
+    origin: WebOrigin, path: str
+) -> None:
+    """base64, zlib and the like turn bytes into bytes, and idna refuses
+    errors="replace": before, decoding raised past the tool and failed the turn."""
+    outcome = await fetch(f"http://page.test:{origin.port}{path}")
+    assert not outcome.is_error and "café" in text(outcome)
+
+
+async def test_a_page_of_many_nested_blocks_is_read_in_linear_time(origin: WebOrigin) -> None:
+    """20,000 nested divs took 42 s of the event loop (every break rescanned the
+    text so far); the tool's own time limit of 5 s here would not have ended it."""
+    outcome = await fetch(f"http://page.test:{origin.port}/nested", max_bytes=1_000_000)
+    assert not outcome.is_error and "deep" in text(outcome)
+
+
 async def test_web_search_without_a_provider_says_how_to_set_one() -> None:
     outcome = await search("stead")
     assert outcome.is_error
@@ -331,6 +356,20 @@ async def test_web_search_lists_results_within_the_domain_lists() -> None:
         narrowed = text(await search("what is stead", config, search_url=url))
         assert "Ad B" not in narrowed
         assert "[1 results left out by the tool's allowed or blocked domains]" in narrowed
+
+
+async def test_malformed_results_are_left_out_or_named() -> None:
+    """Engines pass on what they find: a URL that does not parse is left out;
+    results that are not a list are the provider's error, not the turn's."""
+    odd = [{"url": "http://[zz/x", "title": "Odd"}, {"url": "https://ok.example/", "title": "Ok"}]
+    with web_origin({"/search": searxng(odd)}) as provider:
+        found = text(await search("q", search_url=f"http://127.0.0.1:{provider.port}"))
+        assert "Ok" in found and "Odd" not in found
+    body = b'{"query": "q", "results": 5}'
+    answer = Reply(body=body, content_type="application/json")
+    with web_origin({"/search": answer}) as provider:
+        outcome = await search("q", search_url=f"http://127.0.0.1:{provider.port}")
+        assert outcome.is_error and "results are not a list" in text(outcome)
 
 
 async def test_a_provider_that_refuses_json_is_named() -> None:

@@ -181,7 +181,9 @@ def check_mount_path(path: str, prefix: str = "") -> str:
 
 def check_distinct(mount_paths: list[str], field: str) -> None:
     """No two resources at one path, nor one inside another's."""
-    paths = sorted(mount_paths)
+    # By components: a directory sorts right before what is inside it
+    # ("/w/a" < "/w/a/c" < "/w/a-b"; as strings "/w/a-b" came between).
+    paths = sorted(mount_paths, key=lambda path: path.split("/"))
     for first, second in itertools.pairwise(paths):
         if second == first or second.startswith(first + "/"):
             raise RequestError(f"{field}: two resources are mounted at {second!r}")

@@ -41,6 +41,10 @@ class _TextMaker(HTMLParser):
         super().__init__(convert_charrefs=True)
         self._base = url
         self._parts: list[str] = []
+        self._newlines = 0
+        """Newlines the text ends with (so far, over all parts)."""
+        self._spaced = True
+        """Whether the text ends with a space or a newline (or is empty)."""
         self._skipping: list[str] = []
         self._pre = 0
         self._links: list[tuple[int, str | None]] = []
@@ -68,14 +72,14 @@ class _TextMaker(HTMLParser):
     def _open(self, tag: str) -> None:
         if tag in _HEADINGS:
             self._break(2)
-            self._parts.append("#" * _HEADINGS[tag] + " ")
+            self._add("#" * _HEADINGS[tag] + " ")
         elif tag == "li":
             self._break(1)
-            self._parts.append("- ")
+            self._add("- ")
         elif tag == "br":
-            self._parts.append("\n")
+            self._add("\n")
         elif tag in ("td", "th"):
-            self._parts.append(" ")
+            self._add(" ")
         elif tag == "pre":
             self._break(2)
             self._pre += 1
@@ -113,37 +117,47 @@ class _TextMaker(HTMLParser):
             self._title.append(data)
             return
         if self._pre:
-            self._parts.append(data)
+            self._add(data)
             return
         text = _SPACES.sub(" ", data)
         if self._after_space():
             text = text.lstrip()
         if text:
-            self._parts.append(text)
+            self._add(text)
 
     def _close_link(self, start: int, url: str | None) -> None:
         if url is None:
             return
         label = _SPACES.sub(" ", "".join(self._parts[start:])).strip()
         del self._parts[start:]
-        self._parts.append(f"[{label}]({url})" if label and label != url else url)
+        self._newlines, self._spaced = 0, not self._parts or self._parts[-1].endswith(("\n", " "))
+        for part in reversed(self._parts):  # stops at the first with more than newlines
+            stripped = part.rstrip("\n")
+            self._newlines += len(part) - len(stripped)
+            if stripped:
+                break
+        self._add(f"[{label}]({url})" if label and label != url else url)
+
+    def _add(self, text: str) -> None:
+        """Appends ``text`` and keeps the end's state, so nothing rescans the
+        parts (a page of many empty blocks made every break a walk over all of
+        them: seconds of the event loop for a 100 KB page)."""
+        if text:
+            self._parts.append(text)
+            self._track(text)
+
+    def _track(self, text: str) -> None:
+        stripped = text.rstrip("\n")
+        self._newlines = len(text) - len(stripped) + (0 if stripped else self._newlines)
+        self._spaced = text.endswith(("\n", " "))
 
     def _after_space(self) -> bool:
-        for part in reversed(self._parts):
-            if part:
-                return part.endswith("\n") or part.endswith(" ")
-        return True
+        return self._spaced
 
     def _break(self, lines: int) -> None:
         """Ends the line and leaves ``lines - 1`` blank ones, unless already so."""
-        have = 0
-        for part in reversed(self._parts):
-            stripped = part.rstrip("\n")
-            have += len(part) - len(stripped)
-            if stripped:
-                break
         if self._parts:
-            self._parts.append("\n" * max(0, lines - have))
+            self._add("\n" * max(0, lines - self._newlines))
 
     def text(self) -> str:
         lines = "".join(self._parts).split("\n")

@@ -91,7 +91,12 @@ def _decode(fetched: Fetched, html: bool) -> str:
         codec = "utf-8"
     if codec == "utf-8":
         codec = "utf-8-sig"  # drops a byte order mark
-    return fetched.body.decode(codec, errors="replace")
+    try:
+        return fetched.body.decode(codec, errors="replace")
+    except (LookupError, UnicodeError):
+        # A charset the page names may be any codec Python knows: decode refuses
+        # the ones that are not text encodings (base64, zlib), and idna errors=replace.
+        return fetched.body.decode("utf-8-sig", errors="replace")
 
 
 def _pdf(fetched: Fetched) -> ToolOutcome:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from anyio import to_thread
+
 from stead.egress_policy import DomainPolicy, InvalidPolicy
 from stead.jsonvalues import Json
 from stead.tools.inputs import InputError, WebFetchInput, WebSearchInput, parse_input
@@ -29,7 +31,10 @@ async def run_web_tool(
         policy = DomainPolicy.from_config(config)
         if isinstance(parsed, WebFetchInput):
             fetched = await fetch(parsed.url, policy, options, guard)
-            outcome = _counted(page_outcome(fetched, config.get("max_content_tokens")), name)
+            # Up to STEAD_WEB_FETCH_MAX_BYTES of HTML to read: seconds of work,
+            # which on the event loop would hold up every session and request.
+            made = await to_thread.run_sync(page_outcome, fetched, config.get("max_content_tokens"))
+            outcome = _counted(made, name)
         elif isinstance(parsed, WebSearchInput):
             outcome = _counted(await search(parsed.query, policy, options, guard), name)
         else:

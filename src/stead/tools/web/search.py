@@ -47,7 +47,10 @@ async def search(
     url = options.search_url.rstrip("/") + "/search"
     guard.check(query, urlsplit(url).hostname or "", "the query")
     answer = await _ask(url, query, options)
-    results = [r for r in answer.get("results") or [] if _usable(r)]
+    found = answer.get("results") or []
+    if not isinstance(found, list):
+        raise WebError("the search provider's answer is malformed: its results are not a list")
+    results = [r for r in found if _usable(r)]
     kept = [r for r in results if policy.allows_host(urlsplit(r["url"]).hostname or "")]
     return ToolOutcome.text(_render(kept[:MAX_RESULTS], len(results) - len(kept)))
 
@@ -98,9 +101,15 @@ def _refusal(status: int) -> str:
 
 
 def _usable(result: object) -> bool:
+    """A result with an http(s) URL that parses (engines pass on what they find)."""
     if not isinstance(result, dict) or not isinstance(result.get("url"), str):
         return False
-    return urlsplit(result["url"]).scheme in ("http", "https")
+    try:
+        parts = urlsplit(result["url"])
+        parts.hostname, parts.port  # noqa: B018 (each raises on a malformed address)
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https")
 
 
 def _render(results: list[dict[str, Any]], left_out: int) -> str:
