@@ -173,7 +173,8 @@ class WorkQueue:
         to take its calls."""
         if item.state != WorkState.STOPPED or item.session_id is None:
             return None
-        accepted = await self._answer_in_doubt(item) if item.acknowledged_at else None
+        held = item.acknowledged_at is not None or item.in_doubt
+        accepted = await self._answer_in_doubt(item) if held else None
         waiting = [
             use
             for use in unresolved_tool_uses(await self._logs.read(item.session_id))
