@@ -123,10 +123,12 @@ class IdempotencyMiddleware:
         app = services(request)
         body, complete = await _read_body(receive, app.settings.max_request_bytes)
         replay = _replaying(body, complete, receive)
+        limit = app.settings.max_request_bytes
+        if not complete and len(body) <= limit:
+            return  # the client left before its body was sent: nothing ran
         if not complete:
             # Too large to fingerprint. Run without the key, an upload could be
             # made twice by the retries the key is there to make safe.
-            limit = app.settings.max_request_bytes
             refused = (
                 f"Idempotency-Key: a keyed request's body may be at most {limit} bytes "
                 "(STEAD_MAX_REQUEST_BYTES); send a larger one without the header"
