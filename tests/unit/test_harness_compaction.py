@@ -68,11 +68,12 @@ def texts(request_messages: list[Json]) -> str:
     return " ".join(str(b.get("text", "")) for m in request_messages for b in m["content"])
 
 
-def conversation(turns: int) -> Log:
-    log = Log()
+def conversation(turns: int, log: Log | None = None, asked: str = "question") -> Log:
+    """``turns`` questions and answers of 100 tokens each, then a last question."""
+    log = log or Log()
     for number in range(turns):
-        log.user(f"question {number} {WORDS}")
-        log.answer(f"answer {number} {WORDS}")
+        log.user(f"{asked} {number} {WORDS}")
+        log.answer(f"answer to {asked} {number} {WORDS}")
     log.user("last question")
     return log
 
@@ -184,11 +185,7 @@ def test_an_older_message_too_large_for_any_summarising_request_is_cut_for_it() 
     log = Log()
     log.user("a" * 8000 + "the end")  # 2,000 tokens: over the whole window
     log.answer("noted")
-    for number in range(3):
-        log.user(f"question {number} {WORDS}")
-        log.answer(f"answer {number} {WORDS}")
-    log.user("last question")
-    planned = plan(log.events)
+    planned = plan(conversation(3, log).events)
     assert isinstance(planned, Compact)
     assert estimate_tokens(planned.request.as_params()) <= LIMITS.trigger
     asked = texts(planned.request.messages)
@@ -201,11 +198,7 @@ def test_a_summary_that_came_back_long_does_not_stop_the_next_compaction() -> No
     planned = plan(log.events)
     assert isinstance(planned, Compact)
     log.compacted("s" * 3000, planned.kept_from)  # 750 tokens: nearly the trigger alone
-    for number in range(4):
-        log.user(f"more {number} {WORDS}")
-        log.answer(f"again {number} {WORDS}")
-    log.user("last question")
-    again = plan(log.events)
+    again = plan(conversation(4, log, asked="more").events)
     assert isinstance(again, Compact)
     assert estimate_tokens(again.request.as_params()) <= LIMITS.trigger
 
