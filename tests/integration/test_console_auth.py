@@ -141,6 +141,12 @@ def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> Non
     )
     script = httpx2.get(f"{server.url}/console/static/app.js", timeout=30, verify=client_tls())
     assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    assert script.headers["x-frame-options"] == "DENY"
+    # The page only at /console/, with its headers: served among its files it
+    # came without them, and another port of this host could frame it.
+    for path in ("/console/static/index.html", "/console/static/./index.html"):
+        page_copy = httpx2.get(f"{server.url}{path}", timeout=30, verify=client_tls())
+        assert page_copy.status_code == 404, path
 
 
 def test_the_key_reaches_no_log(server: ServerProcess) -> None:

@@ -10,9 +10,13 @@ out need that header too, so another site can neither log a browser in nor out.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from stead.api.body import json_body
 from stead.api.deps import CONSOLE_COOKIE, CONSOLE_HEADER, services
@@ -30,9 +34,15 @@ PAGE_HEADERS = NO_STORE | {
         "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
     ),
     "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
     "referrer-policy": "no-referrer",
 }
 """Scripts from this server only; no framing, so no click-jacking of the buttons."""
+ASSET_HEADERS = {
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "content-security-policy": "frame-ancestors 'none'",
+}
 
 router = APIRouter(prefix=PREFIX, include_in_schema=False)
 
@@ -94,6 +104,20 @@ def _require_console_header(request: Request) -> None:
         raise ApiError(403, f"{CONSOLE_HEADER}: the console's requests carry this header")
 
 
+class _Assets(StaticFiles):
+    """The page's scripts and styles. Not the page: served from here it would
+    come without ``PAGE_HEADERS``, and a page of another port of this host
+    (same-site, so the cookie goes with it) could frame it and click its
+    buttons; nothing here may be framed."""
+
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        if PurePosixPath(path).name == "index.html":
+            raise HTTPException(status_code=404)
+        response = await super().get_response(path, scope)
+        response.headers.update(ASSET_HEADERS)
+        return response
+
+
 def install(app: FastAPI) -> None:
     """The pages and their files; the routes are in ``router``."""
-    app.mount(f"{PREFIX}/static", StaticFiles(directory=assets_dir()), name="console-static")
+    app.mount(f"{PREFIX}/static", _Assets(directory=assets_dir()), name="console-static")
