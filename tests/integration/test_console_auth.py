@@ -1,10 +1,13 @@
-"""The console's login: the API key in an HttpOnly, SameSite=Strict cookie that
-authorises a request only beside the console's own header (a terminal's
-WebSocket: only from the server's own origin), so another site cannot use it."""
+"""The console's login: the API key sealed in an HttpOnly, SameSite=Strict
+cookie that authorises a request only beside the login's token in the console's
+own header (a terminal's WebSocket: in its query, only from the server's own
+origin), so another site, or a server on another port of the host that gets
+the cookie, can neither use it nor plant one of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import httpx2
 import pytest
@@ -24,13 +27,25 @@ def log_in(server: ServerProcess, body: object, headers: dict[str, str]) -> http
     )
 
 
+@dataclass
+class Browser:
+    """A client holding the console's cookie, and the page's token."""
+
+    http: httpx2.Client
+    token: str
+
+    @property
+    def console(self) -> dict[str, str]:
+        return {"x-stead-console": self.token}
+
+
 @pytest.fixture
-def browser(server: ServerProcess, api_key: str) -> Iterator[httpx2.Client]:
-    """A client holding the console's cookie, as a browser would after logging in."""
+def browser(server: ServerProcess, api_key: str) -> Iterator[Browser]:
+    """As a browser is after logging in."""
     with httpx2.Client(verify=client_tls(), base_url=server.url, timeout=30.0) as http:
         answer = http.post("/console/login", json={"api_key": api_key}, headers=CONSOLE)
         assert answer.status_code == 200, answer.text
-        yield http
+        yield Browser(http, answer.json()["console_token"])
 
 
 def test_login_sets_an_httponly_strict_cookie(server: ServerProcess, api_key: str) -> None:
@@ -84,22 +99,47 @@ def test_login_and_logout_need_the_console_header(server: ServerProcess, api_key
     assert logout.status_code == 403
 
 
-def test_the_cookie_works_only_with_the_console_header(browser: httpx2.Client) -> None:
-    assert browser.get("/v1/sessions", headers=CONSOLE).status_code == 200
-    assert browser.get("/v1/sessions").status_code == 401
+def test_the_cookie_works_only_with_the_login_s_token(browser: Browser, api_key: str) -> None:
+    http = browser.http
+    assert http.get("/v1/sessions", headers=browser.console).status_code == 200
+    assert http.get("/v1/sessions").status_code == 401
+    for header in ("1", "not-the-token", browser.token[:-1]):
+        assert http.get("/v1/sessions", headers={"x-stead-console": header}).status_code == 401
     agent = {"name": "forged", "model": "claude-sonnet-4-6"}
-    assert browser.post("/v1/agents", json=agent).status_code == 401
-    elsewhere = CONSOLE | {"origin": "https://evil.example"}
-    assert browser.get("/v1/sessions", headers=elsewhere).status_code == 401
+    assert http.post("/v1/agents", json=agent).status_code == 401
+    elsewhere = browser.console | {"origin": "https://evil.example"}
+    assert http.get("/v1/sessions", headers=elsewhere).status_code == 401
+    # What a server on another port of the host receives tells it nothing.
+    assert api_key not in http.cookies["stead_console_key"]
 
 
-def test_logout_clears_the_cookie(browser: httpx2.Client) -> None:
-    assert browser.post("/console/logout", headers=CONSOLE).status_code == 204
-    assert browser.get("/v1/sessions", headers=CONSOLE).status_code == 401
+def test_a_cookie_planted_or_of_another_login_is_of_no_use(
+    server: ServerProcess, browser: Browser, api_key: str
+) -> None:
+    """A page on another port can write the host's cookies: its own login's
+    cookie (or a raw key, as the cookie once was) is refused beside this page's
+    token, and a stolen cookie without its token too."""
+    with httpx2.Client(verify=client_tls(), base_url=server.url, timeout=30.0) as other:
+        other.post("/console/login", json={"api_key": api_key}, headers=CONSOLE)
+        planted = other.cookies["stead_console_key"]
+    for cookie in (planted, api_key):
+        sent = {"cookie": f"stead_console_key={cookie}"} | browser.console
+        answer = httpx2.get(
+            f"{server.url}/v1/sessions", headers=sent, timeout=30, verify=client_tls()
+        )
+        assert answer.status_code == 401
 
 
-def _close_code(server: ServerProcess, session_id: str, cookie: str, origin: str) -> int:
+def test_logout_clears_the_cookie(browser: Browser) -> None:
+    assert browser.http.post("/console/logout", headers=browser.console).status_code == 204
+    assert browser.http.get("/v1/sessions", headers=browser.console).status_code == 401
+
+
+def _close_code(
+    server: ServerProcess, session_id: str, cookie: str, origin: str, token: str = ""
+) -> int:
     url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/pty"
+    url += f"?console_token={token}"
     opened = connect(url, origin=origin, additional_headers={"cookie": cookie}, open_timeout=30)  # type: ignore[arg-type]
     with opened as ws, pytest.raises(ConnectionClosed) as closed:
         while True:
@@ -109,16 +149,18 @@ def _close_code(server: ServerProcess, session_id: str, cookie: str, origin: str
 
 
 def test_a_terminal_takes_the_cookie_from_the_console_origin_only(
-    server: ServerProcess, browser: httpx2.Client
+    server: ServerProcess, browser: Browser
 ) -> None:
     with sdk_of(server) as sdk:
         agent = sdk.beta.agents.create(name="console", model="claude-sonnet-4-6")
         environment = sdk.beta.environments.create(name="console-terminal")
         session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
-    cookie = f"stead_console_key={browser.cookies['stead_console_key']}"
-    assert _close_code(server, session.id, cookie, "https://evil.example") == 4401
+    cookie = f"stead_console_key={browser.http.cookies['stead_console_key']}"
+    token = browser.token
+    assert _close_code(server, session.id, cookie, "https://evil.example", token) == 4401
+    assert _close_code(server, session.id, cookie, server.url) == 4401  # no token
     # Past authentication: this server's sandboxes (unsafe_local) have no terminals.
-    assert _close_code(server, session.id, cookie, server.url) == 4503
+    assert _close_code(server, session.id, cookie, server.url, token) == 4503
 
 
 def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> None:
@@ -152,9 +194,10 @@ def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> Non
 def test_the_key_reaches_no_log(server: ServerProcess) -> None:
     key = server.create_key()  # the first key is printed at start, by design
     with httpx2.Client(verify=client_tls(), base_url=server.url, timeout=30.0) as http:
-        assert log_in(server, {"api_key": key}, CONSOLE).status_code == 200
-        http.cookies.set("stead_console_key", key)
-        assert http.get("/v1/sessions", headers=CONSOLE).status_code == 200
-        last = http.post("/console/logout", headers=CONSOLE)
+        login = http.post("/console/login", json={"api_key": key}, headers=CONSOLE)
+        console = {"x-stead-console": login.json()["console_token"]}
+        assert http.get("/v1/sessions", headers=console).status_code == 200
+        last = http.post("/console/logout", headers=console)
     assert logged(server, lambda line: line.get("request_id") == last.headers["request-id"])
     assert key not in server.log_text()
+    assert login.json()["console_token"] not in server.log_text()

@@ -1,15 +1,20 @@
 """``/console``: the browser console's pages, its browser packages, and the
-login that keeps an API key in a cookie.
+login that keeps an API key, sealed, in a cookie.
 
 The pages are files of ``stead.console``; once logged in they call the public
-API (``/v1/...``) like any client, with the key in an HttpOnly, SameSite=Strict
-cookie that ``deps.authenticate`` accepts only beside the console's own header
-(or, for a terminal's WebSocket, from this host's own origin). Logging in and
-out need that header too, so another site can neither log a browser in nor out.
+API (``/v1/...``) like any client, with the login in an HttpOnly,
+SameSite=Strict cookie that ``deps.authenticate`` accepts only beside the
+login's token in the console's own header (for a terminal's WebSocket, in its
+query, from this host's own origin). The page keeps the token in its
+``localStorage``: a page on another port of this host gets the cookie (cookies
+ignore ports) but not the token, so it can neither use the login nor plant
+one of its own. Logging in and out need the header too, so another site can
+neither log a browser in nor out.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import PurePosixPath
 
 from fastapi import APIRouter, FastAPI, Request
@@ -19,7 +24,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from stead.api.body import json_body
-from stead.api.deps import CONSOLE_COOKIE, CONSOLE_HEADER, services
+from stead.api.deps import (
+    CONSOLE_COOKIE,
+    CONSOLE_HEADER,
+    CONSOLE_LOGIN_SECONDS,
+    console_login,
+    services,
+)
 from stead.api.errors import ApiError
 from stead.api.wire import JSONResponse
 from stead.console import assets_dir, vendor_file
@@ -78,10 +89,13 @@ async def login(request: Request) -> JSONResponse:
     key = None if secret.startswith(TOKEN_PREFIX) else await store.authenticate(secret)
     if key is None:
         raise ApiError(401, "api_key: invalid API key")
-    response = JSONResponse({"type": "console_login", "workspace_id": key.workspace_id})
+    cookie, token = console_login(services(request).secrets, secret, time.time())
+    answer = {"type": "console_login", "workspace_id": key.workspace_id, "console_token": token}
+    response = JSONResponse(answer)
     response.set_cookie(
         CONSOLE_COOKIE,
-        secret,
+        cookie,
+        max_age=CONSOLE_LOGIN_SECONDS,
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
@@ -100,7 +114,9 @@ async def logout(request: Request) -> Response:
 
 
 def _require_console_header(request: Request) -> None:
-    if request.headers.get(CONSOLE_HEADER) != "1":
+    """Logging in and out: the header (any value: before a login the page has no
+    token), which another site cannot send."""
+    if not request.headers.get(CONSOLE_HEADER):
         raise ApiError(403, f"{CONSOLE_HEADER}: the console's requests carry this header")
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
+import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -23,7 +26,7 @@ from stead.runtime import (
     WebhookEndpoints,
 )
 from stead.store import TOKEN_PREFIX, ApiKey, Store
-from stead.vault import SecretBox
+from stead.vault import SealError, SecretBox
 
 
 class KeyCache:
@@ -100,11 +103,30 @@ def services(request: HTTPConnection) -> Services:
 
 
 CONSOLE_COOKIE = "stead_console_key"
-"""The console's API key: HttpOnly, SameSite=Strict, set by ``POST /console/login``."""
+"""The console's login (``console_login``): HttpOnly, SameSite=Strict, set by
+``POST /console/login``."""
 CONSOLE_HEADER = "x-stead-console"
-"""Sent by the console's every request. Another origin cannot send a custom
-header without a CORS preflight, which stead never grants, so the cookie alone
-authorises nothing it could forge."""
+"""Sent by the console's every request, with its login's token. Another origin
+cannot send a custom header without a CORS preflight, which stead never grants;
+and the token is kept in the page's ``localStorage``, which is the page's own
+origin's, port included, while a cookie goes to every port of the host."""
+CONSOLE_TOKEN_QUERY = "console_token"
+"""Where a terminal's WebSocket (whose browser API sends no custom header)
+carries the login's token."""
+CONSOLE_LOGIN_SECONDS = 12 * 3600
+"""How long a console login lasts."""
+CONSOLE_LOGIN = "console-login"
+"""What a console login is sealed for (``SecretBox``)."""
+
+
+def console_login(box: SecretBox, api_key: str, now: float) -> tuple[str, str]:
+    """(cookie, token) of a new console login: the cookie seals the API key with
+    a random token and the time, and is good only beside that token. A server
+    on another port of the host receives the cookie (cookies ignore ports), and
+    learns neither the key nor anything it could use alone."""
+    token = secrets.token_urlsafe(24)
+    sealed = box.seal(CONSOLE_LOGIN, {"key": api_key, "token": token, "at": now})
+    return base64.urlsafe_b64encode(sealed).decode(), token
 
 
 def _presented_key(request: HTTPConnection) -> str | None:
@@ -119,18 +141,32 @@ def _presented_key(request: HTTPConnection) -> str | None:
 
 
 def _console_key(request: HTTPConnection) -> str | None:
-    """The console's cookie, when the request shows it came from the console's
-    own pages: an HTTP request by its custom header, a WebSocket (whose browser
-    API sends no custom header) by an ``Origin`` naming this very host."""
+    """The API key of the console's login, when the request shows it came from
+    the console's own pages: the login's token in the console's header (a
+    WebSocket: in its query, from an ``Origin`` naming this very host), the
+    login not older than ``CONSOLE_LOGIN_SECONDS``."""
     cookie = request.cookies.get(CONSOLE_COOKIE)
-    if not cookie or cookie.startswith(TOKEN_PREFIX):
+    if not cookie:
         return None
     if request.scope["type"] == "websocket":
-        return cookie if same_origin(request) else None
-    if request.headers.get(CONSOLE_HEADER) != "1":
+        presented = request.query_params.get(CONSOLE_TOKEN_QUERY)
+        if not same_origin(request):
+            return None
+    else:
+        presented = request.headers.get(CONSOLE_HEADER)
+        origin = request.headers.get("origin")
+        if origin is not None and not same_origin(request):
+            return None
+    try:
+        login = services(request).secrets.open(CONSOLE_LOGIN, base64.urlsafe_b64decode(cookie))
+    except (SealError, ValueError):
+        return None  # not a login this installation made (a raw key of before, say)
+    key, token, at = login.get("key"), login.get("token"), login.get("at")
+    if not (isinstance(key, str) and isinstance(token, str) and isinstance(at, int | float)):
         return None
-    origin = request.headers.get("origin")
-    return cookie if origin is None or same_origin(request) else None
+    if not presented or not hmac.compare_digest(presented.encode(), token.encode()):
+        return None
+    return key if 0 <= time.time() - at <= CONSOLE_LOGIN_SECONDS else None
 
 
 def same_origin(request: HTTPConnection) -> bool:

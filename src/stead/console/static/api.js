@@ -1,5 +1,7 @@
 // The public API as the console calls it: same-origin requests that carry the
-// console's header, with the API key in the HttpOnly cookie the login set.
+// console's header with the login's token, beside the HttpOnly cookie the login
+// set. The token lives in this origin's localStorage (its port included): a
+// page on another port of the host gets the cookie, never the token.
 
 export class ApiError extends Error {
   constructor(status, message) {
@@ -8,10 +10,15 @@ export class ApiError extends Error {
   }
 }
 
-const HEADERS = { "x-stead-console": "1" };
+const TOKEN = "stead-console-token";
+
+export const consoleToken = () => localStorage.getItem(TOKEN) || "";
+export const keepConsoleToken = (token) => token ? localStorage.setItem(TOKEN, token) : localStorage.removeItem(TOKEN);
+// Before a login there is no token: the header alone says the console sent it.
+export const consoleHeaders = () => ({ "x-stead-console": consoleToken() || "1" });
 
 export async function request(method, path, body) {
-  const init = { method, credentials: "same-origin", headers: { ...HEADERS } };
+  const init = { method, credentials: "same-origin", headers: consoleHeaders() };
   if (body !== undefined) {
     init.headers["content-type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -55,7 +62,7 @@ export function streamEvents(sessionId, afterId, onEvent, onState) {
   async function once() {
     const query = last ? `?after=${encodeURIComponent(last)}` : "";
     const response = await fetch(`/v1/sessions/${sessionId}/events/stream${query}`, {
-      headers: HEADERS, credentials: "same-origin", signal: controller.signal,
+      headers: consoleHeaders(), credentials: "same-origin", signal: controller.signal,
     });
     if (!response.ok) throw new ApiError(response.status, `stream: HTTP ${response.status}`);
     onState("live");

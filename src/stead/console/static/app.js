@@ -1,7 +1,7 @@
 // The console's shell: log in, the navigation, and the pages by location hash
 // (#/sessions, #/sessions/<id>, #/sessions/<id>/terminal, #/agents, ...), so a
 // reload shows the same page.
-import { ApiError, el, get, request } from "./api.js";
+import { ApiError, el, get, keepConsoleToken, request } from "./api.js";
 import { agentsPage } from "./agents.js";
 import { environmentsPage, filesPage, memoryStoresPage, vaultsPage } from "./resources.js";
 import { sessionPage } from "./session.js";
@@ -33,12 +33,13 @@ function loginPage(message) {
     el("h1", { text: "Log in to stead" }),
     el("label", { text: "API key" }), key,
     el("button", { class: "primary", type: "submit", text: "Log in" }), problem,
-    el("p", { class: "muted", text: "The key is kept in an HttpOnly cookie for this browser session." }));
+    el("p", { class: "muted", text: "The key is kept, sealed, in an HttpOnly cookie for 12 hours." }));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     problem.textContent = "";
     try {
-      await request("POST", "/console/login", { api_key: key.value });
+      const login = await request("POST", "/console/login", { api_key: key.value });
+      keepConsoleToken(login.console_token);
       if (!location.hash || location.hash === "#/login") location.hash = "#/sessions";
       route();
     } catch (error) {
@@ -73,6 +74,7 @@ async function route() {
 
 document.getElementById("logout").addEventListener("click", async () => {
   await request("POST", "/console/logout");
+  keepConsoleToken(null);
   if (leave) { leave(); leave = null; }
   loginPage("Logged out.");
 });

@@ -1,6 +1,6 @@
 // Environments, vaults (names and credential kinds; the API never returns a
 // secret and the console shows only named fields), files and memory stores.
-import { age, el, get, listAll } from "./api.js";
+import { age, consoleHeaders, el, get, listAll } from "./api.js";
 
 function table(id, heads, rows) {
   return el("table", { id },
@@ -57,7 +57,7 @@ function size(bytes) {
 
 async function download(file) {
   // A plain link would not carry the console's header: fetch, then save the bytes.
-  const response = await fetch(`/v1/files/${file.id}/content`, { headers: { "x-stead-console": "1" }, credentials: "same-origin" });
+  const response = await fetch(`/v1/files/${file.id}/content`, { headers: consoleHeaders(), credentials: "same-origin" });
   if (!response.ok) return alert(`download failed: HTTP ${response.status}`);
   const url = URL.createObjectURL(await response.blob());
   const link = el("a", { href: url, download: file.filename });

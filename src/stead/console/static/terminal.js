@@ -6,7 +6,7 @@
 // but 4408, too slow) ends it at once; more than FLAP_LIMIT drops within
 // FLAP_WINDOW_MS end it too. The terminal id is kept for the browser tab, so a
 // reload reattaches and replays the scrollback.
-import { el, get } from "./api.js";
+import { consoleToken, el, get } from "./api.js";
 
 const STDIN = 0, STDOUT = 1, STDERR = 2, EXIT = 3;
 const TOO_SLOW = 4408;
@@ -37,12 +37,13 @@ export async function terminalPage(main, sessionId) {
   function address() {
     const query = new URLSearchParams({ offset: String(offset), rows: String(term.rows), cols: String(term.cols) });
     if (terminalId) query.set("id", terminalId);
+    query.set("console_token", consoleToken()); // a WebSocket carries no header of ours
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
     return `${scheme}//${location.host}/v1/sessions/${sessionId}/sandbox/pty?${query}`;
   }
 
   function connect(attempt) {
-    const ws = new WebSocket(address()); // the cookie goes along; the server checks the Origin
+    const ws = new WebSocket(address()); // the cookie goes along; the server checks the Origin and the token
     ws.binaryType = "arraybuffer";
     ws.attached = false;
     socket = ws;
