@@ -1,5 +1,5 @@
 """Which tool results and confirmations an accepted request logs
-(``store._work.first_answers``, ``first_confirmations``): a tool use is
+(``store._answers.first_answers``, ``first_confirmations``): a tool use is
 answered once, and confirmed once."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from stead.events import EventType
 from stead.store import Conflict, EventRecord, NewEvent
-from stead.store._work import first_answers, first_confirmations
+from stead.store._answers import first_answers, first_confirmations
 
 NOW = datetime(2026, 11, 29, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from stead import usage as accounting
 from stead.events import EventType
-from stead.store import _claims, _events, _locks, _runs, _sessions, _work
+from stead.store import _answers, _claims, _events, _locks, _runs, _sessions
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 from stead.store.runs import STARTS_WORK
@@ -45,11 +45,11 @@ def accept(
         session = _sessions.locked(conn, workspace_id, session_id)
     check_accepting(session)
     validate(session, lambda event_id: _events.find(conn, session_id, event_id))
-    new, repeated = _work.first_answers(
-        new, lambda use_id: _work.logged_answer(conn, session_id, use_id)
+    new, repeated = _answers.first_answers(
+        new, lambda use_id: _answers.logged_answer(conn, session_id, use_id)
     )
-    new, confirmed = _work.first_confirmations(
-        new, lambda use_id: _work.logged_answer(conn, session_id, use_id, _work.SETTLING_KEYS)
+    new, confirmed = _answers.first_confirmations(
+        new, lambda use_id: _answers.logged_answer(conn, session_id, use_id, _answers.SETTLING_KEYS)
     )
     repeated += confirmed
     echoes, logged = file_in(

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _events, _limits, _locks, _usage, _work
+from stead.store import _answers, _events, _limits, _locks, _usage
 from stead.store._compiled import compiled
 from stead.store._leases import _insert
 from stead.store.base import (
@@ -315,8 +315,8 @@ def write_claimed(
     }
     new = change.events
     if change.closing:
-        new = _work.unanswered(
-            new, lambda use_id: _work.logged_answer(conn, claim.session_id, use_id)
+        new = _answers.unanswered(
+            new, lambda use_id: _answers.logged_answer(conn, claim.session_id, use_id)
         )
     logged = _events.append_log(conn, now, claim.session_id, new)
     for op_key, result in change.ops_completed:

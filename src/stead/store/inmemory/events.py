@@ -10,8 +10,8 @@ from datetime import datetime
 
 from stead.events import EventType
 from stead.ids import new_id
+from stead.store._answers import ANSWER_KEYS, answered_use
 from stead.store._events import LOG_PHASE, PENDING_PHASE, cursor_parts
-from stead.store._work import ANSWER_KEYS, answered_use
 from stead.store.errors import NotFound
 from stead.store.events import EventFilter, EventRecord, NewEvent
 from stead.store.inmemory import webhooks

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from stead.store._answers import SETTLING_KEYS, first_answers, first_confirmations
 from stead.store._inbox import Validator, check_accepting, file_in
-from stead.store._work import SETTLING_KEYS, first_answers, first_confirmations
 from stead.store.events import EventsAccepted, NewEvent
 from stead.store.inmemory import events, runs, sessions
 from stead.store.inmemory.tables import Tables

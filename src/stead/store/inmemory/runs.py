@@ -12,8 +12,8 @@ from typing import Any
 
 from stead.ids import new_id
 from stead.store import _claims
+from stead.store._answers import unanswered
 from stead.store._runs import NOT_DONE, OWNED, unseen_work
-from stead.store._work import unanswered
 from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
 from stead.store.inmemory import events, leases, limits, sessions
