@@ -193,6 +193,27 @@ def test_an_older_message_too_large_for_any_summarising_request_is_cut_for_it() 
     assert log.events[0]["content"][0]["text"].endswith("the end")  # the log keeps it whole
 
 
+def test_thinking_reaches_the_summarising_request_exactly_as_written() -> None:
+    """The model takes its thinking back unchanged or refuses the request: the
+    cuts for a summarising request leave thinking and signatures alone."""
+    log = Log()
+    log.user(f"hello {WORDS}")
+    start = log.add("span.model_request_start")
+    signature = "s" * 1100  # longer than the least a cut text keeps
+    log.add("agent.thinking", _internal={"thinking": "t" * 100, "signature": signature})
+    log.add("agent.message", content=[{"type": "text", "text": "noted"}])
+    log.add("span.model_request_end", model_request_start_id=start["id"], model_usage={})
+    log.user("a" * 8000)
+    log.answer("ok")
+    planned = plan(conversation(3, log).events)
+    assert isinstance(planned, Compact)
+    asked = texts(planned.request.messages)
+    assert "characters left out" in asked  # the long message was cut
+    blocks = [b for m in planned.request.messages for b in m["content"]]
+    [thinking] = [b for b in blocks if b.get("type") == "thinking"]
+    assert (thinking["thinking"], thinking["signature"]) == ("t" * 100, signature)
+
+
 def test_a_summary_that_came_back_long_does_not_stop_the_next_compaction() -> None:
     log = conversation(4)
     planned = plan(log.events)

@@ -5,6 +5,7 @@ whose URL delivery cannot parse fails its attempts without ending the courier.""
 from __future__ import annotations
 
 import json
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -13,7 +14,7 @@ from stead.egress_policy import UpstreamTls
 from stead.runtime import WebhookEgress
 from stead.runtime.webhook_signing import new_secret, seal_secret
 from stead.runtime.webhooks import CourierTerms, WebhookCourier
-from stead.store import RetryTerms, SqlStore
+from stead.store import DatabaseBusy, RetryTerms, SqlStore
 from stead.vault import SecretBox
 from stead.vault.keys import new_key
 from tests.webhook_receiver import HOOKS_HOST, Receiver
@@ -82,3 +83,42 @@ async def test_a_url_delivery_cannot_parse_fails_its_attempts_and_nothing_else(
     assert tried.state == "pending"
     [attempt] = tried.tries
     assert attempt.status_code is None and "InvalidURL" in (attempt.error or "")
+
+
+class BusyOnce:
+    """The store, whose ``webhook_deliveries_due`` is busy once, on its second call."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._store = store
+        self._calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def webhook_deliveries_due(self) -> bool:
+        self._calls += 1
+        if self._calls == 2:
+            raise DatabaseBusy("the database is away for a moment")
+        return await self._store.webhook_deliveries_due()
+
+
+async def test_a_busy_database_while_deliveries_are_under_way_lets_them_finish(
+    store: SqlStore,
+) -> None:
+    """Before, the error cancelled the delivery under way (sent again once its
+    claim ran out) and broke the stream it reports on, ending the courier."""
+    box = SecretBox(new_key())
+    workspace = await store.create_workspace("w")
+    with Receiver() as slow:
+        await endpoint(store, box, workspace.id, "slow", slow.url)
+        made = await environments(store, workspace.id, 2)
+        slow.answering.clear()
+        busy = BusyOnce(store)
+        async with anyio.create_task_group() as group:
+            group.start_soon(courier(cast(SqlStore, busy), box).deliver_due)
+            await anyio.to_thread.run_sync(slow.wait_for, 1, WAIT)
+            await anyio.sleep(0.2)  # the courier polls meanwhile, and is told the database is busy
+            slow.answering.set()
+        assert subjects(slow) == made  # each once, in order
+    listed = await store.list_webhook_deliveries(None, "whk_slow", 10)
+    assert sorted(d.state for d in listed) == ["delivered", "delivered"]

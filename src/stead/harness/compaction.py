@@ -267,7 +267,7 @@ def _tokens(event: Json) -> int:
 def _elided(value: Any, chars: int) -> Any:
     """``value`` (an event, or part of one) with every text longer than ``chars``
     cut to its head and tail, for the summarising request only (the log keeps
-    it whole). Media sources are left as they are."""
+    it whole). Media sources and thinking are left as they are."""
     if isinstance(value, str):
         return _shortened(value, chars)
     if isinstance(value, list):
@@ -275,7 +275,11 @@ def _elided(value: Any, chars: int) -> Any:
     if isinstance(value, dict):
         if value.get("type") == "base64":
             return value
-        return {key: _elided(item, chars) for key, item in value.items()}
+        # ``_internal`` holds thinking and its signature, which go back to the
+        # model exactly as it wrote them or not at all.
+        return {
+            key: item if key == "_internal" else _elided(item, chars) for key, item in value.items()
+        }
     return value
 
 

@@ -5,8 +5,11 @@ op ledger as ``turn.py``'s notes say."""
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from typing import Any
+
+import anyio
 
 from stead import usage as accounting
 from stead.events import EventType
@@ -32,6 +35,9 @@ from stead.store import (
 )
 from stead.tools import ToolOutcome
 
+log = logging.getLogger("stead.runtime.turn")
+SANDBOX_SECONDS_WAIT = 10.0
+"""How long a call's result waits for the host's count of the sandbox's time."""
 MAY_HAVE_RUN = (
     "This call may have run: stead lost track of it when it restarted, and running it "
     "again could repeat its effect. Verify its effect before retrying."
@@ -242,7 +248,7 @@ class ToolSteps:
             if name not in tools.sandbox_free:
                 # Booked with the result: the next call's lease checks the
                 # session's and the month's sandbox time with this call's in it.
-                seconds = self._booked(await tools.active_seconds(self.session_id))
+                seconds = self._booked(await self._sandbox_seconds())
         else:
             outcome = ToolOutcome(ev.text(MAY_HAVE_RUN), True)
         result = ev.tool_result(use, outcome.content, outcome.is_error)
@@ -258,6 +264,16 @@ class ToolSteps:
             sandbox_seconds=seconds,
             **self._used(outcome),
         )
+
+    async def _sandbox_seconds(self) -> float | None:
+        """The host's count of the sandbox's awake time; None when it cannot be
+        read now (the turn's end books it): the call's result is written anyway."""
+        try:
+            with anyio.fail_after(SANDBOX_SECONDS_WAIT):
+                return await self.deps.tools.active_seconds(self.session_id)
+        except Exception as exc:  # TimeoutError among them
+            log.warning("session %s: sandbox time not booked now: %r", self.session_id, exc)
+            return None
 
     def _booked(self, seconds: float | None) -> float | None:
         """``seconds``, the host's count of the sandbox's awake time, now in the

@@ -79,13 +79,22 @@ class WebhookCourier:
         its own endpoint's deliveries."""
         made = in_flight = 0
         done, finished = anyio.create_memory_object_stream[None](BATCH)
-        async with anyio.create_task_group() as group, done, finished:
+        # The streams close after the group has waited for its deliveries.
+        async with done, finished, anyio.create_task_group() as group:
             while True:
                 claimed: list[DueDelivery] = []
-                if in_flight < BATCH and await self._store.webhook_deliveries_due():
-                    claimed = await self._store.claim_webhook_deliveries(
-                        BATCH - in_flight, self._lease_seconds
-                    )
+                try:
+                    if in_flight < BATCH and await self._store.webhook_deliveries_due():
+                        claimed = await self._store.claim_webhook_deliveries(
+                            BATCH - in_flight, self._lease_seconds
+                        )
+                except DatabaseBusy:
+                    if not in_flight:
+                        raise
+                    # Deliveries under way finish and are recorded; a later
+                    # round claims what is due (cancelling them would send
+                    # each one again once its claim ran out).
+                    log.warning("webhook deliveries: no new claims while the database is busy")
                 for delivery in claimed:
                     group.start_soon(self._deliver, delivery, done.clone())
                 made += len(claimed)
