@@ -161,6 +161,7 @@ def test_a_terminal_takes_the_cookie_from_the_console_origin_only(
     assert _close_code(server, session.id, cookie, server.url) == 4401  # no token
     # Past authentication: this server's sandboxes (unsafe_local) have no terminals.
     assert _close_code(server, session.id, cookie, server.url, token) == 4503
+    assert token not in server.log_text()  # the query is cut from the WebSocket's log line
 
 
 def test_the_console_pages_and_packages_are_served(server: ServerProcess) -> None:
