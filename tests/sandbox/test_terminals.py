@@ -21,6 +21,8 @@ from stead.sandbox_host.lifecycle import KEPT_EXITED
 from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
 
+FLOOD = 6_000_000
+
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
 
@@ -149,13 +151,16 @@ async def test_a_slow_client_is_dropped_without_holding_back_a_fast_one(
     try:
         await sandbox.exec("true", op_key="wake", timeout=30)
         # Output waits for input, so both clients are attached before it flows.
-        command = "read go; head -c 30000000 /dev/zero; echo done"
+        # Far more than the slow one's socket holds, and little enough for the
+        # fast one to read well within the host's wait for the slow one's
+        # goodbye (GOODBYE_SECONDS), even on a loaded machine.
+        command = f"read go; head -c {FLOOD} /dev/zero; echo done"
         fast = await sandbox.terminal("exec-flood", kind="exec", command=command)
         slow = await sandbox.terminal("exec-flood", kind="exec")
         await fast.send_input(b"go\n")
         events = await read_to_end(fast)  # the slow one never reads meanwhile
         assert events[-1] == TerminalEnded("exited")
-        assert len(output(events)) == 30000000 + 5
+        assert len(output(events)) == FLOOD + 5
         with anyio.fail_after(WAIT):
             while not isinstance(event := await slow.receive(), TerminalEnded):
                 pass
