@@ -160,7 +160,8 @@ class WorkQueue:
             return None
         accepted = None
         if item.session_id is not None:
-            accepted = await self._answer_in_doubt(item)
+            waiting = await self._worker_calls(item.session_id)
+            accepted, _ = await self._answer_in_doubt(item, waiting)
         await self._store.settled_work(item.id, item.epoch)
         return accepted
 
@@ -173,13 +174,9 @@ class WorkQueue:
         to take its calls."""
         if item.state != WorkState.STOPPED or item.session_id is None:
             return None
-        held = item.acknowledged_at is not None or item.in_doubt
-        accepted = await self._answer_in_doubt(item) if held else None
-        waiting = [
-            use
-            for use in unresolved_tool_uses(await self._logs.read(item.session_id))
-            if use["type"] == EventType.AGENT_TOOL_USE and use["name"] in WORKER_TOOLS
-        ]
+        accepted, waiting = None, await self._worker_calls(item.session_id)
+        if item.acknowledged_at is not None or item.in_doubt:  # a worker held it
+            accepted, waiting = await self._answer_in_doubt(item, waiting)
         if waiting:
             try:
                 session = await self._store.get_session(item.workspace_id, item.session_id)
@@ -189,19 +186,26 @@ class WorkQueue:
                 await self.ensure(session)
         return accepted
 
-    async def _answer_in_doubt(self, item: WorkItem) -> EventsAccepted | None:
-        assert item.session_id is not None
-        events = await self._logs.read(item.session_id)
-        answers = [
-            in_doubt_result(use["id"], _lost_worker_message())
-            for use in unresolved_tool_uses(events)
-            if use["type"] == EventType.AGENT_TOOL_USE
-            and use["name"] in WORKER_TOOLS
-            and use["name"] not in tools.IDEMPOTENT_TOOLS
+    async def _worker_calls(self, session_id: str) -> list[Json]:
+        """The session's tool uses a worker runs that have no result yet."""
+        return [
+            use
+            for use in unresolved_tool_uses(await self._logs.read(session_id))
+            if use["type"] == EventType.AGENT_TOOL_USE and use["name"] in WORKER_TOOLS
         ]
-        if not answers:
-            return None
-        return await self.record(item.workspace_id, item.session_id, answers)
+
+    async def _answer_in_doubt(
+        self, item: WorkItem, calls: Sequence[Json]
+    ) -> tuple[EventsAccepted | None, list[Json]]:
+        """Answers those of ``calls`` a lost worker may have run (all but the
+        read-only ones); what they answered, and the calls left for a worker."""
+        assert item.session_id is not None
+        doubtful = [use for use in calls if use["name"] not in tools.IDEMPOTENT_TOOLS]
+        left = [use for use in calls if use["name"] in tools.IDEMPOTENT_TOOLS]
+        if not doubtful:
+            return None, left
+        answers = [in_doubt_result(use["id"], _lost_worker_message()) for use in doubtful]
+        return await self.record(item.workspace_id, item.session_id, answers), left
 
     async def record(
         self, workspace_id: str, session_id: str, answers: Sequence[NewEvent]

@@ -43,7 +43,7 @@ def check_http_url(field: str, value: str) -> str:
         raise RequestError(f"{field}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not host:
         raise RequestError(f"{field}: must be an http or https URL with a host")
-    if parts.username or parts.password:
+    if parts.username is not None or parts.password is not None:
         raise RequestError(f"{field}: must not carry a user name or password; use the credential")
     return value
 
