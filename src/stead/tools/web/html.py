@@ -130,12 +130,8 @@ class _TextMaker(HTMLParser):
             return
         label = _SPACES.sub(" ", "".join(self._parts[start:])).strip()
         del self._parts[start:]
-        self._newlines, self._spaced = 0, not self._parts or self._parts[-1].endswith(("\n", " "))
-        for part in reversed(self._parts):  # stops at the first with more than newlines
-            stripped = part.rstrip("\n")
-            self._newlines += len(part) - len(stripped)
-            if stripped:
-                break
+        # The state the deleted parts left is stale, but what replaces them is
+        # text (a URL at least), which sets it whole.
         self._add(f"[{label}]({url})" if label and label != url else url)
 
     def _add(self, text: str) -> None:
