@@ -16,6 +16,7 @@ from stead.store import (
     RunStatus,
     SessionFilter,
     SqlStore,
+    event_cursor_keys,
     open_store,
 )
 from tests.databases import STORES
@@ -126,6 +127,35 @@ async def test_a_cursor_into_the_queue_with_a_log_floor_lists_what_was_logged_si
         workspace_id, session_id, PageRequest(limit=10, order="asc", after=after), EventFilter()
     )
     assert [e.id for e in rest.items] == ["sevt_since", "sevt_q1", "sevt_q2"]
+
+
+async def test_a_cursor_in_the_log_with_a_queue_position_does_not_list_the_queue_again(
+    store: SqlStore,
+) -> None:
+    """``(0, seq, position)``: a page that went back to the log after reaching
+    the queue, filled by what was logged since, goes on past ``seq`` in the log
+    and past ``position`` in the queue: what it listed queued is not listed
+    again while it still waits (before, the queue was listed from its start)."""
+    workspace_id, session_id = await new_session(store)
+    await store.append_events(session_id, [user_message("sevt_l0")])
+    await store.start_run(session_id)
+    queued = [user_message(f"sevt_q{i}") for i in range(3)]
+    await store.accept_user_events(workspace_id, session_id, queued, ACCEPT_ALL)
+    first = await store.list_events(
+        workspace_id, session_id, PageRequest(limit=2, order="asc"), EventFilter()
+    )
+    assert [e.id for e in first.items] == ["sevt_l0", "sevt_q0"]
+    # The running turn logs while the queue waits.
+    await store.append_events(session_id, [user_message(f"sevt_s{i}") for i in range(3)])
+    rest: list[str] = []
+    page = first
+    request = PageRequest(limit=2, order="asc")
+    while page.has_next:
+        key = event_cursor_keys(request, page.items)(page.items[-1])
+        request = PageRequest(limit=2, order="asc", after=key)
+        page = await store.list_events(workspace_id, session_id, request, EventFilter())
+        rest += [e.id for e in page.items]
+    assert rest == ["sevt_s0", "sevt_s1", "sevt_s2", "sevt_q1", "sevt_q2"]
 
 
 async def test_session_status_is_derived(store: SqlStore) -> None:

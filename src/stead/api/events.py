@@ -19,7 +19,14 @@ from stead.events import EventType
 from stead.ids import new_id, primary_thread_id
 from stead.jsonvalues import Json
 from stead.schemas import RequestError, SessionEventType, events
-from stead.store import EventFilter, EventRecord, NewEvent, PageRequest, SessionRecord, Store
+from stead.store import (
+    EventFilter,
+    EventRecord,
+    NewEvent,
+    SessionRecord,
+    Store,
+    event_cursor_keys,
+)
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["session events"])
 
@@ -165,42 +172,13 @@ async def events_page(
         listing, order, limit, page, pagination.EVENT_KEY, or_types=pagination.PENDING_EVENT_KEY
     )
     after = request_page.after
-    if after is not None and (after[0] not in (0, 1) or (len(after) == 3 and after[0] != 1)):
+    if after is not None and (after[0] not in (0, 1) or (len(after) == 3 and order != "asc")):
         raise RequestError(pagination.NOT_OURS)
     result = await services(request).store.list_events(
         who.workspace_id, session_id, request_page, where
     )
-    key = _event_key(request_page, result.items)
+    key = event_cursor_keys(request_page, result.items)
     return JSONResponse(pagination.page_body(listing, order, result, key, wire.event))
-
-
-def _event_key(
-    page: PageRequest, listed: list[EventRecord]
-) -> Callable[[EventRecord], tuple[int, ...]]:
-    """Cursor keys: (0, seq) in the log; (1, position) in the queue, and, going
-    up, the last seq the listing passed with it: the next page reads the log
-    past it before the queue, so what was logged meanwhile (queued events
-    drained among it) is not skipped."""
-    seqs = [r.seq for r in listed if r.seq is not None]
-    after = page.after
-    floor: int | None
-    if seqs:
-        floor = max(seqs)
-    elif after is None:
-        floor = 0
-    elif after[0] == 0:
-        floor = after[1]
-    else:
-        floor = after[2] if len(after) == 3 else None  # a cursor of an older stead
-
-    def key(record: EventRecord) -> tuple[int, ...]:
-        if record.seq is not None:
-            return (0, record.seq)
-        if page.order == "asc" and floor is not None:
-            return (1, record.position or 0, floor)
-        return (1, record.position or 0)
-
-    return key
 
 
 @router.get("/events/stream", response_class=Response)

@@ -33,6 +33,7 @@ from stead.store.base import (
     ApiKey,
     ClaimTerms,
     EnvironmentRecord,
+    EventCursor,
     EventFilter,
     EventRecord,
     EventsAccepted,
@@ -51,6 +52,7 @@ from stead.store.base import (
     Store,
     Workspace,
     WriteResult,
+    event_cursor_keys,
 )
 from stead.store.brains import BrainRecord, BrainStore
 from stead.store.channel import Channel, open_channel
@@ -191,6 +193,7 @@ __all__ = [
     "EnvironmentKey",
     "EnvironmentRecord",
     "EnvironmentStore",
+    "EventCursor",
     "EventFilter",
     "EventLog",
     "EventRecord",
@@ -276,6 +279,7 @@ __all__ = [
     "WorkspaceScope",
     "WorkspaceStore",
     "WriteResult",
+    "event_cursor_keys",
     "open_channel",
     "open_store",
     "open_store_sync",

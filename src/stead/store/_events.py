@@ -19,6 +19,7 @@ from stead.store import _locks, _webhooks
 from stead.store._compiled import compiled
 from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
 from stead.store.errors import NotFound
+from stead.store.events import PENDING_PHASE, EventCursor
 from stead.store.tables import events, pending, sessions
 
 
@@ -272,18 +273,17 @@ def last_seq(conn: Connection, session_id: str) -> int:
     return int(value)
 
 
-LOG_PHASE, PENDING_PHASE = 0, 1
-
-
 def list_(
     conn: Connection, session_id: str, page: PageRequest, where: EventFilter
 ) -> Page[EventRecord]:
     """The log in ``seq`` order, then the pending queue (never processed, so it
     sorts after every processed event). Cursor keys are ``(phase, seq|position)``;
-    an ascending one in the queue may carry a third, the last ``seq`` the
-    listing passed: the page after it reads the log past that first, so events
-    logged since (queued ones drained among them) are listed, not skipped."""
-    phase, key, floor = cursor_parts(page)
+    an ascending one may carry a third part (``EventCursor``): in the queue, the
+    last ``seq`` the listing passed, so the page after it reads the log past
+    that first and events logged since (queued ones drained among them) are
+    listed, not skipped; in the log, the queue position already listed, so the
+    queue is not listed again from its start."""
+    at = EventCursor.of(page)
     with_pending = not where.has_time_bounds
     log = select(events).where(events.c.session_id == session_id)
     queue = select(pending).where(pending.c.session_id == session_id)
@@ -301,46 +301,30 @@ def list_(
 
     def from_log(room: int) -> list[EventRecord]:
         stmt = log
-        if phase == LOG_PHASE:
-            stmt = stmt.where(events.c.seq > key if page.order == "asc" else events.c.seq < key)
-        elif floor is not None:
-            stmt = stmt.where(events.c.seq > floor)
+        if at.log_after is not None:
+            seq = events.c.seq
+            stmt = stmt.where(seq > at.log_after if page.order == "asc" else seq < at.log_after)
         order = events.c.seq.asc() if page.order == "asc" else events.c.seq.desc()
         return [_logged(r) for r in conn.execute(stmt.order_by(order).limit(room)).all()]
 
     def from_queue(room: int) -> list[EventRecord]:
         stmt = queue
-        if phase == PENDING_PHASE:
+        if at.queue_after is not None:
             pos = pending.c.position
-            stmt = stmt.where(pos > key if page.order == "asc" else pos < key)
+            stmt = stmt.where(pos > at.queue_after if page.order == "asc" else pos < at.queue_after)
         order = pending.c.position.asc() if page.order == "asc" else pending.c.position.desc()
         return [_queued(r) for r in conn.execute(stmt.order_by(order).limit(room)).all()]
 
     want = page.limit + 1
     items: list[EventRecord] = []
     if page.order == "asc":
-        if phase in (None, LOG_PHASE) or floor is not None:
+        if at.reads_log:
             items += from_log(want)
         if with_pending and len(items) < want:
             items += from_queue(want - len(items))
     else:
-        if with_pending and phase in (None, PENDING_PHASE):
+        if with_pending and at.phase in (None, PENDING_PHASE):
             items += from_queue(want)
         if len(items) < want:
             items += from_log(want - len(items))
     return Page(items=items[: page.limit], has_next=len(items) > page.limit, has_prev=False)
-
-
-def cursor_parts(page: PageRequest) -> tuple[int | None, int | None, int | None]:
-    """(phase, seq or position, log floor) of ``page``'s cursor; Nones without one."""
-    if page.after is None:
-        return None, None, None
-    phase, key, *floor = page.after
-    return phase, key, (floor[0] if floor and phase == PENDING_PHASE else None)
-
-
-def cursor_key(record: EventRecord) -> tuple[int, int]:
-    if record.seq is not None:
-        return (LOG_PHASE, record.seq)
-    assert record.position is not None
-    return (PENDING_PHASE, record.position)

@@ -19,7 +19,15 @@ from typing import Protocol
 from stead.store.agents import AgentChange, AgentRecord, AgentStore
 from stead.store.brains import BrainStore
 from stead.store.environments import EnvironmentChange, EnvironmentRecord, EnvironmentStore
-from stead.store.events import EventFilter, EventLog, EventRecord, EventsAccepted, NewEvent
+from stead.store.events import (
+    EventCursor,
+    EventFilter,
+    EventLog,
+    EventRecord,
+    EventsAccepted,
+    NewEvent,
+    event_cursor_keys,
+)
 from stead.store.files import FileStore
 from stead.store.idempotency import IdempotencyStore
 from stead.store.leases import LeaseStore
@@ -54,6 +62,7 @@ __all__ = [
     "ClaimTerms",
     "EnvironmentChange",
     "EnvironmentRecord",
+    "EventCursor",
     "EventFilter",
     "EventRecord",
     "EventsAccepted",
@@ -73,6 +82,7 @@ __all__ = [
     "Store",
     "Workspace",
     "WriteResult",
+    "event_cursor_keys",
 ]
 
 

@@ -57,6 +57,65 @@ class EventFilter:
         return any((self.processed_gt, self.processed_gte, self.processed_lt, self.processed_lte))
 
 
+PENDING_PHASE = 1
+"""The first part of an events cursor key in the pending queue (0: in the log)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventCursor:
+    """Where a page of ``list_`` starts: past ``log_after`` in the log (None:
+    from its start) and past ``queue_after`` in the queue. An ascending cursor
+    in the queue reads the log again past the ``seq`` it passed last; one in the
+    log remembers the queue position it passed, if any."""
+
+    phase: int | None
+    log_after: int | None
+    queue_after: int | None
+
+    @classmethod
+    def of(cls, page: PageRequest) -> EventCursor:
+        if page.after is None:
+            return cls(None, None, None)
+        phase, key, *more = page.after
+        third = more[0] if more else None
+        if phase == PENDING_PHASE:
+            return cls(phase, third, key)
+        return cls(phase, key, third)
+
+    @property
+    def reads_log(self) -> bool:
+        """Whether an ascending page reads the log before the queue."""
+        return self.phase != PENDING_PHASE or self.log_after is not None
+
+
+def event_cursor_keys(
+    page: PageRequest, listed: list[EventRecord]
+) -> Callable[[EventRecord], tuple[int, ...]]:
+    """The cursor key of each record of a page of ``list_events``: (0, seq)
+    in the log; (1, position) in the queue. Going up, each carries what the
+    next page needs to neither skip nor repeat: one in the queue, the last seq
+    the listing passed (the next page reads the log past it before the queue,
+    so what was logged meanwhile, queued events drained among it, is listed);
+    one in the log, the queue position the listing passed (the next page's
+    queue starts after it)."""
+    at = EventCursor.of(page)
+    seqs = [r.seq for r in listed if r.seq is not None]
+    positions = [r.position for r in listed if r.seq is None and r.position is not None]
+    floor = max(seqs) if seqs else (at.log_after if page.after is not None else 0)
+    queued = max(positions) if positions else at.queue_after
+
+    def key(record: EventRecord) -> tuple[int, ...]:
+        if record.seq is not None:
+            if page.order == "asc" and queued is not None:
+                return (0, record.seq, queued)
+            return (0, record.seq)
+        if page.order == "asc" and floor is not None:
+            return (1, record.position or 0, floor)
+        return (1, record.position or 0)
+
+    return key
+
+
 @dataclass(frozen=True, slots=True)
 class EventsAccepted:
     """What ``accept_user_events`` did: the echoes, and which of them went to the log."""
@@ -97,7 +156,8 @@ class EventLog(Protocol):
     ) -> Page[EventRecord]:
         """The log in ``seq`` order, then the queue (time bounds leave the queue
         out). Cursor keys are ``(0, seq)`` in the log and ``(1, position)`` in
-        the queue; ``after`` only (no ``has_prev``)."""
+        the queue, an ascending one with a third part (``EventCursor``);
+        ``after`` only (no ``has_prev``)."""
         ...
 
     async def events_after(self, session_id: str, seq: int, limit: int) -> list[EventRecord]: ...

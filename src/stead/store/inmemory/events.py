@@ -11,9 +11,8 @@ from datetime import datetime
 from stead.events import EventType
 from stead.ids import new_id
 from stead.store._answers import ANSWER_KEYS, answered_use
-from stead.store._events import LOG_PHASE, PENDING_PHASE, cursor_parts
 from stead.store.errors import NotFound
-from stead.store.events import EventFilter, EventRecord, NewEvent
+from stead.store.events import PENDING_PHASE, EventCursor, EventFilter, EventRecord, NewEvent
 from stead.store.inmemory import webhooks
 from stead.store.inmemory.tables import LoggedEvent, Tables, stored
 from stead.store.paging import Page, PageRequest
@@ -110,28 +109,24 @@ def _in_bounds(event: LoggedEvent, where: EventFilter) -> bool:
 
 
 def list_(t: Tables, session_id: str, page: PageRequest, where: EventFilter) -> Page[EventRecord]:
-    """``_events.list_``: the log in ``seq`` order, then the queue; cursor keys
-    are ``(phase, seq|position)``, and an ascending one in the queue may carry
-    the log floor."""
-    phase, key, floor = cursor_parts(page)
+    """``_events.list_``: the log in ``seq`` order, then the queue, from where
+    the page's ``EventCursor`` says."""
+    at = EventCursor.of(page)
     asc = page.order == "asc"
 
-    def chosen(events: Sequence[LoggedEvent], of_phase: int) -> list[LoggedEvent]:
+    def chosen(events: Sequence[LoggedEvent], after: int | None) -> list[LoggedEvent]:
         kept = [e for e in events if not where.types or e.type in where.types]
-        if phase == of_phase and key is not None:
-            kept = [e for e in kept if (e.number > key if asc else e.number < key)]
-        elif of_phase == LOG_PHASE and floor is not None:
-            kept = [e for e in kept if e.number > floor]
+        if after is not None:
+            kept = [e for e in kept if (e.number > after if asc else e.number < after)]
         return kept if asc else kept[::-1]
 
     log = [e for e in t.log.get(session_id, ()) if _in_bounds(e, where)]
-    from_log = chosen(log, LOG_PHASE)
-    queue = [] if where.has_time_bounds else chosen(t.pending.get(session_id, ()), PENDING_PHASE)
+    from_log = chosen(log, at.log_after)
+    queue = [] if where.has_time_bounds else chosen(t.pending.get(session_id, ()), at.queue_after)
     if asc:
-        logged = phase in (None, LOG_PHASE) or floor is not None
-        ordered = (from_log if logged else []) + queue
+        ordered = (from_log if at.reads_log else []) + queue
     else:
-        ordered = (queue if phase in (None, PENDING_PHASE) else []) + from_log
+        ordered = (queue if at.phase in (None, PENDING_PHASE) else []) + from_log
     items = [e.record(session_id) for e in ordered[: page.limit + 1]]
     return Page(items=items[: page.limit], has_next=len(items) > page.limit, has_prev=False)
 
