@@ -23,7 +23,9 @@ Tightening:
 * unions of TypedDicts told apart by a literal ``type`` (or ``name``) become
   tagged unions, so an error names the branch the client meant;
 * ``Literal[...] | str`` collapses to ``str`` (known model names stay open);
-* a literal's values are sorted, so an error lists them in a stable order.
+* a literal's values are sorted, so an error lists them in a stable order;
+* numbers, booleans and strings are strict: ``true`` is no ``1`` and ``"3"``
+  no ``3``, as a JSON schema has it (pydantic's lax mode would coerce them).
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ EVENT_TYPES = "anthropic.types.beta.sessions:BetaManagedAgentsSessionEventType"
 """The SDK's session event type names, written to ``event_types.py``."""
 EVENT_TYPES_FILE = Path(__file__).with_name("event_types.py")
 DISCRIMINATORS = ("type", "name")
+STRICT_SCALARS = ("int", "float", "bool", "str")
+"""Core schema types validated strictly (an int is an int; JSON has no other)."""
 REF_ID = re.compile(r":\d+$")
 
 
@@ -212,6 +216,8 @@ def _tighten(node: Any, defs: Mapping[str, Schema]) -> None:
         node["expected"] = sorted(node["expected"], key=repr)
     elif kind == "union":
         _collapse_union(node, defs)
+    elif kind in STRICT_SCALARS:
+        node["strict"] = True
     for value in list(node.values()):
         _tighten(value, defs)
 
