@@ -29,6 +29,7 @@ from stead.cli_support import (
     Url,
     bold,
     console,
+    fewer_malloc_arenas,
     freeze_start,
     opened,
     read_settings,
@@ -100,6 +101,7 @@ def serve(
 ) -> None:
     """Serve the Managed Agents API on the embedded store."""
     start_uncollected()
+    fewer_malloc_arenas()
     without_pydantic_v1()
     import uvicorn
 

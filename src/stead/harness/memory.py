@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
+from html import escape
 
 from stead.jsonvalues import Json
 
@@ -72,12 +72,12 @@ def memory_prompt(memory: Sequence[MemoryPrompt], *, search: bool) -> str | None
 
 def _store(memory: MemoryPrompt) -> str:
     parts = [
-        f"<name>{escape(memory.name)}</name>",
-        f"<path>{escape(memory.mount_path)}</path>",
-        f"<access>{escape(memory.access)}</access>",
+        f"<name>{escape(memory.name, quote=False)}</name>",
+        f"<path>{escape(memory.mount_path, quote=False)}</path>",
+        f"<access>{escape(memory.access, quote=False)}</access>",
     ]
     if memory.description:
-        parts.append(f"<description>{escape(memory.description)}</description>")
+        parts.append(f"<description>{escape(memory.description, quote=False)}</description>")
     if memory.instructions:
-        parts.append(f"<instructions>{escape(memory.instructions)}</instructions>")
+        parts.append(f"<instructions>{escape(memory.instructions, quote=False)}</instructions>")
     return "<memory_store>\n" + "\n".join(parts) + "\n</memory_store>"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from xml.sax.saxutils import escape
+from html import escape
 
 SKILLS_ROOT = "/workspace/skills"
 """Where a session's sandbox has each skill's files, read-only, under its name."""
@@ -29,9 +29,9 @@ def skills_prompt(skills: Sequence[SkillPrompt]) -> str | None:
         return None
     listed = "\n".join(
         "<skill>\n"
-        f"<name>{escape(s.name)}</name>\n"
-        f"<description>{escape(s.description)}</description>\n"
-        f"<location>{escape(s.location)}</location>\n"
+        f"<name>{escape(s.name, quote=False)}</name>\n"
+        f"<description>{escape(s.description, quote=False)}</description>\n"
+        f"<location>{escape(s.location, quote=False)}</location>\n"
         "</skill>"
         for s in skills
     )
