@@ -85,10 +85,7 @@ def _main(
 
 async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
     async with opened(settings) as store:
-        if await store.count_api_keys():
-            return None
-        workspace = await store.create_workspace("default")
-        return await store.create_api_key(workspace.id, "first key")
+        return await store.first_api_key("default", "first key")
 
 
 @app.command()

@@ -113,3 +113,23 @@ async def test_appenders_and_readers_at_once_see_one_gapless_log(store: SqlStore
     assert await store.find_event_seq(session_id, "sevt_2_0_0") is not None
     assert await store.find_event_seq(session_id, "sevt_none") is None
     assert await store.last_seq(session_id) == 120
+
+
+async def test_starts_racing_on_an_empty_store_make_one_first_key(
+    store: SqlStore,
+) -> None:
+    """Several ``stead serve`` starting at once on one new database: one makes
+    the first workspace and key, the others none (before, each made its own
+    workspace, and clients of different processes saw different data)."""
+    made: list[object] = []
+
+    async def start() -> None:
+        made.append(await store.first_api_key("default", "first key"))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(start)
+    firsts = [m for m in made if m is not None]
+    assert len(made) == 4 and len(firsts) == 1
+    assert await store.count_api_keys() == 1 and len(await store.list_workspaces()) == 1
+    assert await store.first_api_key("default", "first key") is None

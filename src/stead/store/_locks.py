@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, select
+from sqlalchemy import Connection, Table, bindparam, select, text
 
 from stead.store._compiled import compiled
 from stead.store.tables import runs, sessions
@@ -76,3 +76,11 @@ def row(conn: Connection, table: Table, ident: str, *, shared: bool = False) -> 
     if _shared_writer(conn):
         stmt = select(table.c.id).where(table.c.id == ident).with_for_update(read=shared)
         conn.execute(stmt)
+
+
+def table(conn: Connection, locked: Table) -> None:
+    """Holds ``locked`` against every other writer of it until commit: for a
+    decision on whether the table has rows at all, which no row lock covers.
+    Readers go on; another transaction taking this lock waits for the commit."""
+    if _shared_writer(conn):
+        conn.execute(text(f"LOCK TABLE {locked.name} IN SHARE ROW EXCLUSIVE MODE"))

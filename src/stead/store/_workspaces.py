@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, func, insert, select, update
 
 from stead.ids import new_id
+from stead.store import _locks
 from stead.store.base import ApiKey, Workspace
 from stead.store.errors import NotFound
 from stead.store.tables import api_keys, installation_secrets, workspaces
@@ -100,6 +101,16 @@ def authenticate(conn: Connection, secret: str) -> ApiKey | None:
 
 def count_api_keys(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(api_keys)).scalar_one())
+
+
+def first_api_key(
+    conn: Connection, now: datetime, workspace_name: str, key_name: str
+) -> tuple[ApiKey, str] | None:
+    _locks.table(conn, api_keys)
+    if count_api_keys(conn):
+        return None
+    workspace = create_workspace(conn, now, workspace_name)
+    return create_api_key(conn, now, workspace.id, key_name)
 
 
 def find_installation_secret(conn: Connection, name: str) -> bytes | None:

@@ -275,6 +275,9 @@ class SqlStore(
     async def count_api_keys(self) -> int:
         return await self._read(_workspaces.count_api_keys)
 
+    async def first_api_key(self, workspace_name: str, key_name: str) -> tuple[ApiKey, str] | None:
+        return await self._write(_workspaces.first_api_key, workspace_name, key_name)
+
     async def list_api_keys(self) -> list[ApiKey]:
         return await self._read(_workspaces.list_api_keys)
 

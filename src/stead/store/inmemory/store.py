@@ -82,6 +82,9 @@ class InMemoryStore(
     async def count_api_keys(self) -> int:
         return await self._read(lambda t: len(t.api_keys))
 
+    async def first_api_key(self, workspace_name: str, key_name: str) -> tuple[ApiKey, str] | None:
+        return await self._write(workspaces.first_api_key, workspace_name, key_name)
+
     async def list_api_keys(self) -> list[ApiKey]:
         return await self._read(workspaces.list_api_keys)
 

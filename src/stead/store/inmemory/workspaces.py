@@ -34,6 +34,15 @@ def create_api_key(
     return key, secret
 
 
+def first_api_key(
+    t: Tables, now: datetime, workspace_name: str, key_name: str
+) -> tuple[ApiKey, str] | None:
+    if t.api_keys:
+        return None
+    workspace = create_workspace(t, now, workspace_name)
+    return create_api_key(t, now, workspace.id, key_name, admin=False)
+
+
 def list_api_keys(t: Tables) -> list[ApiKey]:
     return sorted((key for key, _ in t.api_keys.values()), key=lambda k: (k.created_at, k.id))
 
