@@ -7,6 +7,9 @@ data directory: a client sends to one and streams from another.
 * a process SIGKILLed while it runs a turn: another finishes the turn (the dead
   process is known dead at once: same host, its pid is gone) and the reader's
   stream has no gap and no duplicate;
+* a process SIGKILLed once its ``bash`` call ran (``unsafe_local``, whose op
+  records are its own data directory's): the one that finishes the turn says
+  the call may have run instead of running it again;
 * ``stead db brains`` lists the processes and their heartbeats.
 """
 
@@ -16,13 +19,25 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import anthropic
 import httpx2
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
+from stead.runtime.turn_tools import MAY_HAVE_RUN
+from stead.testing import (
+    FakeModel,
+    ServeForker,
+    ServerProcess,
+    Text,
+    ToolCall,
+    Turn,
+    client_tls,
+    echo,
+)
+from stead.testing.scripts import has_tool_results, last_user_text
 from tests.conftest import make_client
 from tests.databases import PostgresRun
 from tests.integration.brains import Brains
@@ -159,6 +174,41 @@ def test_a_turn_of_a_killed_process_finishes_on_another(brains: Brains) -> None:
     assert types.count("agent.message") == 1
     assert types.count("session.status_rescheduled") == 1
     _seqs_are_whole(frames, [e.id for e in log])
+
+
+def test_a_bash_call_of_a_killed_process_is_not_run_again_by_another(
+    postgres_run: PostgresRun, tmp_path: Path, forker: ServeForker
+) -> None:
+    """The doomed process dies right after its ``bash`` call ran, before its
+    result was written. Its sandbox's op records were in its own data
+    directory, which the process that takes the turn over never sees: there
+    the call is in doubt (before, it was made again and ran twice)."""
+    ran = tmp_path / "ran"
+
+    def rule(body: dict[str, Any]) -> Turn:
+        if has_tool_results(body):
+            return Turn([Text("done")])
+        if last_user_text(body) == "run it":
+            return Turn([ToolCall("bash", {"command": f"echo ran >> {ran}"})])
+        return echo(body)
+
+    with FakeModel(rule) as fake:
+        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
+        try:
+            survivor = group.start()
+            doomed = group.start(STEAD_FAILPOINTS="tool.after_run:1")
+            with _client(doomed, group.key) as sdk_doomed, _client(survivor, group.key) as sdk:
+                session_id = new_session(sdk, [{"type": "agent_toolset_20260401"}])
+                sdk_doomed.beta.sessions.events.send(session_id, events=[message("run it")])
+                assert doomed.wait_exit(30), "the failpoint did not fire"
+                wait_idle(sdk, session_id, timeout=60)
+                log = sdk.beta.sessions.events.list(session_id, limit=1000).data
+        finally:
+            group.close()
+    results = [e for e in log if e.type == "agent.tool_result"]
+    assert len(results) == 1 and results[0].is_error
+    assert MAY_HAVE_RUN in results[0].content[0].text  # type: ignore[index, union-attr]
+    assert ran.read_text() == "ran\n"
 
 
 def test_db_brains_lists_each_process(brains: Brains) -> None:

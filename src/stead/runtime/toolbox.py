@@ -73,6 +73,7 @@ from stead.store import (
     SandboxLeaseStatus,
     SessionRecord,
     UsageStore,
+    single_brain,
 )
 from stead.telemetry import Telemetry
 from stead.tools import ToolOutcome
@@ -136,6 +137,8 @@ class SandboxToolbox:
         """By sandbox id: held while its sandbox is acquired and staged, or
         destroyed: a destroy never comes between a call's staging and its use."""
         self._web = WebTools(settings, store, credentials)
+        one_brain = single_brain(settings.resolved_database_url)
+        self._resumable = tools.RESUMABLE_TOOLS if provider.leased or one_brain else frozenset()
         mounts = provider.mounts()
         self._failpoints = failpoints or FailPoints(None)
         self._mounts = None
@@ -175,7 +178,13 @@ class SandboxToolbox:
 
     @property
     def resumable(self) -> frozenset[str]:
-        return tools.RESUMABLE_TOOLS
+        """The tools whose in-doubt call is made again with its op key, for the
+        sandbox's own op records to sort out. Those records are in the host
+        (``leased``: every process reaches it) or, for a process-local provider
+        (``unsafe_local``), in this process's data directory: on a shared store
+        another process may have started the call, in a directory this one
+        never sees, so there every in-doubt call "may have run"."""
+        return self._resumable
 
     @property
     def sandbox_free(self) -> frozenset[str]:
