@@ -135,6 +135,20 @@ def test_logout_clears_the_cookie(browser: Browser) -> None:
     assert browser.http.get("/v1/sessions", headers=browser.console).status_code == 401
 
 
+def test_logout_ends_the_login_for_a_copy_of_its_cookie_too(
+    server: ServerProcess, browser: Browser
+) -> None:
+    """Logging out ends the login in the store: its cookie and token, copied
+    before, authorise nothing after (before, only the browser forgot them)."""
+    copied = {"cookie": f"stead_console_key={browser.http.cookies['stead_console_key']}"}
+    copied |= browser.console
+    sessions = f"{server.url}/v1/sessions"
+    assert httpx2.get(sessions, headers=copied, timeout=30, verify=client_tls()).status_code == 200
+    assert browser.http.post("/console/logout", headers=browser.console).status_code == 204
+    after = httpx2.get(sessions, headers=copied, timeout=30, verify=client_tls())
+    assert after.status_code == 401 and "log in again" in after.json()["error"]["message"]
+
+
 def _close_code(
     server: ServerProcess, session_id: str, cookie: str, origin: str, token: str = ""
 ) -> int:

@@ -3,6 +3,8 @@ on every backend (SQLite, PostgreSQL and the in-memory store)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import anyio
 import pytest
 
@@ -113,6 +115,21 @@ async def test_appenders_and_readers_at_once_see_one_gapless_log(store: SqlStore
     assert await store.find_event_seq(session_id, "sevt_2_0_0") is not None
     assert await store.find_event_seq(session_id, "sevt_none") is None
     assert await store.last_seq(session_id) == 120
+
+
+async def test_an_ended_console_login_is_kept_until_it_would_have_expired(
+    store: SqlStore,
+) -> None:
+    now = datetime.now(UTC)
+    await store.end_console_login("a" * 64, now + timedelta(hours=12))
+    await store.end_console_login("a" * 64, now + timedelta(hours=12))  # again: no error
+    await store.end_console_login("b" * 64, now - timedelta(seconds=1))
+    assert await store.console_login_ended("a" * 64)
+    assert await store.console_login_ended("b" * 64)
+    assert not await store.console_login_ended("c" * 64)
+    # Each logout drops those past their expiry: the table stays small.
+    await store.end_console_login("c" * 64, now + timedelta(hours=12))
+    assert not await store.console_login_ended("b" * 64)
 
 
 async def test_starts_racing_on_an_empty_store_make_one_first_key(

@@ -28,6 +28,7 @@ from stead.api.deps import (
     CONSOLE_COOKIE,
     CONSOLE_HEADER,
     CONSOLE_LOGIN_SECONDS,
+    console_cookie,
     console_login,
     services,
 )
@@ -107,7 +108,12 @@ async def login(request: Request) -> JSONResponse:
 
 @router.post("/logout")
 async def logout(request: Request) -> Response:
+    """Ends the login for every process, not only in this browser: its cookie
+    and token, if copied, authorise nothing after this."""
     _require_console_header(request)
+    login = console_cookie(request)
+    if login is not None:
+        await services(request).store.end_console_login(login.token_hash, login.expires_at)
     response = Response(status_code=204, headers=NO_STORE)
     response.delete_cookie(CONSOLE_COOKIE, path="/", httponly=True, samesite="strict")
     return response

@@ -9,6 +9,7 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from fastapi import Request
 from starlette.requests import HTTPConnection
@@ -130,24 +131,67 @@ def console_login(box: SecretBox, api_key: str, now: float) -> tuple[str, str]:
     return base64.urlsafe_b64encode(sealed).decode(), token
 
 
-def _presented_key(request: HTTPConnection) -> str | None:
+@dataclass(frozen=True, slots=True)
+class ConsoleLogin:
+    """What a console login's cookie seals."""
+
+    key: str
+    token: str
+    at: float
+    """When it was made (``time.time()``)."""
+
+    @property
+    def token_hash(self) -> str:
+        """How the store knows the login once it ended (``end_console_login``)."""
+        return hashlib.sha256(self.token.encode()).hexdigest()
+
+    @property
+    def expires_at(self) -> datetime:
+        """When it ends anyway, a clock's skew later than its age allows."""
+        ends = self.at + CONSOLE_LOGIN_SECONDS + CLOCK_SKEW_SECONDS
+        return datetime.fromtimestamp(ends, UTC)
+
+
+def _presented(request: HTTPConnection) -> tuple[str | None, ConsoleLogin | None]:
+    """The secret the request authenticates with, and the console login it
+    came in, if it came in one."""
     header = request.headers.get("x-api-key")
     if header:
-        return header.strip()
+        return header.strip(), None
     authorization = request.headers.get("authorization", "")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() == "bearer" and token.strip():
-        return token.strip()
-    return _console_key(request)
+        return token.strip(), None
+    login = _console_login(request)
+    return (None, None) if login is None else (login.key, login)
 
 
-def _console_key(request: HTTPConnection) -> str | None:
-    """The API key of the console's login, when the request shows it came from
-    the console's own pages: the login's token in the console's header (a
-    WebSocket: in its query, from an ``Origin`` naming this very host), the
-    login not older than ``CONSOLE_LOGIN_SECONDS``."""
+def _presented_key(request: HTTPConnection) -> str | None:
+    return _presented(request)[0]
+
+
+def console_cookie(request: HTTPConnection) -> ConsoleLogin | None:
+    """The login this installation sealed in the request's console cookie."""
     cookie = request.cookies.get(CONSOLE_COOKIE)
     if not cookie:
+        return None
+    try:
+        login = services(request).secrets.open(CONSOLE_LOGIN, base64.urlsafe_b64decode(cookie))
+    except (SealError, ValueError):
+        return None  # not a login this installation made (a raw key of before, say)
+    key, token, at = login.get("key"), login.get("token"), login.get("at")
+    if not (isinstance(key, str) and isinstance(token, str) and isinstance(at, int | float)):
+        return None
+    return ConsoleLogin(key, token, float(at))
+
+
+def _console_login(request: HTTPConnection) -> ConsoleLogin | None:
+    """The console's login, when the request shows it came from the console's
+    own pages: the login's token in the console's header (a WebSocket: in its
+    query, from an ``Origin`` naming this very host), the login not older than
+    ``CONSOLE_LOGIN_SECONDS``. Whether it was ended by logging out is the
+    store's to say (``authenticate``)."""
+    if not request.cookies.get(CONSOLE_COOKIE):
         return None
     if request.scope["type"] == "websocket":
         presented = request.query_params.get(CONSOLE_TOKEN_QUERY)
@@ -158,17 +202,14 @@ def _console_key(request: HTTPConnection) -> str | None:
         origin = request.headers.get("origin")
         if origin is not None and not same_origin(request):
             return None
-    try:
-        login = services(request).secrets.open(CONSOLE_LOGIN, base64.urlsafe_b64decode(cookie))
-    except (SealError, ValueError):
-        return None  # not a login this installation made (a raw key of before, say)
-    key, token, at = login.get("key"), login.get("token"), login.get("at")
-    if not (isinstance(key, str) and isinstance(token, str) and isinstance(at, int | float)):
+    login = console_cookie(request)
+    if login is None or not presented:
         return None
-    if not presented or not hmac.compare_digest(presented.encode(), token.encode()):
+    if not hmac.compare_digest(presented.encode(), login.token.encode()):
         return None
     # A little of the future: another process of a shared store may have made it.
-    return key if -CLOCK_SKEW_SECONDS <= time.time() - at <= CONSOLE_LOGIN_SECONDS else None
+    age = time.time() - login.at
+    return login if -CLOCK_SKEW_SECONDS <= age <= CONSOLE_LOGIN_SECONDS else None
 
 
 def same_origin(request: HTTPConnection) -> bool:
@@ -191,10 +232,12 @@ async def admin_caller(request: Request) -> Caller:
 
 async def authenticate(request: HTTPConnection) -> Caller:
     """The caller of an HTTP request or a WebSocket, from its API key header."""
-    secret = _presented_key(request)
+    secret, login = _presented(request)
     if secret is None:
         raise ApiError(401, "send an API key as 'x-api-key' or 'Authorization: Bearer <key>'")
     app = services(request)
+    if login is not None and await app.store.console_login_ended(login.token_hash):
+        raise ApiError(401, "this console login ended: log in again")
     if secret.startswith(TOKEN_PREFIX):
         return await _work_token_caller(request, secret)
     key = app.keys.get(secret)

@@ -8,13 +8,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from stead.ids import new_id
 from stead.store import _locks
 from stead.store.base import ApiKey, Workspace
 from stead.store.errors import NotFound
-from stead.store.tables import api_keys, installation_secrets, workspaces
+from stead.store.tables import api_keys, console_logouts, installation_secrets, workspaces
 
 KEY_PREFIX = "sk-stead-"
 
@@ -111,6 +111,24 @@ def first_api_key(
         return None
     workspace = create_workspace(conn, now, workspace_name)
     return create_api_key(conn, now, workspace.id, key_name)
+
+
+def end_console_login(
+    conn: Connection, now: datetime, token_hash: str, expires_at: datetime
+) -> None:
+    conn.execute(delete(console_logouts).where(console_logouts.c.expires_at <= now))
+    if (
+        conn.execute(
+            select(console_logouts.c.token_hash).where(console_logouts.c.token_hash == token_hash)
+        ).first()
+        is None
+    ):
+        conn.execute(insert(console_logouts).values(token_hash=token_hash, expires_at=expires_at))
+
+
+def console_login_ended(conn: Connection, token_hash: str) -> bool:
+    found = select(console_logouts.c.token_hash).where(console_logouts.c.token_hash == token_hash)
+    return conn.execute(found).first() is not None
 
 
 def find_installation_secret(conn: Connection, name: str) -> bytes | None:

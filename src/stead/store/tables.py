@@ -280,6 +280,15 @@ installation_secrets = Table(
     Column("created_at", UTCDateTime, nullable=False),
 )
 
+console_logouts = Table(
+    "console_logouts",
+    metadata,
+    # SHA-256 of a console login's token: the login ended by logging out.
+    Column("token_hash", String(64), primary_key=True),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index("ix_console_logouts_expires", "expires_at"),
+)
+
 environment_keys = Table(
     "environment_keys",
     metadata,

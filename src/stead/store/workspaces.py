@@ -58,6 +58,13 @@ class WorkspaceStore(Protocol):
         starting at once on one database only one makes them."""
         ...
 
+    async def end_console_login(self, token_hash: str, expires_at: datetime) -> None:
+        """Ends the console login of this token (by its SHA-256) for every
+        process; kept until ``expires_at``, when the login ends anyway. Logouts
+        already past theirs are dropped."""
+        ...
+
+    async def console_login_ended(self, token_hash: str) -> bool: ...
     async def list_api_keys(self) -> list[ApiKey]:
         """Every key of every workspace, revoked ones too, oldest first."""
         ...

@@ -85,6 +85,12 @@ class InMemoryStore(
     async def first_api_key(self, workspace_name: str, key_name: str) -> tuple[ApiKey, str] | None:
         return await self._write(workspaces.first_api_key, workspace_name, key_name)
 
+    async def end_console_login(self, token_hash: str, expires_at: datetime) -> None:
+        await self._write(workspaces.end_console_login, token_hash, expires_at)
+
+    async def console_login_ended(self, token_hash: str) -> bool:
+        return await self._read(lambda t: token_hash in t.console_logouts)
+
     async def list_api_keys(self) -> list[ApiKey]:
         return await self._read(workspaces.list_api_keys)
 

@@ -311,6 +311,8 @@ class Tables:
     api_keys: dict[str, tuple[ApiKey, str]] = field(default_factory=dict)
     """Key id -> (key, SHA-256 of its secret)."""
     secrets: dict[str, bytes] = field(default_factory=dict)
+    console_logouts: dict[str, datetime] = field(default_factory=dict)
+    """SHA-256 of an ended console login's token -> when it would have expired."""
     agents: dict[str, AgentRow] = field(default_factory=dict)
     agent_versions: dict[tuple[str, int], VersionRow] = field(default_factory=dict)
     environments: dict[str, EnvironmentRow] = field(default_factory=dict)

@@ -43,6 +43,12 @@ def first_api_key(
     return create_api_key(t, now, workspace.id, key_name, admin=False)
 
 
+def end_console_login(t: Tables, now: datetime, token_hash: str, expires_at: datetime) -> None:
+    for ended in [h for h, at in t.console_logouts.items() if at <= now]:
+        del t.console_logouts[ended]
+    t.console_logouts.setdefault(token_hash, expires_at)
+
+
 def list_api_keys(t: Tables) -> list[ApiKey]:
     return sorted((key for key, _ in t.api_keys.values()), key=lambda k: (k.created_at, k.id))
 
