@@ -15,12 +15,17 @@ import re
 
 PACKAGE_MANAGERS = ("apt", "cargo", "gem", "go", "npm", "pip")
 """Every ecosystem the API accepts, in the order they are installed."""
+MAX_SPECS = 256
+"""Specs one manager may list."""
+MAX_SPEC_BYTES = 32 * 1024
+"""What all of an environment's specs may add up to: they become one install
+script, a single argument that Linux caps at 128 KiB."""
 
 _VERSION_OPS = r"(===|==|!=|~=|<=|>=|<|>)"
 _PIP_NAME = r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
 _PIP_EXTRAS = r"\[[A-Za-z0-9._-]+(,[A-Za-z0-9._-]+)*\]"
 _PIP_CLAUSE = rf"{_VERSION_OPS}[A-Za-z0-9.*+!_-]+"
-_NPM_PART = r"[A-Za-z0-9~-][A-Za-z0-9._~-]*"
+_NPM_PART = r"[A-Za-z0-9][A-Za-z0-9._~-]*"
 _GO_ELEMENT = r"[A-Za-z0-9_~-][A-Za-z0-9._~-]*"
 
 _RULES: dict[str, tuple[re.Pattern[str], str]] = {
@@ -63,4 +68,17 @@ def spec_problem(manager: str, spec: str) -> str | None:
     pattern, expected = rule
     if pattern.fullmatch(spec) is None:
         return f"{spec[:80]!r} is not {expected}"
+    return None
+
+
+def specs_problem(packages: dict[str, list[str]]) -> str | None:
+    """Why ``packages`` (manager -> specs) lists too much, or None: each
+    manager at most ``MAX_SPECS``, all of them ``MAX_SPEC_BYTES`` in all. The
+    answer starts with the field under ``packages`` it is about."""
+    for manager, specs in packages.items():
+        if len(specs or ()) > MAX_SPECS:
+            return f"packages.{manager}: at most {MAX_SPECS} packages, not {len(specs)}"
+    total = sum(len(s.encode()) for specs in packages.values() for s in specs or ())
+    if total > MAX_SPEC_BYTES:
+        return f"packages: at most {MAX_SPEC_BYTES} bytes of specs in all, not {total}"
     return None

@@ -281,6 +281,11 @@ CASES = [
     # environments
     Case("envs-create-missing-name", 400, "POST", E, "name", body={"description": "d"}),
     Case("envs-create-empty-name", 400, "POST", E, "name", body={"name": ""}),
+    Case("envs-create-257-pip-packages", 400, "POST", E, "config.packages.pip",
+         body={"name": "many", "config": {"type": "cloud",
+                                          "packages": {"pip": [f"p{i}" for i in range(257)]}}}),
+    Case("envs-create-npm-option", 400, "POST", E, "config.packages.npm.0",
+         body={"name": "opt", "config": {"type": "cloud", "packages": {"npm": ["-g"]}}}),
     Case("envs-create-duplicate-name", 409, "POST", E, "name", body={"name": "{env_name}"}),
     Case("envs-create-unknown-config-type", 400, "POST", E, "config",
          body={"name": "n", "config": {"type": "moon"}}),

@@ -6,13 +6,15 @@ module, pointed at every registry by its settings."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
-from stead.sandbox import HostSandbox, PackagesUnavailable
+from stead.sandbox import HostSandbox, PackagesUnavailable, SandboxNotFound
 from stead.sandbox_host.installers import missing_toolchain
 from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import client_of, config, new_id, requires_isolation
@@ -93,6 +95,11 @@ async def test_a_package_that_cannot_install_is_a_clear_error(package_host: Host
         refused = HostSandbox(client, new_id(), config(packages={"cargo": ["--config=x"]}))
         with pytest.raises(PackagesUnavailable, match=r"packages\.cargo\.0: '--config=x'"):
             await refused.exec("true", op_key="k", timeout=10)
+        # So is a list longer than the API takes now (one argument of bash -c
+        # over Linux's 128 KiB was a host error, retried for good).
+        many = config(packages={"pip": [f"p{i}" for i in range(300)]})
+        with pytest.raises(PackagesUnavailable, match=r"packages\.pip: at most 256"):
+            await HostSandbox(client, new_id(), many).exec("true", op_key="k", timeout=10)
     finally:
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()
@@ -147,9 +154,103 @@ async def test_apt_packages_are_unpacked_without_touching_the_machine(
     assert not machine_has("steadprobe-apt")
 
 
+async def test_an_apt_name_is_taken_as_it_is_never_as_a_pattern(
+    package_host: HostProcess,
+) -> None:
+    """``steadprobe-a.t`` names no package; apt would read it as a regular
+    expression and install ``steadprobe-apt`` (``texlive.+``: 345 packages)."""
+    client = client_of(package_host)
+    sandbox = HostSandbox(client, new_id(), config(packages={"apt": ["steadprobe-a.t"]}))
+    try:
+        with pytest.raises(PackagesUnavailable, match=r"no package named 'steadprobe-a\.t'"):
+            await sandbox.exec("true", op_key="k", timeout=INSTALL_SECONDS)
+    finally:
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+
+
+async def test_sandboxes_that_waited_for_a_failed_install_get_its_error(
+    package_host: HostProcess,
+) -> None:
+    """Sandboxes of one environment waking at once: one installs, the others
+    wait for it, and its failure is theirs (before, each tried again in turn)."""
+    client = client_of(package_host)
+    wanted = config(packages={"pip": ["no-such-package-waited"]})
+    sandboxes = [HostSandbox(client, new_id(), wanted) for _ in range(3)]
+    errors: list[str] = []
+
+    async def wake(sandbox: HostSandbox) -> None:
+        with pytest.raises(PackagesUnavailable) as failed:
+            await sandbox.exec("true", op_key="k", timeout=INSTALL_SECONDS)
+        errors.append(str(failed.value))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for sandbox in sandboxes:
+                group.start_soon(wake, sandbox)
+    finally:
+        for sandbox in sandboxes:
+            await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+    assert len(errors) == 3 and all("no-such-package-waited" in e for e in errors)
+    installs = [
+        line
+        for line in package_host.log_text().splitlines()
+        if "installing packages" in line and "no-such-package-waited" in line
+    ]
+    assert len(installs) == 1
+
+
 def machine_has(package: str) -> bool:
     """Whether the machine itself has the package: its file, or dpkg's record of it."""
     if Path("/usr/bin", package).exists():
         return True
     query = subprocess.run(["dpkg-query", "-W", package], capture_output=True, timeout=30)
     return query.returncode == 0
+
+
+@pytest.fixture
+def stalled_host(tmp_path: Path, forker: ServeForker) -> Iterator[HostProcess]:
+    """A sandbox host whose pip index takes connections and never answers
+    (pip gives up after its timeouts and retries, about 100 s)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        index = f"http://127.0.0.1:{silent.getsockname()[1]}/simple/"
+        host = HostProcess(
+            tmp_path / "state", env={"STEAD_PIP_INDEX_URL": index}, forker=forker
+        ).start()
+        try:
+            yield host
+        finally:
+            host.stop()
+
+
+@requires_toolchain("pip")
+async def test_destroy_does_not_wait_for_an_install_on_a_stalled_registry(
+    stalled_host: HostProcess,
+) -> None:
+    """Destroy cuts short the install its sandbox's wake waits for, and the
+    call that woke it hears the sandbox was destroyed (before, destroy waited
+    until pip gave up)."""
+    client = client_of(stalled_host)
+    sandbox = HostSandbox(client, new_id(), config(packages={"pip": ["steadprobe"]}))
+    failed: list[BaseException] = []
+
+    async def wake() -> None:
+        try:
+            await sandbox.exec("true", op_key="k", timeout=INSTALL_SECONDS)
+        except Exception as exc:
+            failed.append(exc)
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(wake)
+            # The host's log is a file: nothing to wait on but the line itself.
+            while "installing packages" not in stalled_host.log_text():  # noqa: ASYNC110
+                await anyio.sleep(0.1)
+            with anyio.fail_after(INSTALL_SECONDS / 2):  # pip alone would take about 100 s
+                await client.destroy(sandbox.sandbox_id)
+    finally:
+        await client.aclose()
+    assert len(failed) == 1 and isinstance(failed[0], SandboxNotFound), failed

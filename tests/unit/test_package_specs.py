@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from stead.blobs import BlobConfig
-from stead.package_specs import PACKAGE_MANAGERS, spec_problem
+from stead.package_specs import (
+    MAX_SPEC_BYTES,
+    MAX_SPECS,
+    PACKAGE_MANAGERS,
+    spec_problem,
+    specs_problem,
+)
 from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.installers import install_script, mirror_hosts, missing_toolchain
 
@@ -27,7 +33,17 @@ BAD = {
     "cargo": ["--git=https://x", "rip grep", "1ripgrep", "ripgrep@1;id", "ripgrep$(id)"],
     "gem": ["--source=http://x", "rake -v 1", "rake:`id`", "rake:abc", "rake\n"],
     "go": ["-modfile=x", "fmt", "./cmd/x", "example.com/../x", "example.com/x@v1 y", "/abs"],
-    "npm": ["--prefix=/", "git+https://x/y.git", "./local", "user/repo", "a@1 || 2", "file:x"],
+    "npm": [
+        "--prefix=/",
+        "git+https://x/y.git",
+        "./local",
+        "user/repo",
+        "a@1 || 2",
+        "file:x",
+        "-g",
+        "~x",
+        "@-s/x",
+    ],
     "pip": ["-r/etc/passwd", "numpy >= 2", "https://x/y.whl", "numpy; os_name=='nt'", "x'y"],
 }
 
@@ -109,3 +125,13 @@ def test_a_toolchain_missing_from_the_machine_is_named_with_its_package(tmp_path
     elsewhere.chmod(0o755)
     assert "install cargo" in str(missing_toolchain({"cargo": ["x"]}, search=[str(tmp_path)]))
     assert missing_toolchain({"cargo": [], "apt": ["curl"]}, search=[str(tmp_path)]) is None
+
+
+def test_a_package_list_is_bounded_per_manager_and_in_all() -> None:
+    assert specs_problem({"pip": ["numpy"] * MAX_SPECS, "npm": ["x"] * MAX_SPECS}) is None
+    assert specs_problem({"pip": ["numpy"] * (MAX_SPECS + 1)}) == (
+        f"packages.pip: at most {MAX_SPECS} packages, not {MAX_SPECS + 1}"
+    )
+    long = "a" * 500
+    problem = specs_problem({m: [long] * 12 for m in ("pip", "npm", "gem", "cargo", "go", "apt")})
+    assert problem is not None and problem.startswith(f"packages: at most {MAX_SPEC_BYTES} bytes")

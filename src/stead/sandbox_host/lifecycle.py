@@ -152,6 +152,8 @@ class HostedSandbox(SandboxCommands):
         self._body: BwrapBody | None = None
         self._cgroup: SandboxCgroup | None = None
         self._keeper: anyio.CancelScope | None = None
+        self._installing: anyio.CancelScope | None = None
+        """Around a wake's wait for its packages, which ``destroy`` cancels."""
         self._keeper_done: anyio.Event | None = None
         self._shell: Shell | None = None
         self._shell_env: dict[str, str] = {}
@@ -241,7 +243,17 @@ class HostedSandbox(SandboxCommands):
             self.last_error = str(exc)
             raise
         await to_thread.run_sync(self.mounts.ensure)
-        packages_dir = await self._packages.ensure(self.config)
+        # ``destroy`` cuts this short, not to wait for an install's end (one
+        # stalled on a registry takes its whole timeout); nothing of the
+        # sandbox is changed by it, so cutting it loses nothing.
+        self._installing = installing = anyio.CancelScope()
+        try:
+            with installing:
+                packages_dir = await self._packages.ensure(self.config)
+        finally:
+            self._installing = None
+        if installing.cancelled_caught:
+            raise SandboxNotFound(f"sandbox {self.id} was destroyed while its packages installed")
         limits = CgroupLimits(self.config.memory_bytes, self.config.pids, self.config.cpus)
         cgroup = await to_thread.run_sync(self._cgroups.create, self._cgroup_name, limits)
         self._cgroup = cgroup
@@ -387,6 +399,8 @@ class HostedSandbox(SandboxCommands):
     async def destroy(self, *, erase: bool = False) -> None:
         """Final snapshot, then every trace of the sandbox on this machine; with
         ``erase``, no snapshot, and every one saved before is deleted too."""
+        if self._installing is not None:
+            self._installing.cancel()
         if not erase:
             try:
                 await self.sleep(force=True)

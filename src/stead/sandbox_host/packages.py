@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,7 +30,7 @@ import anyio
 from anyio import to_thread
 
 from stead.egress_policy import EgressPolicy
-from stead.package_specs import PACKAGE_MANAGERS, spec_problem
+from stead.package_specs import PACKAGE_MANAGERS, spec_problem, specs_problem
 from stead.sandbox import PackagesUnavailable, SandboxConfig
 from stead.sandbox.local.shell import OutputTail
 from stead.sandbox_host.bwrap import (
@@ -64,32 +65,55 @@ class PackageCache:
         self._installer_uid = installer_uid
         self._root = options.work_dir / "packages"
         self._locks: dict[str, anyio.Lock] = {}
+        self._attempts: dict[str, int] = {}
+        """By package key: how many installs of it ended."""
+        self._failed: dict[str, tuple[int, PackagesUnavailable]] = {}
+        """By package key: the last install that failed (its number), and why."""
 
     async def ensure(self, config: SandboxConfig) -> Path | None:
         """The directory to mount at ``/opt/stead``, installing on first use;
-        None when the environment lists no packages."""
+        None when the environment lists no packages. Sandboxes that waited for
+        an install that failed get its error: trying again at once, one after
+        another, would fail the same way N times over (a stalled registry: N
+        install timeouts)."""
         key = config.package_key
         if key is None:
             return None
         lock = self._locks.setdefault(key, anyio.Lock())
+        ended_before = self._attempts.get(key, 0)
         async with lock:
             home = self._root / key
             content = home / "opt"
             if await to_thread.run_sync((home / "ready").exists):
                 return content
-            _check_specs(config.packages)
-            if problem := await to_thread.run_sync(missing_toolchain, config.packages):
-                raise PackagesUnavailable(problem)
-            log.info("installing packages %s for key %s", config.packages, key)
-            await to_thread.run_sync(self._fresh, home)
-            partial = home / "partial"
-            if config.packages.get("apt"):
-                names = list(config.packages["apt"])
-                await to_thread.run_sync(_unpack_apt, names, partial, self._options)
-            if any(config.packages.get(manager) for manager in IN_BODY):
-                await self._install_in_body(config, home, partial, key)
-            await to_thread.run_sync(self._publish, home, partial, content)
+            failed = self._failed.get(key)
+            if failed is not None and failed[0] > ended_before:
+                raise PackagesUnavailable(str(failed[1]))
+            try:
+                await self._install(config, home, key)
+            except PackagesUnavailable as exc:
+                self._failed[key] = (self._attempts.get(key, 0) + 1, exc)
+                raise
+            finally:
+                self._attempts[key] = self._attempts.get(key, 0) + 1
+            self._failed.pop(key, None)
             return content
+
+    async def _install(self, config: SandboxConfig, home: Path, key: str) -> None:
+        """Installs the packages into ``home``'s ``opt``, or raises ``PackagesUnavailable``."""
+        content = home / "opt"
+        _check_specs(config.packages)
+        if problem := await to_thread.run_sync(missing_toolchain, config.packages):
+            raise PackagesUnavailable(problem)
+        log.info("installing packages %s for key %s", config.packages, key)
+        await to_thread.run_sync(self._fresh, home)
+        partial = home / "partial"
+        if config.packages.get("apt"):
+            names = list(config.packages["apt"])
+            await to_thread.run_sync(_unpack_apt, names, partial, self._options)
+        if any(config.packages.get(manager) for manager in IN_BODY):
+            await self._install_in_body(config, home, partial, key)
+        await to_thread.run_sync(self._publish, home, partial, content)
 
     def _fresh(self, home: Path) -> None:
         shutil.rmtree(home, ignore_errors=True)
@@ -131,6 +155,7 @@ class PackageCache:
         env = sandbox_environment(installer_env(options), network=True)
         cgroup = await to_thread.run_sync(self._cgroups.create, f"pkg-{key[:16]}", INSTALL_LIMITS)
         tail = OutputTail(OUTPUT_TAIL)
+        unstarted: str | None = None
         try:
             async with (
                 EgressProxy(
@@ -150,9 +175,15 @@ class PackageCache:
                         code = await process.wait()
                 finally:
                     await process.dispose()
+        except* OSError as failed:
+            # The body or its installer did not start: not the host's failure,
+            # and retrying it as one would only fail the same way.
+            unstarted = f"the package installer could not start: {failed.exceptions[0]}"
         finally:
             with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
                 await to_thread.run_sync(cgroup.destroy)
+        if unstarted is not None:
+            raise PackagesUnavailable(unstarted)
         output, _ = tail.text()
         if scope.cancelled_caught:
             raise PackagesUnavailable(
@@ -174,6 +205,8 @@ async def _receive(process: SandboxedProcess) -> bytes:
 
 def _check_specs(packages: dict[str, list[str]]) -> None:
     """Refuses what the API would refuse today; a config may predate a rule."""
+    if problem := specs_problem(packages):
+        raise PackagesUnavailable(problem)
     for manager, specs in packages.items():
         if specs and manager not in PACKAGE_MANAGERS:
             raise PackagesUnavailable(f"packages.{manager}: not a package manager")
@@ -200,6 +233,13 @@ def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:
         update = ["apt-get", "update", *settings]
         if options.apt_sources is not None:
             _run(update)
+        if _unknown_apt_names(names, settings):
+            _run(update)  # the lists may predate the package
+        if unknown := _unknown_apt_names(names, settings):
+            raise PackagesUnavailable(
+                f"apt: no package named {unknown[0]!r} in the sources (a name is taken as it"
+                " is: apt would read a name it does not know as a pattern of many)"
+            )
         result = _run(fetch)
         if result.returncode != 0 and "Unable to locate package" in result.stdout:
             _run(update)
@@ -215,6 +255,20 @@ def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:
         owner = partial.stat()
         for path in [target, *target.rglob("*")]:
             os.lchown(path, owner.st_uid, owner.st_gid)
+
+
+def _unknown_apt_names(specs: list[str], settings: list[str]) -> list[str]:
+    """The specs whose package name (before ``:arch`` or ``=version``) is no
+    package of the sources. ``apt-get install`` takes a name it does not find
+    for a regular expression (``texlive.+`` is 345 packages); ``apt-cache
+    pkgnames`` lists the names with a literal prefix."""
+    unknown = []
+    for spec in specs:
+        name = re.split("[:=]", spec, maxsplit=1)[0]
+        listed = _run(["apt-cache", "pkgnames", *settings, "--", name])
+        if name not in listed.stdout.split():
+            unknown.append(spec)
+    return unknown
 
 
 def _private_sources(options: HostOptions, tmp: Path) -> list[str]:

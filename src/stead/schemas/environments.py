@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stead.jsonvalues import Json
-from stead.package_specs import PACKAGE_MANAGERS, spec_problem
+from stead.package_specs import PACKAGE_MANAGERS, spec_problem, specs_problem
 from stead.schemas.limits import HOST_NAME, check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -65,6 +65,9 @@ def _packages(value: Json | None, current: Json | None = None) -> Json:
             # refuse it there too, after the caller was told it was accepted.
             if problem := spec_problem(manager, spec):
                 raise RequestError(f"{field}: {problem}")
+    listed = {m: resolved[m] for m in PACKAGE_MANAGERS}
+    if problem := specs_problem(listed):
+        raise RequestError(f"config.{problem}")
     return resolved
 
 
