@@ -163,7 +163,7 @@ def test_a_stream_must_begin_with_message_start() -> None:
     [
         {"type": "content_block_delta", "index": 7, "delta": {"type": "text_delta", "text": "x"}},
         {"type": "content_block_start", "index": 0},
-        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}},
+        {"type": "message_delta", "usage": {"output_tokens": 3}},
         {"type": "content_block_delta", "index": 0, "delta": "text"},
     ],
 )
@@ -172,3 +172,68 @@ def test_an_event_that_cannot_belong_to_the_answer_is_malformed(event: Json) -> 
     builder.add(start({"input_tokens": 1, "output_tokens": 1}))
     with pytest.raises(MalformedStream, match=event["type"]):
         builder.add(event)
+
+
+def test_a_stream_that_ends_before_message_stop_is_no_answer() -> None:
+    """Cut short but cleanly ended (a body closed early): its text stops
+    midway and its tool call's input may read as another command, so it is
+    an unreadable stream (tried again), never an answer that runs."""
+    builder = AnswerBuilder()
+    for raw in STREAMS["every block"][:-1]:
+        builder.add(raw)
+    with pytest.raises(MalformedStream, match="message_stop"):
+        builder.content()
+
+
+def test_a_message_delta_without_usage_keeps_what_the_start_said() -> None:
+    builder = AnswerBuilder()
+    for raw in [start({"input_tokens": 5, "output_tokens": 2}), *TEXT]:
+        builder.add(raw)
+    builder.add({"type": "message_delta", "delta": {"stop_reason": "end_turn"}})
+    builder.add({"type": "message_stop"})
+    assert builder.content()[0]["text"] == "The sky is blue."
+    assert builder.usage()["output_tokens"] == 2
+
+
+def test_a_long_answer_in_many_pieces_is_put_together_whole() -> None:
+    """A mebibyte of text in 16-byte deltas (and a tool input in as many):
+    joined once at the end, where adding each piece to the string made the
+    work grow with the square of the answer and froze the event loop."""
+    text = "".join(f"{i:015d}\n" for i in range(65536))
+    command = {"command": text}
+    builder = AnswerBuilder()
+    builder.add(start({"input_tokens": 1, "output_tokens": 1}))
+    for raw in block(
+        0,
+        {"type": "text", "text": ""},
+        *({"type": "text_delta", "text": text[i : i + 16]} for i in range(0, len(text), 16)),
+    ):
+        builder.add(raw)
+    for raw in block(
+        1,
+        {"type": "tool_use", "id": "toolu_9", "name": "bash", "input": {}},
+        *pieces(command, 65536),
+    ):
+        builder.add(raw)
+    builder.add(delta("tool_use", {"output_tokens": 9}))
+    builder.add({"type": "message_stop"})
+    content = builder.content()
+    assert content[0]["text"] == text and content[1]["input"] == command
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"type": "text_delta", "text": {"not": "text"}},
+        {"type": "thinking_delta", "thinking": 7},
+    ],
+)
+def test_a_delta_of_the_wrong_kind_is_malformed(bad: Json) -> None:
+    builder = AnswerBuilder()
+    builder.add(start({"input_tokens": 1, "output_tokens": 1}))
+    kind = "thinking" if bad["type"] == "thinking_delta" else "text"
+    builder.add(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": kind, kind: ""}}
+    )
+    with pytest.raises(MalformedStream, match="not a string"):
+        builder.add({"type": "content_block_delta", "index": 0, "delta": bad})

@@ -90,7 +90,9 @@ async def test_the_answer_is_the_one_the_sdk_reads_and_the_request_is_the_sdks()
         (HttpError(400, message="max_tokens: too large"), 400, False, "model_request_failed_error"),
         (HttpError(500), 500, True, "model_request_failed_error"),
         (StreamError(after_chunks=3), 529, True, "model_overloaded_error"),
-        (StreamError(after_chunks=2, error_type="invalid_request_error"), 500, True, None),
+        # Placed by its type: a request the API refused is refused again.
+        (StreamError(after_chunks=2, error_type="invalid_request_error"), 400, False, None),
+        (StreamError(after_chunks=2, error_type="api_error"), 500, True, None),
     ],
 )
 async def test_an_error_answer_is_placed_by_its_status_and_type(

@@ -29,6 +29,7 @@ from typing import NoReturn
 import anyio
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
+from stead.harness.providers.answer_check import checked
 from stead.harness.providers.anthropic_answer import STREAM_EVENTS, AnswerBuilder
 from stead.harness.providers.sse import SseDecoder
 from stead.harness.providers.upstream import (
@@ -45,8 +46,20 @@ API_VERSION = "2026-10-21"
 """The SDK's (``anthropic._constants``); the provider test holds them equal."""
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 ERROR_TYPES = {429: "model_rate_limited_error", 529: "model_overloaded_error"}
-RETRYABLE_KINDS = {"overloaded_error": 529, "rate_limit_error": 429, "api_error": 500}
-"""Error types in an error body; an ``event: error`` mid-stream arrives with status 200."""
+KIND_STATUS = {
+    "overloaded_error": 529,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+}
+"""The status of each error type of an error body: an ``event: error``
+mid-stream arrives with status 200 and is placed by its type (one the API
+adds later counts as a server error, tried again)."""
 MAX_ERROR_BODY = 64 * 1024
 """How much of an error answer is read: its ``error.message`` is all that is used."""
 MAX_EVENT_BYTES = 64 * 1024 * 1024
@@ -84,7 +97,7 @@ def status_error(
     status under 400 is an ``event: error`` inside a stream, placed by its type."""
     kind, message = _error_of(body)
     if status < 400:
-        status = RETRYABLE_KINDS.get(kind or "", 500)
+        status = KIND_STATUS.get(kind or "", 500)
     detail = message if message is not None else json.dumps(body)[:500]
     return UpstreamError(
         f"upstream answered {status}" + (f" ({kind})" if kind else "") + f": {detail}",
@@ -139,11 +152,13 @@ class AnthropicModel:
                                 answer.add(json.loads(data))
                             elif kind == "error":
                                 raise status_error(200, json.loads(data))
-            return ModelResponse(
-                content=answer.content(),
-                stop_reason=answer.stop_reason,
-                usage=answer.usage(),
-                stop_details=answer.stop_details,
+            return checked(
+                ModelResponse(
+                    content=answer.content(),
+                    stop_reason=answer.stop_reason,
+                    usage=answer.usage(),
+                    stop_details=answer.stop_details,
+                )
             )
         except TimeoutError:
             raise UpstreamError(
@@ -155,7 +170,7 @@ class AnthropicModel:
         except UpstreamBroken as exc:
             what = "connection broke" if answered else "connection failed"
             raise UpstreamError(f"upstream {what}: {exc}", retryable=True) from None
-        except ValueError as exc:  # the event's JSON, or ``MalformedStream``
+        except ValueError as exc:  # the event's JSON, ``MalformedStream`` or ``MalformedAnswer``
             raise UpstreamError(
                 f"upstream sent an unreadable stream: {exc}", retryable=True
             ) from None

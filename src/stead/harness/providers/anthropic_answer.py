@@ -33,6 +33,11 @@ TRACKS_INPUT = frozenset({"tool_use", "server_tool_use"})
 """Blocks whose ``input`` arrives as ``input_json_delta`` pieces."""
 USAGE_TOTALS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 """Usage a ``message_delta`` may restate (a cumulative total; absent: keep the start's)."""
+GROWN = {"text_delta": "text", "thinking_delta": "thinking"}
+"""Deltas that add to a field of their block, and the field."""
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""What the deltas of one answer may add up to (a 128k-token answer is about
+half a mebibyte)."""
 
 
 class MalformedStream(ValueError):
@@ -58,7 +63,13 @@ class AnswerBuilder:
     def __init__(self, observer: AnswerObserver | None = None) -> None:
         self._observer = observer
         self._blocks: list[Json] = []
-        self._inputs: dict[int, bytes] = {}
+        self._inputs: dict[int, bytearray] = {}
+        self._pieces: dict[tuple[int, str], list[str]] = {}
+        """(block, field) -> what the deltas added to it, joined once at the end:
+        adding each to the string made an answer's cost grow with its square."""
+        self._size = 0
+        self.stopped = False
+        """``message_stop`` came: the answer is whole."""
         self.stop_reason: str | None = None
         self.stop_details: Json | None = None
         self._usage: dict[str, int | None] = {}
@@ -85,11 +96,12 @@ class AnswerBuilder:
                 self.stop_reason = event["delta"].get("stop_reason")
                 details = event["delta"].get("stop_details")
                 self.stop_details = details if isinstance(details, dict) else None
-                usage = event["usage"]
-                self._usage["output_tokens"] = usage["output_tokens"]
-                for name in USAGE_TOTALS:
+                usage = event.get("usage") or {}
+                for name in ("output_tokens", *USAGE_TOTALS):
                     if usage.get(name) is not None:
                         self._usage[name] = usage[name]
+            elif kind == "message_stop":
+                self.stopped = True
         except (LookupError, TypeError, AttributeError) as exc:
             raise MalformedStream(f"a {kind} event without {exc!r}") from None
 
@@ -105,34 +117,54 @@ class AnswerBuilder:
     def _started_block(self, index: int, block: Json) -> None:
         assert self._observer is not None
         self._observer.block_started(index, block["type"])
-        if block["type"] == "text" and block.get("text"):
+        if block["type"] == "text" and isinstance(block.get("text"), str) and block["text"]:
             self._observer.text_added(index, block["text"])
 
     def _delta(self, index: int, delta: Json) -> None:
         block = self._blocks[index]
         kind, block_kind = delta["type"], block["type"]
-        if kind == "text_delta" and block_kind == "text":
-            block["text"] += delta["text"]
-            if self._observer is not None and delta["text"]:
-                self._observer.text_added(index, delta["text"])
+        field = GROWN.get(kind)
+        if field is not None and field == block_kind:
+            added = delta[field]
+            if not isinstance(added, str):
+                raise MalformedStream(f"a {kind} whose {field} is not a string")
+            self._grow(len(added))
+            self._pieces.setdefault((index, field), []).append(added)
+            if self._observer is not None and added and field == "text":
+                self._observer.text_added(index, added)
         elif kind == "input_json_delta" and block_kind in TRACKS_INPUT:
-            self._inputs[index] = self._inputs.get(index, b"") + delta["partial_json"].encode()
-        elif kind == "thinking_delta" and block_kind == "thinking":
-            block["thinking"] += delta["thinking"]
+            piece = delta["partial_json"].encode()
+            self._grow(len(piece))
+            self._inputs.setdefault(index, bytearray()).extend(piece)
         elif kind == "signature_delta" and block_kind == "thinking":
             block["signature"] = delta["signature"]
         elif kind == "citations_delta" and block_kind == "text":
             block["citations"] = [*(block.get("citations") or []), delta["citation"]]
 
+    def _grow(self, size: int) -> None:
+        self._size += size
+        if self._size > MAX_ANSWER_BYTES:
+            raise MalformedStream(f"an answer over {MAX_ANSWER_BYTES} bytes")
+
     def content(self) -> list[Json]:
         """The finished blocks as Messages API JSON (None fields left out)."""
         if not self._started:
             raise MalformedStream('the stream ended before "message_start"')
+        if not self.stopped:
+            # Cut short, an answer is not the model's: its text stops midway and
+            # its last tool call's input may read as a different command.
+            raise MalformedStream('the stream ended before "message_stop"')
+        for (index, field), added in self._pieces.items():
+            start = self._blocks[index].get(field) or ""
+            if not isinstance(start, str):
+                raise MalformedStream(f"a {field} block whose {field} is not a string")
+            self._blocks[index][field] = start + "".join(added)
+        self._pieces.clear()
         for index, pieces in self._inputs.items():
             if pieces:
                 # Parsed once, in the SDK's partial mode: an input cut short
                 # (max_tokens mid-call) reads as the SDK would read it.
-                self._blocks[index]["input"] = from_json(pieces, partial_mode=True)
+                self._blocks[index]["input"] = from_json(bytes(pieces), partial_mode=True)
         return [without_none(block) for block in self._blocks]
 
     def usage(self) -> dict[str, int]:

@@ -13,6 +13,7 @@ import json
 import anyio
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
+from stead.harness.providers.answer_check import MalformedAnswer, checked, token_count
 from stead.harness.providers.upstream import Upstream, UpstreamBroken, UpstreamTimeout, detail
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
@@ -75,37 +76,78 @@ def to_chat(request: ModelRequest) -> Json:
     return body
 
 
-def from_chat(answer: Json) -> ModelResponse:
-    choice = answer["choices"][0]
+def from_chat(answer: object) -> ModelResponse:
+    """The Messages-shaped answer of a chat completion; ``MalformedAnswer`` for
+    one that is not shaped as the chat completions API answers."""
+    if not isinstance(answer, dict):
+        raise MalformedAnswer("the answer is not an object")
+    choices = answer.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise MalformedAnswer("no choices")
+    choice = choices[0]
     message = choice.get("message") or {}
+    if not isinstance(message, dict):
+        raise MalformedAnswer("choices.0.message is not an object")
     content: list[Json] = []
-    if message.get("content"):
-        content.append({"type": "text", "text": message["content"]})
-    for call in message.get("tool_calls") or []:
+    text = _answer_text(message.get("content"))
+    refusal = message.get("refusal")
+    refused = not text and isinstance(refusal, str) and bool(refusal)
+    if text or refused:
+        content.append({"type": "text", "text": text or refusal})
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise MalformedAnswer("choices.0.message.tool_calls is not a list")
+    content += [_tool_use(call) for call in calls]
+    usage = answer.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise MalformedAnswer("usage is not an object")
+    finish = choice.get("finish_reason")
+    stop = "refusal" if refused else _STOP_REASONS.get(finish if isinstance(finish, str) else "")
+    return ModelResponse(
+        content=content,
+        stop_reason=stop or "end_turn",
+        usage={
+            "input_tokens": token_count("prompt_tokens", usage.get("prompt_tokens")),
+            "output_tokens": token_count("completion_tokens", usage.get("completion_tokens")),
+        },
+    )
+
+
+def _answer_text(value: object) -> str:
+    """A message's ``content``: a string, or (as some servers send it) a list
+    of parts whose text parts are joined."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, list):
+        parts = [p.get("text") for p in value if isinstance(p, dict) and p.get("type") == "text"]
+        if all(isinstance(p, str) for p in parts):
+            return "".join(parts)  # type: ignore[arg-type]
+    raise MalformedAnswer("choices.0.message.content is neither a string nor text parts")
+
+
+def _tool_use(call: object) -> Json:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        raise MalformedAnswer("a tool call without its function")
+    function = call["function"]
+    raw = function.get("arguments") or "{}"
+    arguments: object
+    if isinstance(raw, dict):
+        arguments = raw  # some servers send the object itself
+    else:
         try:
             # The same rules as a request body: a model's 1e400 or NaN must not
             # reach the log, where no read could render it.
-            arguments = loads(call["function"].get("arguments") or "{}", root="arguments")
+            arguments = loads(raw, root="arguments") if isinstance(raw, str) else None
         except JsonValueError:
-            arguments = {"_unparsed_arguments": call["function"].get("arguments")}
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call["id"],
-                "name": call["function"]["name"],
-                "input": arguments,
-            }
-        )
-    usage = answer.get("usage") or {}
-    finish = choice.get("finish_reason")
-    return ModelResponse(
-        content=content,
-        stop_reason=_STOP_REASONS.get(finish, "end_turn"),
-        usage={
-            "input_tokens": int(usage.get("prompt_tokens", 0)),
-            "output_tokens": int(usage.get("completion_tokens", 0)),
-        },
-    )
+            arguments = None
+        if arguments is None:
+            arguments = {"_unparsed_arguments": str(raw)}
+    return {
+        "type": "tool_use",
+        "id": call.get("id"),
+        "name": function.get("name"),
+        "input": arguments,
+    }
 
 
 class OpenAICompatibleModel:
@@ -142,8 +184,8 @@ class OpenAICompatibleModel:
                 else "model_request_failed_error",
             )
         try:
-            return from_chat(json.loads(text))
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return checked(from_chat(json.loads(text)))
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
             raise UpstreamError(
                 f"upstream sent an unreadable answer: {exc}", retryable=False
             ) from None
