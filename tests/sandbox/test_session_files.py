@@ -100,6 +100,21 @@ def test_a_deleted_file_leaves_its_mount(client: anthropic.Anthropic) -> None:
     assert "No such file" in bash_turn(client, session_id, f"cat {UPLOADS}/{file_id} 2>&1")
 
 
+def test_a_file_whose_bytes_are_gone_is_left_out_and_the_others_mounted(
+    server: ServerProcess, client: anthropic.Anthropic
+) -> None:
+    """A file's blob removed behind stead's back is as gone as a deleted file:
+    before, every turn's mounting failed as if the blob store were down, and
+    the session stayed ``running`` for good once its retries ran out."""
+    kept, lost = upload(client, "kept.txt", b"kept"), upload(client, "lost.txt", b"lost")
+    [blob] = [p for p in server.data_dir.rglob(lost) if p.is_file()]
+    blob.unlink()
+    resources = [{"type": "file", "file_id": kept}, {"type": "file", "file_id": lost}]
+    session_id = new_session(client, resources=resources)
+    output = bash_turn(client, session_id, f"cat {UPLOADS}/{kept}; ls {UPLOADS}/{lost} 2>&1")
+    assert output.startswith("kept") and "No such file" in output
+
+
 def test_outputs_are_filed_once_per_content(client: anthropic.Anthropic) -> None:
     session_id = new_session(client)
     bash_turn(

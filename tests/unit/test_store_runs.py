@@ -64,6 +64,21 @@ async def test_a_requeued_run_fences_its_old_owner_out(store: SqlStore) -> None:
         await store.run_write(second.claim, RunWrite(events=[_span()]))
 
 
+async def test_a_retrying_run_keeps_its_lease_and_is_taken_back_when_it_ends(
+    store: SqlStore,
+) -> None:
+    """A status write of an owned run (retrying, running again) keeps its
+    lease: cleared, a turn that crashed before its next renewal was owned
+    for good, never taken back (its session ``running`` with nothing running)."""
+    _, session_id = await new_session(store)
+    await store.start_run(session_id)
+    claimed = await store.claim_next(session_id, _terms("brain-a", lease_seconds=-1.0))
+    assert claimed is not None
+    for status in (RunStatus.RETRYING, RunStatus.RUNNING):
+        await store.run_write(claimed.claim, RunWrite(events=[_span()], status=status))
+    assert await store.requeue_runs() == [(claimed.claim.run_id, session_id)]
+
+
 async def test_the_op_ledger_answers_a_replay_with_what_it_recorded(store: SqlStore) -> None:
     _, session_id = await new_session(store)
     await store.start_run(session_id)

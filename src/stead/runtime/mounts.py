@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from stead.blobs import BlobError
+from stead.blobs import BlobError, BlobNotFound
 from stead.failpoints import FailPoints
 from stead.runtime.bounded import Bounded
 from stead.runtime.files import FileExpired, FileKeeper, new_file
@@ -192,6 +192,11 @@ class SessionMounts:
             await self._mounts.put_stream(session_id, config, UPLOADS, path, source, writable=False)
         except (NotFound, FileExpired):
             log.warning("file %s of a session resource is gone; not mounted", file_id)
+            return False
+        except BlobNotFound:
+            # Its bytes are gone from the blob store (removed behind stead's
+            # back): as gone as a deleted file, however often it is tried.
+            log.error("file %s has no bytes in the blob store; not mounted", file_id)
             return False
         except BlobError as exc:  # retryable: the turn waits and tries again
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None

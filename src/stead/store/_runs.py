@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, or_, select, update
+from sqlalchemy import Boolean, Connection, bindparam, case, insert, null, or_, select, update
 
 from stead.ids import new_id
 from stead.store import _answers, _events, _limits, _locks, _usage
@@ -154,7 +154,8 @@ def requeue(conn: Connection, now: datetime, *, not_owned_by: str | None) -> lis
     # updated, so a lease renewed by its owner meanwhile is left alone.
     stmt = update(runs).where(runs.c.status.in_(OWNED))
     if not_owned_by is None:
-        stmt = stmt.where(runs.c.lease_until < now)
+        # No lease on an owned run: a status write of before cleared it.
+        stmt = stmt.where(or_(runs.c.lease_until < now, runs.c.lease_until.is_(None)))
     else:
         stmt = stmt.where(or_(runs.c.owner.is_(None), runs.c.owner != not_owned_by))
     stmt = stmt.values(status=RunStatus.QUEUED, owner=None, lease_until=None, updated_at=now)
@@ -272,10 +273,18 @@ def finish(conn: Connection, now: datetime, run_id: str, status: RunStatus) -> N
 
 
 def _status_statement() -> Any:
+    """A run's new status; its lease ends with its ownership (an owned status
+    keeps it: an owned run without one would never be taken back)."""
     return (
         update(runs)
         .where(runs.c.id == bindparam("b_id"))
-        .values(status=bindparam("b_status"), updated_at=bindparam("b_now"), lease_until=None)
+        .values(
+            status=bindparam("b_status"),
+            updated_at=bindparam("b_now"),
+            lease_until=case(
+                (bindparam("b_owned", type_=Boolean), runs.c.lease_until), else_=null()
+            ),
+        )
     )
 
 
@@ -327,7 +336,12 @@ def write_claimed(
         _usage.book_session_sandbox(conn, now, claim.session_id, change.sandbox_seconds)
     next_run: str | None = None
     if change.status is not None:
-        values = {"b_id": claim.run_id, "b_status": change.status, "b_now": now}
+        values = {
+            "b_id": claim.run_id,
+            "b_status": change.status,
+            "b_now": now,
+            "b_owned": change.status in OWNED,
+        }
         compiled(conn, "runs.status", _status_statement).execute(conn, values).close()
     if change.drain_pending:
         drained = _events.drain(conn, now, claim.session_id)

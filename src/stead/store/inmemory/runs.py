@@ -116,7 +116,7 @@ def requeue(t: Tables, now: datetime, not_owned_by: str | None) -> list[tuple[st
         if run.status not in OWNED:
             continue
         if not_owned_by is None:
-            orphaned = run.lease_until is not None and run.lease_until < now
+            orphaned = run.lease_until is None or run.lease_until < now
         else:
             orphaned = run.owner is None or run.owner != not_owned_by
         if orphaned:
@@ -207,9 +207,9 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     if change.sandbox_seconds is not None:
         leases.book_session_sandbox(t, now, session_id, change.sandbox_seconds)
     if change.status is not None and claim.run_id in t.runs:
-        t.runs[claim.run_id] = replace(
-            t.runs[claim.run_id], status=change.status, lease_until=None, updated_at=now
-        )
+        run = t.runs[claim.run_id]
+        until = run.lease_until if change.status in OWNED else None
+        t.runs[claim.run_id] = replace(run, status=change.status, lease_until=until, updated_at=now)
     next_run = None
     if change.drain_pending:
         drained = events.drain(t, now, session_id)
