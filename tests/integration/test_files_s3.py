@@ -16,7 +16,7 @@ import httpx2
 import pytest
 
 from stead.blobs import open_blob_store
-from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls
+from stead.testing import FakeModel, ServeForker, ServerProcess, client_tls, free_port
 from stead.testing.seaweed import S3Server
 from tests.conftest import loop_env, make_client, s3_config, serving
 
@@ -98,3 +98,37 @@ def test_an_upload_past_the_quota_is_a_400_and_stores_nothing(
         )
         assert answer.json()["limits"]["file_storage_bytes"] == 200_000, answer.text
         client.beta.files.upload(file=("c.bin", b"c" * 90_000))
+
+
+def test_an_unreachable_s3_is_a_503_that_names_none_of_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    fake_model: FakeModel,
+    s3_server: S3Server,
+    forker: ServeForker,
+) -> None:
+    """An S3 endpoint that does not answer: a retryable 503 that says so, and
+    none of what the store's client said (its endpoint, bucket, prefix), which
+    is the operator's to read in the log, not every client's."""
+    closed = httpx2.URL(s3_server.endpoint).copy_with(port=free_port())
+    env = {
+        "STEAD_BLOB_URL": s3_server.url("nowhere"),
+        "STEAD_S3_ENDPOINT": str(closed),
+        "STEAD_S3_REGION": s3_server.region,
+        "STEAD_S3_ACCESS_KEY_ID": s3_server.access_key_id,
+        "STEAD_S3_SECRET_ACCESS_KEY": s3_server.secret_access_key,
+        "STEAD_BLOB_TIMEOUT_SECONDS": "3",
+    }
+    data = tmp_path_factory.mktemp("s3-closed")
+    for server in serving(data, loop_env(fake_model, **env), forker):
+        answer = httpx2.post(
+            f"{server.url}/v1/files",
+            headers={"x-api-key": server.first_key or ""},
+            files={"file": ("a.txt", b"hello", "text/plain")},
+            timeout=60,
+            verify=client_tls(),
+        )
+        assert answer.status_code == 503, answer.text
+        message = answer.json()["error"]["message"]
+        assert "cannot be reached" in message
+        assert str(closed.port) not in message and "nowhere" not in message
+        assert str(closed.port) in server.log_text()

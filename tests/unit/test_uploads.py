@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import anyio
 import httpx2
 import pytest
 from starlette.requests import Request
 from starlette.types import Message
 
 from stead.api import uploads
+from stead.api.errors import ApiError
 from stead.schemas import RequestError
 
 
@@ -103,3 +105,26 @@ async def test_a_part_named_only_by_its_extended_filename_keeps_that_name(
         assert (upload.filename, upload.size) == (named, 4)
     finally:
         await upload.file.close()
+
+
+@pytest.mark.anyio
+async def test_a_body_that_stops_arriving_is_refused_with_a_408(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client cut off by the network sends nothing more and never closes:
+    before, the request held its spooled part of the body for good."""
+    monkeypatch.setattr(uploads, "BODY_IDLE_SECONDS", 0.2)
+    head = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nsome"
+    sent = [{"type": "http.request", "body": head, "more_body": True}]
+
+    async def receive() -> Message:
+        if sent:
+            return sent.pop(0)
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    headers = [(b"content-type", b"multipart/form-data; boundary=b")]
+    request = Request({"type": "http", "method": "POST", "headers": headers}, receive)
+    with pytest.raises(ApiError) as refused:
+        await uploads.read_upload(request, 1024 * 1024, ())
+    assert refused.value.status == 408 and "nothing of it arrived" in str(refused.value)

@@ -39,6 +39,7 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",
     409: "invalid_request_error",
     412: "invalid_request_error",
     413: "request_too_large",
@@ -158,9 +159,20 @@ def _route(request: Request) -> str:
 
 async def _blob(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, BlobError)
-    if isinstance(exc, BlobUnavailable):
-        return error_response(request, 503, f"the blob store cannot be reached now: {exc}")
     rid = request_id(request)
+    if isinstance(exc, BlobUnavailable):
+        # What the store's client said names its endpoint, bucket and keys: the
+        # operator's to read in the log, not every API client's.
+        log.warning(
+            "blob store unavailable in %s %s (request %s): %s",
+            request.method,
+            request.url.path,
+            rid,
+            exc,
+        )
+        return error_response(
+            request, 503, f"the blob store cannot be reached now (request {rid}); retry shortly"
+        )
     log.error(
         "blob store error in %s %s (request %s): %s", request.method, request.url.path, rid, exc
     )

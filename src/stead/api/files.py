@@ -7,6 +7,8 @@ Another workspace's file ids answer 404, like unknown ones.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from urllib.parse import quote
 
@@ -18,9 +20,11 @@ from stead.api.deps import Caller, caller, services
 from stead.api.errors import ApiError
 from stead.api.params import FileId, ResourceId
 from stead.api.wire import JSONResponse
+from stead.blobs import BlobError
 from stead.runtime import FileExpired
 from stead.schemas import RequestError
 
+log = logging.getLogger("stead.api.files")
 router = APIRouter(prefix="/v1/files", tags=["files"])
 FILE = openapi.response("beta.BetaFileMetadata")
 EXPIRES_MIN, EXPIRES_MAX = 3600, 7_776_000
@@ -124,7 +128,20 @@ async def download_file(
         "content-length": str(record.size_bytes),
         "content-disposition": disposition,
     }
-    return StreamingResponse(chunks, headers=headers)
+    return StreamingResponse(_until_the_store_fails(file_id, chunks), headers=headers)
+
+
+async def _until_the_store_fails(
+    file_id: str, chunks: AsyncIterator[bytes]
+) -> AsyncIterator[bytes]:
+    """The file's bytes, ending early if the blob store fails mid-way: the
+    answer's status went out with its first bytes, so the client learns it
+    from a body shorter than its ``content-length``; the log says why once."""
+    try:
+        async for chunk in chunks:
+            yield chunk
+    except BlobError as exc:
+        log.warning("download of %s cut short: %s", file_id, exc)
 
 
 @router.delete("/{file_id}", responses=openapi.response("beta.BetaDeletedFile"))

@@ -24,6 +24,7 @@ import anyio
 from fastapi import Request
 from starlette.datastructures import FormData, Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect
 
 from stead.api.errors import ApiError
 from stead.media_types import by_signature
@@ -34,6 +35,8 @@ FORM_OVERHEAD = 1024 * 1024
 MAX_FIELDS = 8
 MAX_FILENAME_BYTES = 255
 CHUNK_BYTES = 1024 * 1024
+BODY_IDLE_SECONDS = 60.0
+"""How long an upload's body may stop arriving before the request is refused."""
 SNIFF_BYTES = 512
 _MEDIA_TYPE = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -212,8 +215,25 @@ def _upload(
 
 
 async def _capped(request: Request, limit: int, error: ApiError) -> AsyncGenerator[bytes, None]:
+    """The body, refused past ``limit`` or once it stops arriving for
+    ``BODY_IDLE_SECONDS`` (a client cut off by the network never closes: its
+    request would hold its spooled bytes for good)."""
     received = 0
-    async for chunk in request.stream():
+    chunks = request.stream().__aiter__()
+    while True:
+        try:
+            with anyio.fail_after(BODY_IDLE_SECONDS):
+                chunk = await anext(chunks)
+        except StopAsyncIteration:
+            return
+        except ClientDisconnect:
+            # Nobody hears the answer; this keeps a client that hung up from
+            # being logged as the server's error, with its traceback.
+            raise ApiError(400, "body: the client left before sending all of it") from None
+        except TimeoutError:
+            raise ApiError(
+                408, f"body: nothing of it arrived for {BODY_IDLE_SECONDS:g} s; send it again"
+            ) from None
         received += len(chunk)
         if received > limit:
             raise error
