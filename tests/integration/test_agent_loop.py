@@ -54,6 +54,17 @@ SCENARIOS: dict[str, list[Turn]] = {
         Turn([Text("All done.")]),
     ],
     "custom": [Turn([ToolCall("lookup", {"q": "weather"})]), Turn([Text("Thanks.")])],
+    "cutoff": [
+        Turn(
+            [
+                Text("Reading, then cleaning up."),
+                ToolCall("read", {"file_path": "notes.txt"}),
+                ToolCall("bash", {"command": "touch cut-off"}),
+            ],
+            stop_reason="max_tokens",
+        ),
+        Turn([Text("Read it.")]),
+    ],
     "refused": [
         Turn(
             [Text("I can't help with that."), ToolCall("bash", {"command": "touch refused"})],
@@ -263,6 +274,26 @@ def test_a_refused_answer_idles_the_session_with_its_reason_and_details(
         "category": None,
         "explanation": None,
     }
+
+
+def test_a_tool_call_cut_off_at_max_tokens_is_not_run(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    """An answer that reached ``max_tokens`` inside its last tool call: that
+    call's input is only as far as it came, so it is neither logged nor run;
+    the answer's text and its whole calls before it stand."""
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("cutoff please")])
+        turn = until_idle(stream)
+    uses = [e.name for e in turn if e.type == "agent.tool_use"]  # type: ignore[union-attr]
+    assert uses == ["read"]
+    assert [e.content[0].text for e in turn if e.type == "agent.message"] == [  # type: ignore[union-attr]
+        "Reading, then cleaning up.",
+        "Read it.",
+    ]
+    workspace = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace"
+    assert not (workspace / "cut-off").exists()
 
 
 def test_deleting_a_session_removes_its_sandbox(
