@@ -80,6 +80,7 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
         ):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         for later in (
+            "console_logouts",
             "usage_months",
             "session_repositories",
             "memory_mounts",

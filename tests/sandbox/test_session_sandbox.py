@@ -6,6 +6,7 @@ through the official SDK against a real ``stead serve`` and sandbox host."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -101,7 +102,13 @@ def test_a_released_sandbox_is_destroyed_and_comes_back_with_its_files(
 def saved_of(host: HostProcess, sandbox_id: str) -> list[str]:
     """The blobs the host keeps of the sandbox: snapshots and their manifests."""
     kept = Path(host.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
-    return sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file())
+    # os.walk passes over a directory the host removes while it is read (an
+    # erase under way); rglob raised FileNotFoundError for one.
+    return sorted(
+        str((Path(top) / name).relative_to(kept))
+        for top, _, names in os.walk(kept)
+        for name in names
+    )
 
 
 def erased(host: HostProcess, sandbox_id: str) -> bool:

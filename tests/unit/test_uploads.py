@@ -114,7 +114,7 @@ async def test_a_body_that_stops_arriving_is_refused_with_a_408(
     """A client cut off by the network sends nothing more and never closes:
     before, the request held its spooled part of the body for good."""
     monkeypatch.setattr(uploads, "BODY_IDLE_SECONDS", 0.2)
-    head = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a\"\r\n\r\nsome"
+    head = b'--b\r\nContent-Disposition: form-data; name="file"; filename="a"\r\n\r\nsome'
     sent = [{"type": "http.request", "body": head, "more_body": True}]
 
     async def receive() -> Message:
