@@ -86,11 +86,30 @@ async def test_pip_packages_install_once_per_package_set(
 
 
 async def test_a_package_that_cannot_install_is_a_clear_error(package_host: HostProcess) -> None:
+    """Three sandboxes of one environment wake at once: one installs, the
+    others wait for it, and its failure is theirs, in one install (before,
+    each tried again in turn)."""
     client = client_of(package_host)
-    sandbox = HostSandbox(client, new_id(), config(packages={"pip": ["no-such-package-x"]}))
-    try:
-        with pytest.raises(PackagesUnavailable, match="no-such-package-x"):
+    wanted = config(packages={"pip": ["no-such-package-x"]})
+    sandboxes = [HostSandbox(client, new_id(), wanted) for _ in range(3)]
+    errors: list[str] = []
+
+    async def wake(sandbox: HostSandbox) -> None:
+        with pytest.raises(PackagesUnavailable) as failed:
             await sandbox.exec("true", op_key="k", timeout=INSTALL_SECONDS)
+        errors.append(str(failed.value))
+
+    try:
+        async with anyio.create_task_group() as group:
+            for sandbox in sandboxes:
+                group.start_soon(wake, sandbox)
+        assert len(errors) == 3 and all("no-such-package-x" in e for e in errors)
+        installs = [
+            line
+            for line in package_host.log_text().splitlines()
+            if "installing packages" in line and "no-such-package-x" in line
+        ]
+        assert len(installs) == 1
         # A config stored before the API checked specs is refused before any install.
         refused = HostSandbox(client, new_id(), config(packages={"cargo": ["--config=x"]}))
         with pytest.raises(PackagesUnavailable, match=r"packages\.cargo\.0: '--config=x'"):
@@ -101,7 +120,8 @@ async def test_a_package_that_cannot_install_is_a_clear_error(package_host: Host
         with pytest.raises(PackagesUnavailable, match=r"packages\.pip: at most 256"):
             await HostSandbox(client, new_id(), many).exec("true", op_key="k", timeout=10)
     finally:
-        await client.destroy(sandbox.sandbox_id)
+        for sandbox in sandboxes:
+            await client.destroy(sandbox.sandbox_id)
         await client.aclose()
 
 
@@ -167,38 +187,6 @@ async def test_an_apt_name_is_taken_as_it_is_never_as_a_pattern(
     finally:
         await client.destroy(sandbox.sandbox_id)
         await client.aclose()
-
-
-async def test_sandboxes_that_waited_for_a_failed_install_get_its_error(
-    package_host: HostProcess,
-) -> None:
-    """Sandboxes of one environment waking at once: one installs, the others
-    wait for it, and its failure is theirs (before, each tried again in turn)."""
-    client = client_of(package_host)
-    wanted = config(packages={"pip": ["no-such-package-waited"]})
-    sandboxes = [HostSandbox(client, new_id(), wanted) for _ in range(3)]
-    errors: list[str] = []
-
-    async def wake(sandbox: HostSandbox) -> None:
-        with pytest.raises(PackagesUnavailable) as failed:
-            await sandbox.exec("true", op_key="k", timeout=INSTALL_SECONDS)
-        errors.append(str(failed.value))
-
-    try:
-        async with anyio.create_task_group() as group:
-            for sandbox in sandboxes:
-                group.start_soon(wake, sandbox)
-    finally:
-        for sandbox in sandboxes:
-            await client.destroy(sandbox.sandbox_id)
-        await client.aclose()
-    assert len(errors) == 3 and all("no-such-package-waited" in e for e in errors)
-    installs = [
-        line
-        for line in package_host.log_text().splitlines()
-        if "installing packages" in line and "no-such-package-waited" in line
-    ]
-    assert len(installs) == 1
 
 
 def machine_has(package: str) -> bool:
