@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from stead.sandbox import HostSandbox, PackagesUnavailable, SandboxNotFound
+from stead.sandbox import HostSandbox, PackagesUnavailable, SandboxNotFound, SandboxUnavailable
 from stead.sandbox_host.installers import missing_toolchain
 from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import client_of, config, new_id, requires_isolation
@@ -219,8 +219,8 @@ async def test_destroy_does_not_wait_for_an_install_on_a_stalled_registry(
     stalled_host: HostProcess,
 ) -> None:
     """Destroy cuts short the install its sandbox's wake waits for, and the
-    call that woke it hears the sandbox was destroyed (before, destroy waited
-    until pip gave up)."""
+    call that woke it hears the sandbox is being destroyed or gone (before,
+    destroy waited until pip gave up)."""
     client = client_of(stalled_host)
     sandbox = HostSandbox(client, new_id(), config(packages={"pip": ["steadprobe"]}))
     failed: list[BaseException] = []
@@ -241,4 +241,5 @@ async def test_destroy_does_not_wait_for_an_install_on_a_stalled_registry(
                 await client.destroy(sandbox.sandbox_id)
     finally:
         await client.aclose()
-    assert len(failed) == 1 and isinstance(failed[0], SandboxNotFound), failed
+    # Gone, or (the call's retry not yet made) being destroyed.
+    assert len(failed) == 1 and isinstance(failed[0], SandboxNotFound | SandboxUnavailable), failed

@@ -35,15 +35,15 @@ def test_a_block_of_the_wrong_shape_is_refused(block: Json, says: str) -> None:
         checked(answer(block))
 
 
-@pytest.mark.parametrize("count", [-1, MAX_COUNT + 1, 1e300, "abc", True, 2.0])
+@pytest.mark.parametrize("count", [-1, MAX_COUNT + 1, 1e300, "abc", True, 2.5, float("nan")])
 def test_a_usage_that_is_no_token_count_is_refused(count: object) -> None:
     with pytest.raises(MalformedAnswer, match=r"usage\.output_tokens"):
         checked(answer(CALL, input_tokens=3, output_tokens=count))
 
 
-def test_a_whole_answer_passes_and_a_null_count_is_none() -> None:
+def test_a_whole_answer_passes_a_null_count_is_none_and_a_whole_float_its_int() -> None:
     passed = checked(
-        answer({"type": "text", "text": "hi"}, CALL, input_tokens=3, output_tokens=None)
+        answer({"type": "text", "text": "hi"}, CALL, input_tokens=3.0, output_tokens=None)
     )
     assert passed.content[1] == CALL and passed.usage == {"input_tokens": 3, "output_tokens": 0}
 

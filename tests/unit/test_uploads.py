@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import anyio
 import httpx2
 import pytest
@@ -10,6 +12,8 @@ from starlette.types import Message
 
 from stead.api import uploads
 from stead.api.errors import ApiError
+from stead.api.files import _Download
+from stead.blobs import BlobUnavailable
 from stead.schemas import RequestError
 
 
@@ -128,3 +132,24 @@ async def test_a_body_that_stops_arriving_is_refused_with_a_408(
     with pytest.raises(ApiError) as refused:
         await uploads.read_upload(request, 1024 * 1024, ())
     assert refused.value.status == 408 and "nothing of it arrived" in str(refused.value)
+
+
+@pytest.mark.anyio
+async def test_a_download_the_blob_store_cuts_short_is_left_unfinished() -> None:
+    """Its status went out with the first bytes; the answer is not finished
+    short of its content-length (the server would raise and log a traceback),
+    so the server closes the connection and the client sees the body end."""
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"abc"
+        raise BlobUnavailable("the store stopped answering")
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    download = _Download("file_x", chunks(), {"content-length": "10"})
+    await download.stream_response(send)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert sent[1]["body"] == b"abc" and sent[1]["more_body"] is True

@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import StreamingResponse
+from starlette.types import Send
 
 from stead.api import openapi, pagination, uploads, wire
 from stead.api.deps import Caller, caller, services
@@ -128,20 +129,31 @@ async def download_file(
         "content-length": str(record.size_bytes),
         "content-disposition": disposition,
     }
-    return StreamingResponse(_until_the_store_fails(file_id, chunks), headers=headers)
+    return _Download(file_id, chunks, headers)
 
 
-async def _until_the_store_fails(
-    file_id: str, chunks: AsyncIterator[bytes]
-) -> AsyncIterator[bytes]:
-    """The file's bytes, ending early if the blob store fails mid-way: the
-    answer's status went out with its first bytes, so the client learns it
-    from a body shorter than its ``content-length``; the log says why once."""
-    try:
-        async for chunk in chunks:
-            yield chunk
-    except BlobError as exc:
-        log.warning("download of %s cut short: %s", file_id, exc)
+class _Download(StreamingResponse):
+    """A file's bytes. If the blob store fails mid-way the answer is left
+    unfinished: its status went out with its first bytes, and a body ended
+    short of its ``content-length`` is how the client learns it (the server
+    closes the connection); finished, the server would raise and log a
+    traceback for the short body."""
+
+    def __init__(self, file_id: str, chunks: AsyncIterator[bytes], headers: dict[str, str]) -> None:
+        super().__init__(chunks, headers=headers)
+        self._file_id = file_id
+
+    async def stream_response(self, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except BlobError as exc:
+            log.warning("download of %s cut short: %s", self._file_id, exc)
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 @router.delete("/{file_id}", responses=openapi.response("beta.BetaDeletedFile"))

@@ -154,6 +154,7 @@ class HostedSandbox(SandboxCommands):
         self._keeper: anyio.CancelScope | None = None
         self._installing: anyio.CancelScope | None = None
         """Around a wake's wait for its packages, which ``destroy`` cancels."""
+        self._destroying = False
         self._keeper_done: anyio.Event | None = None
         self._shell: Shell | None = None
         self._shell_env: dict[str, str] = {}
@@ -246,6 +247,8 @@ class HostedSandbox(SandboxCommands):
         # ``destroy`` cuts this short, not to wait for an install's end (one
         # stalled on a registry takes its whole timeout); nothing of the
         # sandbox is changed by it, so cutting it loses nothing.
+        if self._destroying:  # a destroy that came while the wake was preparing
+            raise SandboxUnavailable(f"sandbox {self.id} is being destroyed")
         self._installing = installing = anyio.CancelScope()
         try:
             with installing:
@@ -253,7 +256,8 @@ class HostedSandbox(SandboxCommands):
         finally:
             self._installing = None
         if installing.cancelled_caught:
-            raise SandboxNotFound(f"sandbox {self.id} was destroyed while its packages installed")
+            # Unavailable, not gone: the destroy may yet fail and keep it.
+            raise SandboxUnavailable(f"sandbox {self.id} is being destroyed")
         limits = CgroupLimits(self.config.memory_bytes, self.config.pids, self.config.cpus)
         cgroup = await to_thread.run_sync(self._cgroups.create, self._cgroup_name, limits)
         self._cgroup = cgroup
@@ -399,6 +403,13 @@ class HostedSandbox(SandboxCommands):
     async def destroy(self, *, erase: bool = False) -> None:
         """Final snapshot, then every trace of the sandbox on this machine; with
         ``erase``, no snapshot, and every one saved before is deleted too."""
+        self._destroying = True
+        try:
+            await self._destroy(erase)
+        finally:
+            self._destroying = False
+
+    async def _destroy(self, erase: bool) -> None:
         if self._installing is not None:
             self._installing.cancel()
         if not erase:

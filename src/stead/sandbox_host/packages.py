@@ -156,6 +156,7 @@ class PackageCache:
         cgroup = await to_thread.run_sync(self._cgroups.create, f"pkg-{key[:16]}", INSTALL_LIMITS)
         tail = OutputTail(OUTPUT_TAIL)
         unstarted: str | None = None
+        spawned = False
         try:
             async with (
                 EgressProxy(
@@ -168,6 +169,7 @@ class PackageCache:
             ):
                 script = install_script(config.packages, options)
                 process = await body.spawn(["/bin/bash", "-c", script], env)
+                spawned = True
                 try:
                     with anyio.move_on_after(options.install_timeout_seconds) as scope:
                         while chunk := await _receive(process):
@@ -176,6 +178,8 @@ class PackageCache:
                 finally:
                     await process.dispose()
         except* OSError as failed:
+            if spawned:
+                raise  # the host's own trouble past the start (EMFILE, ENOSPC, ...)
             # The body or its installer did not start: not the host's failure,
             # and retrying it as one would only fail the same way.
             unstarted = f"the package installer could not start: {failed.exceptions[0]}"
@@ -233,12 +237,15 @@ def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:
         update = ["apt-get", "update", *settings]
         if options.apt_sources is not None:
             _run(update)
+        failed_update = ""
         if _unknown_apt_names(names, settings):
-            _run(update)  # the lists may predate the package
+            updated = _run(update)  # the lists may predate the package
+            if updated.returncode != 0:
+                failed_update = f"; apt-get update failed: {updated.stdout[-500:]}"
         if unknown := _unknown_apt_names(names, settings):
             raise PackagesUnavailable(
                 f"apt: no package named {unknown[0]!r} in the sources (a name is taken as it"
-                " is: apt would read a name it does not know as a pattern of many)"
+                f" is: apt would read a name it does not know as a pattern of many){failed_update}"
             )
         result = _run(fetch)
         if result.returncode != 0 and "Unable to locate package" in result.stdout:
@@ -258,17 +265,15 @@ def _unpack_apt(names: list[str], partial: Path, options: HostOptions) -> None:
 
 
 def _unknown_apt_names(specs: list[str], settings: list[str]) -> list[str]:
-    """The specs whose package name (before ``:arch`` or ``=version``) is no
-    package of the sources. ``apt-get install`` takes a name it does not find
-    for a regular expression (``texlive.+`` is 345 packages); ``apt-cache
-    pkgnames`` lists the names with a literal prefix."""
-    unknown = []
-    for spec in specs:
-        name = re.split("[:=]", spec, maxsplit=1)[0]
-        listed = _run(["apt-cache", "pkgnames", *settings, "--", name])
-        if name not in listed.stdout.split():
-            unknown.append(spec)
-    return unknown
+    """The specs whose package name (before ``:arch`` or ``=version``) apt does
+    not know. ``apt-get install`` takes a name it does not know for a regular
+    expression (``texlive.+`` is 345 packages); ``apt-cache pkgnames
+    --all-names`` lists every name it knows, virtual ones (``libz-dev``) too."""
+    listed = _run(["apt-cache", "pkgnames", "--all-names", *settings])
+    if listed.returncode != 0:
+        raise PackagesUnavailable(f"apt-cache could not list packages: {listed.stdout[-1000:]}")
+    known = set(listed.stdout.split())
+    return [spec for spec in specs if re.split("[:=]", spec, maxsplit=1)[0] not in known]
 
 
 def _private_sources(options: HostOptions, tmp: Path) -> list[str]:

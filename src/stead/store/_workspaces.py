@@ -12,6 +12,7 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 
 from stead.ids import new_id
 from stead.store import _locks
+from stead.store._leases import _insert
 from stead.store.base import ApiKey, Workspace
 from stead.store.errors import NotFound
 from stead.store.tables import api_keys, console_logouts, installation_secrets, workspaces
@@ -117,13 +118,9 @@ def end_console_login(
     conn: Connection, now: datetime, token_hash: str, expires_at: datetime
 ) -> None:
     conn.execute(delete(console_logouts).where(console_logouts.c.expires_at <= now))
-    if (
-        conn.execute(
-            select(console_logouts.c.token_hash).where(console_logouts.c.token_hash == token_hash)
-        ).first()
-        is None
-    ):
-        conn.execute(insert(console_logouts).values(token_hash=token_hash, expires_at=expires_at))
+    # Two logouts of one login at once (two tabs, a retry) both insert it.
+    ended = _insert(conn, console_logouts).values(token_hash=token_hash, expires_at=expires_at)
+    conn.execute(ended.on_conflict_do_nothing(index_elements=["token_hash"]))
 
 
 def console_login_ended(conn: Connection, token_hash: str) -> bool:

@@ -52,9 +52,12 @@ def _check_block(index: int, block: Json) -> None:
 
 def token_count(name: str, value: object) -> int:
     """A token count: an integer from 0 to ``MAX_COUNT``; null is 0 (some
-    servers send it for what they do not count)."""
+    servers send it for what they do not count), and a whole float its
+    integer (some send ``12.0``)."""
     if value is None:
         return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise MalformedAnswer(f"usage.{name} is not a token count: {str(value)[:40]}")
     return value
