@@ -82,3 +82,17 @@ def specs_problem(packages: dict[str, list[str]]) -> str | None:
     if total > MAX_SPEC_BYTES:
         return f"packages: at most {MAX_SPEC_BYTES} bytes of specs in all, not {total}"
     return None
+
+
+def packages_problem(packages: dict[str, list[str]]) -> str | None:
+    """Why ``packages`` (manager -> specs) is no list stead installs, or None:
+    a manager it does not know, a spec no rule takes (``spec_problem``), or a
+    list too long (``specs_problem``). The answer starts with the field under
+    ``packages`` it is about; the API and the sandbox host both ask."""
+    for manager, specs in packages.items():
+        if specs and manager not in PACKAGE_MANAGERS:
+            return f"packages.{manager}: not a package manager"
+        for i, spec in enumerate(specs or ()):
+            if problem := spec_problem(manager, spec):
+                return f"packages.{manager}.{i}: {problem}"
+    return specs_problem(packages)

@@ -53,6 +53,10 @@ class ModelRequest:
         return params
 
 
+CALL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+"""Content blocks that call a tool (the agent's, or one the API runs itself)."""
+
+
 @dataclass(frozen=True)
 class ModelResponse:
     """The finished answer: content blocks in Messages API form, why it stopped, usage."""
@@ -62,6 +66,17 @@ class ModelResponse:
     usage: dict[str, int] = field(default_factory=dict)
     stop_details: Json | None = None
     """What the upstream said of a ``refusal`` (``category``, ``explanation``)."""
+
+    @property
+    def cut_call(self) -> bool:
+        """``max_tokens`` cut the answer off inside its last block, a tool call:
+        its input reads as far as it came (``rm -rf /home/me/old-build`` may
+        read ``rm -rf /home/me/``), so it must be neither logged nor run."""
+        return (
+            self.stop_reason == "max_tokens"
+            and bool(self.content)
+            and self.content[-1].get("type") in CALL_BLOCKS
+        )
 
 
 class UpstreamError(Exception):

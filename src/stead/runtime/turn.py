@@ -377,7 +377,10 @@ class TurnRunner(ToolSteps):
             )
         self.deps.failpoints.hit("model.after_answer")
         search = memory_search_offered(agent, memory)
-        content = _without_a_cut_call(response.content, response.stop_reason)
+        content = response.content
+        if response.cut_call:  # the answer's text and its whole calls stand
+            log.warning("session %s: a tool call cut off by max_tokens; not run", self.session_id)
+            content = content[:-1]
         found = response_events(content, agent, events, mcp_tools, memory_search=search)
         answer = previews.named(found)
         refused = response.stop_reason == "refusal"
@@ -554,17 +557,3 @@ class TurnRunner(ToolSteps):
             await self._end(
                 closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False, closing=True
             )
-
-
-CALL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
-
-
-def _without_a_cut_call(content: list[Json], stop_reason: str | None) -> list[Json]:
-    """The answer's blocks, less a last tool call that ``max_tokens`` cut off:
-    its input reads as far as it came (``rm -rf /home/me/old-build`` may read
-    ``rm -rf /home/me/``), so it is neither logged nor run; the answer's text
-    and its whole calls stand."""
-    if stop_reason == "max_tokens" and content and content[-1].get("type") in CALL_BLOCKS:
-        log.warning("an answer cut off at max_tokens ended in a tool call; it is not run")
-        return content[:-1]
-    return content

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stead.jsonvalues import Json
-from stead.package_specs import PACKAGE_MANAGERS, spec_problem, specs_problem
+from stead.package_specs import PACKAGE_MANAGERS, packages_problem, specs_problem
 from stead.schemas.limits import HOST_NAME, check_length, check_metadata, patch_metadata
 from stead.schemas.validation import RequestError, StrictParams
 
@@ -59,14 +59,13 @@ def _packages(value: Json | None, current: Json | None = None) -> Json:
             continue
         resolved[manager] = list(chosen)
         for i, spec in enumerate(chosen):
-            field = f"config.packages.{manager}.{i}"
-            check_length(field, spec, low=1, high=512)
-            # Refused here, not at the sandbox's first wake: the host would
-            # refuse it there too, after the caller was told it was accepted.
-            if problem := spec_problem(manager, spec):
-                raise RequestError(f"{field}: {problem}")
+            check_length(f"config.packages.{manager}.{i}", spec, low=1, high=512)
+    # Refused here, not at the sandbox's first wake: the host would refuse it
+    # there too, after the caller was told it was accepted. The specs kept from
+    # before were checked when they were given; the list's length is of all.
+    given_now = {m: resolved[m] for m in PACKAGE_MANAGERS if given.get(m) is not None}
     listed = {m: resolved[m] for m in PACKAGE_MANAGERS}
-    if problem := specs_problem(listed):
+    if problem := packages_problem(given_now) or specs_problem(listed):
         raise RequestError(f"config.{problem}")
     return resolved
 

@@ -9,14 +9,13 @@ an ``UpstreamError`` like any other unreadable answer.
 
 from __future__ import annotations
 
-from stead.harness.model import ModelResponse
+from stead.harness.model import CALL_BLOCKS, ModelResponse
 from stead.jsonvalues import Json
 
 MAX_COUNT = 2**53
 """Above any real token count; a bigger one would overflow the ledger's integers."""
 TEXT_FIELDS = {"text": "text", "thinking": "thinking", "redacted_thinking": "data"}
 """Blocks that carry text, and the field that holds it."""
-CALLS = frozenset({"tool_use", "server_tool_use"})
 
 
 class MalformedAnswer(ValueError):
@@ -43,7 +42,7 @@ def _check_block(index: int, block: Json) -> None:
     field = TEXT_FIELDS.get(kind)
     if field is not None and not isinstance(block.get(field), str):
         raise MalformedAnswer(f"content block {index} ({kind}): {field} is not a string")
-    if kind in CALLS:
+    if kind in CALL_BLOCKS:
         for name in ("id", "name"):
             value = block.get(name)
             if not isinstance(value, str) or not value:

@@ -15,7 +15,7 @@ from typing import Any
 
 from jiter import from_json
 
-from stead.harness.model import AnswerObserver
+from stead.harness.model import CALL_BLOCKS, AnswerObserver
 from stead.jsonvalues import Json
 
 STREAM_EVENTS = frozenset(
@@ -29,8 +29,6 @@ STREAM_EVENTS = frozenset(
     }
 )
 """The events an answer is made of; others (``ping``, types added later) pass."""
-TRACKS_INPUT = frozenset({"tool_use", "server_tool_use"})
-"""Blocks whose ``input`` arrives as ``input_json_delta`` pieces."""
 USAGE_TOTALS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
 """Usage a ``message_delta`` may restate (a cumulative total; absent: keep the start's)."""
 GROWN = {"text_delta": "text", "thinking_delta": "thinking"}
@@ -132,7 +130,7 @@ class AnswerBuilder:
             self._pieces.setdefault((index, field), []).append(added)
             if self._observer is not None and added and field == "text":
                 self._observer.text_added(index, added)
-        elif kind == "input_json_delta" and block_kind in TRACKS_INPUT:
+        elif kind == "input_json_delta" and block_kind in CALL_BLOCKS:
             piece = delta["partial_json"].encode()
             self._grow(len(piece))
             self._inputs.setdefault(index, bytearray()).extend(piece)
