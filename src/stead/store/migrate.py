@@ -175,13 +175,17 @@ def check_known(found: set[str]) -> None:
 def create(conn: Connection) -> None:
     """Makes an empty database what running every migration would make it."""
     metadata.create_all(conn)
-    # As migration 0004 seeds it: the page cursors' HMAC key, made here so that
-    # a server's start never writes.
+    seed(conn)
+    version_table.create(conn)
+    conn.execute(insert(version_table).values(version_num=HEAD))
+
+
+def seed(conn: Connection) -> None:
+    """The rows the migrations make in an empty database, as migration 0004 seeds
+    them: the page cursors' HMAC key, made here so that a server's start never writes."""
     created = datetime.now(UTC)
     secret = {"name": CURSOR_SECRET, "value": secrets.token_bytes(32), "created_at": created}
     conn.execute(insert(installation_secrets).values(secret))
-    version_table.create(conn)
-    conn.execute(insert(version_table).values(version_num=HEAD))
 
 
 def revisions(conn: Connection) -> set[str]:
