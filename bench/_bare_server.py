@@ -1,6 +1,6 @@
 """The baseline HTTP server: stead's HTTP stack with nothing behind it.
 
-Run as ``python bench/_bare_server.py PORT``. It is a raw ASGI app on uvicorn with
+Run as ``python bench/_bare_server.py PORT [SQLITE_FILE]``. It is a raw ASGI app on uvicorn with
 uvloop and httptools, configured as ``stead serve`` configures uvicorn, so any
 difference against stead is stead's own work (auth, validation, the store, the
 bus), not the HTTP stack's. Endpoints, all on loopback:
@@ -9,6 +9,10 @@ bus), not the HTTP stack's. Endpoints, all on loopback:
 - ``POST /events``: the body of a stead send (``{"events": [...]}``); gives each
   event an id and ``processed_at`` like stead does, fans the SSE frames out to
   every ``/stream`` reader in memory (no storage), and answers ``{"data": [...]}``.
+- ``POST /durable-events``: as ``/events``, and before it answers, the echoes are
+  inserted into ``SQLITE_FILE`` and committed as stead's store commits (WAL,
+  ``synchronous=FULL``, ``BEGIN IMMEDIATE``), on the event loop itself: the
+  least a send that is durable when it is answered can cost.
 - ``GET /stream``: an SSE stream of those frames, framed as stead frames them.
 - ``POST /turn``: as ``/events``, and the frames stored at ``/blobs/turn`` follow
   the echo on every stream (a turn's other events, as stead streamed them).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import sqlite3
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -58,11 +63,27 @@ def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+DURABLE_TABLE = (
+    "CREATE TABLE IF NOT EXISTS events (session_id TEXT NOT NULL, seq INTEGER NOT NULL,"
+    " id TEXT NOT NULL UNIQUE, type TEXT NOT NULL, body TEXT NOT NULL,"
+    " processed_at TEXT NOT NULL, PRIMARY KEY (session_id, seq))"
+)
+
+
+def durable_log(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(DURABLE_TABLE)
+    return conn
+
+
 class BareApp:
-    def __init__(self) -> None:
+    def __init__(self, log: sqlite3.Connection | None = None) -> None:
         self._readers: set[asyncio.Queue[bytes]] = set()
         self._next_id = 0
         self._blobs: dict[str, bytes] = {}
+        self._log = log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -72,6 +93,8 @@ class BareApp:
             await respond(send, b"{}")
         elif (method, path) == ("POST", "/events"):
             await self._send_events(receive, send)
+        elif (method, path) == ("POST", "/durable-events") and self._log is not None:
+            await self._send_events(receive, send, log=self._log)
         elif (method, path) == ("POST", "/turn"):
             await self._send_events(receive, send, then=self._blobs.get("/blobs/turn", b""))
         elif (method, path) == ("GET", "/stream"):
@@ -87,7 +110,9 @@ class BareApp:
         else:
             await respond(send, b'{"error":"not found"}', status=404)
 
-    async def _send_events(self, receive: Receive, send: Send, then: bytes = b"") -> None:
+    async def _send_events(
+        self, receive: Receive, send: Send, then: bytes = b"", log: sqlite3.Connection | None = None
+    ) -> None:
         params = json.loads(await read_body(receive))
         now = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
         echoes = []
@@ -100,6 +125,16 @@ class BareApp:
             f"event: {e['type']}\nid: {e['id']}\ndata: ".encode() + dumps(e) + b"\n\n"
             for e in echoes
         )
+        if log is not None:
+            log.execute("BEGIN IMMEDIATE")
+            log.executemany(
+                "INSERT INTO events VALUES ('bench', ?, ?, ?, ?, ?)",
+                [
+                    (int(e["id"][5:]), e["id"], e["type"], dumps(e).decode(), e["processed_at"])
+                    for e in echoes
+                ],
+            )
+            log.execute("COMMIT")
         frames += then
         for queue in self._readers:
             queue.put_nowait(frames)
@@ -132,8 +167,9 @@ class BareApp:
 
 def main() -> None:
     port = int(sys.argv[1])
+    log = durable_log(sys.argv[2]) if len(sys.argv) > 2 else None
     uvicorn.run(
-        BareApp(),
+        BareApp(log),
         host="127.0.0.1",
         port=port,
         loop="uvloop",

@@ -104,9 +104,11 @@ class BareServer:
     """``_bare_server.py`` in a subprocess: the same uvicorn + uvloop + httptools stack
     stead serves on, with none of stead behind it. Use as a context manager."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, durable_log: Path | None = None) -> None:
+        """``durable_log``: the SQLite file ``POST /durable-events`` commits to."""
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
+        self._durable_log = durable_log
         self._process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -115,8 +117,9 @@ class BareServer:
         return self._process.pid
 
     def __enter__(self) -> BareServer:
+        log = [] if self._durable_log is None else [str(self._durable_log)]
         self._process = subprocess.Popen(
-            [sys.executable, str(BENCH_DIR / "_bare_server.py"), str(self.port)],
+            [sys.executable, str(BENCH_DIR / "_bare_server.py"), str(self.port), *log],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -15,7 +15,11 @@ figure is printed beside a baseline measured in the same run, and their ratio:
 * ``agents.create``, ``sessions.create``, ``events.send``: p50 and p99 through
   the SDK. Baseline: the bare app answering the same SDK call (same body, the
   same response bytes, parsed into the same SDK type), so the ratio is stead's
-  own server work over the HTTP stack and the client. Rounds alternate.
+  own server work over the HTTP stack and the client. Rounds alternate. Beside
+  ``events.send``, its durable floor: the bare app that also commits the events
+  to a SQLite file before it answers, as stead's store commits (WAL,
+  ``synchronous=FULL``), on its event loop: what any send that is durable when
+  answered costs here, however little else it does.
 * text turn: ``events.send`` of a ``user.message`` -> ``session.status_idle``
   read from the SDK's event stream (``events.stream``), p50 and p99. Baseline:
   one bare model call, the SDK streaming an answer straight from the fake model.
@@ -244,6 +248,7 @@ class Samples:
     bash: list[float] = field(default_factory=list)
     long: list[float] = field(default_factory=list)
     floor: list[float] = field(default_factory=list)
+    durable: list[float] = field(default_factory=list)
 
 
 class Bench:
@@ -314,6 +319,14 @@ class Bench:
             lambda: self.bare.post("/events", body=body, cast_to=BetaManagedAgentsSendSessionEvents)
         )
         self.bares.send.append(took)
+        for _ in stream:
+            break
+        took, _ = timed(
+            lambda: self.bare.post(
+                "/durable-events", body=body, cast_to=BetaManagedAgentsSendSessionEvents
+            )
+        )
+        self.bares.durable.append(took)
         for _ in stream:
             break
 
@@ -452,6 +465,15 @@ def floor_line(turn: list[float], floor: list[float]) -> str:
     )
 
 
+def durable_line(send: list[float], durable: list[float]) -> str:
+    p50, d50 = percentile(send, 50), percentile(durable, 50)
+    return (
+        f"events.send's durable floor (the bare app committing the events to SQLite,"
+        f" fsync'd, before it answers) p50 {ms(d50)} = {d50 / REQUEST_BUDGET_S:.0%} of the"
+        f" target; the send over it {p50 / d50:.2f}x"
+    )
+
+
 def long_line(long: list[float], bare: list[float], short: list[float], call: list[float]) -> str:
     p50, b50 = percentile(long, 50), percentile(bare, 50)
     added, short_added = p50 - b50, percentile(short, 50) - percentile(call, 50)
@@ -495,7 +517,7 @@ def run() -> str:
         server = ServerProcess(tmp / "data", env=env).start()
         stack.callback(server.stop)
         started_rss = rss_mb(server.pid)
-        bare = stack.enter_context(BareServer(free_port()))
+        bare = stack.enter_context(BareServer(free_port(), tmp / "bare-events.db"))
         bench = Bench(server, bare, model_url)
         bench.text_turns(WARMUP, record=False)
         bench.requests()
@@ -509,6 +531,7 @@ def run() -> str:
             line("agents.create", s.agent, b.agent, REQUEST_BUDGET_S, "bare app"),
             line("sessions.create", s.session, b.session, REQUEST_BUDGET_S, "bare app"),
             line("events.send", s.send, b.send, REQUEST_BUDGET_S, "bare app"),
+            durable_line(s.send, b.durable),
             line("text turn", s.turn, b.turn, TURN_BUDGET_S, "bare model call"),
             floor_line(s.turn, b.floor),
             long_line(s.long, b.long, s.turn, b.turn),
