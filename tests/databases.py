@@ -10,8 +10,9 @@ PostgreSQL tests are skipped, unless ``STEAD_TEST_POSTGRES=require`` (set by
 A test that opens the store at once (the ``store`` fixture) gets a schema that
 an earlier test of the run left, emptied, instead of a new one: the seventy
 statements that build stead's tables and indexes take PostgreSQL a tenth of a
-second, emptying them a millisecond, and three hundred tests do it. A schema goes back for reuse only
-when its tables and columns are still the ones the migrations built.
+second, emptying them a millisecond, and three hundred tests do it. A schema
+goes back for reuse only when its tables and columns are still the ones the
+migrations built.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ NAME_MAX = 255
 """Bytes in one name (a path component), as the file system allows."""
 MAX_DEPTH = 32
 """Components in a path below a mount."""
+LISTED_ENTRIES = 10_000
+"""Directory entries one listing of a mount visits before it stops: a listing
+that stopped there is not whole (``MountListing.truncated``)."""
 _TEMPORARY = re.compile(r"\.stead-(?:put-[0-9a-f]{16}|part-[0-9a-f]{24})\Z")
 
 

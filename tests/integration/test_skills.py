@@ -230,6 +230,10 @@ BAD_UPLOADS = {
     "a long name": lambda n: [(f"{n}/SKILL.md", skill_md("a" * 65))],
     "no frontmatter": lambda n: [(f"{n}/SKILL.md", b"# just markdown\n")],
     "bad YAML": lambda n: [(f"{n}/SKILL.md", b"---\nname: [unclosed\n---\n")],
+    # Before, a RecursionError: a 500, and the kept-alive connection reset.
+    "YAML nested past the stack": lambda n: [
+        (f"{n}/SKILL.md", b"---\ndescription: [" + b"[" * 5000 + b"\n---\n")
+    ],
     "not UTF-8": lambda n: [(f"{n}/SKILL.md", b"---\nname: \xff\n---\n")],
 }
 

@@ -22,6 +22,7 @@ from stead.sandbox import (
     NotARegularFile,
     PathOutsideWorkspace,
     ops,
+    protocol,
 )
 from stead.sandbox.host_mounts import HostMounts
 from stead.sandbox_host.commands import NEW_SHELL
@@ -68,6 +69,23 @@ async def test_read_only_content_is_readable_and_not_writable(
     assert await run(sandbox, f"cat {UPLOADS}/file_1") == (0, data.decode())
 
 
+async def test_a_put_larger_than_one_frame_lands_whole(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    """Files of more than a protocol frame together (the skills of an agent, say):
+    before, one call carried them all, the host refused the frame and dropped the
+    connection, and the session's turn was retried for good."""
+    mounts = mounts_of(client)
+    files = [MountFile(f"s/{i}.bin", os.urandom(7 << 20)) for i in range(7)]
+    files.append(MountFile("s/large.bin", os.urandom(ops.MOUNT_PART_BYTES + 1)))
+    assert sum(len(f.data) for f in files) * 4 // 3 > protocol.MAX_FRAME
+    await mounts.put(sandbox.sandbox_id, sandbox.config, UPLOADS, files, writable=False)
+    listed = (await mounts.listing(sandbox.sandbox_id, UPLOADS)).files
+    assert {f.path: f.sha256 for f in listed} == {
+        f.path: hashlib.sha256(f.data).hexdigest() for f in files
+    }
+
+
 async def test_writes_under_a_writable_mount_are_listed_and_read_back(
     sandbox: HostSandbox, client: HostClient
 ) -> None:
@@ -80,7 +98,7 @@ async def test_writes_under_a_writable_mount_are_listed_and_read_back(
         f" && ln -s /etc/passwd {OUTPUTS}/passwd && mkfifo {OUTPUTS}/pipe",
     )
     assert code == 0, output
-    listing = await mounts.listing(sandbox.sandbox_id, OUTPUTS)
+    listing = (await mounts.listing(sandbox.sandbox_id, OUTPUTS)).files
     assert [(f.path, f.size) for f in listing] == [("charts/zeros.bin", 3000), ("table.csv", 8)]
     table = await mounts.read(sandbox.sandbox_id, OUTPUTS, "table.csv", max_bytes=100)
     assert table == b"a,b\n1,2\n"
@@ -176,7 +194,7 @@ async def test_mounts_survive_sleep_and_wake_and_can_be_removed(
     assert (await run(sandbox, f"echo out > {OUTPUTS}/o.txt"))[0] == 0
     assert await sandbox.sleep()
     # Asleep: listing and reading do not wake it.
-    assert [f.path for f in await mounts.listing(sandbox_id, OUTPUTS)] == ["o.txt"]
+    assert [f.path for f in (await mounts.listing(sandbox_id, OUTPUTS)).files] == ["o.txt"]
     assert (await sandbox.status())["state"] == "cold"
     woke = await run(sandbox, f"cat {UPLOADS}/a {UPLOADS}/b {OUTPUTS}/o.txt")
     assert woke == (0, NEW_SHELL + "ABout\n")  # the shell did not outlive the sleep
@@ -265,7 +283,7 @@ async def test_the_file_tools_reach_the_mounts_with_the_sandbox_user_s_rights(
             await sandbox.write_file(path, b"EVIL")
     await sandbox.write_file(f"{OUTPUTS}/charts/result.txt", b"done\n")
     assert (await sandbox.glob("**/*.txt", OUTPUTS)).paths == (f"{OUTPUTS}/charts/result.txt",)
-    assert [(f.path, f.size) for f in await mounts.listing(sandbox_id, OUTPUTS)] == [
+    assert [(f.path, f.size) for f in (await mounts.listing(sandbox_id, OUTPUTS)).files] == [
         ("charts/result.txt", 5)
     ]
     assert await run(

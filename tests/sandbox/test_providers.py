@@ -15,6 +15,7 @@ from stead.sandbox import (
     EgressCredential,
     FileNotFound,
     MountFile,
+    MountListing,
     NoSandbox,
     PathOutsideWorkspace,
     SandboxConfig,
@@ -246,7 +247,7 @@ async def test_mounts_where_the_provider_has_them(case: Case) -> None:
         return
     assert mounts is not None
     sandbox_id = new_id()
-    assert await mounts.listing(sandbox_id, "/mnt/session/outputs") == []
+    assert await mounts.listing(sandbox_id, "/mnt/session/outputs") == MountListing([])
     assert await case.provider.status(sandbox_id) is None  # listing made nothing
     try:
         await mounts.put(sandbox_id, WANTED, "/mnt/m", [MountFile("a/b.txt", b"hi")], writable=True)
@@ -258,13 +259,14 @@ async def test_mounts_where_the_provider_has_them(case: Case) -> None:
         )
         assert wrote.output == "hi"
         found = await mounts.listing(sandbox_id, "/mnt/m")
-        assert [(f.path, f.size) for f in found] == [("a/b.txt", 2), ("c.txt", 5)]
+        assert [(f.path, f.size) for f in found.files] == [("a/b.txt", 2), ("c.txt", 5)]
+        assert not found.truncated
         assert await mounts.read(sandbox_id, "/mnt/m", "c.txt", max_bytes=10) == b"more\n"
         await mounts.remove(sandbox_id, "/mnt/m", ["a"])
-        assert [f.path for f in await mounts.listing(sandbox_id, "/mnt/m")] == ["c.txt"]
+        assert [f.path for f in (await mounts.listing(sandbox_id, "/mnt/m")).files] == ["c.txt"]
     finally:
         await case.provider.release(sandbox_id)
-    assert await mounts.listing(sandbox_id, "/mnt/m") == []  # gone with the sandbox
+    assert await mounts.listing(sandbox_id, "/mnt/m") == MountListing([])  # gone with the sandbox
 
 
 async def test_terminals_where_the_provider_has_them(case: Case) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import anthropic
 import pytest
 
+from stead.mount_paths import LISTED_ENTRIES
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, ToolCall, Turn
 from tests.conftest import make_client, sdk_of
 from tests.integration.helpers import message, wait_idle
@@ -229,6 +230,38 @@ def test_memories_that_cannot_all_be_files_leave_the_session_working(
     client.beta.memory_stores.memories.update(moved.id, memory_store_id=store_id, path="/a")
     assert bash_turn(client, session_id, f"cat {mount}/a") == "moved"
     assert memories_of(client, store_id) == {"/a": "moved", "/x": "held back", "/x/y": "kept"}
+
+
+def test_a_mount_with_more_entries_than_a_listing_deletes_no_memory(
+    client: anthropic.Anthropic,
+) -> None:
+    """The agent makes more directories than one listing of the mount visits:
+    the files it did not list are not deleted from the store (before, an
+    unlisted memory was deleted by the session), and the agent is told."""
+    name = f"Crowded {uuid.uuid4().hex[:6]}"
+    kept = {f"/keep{i}.md": f"note {i}" for i in range(8)}
+    store_id = new_store(client, name, **kept)
+    session_id = new_session(client, {"type": "memory_store", "memory_store_id": store_id})
+    mount = f"/mnt/memory/{name.lower().replace(' ', '-')}"
+    output = bash_turn(
+        client,
+        session_id,
+        f"mkdir -p {mount}/many && cd {mount}/many && "
+        f"seq {LISTED_ENTRIES + 50} | xargs mkdir && printf edited > {mount}/keep0.md && "
+        "echo made",
+    )
+    assert output == "made"
+    [*_, result] = [
+        e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+    ]
+    told = " ".join(block.text for block in result.content[1:])  # type: ignore[union-attr]
+    assert f"{mount} holds more than {LISTED_ENTRIES} files and directories" in told
+    held = memories_of(client, store_id)
+    assert set(held) == set(kept)  # none deleted
+    assert all(v.operation != "deleted" for v in versions_by(client, store_id, session_id))
+    # Back under the limit, the whole mount is seen again: the edit is saved.
+    assert bash_turn(client, session_id, f"rm -r {mount}/many && echo gone") == "gone"
+    assert memories_of(client, store_id) == {**kept, "/keep0.md": "edited"}
 
 
 def test_a_read_only_store_cannot_be_changed(client: anthropic.Anthropic) -> None:

@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from stead.blobs import BlobConfig, BlobStore, open_blob_store
+from stead.mount_paths import NAME_MAX
 from stead.runtime import Embedder, MemoryKeeper
 from stead.runtime.memory_diff import Change, changes, stage_plan
 from stead.sandbox import MountedFile
+from stead.schemas.resources import memory_mount_paths
 from stead.store import (
     MOUNT_MOVED,
     Actor,
@@ -74,6 +76,23 @@ def test_changes_are_files_that_differ_from_their_base() -> None:
         Change("deleted", "/gone.md", base("/gone.md", "g"), None),
         Change("created", "/made.md", None, sha("m")),
     ]
+
+
+def test_a_listing_cut_short_deletes_nothing() -> None:
+    """A mount with more entries than one listing visits lists some files: one
+    it did not list is not a deletion, and nothing is put over it."""
+    bases = [base("/listed.md", "old"), base("/unlisted.md", "u", "mem_2")]
+    found = changes(held(**{"listed.md": "new", "made.md": "m"}), bases, whole=False)
+    assert found == [
+        Change("modified", "/listed.md", bases[0], sha("new")),
+        Change("created", "/made.md", None, sha("m")),
+    ]
+    current = [memory("/unlisted.md", "api v2", "mem_2"), memory("/fresh.md", "api", "mem_3")]
+    plan = stage_plan(current, held(), [bases[1]], writable=True, whole=False)
+    assert (plan.put, plan.remove, plan.drop) == ([], [], [])
+    # A read-only mount holds nothing of the agent's: the API's content goes in.
+    strict = stage_plan(current, held(), [bases[1]], writable=False, whole=False)
+    assert [m.path for m in strict.put] == ["/unlisted.md", "/fresh.md"]
 
 
 def test_staging_puts_the_api_content_but_never_over_an_agents_change() -> None:
@@ -227,3 +246,18 @@ async def test_sessions_list_by_memory_store_and_forget_it_when_deleted(store: S
     assert await store.memory_mount_bases(first, kept) == []
     listed = await store.list_sessions(workspace, page, SessionFilter(memory_store_id=kept))
     assert listed.items == []
+
+
+def test_memory_mounts_of_long_names_stay_within_a_directory_name() -> None:
+    """Two stores whose 255-character names make one slug: the second's ``-2``
+    is made room for. Before, its mount's name was 257 bytes, and every tool
+    call of the session failed."""
+    names = ["a" * 255, "A" * 255, "İ" * 255]
+    paths = memory_mount_paths(names)
+    slugs = [path.rsplit("/", 1)[1] for path in paths]
+    assert len(set(slugs)) == 3 and all(len(s.encode()) <= NAME_MAX for s in slugs)
+    assert slugs[:2] == ["a" * 255, "a" * 253 + "-2"]
+    assert memory_mount_paths(["Team Notes", "team-notes"]) == [
+        "/mnt/memory/team-notes",
+        "/mnt/memory/team-notes-2",
+    ]

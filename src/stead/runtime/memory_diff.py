@@ -29,8 +29,12 @@ class Change:
     sha256: str | None
 
 
-def changes(held: Iterable[MountedFile], bases: Iterable[MountBase]) -> list[Change]:
-    """What the agent changed: ``held`` (the mount's files now) against ``bases``."""
+def changes(
+    held: Iterable[MountedFile], bases: Iterable[MountBase], *, whole: bool = True
+) -> list[Change]:
+    """What the agent changed: ``held`` (the mount's files now) against ``bases``.
+    A file missing from ``held`` is a deletion only when ``held`` is ``whole``
+    (a listing cut short lists some files, not all)."""
     by_path = {b.path: b for b in bases}
     found: list[Change] = []
     seen = set()
@@ -44,7 +48,8 @@ def changes(held: Iterable[MountedFile], bases: Iterable[MountBase]) -> list[Cha
             found.append(Change("created", path, None, f.sha256))
         elif base.sha256 != f.sha256:
             found.append(Change("modified", path, base, f.sha256))
-    found += [Change("deleted", p, b, None) for p, b in by_path.items() if p not in seen]
+    if whole:
+        found += [Change("deleted", p, b, None) for p, b in by_path.items() if p not in seen]
     return sorted(found, key=lambda c: c.path)
 
 
@@ -77,9 +82,13 @@ def stage_plan(
     bases: Iterable[MountBase],
     *,
     writable: bool,
+    whole: bool = True,
 ) -> StagePlan:
     """Makes a mount show ``current`` (the store's memories now), except for
-    files with an agent's change that is not written back (``writable`` only)."""
+    files with an agent's change that is not written back (``writable`` only).
+    When ``held`` is not ``whole`` (a listing cut short), a writable mount's
+    paths it does not list are left as they are: such a file may be there with
+    an agent's change, and its base is kept for it."""
     files = {"/" + f.path: f for f in held if not _hidden(f.path)}
     by_path = {b.path: b for b in bases}
 
@@ -88,6 +97,7 @@ def stage_plan(
         found, base = files.get(path), by_path.get(path)
         return writable and found is not None and (base is None or found.sha256 != base.sha256)
 
+    unknown = writable and not whole  # a path ``held`` does not list may hold an agent's file
     directories = directories_of(m.path for m in current)
     plan = StagePlan([], [], [], [], [])
     for memory in current:
@@ -99,9 +109,12 @@ def stage_plan(
         if found is not None and found.sha256 == memory.content_sha256:
             if base != wanted:
                 plan.record.append(wanted)
+        elif found is None and unknown:
+            continue
         elif not agents(memory.path):
             plan.put.append(memory)
     paths = {m.path for m in current} - directories
     plan.remove.extend(p for p in files if p not in paths and not agents(p))
-    plan.drop.extend(p for p in by_path if p not in paths and p not in files)
+    if not unknown:
+        plan.drop.extend(p for p in by_path if p not in paths and p not in files)
     return plan

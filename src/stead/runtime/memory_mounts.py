@@ -41,6 +41,7 @@ import logging
 from dataclasses import dataclass
 
 from stead.failpoints import FailPoints
+from stead.mount_paths import LISTED_ENTRIES
 from stead.runtime.memories import MemoryKeeper
 from stead.runtime.memory_diff import Change, changes, stage_plan
 from stead.sandbox import (
@@ -142,7 +143,7 @@ class MemoryMounts:
     async def _marked(self, session_id: str) -> set[str]:
         """The stores whose mount this sandbox's mount tree has held since their
         bases were recorded (``MARKERS``)."""
-        return {f.path for f in await self._mounts.listing(session_id, MARKERS)}
+        return {f.path for f in (await self._mounts.listing(session_id, MARKERS)).files}
 
     async def _stage_one(
         self, session: MemorySession, config: SandboxConfig, mount: MemoryMount
@@ -163,7 +164,9 @@ class MemoryMounts:
             # it never held, and nothing in it is the agent's; the API's content wins.
             await self._store.drop_memory_mount_bases(session.id, store_id, [b.path for b in bases])
             bases = []
-        plan = stage_plan(current, held, bases, writable=mount.writable and marked)
+        plan = stage_plan(
+            current, held.files, bases, writable=mount.writable and marked, whole=not held.truncated
+        )
         # Removed first: a memory may take the place of a directory that the
         # removed files leave empty, or of a file that gives way to a directory.
         if plan.remove:
@@ -228,7 +231,15 @@ class MemoryMounts:
                 continue  # an unmarked mount holds nothing of the agent's yet
             held = await self._mounts.listing(session.id, mount.mount_path)
             bases = await self._store.memory_mount_bases(session.id, mount.memory_store_id)
-            for change in changes(held, bases):
+            if held.truncated:
+                notes.append(
+                    f"{mount.mount_path} holds more than {LISTED_ENTRIES} files and "
+                    "directories, more than stead lists: changes to the files it listed "
+                    "are saved, removed files are not deleted from the memory store, and "
+                    "files it did not list are neither saved nor updated. Remove files "
+                    "and directories there to bring it under the limit."
+                )
+            for change in changes(held.files, bases, whole=not held.truncated):
                 note = await self._write_one(session, config, mount, change)
                 if note is not None:
                     notes.append(note)

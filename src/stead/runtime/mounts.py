@@ -130,7 +130,7 @@ class SessionMounts:
             for r in session.resources
             if r.get("type") == "file"
         }
-        held = {f.path: f for f in listed}
+        held = {f.path: f for f in listed.files}
         now = self._files.now()
         # Most sessions mount no files: no read for them.
         files = (
@@ -163,7 +163,8 @@ class SessionMounts:
             for name, files in (await skills(session)).items()
             for path, data in files.items()
         }
-        held = {f.path: f.sha256 for f in await self._mounts.listing(session.id, SKILLS)}
+        listed = await self._mounts.listing(session.id, SKILLS)
+        held = {f.path: f.sha256 for f in listed.files}
         changed = [
             MountFile(path, data)
             for path, data in wanted.items()
@@ -207,7 +208,15 @@ class SessionMounts:
         """Files what the sandbox holds under ``OUTPUTS`` that was never filed.
         Never wakes the sandbox."""
         captured = Captured()
-        for found in await self._mounts.listing(session_id, OUTPUTS):
+        listed = await self._mounts.listing(session_id, OUTPUTS)
+        if listed.truncated:
+            log.warning(
+                "the outputs of %s hold more entries than one listing visits; "
+                "%d files captured this time",
+                session_id,
+                len(listed.files),
+            )
+        for found in listed.files:
             if found.size > self._max_bytes:
                 log.warning("output %s of %s is too large to capture", found.path, session_id)
                 continue

@@ -61,7 +61,7 @@ from stead.sandbox.errors import (
     VersionMismatch,
     WorkspaceUnavailable,
 )
-from stead.sandbox.mounts import MountedFile, MountFile, SandboxMounts
+from stead.sandbox.mounts import MountedFile, MountFile, MountListing, SandboxMounts
 from stead.sandbox.provider import (
     PLACEHOLDER_PREFIX,
     EgressCredential,
@@ -147,6 +147,7 @@ __all__ = [
     "InvalidArgument",
     "IsolationUnavailable",
     "MountFile",
+    "MountListing",
     "MountedFile",
     "NoSandbox",
     "NotARegularFile",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from stead.sandbox.config import SandboxConfig
 from stead.sandbox.errors import FileNotFound, FileTooLarge, SandboxNotFound
-from stead.sandbox.mounts import MountedFile, MountFile
+from stead.sandbox.mounts import MountedFile, MountFile, MountListing
 
 if TYPE_CHECKING:
     from stead.sandbox.client import HostClient
@@ -35,20 +35,30 @@ class HostMounts:
         *,
         writable: bool,
     ) -> None:
+        """Files of more than ``ops.MOUNT_PART_BYTES`` together go in several
+        calls, and a larger one in parts (``put_stream``): one call of any size
+        would cross a protocol frame's limit, which ends the host connection."""
         from stead.sandbox import ops
 
         client, placement = await self._route(sandbox_id)
-        request = ops.PutMount(
-            sandbox_id=sandbox_id,
-            config=config.to_json(),
-            placement=placement,
-            mount=mount,
-            files=[ops.MountFile(path=f.path, data=f.data) for f in files],
-            writable=writable,
-        )
-        await client.call(request)
+        large = [f for f in files if len(f.data) > ops.MOUNT_PART_BYTES]
+        small = [f for f in files if len(f.data) <= ops.MOUNT_PART_BYTES]
+        for batch in _batches(small, ops.MOUNT_PART_BYTES):
+            request = ops.PutMount(
+                sandbox_id=sandbox_id,
+                config=config.to_json(),
+                placement=placement,
+                mount=mount,
+                files=[ops.MountFile(path=f.path, data=f.data) for f in batch],
+                writable=writable,
+            )
+            await client.call(request)
+        for file in large:
+            await self.put_stream(
+                sandbox_id, config, mount, file.path, _once(file.data), writable=writable
+            )
 
-    async def listing(self, sandbox_id: str, mount: str) -> list[MountedFile]:
+    async def listing(self, sandbox_id: str, mount: str) -> MountListing:
         from stead.sandbox import ops
 
         client, placement = await self._route(sandbox_id)
@@ -57,8 +67,9 @@ class HostMounts:
                 ops.ListMount(sandbox_id=sandbox_id, placement=placement, mount=mount)
             )
         except SandboxNotFound:
-            return []
-        return [MountedFile(f.path, f.size, f.sha256) for f in reply.files]
+            return MountListing([])
+        files = [MountedFile(f.path, f.size, f.sha256) for f in reply.files]
+        return MountListing(files, reply.truncated)
 
     async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
         from stead.sandbox import ops
@@ -146,6 +157,24 @@ class HostMounts:
             await client.call(request)
         except SandboxNotFound:
             return
+
+
+def _batches(files: Sequence[MountFile], size: int) -> list[list[MountFile]]:
+    """``files`` in order, in batches of at most ``size`` bytes (at least one
+    batch: an empty put makes the mount)."""
+    batches: list[list[MountFile]] = [[]]
+    held = 0
+    for file in files:
+        if batches[-1] and held + len(file.data) > size:
+            batches.append([])
+            held = 0
+        batches[-1].append(file)
+        held += len(file.data)
+    return batches
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 async def _parts(chunks: AsyncIterable[bytes], size: int) -> AsyncIterator[tuple[bytes, bool]]:

@@ -40,6 +40,16 @@ class MountedFile:
     sha256: str
 
 
+@dataclass(frozen=True, slots=True)
+class MountListing:
+    """The regular files under a mount, by path."""
+
+    files: list[MountedFile]
+    truncated: bool = False
+    """The host stopped at ``mount_paths.LISTED_ENTRIES`` entries: a file not
+    in ``files`` may still be there. Nothing may be taken as removed then."""
+
+
 class SandboxMounts(Protocol):
     async def put(
         self,
@@ -56,7 +66,7 @@ class SandboxMounts(Protocol):
         with a link or a file in the way; nothing outside the mount changes."""
         ...
 
-    async def listing(self, sandbox_id: str, mount: str) -> list[MountedFile]:
+    async def listing(self, sandbox_id: str, mount: str) -> MountListing:
         """The regular files under ``mount``, by path; empty if there is no
         such mount or sandbox. Links and special files are not listed."""
         ...

@@ -30,15 +30,13 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from stead.mount_paths import MAX_DEPTH, NAME_MAX, part_name, put_name
+from stead.mount_paths import LISTED_ENTRIES, MAX_DEPTH, NAME_MAX, part_name, put_name
 from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
 
 MOUNT_ROOT = "/mnt"
 """Where the tree appears inside the sandbox."""
 SKILLS = "skills"
 """The agent's skills: ``/mnt/skills``, bound read-only at ``/workspace/skills`` too."""
-MAX_ENTRIES = 10_000
-"""Directory entries one listing visits before it stops (``truncated``)."""
 CHUNK = 1 << 20
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -117,7 +115,7 @@ class MountTree:
         found: list[ops.MountedFile] = []
         try:
             with self._directory(parts) as mount_fd:
-                truncated = _list(mount_fd, [], found, budget=[MAX_ENTRIES])
+                truncated = _list(mount_fd, [], found, budget=[LISTED_ENTRIES])
         except FileNotFoundError:
             return ops.MountListing(files=[])
         found.sort(key=lambda f: f.path)

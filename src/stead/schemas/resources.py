@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.jsonvalues import Json
+from stead.mount_paths import NAME_MAX
 from stead.schemas import repositories
 from stead.schemas.mount_paths import plain_path_under
 from stead.schemas.repositories import RepositoryMount
@@ -117,10 +118,12 @@ def _memory_mount(params: Json, index: int) -> MemoryMount:
     return MemoryMount(index, store_id, params.get("access") or READ_WRITE, instructions)
 
 
-def memory_slug(name: str) -> str:
+def memory_slug(name: str, room: int = 0) -> str:
     """The spec's mount name of a store: its name lowercased, each run of other
-    characters than a-z and 0-9 made one ``-``."""
-    return _NOT_SLUG.sub("-", name.lower()).strip("-") or "memory"
+    characters than a-z and 0-9 made one ``-``; cut to leave ``room`` bytes of
+    a directory name (``NAME_MAX``) for a suffix."""
+    slug = _NOT_SLUG.sub("-", name.lower()).strip("-")[: NAME_MAX - room]
+    return slug.rstrip("-") or "memory"
 
 
 def memory_mount_paths(names: list[str]) -> list[str]:
@@ -129,11 +132,10 @@ def memory_mount_paths(names: list[str]) -> list[str]:
     taken: set[str] = set()
     paths = []
     for name in names:
-        base = memory_slug(name)
-        slug, n = base, 1
+        slug, n = memory_slug(name), 1
         while slug in taken:
             n += 1
-            slug = f"{base}-{n}"
+            slug = f"{memory_slug(name, len(f'-{n}'))}-{n}"
         taken.add(slug)
         paths.append(f"{MEMORY_ROOT}/{slug}")
     return paths

@@ -111,6 +111,8 @@ def frontmatter(skill_md: bytes) -> tuple[str | None, str]:
         meta: Any = yaml.safe_load("\n".join(lines[1:end]))
     except yaml.YAMLError as exc:
         raise RequestError(f"{where}: the frontmatter is not valid YAML ({exc})") from None
+    except RecursionError:  # "[[[[..." nested past the interpreter's limit
+        raise RequestError(f"{where}: the frontmatter is nested too deeply") from None
     if not isinstance(meta, dict):
         raise RequestError(f"{where}: the frontmatter must be a mapping of keys to values")
     name = meta.get("name")
