@@ -137,3 +137,22 @@ class _Sample:
             "float": 1.5,
             "bool": self.rng.random() < 0.5,
         }.get(kind, {"any": 1})
+
+
+@pytest.mark.parametrize(
+    ("agent", "named"),
+    [
+        # Before, each was "agent.type: Input should be 'agent'": the other branch's error.
+        ({"system": 5}, "agent.system: Input should be a valid string"),
+        ({"tools": None}, "agent.tools: Input should be a valid list"),
+        ({"bogus": 1}, "agent.bogus: Extra inputs are not permitted"),
+        ({"type": "nope"}, "agent.type: Input should be 'agent'"),
+    ],
+)
+def test_an_error_in_a_union_names_the_field_of_the_branch_the_type_chose(
+    agent: dict[str, Any], named: str
+) -> None:
+    body = {"type": "agent_with_overrides", "id": "agent_1", **agent}
+    with pytest.raises(RequestError) as refused:
+        StrictParams("session_create").validate({"agent": body, "environment_id": "env_1"})
+    assert str(refused.value) == named

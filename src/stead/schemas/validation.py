@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from pydantic_core import SchemaValidator
+from pydantic_core import ErrorDetails, SchemaValidator
 
 Schema = dict[str, Any]
 HEADER_PARAMS = ("betas", "workspace_id")
@@ -70,10 +70,24 @@ class StrictParams:
 
     def _describe(self, exc: ValidationError, prefix: str) -> str:
         errors = exc.errors(include_url=False)
-        best = max(errors, key=lambda e: len(e["loc"]))
+        # The deepest error names the field. Of equally deep ones, those of the
+        # union branch the body's ``type`` chose say why it failed; the other
+        # branches only fail on their own ``type``, or on the chosen one's fields.
+        others = {e["loc"][:-1] for e in errors if _other_branch(e)}
+        chosen = [e for e in errors if not any(e["loc"][: len(o)] == o for o in others)]
+        depth = max(len(e["loc"]) for e in errors)
+        best = next(
+            (e for e in chosen if len(e["loc"]) == depth),
+            next(e for e in errors if len(e["loc"]) == depth),
+        )
         path = _readable_path(self.core_schema, self._defs, best["loc"])
         where = ".".join(p for p in (prefix, path) if p) or "body"
         return f"{where}: {best['msg']}"
+
+
+def _other_branch(error: ErrorDetails) -> bool:
+    """An error that says only that a union branch's ``type`` is another."""
+    return error["type"] == "literal_error" and error["loc"][-1:] == ("type",)
 
 
 def _load(node: dict[str, Any]) -> Any:
