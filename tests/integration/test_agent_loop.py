@@ -521,6 +521,36 @@ def test_a_listing_that_reached_the_queue_goes_on_through_what_was_logged_since(
     assert texts == ["slow start", "q1", "q2"]
 
 
+def test_a_newest_first_listing_lists_nothing_twice_when_the_queue_drains(
+    sdk: anthropic.Anthropic,
+) -> None:
+    """Newest first, a page ending in the queue, the queue drained and the turn
+    ended before the next page: the next page goes on down the log as it was
+    when the listing began. Before, it started again at the log's new top and
+    listed the drained messages a second time, above the events it had to list."""
+    session_id = new_session(sdk, [TOOLSET])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break  # the model answers in 1.5 s: the log holds still meanwhile
+        queued = sdk.beta.sessions.events.send(session_id, events=[say("q1"), say("q2")])
+        before = [e.id for e in sdk.beta.sessions.events.list(session_id, limit=1000).data]
+        first = sdk.beta.sessions.events.list(session_id, order="desc", limit=1)
+        assert [e.id for e in first.data] == [queued.data[1].id]  # q2, still queued
+        until_idle(stream, idles=2)
+    listed = [e.id for e in first.data]
+    page = first
+    while page.has_next_page():
+        page = page.get_next_page()
+        listed += [e.id for e in page.data]
+    assert len(listed) == len(set(listed))  # nothing twice
+    assert listed[0] == queued.data[1].id
+    # What was logged when the listing began, newest first, after the queue.
+    logged_then = [i for i in before if i not in {e.id for e in queued.data}]
+    assert listed[-len(logged_then) :] == list(reversed(logged_then))
+
+
 def test_stream_previews_add_up_to_the_logged_message(sdk: anthropic.Anthropic) -> None:
     session_id = new_session(sdk, [TOOLSET])
     deltas = ["agent.message", "agent.thinking"]

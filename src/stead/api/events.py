@@ -172,12 +172,19 @@ async def events_page(
         listing, order, limit, page, pagination.EVENT_KEY, or_types=pagination.PENDING_EVENT_KEY
     )
     after = request_page.after
-    if after is not None and (after[0] not in (0, 1) or (len(after) == 3 and order != "asc")):
+    # A third part: the queue or log position an ascending cursor passed, or the
+    # log's ceiling a descending one in the queue carries (``event_cursor_keys``).
+    if after is not None and (
+        after[0] not in (0, 1) or (len(after) == 3 and order != "asc" and after[0] != 1)
+    ):
         raise RequestError(pagination.NOT_OURS)
-    result = await services(request).store.list_events(
-        who.workspace_id, session_id, request_page, where
-    )
-    key = event_cursor_keys(request_page, result.items)
+    store = services(request).store
+    log_top = None
+    if order == "desc" and after is None and not where.has_time_bounds:
+        # Read before the page: the log as the walk found it (``event_cursor_keys``).
+        log_top = await store.last_seq(session_id)
+    result = await store.list_events(who.workspace_id, session_id, request_page, where)
+    key = event_cursor_keys(request_page, result.items, log_top)
     return JSONResponse(pagination.page_body(listing, order, result, key, wire.event))
 
 

@@ -89,7 +89,7 @@ class EventCursor:
 
 
 def event_cursor_keys(
-    page: PageRequest, listed: list[EventRecord]
+    page: PageRequest, listed: list[EventRecord], log_top: int | None = None
 ) -> Callable[[EventRecord], tuple[int, ...]]:
     """The cursor key of each record of a page of ``list_events``: (0, seq)
     in the log; (1, position) in the queue. Going up, each carries what the
@@ -97,12 +97,18 @@ def event_cursor_keys(
     the listing passed (the next page reads the log past it before the queue,
     so what was logged meanwhile, queued events drained among it, is listed);
     one in the log, the queue position the listing passed (the next page's
-    queue starts after it)."""
+    queue starts after it). Going down, one in the queue carries the log's
+    ceiling: ``log_top`` (the last seq before the listing's first page) + 1,
+    so events logged while the listing walks the queue (queued ones drained,
+    a turn's end) are not listed below the queue it already listed."""
     at = EventCursor.of(page)
     seqs = [r.seq for r in listed if r.seq is not None]
     positions = [r.position for r in listed if r.seq is None and r.position is not None]
     floor = max(seqs) if seqs else (at.log_after if page.after is not None else 0)
     queued = max(positions) if positions else at.queue_after
+    ceiling = at.log_after if at.phase == PENDING_PHASE else None
+    if ceiling is None and log_top is not None:
+        ceiling = log_top + 1
 
     def key(record: EventRecord) -> tuple[int, ...]:
         if record.seq is not None:
@@ -111,6 +117,8 @@ def event_cursor_keys(
             return (0, record.seq)
         if page.order == "asc" and floor is not None:
             return (1, record.position or 0, floor)
+        if page.order == "desc" and ceiling is not None:
+            return (1, record.position or 0, ceiling)
         return (1, record.position or 0)
 
     return key
