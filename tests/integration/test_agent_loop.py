@@ -467,6 +467,36 @@ def test_an_interrupt_sent_with_the_message_stops_the_turn_it_starts(
     assert [e.type for e in answered if e.type == "agent.message"] == ["agent.message"]
 
 
+@pytest.mark.parametrize("together", [False, True], ids=["apart", "in-one-request"])
+def test_a_message_sent_after_an_interrupt_starts_the_next_turn(
+    sdk: anthropic.Anthropic, together: bool
+) -> None:
+    """Stop, then do this: the interrupt ends the turn, the message queued
+    before it is logged unanswered, and the one sent after it (in a request of
+    its own, or after the interrupt in the same request) is answered by the
+    next turn. Before, it waited for whatever the client sent next."""
+    session_id = new_session(sdk, [TOOLSET])
+    interrupt = {"type": "user.interrupt"}
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
+        for event in stream:
+            if event.type == "span.model_request_start":
+                break  # the model answers in 1.5 s
+        sdk.beta.sessions.events.send(session_id, events=[say("before the stop")])
+        if together:
+            sdk.beta.sessions.events.send(session_id, events=[interrupt, say("do B instead")])
+        else:
+            sdk.beta.sessions.events.send(session_id, events=[interrupt])
+            sdk.beta.sessions.events.send(session_id, events=[say("do B instead")])
+        events = until_idle(stream, idles=2)
+    idles = [e for e in events if e.type == "session.status_idle"]
+    assert [e.stop_reason.type for e in idles] == ["end_turn", "end_turn"]
+    answered = [e for e in events if e.type == "agent.message"]
+    assert len(answered) == 1 and events.index(answered[0]) > events.index(idles[0])
+    history = [e for e in sdk.beta.sessions.events.list(session_id) if e.type == "user.message"]
+    assert [e.content[0].text for e in history] == ["slow start", "before the stop", "do B instead"]
+
+
 def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(
     sdk: anthropic.Anthropic,
 ) -> None:

@@ -77,6 +77,7 @@ def test_a_directory_poisoned_before_the_fix_heals_on_upgrade(
             ("sandbox_leases", "host_address"),
             ("sandbox_leases", "placement"),
             ("ops", "placement"),
+            ("sessions", "interrupt_tail"),  # as it was before migration 0022
         ):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
         for later in (

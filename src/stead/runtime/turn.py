@@ -554,6 +554,13 @@ class TurnRunner(ToolSteps):
         ]
         with contextlib.suppress(TurnOver):
             # closing: a client's answer accepted since the read keeps its place.
+            # What was queued before the interrupt is flushed (logged, not
+            # answered); a message sent after it starts the next turn.
             await self._end(
-                closing, {"type": "end_turn"}, RunStatus.DONE, answer_drained=False, closing=True
+                closing,
+                {"type": "end_turn"},
+                RunStatus.DONE,
+                answer_drained=False,
+                answer_after_interrupt=True,
+                closing=True,
             )

@@ -328,3 +328,22 @@ def list_(
         if len(items) < want:
             items += from_log(want - len(items))
     return Page(items=items[: page.limit], has_next=len(items) > page.limit, has_prev=False)
+
+
+def mark_interrupt(conn: Connection, session_id: str) -> None:
+    """Marks the queue's tail as where an interrupt landed (``_inbox.file_in``)."""
+    conn.execute(
+        update(sessions)
+        .where(sessions.c.id == session_id)
+        .values(interrupt_tail=sessions.c.pending_tail)
+    )
+
+
+def queued_after_interrupt(conn: Connection, session_id: str) -> bool:
+    """Whether the queue took events past the last interrupt's mark."""
+    row = conn.execute(
+        select(sessions.c.pending_tail, sessions.c.interrupt_tail).where(
+            sessions.c.id == session_id
+        )
+    ).one()
+    return row.interrupt_tail is not None and row.pending_tail > row.interrupt_tail

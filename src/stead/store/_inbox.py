@@ -58,6 +58,7 @@ def accept(
         lambda: _events.pending_count(conn, session_id),
         lambda batch: _events.enqueue(conn, now, session_id, batch),
         lambda batch: _events.append_log(conn, now, session_id, batch),
+        lambda: _events.mark_interrupt(conn, session_id),
     )
     echoes = [*repeated, *echoes]
     starts_work = any(e.type in STARTS_WORK for e in logged)
@@ -88,10 +89,14 @@ def file_in(
     pending_count: Callable[[], int],
     enqueue: Batch,
     append: Batch,
+    mark_interrupt: Callable[[], None],
 ) -> tuple[list[EventRecord], list[EventRecord]]:
     """Files ``new`` into a busy session's queue (what waits for the turn) or its
     log, in the request's order; returns the echoes and the logged among them.
-    At the budget an interrupt is accepted and ignored, not logged (spec §3.1)."""
+    At the budget an interrupt is accepted and ignored, not logged (spec §3.1).
+    An interrupt logged during a turn marks the queue's tail (``mark_interrupt``,
+    after what the request queued before it): the turn it ends answers what was
+    queued past the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``)."""
     if accounting.at_cap(session.budget, session.usage):
         new = [e for e in new if e.type != EventType.USER_INTERRUPT]
     busy = session.status != "idle"
@@ -113,4 +118,6 @@ def file_in(
             records = append(batch)
             echoes += records
             logged += records
+            if busy and any(e.type == EventType.USER_INTERRUPT for e in batch):
+                mark_interrupt()
     return echoes, logged

@@ -344,9 +344,12 @@ def write_claimed(
         }
         compiled(conn, "runs.status", _status_statement).execute(conn, values).close()
     if change.drain_pending:
+        answer = change.answer_drained or (
+            change.answer_after_interrupt and _events.queued_after_interrupt(conn, claim.session_id)
+        )
         drained = _events.drain(conn, now, claim.session_id)
         logged += drained
-        if drained and change.answer_drained:
+        if drained and answer:
             next_run = start(conn, now, claim.session_id)
     if change.terminate:
         logged += _events.terminate(conn, now, claim.session_id)

@@ -175,6 +175,7 @@ def create(
         "usage": {},
         "last_seq": 0,
         "pending_tail": 0,
+        "interrupt_tail": None,
         "created_at": now,
         "updated_at": now,
         "archived_at": None,

@@ -133,6 +133,10 @@ class RunWrite:
     """Move queued user events into the log (they are processed now)."""
     answer_drained: bool = True
     """After a drain, queue a new run to answer what was drained (False flushes them)."""
+    answer_after_interrupt: bool = False
+    """With ``answer_drained`` False (a turn an interrupt ended): still queue a
+    new run when something was queued after the interrupt (``_inbox.file_in``),
+    so a message that redirects the agent is answered."""
     requeue_after: int | None = None
     """The run ends waiting for input, having stepped on the log up to this
     ``seq``: if input came after it (events that start work, logged while the run

@@ -108,6 +108,9 @@ sessions = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("archived_at", UTCDateTime, nullable=True),
     Column("terminated_at", UTCDateTime, nullable=True),
+    # The queue's tail when an interrupt last reached the session during a turn:
+    # what was queued past it came after the interrupt (``_inbox.file_in``).
+    Column("interrupt_tail", BigInteger, nullable=True),
     Index("ix_sessions_workspace_created", "workspace_id", "created_at", "id"),
     Index("ix_sessions_environment", "environment_id"),
 )

@@ -141,3 +141,15 @@ def logged_answer(
         if answered_use(later.type, later.body, keys) == use_id:
             return later
     return None
+
+
+def mark_interrupt(t: Tables, session_id: str) -> None:
+    """``_events.mark_interrupt``."""
+    row = t.sessions[session_id]
+    t.sessions[session_id] = replace(row, interrupt_tail=row.pending_tail)
+
+
+def queued_after_interrupt(t: Tables, session_id: str) -> bool:
+    """``_events.queued_after_interrupt``."""
+    row = t.sessions[session_id]
+    return row.interrupt_tail is not None and row.pending_tail > row.interrupt_tail

@@ -38,6 +38,7 @@ def accept(
         lambda: len(t.pending.get(session_id, ())),
         lambda batch: events.enqueue(t, session_id, batch),
         lambda batch: events.append_log(t, now, session_id, batch),
+        lambda: events.mark_interrupt(t, session_id),
     )
     echoes = [*repeated, *echoes]
     starts_work = any(e.type in STARTS_WORK for e in logged)

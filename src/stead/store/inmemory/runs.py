@@ -212,9 +212,12 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
         t.runs[claim.run_id] = replace(run, status=change.status, lease_until=until, updated_at=now)
     next_run = None
     if change.drain_pending:
+        answer = change.answer_drained or (
+            change.answer_after_interrupt and events.queued_after_interrupt(t, session_id)
+        )
         drained = events.drain(t, now, session_id)
         logged += drained
-        if drained and change.answer_drained:
+        if drained and answer:
             next_run = start(t, now, session_id)
     if change.terminate:
         logged += events.terminate(t, now, session_id)

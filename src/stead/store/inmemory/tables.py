@@ -145,6 +145,7 @@ class SessionRow:
     archived_at: datetime | None
     terminated_at: datetime | None
     pending_tail: int = 0
+    interrupt_tail: int | None = None
 
     def record(self, status: str) -> SessionRecord:
         return SessionRecord(
