@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import errno
 import shlex
+import signal
 import socket
 import sys
 from collections.abc import Iterator, Sequence
@@ -31,6 +32,7 @@ from stead.cli_support import (
     console,
     fewer_malloc_arenas,
     freeze_start,
+    made_data_dir,
     opened,
     read_settings,
     setting_help,
@@ -113,23 +115,27 @@ def serve(
 
         validated(HostSettings, data_dir=data_dir)
     _shared_secret_key(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    made_data_dir(settings)
     _secret_box(settings)
     configure_logging(settings.log_level, settings.log_format)
     # The data directory and the port are taken before anything is written:
     # a start that fails on either must not spend the shown-once first key.
     with _data_dir_lock(settings), _listening(settings) as sock:
-        created = anyio.run(_first_key, settings)
-        url = f"http://{settings.host}:{settings.port}"
-        # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
-        # print tables and errors, and a server keeps what it imports.
-        typer.echo(f"stead serves the Managed Agents API at {bold(url)}")
-        typer.echo(f"data directory: {settings.data_dir}")
-        if created is not None:
-            key, secret = created
-            typer.echo(f"first API key (shown once, store it now): {bold(secret)}")
-            typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
-        else:
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        url = f"http://{host}:{settings.port}"
+        # A stop asked for while the first key is made waits until it is shown
+        # (click flushes each line): killed between, the key is spent unseen.
+        with _stops_held():
+            created = anyio.run(_first_key, settings)
+            # Plain click output: rich (40 modules, 1.5 MB) is for the commands that
+            # print tables and errors, and a server keeps what it imports.
+            typer.echo(f"stead serves the Managed Agents API at {bold(url)}")
+            typer.echo(f"data directory: {settings.data_dir}")
+            if created is not None:
+                key, secret = created
+                typer.echo(f"first API key (shown once, store it now): {bold(secret)}")
+                typer.echo(f"  workspace {key.workspace_id}, key {key.id}")
+        if created is None:
             typer.echo(f"make an API key with: stead keys create --data-dir {settings.data_dir}")
         typer.echo(f'use it: anthropic.Anthropic(base_url="{url}", api_key=KEY)')
         for line in summary(settings):
@@ -166,6 +172,17 @@ def _shared_secret_key(settings: Settings) -> None:
 
 
 @contextmanager
+def _stops_held() -> Iterator[None]:
+    """SIGTERM and SIGINT wait (blocked, then delivered as usual) while inside."""
+    stops = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+
+
+@contextmanager
 def _data_dir_lock(settings: Settings) -> Iterator[None]:
     """The one-brain lock of a SQLite store's data directory (none on PostgreSQL)."""
     from stead.runtime import DataDirInUse, brain_lock
@@ -175,7 +192,7 @@ def _data_dir_lock(settings: Settings) -> Iterator[None]:
         yield
         return
     try:
-        with brain_lock(settings.data_dir):
+        with brain_lock(settings.data_dir, settings.sqlite_file):
             yield
     except DataDirInUse as exc:
         typer.echo(f"stead: {exc}", err=True)
@@ -297,7 +314,7 @@ def _secret_box(settings: Settings) -> SecretBox:
 def secrets_rotate_key(data_dir: DataDir = None) -> None:
     """Re-seal every vault credential, webhook signing secret and repository token
     under a new key.
-    Stop `stead serve` first.
+    Stop `stead serve` first: with SQLite, this refuses to run beside it.
 
     With the key file (the default), a new key is made and replaces
     <data dir>/secret.key once every credential is re-sealed; a run that was
@@ -306,6 +323,14 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
     drop STEAD_SECRET_KEY_PREVIOUS.
     """
     settings = read_settings(data_dir=data_dir)
+    made_data_dir(settings)
+    # A server running meanwhile would go on sealing under the old key, which
+    # the rotation then throws away with what it sealed.
+    with _data_dir_lock(settings):
+        _rotate_key(settings)
+
+
+def _rotate_key(settings: Settings) -> None:
     if settings.secret_key is not None:
         if settings.secret_key_previous is None:
             typer.echo(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import anyio
 import typer
 
-from stead.cli_support import DataDir, opened, read_settings
+from stead.cli_support import DataDir, made_data_dir, opened, read_settings
 from stead.config import Settings
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def db_migrate(data_dir: DataDir = None) -> None:
         raise typer.Exit(1)
     if before.state is not SchemaState.CURRENT:
         if settings.database_url is None:  # the embedded database, as stead serve makes it
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            made_data_dir(settings)
         anyio.run(_migrate, settings)
     done = {
         SchemaState.CURRENT: "already at",

@@ -34,8 +34,14 @@ def keys_create(
     data_dir: DataDir = None,
 ) -> None:
     """Create an API key and print it (it is shown only once)."""
+    from stead.store import NotFound
+
     settings = existing(data_dir)
-    key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace, admin)
+    try:
+        key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace, admin)
+    except NotFound as exc:
+        typer.echo(f"stead: --workspace: {exc} in {settings.data_dir}", err=True)
+        raise typer.Exit(1) from None
     if as_json:
         shown = {"id": key.id, "workspace_id": key.workspace_id, "key": secret, "admin": admin}
         print(json.dumps(shown))

@@ -30,10 +30,14 @@ def _value(field: str, text: str) -> Any:
     if text.lower() == "none":
         return None
     if field == "monthly_list_cost":
-        if not _number(text):
-            typer.echo("stead: --monthly-spend: US dollars (e.g. 50 or 12.5), or 'none'", err=True)
+        cents = float(text) * 100 if _number(text) else -1.0
+        if cents < 0 or abs(cents - round(cents)) > 1e-6:  # 0.001 would be stored as 0
+            typer.echo(
+                "stead: --monthly-spend: US dollars to the cent (e.g. 50 or 12.5), or 'none'",
+                err=True,
+            )
             raise typer.Exit(2)
-        return {"amount": str(round(float(text) * 100)), "currency": "USD"}
+        return {"amount": str(round(cents)), "currency": "USD"}
     return int(text) if text.isascii() and text.isdigit() else text
 
 

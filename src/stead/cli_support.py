@@ -115,6 +115,16 @@ def validated(kind: type[SettingsT], **given: Any) -> SettingsT:
     raise typer.Exit(2)
 
 
+def made_data_dir(settings: Settings) -> None:
+    """Makes the data directory; one line and exit when it cannot be one."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        typer.echo(f"stead: STEAD_DATA_DIR: cannot use {settings.data_dir}: {reason}", err=True)
+        raise typer.Exit(2) from None
+
+
 @asynccontextmanager
 async def opened(settings: Settings) -> AsyncIterator[Store]:
     """The store ``settings`` name, migrated, for one command; closed on every path.

@@ -107,7 +107,14 @@ def webhooks_create(
         fields = _parse_create(
             {"url": url, "event_types": event_type or [], "description": description}
         )
-        owner = workspace or (await store.list_workspaces())[0].id
+        from stead.schemas import RequestError
+
+        owner = workspace
+        if owner is None:
+            workspaces = await store.list_workspaces()
+            if not workspaces:
+                raise RequestError("--workspace: no workspace yet (stead keys create makes one)")
+            owner = workspaces[0].id
         endpoint, secret = await service.create(owner, fields)
         return {**_endpoint_json(endpoint), "workspace_id": owner, "secret": secret}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -24,6 +24,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
+
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A duration: positive and finite (a zero or negative timer spins or fails late)."""
+Count = Annotated[int, Field(ge=1)]
+"""How many of something: at least one."""
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
+"""The levels ``telemetry.configure_logging`` and uvicorn both take."""
 
 PRICE_KEYS = frozenset({"input", "output", "cache_write_5m", "cache_write_1h", "cache_read"})
 
@@ -48,19 +55,19 @@ class Settings(BaseSettings):
     """SQLAlchemy URL of the store; default is ``sqlite:///<data_dir>/stead.db``."""
 
     host: str = "127.0.0.1"
-    port: int = 8787
+    port: int = Field(default=8787, ge=1, le=65535)
 
-    database_wait_seconds: float = Field(default=10.0, gt=0)
+    database_wait_seconds: Seconds = 10.0
     """Longest a database call waits for a free connection; past it the request
     answers a retryable 503 instead of queueing on."""
 
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
     """FULL makes every acknowledged commit survive power loss, not only a process crash."""
 
-    sse_heartbeat_seconds: float = 15.0
-    keepalive_seconds: float = 30.0
+    sse_heartbeat_seconds: Seconds = 15.0
+    keepalive_seconds: Seconds = 30.0
     """Empty frames on a terminal WebSocket when nothing else was sent."""
-    sse_subscriber_buffer: int = 4096
+    sse_subscriber_buffer: Count = 4096
     """Live events a slow SSE reader may fall behind before it re-reads from the store."""
 
     secret_key: SecretStr | None = None
@@ -69,10 +76,10 @@ class Settings(BaseSettings):
     secret_key_previous: SecretStr | None = None
     """The key before ``secret_key`` while ``stead secrets rotate-key`` re-seals under it."""
 
-    mcp_timeout_seconds: float = 30.0
+    mcp_timeout_seconds: Seconds = 30.0
     """Longest wait for an MCP server or an OAuth token endpoint, per step."""
 
-    auth_cache_seconds: float = 60.0
+    auth_cache_seconds: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     """How long a verified API key is trusted without asking the store again."""
 
     # The agent loop.
@@ -88,9 +95,9 @@ class Settings(BaseSettings):
     """Model name -> USD per million tokens (JSON in STEAD_MODEL_PRICES):
     ``input``, ``output`` and optionally ``cache_write_5m``, ``cache_write_1h``,
     ``cache_read``; over the shipped list prices (``stead.prices``)."""
-    model_read_timeout_seconds: float = 60.0
-    model_total_timeout_seconds: float = 600.0
-    max_output_tokens: int = 8192
+    model_read_timeout_seconds: Seconds = 60.0
+    model_total_timeout_seconds: Seconds = 600.0
+    max_output_tokens: Count = 8192
     # Compaction (``stead.harness.compaction``).
     context_windows: dict[str, int] = Field(default_factory=dict)
     """Model name -> context window in tokens (JSON in STEAD_CONTEXT_WINDOWS), over
@@ -103,22 +110,22 @@ class Settings(BaseSettings):
     max_consecutive_compactions: int = Field(default=3, ge=1)
     """Compactions in a row, with no model answer between, before the turn ends
     with ``compaction_limit_reached_error``."""
-    upstream_retries: int = 4
+    upstream_retries: int = Field(default=4, ge=0)
     """Retries of a retryable upstream error before the turn ends with retries_exhausted."""
-    retry_initial_seconds: float = 1.0
-    retry_max_seconds: float = 30.0
-    lease_seconds: float = 30.0
+    retry_initial_seconds: Seconds = 1.0
+    retry_max_seconds: Seconds = 30.0
+    lease_seconds: Seconds = 30.0
     """A run's lease; renewed every third of it while the run makes progress."""
-    reaper_interval_seconds: float = 5.0
-    bus_poll_seconds: float = 5.0
+    reaper_interval_seconds: Seconds = 5.0
+    bus_poll_seconds: Seconds = 5.0
     """With several processes on PostgreSQL: how often a stream reader reads the
     store in case a notice from another process was lost."""
-    brain_heartbeat_seconds: float = 5.0
+    brain_heartbeat_seconds: Seconds = 5.0
     """With several processes on PostgreSQL: how often each writes its heartbeat."""
-    brain_stale_seconds: float = 20.0
+    brain_stale_seconds: Seconds = 20.0
     """A process silent this long is taken for dead: its runs are re-queued
     without waiting for their leases."""
-    max_run_attempts: int = 5
+    max_run_attempts: Count = 5
     sandbox: Literal["bwrap", "unsafe_local", "off"] = "bwrap"
     """Sandbox backend for tools: ``bwrap`` (isolated, in the sandbox host),
     ``unsafe_local`` (no isolation; only when named), ``off`` (no built-in tools)."""
@@ -130,32 +137,32 @@ class Settings(BaseSettings):
     """Start a local sandbox host (detached) when none answers at the address."""
     sandbox_host_state_dir: Path | None = None
     """The sandbox host's own directory; default ``<data_dir>/sandbox-host``."""
-    sandbox_memory_mb: int = 2048
-    sandbox_pids: int = 512
-    sandbox_cpus: float = 1.0
-    sandbox_sleep_after_seconds: float = 300.0
+    sandbox_memory_mb: int = Field(default=2048, ge=16)
+    sandbox_pids: int = Field(default=512, ge=8)
+    sandbox_cpus: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    sandbox_sleep_after_seconds: Seconds = 300.0
     """Default idle time before a sandbox snapshots its workspace and stops."""
-    sandbox_lease_seconds: float = 24 * 3600.0
+    sandbox_lease_seconds: Seconds = 24 * 3600.0
     """A sandbox lease's TTL, renewed by every tool call."""
-    sandbox_sweep_interval_seconds: float = 60.0
-    work_lease_seconds: float = 60.0
+    sandbox_sweep_interval_seconds: Seconds = 60.0
+    work_lease_seconds: Seconds = 60.0
     """A self-hosted worker's lease on a work item when it asks for no other TTL."""
-    work_max_lease_seconds: float = 3600.0
-    work_answer_timeout_seconds: float = 3600.0
+    work_max_lease_seconds: Seconds = 3600.0
+    work_answer_timeout_seconds: Seconds = 3600.0
     """How long a turn waits for a worker to answer a tool call before it
     answers it itself, as in doubt."""
     # The sandbox host reads its own settings (stead.sandbox_host.settings)
     # from the same STEAD_* variables: a host started by `stead serve`
     # inherits this process's environment.
 
-    repository_clone_timeout_seconds: float = Field(default=600.0, gt=0)
+    repository_clone_timeout_seconds: Seconds = 600.0
     """Longest one clone of a ``github_repository`` resource into a sandbox may take."""
 
     # The web tools (web_fetch, web_search) run in the brain, not the sandbox.
     web_search_url: str | None = None
     """Base URL of the SearXNG instance web_search asks (``GET <url>/search?q=..
     &format=json``); unset, web_search answers the model that it is not configured."""
-    web_timeout_seconds: float = Field(default=30.0, gt=0)
+    web_timeout_seconds: Seconds = 30.0
     """Longest one web_fetch (redirects included) or web_search may take."""
     web_fetch_max_bytes: int = Field(default=10 * 1024 * 1024, gt=0)
     """Largest body web_fetch reads: longer text is cut there, a longer PDF refused."""
@@ -168,7 +175,7 @@ class Settings(BaseSettings):
     failpoints: str | None = None
     """Test-only crash injection, see ``stead.failpoints``."""
 
-    max_request_bytes: int = 32 * 1024 * 1024
+    max_request_bytes: Count = 32 * 1024 * 1024
 
     # The Files API: bytes in the blob store, metadata in the store.
     blob_url: str | None = None
@@ -178,13 +185,13 @@ class Settings(BaseSettings):
     s3_region: str | None = None
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
-    blob_timeout_seconds: float = Field(default=30.0, gt=0)
+    blob_timeout_seconds: Seconds = 30.0
     """Longest the blob store may go without progress on one call."""
     max_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
     """Largest file ``POST /v1/files`` accepts (the hosted API's limit is 500 MB)."""
-    file_purge_interval_seconds: float = Field(default=300.0, gt=0)
+    file_purge_interval_seconds: Seconds = 300.0
     """How often deleted files' blobs (and abandoned uploads) are removed."""
-    file_upload_grace_seconds: float = Field(default=6 * 3600.0, gt=0)
+    file_upload_grace_seconds: Seconds = 6 * 3600.0
     """An upload not finished after this long is abandoned and collected."""
     max_mounted_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
     """Largest file put in a session's sandbox (``/mnt/session/uploads``) or
@@ -200,32 +207,32 @@ class Settings(BaseSettings):
     """Largest single file of a skill, uncompressed."""
     skill_max_files: int = Field(default=1000, gt=0)
     """Most files one skill version may hold."""
-    idempotency_ttl_seconds: float = Field(default=24 * 3600.0, gt=0)
+    idempotency_ttl_seconds: Seconds = 24 * 3600.0
     """How long an ``Idempotency-Key`` answers with the first request's answer."""
-    idempotency_wait_seconds: float = Field(default=10.0, ge=0)
+    idempotency_wait_seconds: float = Field(default=10.0, ge=0, allow_inf_nan=False)
     """How long a request waits for another that holds its key to answer,
     before it gets a retryable 409."""
-    idempotency_abandoned_seconds: float = Field(default=600.0, gt=0)
+    idempotency_abandoned_seconds: Seconds = 600.0
     """A key held this long without an answer is taken over (its server died):
     the request runs again."""
     idempotency_max_answer_bytes: int = Field(default=1024 * 1024, gt=0)
     """Largest answer kept for replay; a larger one is answered once and its key
     then refuses replays with a 409."""
     # webhooks (``runtime.WebhookCourier``)
-    webhook_poll_seconds: float = Field(default=1.0, gt=0)
+    webhook_poll_seconds: Seconds = 1.0
     """How often the outbox is read for deliveries that are due."""
-    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    webhook_timeout_seconds: Seconds = 10.0
     """One delivery's whole HTTP exchange (connect, send, answer)."""
-    webhook_retry_base_seconds: float = Field(default=5.0, gt=0)
+    webhook_retry_base_seconds: Seconds = 5.0
     """The wait after a delivery's first failed attempt; doubled after each one."""
-    webhook_retry_max_seconds: float = Field(default=3600.0, gt=0)
+    webhook_retry_max_seconds: Seconds = 3600.0
     """The longest wait between two attempts."""
-    webhook_retry_for_seconds: float = Field(default=24 * 3600.0, gt=0)
+    webhook_retry_for_seconds: Seconds = 24 * 3600.0
     """A delivery still failing this long after its event is given up (``failed``)."""
-    webhook_keep_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    webhook_keep_seconds: Seconds = 7 * 24 * 3600.0
     """Finished deliveries and their attempts are kept this long for the admin route."""
-    max_events_per_request: int = 1000
-    log_level: str = "info"
+    max_events_per_request: Count = 1000
+    log_level: LogLevel = "info"
     log_format: Literal["auto", "json", "text"] = "auto"
     """``auto``: JSON lines when stderr is not a terminal, readable text when it is."""
     metrics: Literal["off", "open", "key"] = "key"
@@ -241,6 +248,40 @@ class Settings(BaseSettings):
     """Set (by the standard OpenTelemetry variables): spans are exported there
     over OTLP/HTTP; the exporter reads its other ``OTEL_EXPORTER_OTLP_*``
     variables (headers, timeout) itself. Unset: no spans are recorded."""
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _named_dir(cls, value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("empty: name a directory")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("sandbox_host")
+    @classmethod
+    def _sandbox_host(cls, address: str | None) -> str | None:
+        """A bad address stops start-up, not the first tool call."""
+        from stead.sandbox.address import parse_address
+        from stead.sandbox.errors import InvalidArgument
+
+        if address is not None:
+            try:
+                parse_address(address, token="checked apart")  # the token: below
+            except InvalidArgument as exc:
+                raise ValueError(str(exc)) from None
+        return address
+
+    @field_validator("sandbox_host_token")
+    @classmethod
+    def _sandbox_host_token(cls, token: str | None, info: ValidationInfo) -> str | None:
+        address = info.data.get("sandbox_host")
+        if not token and address is not None and address.startswith("tcp://"):
+            raise ValueError("STEAD_SANDBOX_HOST is a tcp:// address: set the host's token")
+        return token
 
     @field_validator("web_search_url")
     @classmethod
@@ -325,6 +366,14 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.embedded_database}"
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite file the store is in; None for PostgreSQL."""
+        url = self.resolved_database_url
+        if not url.startswith("sqlite"):
+            return None
+        return Path(url.split(":///", 1)[-1].split("?", 1)[0])
 
 
 def settings_errors(error: ValidationError) -> list[str]:

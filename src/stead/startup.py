@@ -45,7 +45,9 @@ def _store(settings: Settings) -> str:
     url = settings.resolved_database_url
     if url.startswith("sqlite"):
         return f"store: SQLite at {url.split(':///', 1)[-1]}"
-    return f"store: PostgreSQL at {_without_credentials(url)}"
+    from stead.store.postgres import shown
+
+    return f"store: PostgreSQL at {_without_credentials(shown(url))}"
 
 
 def _without_credentials(url: str) -> str:

@@ -3,9 +3,13 @@ fails: each stops with one line, and none spends the shown-once first key."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, free_port
@@ -61,3 +65,107 @@ def test_a_second_server_on_one_data_directory_stops_with_one_line(
         f"stead: another stead serve is running on {tmp_path / 'data'}; stop it or use "
         "another STEAD_DATA_DIR"
     ]
+
+
+def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "stead", *args],
+        env={"PATH": "/usr/bin:/bin", "STEAD_SANDBOX": "off", **env},
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT,
+        check=False,
+    )
+
+
+def test_another_data_directory_naming_a_served_database_stops_with_one_line(
+    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
+) -> None:
+    """Before, a second server with its own data directory (its own key file) ran
+    on the first one's SQLite file through STEAD_DATABASE_URL."""
+    first = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
+    database = tmp_path / "data" / "stead.db"
+    try:
+        second = _command(
+            "serve",
+            "--port",
+            str(free_port()),
+            env={
+                **loop_env(fake_model),
+                "STEAD_DATA_DIR": str(tmp_path / "other"),
+                "STEAD_DATABASE_URL": f"sqlite:///{database}",
+            },
+        )
+        # Nor may the key be rotated under the running server: it would go on
+        # sealing under the key the rotation throws away.
+        rotated = _command("secrets", "rotate-key", env={"STEAD_DATA_DIR": str(first.data_dir)})
+    finally:
+        first.stop()
+    assert second.returncode == 1
+    assert second.stderr.strip().splitlines() == [
+        f"stead: another stead serve is running on the database {database}; stop it or "
+        "use another STEAD_DATABASE_URL"
+    ]
+    assert rotated.returncode == 1
+    assert rotated.stderr.strip().splitlines() == [
+        f"stead: another stead serve is running on {first.data_dir}; stop it or use "
+        "another STEAD_DATA_DIR"
+    ]
+    assert not (first.data_dir / "secret.key.next").exists()
+
+
+def test_a_data_directory_that_is_a_file_or_a_corrupt_database_stops_with_one_line(
+    tmp_path: Path,
+) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    made = _command("serve", env={"STEAD_DATA_DIR": str(a_file)})
+    assert (made.returncode, made.stderr) == (
+        2,
+        f"stead: STEAD_DATA_DIR: cannot use {a_file}: File exists\n",
+    )
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "stead.db").write_bytes(bytes(range(256)) * 20)
+    for args in (("keys", "list"), ("db", "check"), ("serve", "--port", str(free_port()))):
+        failed = _command(*args, env={"STEAD_DATA_DIR": str(corrupt)})
+        assert failed.returncode == 2, args
+        assert failed.stderr.endswith(": file is not a database\n"), args
+        assert failed.stderr.count("\n") == 1 and "Traceback" not in failed.stderr
+
+
+def test_a_stop_while_the_first_key_is_made_waits_until_it_is_shown(
+    tmp_path: Path, fake_model: FakeModel
+) -> None:
+    """SIGTERM as soon as the key's row is committed: the key is still printed.
+    Before, the process died between the commit and the line, and the shown-once
+    key was spent unseen."""
+    data = tmp_path / "data"
+    env = {**loop_env(fake_model), "PATH": "/usr/bin:/bin", "STEAD_SANDBOX": "off"}
+    command = [sys.executable, "-m", "stead", "serve", "--data-dir", str(data)]
+    server = subprocess.Popen(
+        [*command, "--port", str(free_port())],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _has_a_key(data / "stead.db"):
+            assert server.poll() is None and time.monotonic() < deadline
+            time.sleep(0.001)
+        server.send_signal(signal.SIGTERM)
+        out, _ = server.communicate(timeout=START_TIMEOUT)
+    finally:
+        server.kill()
+        server.wait()
+    assert "first API key (shown once, store it now): sk-stead-" in out
+
+
+def _has_a_key(database: Path) -> bool:
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as db:
+            return bool(db.execute("SELECT count(*) FROM api_keys").fetchone()[0])
+    except sqlite3.Error:
+        return False

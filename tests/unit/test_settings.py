@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stead.cli import app
+from stead.config import Settings
 from stead.sandbox_host.settings import HostSettings
 
 HOST = "sandbox-host"
@@ -121,6 +122,32 @@ EXTRA_CA = (
             {"STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0"},
             "STEAD_SANDBOX_HOST_LISTEN_TCP: '0.0.0.0' is not a host:port",
         ),
+        # Before, each of these started and failed later: a negative timer made a
+        # server that answered only 503s, a port past 65535 bound another one.
+        (
+            BRAIN,
+            {"STEAD_REAPER_INTERVAL_SECONDS": "-1"},
+            "STEAD_REAPER_INTERVAL_SECONDS: Input should be greater than 0",
+        ),
+        (
+            BRAIN,
+            {"STEAD_SSE_HEARTBEAT_SECONDS": "nan"},
+            "STEAD_SSE_HEARTBEAT_SECONDS: Input should be a finite number",
+        ),
+        (BRAIN, {"STEAD_PORT": "99999"}, "STEAD_PORT: Input should be less than or equal"),
+        (BRAIN, {"STEAD_LOG_LEVEL": "loud"}, "STEAD_LOG_LEVEL: Input should be 'critical'"),
+        (BRAIN, {"STEAD_SANDBOX_PIDS": "0"}, "STEAD_SANDBOX_PIDS: Input should be greater"),
+        (BRAIN, {"STEAD_MAX_RUN_ATTEMPTS": "0"}, "STEAD_MAX_RUN_ATTEMPTS: Input should be"),
+        (
+            BRAIN,
+            {"STEAD_SANDBOX_HOST": "tcp://garbage", "STEAD_SANDBOX_HOST_TOKEN": "t"},
+            "STEAD_SANDBOX_HOST: 'tcp://garbage' is not tcp://host:port",
+        ),
+        (
+            BRAIN,
+            {"STEAD_SANDBOX_HOST": "tcp://127.0.0.1:7070"},
+            "STEAD_SANDBOX_HOST_TOKEN: STEAD_SANDBOX_HOST is a tcp:// address",
+        ),
         (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
         (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
     ],
@@ -136,6 +163,16 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
     assert result.stderr.count("\n") == 1
 
 
+def test_an_empty_data_dir_is_refused_and_a_log_level_may_be_upper_case(tmp_path: Path) -> None:
+    """Before, an empty STEAD_DATA_DIR made the store in the working directory."""
+    result = CliRunner().invoke(app, [BRAIN, "check"], env={"STEAD_DATA_DIR": ""})
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "stead: STEAD_DATA_DIR: empty: name a directory\n",
+    )
+    assert Settings(data_dir=tmp_path, log_level="INFO").log_level == "info"
+
+
 @pytest.mark.parametrize(
     ("url", "line"),
     [
@@ -146,6 +183,11 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
             "cannot open postgresql://stead:***@127.0.0.1:1/stead: connection",
         ),
         ("postgresql://stead@127.0.0.1:notaport/stead", "database URL is not a valid URL"),
+        # libpq takes a password in the query too: before, printed as it was.
+        (
+            "postgresql://stead@127.0.0.1:1/stead?password=hunter2",
+            "cannot open postgresql://stead@127.0.0.1:1/stead?password=REDACTED: connection",
+        ),
         # A server that answers, with no such database.
         (
             "postgresql://postgres@127.0.0.1:5432/stead_no_such_database",

@@ -21,11 +21,12 @@ def test_models_sandboxes_and_store_are_named_without_secrets(tmp_path: Path) ->
         data_dir=tmp_path,
         anthropic_api_key="sk-ant-secret-value",
         openai_models={"llama": "http://user:pw-secret@gpu.internal:8000/v1"},
-        database_url="postgresql://stead:db-secret@db.internal:5432/stead",
+        # libpq takes a password in the query too; before, the summary printed it.
+        database_url="postgresql://stead:db-secret@db.internal:5432/stead?sslpassword=ssl-secret",
     )
     lines = summary(settings)
     text = "\n".join(lines)
-    for secret in ("sk-ant-secret-value", "pw-secret", "db-secret"):
+    for secret in ("sk-ant-secret-value", "pw-secret", "db-secret", "ssl-secret"):
         assert secret not in text
     assert lines[0] == (
         "models: Anthropic at https://api.anthropic.com; "
@@ -35,6 +36,8 @@ def test_models_sandboxes_and_store_are_named_without_secrets(tmp_path: Path) ->
         f"sandboxes: bwrap, by the sandbox host at {tmp_path / 'sandbox-host' / 'host.sock'}, "
         "started if none answers (it outlives this server; stop it with stead sandbox-host stop)"
     )
-    assert lines[2] == "store: PostgreSQL at postgresql://db.internal:5432/stead"
+    assert lines[2] == (
+        "store: PostgreSQL at postgresql://db.internal:5432/stead?sslpassword=REDACTED"
+    )
     unsafe = summary(Settings(data_dir=tmp_path, sandbox="unsafe_local"))[1]
     assert "NOT isolated" in unsafe

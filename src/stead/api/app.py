@@ -121,7 +121,7 @@ def create_app(
             opened = store
             exclusive = store is None and single_brain(settings.resolved_database_url)
             if exclusive and not data_dir_locked:
-                stack.enter_context(brain_lock(settings.data_dir))
+                stack.enter_context(brain_lock(settings.data_dir, settings.sqlite_file))
             if opened is None:
                 opened = await open_store(
                     settings.resolved_database_url,

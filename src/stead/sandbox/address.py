@@ -34,7 +34,14 @@ class ClientTimeouts:
 def parse_address(value: str, token: str | None = None) -> HostAddress:
     """``unix:///path``, a plain path, or ``tcp://host:port`` (needs ``token``)."""
     if value.startswith("tcp://"):
+        where = value.removeprefix("tcp://")
+        host, _, port = where.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgument(f"{value!r} is not tcp://host:port")
         if not token:
             raise InvalidArgument("a tcp:// sandbox host address needs a token")
-        return HostAddress(tcp=value.removeprefix("tcp://"), token=token)
-    return HostAddress(unix_path=Path(value.removeprefix("unix://")))
+        return HostAddress(tcp=where, token=token)
+    path = value.removeprefix("unix://")
+    if not path:
+        raise InvalidArgument("the sandbox host address is empty")
+    return HostAddress(unix_path=Path(path))

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from anyio import to_thread
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError
 
 from stead.store import migrate
 from stead.store.agents import AgentStore
@@ -313,7 +313,7 @@ def open_store_sync(
     except StoreUnavailable:
         _dispose(writer, reader)
         raise
-    except OperationalError as exc:
+    except DatabaseError as exc:  # unreachable, or not a database (a corrupt file)
         _dispose(writer, reader)
         raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
     return SqlStore(
@@ -332,7 +332,7 @@ def schema_status_sync(url: str) -> migrate.SchemaStatus:
     writer, reader = _engines(url, "FULL")
     try:
         return migrate.status(writer)
-    except OperationalError as exc:
+    except DatabaseError as exc:  # unreachable, or not a database (a corrupt file)
         raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
     finally:
         _dispose(writer, reader)
@@ -370,7 +370,7 @@ def _shown(url: str) -> str:
     return postgres.shown(url)
 
 
-def _first_line(exc: OperationalError) -> str:
+def _first_line(exc: DatabaseError) -> str:
     cause = exc.orig if exc.orig is not None else exc
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
     return lines[0] if lines else type(cause).__name__

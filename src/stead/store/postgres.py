@@ -99,9 +99,18 @@ def postgres_engines(url: str, writers: int, readers: int) -> tuple[Engine, Engi
     return writer, reader
 
 
+SECRET_PARAMETERS = frozenset({"password", "sslpassword"})
+"""libpq's connection parameters that a URL's query may carry and that are secret."""
+
+
 def shown(url: str) -> str:
-    """``url`` as it may be printed: without its password."""
+    """``url`` as it may be printed: without its password, whether in its user
+    part or, as libpq also takes it, in its query."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        query = {
+            k: "REDACTED" if k.lower() in SECRET_PARAMETERS else v for k, v in parsed.query.items()
+        }
+        return parsed.set(query=query).render_as_string(hide_password=True)
     except Exception:
         return "(an unparsable URL)"

@@ -1,0 +1,51 @@
+"""Operator commands on a database that lacks what they name: one line each,
+never a traceback, and nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from stead.cli import app
+
+
+@pytest.fixture
+def empty(tmp_path: Path) -> Path:
+    """A data directory whose database is migrated and holds no workspace."""
+    made = CliRunner().invoke(app, ["db", "migrate", "--data-dir", str(tmp_path)])
+    assert made.exit_code == 0, made.output
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "line"),
+    [
+        # Before, a NotFound traceback.
+        (["keys", "create", "--workspace", "wrkspc_nope"], 1, "stead: --workspace: no workspace"),
+        # Before, an IndexError traceback.
+        (
+            [
+                "webhooks",
+                "create",
+                "--url",
+                "https://hooks.test/h",
+                "--event-type",
+                "session.created",
+            ],
+            2,
+            "stead: --workspace: no workspace yet (stead keys create makes one)",
+        ),
+        # Before, stored as a limit of $0.00 without a word.
+        (["limits", "set", "--monthly-spend", "0.001"], 2, "stead: --monthly-spend: US dollars"),
+    ],
+)
+def test_a_command_that_cannot_be_done_says_why_in_one_line(
+    empty: Path, args: list[str], code: int, line: str
+) -> None:
+    result = CliRunner().invoke(app, [*args, "--data-dir", str(empty)])
+    assert result.exit_code == code, result.output
+    assert result.stderr.startswith(line) and result.stderr.count("\n") == 1
+    listed = CliRunner().invoke(app, ["keys", "list", "--json", "--data-dir", str(empty)])
+    assert listed.stdout.strip() == "[]"
