@@ -106,4 +106,7 @@ def test_resume_from_unknown_event_is_a_400(
         verify=client_tls(),
     )
     assert response.status_code == 400
-    assert "Last-Event-ID" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    # Not "no such event" alone: a queued event's id is not in the log yet.
+    assert message.startswith("Last-Event-ID: no event 'sevt_nope' in this session's log")
+    assert "still queued" in message

@@ -220,7 +220,10 @@ async def event_stream(
         after_seq = await app.store.find_event_seq(session_id, resume_from)
         if after_seq is None:
             field = "after" if after else "Last-Event-ID"
-            raise RequestError(f"{field}: no event {resume_from[:80]!r} in this session")
+            raise RequestError(
+                f"{field}: no event {resume_from[:80]!r} in this session's log (an event "
+                "still queued, processed_at null, is in the log once its turn takes it)"
+            )
     return EventStream(
         app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds, previews
     )
