@@ -155,6 +155,16 @@ def say(text: str) -> Json:
     return {"type": "user.message", "content": [{"type": "text", "text": text}]}
 
 
+def slow_turn_started(sdk: anthropic.Anthropic, session_id: str, stream: Any) -> None:
+    """Sends a message whose answer takes the model 1.5 s, and reads ``stream``
+    until its request is sent: meanwhile the log holds still."""
+    sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
+    for event in stream:
+        if event.type == "span.model_request_start":
+            return
+    raise AssertionError("the stream ended before the model request")
+
+
 def until_idle(stream: Any, idles: int = 1) -> list[Any]:
     """Events up to the ``idles``-th ``session.status_idle``."""
     seen: list[Any] = []
@@ -478,10 +488,7 @@ def test_a_message_sent_after_an_interrupt_starts_the_next_turn(
     session_id = new_session(sdk, [TOOLSET])
     interrupt = {"type": "user.interrupt"}
     with sdk.beta.sessions.events.stream(session_id) as stream:
-        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
-        for event in stream:
-            if event.type == "span.model_request_start":
-                break  # the model answers in 1.5 s
+        slow_turn_started(sdk, session_id, stream)
         sdk.beta.sessions.events.send(session_id, events=[say("before the stop")])
         if together:
             sdk.beta.sessions.events.send(session_id, events=[interrupt, say("do B instead")])
@@ -502,10 +509,7 @@ def test_messages_sent_during_a_turn_queue_and_are_answered_after_it(
 ) -> None:
     session_id = new_session(sdk, [TOOLSET])
     with sdk.beta.sessions.events.stream(session_id) as stream:
-        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
-        for event in stream:
-            if event.type == "span.model_request_start":
-                break
+        slow_turn_started(sdk, session_id, stream)
         queued = sdk.beta.sessions.events.send(session_id, events=[say("q1"), say("q2")])
         assert [e.processed_at for e in queued.data] == [None, None]
         pending = sdk.beta.sessions.events.list(session_id, order="desc", limit=2)
@@ -531,10 +535,7 @@ def test_a_listing_that_reached_the_queue_goes_on_through_what_was_logged_since(
     it) instead of an empty queue; before, the listing ended there."""
     session_id = new_session(sdk, [TOOLSET])
     with sdk.beta.sessions.events.stream(session_id) as stream:
-        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
-        for event in stream:
-            if event.type == "span.model_request_start":
-                break  # the model answers in 1.5 s: the log holds still meanwhile
+        slow_turn_started(sdk, session_id, stream)
         sdk.beta.sessions.events.send(session_id, events=[say("q1"), say("q2")])
         everything = sdk.beta.sessions.events.list(session_id, limit=1000).data
         first = sdk.beta.sessions.events.list(session_id, limit=len(everything) - 1)
@@ -560,10 +561,7 @@ def test_a_newest_first_listing_lists_nothing_twice_when_the_queue_drains(
     listed the drained messages a second time, above the events it had to list."""
     session_id = new_session(sdk, [TOOLSET])
     with sdk.beta.sessions.events.stream(session_id) as stream:
-        sdk.beta.sessions.events.send(session_id, events=[say("slow start")])
-        for event in stream:
-            if event.type == "span.model_request_start":
-                break  # the model answers in 1.5 s: the log holds still meanwhile
+        slow_turn_started(sdk, session_id, stream)
         queued = sdk.beta.sessions.events.send(session_id, events=[say("q1"), say("q2")])
         before = [e.id for e in sdk.beta.sessions.events.list(session_id, limit=1000).data]
         first = sdk.beta.sessions.events.list(session_id, order="desc", limit=1)

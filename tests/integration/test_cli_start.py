@@ -21,17 +21,21 @@ from tests.conftest import loop_env
 START_TIMEOUT = 60.0
 
 
-def _serve(data_dir: Path, port: int, fake: FakeModel) -> subprocess.CompletedProcess[str]:
-    """``stead serve`` expected to stop by itself (it cannot start)."""
-    command = [sys.executable, "-m", "stead", "serve", "--data-dir", str(data_dir)]
+def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*command, "--port", str(port)],
-        env={**loop_env(fake), "STEAD_SANDBOX": "off", "PATH": "/usr/bin:/bin"},
+        [sys.executable, "-m", "stead", *args],
+        env={"PATH": "/usr/bin:/bin", "STEAD_SANDBOX": "off", **env},
         capture_output=True,
         text=True,
         timeout=START_TIMEOUT,
         check=False,
     )
+
+
+def _serve(data_dir: Path, port: int, fake: FakeModel) -> subprocess.CompletedProcess[str]:
+    """``stead serve`` expected to stop by itself (it cannot start)."""
+    env = {**loop_env(fake), "STEAD_SANDBOX": "off"}
+    return _command("serve", "--data-dir", str(data_dir), "--port", str(port), env=env)
 
 
 def test_a_taken_port_stops_start_up_before_the_first_key_is_made(
@@ -55,64 +59,36 @@ def test_a_taken_port_stops_start_up_before_the_first_key_is_made(
         started.stop()
 
 
-def test_a_second_server_on_one_data_directory_stops_with_one_line(
+def test_a_second_server_or_a_key_rotation_beside_a_server_stops_with_one_line(
     tmp_path: Path, fake_model: FakeModel, forker: ServeForker
 ) -> None:
+    """Another server on its data directory, or on its database named from another
+    data directory (its own key file) through STEAD_DATABASE_URL, or a rotation of
+    its key, which it would go on sealing under. Before, the last two ran."""
     first = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
+    database = first.data_dir / "stead.db"
+    elsewhere = {
+        "STEAD_DATA_DIR": str(tmp_path / "other"),
+        "STEAD_DATABASE_URL": f"sqlite:///{database}",
+    }
     try:
-        second = _serve(tmp_path / "data", free_port(), fake_model)
-    finally:
-        first.stop()
-    assert second.returncode == 1
-    assert second.stderr.strip().splitlines() == [
-        f"stead: another stead serve is running on {tmp_path / 'data'}; stop it or use "
-        "another STEAD_DATA_DIR"
-    ]
-
-
-def _command(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "stead", *args],
-        env={"PATH": "/usr/bin:/bin", "STEAD_SANDBOX": "off", **env},
-        capture_output=True,
-        text=True,
-        timeout=START_TIMEOUT,
-        check=False,
-    )
-
-
-def test_another_data_directory_naming_a_served_database_stops_with_one_line(
-    tmp_path: Path, fake_model: FakeModel, forker: ServeForker
-) -> None:
-    """Before, a second server with its own data directory (its own key file) ran
-    on the first one's SQLite file through STEAD_DATABASE_URL."""
-    first = ServerProcess(tmp_path / "data", env=loop_env(fake_model), forker=forker).start()
-    database = tmp_path / "data" / "stead.db"
-    try:
-        second = _command(
-            "serve",
-            "--port",
-            str(free_port()),
-            env={
-                **loop_env(fake_model),
-                "STEAD_DATA_DIR": str(tmp_path / "other"),
-                "STEAD_DATABASE_URL": f"sqlite:///{database}",
-            },
+        same_dir = _serve(first.data_dir, free_port(), fake_model)
+        same_database = _command(
+            "serve", "--port", str(free_port()), env={**loop_env(fake_model), **elsewhere}
         )
-        # Nor may the key be rotated under the running server: it would go on
-        # sealing under the key the rotation throws away.
         rotated = _command("secrets", "rotate-key", env={"STEAD_DATA_DIR": str(first.data_dir)})
     finally:
         first.stop()
-    assert second.returncode == 1
-    assert second.stderr.strip().splitlines() == [
-        f"stead: another stead serve is running on the database {database}; stop it or "
-        "use another STEAD_DATABASE_URL"
-    ]
-    assert rotated.returncode == 1
-    assert rotated.stderr.strip().splitlines() == [
+    in_use = (
         f"stead: another stead serve is running on {first.data_dir}; stop it or use "
         "another STEAD_DATA_DIR"
+    )
+    assert (same_dir.returncode, same_dir.stderr.strip().splitlines()) == (1, [in_use])
+    assert (rotated.returncode, rotated.stderr.strip().splitlines()) == (1, [in_use])
+    assert same_database.returncode == 1
+    assert same_database.stderr.strip().splitlines() == [
+        f"stead: another stead serve is running on the database {database}; stop it or "
+        "use another STEAD_DATABASE_URL"
     ]
     assert not (first.data_dir / "secret.key.next").exists()
 
