@@ -232,6 +232,38 @@ async def test_a_run_that_ends_waiting_queues_one_for_input_that_came_meanwhile(
     assert await store.queued_runs(session_id) == [(ended.next_run, session_id)]
 
 
+async def test_a_run_that_ends_waiting_for_calls_answered_meanwhile_logs_no_wait(
+    store: SqlStore,
+) -> None:
+    """The ``requires_action`` idle the run worked out from the log it read would
+    name a call answered since: it is left out, and the run queued for the
+    answer says what still waits. Before, it was logged, naming the answered call."""
+    workspace_id, session_id = await new_session(store)
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_hi")], ACCEPT_ALL, claim=_terms("brain")
+    )
+    assert accepted.started is not None
+    seen = await store.last_seq(session_id)
+    answer = NewEvent("sevt_answer", "user.custom_tool_result", {"custom_tool_use_id": "b"})
+    await store.accept_user_events(workspace_id, session_id, [answer], ACCEPT_ALL)
+    waiting = {"stop_reason": {"type": "requires_action", "event_ids": ["b"]}}
+    ended = await store.run_write(
+        accepted.started.claim,
+        RunWrite(
+            events=[
+                _span("session.usage"),
+                NewEvent(new_id("event"), "session.status_idle", waiting),
+            ],
+            status=RunStatus.DONE,
+            since=seen,
+            answer_drained=False,
+            requeue_after=seen,
+        ),
+    )
+    assert [e.type for e in ended.logged] == ["session.usage"]
+    assert ended.next_run is not None
+
+
 async def test_a_run_that_ends_waiting_with_nothing_new_queues_none(store: SqlStore) -> None:
     workspace_id, session_id = await new_session(store)
     accepted = await store.accept_user_events(

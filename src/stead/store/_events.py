@@ -20,6 +20,7 @@ from stead.store._compiled import compiled
 from stead.store.base import EventFilter, EventRecord, NewEvent, Page, PageRequest
 from stead.store.errors import NotFound
 from stead.store.events import PENDING_PHASE, EventCursor
+from stead.store.runs import STARTS_WORK
 from stead.store.tables import events, pending, sessions
 
 
@@ -347,3 +348,17 @@ def queued_after_interrupt(conn: Connection, session_id: str) -> bool:
         )
     ).one()
     return row.interrupt_tail is not None and row.pending_tail > row.interrupt_tail
+
+
+def work_logged_after(conn: Connection, session_id: str, seq: int) -> bool:
+    """Whether an event that starts work (``STARTS_WORK``) is in the log past ``seq``."""
+    found = conn.execute(
+        select(events.c.seq)
+        .where(
+            events.c.session_id == session_id,
+            events.c.seq > seq,
+            events.c.type.in_(sorted(STARTS_WORK)),
+        )
+        .limit(1)
+    )
+    return found.first() is not None

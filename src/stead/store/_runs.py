@@ -10,12 +10,14 @@ hot path run compiled (``_compiled.py``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, bindparam, case, insert, null, or_, select, update
 
+from stead.events import EventType
 from stead.ids import new_id
 from stead.store import _answers, _events, _limits, _locks, _usage
 from stead.store._compiled import compiled
@@ -23,6 +25,7 @@ from stead.store._leases import _insert
 from stead.store.base import (
     LIVE_RUN_STATUSES,
     EventRecord,
+    NewEvent,
     OpRecord,
     RunClaim,
     RunStatus,
@@ -46,6 +49,25 @@ def unseen_work(
     mine = {e.id for e in logged}
     return any(
         e.type in STARTS_WORK and (e.seq or 0) > after and e.id not in mine for e in log or ()
+    )
+
+
+def without_stale_wait(new: Sequence[NewEvent], input_came: Callable[[], bool]) -> list[NewEvent]:
+    """``new`` less a ``requires_action`` idle when input that starts work came
+    after the log the run stepped on (``input_came``): the idle would name calls
+    that input may answer, and the run queued for it decides what still waits."""
+    waits = [e for e in new if _awaits_input(e)]
+    if not waits or not input_came():
+        return list(new)
+    return [e for e in new if not _awaits_input(e)]
+
+
+def _awaits_input(event: NewEvent) -> bool:
+    reason = event.body.get("stop_reason")
+    return (
+        event.type == EventType.SESSION_STATUS_IDLE
+        and isinstance(reason, dict)
+        and reason.get("type") == "requires_action"
     )
 
 
@@ -326,6 +348,10 @@ def write_claimed(
     if change.closing:
         new = _answers.unanswered(
             new, lambda use_id: _answers.logged_answer(conn, claim.session_id, use_id)
+        )
+    if (after := change.requeue_after) is not None:
+        new = without_stale_wait(
+            new, partial(_events.work_logged_after, conn, claim.session_id, after)
         )
     logged = _events.append_log(conn, now, claim.session_id, new)
     for op_key, result in change.ops_completed:

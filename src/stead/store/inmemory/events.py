@@ -16,6 +16,7 @@ from stead.store.events import PENDING_PHASE, EventCursor, EventFilter, EventRec
 from stead.store.inmemory import webhooks
 from stead.store.inmemory.tables import LoggedEvent, Tables, stored
 from stead.store.paging import Page, PageRequest
+from stead.store.runs import STARTS_WORK
 
 
 def append_log(
@@ -153,3 +154,8 @@ def queued_after_interrupt(t: Tables, session_id: str) -> bool:
     """``_events.queued_after_interrupt``."""
     row = t.sessions[session_id]
     return row.interrupt_tail is not None and row.pending_tail > row.interrupt_tail
+
+
+def work_logged_after(t: Tables, session_id: str, seq: int) -> bool:
+    """``_events.work_logged_after``."""
+    return any(e.type in STARTS_WORK for e in after(t, session_id, seq, None))

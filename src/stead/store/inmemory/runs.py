@@ -8,12 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from stead.ids import new_id
 from stead.store import _claims
 from stead.store._answers import unanswered
-from stead.store._runs import NOT_DONE, OWNED, unseen_work
+from stead.store._runs import NOT_DONE, OWNED, unseen_work, without_stale_wait
 from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
 from stead.store.inmemory import events, leases, limits, sessions
@@ -199,6 +200,8 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     new = change.events
     if change.closing:
         new = unanswered(new, lambda use_id: events.logged_answer(t, session_id, use_id))
+    if (after := change.requeue_after) is not None:
+        new = without_stale_wait(new, partial(events.work_logged_after, t, session_id, after))
     logged = events.append_log(t, now, session_id, new)
     for op_key, result in change.ops_completed:
         _op_completed(t, op_key, result)
