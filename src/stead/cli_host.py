@@ -14,7 +14,6 @@ import typer
 
 from stead.cli_support import (
     DataDir,
-    console,
     freeze_start,
     read_settings,
     start_uncollected,
@@ -48,7 +47,7 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
     if ctx.invoked_subcommand is not None:
         return
     start_uncollected()
-    from stead.sandbox_host.server import HostAlreadyRunning, serve_host
+    from stead.sandbox_host.server import HostAlreadyRunning, HostCannotStart, serve_host
     from stead.sandbox_host.settings import HostSettings
 
     settings = validated(HostSettings, data_dir=data_dir)
@@ -67,11 +66,21 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
             await serve_host(options)
 
     freeze_start()
+    # The task groups (this one's, the host's) raise what stops the start in a group.
     try:
         anyio.run(run, backend_options={"use_uvloop": True})
-    except HostAlreadyRunning as exc:
-        console().print(f"stead sandbox-host: {exc}")
+    except* HostCannotStart as group:  # a setting: as a bad one is, in one line
+        typer.echo(f"stead: {_first(group)}", err=True)
+        raise typer.Exit(2) from None
+    except* HostAlreadyRunning as group:
+        typer.echo(f"stead: {_first(group)}", err=True)
         raise typer.Exit(1) from None
+
+
+def _first(group: BaseExceptionGroup[Exception]) -> Exception:
+    """The first exception in ``group``, however deep the groups nest it."""
+    found = group.exceptions[0]
+    return _first(found) if isinstance(found, BaseExceptionGroup) else found
 
 
 def _host_address(data_dir: Path | None) -> HostAddress:

@@ -151,3 +151,18 @@ def _has_a_key(database: Path) -> bool:
             return bool(db.execute("SELECT count(*) FROM api_keys").fetchone()[0])
     except sqlite3.Error:
         return False
+
+
+def test_a_host_setting_the_host_would_refuse_stops_serve_before_it_writes(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    # A host this server would start (bwrap, autostart) listens on TCP with no token.
+    env = {"PATH": "/usr/bin:/bin", "STEAD_SANDBOX_HOST_LISTEN_TCP": "127.0.0.1:7071"}
+    data = tmp_path / "data"
+    command = ("serve", "--data-dir", str(data), "--port", str(free_port()))
+    failed = forker.complete(command, env, START_TIMEOUT)
+    assert (failed.returncode, failed.stderr) == (
+        2,
+        "stead: STEAD_SANDBOX_HOST_LISTEN_TCP: a TCP listener needs STEAD_SANDBOX_HOST_TOKEN\n",
+    )
+    assert not data.exists()

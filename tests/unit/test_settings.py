@@ -113,6 +113,7 @@ EXTRA_CA = (
             HOST,
             {
                 "STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0:7070",
+                "STEAD_SANDBOX_HOST_TOKEN": "t" * 32,
                 "STEAD_SANDBOX_HOST_ADVERTISE": "tcp://10.0.0.5:port",
             },
             "STEAD_SANDBOX_HOST_ADVERTISE: '10.0.0.5:port' is not tcp://host:port",
@@ -148,6 +149,12 @@ EXTRA_CA = (
             {"STEAD_SANDBOX_HOST": "tcp://127.0.0.1:7070"},
             "STEAD_SANDBOX_HOST_TOKEN: STEAD_SANDBOX_HOST is a tcp:// address",
         ),
+        (
+            HOST,
+            {"STEAD_SANDBOX_HOST_LISTEN_TCP": "127.0.0.1:7071"},
+            "STEAD_SANDBOX_HOST_LISTEN_TCP: a TCP listener needs STEAD_SANDBOX_HOST_TOKEN",
+        ),
+        (HOST, {"STEAD_LOG_LEVEL": "loud"}, "STEAD_LOG_LEVEL: Input should be 'critical'"),
         (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
         (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
     ],
@@ -171,6 +178,45 @@ def test_an_empty_data_dir_is_refused_and_a_log_level_may_be_upper_case(tmp_path
         "stead: STEAD_DATA_DIR: empty: name a directory\n",
     )
     assert Settings(data_dir=tmp_path, log_level="INFO").log_level == "info"
+
+
+@pytest.mark.parametrize(
+    ("name", "under", "line"),
+    [
+        ("STEAD_SANDBOX_HOST_STATE_DIR", "", "{file} is not a directory"),
+        ("STEAD_SANDBOX_HOST_STATE_DIR", "/state", "{file} is not a directory"),
+        ("STEAD_SANDBOX_WORK_DIR", "", "{file} is not a directory"),
+        ("STEAD_SANDBOX_HOST", "", "{file} is there and is not a socket"),
+    ],
+)
+def test_a_host_path_that_is_a_file_stops_start_up_with_one_line_naming_it(
+    name: str, under: str, line: str, tmp_path: Path
+) -> None:
+    file = tmp_path / "afile"
+    file.write_text("")
+    args = [HOST, "--data-dir", str(tmp_path / "data")]
+    result = CliRunner().invoke(app, args, env={name: f"{file}{under}"})
+    assert result.exit_code == 2
+    assert result.stderr == f"stead: {name}: {line.format(file=file)}\n"
+
+
+@pytest.mark.parametrize(
+    ("env", "socket"),
+    [
+        ({}, "state/host.sock"),
+        ({"STEAD_SANDBOX_HOST": "/run/stead/host.sock"}, "/run/stead/host.sock"),
+        ({"STEAD_SANDBOX_HOST": "unix:///run/stead/host.sock"}, "/run/stead/host.sock"),
+        # A brain's address of a host on another machine; this one's is its own.
+        ({"STEAD_SANDBOX_HOST": "tcp://10.0.0.5:7070"}, "state/host.sock"),
+    ],
+)
+def test_a_host_listens_where_its_brain_dials(
+    env: dict[str, str], socket: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STEAD_SANDBOX_HOST_STATE_DIR", str(tmp_path / "state"))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert HostSettings().options().socket_path == tmp_path / socket
 
 
 @pytest.mark.parametrize(
@@ -255,6 +301,7 @@ def test_a_connect_timeout_of_zero_is_refused(tmp_path: Path) -> None:
 def test_a_host_is_reached_at_its_advertised_or_listen_address(
     env: dict[str, str | None], address: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("STEAD_SANDBOX_HOST_TOKEN", "t" * 32)  # a TCP listener needs it
     for name, value in env.items():
         monkeypatch.setenv(name, str(value))
     assert HostSettings().options().advertise == address

@@ -116,14 +116,16 @@ class HostClient:
             # The host closed it while it sat in the pool (it restarted): a
             # call sent on it would be lost for nothing.
             await _discard(idle)
+        frames = None
         try:
             with anyio.fail_after(self.timeouts.connect):
-                stream = await self._connect()
-                frames = FrameStream(stream)
+                frames = FrameStream(await self._connect())
                 hello = ops.Hello(version=ops.PROTOCOL_VERSION, token=self.address.token)
                 await frames.send(codec.encode(hello))
                 answer = await frames.receive()
         except (TimeoutError, OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+            if frames is not None:  # a host that closed it before its hello (it is stopping)
+                await _discard(frames)
             raise HostUnreachable(
                 f"cannot reach the sandbox host at {self.address}: {exc!r}"
             ) from None

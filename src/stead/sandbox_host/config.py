@@ -19,6 +19,9 @@ class HostOptions:
     one must be searchable by other users (``/var/lib/stead/...`` is; ``/root``
     is not); the host checks at start and refuses if not."""
     blobs: BlobConfig
+    socket: Path | None = None
+    """Where the host listens for its brain (``STEAD_SANDBOX_HOST``, a path);
+    None: ``host.sock`` in the state directory."""
     uid_base: int | None = None
     """First uid of this host's range as the operator set it; None: the
     machine's registry picks a free range (``uids.py``)."""
@@ -67,7 +70,7 @@ class HostOptions:
 
     @property
     def socket_path(self) -> Path:
-        return self.state_dir / "host.sock"
+        return self.socket or self.state_dir / "host.sock"
 
     @property
     def host_tag(self) -> str:

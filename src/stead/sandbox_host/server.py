@@ -17,6 +17,7 @@ import secrets
 import shutil
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -46,9 +47,18 @@ from stead.sandbox_host.uids import UidRange, UidRegistry
 
 log = logging.getLogger("stead.sandbox.host")
 
+PROBE_SECONDS = 1.0
+"""How long the start waits on a host that may answer at its socket path."""
+
 
 class HostAlreadyRunning(Exception):
-    """Another sandbox host holds this state directory."""
+    """Another sandbox host holds this state directory, or listens at its socket."""
+
+
+class HostCannotStart(Exception):
+    """A setting the host cannot start with that only its start finds out (a
+    directory it cannot make, an address it cannot listen on); the message
+    begins with the setting's name (``STEAD_...: ``)."""
 
 
 async def serve_host(
@@ -57,9 +67,16 @@ async def serve_host(
     clock: HostClock | None = None,
     task_status: TaskStatus[SandboxManager] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Runs the sandbox host until cancelled; bodies are stopped on the way out."""
-    options.state_dir.mkdir(parents=True, exist_ok=True)
-    os.chmod(options.state_dir, 0o700)
+    """Runs the sandbox host until cancelled; bodies are stopped on the way out.
+    ``HostCannotStart`` or ``HostAlreadyRunning`` (in an exception group, from
+    its listeners) if it cannot start."""
+    if options.listen_tcp and not options.token:
+        raise HostCannotStart(
+            "STEAD_SANDBOX_HOST_LISTEN_TCP: a TCP listener needs STEAD_SANDBOX_HOST_TOKEN"
+        )
+    _check_socket(options)
+    _make_directory(options.state_dir, 0o700, "STEAD_SANDBOX_HOST_STATE_DIR")
+    _make_directory(options.work_dir, 0o711, "STEAD_SANDBOX_WORK_DIR")
     with (
         _single_instance(options),
         contextlib.closing(Catalogue.open(options.state_dir / "catalogue.sqlite3")) as catalogue,
@@ -182,11 +199,9 @@ def _claim_uids(options: HostOptions, span: tuple[int, int] | None) -> UidRange:
 
 
 def _prepare_work_dir(options: HostOptions) -> None:
-    """Makes the work directory and puts the supervisor's code in it; refuses
-    one that sandbox uids could not reach."""
+    """Puts the supervisor's code in the work directory (made at start);
+    refuses one that sandbox uids could not reach."""
     work = options.work_dir
-    work.mkdir(parents=True, exist_ok=True)
-    os.chmod(work, 0o711)
     for parent in [work, *work.parents]:
         if not parent.stat().st_mode & 0o001:
             raise IsolationUnavailable(
@@ -206,6 +221,14 @@ def _prepare_work_dir(options: HostOptions) -> None:
     stale = sum(remove_stale_staging(sandbox) for sandbox in (work / "sandboxes").iterdir())
     if stale:
         log.info("removed %d restores left unfinished by an earlier host", stale)
+
+
+def _make_directory(path: Path, mode: int, setting: str) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise HostCannotStart(f"{setting}: cannot make {path}: {exc.strerror or exc}") from None
 
 
 @contextlib.contextmanager
@@ -229,21 +252,20 @@ def _single_instance(options: HostOptions) -> Any:
 @contextlib.asynccontextmanager
 async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool]]]:
     path = options.socket_path
-    path.unlink(missing_ok=True)  # left by a host that died; we hold the lock now
-    old_umask = os.umask(0o177)
-    try:
-        unix = await anyio.create_unix_listener(path)
-    finally:
-        os.umask(old_umask)
+    unix = await _unix_listener(options)
     listeners: list[tuple[Any, bool]] = [(unix, False)]
     try:
         if options.listen_tcp:
-            if not options.token:
-                raise ValueError("a TCP listener needs a token")
             host, _, port = options.listen_tcp.rpartition(":")
-            tcp = await anyio.create_tcp_listener(
-                local_host=host or "127.0.0.1", local_port=int(port)
-            )
+            try:
+                tcp = await anyio.create_tcp_listener(
+                    local_host=host or "127.0.0.1", local_port=int(port)
+                )
+            except OSError as exc:
+                raise HostCannotStart(
+                    f"STEAD_SANDBOX_HOST_LISTEN_TCP: cannot listen on {options.listen_tcp}: "
+                    f"{exc.strerror or exc}"
+                ) from None
             listeners.append((tcp, True))
         yield listeners
     finally:
@@ -251,6 +273,43 @@ async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool
             for listener, _ in listeners:
                 await listener.aclose()
         path.unlink(missing_ok=True)
+
+
+def _socket_setting(options: HostOptions) -> str:
+    return "STEAD_SANDBOX_HOST" if options.socket else "STEAD_SANDBOX_HOST_STATE_DIR"
+
+
+def _check_socket(options: HostOptions) -> None:
+    """Refuses a socket path that is something else, or that another host
+    answers on (one outside the state directory, ``STEAD_SANDBOX_HOST``, is
+    not kept by the state directory's lock). Any other is a dead host's."""
+    path = options.socket_path
+    if path.exists() and not path.is_socket():
+        raise HostCannotStart(f"{_socket_setting(options)}: {path} is there and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(PROBE_SECONDS)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return
+    raise HostAlreadyRunning(f"another sandbox host listens at {path}")
+
+
+async def _unix_listener(options: HostOptions) -> Any:
+    """The brain's socket, 0600, in place of a dead host's."""
+    path = options.socket_path
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.unlink(missing_ok=True)
+        old_umask = os.umask(0o177)
+        try:
+            return await anyio.create_unix_listener(path)
+        finally:
+            os.umask(old_umask)
+    except OSError as exc:
+        raise HostCannotStart(
+            f"{_socket_setting(options)}: cannot listen at {path}: {exc.strerror or exc}"
+        ) from None
 
 
 async def _serve_listener(listener: Any, rpc: HostRpc, tcp: bool, tasks: Any) -> None:

@@ -9,6 +9,7 @@ host's edge (``stead sandbox-host``) and turned into ``HostOptions``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,6 +28,24 @@ def _default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "stead"
 
 
+def socket_path(address: str | None) -> Path | None:
+    """The Unix socket ``STEAD_SANDBOX_HOST`` names (read as the brain reads it,
+    ``stead.sandbox.parse_address``), or None: unset, or another machine's host."""
+    if not address or address.startswith("tcp://"):
+        return None
+    return Path(address.removeprefix("unix://"))
+
+
+def check_makeable(path: Path) -> None:
+    """``ValueError`` if ``path`` cannot be a directory: it, or the nearest of
+    its parents that is there, is something else (a file)."""
+    for there in (path, *path.parents):
+        if there.exists():
+            if not there.is_dir():
+                raise ValueError(f"{there} is not a directory")
+            return
+
+
 class HostSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STEAD_", frozen=True, extra="ignore")
 
@@ -36,13 +55,18 @@ class HostSettings(BaseSettings):
     sandbox_work_dir: Path | None = None
     """Workspaces and installed packages; every directory above it must be
     searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
+    sandbox_host: str | None = None
+    """Where the brain dials its host (``STEAD_SANDBOX_HOST``): a Unix socket
+    path there is where this host listens, so a host the brain starts, or one
+    run with the brain's settings, answers where it dials. Unset (or a
+    ``tcp://`` address, a remote host's): ``<state dir>/host.sock``."""
+    sandbox_host_token: str | None = None
     sandbox_host_listen_tcp: str | None = None
     """``host:port`` on which the host also serves a remote brain (needs the token)."""
     sandbox_host_advertise: str | None = None
     """``tcp://host:port`` where other machines' processes reach this host (a
     sandbox's lease records it). Default: the TCP listen address, unless that is
     a wildcard (0.0.0.0, ::), which other machines cannot dial."""
-    sandbox_host_token: str | None = None
     sandbox_uid_count: int = Field(default=100_000, ge=3, le=MAX_UID_COUNT)
     """How many uids the host's range holds: its sandboxes, the package
     installer and the start-up probe."""
@@ -90,18 +114,42 @@ class HostSettings(BaseSettings):
     host's own trust store (a private CA of the operator's)."""
     terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
     """A terminal client that cannot take output for this long is dropped (too slow)."""
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    """The brain's levels (``stead.config.LogLevel``; a host it starts is
+    passed its own), in any case."""
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
     @field_validator("blob_url")
     @classmethod
     def _blob_url(cls, url: str | None) -> str | None:
         return None if url is None else check_blob_url(url)
 
+    @field_validator("sandbox_host_state_dir", "sandbox_work_dir")
+    @classmethod
+    def _directory(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            check_makeable(path)
+        return path
+
+    @field_validator("sandbox_host")
+    @classmethod
+    def _socket(cls, value: str | None) -> str | None:
+        path = socket_path(value)
+        if path is not None and path.exists() and not path.is_socket():
+            raise ValueError(f"{path} is there and is not a socket")
+        return value
+
     @field_validator("sandbox_host_listen_tcp")
     @classmethod
-    def _listen(cls, value: str | None) -> str | None:
+    def _listen(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is not None:
             check_endpoint(value, "a host:port")
+            if not info.data.get("sandbox_host_token"):
+                raise ValueError("a TCP listener needs STEAD_SANDBOX_HOST_TOKEN")
         return value
 
     @field_validator("sandbox_host_advertise")
@@ -131,6 +179,7 @@ class HostSettings(BaseSettings):
         return HostOptions(
             state_dir=state_dir,
             work_dir=self.sandbox_work_dir or default_work_dir(state_dir),
+            socket=socket_path(self.sandbox_host),
             blobs=BlobConfig(
                 url=self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}",
                 s3_endpoint=self.s3_endpoint,

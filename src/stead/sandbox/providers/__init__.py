@@ -32,12 +32,14 @@ def open_provider(settings: Settings) -> SandboxProvider:
     state_dir = settings.resolved_sandbox_host_state_dir
     address = host_address(settings)
     launcher = None
-    if settings.sandbox_host_autostart:
+    if settings.sandbox_host_autostart and address.unix_path is not None:
+        # The host listens where this brain dials: STEAD_SANDBOX_HOST, if a path.
         launcher = HostLauncher(
             state_dir,
             {
                 "STEAD_DATA_DIR": str(settings.data_dir),
                 "STEAD_SANDBOX_HOST_STATE_DIR": str(state_dir),
+                "STEAD_SANDBOX_HOST": str(address.unix_path),
                 "STEAD_LOG_LEVEL": settings.log_level,
             },
         )

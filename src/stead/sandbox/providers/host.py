@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+from anyio import to_thread
 
 from stead.jsonvalues import Json
 from stead.sandbox.address import ClientTimeouts, HostAddress, parse_address
@@ -52,6 +53,8 @@ log = logging.getLogger("stead.sandbox.host")
 START_SECONDS = 60.0
 """How long a freshly started host may take to pass its self-check and listen."""
 PROBE_INTERVAL = 0.1
+STOP_SECONDS = 10.0
+"""How long a host that did not start may take to stop when asked, before it is killed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +66,11 @@ class HostLauncher:
     """Set over this process's environment: what the brain resolved itself
     (its data and state directories), so the host serves the same ones."""
 
-    def launch(self) -> None:
+    def launch(self) -> subprocess.Popen[bytes]:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state_dir, 0o700)
         with open(self.state_dir / "host.log", "ab") as output:
-            subprocess.Popen(
+            started = subprocess.Popen(
                 [sys.executable, "-m", "stead", "sandbox-host"],
                 stdin=subprocess.DEVNULL,
                 stdout=output,
@@ -77,6 +80,20 @@ class HostLauncher:
                 close_fds=True,
             )
         log.info("started a sandbox host in %s", self.state_dir)
+        return started
+
+
+async def _end(process: subprocess.Popen[bytes]) -> None:
+    """Stops a host this process started: SIGTERM, then SIGKILL if it is
+    still there after ``STOP_SECONDS``; reaped either way."""
+    with anyio.CancelScope(shield=True):
+        process.terminate()
+        try:
+            await to_thread.run_sync(process.wait, STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            await to_thread.run_sync(process.wait)
+        log.warning("stopped the sandbox host that did not start (pid %d)", process.pid)
 
 
 class HostProvider:
@@ -124,7 +141,7 @@ class HostProvider:
             if self._launcher is None or client.address.unix_path is None:
                 await client.aclose()
                 raise
-        self._launcher.launch()
+        started = self._launcher.launch()
         with anyio.move_on_after(START_SECONDS):
             while True:
                 try:
@@ -133,6 +150,8 @@ class HostProvider:
                 except SandboxUnavailable:
                     await anyio.sleep(PROBE_INTERVAL)
         await client.aclose()
+        # Not left running for the next start to trip over (its lock, its uids).
+        await _end(started)
         log_path = self._launcher.state_dir / "host.log"
         raise SandboxUnavailable(f"the sandbox host did not start; see {log_path}")
 
