@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 import anthropic
 import pytest
 
+from stead.testing import FakeModel
+from tests.integration.helpers import message, wait_idle
 from tests.integration.on_each_store import ON_EACH_STORE, client
 
 pytestmark = ON_EACH_STORE
@@ -118,3 +122,58 @@ def test_list_pages_through_everything_once(client: anthropic.Anthropic) -> None
     assert made <= set(seen)
     first = client.beta.agents.list(limit=3)
     assert len(first.data) == 3 and first.next_page
+
+
+def test_the_model_settings_reach_the_model_and_effort_outlives_an_update(
+    client: anthropic.Anthropic, fake_model: FakeModel
+) -> None:
+    """Before, effort, speed and inference_geo were stored and echoed but never
+    sent; and an update of the model without effort cleared it, where the SDK
+    says it is kept."""
+    model = {"id": "claude-sonnet-4-6", "effort": "low", "speed": "fast", "inference_geo": "eu"}
+    agent = client.beta.agents.create(name="tuned", model=model)  # type: ignore[arg-type]
+    env = client.beta.environments.create(name=f"tuned-{uuid.uuid4().hex[:10]}")
+    session_id = client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
+    client.beta.sessions.events.send(session_id, events=[message("hello")])
+    wait_idle(client, session_id)
+    sent = [r for r in fake_model.requests if r.body.get("messages")][-1]
+    assert sent.body["output_config"] == {"effort": "low"}
+    assert (sent.body["speed"], sent.body["inference_geo"]) == ("fast", "eu")
+    assert sent.headers["anthropic-beta"] == "fast-mode-2026-02-01"
+    updated = client.beta.agents.update(
+        agent.id, version=agent.version, model={"id": "claude-sonnet-4-6", "speed": "standard"}
+    )
+    assert updated.model.effort is not None and updated.model.effort.type == "low"
+    assert (updated.model.speed, updated.model.inference_geo) == ("standard", None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        # Before, accepted; the model API then refused every turn of every session.
+        (
+            {
+                "tools": [
+                    {
+                        "type": "custom",
+                        "name": "t",
+                        "description": "d",
+                        "input_schema": {"type": "object", "properties": {"a": {"minLength": -1}}},
+                    }
+                ]
+            },
+            "tools.0.input_schema.properties.a.minLength: not a JSON Schema",
+        ),
+        # Before, accepted and never used.
+        (
+            {"execution_identity": {"type": "aws_role", "role_arn": "arn:aws:iam::1:role/x"}},
+            "execution_identity.type: 'aws_role' is not supported",
+        ),
+    ],
+)
+def test_what_stead_cannot_honour_is_refused_naming_the_field(
+    client: anthropic.Anthropic, fields: dict[str, object], named: str
+) -> None:
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.beta.agents.create(name="x", model="claude-sonnet-4-6", **fields)  # type: ignore[arg-type]
+    assert str(refused.value.body["error"]["message"]).startswith(named)  # type: ignore[index]

@@ -162,3 +162,13 @@ def test_packages_stead_cannot_install_are_refused_naming_the_field(
     assert client.beta.environments.retrieve(env.id).config.packages.model_dump(
         exclude={"type"}
     ) == {manager: [] for manager in EVERY_ECOSYSTEM}
+
+
+def test_an_account_scope_is_refused(client: anthropic.Anthropic) -> None:
+    """One installation is one organization; before, "account" was stored and
+    meant nothing."""
+    with pytest.raises(anthropic.BadRequestError, match="scope: 'account' is not supported"):
+        client.beta.environments.create(name=f"s-{uuid.uuid4().hex[:8]}", scope="account")  # type: ignore[call-arg]
+    made = client.beta.environments.create(name=f"s-{uuid.uuid4().hex[:8]}", scope="organization")  # type: ignore[call-arg]
+    with pytest.raises(anthropic.BadRequestError, match="scope"):
+        client.beta.environments.update(made.id, scope="account")  # type: ignore[call-arg]

@@ -54,6 +54,17 @@ def test_create_pins_a_snapshot_of_the_agent(
         environment_id=environment.id,
     )
     assert (overridden.agent.system, overridden.agent.model.id) == ("override", "m2")
+    # The override's fields are checked as the agent's are, and named as in the body.
+    for override, named in (
+        ({"system": "s" * 100_001}, "agent.system: "),
+        ({"model": ""}, "agent.model.id: "),
+    ):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.beta.sessions.create(
+                agent={"type": "agent_with_overrides", "id": agent.id, **override},  # type: ignore[typeddict-item]
+                environment_id=environment.id,
+            )
+        assert str(refused.value.body["error"]["message"]).startswith(named)  # type: ignore[index]
 
 
 def test_initial_events_are_logged_with_the_session(

@@ -183,3 +183,31 @@ def test_an_openai_finish_reason_becomes_the_messages_api_stop_reason(
 
     answer = {"choices": [{"message": {"content": "no"}, "finish_reason": finish}]}
     assert from_chat(answer).stop_reason == stop_reason
+
+
+def test_an_agents_model_settings_are_in_the_request_only_when_set() -> None:
+    """The Messages API takes them as output_config.effort, speed and
+    inference_geo; a chat completions server takes effort alone, as
+    reasoning_effort; an agent without them sends the request it always did."""
+    from stead.harness.model import ModelRequest
+    from stead.harness.providers.openai import to_chat
+    from stead.schemas import RequestError
+    from stead.schemas.agents import check_served
+
+    hello = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    plain = ModelRequest("m", None, [], hello, 16)
+    assert plain.as_params() == {"model": "m", "max_tokens": 16, "messages": plain.messages}
+    tuned = ModelRequest(
+        "m", None, [], plain.messages, 16, effort="max", speed="fast", inference_geo="eu"
+    )
+    assert {k: tuned.as_params()[k] for k in ("output_config", "speed", "inference_geo")} == {
+        "output_config": {"effort": "max"},
+        "speed": "fast",
+        "inference_geo": "eu",
+    }
+    assert to_chat(tuned)["reasoning_effort"] == "high"
+    assert "reasoning_effort" not in to_chat(plain)
+    check_served({"id": "llama", "effort": {"type": "low"}}, {"llama"})
+    with pytest.raises(RequestError, match=r"^model\.speed: 'llama' is answered by an OpenAI"):
+        check_served({"id": "llama", "speed": "fast"}, {"llama"})
+    check_served({"id": "claude-x", "speed": "fast"}, {"llama"})

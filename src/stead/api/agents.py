@@ -9,6 +9,7 @@ from stead.api.body import json_body
 from stead.api.deps import Caller, caller, services
 from stead.api.params import AgentId, Timestamp
 from stead.api.wire import JSONResponse
+from stead.jsonvalues import Json
 from stead.runtime import check_skill_refs
 from stead.schemas import MAX_VERSION, agents
 
@@ -20,7 +21,9 @@ AGENT_OR_CONFLICT = openapi.response("beta.BetaManagedAgentsAgent", 409)
 @router.post("", responses=AGENT, openapi_extra=openapi.body("AgentCreateParams"))
 async def create_agent(request: Request, who: Caller = Depends(caller)) -> JSONResponse:
     definition = agents.definition_from_create(await json_body(request))
-    store = services(request).store
+    app = services(request)
+    agents.check_served(definition["model"], app.settings.openai_models)
+    store = app.store
     await check_skill_refs(store, who.workspace_id, definition["skills"], "skills")
     record = await store.create_agent(who.workspace_id, definition)
     return JSONResponse(wire.agent(record))
@@ -48,9 +51,14 @@ async def update_agent(
     if "skills" in params:
         skills = agents.resolve_skills(list(params["skills"] or []))
         await check_skill_refs(store, who.workspace_id, skills, "skills")
-    record = await store.update_agent(
-        who.workspace_id, agent_id, expected, lambda current: agents.apply_update(current, params)
-    )
+    served = services(request).settings.openai_models
+
+    def updated(current: Json) -> Json:
+        new = agents.apply_update(current, params)
+        agents.check_served(new["model"], served)
+        return new
+
+    record = await store.update_agent(who.workspace_id, agent_id, expected, updated)
     return JSONResponse(wire.agent(record))
 
 

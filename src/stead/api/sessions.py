@@ -56,6 +56,7 @@ async def create_session(request: Request, who: Caller = Depends(caller)) -> JSO
 
     def build_agent(agent: AgentRecord) -> dict[str, object]:
         built = sessions.snapshot(agent.id, agent.version, agent.definition, spec.overrides)
+        agents.check_served(built["model"], app.settings.openai_models, "agent.model")
         model = built["model"]["id"]
         sessions.check_budgetable(spec.fields["budget"], model, prices.priced(model))
         return built

@@ -408,11 +408,16 @@ def request_with(
 ) -> ModelRequest:
     """The agent's request (system prompt, tools) carrying ``messages``
     (``messages_json``: their canonical form, when the caller has it)."""
+    model = agent["model"]
+    effort = model.get("effort")
     return ModelRequest(
-        model=agent["model"]["id"],
+        model=model["id"],
         system=_system(agent, skills, memory),
         tools=_tool_definitions(agent, builtin_definitions, mcp_tools, memory),
         messages=messages,
         max_tokens=max_tokens,
         messages_json=messages_json,
+        effort=effort["type"] if isinstance(effort, dict) else effort,
+        speed=model.get("speed"),
+        inference_geo=model.get("inference_geo"),
     )

@@ -24,6 +24,10 @@ class ModelRequest:
     messages: list[Json]
     max_tokens: int
     messages_json: str | None = field(default=None, compare=False, repr=False)
+    effort: str | None = None
+    """The agent's ``model.effort`` level: the Messages API's ``output_config.effort``."""
+    speed: str | None = None
+    inference_geo: str | None = None
     """``messages`` in canonical form when the caller has it (``Rendering``
     keeps each finished message's), so a step encodes only what is new."""
 
@@ -50,6 +54,14 @@ class ModelRequest:
             params["system"] = self.system
         if self.tools:
             params["tools"] = self.tools
+        # Only when the agent sets them: a request without them is what it was
+        # before they were sent, and so is its op key.
+        if self.effort is not None:
+            params["output_config"] = {"effort": self.effort}
+        if self.speed is not None:
+            params["speed"] = self.speed
+        if self.inference_geo is not None:
+            params["inference_geo"] = self.inference_geo
         return params
 
 

@@ -7,6 +7,7 @@ when an update changed nothing, which is how no-op updates make no version.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from stead.egress_policy import InvalidPolicy, domain_entry
@@ -45,19 +46,40 @@ def _policy(value: Json | None, default: Json) -> Json:
     return {"type": value["type"]} if value else dict(default)
 
 
-def resolve_model(model: str | Json) -> Json:
+SYSTEM_CHARS = 100_000
+"""The longest system prompt (the SDK's limit)."""
+
+
+def resolve_model(model: str | Json, current: Json | None = None, field: str = "model") -> Json:
+    """``current``: the stored model an update replaces. The SDK: ``model`` is
+    replaced whole, except that an update without ``effort`` keeps the stored one."""
     if isinstance(model, str):
         model = {"id": model}
     effort = model.get("effort")
+    if "effort" not in model and current is not None:
+        effort = current.get("effort")
     if isinstance(effort, str):
         effort = {"type": effort}
-    check_length("model.id", model["id"], low=1, high=256)
+    check_length(f"{field}.id", model["id"], low=1, high=256)
     return {
         "id": model["id"],
         "effort": effort,
         "inference_geo": model.get("inference_geo"),
         "speed": model.get("speed"),
     }
+
+
+def check_served(model: Json, openai_models: Collection[str], field: str = "model") -> None:
+    """A model an OpenAI-compatible server answers takes an ``effort`` (its
+    ``reasoning_effort``) but has no ``speed`` or ``inference_geo`` to set."""
+    if model["id"] not in openai_models:
+        return
+    for key in ("speed", "inference_geo"):
+        if model.get(key) is not None:
+            raise RequestError(
+                f"{field}.{key}: {model['id']!r} is answered by an OpenAI-compatible "
+                f"server (STEAD_OPENAI_MODELS), which has no {key}"
+            )
 
 
 def _resolve_toolset_configs(
@@ -177,12 +199,30 @@ def _resolve_custom(field: str, tool: Json) -> Json:
         # An MCP server's tools reach the model as mcp__<server>__<tool>; the
         # Messages API refuses a request that names one tool twice.
         raise RequestError(f"{field}.name: {MCP_TOOL_PREFIX!r} starts MCP tools' names")
+    _check_schema(f"{field}.input_schema", tool["input_schema"])
     return {
         "type": "custom",
         "name": tool["name"],
         "description": tool["description"],
         "input_schema": dict(tool["input_schema"]),
     }
+
+
+def _check_schema(field: str, schema: Json) -> None:
+    """A tool's input schema must be a JSON Schema (draft 2020-12, as the Messages
+    API reads it): accepted and then refused by the model API, it would fail
+    every turn of every session of the agent."""
+    # Imported here: only an agent with custom tools pays for it.
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:  # its ``path`` is a deque of keys and indexes
+        where = "".join(f".{part}" for part in exc.path)
+        raise RequestError(f"{field}{where}: not a JSON Schema ({exc.message[:200]})") from None
+    except RecursionError:
+        raise RequestError(f"{field}: nested too deeply") from None
 
 
 def resolve_tools(tools: list[Json], mcp_servers: list[Json], field: str = "tools") -> list[Json]:
@@ -291,6 +331,15 @@ def resolve_skills(skills: list[Json], field: str = "skills") -> list[Json]:
     ]
 
 
+def _check_identity(value: Json | None) -> None:
+    """Sandboxes run as stead's own user: there is no AWS role to assume."""
+    if value is not None and value.get("type") != "service_account":
+        raise RequestError(
+            f"execution_identity.type: {value.get('type')!r} is not supported by stead "
+            "(tools run as the sandbox's own user): use service_account"
+        )
+
+
 def _check_multiagent(value: Json | None) -> None:
     if value is not None:
         raise RequestError("multiagent: multiagent orchestration is not supported by stead yet")
@@ -300,9 +349,10 @@ def definition_from_create(body: Any) -> Json:
     params = CREATE.validate(body)
     check_length("name", params["name"], low=1, high=256)
     check_length("description", params.get("description"), high=2048)
-    check_length("system", params.get("system"), high=100_000)
+    check_length("system", params.get("system"), high=SYSTEM_CHARS)
     check_metadata("metadata", params.get("metadata", {}))
     _check_multiagent(params.get("multiagent"))
+    _check_identity(params.get("execution_identity"))
     servers = resolve_mcp_servers(list(params.get("mcp_servers") or []))
     return {
         "name": params["name"],
@@ -324,8 +374,9 @@ def parse_update(body: Any) -> tuple[int | None, Json]:
     if "name" in params:
         check_length("name", params["name"], low=1, high=256)
     check_length("description", params.get("description"), high=2048)
-    check_length("system", params.get("system"), high=100_000)
+    check_length("system", params.get("system"), high=SYSTEM_CHARS)
     _check_multiagent(params.get("multiagent"))
+    _check_identity(params.get("execution_identity"))
     expected = params.pop("version", None)
     check_version("version", expected)
     return expected, params
@@ -340,7 +391,7 @@ def apply_update(current: Json, params: Json) -> Json:
         if key in params:
             new[key] = params[key] or None  # the SDK: "send empty string or null to clear"
     if "model" in params:
-        new["model"] = resolve_model(params["model"])
+        new["model"] = resolve_model(params["model"], current["model"])
     if "execution_identity" in params:
         new["execution_identity"] = params["execution_identity"] or dict(DEFAULT_IDENTITY)
     if "metadata" in params:

@@ -104,6 +104,7 @@ def merge_config(current: Json, change: Json | None) -> Json:
 
 def parse_create(body: Any) -> Json:
     params = CREATE.validate(body)
+    _check_scope(params.get("scope"))
     check_length("name", params["name"], low=1, high=255)
     check_length("description", params.get("description"), high=2048)
     check_metadata("metadata", params.get("metadata", {}))
@@ -116,8 +117,15 @@ def parse_create(body: Any) -> Json:
     }
 
 
+def _check_scope(scope: str | None) -> None:
+    """One installation is one organization: there is no account scope."""
+    if scope is not None and scope != "organization":
+        raise RequestError(f"scope: {scope!r} is not supported; stead has only 'organization'")
+
+
 def parse_update(body: Any) -> Json:
     params = UPDATE.validate(body)
+    _check_scope(params.get("scope"))
     if "name" in params:
         if params["name"] is None:
             raise RequestError("name: cannot be cleared")

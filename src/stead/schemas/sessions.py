@@ -107,6 +107,7 @@ def check_budgetable(budget: Json | None, model: str, priced: bool) -> None:
 
 def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> Json:
     """The session's frozen copy of an agent version, with overrides applied."""
+    check_length("agent.system", overrides.get("system"), high=agents.SYSTEM_CHARS)
     servers = definition["mcp_servers"]
     if "mcp_servers" in overrides:
         servers = agents.resolve_mcp_servers(list(overrides["mcp_servers"]), "agent.mcp_servers")
@@ -122,7 +123,7 @@ def snapshot(agent_id: str, version: int, definition: Json, overrides: Json) -> 
         "name": definition["name"],
         "description": definition["description"],
         "system": overrides.get("system", definition["system"]),
-        "model": agents.resolve_model(overrides["model"])
+        "model": agents.resolve_model(overrides["model"], definition["model"], "agent.model")
         if "model" in overrides
         else definition["model"],
         "tools": tools,

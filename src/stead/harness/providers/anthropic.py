@@ -117,6 +117,9 @@ async def _refused(response: Response) -> NoReturn:
     raise status_error(response.status, decoded, response.headers)
 
 
+FAST_MODE_BETA = "fast-mode-2026-02-01"
+
+
 class AnthropicModel:
     def __init__(
         self, *, base_url: str | None, api_key: str, read_timeout: float, total_timeout: float
@@ -137,6 +140,9 @@ class AnthropicModel:
         # added last: a second dump of the whole conversation saved per step.
         body = (request.canonical_params[:-1] + ',"stream":true}').encode()
         headers = trace_headers({**self._headers, "idempotency-key": op_key})
+        if request.speed is not None:
+            # Some models take ``speed`` only under this beta; the others ignore it.
+            headers["anthropic-beta"] = FAST_MODE_BETA
         answer = AnswerBuilder(observer)
         answered = False
         try:

@@ -73,7 +73,13 @@ def to_chat(request: ModelRequest) -> Json:
     body: Json = {"model": request.model, "messages": messages, "max_tokens": request.max_tokens}
     if tools:
         body["tools"] = tools
+    if request.effort is not None:  # the chat completions API knows low, medium and high
+        body["reasoning_effort"] = REASONING_EFFORT.get(request.effort, "high")
     return body
+
+
+REASONING_EFFORT = {"low": "low", "medium": "medium", "high": "high"}
+"""An agent's effort as ``reasoning_effort``; above high (xhigh, max), high."""
 
 
 def from_chat(answer: object) -> ModelResponse:
