@@ -7,6 +7,7 @@ EgressError              (stead.egress_policy) base; ``status``
 ├── BadRequest           400 (or 431): not a proxy request the proxy can parse
 ├── Denied               403 (stead.egress_policy): the policy or the blocklist refuses the host
 ├── Refused              403: a credential's placeholder is headed for a host it may not reach
+├── Unsendable           400: a credential's value a header cannot hold (a line break)
 ├── TooLarge             413: a body the proxy must read whole to inject into is too large
 └── UpstreamFailed       502 (stead.egress_policy), UpstreamTimeout 504
 """
@@ -47,4 +48,16 @@ class TooLarge(EgressError):
         super().__init__(
             f"egress to {host} refused: a request body into which credentials are "
             f"injected may be at most {limit} bytes"
+        )
+
+
+class Unsendable(EgressError):
+    status: int = 400
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        # Never the value, nor the HTTP library's message, which quotes it.
+        super().__init__(
+            f"egress to {host} refused: a credential's value cannot be put in this "
+            "request's header (it holds a character a header may not: a line break, say)"
         )

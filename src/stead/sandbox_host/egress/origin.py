@@ -22,7 +22,7 @@ from anyio.abc import ByteStream
 
 from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout
 from stead.sandbox_host.egress.audit import Exchange
-from stead.sandbox_host.egress.errors import BadRequest, TooLarge
+from stead.sandbox_host.egress.errors import BadRequest, TooLarge, Unsendable
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
 from stead.sandbox_host.egress.secrets import HostSecrets, Scrubber, credential_ids
 from stead.sandbox_host.egress.splice import splice
@@ -76,18 +76,20 @@ async def forward(
     hop = _Hop(client, conn, upstream, target, idle_timeout, exchange, origin)
     scrub = secrets.scrubber()
     try:
-        await hop.send_request(request, secrets, body_limit)
+        await hop.send_request(request, secrets, body_limit, plain=scrub is not None)
         response = await hop.response_head()
         exchange.status = response.status_code
         if isinstance(response, h11.InformationalResponse):  # 101: a WebSocket, say
-            await hop.switch(response)
+            await hop.switch(response, scrub)
             return False
         closing = not hop.keep_alive or _says_close(response)
         head = _response(response, closing=closing)
         if scrub is not None:
+            _check_plain(response, target.host)
             has_body = request.method != b"HEAD" and response.status_code not in (204, 304)
             headers = scrub.headers(list(head.headers), has_body=has_body)
-            head = h11.Response(status_code=head.status_code, headers=headers, reason=head.reason)
+            reason = scrub.replace(head.reason)
+            head = h11.Response(status_code=head.status_code, headers=headers, reason=reason)
         await hop.to_client(conn.send(head))
         await hop.relay_response_body(scrub)
     except _ClientGone:
@@ -149,6 +151,22 @@ def _says_close(response: h11.Response) -> bool:
     )
 
 
+def _plain(headers: Headers) -> Headers:
+    """``headers`` asking for an answer that is not compressed: a compressed echo
+    of an injected value would carry it past the scrubber."""
+    return [*(h for h in headers if h[0] != b"accept-encoding"), (b"accept-encoding", b"identity")]
+
+
+def _check_plain(response: h11.Response, host: str) -> None:
+    """Refuses a compressed answer to a request that asked for none (``_plain``):
+    the scrubber cannot see into it."""
+    for name, value in response.headers:
+        if name == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+            raise UpstreamFailed(
+                host, "the origin compressed an answer that must be scrubbed of credentials"
+            )
+
+
 def _sized(headers: Headers, length: int) -> Headers:
     kept = [(n, v) for n, v in headers if n not in (b"content-length", b"transfer-encoding")]
     return [*kept, (b"content-length", str(length).encode())]
@@ -178,10 +196,22 @@ class _Hop:
         self.exchange = exchange
 
     async def send_request(
-        self, request: h11.Request, secrets: HostSecrets, body_limit: int
+        self, request: h11.Request, secrets: HostSecrets, body_limit: int, *, plain: bool
     ) -> None:
+        """``plain``: the answer will be scrubbed, so it is asked for uncompressed.
+        A request that switches protocols (a WebSocket) gets no credential: what
+        the origin sends after the switch cannot be scrubbed."""
         host = self.target.host
-        headers = secrets.head(request.target, end_to_end(list(request.headers)), host)
+        given = end_to_end(list(request.headers))
+        if _upgrade(request):
+            secrets.check(request.target, host)
+            for _, value in given:
+                secrets.check(value, host)
+            headers = given
+        else:
+            headers = secrets.head(request.target, given, host)
+        if plain:
+            headers = _plain(headers)
         close = not self.keep_alive
         if secrets.rewrites_body:
             await self.send_continue()
@@ -189,16 +219,12 @@ class _Hop:
             framed = bool(body) or any(n in FRAMING - {b"host"} for n, _ in headers)
             if framed:
                 headers = _sized(headers, len(body))
-            await self.to_upstream(
-                self.origin.send(_request(self.target, request, headers, close=close))
-            )
+            await self.to_upstream(self.origin.send(self._head(request, headers, close)))
             if body:
                 await self.to_upstream(self.origin.send(h11.Data(data=body)))
             await self.to_upstream(self.origin.send(h11.EndOfMessage()))
             return
-        await self.to_upstream(
-            self.origin.send(_request(self.target, request, headers, close=close))
-        )
+        await self.to_upstream(self.origin.send(self._head(request, headers, close)))
         await self.send_continue()
         scan = _Scan(secrets, host)
         while True:
@@ -211,6 +237,13 @@ class _Hop:
                 return
             else:
                 raise _ClientGone
+
+    def _head(self, request: h11.Request, headers: Headers, close: bool) -> h11.Request:
+        try:
+            return _request(self.target, request, headers, close=close)
+        except h11.LocalProtocolError:
+            # An injected value a header cannot hold: h11's message quotes it.
+            raise Unsendable(self.target.host) from None
 
     async def send_continue(self) -> None:
         if self.conn.they_are_waiting_for_100_continue:
@@ -244,15 +277,17 @@ class _Hop:
                 return event
             # 1xx: the client already had its 100 Continue from the proxy.
 
-    async def switch(self, response: h11.InformationalResponse) -> None:
+    async def switch(self, response: h11.InformationalResponse, scrub: Scrubber | None) -> None:
         """Passes the origin's ``101`` on and relays bytes both ways from then on
-        (no credential is injected into the new protocol)."""
+        (the request that asked for it carried no credential: ``send_request``)."""
         headers = [*end_to_end(list(response.headers)), *_upgrade(response)]
         if _upgrade(response):
             headers.append((b"connection", b"upgrade"))
-        switched = h11.InformationalResponse(
-            status_code=101, headers=headers, reason=response.reason
-        )
+        reason = response.reason
+        if scrub is not None:
+            headers = [(name, scrub.replace(value)) for name, value in headers]
+            reason = scrub.replace(reason)
+        switched = h11.InformationalResponse(status_code=101, headers=headers, reason=reason)
         await self.to_client(self.conn.send(switched))
         from_client, _ = self.conn.trailing_data
         from_origin, _ = self.origin.trailing_data

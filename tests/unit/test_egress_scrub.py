@@ -1,0 +1,174 @@
+"""What the egress proxy lets back into the sandbox from an origin that echoes
+an injected credential, and what it does with a value a request cannot carry:
+the ways a secret reached the sandbox or the host's log before (a compressed
+echo, the reason phrase, a protocol switch, a value with a line break). Real
+sockets, a loopback HTTPS origin with a test CA, as in ``test_egress_tls``."""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import h11
+import pytest
+import trustme
+from anyio.streams.tls import TLSStream
+
+from stead.egress_policy import HostSet
+from stead.sandbox_host.egress import EgressTls, PlaceholderSecret, Secrets
+from tests.unit.test_egress_tls import (
+    PLACEHOLDER,
+    SECRET,
+    WAIT,
+    https_origin,
+    open_tunnel,
+    placeholder_secret,
+    proxy,
+    request,
+    test_ca,
+    tls,
+    workdir,
+)
+
+pytestmark = pytest.mark.anyio
+__all__ = ["test_ca", "tls", "workdir"]  # fixtures
+
+AUTH = [("authorization", f"Bearer {PLACEHOLDER.decode()}")]
+
+
+def answering(
+    answer: Callable[[bytes], bytes], heads: list[bytes]
+) -> Callable[[TLSStream], object]:
+    """An origin that reads one request head, keeps it in ``heads``, and sends
+    ``answer(head)`` raw."""
+
+    async def serve(stream: TLSStream) -> None:
+        async with stream:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += await stream.receive()
+            heads.append(head)
+            await stream.send(answer(head))
+
+    return serve
+
+
+def echoed(head: bytes) -> bytes:
+    """The request's authorization header, as the origin saw it."""
+    line = next(x for x in head.split(b"\r\n") if x.lower().startswith(b"authorization:"))
+    return line.split(b":", 1)[1].strip()
+
+
+async def test_an_echo_is_asked_for_uncompressed_and_a_compressed_one_is_refused(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    """The scrubber reads plain bytes: before, ``curl --compressed`` got the
+    secret back inside a gzip body."""
+    heads: list[bytes] = []
+
+    def gzipped(head: bytes) -> bytes:
+        body = gzip.compress(echoed(head))
+        return (
+            b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\n"
+            + f"content-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
+    path = workdir / "proxy.sock"
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    async with (
+        https_origin(test_ca, handler=answering(gzipped, heads)) as origin,
+        proxy(path, tls, secrets, "api.test"),
+        await open_tunnel(path, "api.test", origin.port, tls) as stream,
+    ):
+        conn = h11.Connection(h11.CLIENT)
+        asked = [*AUTH, ("accept-encoding", "gzip, br")]
+        status, data = await request(stream, conn, "GET", "/", "api.test", asked)
+    assert status == 502 and SECRET not in data
+    [head] = heads
+    assert b"accept-encoding: identity" in head.lower() and b"gzip" not in head.lower()
+
+
+async def test_a_reason_phrase_that_echoes_the_secret_is_scrubbed(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    heads: list[bytes] = []
+
+    def in_reason(head: bytes) -> bytes:
+        return b"HTTP/1.1 401 bad credentials " + echoed(head) + b"\r\ncontent-length: 0\r\n\r\n"
+
+    path = workdir / "proxy.sock"
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    async with (
+        https_origin(test_ca, handler=answering(in_reason, heads)) as origin,
+        proxy(path, tls, secrets, "api.test"),
+        await open_tunnel(path, "api.test", origin.port, tls) as stream,
+    ):
+        await stream.send(
+            b"GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer "
+            + PLACEHOLDER
+            + b"\r\n\r\n"
+        )
+        got = b""
+        with anyio.fail_after(WAIT):
+            while b"\r\n\r\n" not in got:
+                got += await stream.receive()
+    assert SECRET in heads[0]  # injected on the way out
+    assert got.startswith(b"HTTP/1.1 401 bad credentials Bearer " + PLACEHOLDER)
+    assert SECRET not in got
+
+
+async def test_a_request_that_switches_protocols_carries_no_credential(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    """What follows a 101 is relayed as bytes the scrubber cannot rewrite: before,
+    the upgrade request got the secret and the origin could echo it after the switch."""
+    heads: list[bytes] = []
+
+    def switched(head: bytes) -> bytes:
+        return (
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"x-echo: " + echoed(head) + b"\r\n\r\nframes: " + echoed(head)
+        )
+
+    path = workdir / "proxy.sock"
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    async with (
+        https_origin(test_ca, handler=answering(switched, heads)) as origin,
+        proxy(path, tls, secrets, "api.test"),
+        await open_tunnel(path, "api.test", origin.port, tls) as stream,
+    ):
+        await stream.send(
+            b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nAuthorization: Bearer " + PLACEHOLDER + b"\r\n\r\n"
+        )
+        got = b""
+        with anyio.fail_after(WAIT):
+            while not got.endswith(b"frames: Bearer " + PLACEHOLDER):
+                got += await stream.receive()
+    assert got.startswith(b"HTTP/1.1 101 ")
+    assert SECRET not in heads[0] and SECRET not in got
+
+
+async def test_a_value_a_header_cannot_hold_is_a_400_and_in_no_log(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A credential whose value ends with a line break: before, the HTTP library
+    refused the header with the value in its message, which the host logged."""
+    broken = SECRET + b"\n"
+    secret = PlaceholderSecret("vcrd_env", PLACEHOLDER, broken, HostSet(("api.test",)))
+    path = workdir / "proxy.sock"
+    caplog.set_level(logging.DEBUG)
+    async with (
+        https_origin(test_ca) as origin,
+        proxy(path, tls, Secrets([], [secret]), "api.test"),
+        await open_tunnel(path, "api.test", origin.port, tls) as stream,
+    ):
+        conn = h11.Connection(h11.CLIENT)
+        status, data = await request(stream, conn, "GET", "/", "api.test", AUTH)
+    assert status == 400 and b"cannot be put in this request's header" in data
+    assert origin.seen == []
+    assert SECRET.decode() not in caplog.text and SECRET not in data
