@@ -24,13 +24,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
+from stead.log_levels import LogLevel, any_case
 
 Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 """A duration: positive and finite (a zero or negative timer spins or fails late)."""
 Count = Annotated[int, Field(ge=1)]
 """How many of something: at least one."""
-LogLevel = Literal["critical", "error", "warning", "info", "debug"]
-"""The levels ``telemetry.configure_logging`` and uvicorn both take."""
 
 PRICE_KEYS = frozenset({"input", "output", "cache_write_5m", "cache_write_1h", "cache_read"})
 
@@ -256,10 +255,7 @@ class Settings(BaseSettings):
             raise ValueError("empty: name a directory")
         return value
 
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _any_case(cls, value: object) -> object:
-        return value.lower() if isinstance(value, str) else value
+    _any_case = field_validator("log_level", mode="before")(any_case)
 
     @field_validator("sandbox_host")
     @classmethod

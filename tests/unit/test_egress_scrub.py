@@ -56,6 +56,33 @@ def answering(
     return serve
 
 
+async def exchange(
+    workdir: Path,
+    tls: EgressTls,
+    ca: trustme.CA,
+    answer: Callable[[bytes], bytes],
+    sent: bytes,
+    until: Callable[[bytes], bool],
+) -> tuple[bytes, bytes]:
+    """``sent`` through the proxy (which injects the test's credential for
+    api.test) to an origin that answers ``answer(head)``: the head the origin
+    got, and what came back once ``until`` holds."""
+    heads: list[bytes] = []
+    path = workdir / "proxy.sock"
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    async with (
+        https_origin(ca, handler=answering(answer, heads)) as origin,
+        proxy(path, tls, secrets, "api.test"),
+        await open_tunnel(path, "api.test", origin.port, tls) as stream,
+    ):
+        await stream.send(sent)
+        got = b""
+        with anyio.fail_after(WAIT):
+            while not until(got):
+                got += await stream.receive()
+    return heads[0], got
+
+
 def echoed(head: bytes) -> bytes:
     """The request's authorization header, as the origin saw it."""
     line = next(x for x in head.split(b"\r\n") if x.lower().startswith(b"authorization:"))
@@ -95,28 +122,14 @@ async def test_an_echo_is_asked_for_uncompressed_and_a_compressed_one_is_refused
 async def test_a_reason_phrase_that_echoes_the_secret_is_scrubbed(
     workdir: Path, tls: EgressTls, test_ca: trustme.CA
 ) -> None:
-    heads: list[bytes] = []
-
     def in_reason(head: bytes) -> bytes:
         return b"HTTP/1.1 401 bad credentials " + echoed(head) + b"\r\ncontent-length: 0\r\n\r\n"
 
-    path = workdir / "proxy.sock"
-    secrets = Secrets([], [placeholder_secret("api.test")])
-    async with (
-        https_origin(test_ca, handler=answering(in_reason, heads)) as origin,
-        proxy(path, tls, secrets, "api.test"),
-        await open_tunnel(path, "api.test", origin.port, tls) as stream,
-    ):
-        await stream.send(
-            b"GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer "
-            + PLACEHOLDER
-            + b"\r\n\r\n"
-        )
-        got = b""
-        with anyio.fail_after(WAIT):
-            while b"\r\n\r\n" not in got:
-                got += await stream.receive()
-    assert SECRET in heads[0]  # injected on the way out
+    sent = b"GET / HTTP/1.1\r\nHost: api.test\r\nAuthorization: Bearer " + PLACEHOLDER
+    head, got = await exchange(
+        workdir, tls, test_ca, in_reason, sent + b"\r\n\r\n", lambda got: b"\r\n\r\n" in got
+    )
+    assert SECRET in head  # injected on the way out
     assert got.startswith(b"HTTP/1.1 401 bad credentials Bearer " + PLACEHOLDER)
     assert SECRET not in got
 
@@ -126,7 +139,6 @@ async def test_a_request_that_switches_protocols_carries_no_credential(
 ) -> None:
     """What follows a 101 is relayed as bytes the scrubber cannot rewrite: before,
     the upgrade request got the secret and the origin could echo it after the switch."""
-    heads: list[bytes] = []
 
     def switched(head: bytes) -> bytes:
         return (
@@ -134,23 +146,16 @@ async def test_a_request_that_switches_protocols_carries_no_credential(
             b"x-echo: " + echoed(head) + b"\r\n\r\nframes: " + echoed(head)
         )
 
-    path = workdir / "proxy.sock"
-    secrets = Secrets([], [placeholder_secret("api.test")])
-    async with (
-        https_origin(test_ca, handler=answering(switched, heads)) as origin,
-        proxy(path, tls, secrets, "api.test"),
-        await open_tunnel(path, "api.test", origin.port, tls) as stream,
-    ):
-        await stream.send(
-            b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
-            b"Connection: Upgrade\r\nAuthorization: Bearer " + PLACEHOLDER + b"\r\n\r\n"
-        )
-        got = b""
-        with anyio.fail_after(WAIT):
-            while not got.endswith(b"frames: Bearer " + PLACEHOLDER):
-                got += await stream.receive()
+    sent = (
+        b"GET /ws HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nAuthorization: Bearer " + PLACEHOLDER + b"\r\n\r\n"
+    )
+    last = b"frames: Bearer " + PLACEHOLDER
+    head, got = await exchange(
+        workdir, tls, test_ca, switched, sent, lambda got: got.endswith(last)
+    )
     assert got.startswith(b"HTTP/1.1 101 ")
-    assert SECRET not in heads[0] and SECRET not in got
+    assert SECRET not in head and SECRET not in got
 
 
 async def test_a_value_a_header_cannot_hold_is_a_400_and_in_no_log(

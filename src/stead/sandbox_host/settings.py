@@ -9,13 +9,13 @@ host's edge (``stead sandbox-host``) and turned into ``HostOptions``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
+from stead.log_levels import LogLevel, any_case
 from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
 
 LAST_UID = 2**31 - 2
@@ -114,14 +114,11 @@ class HostSettings(BaseSettings):
     host's own trust store (a private CA of the operator's)."""
     terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
     """A terminal client that cannot take output for this long is dropped (too slow)."""
-    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
-    """The brain's levels (``stead.config.LogLevel``; a host it starts is
-    passed its own), in any case."""
+    log_level: LogLevel = "info"
+    """The brain's levels (``stead.log_levels``; a host it starts is passed
+    its own), in any case."""
 
-    @field_validator("log_level", mode="before")
-    @classmethod
-    def _any_case(cls, value: object) -> object:
-        return value.lower() if isinstance(value, str) else value
+    _any_case = field_validator("log_level", mode="before")(any_case)
 
     @field_validator("blob_url")
     @classmethod
