@@ -36,6 +36,7 @@ SHARED = {
     "ids",
     "failpoints",
     "jsonvalues",
+    "log_levels",
     "media_types",
     "mount_paths",
     "package_specs",
