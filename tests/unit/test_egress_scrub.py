@@ -1,7 +1,8 @@
 """What the egress proxy lets back into the sandbox from an origin that echoes
 an injected credential, and what it does with a value a request cannot carry:
 the ways a secret reached the sandbox or the host's log before (a compressed
-echo, the reason phrase, a protocol switch, a value with a line break). Real
+echo, the reason phrase, a protocol switch, a value with a line break); and
+how much of the host's memory the bodies it reads whole may hold. Real
 sockets, a loopback HTTPS origin with a test CA, as in ``test_egress_tls``."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from anyio.streams.tls import TLSStream
 
 from stead.egress_policy import HostSet
 from stead.sandbox_host.egress import EgressTls, PlaceholderSecret, Secrets
+from stead.sandbox_host.egress.origin import Bodies
 from tests.unit.test_egress_tls import (
     PLACEHOLDER,
     SECRET,
@@ -177,3 +179,46 @@ async def test_a_value_a_header_cannot_hold_is_a_400_and_in_no_log(
     assert status == 400 and b"cannot be put in this request's header" in data
     assert origin.seen == []
     assert SECRET.decode() not in caplog.text and SECRET not in data
+
+
+class _Watched(Bodies):
+    """``Bodies`` that says when the proxy holds the first body's 900 bytes."""
+
+    def __init__(self, limit: int, held_limit: int) -> None:
+        super().__init__(limit, held_limit)
+        self.holding = anyio.Event()
+
+    def take(self, size: int, host: str) -> None:
+        super().take(size, host)
+        if self.held >= 900:
+            self.holding.set()
+
+
+async def test_the_bodies_a_proxy_holds_at_once_are_bounded(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    """A body credentials are injected into is read whole: before, each of a
+    sandbox's 256 connections could hold 8 MiB of the host's memory, 2 GiB in all."""
+    path = workdir / "proxy.sock"
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    head = b"POST / HTTP/1.1\r\nHost: api.test\r\nContent-Length: 1000\r\n\r\n"
+    async with https_origin(test_ca) as origin, proxy(path, tls, secrets, "api.test") as running:
+        running.bodies = watched = _Watched(1000, 1500)
+        port = origin.port
+        async with (
+            await open_tunnel(path, "api.test", port, tls) as first,
+            await open_tunnel(path, "api.test", port, tls) as second,
+        ):
+            await first.send(head + b"a" * 900)  # the rest later: held meanwhile
+            with anyio.fail_after(WAIT):
+                await watched.holding.wait()
+            conn = h11.Connection(h11.CLIENT)
+            crowded = await request(second, conn, "POST", "/", "api.test", body=b"b" * 700)
+            assert crowded[0] == 503
+            await first.send(b"a" * 100)
+            answer = b""
+            with anyio.fail_after(WAIT):
+                while b"\r\n\r\n" not in answer:
+                    answer += await first.receive()
+            assert answer.startswith(b"HTTP/1.1 200") and running.bodies.held == 0
+    assert [len(seen["body"]) for seen in origin.seen] == [1000]

@@ -9,6 +9,7 @@ EgressError              (stead.egress_policy) base; ``status``
 ├── Refused              403: a credential's placeholder is headed for a host it may not reach
 ├── Unsendable           400: a credential's value a header cannot hold (a line break)
 ├── TooLarge             413: a body the proxy must read whole to inject into is too large
+├── Crowded              503: the proxy holds as many such bodies at once as it may
 └── UpstreamFailed       502 (stead.egress_policy), UpstreamTimeout 504
 """
 
@@ -60,4 +61,15 @@ class Unsendable(EgressError):
         super().__init__(
             f"egress to {host} refused: a credential's value cannot be put in this "
             "request's header (it holds a character a header may not: a line break, say)"
+        )
+
+
+class Crowded(EgressError):
+    status: int = 503
+
+    def __init__(self, host: str, limit: int) -> None:
+        self.host = host
+        super().__init__(
+            f"egress to {host} refused for now: this sandbox's requests already hold "
+            f"{limit} bytes of bodies into which credentials are injected; try again"
         )

@@ -25,7 +25,7 @@ from anyio.streams.tls import TLSStream
 from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout, normalize_host
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.errors import BadRequest
-from stead.sandbox_host.egress.origin import forward
+from stead.sandbox_host.egress.origin import Bodies, forward
 from stead.sandbox_host.egress.reply import answer
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Kind, Target, read_request
 from stead.sandbox_host.egress.secrets import Secrets
@@ -74,7 +74,7 @@ class Interception:
         connect_timeout: float,
         idle_timeout: float,
         head_timeout: float,
-        body_limit: int,
+        bodies: Bodies,
     ) -> None:
         self.tls = tls
         self.secrets = secrets
@@ -82,7 +82,7 @@ class Interception:
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
         self.head_timeout = head_timeout
-        self.body_limit = body_limit
+        self.bodies = bodies
 
     async def run(self, client: ByteStream, upstream: ByteStream, target: Target) -> None:
         """Serves the tunnel until either side closes or stays idle. Closes neither
@@ -180,7 +180,7 @@ class Interception:
                 idle_timeout=self.idle_timeout,
                 secrets=self.secrets().for_host(target.host),
                 exchange=exchange,
-                body_limit=self.body_limit,
+                bodies=self.bodies,
                 origin=origin,
             )
         except EgressError as exc:

@@ -6,7 +6,7 @@ virtual host behind an allowed address) and hop-by-hop headers removed. A plain
 ``http://`` request travels alone (``Connection: close``); requests decrypted
 from a CONNECT tunnel (``intercept.py``) keep both connections alive. h11 frames
 both sides, so bodies stream in chunks and are never buffered whole, except
-one the credentials must be injected into (read whole, up to ``body_limit``).
+one the credentials must be injected into (read whole: ``Bodies`` bounds each and all at once).
 
 Errors before the response head reaches the client are raised as
 ``UpstreamFailed``/``UpstreamTimeout`` (the caller answers 502/504),
@@ -22,7 +22,7 @@ from anyio.abc import ByteStream
 
 from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout
 from stead.sandbox_host.egress.audit import Exchange
-from stead.sandbox_host.egress.errors import BadRequest, TooLarge, Unsendable
+from stead.sandbox_host.egress.errors import BadRequest, Crowded, TooLarge, Unsendable
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
 from stead.sandbox_host.egress.secrets import HostSecrets, Scrubber, credential_ids
 from stead.sandbox_host.egress.splice import splice
@@ -65,7 +65,7 @@ async def forward(
     idle_timeout: float,
     secrets: HostSecrets,
     exchange: Exchange,
-    body_limit: int,
+    bodies: Bodies,
     origin: h11.Connection | None = None,
 ) -> bool:
     """Sends ``request`` (its body still unread on ``client``/``conn``) to ``upstream``
@@ -76,7 +76,7 @@ async def forward(
     hop = _Hop(client, conn, upstream, target, idle_timeout, exchange, origin)
     scrub = secrets.scrubber()
     try:
-        await hop.send_request(request, secrets, body_limit, plain=scrub is not None)
+        await hop.send_request(request, secrets, bodies, plain=scrub is not None)
         response = await hop.response_head()
         exchange.status = response.status_code
         if isinstance(response, h11.InformationalResponse):  # 101: a WebSocket, say
@@ -151,6 +151,30 @@ def _says_close(response: h11.Response) -> bool:
     )
 
 
+class Bodies:
+    """The request bodies one proxy reads whole to inject credentials into:
+    each at most ``limit`` bytes, and all it holds at once at most ``held_limit``
+    (before, a sandbox's 256 connections could each hold ``limit`` bytes of the
+    host's memory). ``take`` counts bytes as they arrive; ``give`` returns them."""
+
+    def __init__(self, limit: int, held_limit: int) -> None:
+        self.limit = limit
+        self.held_limit = held_limit
+        self._held = 0
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def take(self, size: int, host: str) -> None:
+        if self._held + size > self.held_limit:
+            raise Crowded(host, self.held_limit)
+        self._held += size
+
+    def give(self, size: int) -> None:
+        self._held -= size
+
+
 def _plain(headers: Headers) -> Headers:
     """``headers`` asking for an answer that is not compressed: a compressed echo
     of an injected value would carry it past the scrubber."""
@@ -196,7 +220,7 @@ class _Hop:
         self.exchange = exchange
 
     async def send_request(
-        self, request: h11.Request, secrets: HostSecrets, body_limit: int, *, plain: bool
+        self, request: h11.Request, secrets: HostSecrets, bodies: Bodies, *, plain: bool
     ) -> None:
         """``plain``: the answer will be scrubbed, so it is asked for uncompressed.
         A request that switches protocols (a WebSocket) gets no credential: what
@@ -214,15 +238,19 @@ class _Hop:
             headers = _plain(headers)
         close = not self.keep_alive
         if secrets.rewrites_body:
-            await self.send_continue()
-            body = secrets.body(await self.read_body(body_limit), host)
-            framed = bool(body) or any(n in FRAMING - {b"host"} for n, _ in headers)
-            if framed:
-                headers = _sized(headers, len(body))
-            await self.to_upstream(self.origin.send(self._head(request, headers, close)))
-            if body:
-                await self.to_upstream(self.origin.send(h11.Data(data=body)))
-            await self.to_upstream(self.origin.send(h11.EndOfMessage()))
+            held = [0]  # what this body holds of ``bodies``, until it is sent on
+            try:
+                await self.send_continue()
+                body = secrets.body(await self.read_body(bodies, held), host)
+                framed = bool(body) or any(n in FRAMING - {b"host"} for n, _ in headers)
+                if framed:
+                    headers = _sized(headers, len(body))
+                await self.to_upstream(self.origin.send(self._head(request, headers, close)))
+                if body:
+                    await self.to_upstream(self.origin.send(h11.Data(data=body)))
+                await self.to_upstream(self.origin.send(h11.EndOfMessage()))
+            finally:
+                bodies.give(held[0])
             return
         await self.to_upstream(self.origin.send(self._head(request, headers, close)))
         await self.send_continue()
@@ -250,15 +278,16 @@ class _Hop:
             continue_ = h11.InformationalResponse(status_code=100, headers=[])
             await self.to_client(self.conn.send(continue_))
 
-    async def read_body(self, limit: int) -> bytes:
+    async def read_body(self, bodies: Bodies, held: list[int]) -> bytes:
+        """The whole body, its bytes counted in ``held`` as ``bodies`` takes them."""
         parts: list[bytes] = []
-        size = 0
         while True:
             event = await self.from_client()
             if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > limit:
-                    raise TooLarge(self.target.host, limit)
+                if held[0] + len(event.data) > bodies.limit:
+                    raise TooLarge(self.target.host, bodies.limit)
+                bodies.take(len(event.data), self.target.host)
+                held[0] += len(event.data)
                 parts.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(parts)

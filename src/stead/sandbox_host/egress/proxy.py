@@ -32,7 +32,7 @@ from stead.egress_policy import Denied, EgressError, EgressPolicy, Resolver, sys
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.dial import dial
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Interception, Replayed
-from stead.sandbox_host.egress.origin import forward
+from stead.sandbox_host.egress.origin import Bodies, forward
 from stead.sandbox_host.egress.reply import answer, send_quietly
 from stead.sandbox_host.egress.request import (
     MAX_HEAD_BYTES,
@@ -56,6 +56,9 @@ MAX_CONNECTIONS = 256
 """Default limit on one proxy's concurrent client connections."""
 
 BODY_LIMIT = 8 * 1024 * 1024
+HELD_BODIES_LIMIT = 32 * 1024 * 1024
+"""Bytes of bodies (read whole to inject into) one proxy holds at once: a
+sandbox's share of the host's memory, whatever its connections do."""
 """Default limit on a request body read whole to inject credentials into it."""
 
 ACCEPT_BACKOFF = 0.1
@@ -105,6 +108,7 @@ class EgressProxy:
         pinned: Mapping[str, str] | None = None,
         audit: AuditLog | None = None,
         body_limit: int = BODY_LIMIT,
+        held_bodies_limit: int = HELD_BODIES_LIMIT,
         counted: Callable[[bool], None] | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
@@ -113,7 +117,7 @@ class EgressProxy:
         """What the proxy injects (rule 8); memory only, never logged."""
         self.tls = tls
         self.audit = audit
-        self.body_limit = body_limit
+        self.bodies = Bodies(body_limit, held_bodies_limit)
         self._pinned = dict(pinned or {})
         self.connect_timeout = connect_timeout
         self.idle_timeout = idle_timeout
@@ -243,7 +247,7 @@ class EgressProxy:
                     idle_timeout=self.idle_timeout,
                     secrets=self.secrets.for_host(target.host),
                     exchange=exchange,
-                    body_limit=self.body_limit,
+                    bodies=self.bodies,
                 )
             except EgressError as exc:
                 exchange.status, exchange.error = exc.status, str(exc)
@@ -283,7 +287,7 @@ class EgressProxy:
             connect_timeout=self.connect_timeout,
             idle_timeout=self.idle_timeout,
             head_timeout=self.head_timeout,
-            body_limit=self.body_limit,
+            bodies=self.bodies,
         )
 
     def _record(self, exchange: Exchange) -> None:
