@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,8 +20,9 @@ import h11
 import pytest
 from anyio.abc import SocketStream
 
-from stead.egress_policy import EgressPolicy
+from stead.egress_policy import EgressPolicy, threaded_resolver
 from stead.sandbox_host.egress import EgressProxy
+from stead.sandbox_host.egress.proxy import LOOKUPS
 
 pytestmark = pytest.mark.anyio
 
@@ -282,6 +284,42 @@ async def test_a_resolver_that_hangs_is_a_504(sock_path: Path) -> None:
         status, body = await ask(sock_path, connect("slow.example:443"))
     assert status == 504
     assert b"timed out" in body
+
+
+async def test_lookups_that_never_answer_hold_only_their_own_proxy(sock_path: Path) -> None:
+    """Each proxy resolves on threads of its own, at most ``LOOKUPS`` at once.
+    Before, every proxy used the event loop's four resolver threads, and one
+    sandbox's eight names whose DNS server never answers made every other
+    sandbox's lookups time out."""
+    never = threading.Event()  # the DNS server of the slow names: it never answers
+
+    def lookup(host: str, port: int) -> list[tuple[Any, ...]]:
+        if host.startswith("slow"):
+            never.wait(WAIT)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+
+    other = sock_path.with_name("other.sock")
+    policy = EgressPolicy(UNRESTRICTED)
+    slow = threaded_resolver(anyio.CapacityLimiter(LOOKUPS), lookup)
+    fast = threaded_resolver(anyio.CapacityLimiter(LOOKUPS), lookup)
+    try:
+        async with (
+            running(sock_path, policy, resolver=slow, connect_timeout=0.5),
+            running(other, policy, resolver=fast),
+            anyio.create_task_group() as asking,
+        ):
+            answers: list[int] = []
+
+            async def slow_name(i: int) -> None:
+                answers.append((await ask(sock_path, connect(f"slow{i}.test:443")))[0])
+
+            for i in range(2 * LOOKUPS):
+                asking.start_soon(slow_name, i)
+            status, body = await ask(other, connect("fast.test:443"))
+            assert status == 403 and b"address 127.0.0.1 is blocked" in body  # resolved
+        assert answers == [504] * (2 * LOOKUPS)
+    finally:
+        never.set()
 
 
 async def test_a_refused_connection_is_a_502(sock_path: Path) -> None:

@@ -35,6 +35,7 @@ from stead.egress_policy.resolve import (
     checked_addresses,
     pinned_hosts,
     system_resolver,
+    threaded_resolver,
 )
 from stead.egress_policy.settings import ExtraCaFile, PinnedHosts
 from stead.egress_policy.tls import UpstreamTls, checked_bundle, upstream_context
@@ -66,5 +67,6 @@ __all__ = [
     "pinned_hosts",
     "refuse_blocked",
     "system_resolver",
+    "threaded_resolver",
     "upstream_context",
 ]

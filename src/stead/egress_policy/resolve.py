@@ -14,9 +14,10 @@ import ipaddress
 import re
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import anyio
+from anyio import to_thread
 
 from stead.egress_policy.errors import UpstreamFailed, UpstreamTimeout
 from stead.egress_policy.policy import normalize_host
@@ -39,6 +40,30 @@ async def system_resolver(host: str, port: int) -> list[str]:
     """The machine's resolver (``getaddrinfo``), as addresses in the order it gave them."""
     infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return [str(info[4][0]) for info in infos]
+
+
+Lookup = Callable[[str, int], Sequence[tuple[Any, ...]]]
+"""A blocking ``getaddrinfo`` for stream sockets."""
+
+
+def _getaddrinfo(host: str, port: int) -> Sequence[tuple[Any, ...]]:
+    return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+def threaded_resolver(limiter: anyio.CapacityLimiter, lookup: Lookup = _getaddrinfo) -> Resolver:
+    """``getaddrinfo`` on threads of its own, at most ``limiter``'s at once. The
+    event loop's resolver runs on a pool of four threads that every caller
+    shares: names that never resolve (their DNS server never answers) held it,
+    and every other lookup waited. A lookup given up on keeps its thread, and
+    its place in ``limiter``, until the system's resolver gives up too."""
+
+    async def resolve(host: str, port: int) -> list[str]:
+        infos = await to_thread.run_sync(
+            lookup, host, port, abandon_on_cancel=True, limiter=limiter
+        )
+        return [str(info[4][0]) for info in infos]
+
+    return resolve
 
 
 def pinned_hosts(hosts: Mapping[str, str]) -> dict[str, str]:

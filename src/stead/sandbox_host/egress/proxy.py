@@ -28,7 +28,7 @@ import anyio
 import h11
 from anyio.abc import ByteStream, SocketStream, TaskGroup
 
-from stead.egress_policy import Denied, EgressError, EgressPolicy, Resolver, system_resolver
+from stead.egress_policy import Denied, EgressError, EgressPolicy, Resolver, threaded_resolver
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.dial import dial
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Interception, Replayed
@@ -55,6 +55,10 @@ HEAD_TIMEOUT = 10.0
 MAX_CONNECTIONS = 256
 """Default limit on one proxy's concurrent client connections."""
 
+LOOKUPS = 4
+"""Name lookups one proxy (one sandbox) has in flight at once, each on a thread
+of its own (``threaded_resolver``): one sandbox's names that never resolve wait
+on its own four, not on the lookups of every other sandbox of the host."""
 BODY_LIMIT = 8 * 1024 * 1024
 HELD_BODIES_LIMIT = 32 * 1024 * 1024
 """Bytes of bodies (read whole to inject into) one proxy holds at once: a
@@ -123,7 +127,7 @@ class EgressProxy:
         self.idle_timeout = idle_timeout
         self.head_timeout = head_timeout
         self.max_connections = max_connections
-        self._resolver: Resolver = resolver or system_resolver
+        self._resolver: Resolver = resolver or threaded_resolver(anyio.CapacityLimiter(LOOKUPS))
         self._active = 0
         self._allowed = 0
         self._denied = 0
