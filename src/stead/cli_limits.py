@@ -31,7 +31,8 @@ def _value(field: str, text: str) -> Any:
         return None
     if field == "monthly_list_cost":
         cents = float(text) * 100 if _number(text) else -1.0
-        if cents < 0 or abs(cents - round(cents)) > 1e-6:  # 0.001 would be stored as 0
+        if not math.isfinite(cents) or cents < 0 or abs(cents - round(cents)) > 1e-6:
+            # 0.001 would be stored as 0; 1e308 dollars are no number of cents
             typer.echo(
                 "stead: --monthly-spend: US dollars to the cent (e.g. 50 or 12.5), or 'none'",
                 err=True,

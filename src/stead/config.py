@@ -369,7 +369,8 @@ class Settings(BaseSettings):
         url = self.resolved_database_url
         if not url.startswith("sqlite"):
             return None
-        return Path(url.split(":///", 1)[-1].split("?", 1)[0])
+        path = url.split(":///", 1)[-1].split("?", 1)[0] if ":///" in url else ""
+        return Path(path) if path and path != ":memory:" else None
 
 
 def settings_errors(error: ValidationError) -> list[str]:

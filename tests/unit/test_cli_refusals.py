@@ -39,6 +39,8 @@ def empty(tmp_path: Path) -> Path:
         ),
         # Before, stored as a limit of $0.00 without a word.
         (["limits", "set", "--monthly-spend", "0.001"], 2, "stead: --monthly-spend: US dollars"),
+        # Before, an OverflowError traceback: no number of cents.
+        (["limits", "set", "--monthly-spend", "1e308"], 2, "stead: --monthly-spend: US dollars"),
     ],
 )
 def test_a_command_that_cannot_be_done_says_why_in_one_line(
@@ -49,3 +51,17 @@ def test_a_command_that_cannot_be_done_says_why_in_one_line(
     assert result.stderr.startswith(line) and result.stderr.count("\n") == 1
     listed = CliRunner().invoke(app, ["keys", "list", "--json", "--data-dir", str(empty)])
     assert listed.stdout.strip() == "[]"
+
+
+def test_a_database_whose_directory_is_not_there_is_one_line(tmp_path: Path) -> None:
+    """The lock beside a SQLite file named in a missing directory: before, a
+    FileNotFoundError traceback. An in-memory database has no file to lock."""
+    from stead.config import Settings
+    from stead.runtime import DataDirInUse, brain_lock
+
+    missing = tmp_path / "nowhere" / "stead.db"
+    locking = brain_lock(tmp_path / "data", missing)
+    with pytest.raises(DataDirInUse, match=r"^cannot lock .*stead\.db\.lock: No such file"):
+        locking.__enter__()
+    memory = Settings(data_dir=tmp_path, database_url="sqlite:///:memory:")
+    assert memory.sqlite_file is None

@@ -24,12 +24,12 @@ class ModelRequest:
     messages: list[Json]
     max_tokens: int
     messages_json: str | None = field(default=None, compare=False, repr=False)
+    """``messages`` in canonical form when the caller has it (``Rendering``
+    keeps each finished message's), so a step encodes only what is new."""
     effort: str | None = None
     """The agent's ``model.effort`` level: the Messages API's ``output_config.effort``."""
     speed: str | None = None
     inference_geo: str | None = None
-    """``messages`` in canonical form when the caller has it (``Rendering``
-    keeps each finished message's), so a step encodes only what is new."""
 
     @cached_property
     def canonical_params(self) -> str:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 
 class DataDirInUse(RuntimeError):
-    pass
+    """Another ``stead serve`` holds the data directory or the database, or the
+    lock cannot be made there at all; the message says which, in one line."""
 
 
 @contextmanager
@@ -48,7 +49,10 @@ def brain_lock(data_dir: Path, database: Path | None = None) -> Iterator[None]:
 
 @contextmanager
 def _held(path: Path, in_use: str) -> Iterator[None]:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:  # a directory that is not there, or not writable
+        raise DataDirInUse(f"cannot lock {path}: {exc.strerror or exc}") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

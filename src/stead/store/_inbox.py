@@ -94,9 +94,9 @@ def file_in(
     """Files ``new`` into a busy session's queue (what waits for the turn) or its
     log, in the request's order; returns the echoes and the logged among them.
     At the budget an interrupt is accepted and ignored, not logged (spec §3.1).
-    An interrupt logged during a turn marks the queue's tail (``mark_interrupt``,
-    after what the request queued before it): the turn it ends answers what was
-    queued past the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``)."""
+    An interrupt logged marks the queue's tail (``mark_interrupt``, after what
+    the request queued before it): the turn it ends answers what was queued past
+    the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``)."""
     if accounting.at_cap(session.budget, session.usage):
         new = [e for e in new if e.type != EventType.USER_INTERRUPT]
     busy = session.status != "idle"
@@ -118,6 +118,6 @@ def file_in(
             records = append(batch)
             echoes += records
             logged += records
-            if busy and any(e.type == EventType.USER_INTERRUPT for e in batch):
-                mark_interrupt()
+            if any(e.type == EventType.USER_INTERRUPT for e in batch):
+                mark_interrupt()  # idle, the queue is empty: the mark is its tail
     return echoes, logged

@@ -85,8 +85,9 @@ async def forward(
         closing = not hop.keep_alive or _says_close(response)
         head = _response(response, closing=closing)
         if scrub is not None:
-            _check_plain(response, target.host)
             has_body = request.method != b"HEAD" and response.status_code not in (204, 304)
+            if has_body:
+                _check_plain(response, target.host)
             headers = scrub.headers(list(head.headers), has_body=has_body)
             reason = scrub.replace(head.reason)
             head = h11.Response(status_code=head.status_code, headers=headers, reason=reason)
@@ -227,7 +228,8 @@ class _Hop:
         the origin sends after the switch cannot be scrubbed."""
         host = self.target.host
         given = end_to_end(list(request.headers))
-        if _upgrade(request):
+        upgrade = bool(_upgrade(request))
+        if upgrade:  # nothing injected, in the head or the body (streamed, watched)
             secrets.check(request.target, host)
             for _, value in given:
                 secrets.check(value, host)
@@ -237,7 +239,7 @@ class _Hop:
         if plain:
             headers = _plain(headers)
         close = not self.keep_alive
-        if secrets.rewrites_body:
+        if secrets.rewrites_body and not upgrade:
             held = [0]  # what this body holds of ``bodies``, until it is sent on
             try:
                 await self.send_continue()

@@ -60,10 +60,10 @@ LOOKUPS = 4
 of its own (``threaded_resolver``): one sandbox's names that never resolve wait
 on its own four, not on the lookups of every other sandbox of the host."""
 BODY_LIMIT = 8 * 1024 * 1024
+"""Default limit on a request body read whole to inject credentials into it."""
 HELD_BODIES_LIMIT = 32 * 1024 * 1024
 """Bytes of bodies (read whole to inject into) one proxy holds at once: a
 sandbox's share of the host's memory, whatever its connections do."""
-"""Default limit on a request body read whole to inject credentials into it."""
 
 ACCEPT_BACKOFF = 0.1
 """Pause after a failed ``accept`` (out of file descriptors) before the next one."""
