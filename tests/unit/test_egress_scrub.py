@@ -209,12 +209,12 @@ class _Watched(Bodies):
 
     def __init__(self, limit: int, held_limit: int) -> None:
         super().__init__(limit, held_limit)
-        self.holding = anyio.Event()
+        self.reached = anyio.Event()
 
     def take(self, size: int, host: str) -> None:
         super().take(size, host)
         if self.held >= 900:
-            self.holding.set()
+            self.reached.set()
 
 
 async def test_the_bodies_a_proxy_holds_at_once_are_bounded(
@@ -234,7 +234,7 @@ async def test_the_bodies_a_proxy_holds_at_once_are_bounded(
         ):
             await first.send(head + b"a" * 900)  # the rest later: held meanwhile
             with anyio.fail_after(WAIT):
-                await watched.holding.wait()
+                await watched.reached.wait()
             conn = h11.Connection(h11.CLIENT)
             crowded = await request(second, conn, "POST", "/", "api.test", body=b"b" * 700)
             assert crowded[0] == 503

@@ -16,6 +16,9 @@ closing the connection.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import anyio
 import h11
 from anyio.abc import ByteStream
@@ -175,6 +178,24 @@ class Bodies:
     def give(self, size: int) -> None:
         self._held -= size
 
+    @contextmanager
+    def holding(self, host: str) -> Iterator[Callable[[int], None]]:
+        """Counts one body's bytes as they arrive (``TooLarge`` past ``limit``)
+        and gives them all back once it is sent on, or given up."""
+        taken = 0
+
+        def take(size: int) -> None:
+            nonlocal taken
+            if taken + size > self.limit:
+                raise TooLarge(host, self.limit)
+            self.take(size, host)
+            taken += size
+
+        try:
+            yield take
+        finally:
+            self.give(taken)
+
 
 def _plain(headers: Headers) -> Headers:
     """``headers`` asking for an answer that is not compressed: a compressed echo
@@ -230,9 +251,7 @@ class _Hop:
         given = end_to_end(list(request.headers))
         upgrade = bool(_upgrade(request))
         if upgrade:  # nothing injected, in the head or the body (streamed, watched)
-            secrets.check(request.target, host)
-            for _, value in given:
-                secrets.check(value, host)
+            secrets.check_head(request.target, given, host)
             headers = given
         else:
             headers = secrets.head(request.target, given, host)
@@ -240,10 +259,9 @@ class _Hop:
             headers = _plain(headers)
         close = not self.keep_alive
         if secrets.rewrites_body and not upgrade:
-            held = [0]  # what this body holds of ``bodies``, until it is sent on
-            try:
+            with bodies.holding(host) as take:
                 await self.send_continue()
-                body = secrets.body(await self.read_body(bodies, held), host)
+                body = secrets.body(await self.read_body(take), host)
                 framed = bool(body) or any(n in FRAMING - {b"host"} for n, _ in headers)
                 if framed:
                     headers = _sized(headers, len(body))
@@ -251,8 +269,6 @@ class _Hop:
                 if body:
                     await self.to_upstream(self.origin.send(h11.Data(data=body)))
                 await self.to_upstream(self.origin.send(h11.EndOfMessage()))
-            finally:
-                bodies.give(held[0])
             return
         await self.to_upstream(self.origin.send(self._head(request, headers, close)))
         await self.send_continue()
@@ -280,16 +296,13 @@ class _Hop:
             continue_ = h11.InformationalResponse(status_code=100, headers=[])
             await self.to_client(self.conn.send(continue_))
 
-    async def read_body(self, bodies: Bodies, held: list[int]) -> bytes:
-        """The whole body, its bytes counted in ``held`` as ``bodies`` takes them."""
+    async def read_body(self, take: Callable[[int], None]) -> bytes:
+        """The whole body, each part counted by ``take`` as it arrives."""
         parts: list[bytes] = []
         while True:
             event = await self.from_client()
             if isinstance(event, h11.Data):
-                if held[0] + len(event.data) > bodies.limit:
-                    raise TooLarge(self.target.host, bodies.limit)
-                bodies.take(len(event.data), self.target.host)
-                held[0] += len(event.data)
+                take(len(event.data))
                 parts.append(event.data)
             elif isinstance(event, h11.EndOfMessage):
                 return b"".join(parts)

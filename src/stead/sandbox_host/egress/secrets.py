@@ -134,20 +134,24 @@ class HostSecrets:
     def longest_placeholder(self) -> int:
         return max((len(s.placeholder) for s in self.forbidden), default=0)
 
+    def check_head(self, target: bytes, headers: Headers, host: str) -> None:
+        """``Refused`` if the target or a header holds a placeholder that may not
+        go to ``host``."""
+        self.check(target, host)
+        for _, value in headers:
+            self.check(value, host)
+
     def head(self, target: bytes, headers: Headers, host: str) -> Headers:
         """``headers`` with the host's headers set and placeholders replaced;
-        raises ``Refused`` if the target or a header holds a forbidden one."""
-        self.check(target, host)
+        raises ``Refused`` as ``check_head`` does (for the headers it keeps)."""
         setting: dict[bytes, HeaderSecret] = {}
         for given in self.set_headers:  # one value per header: the first that applies
             if given.applies(target):
                 setting.setdefault(given.header, given)
-        names = set(setting)
+        kept = [(name, value) for name, value in headers if name not in setting]
+        self.check_head(target, kept, host)
         out: Headers = []
-        for name, value in headers:
-            if name in names:
-                continue
-            self.check(value, host)
+        for name, value in kept:
             for secret in self.in_headers:
                 if secret.placeholder in value:
                     value = value.replace(secret.placeholder, secret.value)
