@@ -10,9 +10,8 @@ hot path run compiled (``_compiled.py``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from sqlalchemy import Boolean, Connection, bindparam, case, insert, null, or_, select, update
@@ -24,7 +23,6 @@ from stead.store._compiled import compiled
 from stead.store._leases import _insert
 from stead.store.base import (
     LIVE_RUN_STATUSES,
-    EventRecord,
     NewEvent,
     OpRecord,
     RunClaim,
@@ -33,32 +31,17 @@ from stead.store.base import (
     WriteResult,
 )
 from stead.store.errors import LeaseLost
-from stead.store.runs import STARTS_WORK
 from stead.store.tables import ops, runs
 
 OWNED = (RunStatus.RUNNING, RunStatus.RETRYING)
 NOT_DONE = (*LIVE_RUN_STATUSES, RunStatus.RETRYING)
 
 
-def unseen_work(
-    log: Sequence[EventRecord] | None, logged: Sequence[EventRecord], after: int
-) -> bool:
-    """Whether ``log`` holds events that start work past ``after`` (the last seq
-    the run stepped on) that this write did not log: they came while the run
-    went on, and their accept found it live, so queued none (``RunWrite.requeue_after``)."""
-    mine = {e.id for e in logged}
-    return any(
-        e.type in STARTS_WORK and (e.seq or 0) > after and e.id not in mine for e in log or ()
-    )
-
-
-def without_stale_wait(new: Sequence[NewEvent], input_came: Callable[[], bool]) -> list[NewEvent]:
-    """``new`` less a ``requires_action`` idle when input that starts work came
-    after the log the run stepped on (``input_came``): the idle would name calls
-    that input may answer, and the run queued for it decides what still waits."""
-    waits = [e for e in new if _awaits_input(e)]
-    if not waits or not input_came():
-        return list(new)
+def without_waits(new: Sequence[NewEvent]) -> list[NewEvent]:
+    """``new`` less its ``requires_action`` idle: for a write whose run ends
+    waiting while input came after the log it stepped on (``RunWrite.requeue_after``).
+    The idle would name calls that input may answer; the run queued for the
+    input decides what still waits."""
     return [e for e in new if not _awaits_input(e)]
 
 
@@ -349,10 +332,13 @@ def write_claimed(
         new = _answers.unanswered(
             new, lambda use_id: _answers.logged_answer(conn, claim.session_id, use_id)
         )
-    if (after := change.requeue_after) is not None:
-        new = without_stale_wait(
-            new, partial(_events.work_logged_after, conn, claim.session_id, after)
-        )
+    # Input that starts work, logged while the run was live (so its accept
+    # queued no run), after the log the run stepped on: read before this
+    # write logs anything of its own.
+    after = change.requeue_after
+    came = after is not None and _events.work_logged_after(conn, claim.session_id, after)
+    if came:
+        new = without_waits(new)
     logged = _events.append_log(conn, now, claim.session_id, new)
     for op_key, result in change.ops_completed:
         op_completed(conn, now, op_key, result)
@@ -382,7 +368,6 @@ def write_claimed(
     log = None
     if change.since is not None:
         log = _events.log_after(conn, claim.session_id, change.since, logged)
-    after = change.requeue_after
-    if after is not None and next_run is None and unseen_work(log, logged, after):
+    if came and next_run is None:
         next_run = start(conn, now, claim.session_id)
     return WriteResult(logged, next_run, log, started, lease)

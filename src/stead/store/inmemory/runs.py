@@ -8,13 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from functools import partial
 from typing import Any
 
 from stead.ids import new_id
 from stead.store import _claims
 from stead.store._answers import unanswered
-from stead.store._runs import NOT_DONE, OWNED, unseen_work, without_stale_wait
+from stead.store._runs import NOT_DONE, OWNED, without_waits
 from stead.store.errors import LeaseLost, NotFound
 from stead.store.events import EventRecord
 from stead.store.inmemory import events, leases, limits, sessions
@@ -200,8 +199,10 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     new = change.events
     if change.closing:
         new = unanswered(new, lambda use_id: events.logged_answer(t, session_id, use_id))
-    if (after := change.requeue_after) is not None:
-        new = without_stale_wait(new, partial(events.work_logged_after, t, session_id, after))
+    after = change.requeue_after  # as ``_runs.write_claimed`` reads it
+    came = after is not None and events.work_logged_after(t, session_id, after)
+    if came:
+        new = without_waits(new)
     logged = events.append_log(t, now, session_id, new)
     for op_key, result in change.ops_completed:
         _op_completed(t, op_key, result)
@@ -225,8 +226,7 @@ def write_claimed(t: Tables, now: datetime, claim: RunClaim, change: RunWrite) -
     if change.terminate:
         logged += events.terminate(t, now, session_id)
     log = None if change.since is None else events.log_after(t, session_id, change.since, logged)
-    after = change.requeue_after
-    if after is not None and next_run is None and unseen_work(log, logged, after):
+    if came and next_run is None:
         next_run = start(t, now, session_id)
     return WriteResult(logged, next_run, log, started, lease)
 
