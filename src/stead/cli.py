@@ -35,6 +35,7 @@ from stead.cli_support import (
     made_data_dir,
     opened,
     read_settings,
+    sealing_box,
     setting_help,
     start_uncollected,
     validated,
@@ -45,7 +46,16 @@ from stead.cli_webhooks import webhooks_app
 from stead.cli_worker import worker
 from stead.config import Settings
 from stead.startup import summary
-from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
+from stead.vault import (
+    KeySetupError,
+    SealError,
+    SecretBox,
+    check_kept_key,
+    keep_key,
+    kept_key_id,
+    key_source,
+    load_secret_box,
+)
 from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
 if TYPE_CHECKING:
@@ -85,6 +95,12 @@ def _main(
     """stead: a self-hosted runtime for the Claude Managed Agents API."""
 
 
+async def _checked_store(settings: Settings) -> None:
+    """The store migrated, and the key it holds secrets under checked."""
+    async with opened(settings) as store:
+        await sealing_box(settings, store)
+
+
 async def _first_key(settings: Settings) -> tuple[ApiKey, str] | None:
     async with opened(settings) as store:
         return await store.first_api_key("default", "first key")
@@ -121,6 +137,8 @@ def serve(
     # The data directory and the port are taken before anything is written:
     # a start that fails on either must not spend the shown-once first key.
     with _data_dir_lock(settings), _listening(settings) as sock:
+        # Migrations may take long: a stop asked for meanwhile is not held back.
+        anyio.run(_checked_store, settings)
         host = f"[{settings.host}]" if ":" in settings.host else settings.host
         url = f"http://{host}:{settings.port}"
         # A stop asked for while the first key is made waits until it is shown
@@ -365,10 +383,54 @@ async def _reseal(settings: Settings, box: SecretBox) -> tuple[int, int, int]:
     from stead.runtime import resealed  # loaded only by this command
 
     async with opened(settings) as store:
+        try:
+            await check_kept_key(store, box, key_source(settings))
+        except KeySetupError as exc:
+            typer.echo(f"stead: {exc}", err=True)
+            raise typer.Exit(2) from None
         credentials = await store.reseal_credentials(lambda c: again(c.id, c.sealed))
         hooks = await store.reseal_webhook_secrets(partial(resealed, box))
         tokens = await store.reseal_repository_tokens(again)
+        await keep_key(store, box)
         return credentials, hooks, tokens
+
+
+@secrets_app.command("forget-key")
+def secrets_forget_key(
+    lost: Annotated[
+        str,
+        typer.Option(
+            "--lost", help="The id of the lost key, as the refusal to start names it (hex)."
+        ),
+    ],
+    data_dir: DataDir = None,
+) -> None:
+    """Make the installation's key the database's after the key its secrets were
+    sealed under was lost. What the lost key sealed (vault credentials, webhook
+    signing secrets, repository tokens) stays unreadable: create those again.
+    """
+    settings = read_settings(data_dir=data_dir)
+    made_data_dir(settings)
+    box = _secret_box(settings)
+    named = lost.strip().lower()
+
+    async def forget() -> bytes:
+        """The id the database kept; replaced by this key's when it is ``named``."""
+        async with opened(settings) as store:
+            kept = await kept_key_id(store, box)
+            if not box.holds(kept) and kept.hex() == named:
+                await keep_key(store, box)
+            return kept
+
+    with _data_dir_lock(settings):
+        kept = anyio.run(forget)
+    if box.holds(kept):
+        console().print(f"the database's key is already this one ({box.key_id.hex()})")
+    elif kept.hex() != named:
+        typer.echo(f"stead: the database's key is {kept.hex()}, not {lost}", err=True)
+        raise typer.Exit(2)
+    else:
+        console().print(f"the database's key is now {box.key_id.hex()} (was {kept.hex()})")
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from stead.store import Store
+    from stead.vault import SecretBox
 
 SettingsT = TypeVar("SettingsT", bound=BaseSettings)
 
@@ -142,6 +143,21 @@ async def opened(settings: Settings) -> AsyncIterator[Store]:
         yield store
     finally:
         await store.close()
+
+
+async def sealing_box(settings: Settings, store: Store) -> SecretBox:
+    """The box of the installation's key, once the database agrees it is the key
+    its secrets are sealed under (``stead.vault.kept_key``); a key that cannot be
+    used stops the command with one line."""
+    from stead.vault import KeySetupError, check_kept_key, key_source, load_secret_box
+
+    try:
+        box = load_secret_box(settings)
+        await check_kept_key(store, box, key_source(settings))
+    except KeySetupError as exc:
+        typer.echo(f"stead: {exc}", err=True)
+        raise typer.Exit(2) from None
+    return box
 
 
 async def stop_on_signal(scope: anyio.CancelScope) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import anyio
 import typer
 
-from stead.cli_support import PLAIN, DataDir, existing, opened
+from stead.cli_support import PLAIN, DataDir, existing, opened, sealing_box
 from stead.config import Settings
 from stead.jsonvalues import Json
 
@@ -38,12 +38,11 @@ def _run(settings: Settings, work: Callable[[Store, WebhookEndpoints], Awaitable
     from stead.runtime import WebhookEndpoints, webhook_parts
     from stead.schemas import RequestError
     from stead.store import NotFound
-    from stead.vault import load_secret_box
 
     async def main() -> T:
         async with opened(settings) as store:
             egress, _ = webhook_parts(settings)
-            service = WebhookEndpoints(store, load_secret_box(settings), egress)
+            service = WebhookEndpoints(store, await sealing_box(settings, store), egress)
             return await work(store, service)
 
     try:

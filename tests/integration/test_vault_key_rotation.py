@@ -1,14 +1,20 @@
 """The vault key through the ``stead`` command: rotation re-seals every credential
-and the server reads them after; a bad key stops start-up with one line."""
+and the server reads them after; a bad key stops start-up with one line, and so
+does a key the database's secrets are not sealed under."""
 
 from __future__ import annotations
 
+import base64
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from stead.testing import ServerProcess
+from stead.testing import ServeForker, ServerProcess, free_port
+from stead.vault.cipher import key_id
 from tests.conftest import make_client, sdk_of
+
+COMMAND_TIMEOUT = 60.0
 
 
 def _stead(data_dir: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -52,3 +58,80 @@ def test_a_bad_secret_key_stops_serve_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert lines == ["stead: STEAD_SECRET_KEY: must be base64 of 32 bytes, got 5 bytes"]
+
+
+def _key_id(key_text: str) -> str:
+    return key_id(base64.urlsafe_b64decode(key_text.strip())).hex()
+
+
+def _command_env(server: ServerProcess) -> dict[str, str]:
+    """The environment an operator's command on ``server``'s data directory runs with."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+    return {
+        **inherited,
+        "STEAD_DATA_DIR": str(server.data_dir),
+        "STEAD_PORT": str(free_port()),
+        "STEAD_SANDBOX": "off",
+    }
+
+
+def test_a_key_the_secrets_are_not_sealed_under_stops_serve_until_forgotten(
+    fresh_server: ServerProcess, forker: ServeForker
+) -> None:
+    secret = "sk-lost-key-secret-5151"
+    with sdk_of(fresh_server) as client:
+        vault = client.beta.vaults.create(display_name="sealed")
+        client.beta.vaults.credentials.create(
+            vault.id,
+            auth={"type": "static_bearer", "mcp_server_url": "https://m.example", "token": secret},
+        )
+    fresh_server.stop()
+    key_file = fresh_server.data_dir / "secret.key"
+    lost = _key_id(key_file.read_text())
+    key_file.unlink()  # lost: the next start makes another
+    env = _command_env(fresh_server)
+
+    refused = forker.complete(("serve",), env, COMMAND_TIMEOUT)
+    made = _key_id(key_file.read_text())
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"stead: {key_file} is key {made}, but this database's secrets are sealed under key "
+        f"{lost}: every stead process of one database needs the same key. If that key is "
+        f"lost, `stead secrets forget-key --lost {lost}` makes this one the database's "
+        "(what the lost key sealed stays unreadable)"
+    ]
+    assert "first API key" not in refused.stdout  # refused before the first key is spent
+    # Webhook commands seal too: refused alike.
+    listed = forker.complete(("webhooks", "list"), env, COMMAND_TIMEOUT)
+    assert listed.returncode == 2 and f"sealed under key {lost}" in listed.stderr
+
+    wrong = forker.complete(("secrets", "forget-key", "--lost", made), env, COMMAND_TIMEOUT)
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == f"stead: the database's key is {lost}, not {made}"
+    forgot = forker.complete(("secrets", "forget-key", "--lost", lost), env, COMMAND_TIMEOUT)
+    assert forgot.returncode == 0, forgot.stderr
+    assert f"the database's key is now {made} (was {lost})" in forgot.stdout
+    again = forker.complete(("secrets", "forget-key", "--lost", lost), env, COMMAND_TIMEOUT)
+    assert again.returncode == 0 and "already this one" in again.stdout
+
+    fresh_server.start()
+    outputs = refused.stdout + refused.stderr + forgot.stdout + forgot.stderr
+    assert secret not in outputs + fresh_server.log_text()
+
+
+def test_rotation_moves_the_kept_key_so_the_old_key_is_refused(
+    fresh_server: ServerProcess, forker: ServeForker
+) -> None:
+    fresh_server.stop()
+    key_file = fresh_server.data_dir / "secret.key"
+    old = key_file.read_text()
+    env = _command_env(fresh_server)
+    rotated = forker.complete(("secrets", "rotate-key"), env, COMMAND_TIMEOUT)
+    assert rotated.returncode == 0, rotated.stderr
+    new = key_file.read_text()
+    key_file.write_text(old)  # a copy of the key from before the rotation
+    refused = forker.complete(("serve",), env, COMMAND_TIMEOUT)
+    assert refused.returncode == 2
+    assert f"sealed under key {_key_id(new)}" in refused.stderr
+    key_file.write_text(new)
+    fresh_server.start()

@@ -36,6 +36,13 @@ async def test_keys_authenticate_until_revoked_and_secrets_are_kept(store: SqlSt
     made = await store.installation_secret("test")  # made once, then the same
     assert len(made) == 32 and await store.installation_secret("test") == made
     assert await store.installation_secret("other") != made
+    # A kept value is the first one kept, until it is replaced.
+    assert await store.installation_value("kept", b"first") == b"first"
+    assert await store.installation_value("kept", b"second") == b"first"
+    await store.replace_installation_value("kept", b"third")
+    assert await store.installation_value("kept", b"fourth") == b"third"
+    await store.replace_installation_value("new", b"fifth")
+    assert await store.installation_value("new", b"sixth") == b"fifth"
 
 
 async def test_agents_and_environments_page_both_ways(store: SqlStore) -> None:

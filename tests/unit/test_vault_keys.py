@@ -8,8 +8,19 @@ from pathlib import Path
 import pytest
 
 from stead.config import Settings
-from stead.vault import KeySetupError, SealError, SecretBox, load_secret_box
+from stead.store import SqlStore
+from stead.store.inmemory import InMemoryStore
+from stead.vault import (
+    KeySetupError,
+    SealError,
+    SecretBox,
+    check_kept_key,
+    keep_key,
+    kept_key_id,
+    load_secret_box,
+)
 from stead.vault.keys import begin_file_rotation, finish_file_rotation, new_key
+from tests.databases import STORES
 
 SECRET = {"token": "sk-unit-secret"}
 
@@ -80,3 +91,28 @@ def test_an_interrupted_file_rotation_leaves_every_secret_readable(tmp_path: Pat
     assert after.key_id == rotating.key_id
     assert after.open("vcrd_1", sealed_new) == SECRET
     assert not (tmp_path / "secret.key.next").exists()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("database_url", STORES, indirect=True)
+async def test_the_database_keeps_the_key_its_secrets_are_sealed_under(
+    store: SqlStore | InMemoryStore,
+) -> None:
+    old = new_key()
+    first, second = SecretBox(old), SecretBox(new_key())
+    await check_kept_key(store, first, "STEAD_SECRET_KEY")  # kept now
+    await check_kept_key(store, first, "STEAD_SECRET_KEY")
+    with pytest.raises(KeySetupError) as refused:
+        await check_kept_key(store, second, "STEAD_SECRET_KEY")
+    assert str(refused.value).startswith(
+        f"STEAD_SECRET_KEY is key {second.key_id.hex()}, but this database's secrets are "
+        f"sealed under key {first.key_id.hex()}"
+    )
+    # Mid-rotation, a process with the new key and the old one starts; once every
+    # secret is sealed under the new one, a process with only the old is refused.
+    rotating = SecretBox(new_key(), (old,))
+    await check_kept_key(store, rotating, "STEAD_SECRET_KEY")
+    await keep_key(store, rotating)
+    assert await kept_key_id(store, first) == rotating.key_id
+    with pytest.raises(KeySetupError):
+        await check_kept_key(store, first, "STEAD_SECRET_KEY")

@@ -136,7 +136,12 @@ def find_installation_secret(conn: Connection, name: str) -> bytes | None:
 
 
 def installation_secret(conn: Connection, now: datetime, name: str) -> bytes:
-    """The installation's secret ``name`` (32 random bytes), made on first use.
+    """The installation's secret ``name`` (32 random bytes), made on first use."""
+    return installation_value(conn, now, name, secrets.token_bytes(32))
+
+
+def installation_value(conn: Connection, now: datetime, name: str, value: bytes) -> bytes:
+    """The value kept under ``name``: ``value`` when none was, else the kept one.
 
     Two first uses at once cannot both insert: the name is the primary key, and a
     transaction that loses the race is run again (``workers.py``) and finds it.
@@ -144,6 +149,12 @@ def installation_secret(conn: Connection, now: datetime, name: str) -> bytes:
     found = find_installation_secret(conn, name)
     if found is not None:
         return found
-    value = secrets.token_bytes(32)
     conn.execute(insert(installation_secrets).values(name=name, value=value, created_at=now))
     return value
+
+
+def replace_installation_value(conn: Connection, now: datetime, name: str, value: bytes) -> None:
+    kept = installation_secrets.c
+    done = conn.execute(update(installation_secrets).where(kept.name == name).values(value=value))
+    if done.rowcount == 0:
+        conn.execute(insert(installation_secrets).values(name=name, value=value, created_at=now))

@@ -299,6 +299,13 @@ class SqlStore(
         made: bytes = await self._write(_workspaces.installation_secret, name)
         return made
 
+    async def installation_value(self, name: str, value: bytes) -> bytes:
+        kept: bytes = await self._write(_workspaces.installation_value, name, value)
+        return kept
+
+    async def replace_installation_value(self, name: str, value: bytes) -> None:
+        await self._write(_workspaces.replace_installation_value, name, value)
+
     async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
         return await self._write(lambda conn, _now: _integrity.check(conn, repair=repair))
 

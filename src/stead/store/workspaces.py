@@ -79,6 +79,15 @@ class WorkspaceStore(Protocol):
         the same for every process that opens the store."""
         ...
 
+    async def installation_value(self, name: str, value: bytes) -> bytes:
+        """The bytes kept for this installation under ``name``: ``value``, kept now,
+        when nothing was; else what the first process to keep one kept."""
+        ...
+
+    async def replace_installation_value(self, name: str, value: bytes) -> None:
+        """Keeps ``value`` under ``name`` in place of what was kept (if anything)."""
+        ...
+
     async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
         """What ``stead db check`` reports; with ``repair``, unrenderable JSON is rewritten."""
         ...

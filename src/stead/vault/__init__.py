@@ -8,6 +8,16 @@ only the shared modules.
 """
 
 from stead.vault.cipher import SealError, SecretBox
-from stead.vault.keys import KeySetupError, load_secret_box
+from stead.vault.kept_key import check_kept_key, keep_key, kept_key_id
+from stead.vault.keys import KeySetupError, key_source, load_secret_box
 
-__all__ = ["KeySetupError", "SealError", "SecretBox", "load_secret_box"]
+__all__ = [
+    "KeySetupError",
+    "SealError",
+    "SecretBox",
+    "check_kept_key",
+    "keep_key",
+    "kept_key_id",
+    "key_source",
+    "load_secret_box",
+]

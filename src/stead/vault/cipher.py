@@ -53,6 +53,10 @@ class SecretBox:
     def key_id(self) -> bytes:
         return self._key_id
 
+    def holds(self, kid: bytes) -> bool:
+        """Whether a key of id ``kid`` opens here (this box's or an older one)."""
+        return kid in self._keys
+
     def _cipher(self, kid: bytes) -> AESGCM | None:
         # cryptography costs a server 6 MB: loaded when a secret is first sealed
         # or opened, not at start.

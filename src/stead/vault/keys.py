@@ -77,6 +77,13 @@ def _file_key(data_dir: Path) -> tuple[bytes, tuple[bytes, ...]]:
     return key, ((_read_key_file(upcoming),) if upcoming.exists() else ())
 
 
+def key_source(settings: Settings) -> str:
+    """Where ``load_secret_box`` takes the key from, as an error names it."""
+    if settings.secret_key is not None:
+        return "STEAD_SECRET_KEY"
+    return str(settings.data_dir / KEY_FILE)
+
+
 def load_secret_box(settings: Settings) -> SecretBox:
     """The box for this installation (see the module docstring for where keys live);
     ``KeySetupError`` names the setting or file when the key cannot be used."""

@@ -100,6 +100,12 @@ class InMemoryStore(
     async def installation_secret(self, name: str) -> bytes:
         return await self._write(workspaces.installation_secret, name)
 
+    async def installation_value(self, name: str, value: bytes) -> bytes:
+        return await self._write(workspaces.installation_value, name, value)
+
+    async def replace_installation_value(self, name: str, value: bytes) -> None:
+        await self._write(workspaces.replace_installation_value, name, value)
+
     async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
         # Every JSON value was checked on its way in (``tables.stored``): none to find.
         await self._ready()

@@ -74,3 +74,11 @@ def authenticate(t: Tables, secret: str) -> ApiKey | None:
 
 def installation_secret(t: Tables, _now: datetime, name: str) -> bytes:
     return t.secrets.setdefault(name, secrets.token_bytes(32))
+
+
+def installation_value(t: Tables, _now: datetime, name: str, value: bytes) -> bytes:
+    return t.secrets.setdefault(name, value)
+
+
+def replace_installation_value(t: Tables, _now: datetime, name: str, value: bytes) -> None:
+    t.secrets[name] = value
