@@ -4,13 +4,15 @@ write that waited for the lock decides on what its holder committed."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import anyio
 import psycopg
 import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
-from stead.store import Conflict, LeaseExpiry, NewEvent, SqlStore, _locks
+from stead.store import Conflict, LeaseExpiry, NewEvent, PageRequest, SqlStore, _locks, _work
 from tests.databases import engine
 from tests.unit.conftest import leased_session, new_session
 
@@ -115,3 +117,54 @@ async def _until_one_waits_for_a_lock(conn: Connection) -> None:
             if conn.execute(text(waiting)).scalar_one() > 0:
                 return
             await anyio.sleep(0.01)
+
+
+async def _self_hosted(store: SqlStore, workspace_id: str) -> str:
+    config = {"type": "self_hosted"}
+    return (await store.create_environment(workspace_id, "h", None, config, {}, None)).id
+
+
+async def _until_done_or_waiting(conn: Connection, done: anyio.Event) -> None:
+    """Until ``done`` is set, or a transaction waits for a lock."""
+    with anyio.fail_after(WAIT_S):
+        while not done.is_set():
+            with anyio.move_on_after(0.01):
+                await done.wait()
+            conn.execute(text("SELECT pg_stat_clear_snapshot()"))
+            waiting = (
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            if conn.execute(text(waiting)).scalar_one() > 0:
+                return
+
+
+async def test_two_processes_queueing_a_sessions_work_at_once_queue_one_item(
+    store: SqlStore, database_url: str
+) -> None:
+    """A turn queues its session's item while another process, whose worker
+    stopped the last one, queues one too: one live item, not two (two workers
+    would each run the session's calls)."""
+    workspace_id, session_id = await new_session(store)
+    env_id = await _self_hosted(store, workspace_id)
+    holder = engine(database_url)
+    done = anyio.Event()
+    items = []
+
+    async def ensure() -> None:
+        items.append(await store.ensure_work_item(workspace_id, env_id, session_id, 60.0))
+        done.set()
+
+    try:
+        with holder.connect() as conn:
+            async with anyio.create_task_group() as group:
+                with conn.begin():
+                    now = datetime.now(UTC)
+                    mine = _work.ensure_work_item(conn, now, workspace_id, env_id, session_id, 60.0)
+                    group.start_soon(ensure)
+                    await _until_done_or_waiting(conn, done)
+    finally:
+        holder.dispose()
+    page = await store.list_work(workspace_id, env_id, PageRequest(limit=10, order="asc"))
+    assert mine is not None and [i.id for i in page.items] == [mine.id]
+    assert [i.id for i in items if i is not None] == [mine.id]

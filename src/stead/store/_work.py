@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, delete, func, insert, or_, select, update
 
 from stead.ids import new_id
-from stead.store import _environments
+from stead.store import _environments, _locks
 from stead.store._paging import fetch_page
 from stead.store._workspaces import hash_secret
 from stead.store.base import EnvironmentRecord, Page, PageRequest
@@ -196,6 +196,10 @@ def ensure_work_item(
 ) -> WorkItem | None:
     if not is_self_hosted(_environments.get(conn, workspace_id, environment_id)):
         return None
+    # Two processes queueing the session's work at once (a turn's call, a stop
+    # that left calls waiting) must not both find none and queue one each:
+    # two workers would run the session's calls.
+    _locks.session(conn, session_id)
     row = conn.execute(
         select(work_items).where(
             work_items.c.session_id == session_id, work_items.c.state.in_(LIVE_STATES)
