@@ -168,3 +168,37 @@ async def test_two_processes_queueing_a_sessions_work_at_once_queue_one_item(
     page = await store.list_work(workspace_id, env_id, PageRequest(limit=10, order="asc"))
     assert mine is not None and [i.id for i in page.items] == [mine.id]
     assert [i.id for i in items if i is not None] == [mine.id]
+
+
+async def test_a_poll_passes_over_an_item_another_poll_is_claiming(
+    store: SqlStore, database_url: str
+) -> None:
+    """Two workers polling two processes at once, two items queued: each gets
+    one, where the second waited for the first's claim and was refused (409)."""
+    workspace_id, _ = await new_session(store)
+    env_id = await _self_hosted(store, workspace_id)
+    first = await store.ensure_work_item(workspace_id, env_id, "sesn_first", 60.0)
+    second = await store.ensure_work_item(workspace_id, env_id, "sesn_second", 60.0)
+    holder = engine(database_url)
+    done = anyio.Event()
+    polled = []
+
+    async def poll() -> None:
+        try:
+            polled.append(await store.poll_work(workspace_id, env_id, "worker-2", 5.0))
+        finally:
+            done.set()
+
+    try:
+        with holder.connect() as conn:
+            async with anyio.create_task_group() as group:
+                with conn.begin():
+                    now = datetime.now(UTC)
+                    mine = _work.poll_work(conn, now, workspace_id, env_id, "worker-1", 5.0)
+                    group.start_soon(poll)
+                    await _until_done_or_waiting(conn, done)
+    finally:
+        holder.dispose()
+    assert first is not None and second is not None and mine is not None
+    assert mine.item.id == first.id
+    assert [c.item.id for c in polled if c is not None] == [second.id]

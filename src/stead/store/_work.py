@@ -277,6 +277,10 @@ def poll_work(
         )
         .order_by(work_items.c.created_at, work_items.c.id)
         .limit(1)
+        # PostgreSQL: an item another poll is claiming is passed over for the
+        # next, where this poll waited for that claim and was refused (409).
+        # SQLite's single writer renders and needs nothing.
+        .with_for_update(skip_locked=True)
     ).first()
     if row is None:
         return None
