@@ -32,6 +32,7 @@ SITES = frozenset(
         "skills.after_stage",
         "webhook.before_send",
         "webhook.after_send",
+        "work.after_stop",
     }
 )
 

@@ -20,7 +20,8 @@ from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall,
 from stead.testing.forker import ForkedServer
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of, store_env
-from tests.databases import BACKENDS
+from tests.databases import BACKENDS, PostgresRun
+from tests.integration.brains import Brains
 from tests.integration.test_agent_loop import SCENARIOS, _first_user_text, kinds, say, until_idle
 
 Json = dict[str, Any]
@@ -360,3 +361,48 @@ def test_archiving_a_session_stops_its_work(
     with make_client(hosted.url, key) as worker:
         assert [i.state for i in worker.beta.environments.work.list(env_id)] == ["stopped"]
         assert worker.beta.environments.work.poll(env_id) is None
+
+
+@pytest.mark.postgres
+def test_a_stop_whose_process_dies_before_its_follow_up_strands_no_call(
+    postgres_run: PostgresRun, tmp_path: Path, forker: ServeForker
+) -> None:
+    """Two processes: the turn runs on one, the worker's force-stop goes to the
+    other, which dies once the stop is committed, before it answered the call
+    the worker may have started. The turn's process finds its session with no
+    live item and does it: the call is answered as in doubt and the turn ends,
+    instead of waiting out the answer timeout (an hour)."""
+    with FakeModel(scripted) as fake:
+        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
+        try:
+            survivor = group.start(STEAD_WORK_LEASE_SECONDS="2")
+            doomed = group.start(STEAD_FAILPOINTS="work.after_stop:1")
+            with make_client(survivor.url, group.key) as sdk:
+                env_id, key = environment(sdk)
+                session_id = session_on(sdk, env_id)
+                sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+                with make_client(survivor.url, key) as worker:
+                    item = _hold(worker.beta.environments.work, env_id)
+                eventually(
+                    lambda: any(
+                        e.type == "agent.tool_use"
+                        for e in sdk.beta.sessions.events.list(session_id)
+                    ),
+                    "the bash call",
+                )
+                with (
+                    make_client(doomed.url, group.key) as sdk_doomed,
+                    pytest.raises(anthropic.APIConnectionError),
+                ):
+                    sdk_doomed.beta.environments.work.stop(
+                        item.id, environment_id=env_id, force=True
+                    )
+                assert doomed.wait_exit(30), "the failpoint did not fire"
+                eventually(
+                    lambda: sdk.beta.sessions.retrieve(session_id).status == "idle",
+                    "the turn's end",
+                )
+                [answer] = _results(sdk, session_id)
+        finally:
+            group.close()
+    assert answer.is_error and "may have run" in answer.content[0].text  # type: ignore[union-attr]

@@ -191,7 +191,7 @@ def build_loop(
         owner=f"{socket.gethostname()}:{os.getpid()}:{new_id('run')}",
         failpoints=failpoints or FailPoints(None),
         logs=logs,
-        work=WorkQueue(settings, store, bus, logs),
+        work=WorkQueue(settings, store, bus, logs, failpoints),
         telemetry=telemetry or Telemetry(),
         prices=price_table(settings.model_prices, settings.openai_models),
     )

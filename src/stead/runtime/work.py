@@ -22,6 +22,7 @@ import anyio
 from stead import tools
 from stead.config import Settings
 from stead.events import EventType
+from stead.failpoints import FailPoints
 from stead.harness import unresolved_tool_uses
 from stead.ids import new_id
 from stead.jsonvalues import Json
@@ -82,11 +83,19 @@ class WorkQueueStore(WorkStore, EventLog, EnvironmentStore, SessionStore, Protoc
 
 
 class WorkQueue:
-    def __init__(self, settings: Settings, store: WorkQueueStore, bus: Bus, logs: LogCache) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: WorkQueueStore,
+        bus: Bus,
+        logs: LogCache,
+        failpoints: FailPoints | None = None,
+    ) -> None:
         self._settings = settings
         self._store = store
         self._bus = bus
         self._logs = logs
+        self._failpoints = failpoints or FailPoints(None)
         self._self_hosted: Bounded[str, bool] = Bounded(ENVIRONMENTS_KEPT)
         """Environment id -> self-hosted; a config never changes type (spec §2.2)."""
         self._arrivals: dict[str, anyio.Event] = {}
@@ -174,6 +183,7 @@ class WorkQueue:
         to take its calls."""
         if item.state != WorkState.STOPPED or item.session_id is None:
             return None
+        self._failpoints.hit("work.after_stop")
         accepted, waiting = None, await self._worker_calls(item.session_id)
         if item.acknowledged_at is not None or item.in_doubt:  # a worker held it
             accepted, waiting = await self._answer_in_doubt(item, waiting)
@@ -230,9 +240,21 @@ class WorkQueue:
                 if found is not None:
                     return found
                 # Any notice (or none for a while): read the log again.
-                with anyio.move_on_after(RECHECK_SECONDS):
+                with anyio.move_on_after(RECHECK_SECONDS) as quiet:
                     await subscription.take()
+                if quiet.cancelled_caught:
+                    await self._follow_up_lost_stop(session_id)
         return None
+
+    async def _follow_up_lost_stop(self, session_id: str) -> None:
+        """The session's newest item stopped and none replaced it: the process
+        that stopped it may have died before its follow-up (``stopped``), which
+        answers what its worker may have started and queues the rest. Done here
+        then (idempotent: answers are recorded once, one item is queued), or the
+        call waits out the answer timeout with no worker able to take it."""
+        latest = await self._store.latest_work(session_id)
+        if latest is not None and latest.state == WorkState.STOPPED:
+            await self.stopped(latest)
 
 
 def _lost_worker_message() -> str:

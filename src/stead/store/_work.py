@@ -426,6 +426,16 @@ def session_deleted(conn: Connection, session_id: str) -> None:
     conn.execute(delete(work_items).where(work_items.c.session_id == session_id))
 
 
+def latest_work(conn: Connection, session_id: str) -> WorkItem | None:
+    row = conn.execute(
+        select(work_items)
+        .where(work_items.c.session_id == session_id)
+        .order_by(work_items.c.created_at.desc(), work_items.c.id.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else _item(row)
+
+
 def settled_work(conn: Connection, _now: datetime, work_id: str, epoch: int) -> None:
     conn.execute(
         update(work_items)

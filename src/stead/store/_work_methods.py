@@ -78,6 +78,9 @@ class WorkMethods:
     ) -> WorkItem:
         return await self._write(_work.stop_work, workspace_id, environment_id, work_id, force)
 
+    async def latest_work(self, session_id: str) -> WorkItem | None:
+        return await self._read(_work.latest_work, session_id)
+
     async def settled_work(self, work_id: str, epoch: int) -> None:
         await self._write(_work.settled_work, work_id, epoch)
 

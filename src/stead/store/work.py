@@ -176,6 +176,10 @@ class WorkStore(Protocol):
         self, workspace_id: str, environment_id: str, work_id: str, force: bool
     ) -> WorkItem: ...
 
+    async def latest_work(self, session_id: str) -> WorkItem | None:
+        """The session's newest item, live or stopped; None when it has none."""
+        ...
+
     async def settled_work(self, work_id: str, epoch: int) -> None:
         """The tool calls in doubt after a lost lease are answered."""
         ...

@@ -172,6 +172,14 @@ def stop_work(
     return item if step is None else _change(t, item, step)
 
 
+def latest_work(t: Tables, session_id: str) -> WorkItem | None:
+    """``_work.latest_work``."""
+    mine = [found for found in t.work_items.values() if found.kept.session_id == session_id]
+    if not mine:
+        return None
+    return max(mine, key=lambda found: (found.kept.created_at, found.kept.id)).record()
+
+
 def settled_work(t: Tables, _now: datetime, work_id: str, epoch: int) -> None:
     found = t.work_items.get(work_id)
     if found is not None and found.kept.epoch == epoch:

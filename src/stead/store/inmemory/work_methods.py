@@ -62,6 +62,9 @@ class WorkMethods(Transactions):
     ) -> WorkItem:
         return await self._write(work.stop_work, workspace_id, environment_id, work_id, force)
 
+    async def latest_work(self, session_id: str) -> WorkItem | None:
+        return await self._read(work.latest_work, session_id)
+
     async def settled_work(self, work_id: str, epoch: int) -> None:
         await self._write(work.settled_work, work_id, epoch)
 
