@@ -47,6 +47,7 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
     if ctx.invoked_subcommand is not None:
         return
     start_uncollected()
+    from stead.sandbox.providers.host import EXIT_ALREADY_RUNNING
     from stead.sandbox_host.server import HostAlreadyRunning, HostCannotStart, serve_host
     from stead.sandbox_host.settings import HostSettings
 
@@ -74,7 +75,7 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
         raise typer.Exit(2) from None
     except* HostAlreadyRunning as group:
         typer.echo(f"stead: {_first(group)}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_ALREADY_RUNNING) from None
 
 
 def _first(group: BaseExceptionGroup[Exception]) -> Exception:

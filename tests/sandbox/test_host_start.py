@@ -135,3 +135,23 @@ async def test_a_host_the_brain_gave_up_on_is_not_left_running(
         for process in STARTED:
             process.kill()
             process.wait()
+
+
+@pytest.mark.anyio
+@pytest.mark.usefixtures("host_env")
+async def test_a_host_that_exits_at_once_is_not_waited_for(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    # A TCP listener without its token: the host stops at once, with status 2.
+    env = {"STEAD_SANDBOX_HOST_STATE_DIR": str(state_dir)}
+    launcher = _Recording(state_dir, {**env, "STEAD_SANDBOX_HOST_LISTEN_TCP": "127.0.0.1:9"})
+    STARTED.clear()
+    provider = HostProvider(HostAddress(unix_path=state_dir / "host.sock"), launcher)
+    try:
+        # Before, the brain probed for the whole START_SECONDS (60 s) first.
+        with pytest.raises(SandboxUnavailable, match=r"did not start \(it exited with 2\)"):
+            await provider.client()
+        [process] = STARTED
+        assert process.returncode == 2
+        assert "STEAD_SANDBOX_HOST_TOKEN" in (state_dir / "host.log").read_text()
+    finally:
+        await provider.aclose()

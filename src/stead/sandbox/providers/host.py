@@ -55,6 +55,9 @@ START_SECONDS = 60.0
 PROBE_INTERVAL = 0.1
 STOP_SECONDS = 10.0
 """How long a host that did not start may take to stop when asked, before it is killed."""
+EXIT_ALREADY_RUNNING = 1
+"""``stead sandbox-host``'s exit status when another host holds its state directory
+or socket; any other status of a host that exited at once means none will answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +151,20 @@ class HostProvider:
                     await client.ping()
                     return client
                 except SandboxUnavailable:
+                    code = started.poll()
+                    # One that found another host starting waits for that one.
+                    if code is not None and code != EXIT_ALREADY_RUNNING:
+                        break
                     await anyio.sleep(PROBE_INTERVAL)
         await client.aclose()
+        log_path = self._launcher.state_dir / "host.log"
+        code = started.poll()
+        if code is not None:
+            raise SandboxUnavailable(
+                f"the sandbox host did not start (it exited with {code}); see {log_path}"
+            )
         # Not left running for the next start to trip over (its lock, its uids).
         await _end(started)
-        log_path = self._launcher.state_dir / "host.log"
         raise SandboxUnavailable(f"the sandbox host did not start; see {log_path}")
 
     async def home(self) -> HostIdentity:
