@@ -302,3 +302,58 @@ def test_a_call_that_reached_the_server_is_never_made_again_after_a_sigkill(
     else:
         assert result["content"] == [{"type": "text", "text": words}]
     assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
+QUICK_SECONDS = 2
+"""``STEAD_MCP_TIMEOUT_SECONDS`` of the ``quick`` server: tests of what waits
+for an MCP server or a token endpoint."""
+
+
+@pytest.fixture(scope="module")
+def quick(
+    tmp_path_factory: pytest.TempPathFactory, fake: FakeModel, forker: ServeForker
+) -> Iterator[ServerProcess]:
+    env = loop_env(fake, STEAD_MCP_TIMEOUT_SECONDS=str(QUICK_SECONDS))
+    yield from serving(tmp_path_factory.mktemp("mcp-quick"), env, forker)
+
+
+@pytest.fixture
+def quick_sdk(quick: ServerProcess) -> Iterator[anthropic.Anthropic]:
+    with sdk_of(quick) as client:
+        yield client
+
+
+def test_a_token_endpoint_that_never_finishes_answering_fails_the_refresh_in_time(
+    quick_sdk: anthropic.Anthropic,
+) -> None:
+    """It sends a byte every half second: no read waits long, but the whole
+    refresh must still end within the MCP timeout, not hold the turn."""
+    stalled = FakeMcpServer().start()
+    try:
+        stalled.stall_token_endpoint = True
+        expired = stalled.issue_token()
+        stalled.revoke(expired)
+        auth = {
+            "type": "mcp_oauth",
+            "mcp_server_url": stalled.url,
+            "access_token": expired,
+            "refresh": {
+                "client_id": stalled.client.client_id,
+                "refresh_token": stalled.issue_refresh_token(),
+                "token_endpoint": stalled.token_url,
+                "token_endpoint_auth": {"type": "none"},
+            },
+        }
+        session_id = _session(quick_sdk, stalled.url, auth)
+        quick_sdk.beta.sessions.events.send(
+            session_id,
+            events=[{"type": "user.message", "content": [{"type": "text", "text": "stall"}]}],
+        )
+        wait_idle(quick_sdk, session_id, timeout=6 * QUICK_SECONDS + 5)
+        events = _events(quick_sdk, session_id)
+    finally:
+        stalled.stop()
+    error = _one(events, "session.error")["error"]
+    assert error["type"] == "mcp_authentication_failed_error"
+    assert f"did not answer within {QUICK_SECONDS}s" in error["message"]
+    assert events[-1]["stop_reason"]["type"] == "end_turn"

@@ -18,17 +18,20 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
+STALL_SECONDS = 120.0
+"""How long a stalled token endpoint keeps sending a byte now and then."""
 MCP_TEST_HOST = "mcp.stead.test"
 """The name the fake's URLs use: stead's egress rules refuse loopback
 addresses, so a server under test pins this name to 127.0.0.1 in
@@ -83,6 +86,12 @@ class _RequireBearer:
         await self._app(scope, receive, send)
 
 
+async def _trickle() -> AsyncIterator[bytes]:
+    for _ in range(int(STALL_SECONDS / 0.5)):
+        yield b" "
+        await anyio.sleep(0.5)
+
+
 class FakeMcpServer:
     """Serves MCP at ``url`` (tools ``echo`` and ``add``) and OAuth at ``token_url``.
 
@@ -93,6 +102,9 @@ class FakeMcpServer:
 
     def __init__(self, client: OAuthClient | None = None) -> None:
         self.client = client or OAuthClient()
+        self.stall_token_endpoint = False
+        """The token endpoint answers 200 and then a space every half second,
+        never finishing its answer (within ``STALL_SECONDS``)."""
         self._book = _Book()
         mcp = MCPServer("stead-fake-mcp")
 
@@ -181,6 +193,8 @@ class FakeMcpServer:
             return self._book.refreshes
 
     async def _token(self, request: Request) -> Response:
+        if self.stall_token_endpoint:
+            return StreamingResponse(_trickle(), media_type="application/json")
         form = await request.form()
         client_id, secret = str(form.get("client_id", "")), form.get("client_secret")
         basic = request.headers.get("authorization", "")

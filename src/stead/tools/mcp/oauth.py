@@ -7,6 +7,7 @@ import base64
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import anyio
 import httpx2
 
 from stead.tools.mcp.connection import HttpResponse, captured
@@ -59,18 +60,28 @@ async def refresh_access_token(
     elif auth_method == "client_secret_post":
         form["client_secret"] = client_secret or ""
     try:
-        async with httpx2.AsyncClient(
-            timeout=seconds, follow_redirects=False, transport=rules.transport()
-        ) as http:
-            response = await http.post(token_endpoint, data=form, headers=headers)
-            if response.status_code != 200:
-                # An echo of what was sent: the Basic pair is a secret too.
-                sent = [refresh_token, client_secret or "", *_basic_credentials(headers)]
-                refusal = (await captured(response)).redacted(sent)
-                raise RefreshFailed(
-                    "failed", f"the token endpoint answered HTTP {response.status_code}", refusal
-                )
-            answer = response.json()
+        # httpx's timeout bounds each read, not the exchange: an endpoint that
+        # sends a byte now and then would hold the turn (and the credential's
+        # refresh lock, which every session using it waits on) for ever.
+        with anyio.fail_after(seconds):
+            async with httpx2.AsyncClient(
+                timeout=seconds, follow_redirects=False, transport=rules.transport()
+            ) as http:
+                response = await http.post(token_endpoint, data=form, headers=headers)
+                if response.status_code != 200:
+                    # An echo of what was sent: the Basic pair is a secret too.
+                    sent = [refresh_token, client_secret or "", *_basic_credentials(headers)]
+                    refusal = (await captured(response)).redacted(sent)
+                    raise RefreshFailed(
+                        "failed",
+                        f"the token endpoint answered HTTP {response.status_code}",
+                        refusal,
+                    )
+                answer = response.json()
+    except TimeoutError:
+        raise RefreshFailed(
+            "connect_error", f"the token endpoint did not answer within {seconds:g}s"
+        ) from None
     except httpx2.HTTPError as exc:
         raise RefreshFailed(
             "connect_error", f"the token endpoint cannot be reached: {exc}"
