@@ -24,6 +24,7 @@ from tests.integration.helpers import wait_idle
 
 Json = dict[str, Any]
 ECHO = "mcp__tools__echo"
+REFUSE = "mcp__tools__refuse"
 
 
 def _first_text(body: Json) -> str:
@@ -35,11 +36,14 @@ def _first_text(body: Json) -> str:
 
 
 def script(body: Json) -> Turn:
-    """Calls ``echo`` with the session's first words once, if it is offered;
-    then says which tools it was offered."""
+    """Calls ``echo`` with the session's first words once, if it is offered
+    (``refuse`` if they start with "refuse-"); then says which tools it was offered."""
     offered = sorted(t["name"] for t in body.get("tools", []))
+    words = _first_text(body)
+    if assistant_turns(body) == 0 and words.startswith("refuse-") and REFUSE in offered:
+        return Turn([ToolCall(REFUSE, {"why": words})])
     if assistant_turns(body) == 0 and ECHO in offered:
-        return Turn([ToolCall(ECHO, {"text": _first_text(body)})])
+        return Turn([ToolCall(ECHO, {"text": words})])
     return Turn([Text("offered: " + ",".join(offered))])
 
 
@@ -136,7 +140,7 @@ def test_a_tool_is_listed_called_with_the_vault_token_and_answered(
     assert ("echo", {"text": words}) in mcp.tool_calls
     assert token in mcp.seen_tokens
     answer = [e for e in events if e["type"] == "agent.message"][-1]
-    assert answer["content"][0]["text"] == f"offered: mcp__tools__add,{ECHO}"
+    assert answer["content"][0]["text"] == f"offered: mcp__tools__add,{ECHO},{REFUSE}"
     assert events[-1]["stop_reason"]["type"] == "end_turn"
     assert token not in json.dumps(events) and token not in served.log_text()
 
@@ -157,6 +161,21 @@ def test_the_default_policy_asks_before_calling(
     events = _events(sdk, session_id)
     assert _one(events, "agent.mcp_tool_result")["content"][0]["text"] == words
     assert mcp.tool_calls.count(("echo", {"text": words})) == 1
+
+
+def test_a_call_the_server_refuses_is_its_error_for_the_model_not_a_connection_failure(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    """The SDK's server answers a JSON-RPC error with HTTP 400: what the model
+    sees is the server's message, and the server stays usable."""
+    session_id = _session(sdk, mcp.url, _bearer(mcp, mcp.issue_token()))
+    words = f"refuse-{uuid.uuid4().hex[:8]}"
+    events = _say(sdk, session_id, words)
+    result = _one(events, "agent.mcp_tool_result")
+    assert result["is_error"]
+    assert f"refused: {words}" in result["content"][0]["text"]
+    assert not [e for e in events if e["type"] == "session.error"]
+    assert ("refuse", {"why": words}) in mcp.tool_calls
 
 
 def test_a_denied_call_is_answered_without_calling(

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import uvicorn
+from mcp import MCPError
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
@@ -93,7 +94,7 @@ async def _trickle() -> AsyncIterator[bytes]:
 
 
 class FakeMcpServer:
-    """Serves MCP at ``url`` (tools ``echo`` and ``add``) and OAuth at ``token_url``.
+    """Serves MCP at ``url`` (tools ``echo``, ``refuse`` and ``add``) and OAuth at ``token_url``.
 
     ``issue_token()`` makes an access token the server accepts, ``revoke`` makes
     it stop; ``issue_refresh_token()`` one the token endpoint exchanges (once:
@@ -113,6 +114,12 @@ class FakeMcpServer:
             with self._book.lock:
                 self._book.tool_calls.append(("echo", {"text": text}))
             return text
+
+        @mcp.tool(description="Refuses with a JSON-RPC error (the SDK answers it HTTP 400).")
+        def refuse(why: str) -> str:
+            with self._book.lock:
+                self._book.tool_calls.append(("refuse", {"why": why}))
+            raise MCPError(-32602, f"refused: {why}")
 
         @mcp.tool(description="Adds two integers.")
         def add(a: int, b: int) -> int:

@@ -117,7 +117,9 @@ async def _connected(
     current = "initialize"
 
     async def keep_refusal(response: httpx2.Response) -> None:
-        if response.status_code >= 400 and not refused:
+        # The requests' answers only: a stateful server may answer the SDK's GET
+        # for server-sent messages (or its DELETE at the end) 405, as the spec allows.
+        if response.status_code >= 400 and not refused and response.request.method == "POST":
             refused.append(await captured(response))
 
     http = httpx2.AsyncClient(
@@ -134,13 +136,17 @@ async def _connected(
                 return await work(client)
     except TimeoutError:
         raise McpFailed(current, f"{current}: no answer within {seconds:g}s") from None
-    except MCPError as exc:
-        if refused:
-            raise _refusal(current, refused[0]) from None
-        raise McpRefused(f"{current}: the server refused: {exc.error.message}") from None
     except Exception as exc:  # the SDK raises ExceptionGroups and its own errors alike
         refusal = _first(exc, MCPError)
-        if isinstance(refusal, MCPError) and not refused and current == step:
+        # A JSON-RPC error is the server's answer even when it comes with an HTTP
+        # error status (the SDK's own server sends a tool's MCPError as a 400):
+        # the model gets its message. A 401 is the token's refusal whatever the body.
+        unauthorized = bool(refused) and refused[0].status_code == 401
+        if (
+            isinstance(refusal, MCPError)
+            and not unauthorized
+            and (refusal is exc or current == step)
+        ):
             raise McpRefused(f"{current}: the server refused: {refusal.error.message}") from None
         if refused:
             raise _refusal(current, refused[0]) from None
