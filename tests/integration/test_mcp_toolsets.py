@@ -25,6 +25,7 @@ from tests.integration.helpers import wait_idle
 Json = dict[str, Any]
 ECHO = "mcp__tools__echo"
 REFUSE = "mcp__tools__refuse"
+WHOAMI = "mcp__tools__whoami"
 
 
 def _first_text(body: Json) -> str:
@@ -37,11 +38,14 @@ def _first_text(body: Json) -> str:
 
 def script(body: Json) -> Turn:
     """Calls ``echo`` with the session's first words once, if it is offered
-    (``refuse`` if they start with "refuse-"); then says which tools it was offered."""
+    (``refuse`` or ``whoami`` if they start with "refuse-" or "whoami-"); then
+    says which tools it was offered."""
     offered = sorted(t["name"] for t in body.get("tools", []))
     words = _first_text(body)
     if assistant_turns(body) == 0 and words.startswith("refuse-") and REFUSE in offered:
         return Turn([ToolCall(REFUSE, {"why": words})])
+    if assistant_turns(body) == 0 and words.startswith("whoami-") and WHOAMI in offered:
+        return Turn([ToolCall(WHOAMI, {})])
     if assistant_turns(body) == 0 and ECHO in offered:
         return Turn([ToolCall(ECHO, {"text": words})])
     return Turn([Text("offered: " + ",".join(offered))])
@@ -140,7 +144,7 @@ def test_a_tool_is_listed_called_with_the_vault_token_and_answered(
     assert ("echo", {"text": words}) in mcp.tool_calls
     assert token in mcp.seen_tokens
     answer = [e for e in events if e["type"] == "agent.message"][-1]
-    assert answer["content"][0]["text"] == f"offered: mcp__tools__add,{ECHO},{REFUSE}"
+    assert answer["content"][0]["text"] == f"offered: mcp__tools__add,{ECHO},{REFUSE},{WHOAMI}"
     assert events[-1]["stop_reason"]["type"] == "end_turn"
     assert token not in json.dumps(events) and token not in served.log_text()
 
@@ -176,6 +180,19 @@ def test_a_call_the_server_refuses_is_its_error_for_the_model_not_a_connection_f
     assert f"refused: {words}" in result["content"][0]["text"]
     assert not [e for e in events if e["type"] == "session.error"]
     assert ("refuse", {"why": words}) in mcp.tool_calls
+
+
+def test_a_token_the_server_echoes_reaches_neither_the_log_nor_the_model(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer, fake: FakeModel, served: ServerProcess
+) -> None:
+    token = mcp.issue_token()
+    session_id = _session(sdk, mcp.url, _bearer(mcp, token))
+    events = _say(sdk, session_id, f"whoami-{uuid.uuid4().hex[:8]}")
+    result = _one(events, "agent.mcp_tool_result")
+    assert result["content"] == [{"type": "text", "text": "you are [redacted]"}]
+    assert ("whoami", {}) in mcp.tool_calls and token in mcp.seen_tokens
+    assert token not in json.dumps(events) and token not in served.log_text()
+    assert not any(token in json.dumps(r.body) for r in fake.requests)
 
 
 def test_a_denied_call_is_answered_without_calling(

@@ -10,6 +10,8 @@ list, so the next turn lists its tools anew.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -136,13 +138,19 @@ class McpGateway:
             return await mcp.list_tools(server["url"], token, self._timeout, rules)
 
         try:
-            specs = await self._authorised(session, server, listed)
+            specs, sent = await self._authorised(session, server, listed)
         except _Unusable as exc:
             return exc.problem
         except mcp.McpRefused as exc:
             return McpProblem(server["name"], CONNECTION_FAILED, f"{server['name']}: {exc}")
         return tuple(
-            McpTool(server["name"], s.name, s.description, s.input_schema, s.read_only)
+            McpTool(
+                server["name"],
+                s.name,
+                mcp.redact(s.description, sent),
+                _redacted_json(mcp, s.input_schema, sent),
+                s.read_only,
+            )
             for s in specs
         )
 
@@ -164,23 +172,50 @@ class McpGateway:
             )
 
         try:
-            result = await self._authorised(session, server, called)
+            result, sent = await self._authorised(session, server, called)
         except _Unusable as exc:
             self._lists.pop((session.id, server["name"], server["url"]))
             return McpCall(ToolOutcome.error(exc.problem.message), exc.problem)
         except mcp.McpRefused as exc:
             return McpCall(ToolOutcome.error(f"{server_name}: {exc}"))
         outcome: ToolOutcome = mcp.call_outcome(result)
-        return McpCall(outcome)
+        return McpCall(_redacted_outcome(mcp, outcome, sent))
 
     async def _authorised(
         self,
         session: SessionRecord,
         server: Json,
         work: Callable[[str | None, Any], Awaitable[T]],
-    ) -> T:
+    ) -> tuple[T, tuple[str, ...]]:
         """``work`` with the server's token and egress rules; after a 401, once
-        more with a refreshed token. ``_Unusable`` when the server cannot be used."""
+        more with a refreshed token. ``_Unusable`` when the server cannot be used.
+        With the result, the tokens sent: a server that echoes one (in a result,
+        a description or an error) must not show it to the model or the log, and
+        no message this raises holds one."""
+        mcp = await load_mcp()
+        sent: list[str] = []
+
+        async def attempt(token: str | None, rules: Any) -> T:
+            if token:
+                sent.append(token)
+            return await work(token, rules)
+
+        try:
+            return await self._attempts(session, server, attempt), tuple(sent)
+        except _Unusable as exc:
+            problem = exc.problem
+            message = mcp.redact(problem.message, sent)
+            raise _Unusable(McpProblem(problem.server, problem.error_type, message)) from None
+        except mcp.McpRefused as exc:
+            raise mcp.McpRefused(mcp.redact(str(exc), sent)) from None
+
+    async def _attempts(
+        self,
+        session: SessionRecord,
+        server: Json,
+        work: Callable[[str | None, Any], Awaitable[T]],
+    ) -> T:
+        """``_authorised``'s work: with the token, then after a 401 with a refreshed one."""
         mcp = await load_mcp()
         name, url = server["name"], server["url"]
         try:
@@ -211,6 +246,25 @@ class McpGateway:
         except mcp.McpFailed as exc:
             kind = AUTHENTICATION_FAILED if exc.unauthorized else CONNECTION_FAILED
             raise _Unusable(McpProblem(name, kind, f"{name}: {exc}")) from None
+
+
+def _redacted_outcome(mcp: Any, outcome: ToolOutcome, sent: tuple[str, ...]) -> ToolOutcome:
+    if not sent:
+        return outcome
+    content = [
+        {**block, "text": mcp.redact(block["text"], sent)} if block.get("type") == "text" else block
+        for block in outcome.content
+    ]
+    return dataclasses.replace(outcome, content=content)
+
+
+def _redacted_json(mcp: Any, value: Json, sent: tuple[str, ...]) -> Json:
+    """``value`` (a tool's input schema) with any token it carries replaced."""
+    if not sent:
+        return value
+    text = json.dumps(value, ensure_ascii=False)
+    redacted = mcp.redact(text, sent)
+    return value if redacted == text else dict(json.loads(redacted))
 
 
 class _Unusable(Exception):

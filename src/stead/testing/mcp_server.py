@@ -94,7 +94,8 @@ async def _trickle() -> AsyncIterator[bytes]:
 
 
 class FakeMcpServer:
-    """Serves MCP at ``url`` (tools ``echo``, ``refuse`` and ``add``) and OAuth at ``token_url``.
+    """Serves MCP at ``url`` (tools ``echo``, ``refuse``, ``whoami`` and ``add``)
+    and OAuth at ``token_url``.
 
     ``issue_token()`` makes an access token the server accepts, ``revoke`` makes
     it stop; ``issue_refresh_token()`` one the token endpoint exchanges (once:
@@ -120,6 +121,12 @@ class FakeMcpServer:
             with self._book.lock:
                 self._book.tool_calls.append(("refuse", {"why": why}))
             raise MCPError(-32602, f"refused: {why}")
+
+        @mcp.tool(description="Says the bearer token the server saw last, as careless ones do.")
+        def whoami() -> str:
+            with self._book.lock:
+                self._book.tool_calls.append(("whoami", {}))
+                return f"you are {self._book.seen_tokens[-1]}"
 
         @mcp.tool(description="Adds two integers.")
         def add(a: int, b: int) -> int:

@@ -14,6 +14,7 @@ from stead.tools.mcp.connection import (
     McpToolSpec,
     call_tool,
     list_tools,
+    redact,
 )
 from stead.tools.mcp.content import call_outcome
 from stead.tools.mcp.oauth import RefreshFailed, TokenGrant, refresh_access_token
@@ -30,5 +31,6 @@ __all__ = [
     "call_outcome",
     "call_tool",
     "list_tools",
+    "redact",
     "refresh_access_token",
 ]

@@ -45,10 +45,16 @@ class HttpResponse:
     def redacted(self, secrets: Sequence[str]) -> HttpResponse:
         """The same with any of ``secrets`` an upstream echoed replaced, as sent
         or as a form, a URL or a JSON string would carry it."""
-        body = self.body
-        for form in _written_forms(secrets):
-            body = body.replace(form, "[redacted]")
+        body = redact(self.body, secrets)
         return HttpResponse(self.status_code, self.content_type, body, self.body_truncated)
+
+
+def redact(text: str, secrets: Sequence[str]) -> str:
+    """``text`` with any of ``secrets`` replaced, as sent or as a form, a URL or
+    a JSON string would carry it."""
+    for form in _written_forms(secrets):
+        text = text.replace(form, "[redacted]")
+    return text
 
 
 def _written_forms(secrets: Sequence[str]) -> list[str]:
