@@ -393,3 +393,21 @@ def test_a_token_endpoint_that_never_finishes_answering_fails_the_refresh_in_tim
     assert error["type"] == "mcp_authentication_failed_error"
     assert f"did not answer within {QUICK_SECONDS}s" in error["message"]
     assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
+def test_a_call_that_timed_out_after_it_was_sent_is_reported_as_one_that_may_have_run(
+    quick_sdk: anthropic.Anthropic,
+) -> None:
+    slow = FakeMcpServer().start()
+    try:
+        slow.echo_delay = QUICK_SECONDS + 2
+        session_id = _session(quick_sdk, slow.url, _bearer(slow, slow.issue_token()))
+        words = f"slow-{uuid.uuid4().hex[:8]}"
+        events = _say(quick_sdk, session_id, words)
+    finally:
+        slow.stop()
+    assert ("echo", {"text": words}) in slow.tool_calls
+    result = _one(events, "agent.mcp_tool_result")
+    text = result["content"][0]["text"]
+    assert result["is_error"] and f"no answer within {QUICK_SECONDS}s" in text
+    assert "may have reached the server and run" in text

@@ -39,6 +39,10 @@ LISTS_KEPT = 4096
 LISTS_MAX_BYTES = 64 * 1024 * 1024
 """What the kept lists may weigh: a server may list hundreds of tools, each
 with its schema, and every session using it keeps a list of its own."""
+MAY_HAVE_RUN = (
+    "The call may have reached the server and run before this failure: verify its "
+    "effect before calling it again."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,17 +169,26 @@ class McpGateway:
         if server is None:
             return McpCall(ToolOutcome.error(f"the agent has no MCP server {server_name!r} now"))
         mcp = await load_mcp()
+        in_doubt = False
+        """The call failed after it was sent (no answer in time, the connection
+        dropped, the server failed): it may have run."""
 
         async def called(token: str | None, rules: Any) -> Any:
-            return await mcp.call_tool(
-                server["url"], token, self._timeout, rules, tool, arguments, op_key=op_key
-            )
+            nonlocal in_doubt
+            try:
+                return await mcp.call_tool(
+                    server["url"], token, self._timeout, rules, tool, arguments, op_key=op_key
+                )
+            except mcp.McpFailed as exc:
+                in_doubt = exc.method == "tools/call" and not exc.unauthorized
+                raise
 
         try:
             result, sent = await self._authorised(session, server, called)
         except _Unusable as exc:
             self._lists.pop((session.id, server["name"], server["url"]))
-            return McpCall(ToolOutcome.error(exc.problem.message), exc.problem)
+            message = exc.problem.message + (f"\n{MAY_HAVE_RUN}" if in_doubt else "")
+            return McpCall(ToolOutcome.error(message), exc.problem)
         except mcp.McpRefused as exc:
             return McpCall(ToolOutcome.error(f"{server_name}: {exc}"))
         outcome: ToolOutcome = mcp.call_outcome(result)

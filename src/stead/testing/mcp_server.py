@@ -14,6 +14,7 @@ import contextlib
 import secrets
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,8 @@ class FakeMcpServer:
     def __init__(self, client: OAuthClient | None = None) -> None:
         self.client = client or OAuthClient()
         self.stall_token_endpoint = False
+        self.echo_delay = 0.0
+        """Seconds ``echo`` takes (after recording its call)."""
         """The token endpoint answers 200 and then a space every half second,
         never finishing its answer (within ``STALL_SECONDS``)."""
         self._book = _Book()
@@ -114,6 +117,7 @@ class FakeMcpServer:
         def echo(text: str) -> str:
             with self._book.lock:
                 self._book.tool_calls.append(("echo", {"text": text}))
+            time.sleep(self.echo_delay)
             return text
 
         @mcp.tool(description="Refuses with a JSON-RPC error (the SDK answers it HTTP 400).")
