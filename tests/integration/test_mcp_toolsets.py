@@ -195,6 +195,32 @@ def test_a_token_the_server_echoes_reaches_neither_the_log_nor_the_model(
     assert not any(token in json.dumps(r.body) for r in fake.requests)
 
 
+def test_a_tool_whose_input_schema_is_not_a_json_schema_is_left_out(
+    sdk: anthropic.Anthropic, fake: FakeModel
+) -> None:
+    """The Messages API refuses a request with such a tool: offered, it would
+    fail every model request of the session."""
+    odd = FakeMcpServer(
+        odd_schemas={
+            "bad_type": {"type": "object", "properties": {"a": {"type": "nonsense"}}},
+            "bad_required": {"type": "object", "required": "a"},
+            "fine": {"type": "object", "properties": {"a": {"type": "string"}}},
+        }
+    ).start()
+    try:
+        session_id = _session(sdk, odd.url, _bearer(odd, odd.issue_token()))
+        before = len(fake.requests)
+        events = _say(sdk, session_id, f"odd-{uuid.uuid4().hex[:8]}")
+    finally:
+        odd.stop()
+    sent = [r.body for r in fake.requests[before:] if r.body.get("tools")]
+    assert sent, events
+    offered = {t["name"] for t in sent[0]["tools"]}
+    assert "mcp__tools__fine" in offered and ECHO in offered
+    assert not offered & {"mcp__tools__bad_type", "mcp__tools__bad_required"}
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
 def test_a_denied_call_is_answered_without_calling(
     sdk: anthropic.Anthropic, mcp: FakeMcpServer
 ) -> None:

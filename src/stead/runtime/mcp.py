@@ -156,6 +156,7 @@ class McpGateway:
                 s.read_only,
             )
             for s in specs
+            if _usable_schema(server["name"], s.name, s.input_schema)
         )
 
     async def call(
@@ -259,6 +260,32 @@ class McpGateway:
         except mcp.McpFailed as exc:
             kind = AUTHENTICATION_FAILED if exc.unauthorized else CONNECTION_FAILED
             raise _Unusable(McpProblem(name, kind, f"{name}: {exc}")) from None
+
+
+def _usable_schema(server: str, tool: str, schema: Json) -> bool:
+    """Whether the tool's input schema is a JSON Schema (draft 2020-12), as the
+    Messages API checks every request's tools: one it refuses would fail every
+    model request of the session, not only calls to this tool, so such a tool
+    is left out (and logged)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        log.warning(
+            "MCP server %r: tool %r left out: its input schema is not a JSON Schema (%s)",
+            server,
+            tool,
+            exc.message[:200],
+        )
+        return False
+    except RecursionError:
+        log.warning(
+            "MCP server %r: tool %r left out: its input schema nests too deeply", server, tool
+        )
+        return False
+    return True
 
 
 def _redacted_outcome(mcp: Any, outcome: ToolOutcome, sent: tuple[str, ...]) -> ToolOutcome:

@@ -15,7 +15,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,7 +103,11 @@ class FakeMcpServer:
     refresh tokens rotate). Start once; stop ends it.
     """
 
-    def __init__(self, client: OAuthClient | None = None) -> None:
+    def __init__(
+        self, client: OAuthClient | None = None, odd_schemas: Mapping[str, Any] | None = None
+    ) -> None:
+        """``odd_schemas``: more tools, by name, listed with these input schemas
+        (whatever they are) and answering "ok"."""
         self.client = client or OAuthClient()
         self.stall_token_endpoint = False
         self.echo_delay = 0.0
@@ -137,6 +141,12 @@ class FakeMcpServer:
             with self._book.lock:
                 self._book.tool_calls.append(("add", {"a": a, "b": b}))
             return a + b
+
+        for name, schema in (odd_schemas or {}).items():
+            mcp.add_tool(lambda: "ok", name=name, description="An odd schema.")
+            odd = mcp._tool_manager.get_tool(name)  # no public way to set it
+            assert odd is not None
+            odd.parameters = dict(schema)
 
         # The SDK guards a loopback server against DNS rebinding by its Host
         # header; stead reaches this one by the pinned test name.
