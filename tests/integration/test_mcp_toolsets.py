@@ -240,23 +240,28 @@ def test_a_denied_call_is_answered_without_calling(
     assert ("echo", {"text": words}) not in mcp.tool_calls
 
 
-def test_an_expired_oauth_token_is_refreshed_once_and_written_back(
-    sdk: anthropic.Anthropic, mcp: FakeMcpServer
-) -> None:
-    expired = mcp.issue_token()
-    mcp.revoke(expired)
-    auth = {
+def _expired_oauth(server: FakeMcpServer) -> Json:
+    """An ``mcp_oauth`` credential for ``server`` whose access token it refuses
+    (expired), with a refresh token it takes."""
+    expired = server.issue_token()
+    server.revoke(expired)
+    return {
         "type": "mcp_oauth",
-        "mcp_server_url": mcp.url,
+        "mcp_server_url": server.url,
         "access_token": expired,
         "refresh": {
-            "client_id": mcp.client.client_id,
-            "refresh_token": mcp.issue_refresh_token(),
-            "token_endpoint": mcp.token_url,
+            "client_id": server.client.client_id,
+            "refresh_token": server.issue_refresh_token(),
+            "token_endpoint": server.token_url,
             "token_endpoint_auth": {"type": "none"},
         },
     }
-    session_id = _session(sdk, mcp.url, auth)
+
+
+def test_an_expired_oauth_token_is_refreshed_once_and_written_back(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    session_id = _session(sdk, mcp.url, _expired_oauth(mcp))
     before = mcp.refreshes
     words = f"refresh-{uuid.uuid4().hex[:8]}"
     events = _say(sdk, session_id, words)
@@ -393,20 +398,7 @@ def test_a_token_endpoint_that_never_finishes_answering_fails_the_refresh_in_tim
     stalled = FakeMcpServer().start()
     try:
         stalled.stall_token_endpoint = True
-        expired = stalled.issue_token()
-        stalled.revoke(expired)
-        auth = {
-            "type": "mcp_oauth",
-            "mcp_server_url": stalled.url,
-            "access_token": expired,
-            "refresh": {
-                "client_id": stalled.client.client_id,
-                "refresh_token": stalled.issue_refresh_token(),
-                "token_endpoint": stalled.token_url,
-                "token_endpoint_auth": {"type": "none"},
-            },
-        }
-        session_id = _session(quick_sdk, stalled.url, auth)
+        session_id = _session(quick_sdk, stalled.url, _expired_oauth(stalled))
         quick_sdk.beta.sessions.events.send(
             session_id,
             events=[{"type": "user.message", "content": [{"type": "text", "text": "stall"}]}],

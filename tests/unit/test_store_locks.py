@@ -4,7 +4,9 @@ write that waited for the lock decides on what its holder committed."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import anyio
 import psycopg
@@ -25,6 +27,8 @@ pytestmark = [
 TRY_LOCK = "SELECT id FROM sessions WHERE id = :id FOR UPDATE NOWAIT"
 ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
 WAIT_S = 10.0
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 async def test_each_transaction_takes_the_sessions_lock_again(
@@ -139,6 +143,34 @@ async def _until_done_or_waiting(conn: Connection, done: anyio.Event) -> None:
                 return
 
 
+async def _while_held(
+    database_url: str, held: Callable[[Connection], T], call: Callable[[], Awaitable[R]]
+) -> tuple[T, list[R]]:
+    """``held(conn)`` in a transaction of another process (a connection of its
+    own), kept open while the store runs ``call`` until it returns or waits for
+    a lock; then what each gave (``call``'s, when it returned before the commit)."""
+    holder = engine(database_url)
+    done = anyio.Event()
+    given: list[R] = []
+
+    async def run() -> None:
+        try:
+            given.append(await call())
+        finally:
+            done.set()
+
+    try:
+        with holder.connect() as conn:
+            async with anyio.create_task_group() as group:
+                with conn.begin():
+                    mine = held(conn)
+                    group.start_soon(run)
+                    await _until_done_or_waiting(conn, done)
+    finally:
+        holder.dispose()
+    return mine, given
+
+
 async def test_two_processes_queueing_a_sessions_work_at_once_queue_one_item(
     store: SqlStore, database_url: str
 ) -> None:
@@ -147,24 +179,13 @@ async def test_two_processes_queueing_a_sessions_work_at_once_queue_one_item(
     would each run the session's calls)."""
     workspace_id, session_id = await new_session(store)
     env_id = await _self_hosted(store, workspace_id)
-    holder = engine(database_url)
-    done = anyio.Event()
-    items = []
-
-    async def ensure() -> None:
-        items.append(await store.ensure_work_item(workspace_id, env_id, session_id, 60.0))
-        done.set()
-
-    try:
-        with holder.connect() as conn:
-            async with anyio.create_task_group() as group:
-                with conn.begin():
-                    now = datetime.now(UTC)
-                    mine = _work.ensure_work_item(conn, now, workspace_id, env_id, session_id, 60.0)
-                    group.start_soon(ensure)
-                    await _until_done_or_waiting(conn, done)
-    finally:
-        holder.dispose()
+    mine, items = await _while_held(
+        database_url,
+        lambda conn: _work.ensure_work_item(
+            conn, datetime.now(UTC), workspace_id, env_id, session_id, 60.0
+        ),
+        lambda: store.ensure_work_item(workspace_id, env_id, session_id, 60.0),
+    )
     page = await store.list_work(workspace_id, env_id, PageRequest(limit=10, order="asc"))
     assert mine is not None and [i.id for i in page.items] == [mine.id]
     assert [i.id for i in items if i is not None] == [mine.id]
@@ -179,26 +200,13 @@ async def test_a_poll_passes_over_an_item_another_poll_is_claiming(
     env_id = await _self_hosted(store, workspace_id)
     first = await store.ensure_work_item(workspace_id, env_id, "sesn_first", 60.0)
     second = await store.ensure_work_item(workspace_id, env_id, "sesn_second", 60.0)
-    holder = engine(database_url)
-    done = anyio.Event()
-    polled = []
-
-    async def poll() -> None:
-        try:
-            polled.append(await store.poll_work(workspace_id, env_id, "worker-2", 5.0))
-        finally:
-            done.set()
-
-    try:
-        with holder.connect() as conn:
-            async with anyio.create_task_group() as group:
-                with conn.begin():
-                    now = datetime.now(UTC)
-                    mine = _work.poll_work(conn, now, workspace_id, env_id, "worker-1", 5.0)
-                    group.start_soon(poll)
-                    await _until_done_or_waiting(conn, done)
-    finally:
-        holder.dispose()
+    mine, polled = await _while_held(
+        database_url,
+        lambda conn: _work.poll_work(
+            conn, datetime.now(UTC), workspace_id, env_id, "worker-1", 5.0
+        ),
+        lambda: store.poll_work(workspace_id, env_id, "worker-2", 5.0),
+    )
     assert first is not None and second is not None and mine is not None
     assert mine.item.id == first.id
     assert [c.item.id for c in polled if c is not None] == [second.id]
