@@ -22,7 +22,8 @@ from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of, store_env
 from tests.databases import BACKENDS, PostgresRun
 from tests.integration.brains import Brains
-from tests.integration.test_agent_loop import SCENARIOS, _first_user_text, kinds, say, until_idle
+from tests.integration.loop_scenarios import SCENARIOS, _first_user_text
+from tests.integration.test_agent_loop import kinds, say, until_idle
 
 Json = dict[str, Any]
 WAIT = 40.0
