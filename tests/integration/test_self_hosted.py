@@ -407,3 +407,56 @@ def test_a_stop_whose_process_dies_before_its_follow_up_strands_no_call(
         finally:
             group.close()
     assert answer.is_error and "may have run" in answer.content[0].text  # type: ignore[union-attr]
+
+
+def test_a_turn_retaken_after_its_stop_s_process_died_runs_no_call_twice(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """SQLite, one process: it runs the turn and takes the worker's force-stop,
+    then dies once the stop is committed, before it answered the call the
+    worker may have started. Restarted, it retakes the turn, which queues a
+    fresh item: the call must be answered as in doubt first, or the fresh
+    item's worker runs it again."""
+    with FakeModel(scripted) as fake:
+        doomed = ServerProcess(
+            tmp_path / "data",
+            env=loop_env(fake, STEAD_FAILPOINTS="work.after_stop:1"),
+            forker=forker,
+        ).start()
+        with sdk_of(doomed) as sdk:
+            env_id, key = environment(sdk)
+            session_id = session_on(sdk, env_id)
+            sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+            with make_client(doomed.url, key) as worker:
+                item = _hold(worker.beta.environments.work, env_id)
+            eventually(
+                lambda: any(
+                    e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)
+                ),
+                "the bash call",
+            )
+            with pytest.raises(anthropic.APIConnectionError):
+                sdk.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
+        assert doomed.wait_exit(30), "the failpoint did not fire"
+        doomed.kill()
+        restarted = ServerProcess(tmp_path / "data", env=loop_env(fake), forker=forker).start()
+        restarted.first_key = doomed.first_key
+        try:
+            with sdk_of(restarted) as sdk, make_client(restarted.url, key) as worker:
+                fresh = eventually(
+                    lambda: worker.beta.environments.work.poll(env_id, block_ms=999),
+                    "the retaken turn's item",
+                )
+                # Handed to a worker only once the call the stopped worker may
+                # have started is answered: else the new worker runs it again.
+                answered = _results(sdk, session_id)
+                eventually(
+                    lambda: sdk.beta.sessions.retrieve(session_id).status == "idle",
+                    "the turn's end",
+                )
+                [answer] = _results(sdk, session_id)
+        finally:
+            restarted.stop()
+    assert fresh.id != item.id
+    assert [a.id for a in answered] == [answer.id]
+    assert answer.is_error and "may have run" in answer.content[0].text  # type: ignore[union-attr]

@@ -74,8 +74,17 @@ async def test_an_item_is_claimed_acked_beaten_and_stopped(store: SqlStore) -> N
         await store.stop_work(workspace, env, item.id, force=True)
     with pytest.raises(Conflict):
         await store.ack_work(workspace, env, item.id)
+    # Its worker may have started the session's calls: no item is queued
+    # before they are answered (then settled), or a new worker runs them again.
+    assert stopped.in_doubt
+    assert await store.ensure_work_item(workspace, env, "sesn_a", TTL) == stopped
+    await store.settled_work(item.id, stopped.epoch)
     fresh = await store.ensure_work_item(workspace, env, "sesn_a", TTL)
     assert fresh is not None and fresh.id != item.id
+    # One never held leaves nothing in doubt.
+    unheld = await store.stop_work(workspace, env, fresh.id, force=True)
+    assert not unheld.in_doubt
+    assert await store.ensure_work_item(workspace, env, "sesn_a", TTL) not in (None, unheld)
 
 
 async def test_a_lapsed_claim_is_taken_over_in_doubt(store: SqlStore) -> None:

@@ -118,14 +118,22 @@ class WorkQueue:
         return known
 
     async def ensure(self, session: SessionRecord) -> WorkItem | None:
-        """The session's live work item, queued now if it has none."""
-        item = await self._store.ensure_work_item(
-            session.workspace_id,
-            session.environment_id,
-            session.id,
-            self._settings.work_lease_seconds,
-        )
-        if item is not None and item.state == "queued":
+        """The session's live work item, queued now if it has none. If its
+        newest item stopped and the calls its worker may have started were not
+        answered (the process that stopped it died first, and the turn was
+        retaken), they are answered as in doubt before a new item is queued:
+        else the new item's worker would run them again."""
+        for _ in range(2):
+            item = await self._store.ensure_work_item(
+                session.workspace_id,
+                session.environment_id,
+                session.id,
+                self._settings.work_lease_seconds,
+            )
+            if item is None or item.state != WorkState.STOPPED:
+                break
+            await self.stopped(item)
+        if item is not None and item.state == WorkState.QUEUED:
             self.notify(item.environment_id)
         return item
 
@@ -180,13 +188,16 @@ class WorkQueue:
         have started are answered as in doubt (it answers nothing more: its
         token is revoked), and calls still waiting for a worker get a new item.
         Before, such a turn waited out the answer timeout with no worker able
-        to take its calls."""
+        to take its calls. Once answered, the item is settled (``in_doubt``
+        cleared): until then ``ensure`` does this before queueing a new item."""
         if item.state != WorkState.STOPPED or item.session_id is None:
             return None
         self._failpoints.hit("work.after_stop")
         accepted, waiting = None, await self._worker_calls(item.session_id)
-        if item.acknowledged_at is not None or item.in_doubt:  # a worker held it
+        if item.in_doubt:  # a worker held it, and its calls are not answered yet
             accepted, waiting = await self._answer_in_doubt(item, waiting)
+            # Answered (recorded once): the session's next item may be queued.
+            await self._store.settled_work(item.id, item.epoch)
         if waiting:
             try:
                 session = await self._store.get_session(item.workspace_id, item.session_id)

@@ -207,9 +207,19 @@ def ensure_work_item(
     ).first()
     if row is not None:
         return _item(row)
+    latest = latest_work(conn, session_id)
+    if unsettled_stop(latest):
+        return latest  # its calls are answered first (``WorkQueue.ensure``)
     item = new_item(now, workspace_id, environment_id, session_id, ttl_seconds)
     conn.execute(insert(work_items).values(**_columns(asdict(item))))
     return _get(conn, workspace_id, environment_id, item.id)
+
+
+def unsettled_stop(item: WorkItem | None) -> bool:
+    """``item`` stopped while a worker held it, and the calls that worker may
+    have started are not answered yet: no new item may be queued before they are
+    (its worker would run them again)."""
+    return item is not None and item.state == WorkState.STOPPED and item.in_doubt
 
 
 def _columns(values: dict[str, Any]) -> dict[str, Any]:
@@ -400,6 +410,9 @@ def stop(item: WorkItem, now: datetime, force: bool) -> Step | None:
             "stop_requested_at": item.stop_requested_at or now,
             "token_hash": None,
             "lease_until": None,
+            # A worker that held it may have started its calls: they are
+            # answered (``WorkQueue.stopped``) before the session's next item.
+            "in_doubt": item.in_doubt or item.acknowledged_at is not None,
         }
     if item.state == WorkState.STOPPING:
         return None

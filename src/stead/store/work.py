@@ -146,8 +146,10 @@ class WorkStore(Protocol):
     async def ensure_work_item(
         self, workspace_id: str, environment_id: str, session_id: str, ttl_seconds: float
     ) -> WorkItem | None:
-        """The session's live item, or a new queued one. None when the environment
-        is not self-hosted (idempotent)."""
+        """The session's live item, or a new queued one; or, queueing none, its
+        newest item if that stopped with calls in doubt (``in_doubt``: answer
+        them, then ``settled_work``). None when the environment is not
+        self-hosted (idempotent)."""
         ...
 
     async def poll_work(

@@ -95,6 +95,9 @@ def ensure_work_item(
     for found in t.work_items.values():
         if found.kept.session_id == session_id and found.kept.state in LIVE_STATES:
             return found.record()
+    latest = latest_work(t, session_id)
+    if _work.unsettled_stop(latest):
+        return latest
     item = _work.new_item(now, workspace_id, environment_id, session_id, ttl_seconds)
     t.work_items[item.id] = held(item, *JSON)
     return get_work(t, workspace_id, environment_id, item.id)
