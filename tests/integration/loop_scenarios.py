@@ -81,7 +81,7 @@ SCENARIOS: dict[str, list[Turn]] = {
 }
 
 
-def _first_user_text(body: Json) -> str:
+def first_user_text(body: Json) -> str:
     for message in body.get("messages", []):
         if message["role"] == "user":
             for block in message["content"]:
@@ -92,7 +92,7 @@ def _first_user_text(body: Json) -> str:
 
 def scripted(body: Json) -> Turn:
     """Plays the scenario named by the session's first message, step by step."""
-    name = _first_user_text(body).split()[0] if _first_user_text(body) else ""
+    name = first_user_text(body).split()[0] if first_user_text(body) else ""
     turns = SCENARIOS.get(name)
     if turns is None:
         return Turn([Text(f"answer {assistant_turns(body)}")])
@@ -101,4 +101,4 @@ def scripted(body: Json) -> Turn:
 
 
 def slow_first_answer(request: Any) -> bool:
-    return _first_user_text(request.body).startswith("slow") and assistant_turns(request.body) == 0
+    return first_user_text(request.body).startswith("slow") and assistant_turns(request.body) == 0

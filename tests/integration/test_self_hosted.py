@@ -22,7 +22,7 @@ from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of, store_env
 from tests.databases import BACKENDS, PostgresRun
 from tests.integration.brains import Brains
-from tests.integration.loop_scenarios import SCENARIOS, _first_user_text
+from tests.integration.loop_scenarios import SCENARIOS, first_user_text
 from tests.integration.test_agent_loop import kinds, say, until_idle
 
 Json = dict[str, Any]
@@ -44,7 +44,7 @@ SELF_HOSTED = {
 
 
 def scripted(body: Json) -> Turn:
-    words = _first_user_text(body).split()
+    words = first_user_text(body).split()
     turns = SELF_HOSTED.get(words[0] if words else "")
     step = assistant_turns(body)
     if turns is None or step >= len(turns):
