@@ -5,7 +5,9 @@ and alone, concurrent claims never sharing one, leases, backoff and giving up.""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+from datetime import timedelta
 
 import anyio
 import pytest
@@ -125,6 +127,18 @@ async def test_a_delivery_failing_past_the_day_is_given_up(store: SqlStore) -> N
     [failed] = await store.list_webhook_deliveries(workspace.id, "whk_a", 10)
     assert failed.state == "failed" and failed.finished_at is not None
     assert not await store.webhook_deliveries_due()
+
+
+async def test_a_delivery_failing_its_thousandth_time_waits_the_maximum(store: SqlStore) -> None:
+    workspace = await store.create_workspace("w")
+    await _endpoint(store, workspace.id, "a", "environment.created")
+    await _environment(store, workspace.id, "e")
+    [due] = await store.claim_webhook_deliveries(16, LEASE)
+    # Short waits reach the 1,025th attempt within hours; the power overflowed.
+    await store.finish_webhook_delivery(dataclasses.replace(due, attempt=1100), DOWN, RETRY)
+    [held] = await store.list_webhook_deliveries(workspace.id, "whk_a", 10)
+    assert held.state == "pending" and [t.attempt for t in held.tries] == [1100]
+    assert held.next_attempt_at - held.tries[0].at == timedelta(seconds=RETRY.max_seconds)
 
 
 async def test_concurrent_claims_never_share_a_delivery(store: SqlStore) -> None:

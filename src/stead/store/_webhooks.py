@@ -45,6 +45,9 @@ PENDING, DELIVERED, FAILED = DeliveryState.PENDING, DeliveryState.DELIVERED, Del
 PURGE_BATCH = 100
 MAX_ENDPOINTS = 16
 """Endpoints per workspace: each event is written once per subscribed endpoint."""
+MAX_DOUBLINGS = 1000
+"""A failed delivery's wait doubles at most this often: the float 2.0**1024
+overflows, and 2**1000 times any base is far past any maximum wait."""
 R = TypeVar("R")
 
 
@@ -406,7 +409,10 @@ def outcome(
         return {"state": DELIVERED, "finished_at": now}
     if now - delivery.created_at >= timedelta(seconds=retry.give_up_seconds):
         return {"state": FAILED, "finished_at": now}
-    wait = min(retry.base_seconds * 2 ** (delivery.attempt - 1), retry.max_seconds)
+    # Bounded: the 1,025th attempt (hours away when the waits are short) made
+    # the power overflow, and its record failed with it, every time.
+    doublings = min(delivery.attempt - 1, MAX_DOUBLINGS)
+    wait = min(retry.base_seconds * 2.0**doublings, retry.max_seconds)
     return {"next_attempt_at": now + timedelta(seconds=wait)}
 
 
