@@ -26,6 +26,8 @@ GROUPS = ("workspace", "agent", "session", "model", "day")
 DEFAULT_DAYS = 30
 SANDBOX = "(sandbox time)"
 """What a row without a model (sandbox time) or session (a shared sandbox) shows."""
+DELETED = "(deleted session)"
+"""The agent of a deleted session's usage: the session, and with it its agent, is gone."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ class UsageLine:
 
 KEYS: dict[str, Callable[[UsageLine], str]] = {
     "workspace": lambda line: line.workspace_id,
-    "agent": lambda line: line.agent_id or SANDBOX,
+    "agent": lambda line: line.agent_id or (DELETED if line.row.session_id else SANDBOX),
     "session": lambda line: line.row.session_id or SANDBOX,
     "model": lambda line: line.row.model or SANDBOX,
     "day": lambda line: line.row.day.isoformat(),

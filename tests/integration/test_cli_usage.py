@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess
+from stead.testing import FakeModel, ServeForker, ServerProcess, Text, Turn
 from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.integration.test_usage_budget import MODEL, script
@@ -100,6 +100,29 @@ def test_a_day_range_without_usage_totals_zero(
     report = json.loads(done.stdout)
     assert report["total"]["requests"] == 0
     assert report["by"]["session"] == []
+
+
+def test_a_deleted_sessions_tokens_are_not_shown_as_sandbox_time(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    usage = {"input_tokens": 1_000, "output_tokens": 100}
+    with FakeModel(lambda body: Turn([Text("done")], usage=usage)) as fake:
+        server = ServerProcess(tmp_path, env=loop_env(fake), forker=forker).start()
+        try:
+            with sdk_of(server) as sdk:
+                agent = sdk.beta.agents.create(name="u", model=MODEL)
+                env = sdk.beta.environments.create(name="gone")
+                session = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+                sdk.beta.sessions.events.send(session.id, events=[message("count this")])
+                wait_idle(sdk, session.id)
+                sdk.beta.sessions.delete(session.id)
+        finally:
+            server.stop()
+    done = stead(forker, "usage", "--json", "--by", "agent", data_dir=tmp_path)
+    assert done.returncode == 0, done.stderr
+    [row] = json.loads(done.stdout)["by"]["agent"]
+    # The tokens are a model's, not sandbox time: the session's agent is unknown.
+    assert (row["agent"], row["input_tokens"]) == ("(deleted session)", 1_000)
 
 
 def test_mistakes_get_one_line_and_no_database_is_made(tmp_path: Path, forker: ServeForker) -> None:
