@@ -4,8 +4,10 @@ the sandbox lease checks."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, timedelta
 
+import anyio
 import pytest
 
 from stead.store import (
@@ -14,6 +16,7 @@ from stead.store import (
     NotFound,
     RunWrite,
     SqlStore,
+    open_store,
 )
 from tests.databases import STORES
 from tests.unit.test_store_usage import _claim, _event, _session, _used
@@ -105,6 +108,42 @@ async def test_sandbox_leases_obey_the_limits(store: SqlStore) -> None:
         await acquire(second)
     assert stopped.value.limit == "session_sandbox_seconds"
     assert await store.sandbox_lease(second) is None  # nothing written
+
+
+@pytest.mark.sql
+async def test_concurrent_acquires_from_several_processes_keep_the_concurrency_limit(
+    store: SqlStore, database_url: str
+) -> None:
+    workspace_id, first = await _session(store)
+    sessions = [first, *[await _another_session(store, first) for _ in range(7)]]
+    env_id = (await store.session_snapshot(first)).environment_id
+    await store.set_limits(workspace_id, WORKSPACE, {"concurrent_sandboxes": 1})
+    # A store each, as the processes of one PostgreSQL database have.
+    stores = [store, *[await open_store(database_url) for _ in sessions[1:]]]
+    won: list[str] = []
+
+    async def acquire(held: SqlStore, session_id: str) -> None:
+        with contextlib.suppress(LimitReached):
+            await held.acquire_sandbox_lease(
+                session_id,
+                workspace_id=workspace_id,
+                session_id=session_id,
+                environment_id=env_id,
+                agent_id=None,
+                ttl_seconds=60.0,
+                enforce_limits=True,
+            )
+            won.append(session_id)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for held, session_id in zip(stores, sessions, strict=True):
+                group.start_soon(acquire, held, session_id)
+    finally:
+        for other in stores[1:]:
+            await other.close()
+    assert len(won) == 1
+    assert (await store.month_use(workspace_id)).sandboxes == 1
 
 
 async def _another_session(store: SqlStore, session_id: str) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, case, delete, func, select
 
 from stead import usage as accounting
-from stead.store import _leases, _usage
+from stead.store import _leases, _locks, _usage
 from stead.store._compiled import compiled
 from stead.store._leases import _insert
 from stead.store.errors import BudgetReached, LimitReached, NotFound
@@ -209,6 +209,9 @@ def check_sandbox(
             used = float((row[0].usage or {}).get("active_seconds") or 0.0)
 
     def live() -> tuple[int, bool]:
+        # Held until commit (PostgreSQL): a lease another transaction is making
+        # for the workspace counts before this one decides, as on SQLite.
+        _locks.row(conn, workspaces, workspace_id)
         found = _sandboxes(conn, now, workspace_id, sandbox_id)
         return int(found.count), bool(found.held)
 
