@@ -178,6 +178,40 @@ async def test_the_loop_survives_failing_rounds_and_stops_when_cancelled(
             group.cancel_scope.cancel()
 
 
+class BrokenOnce(InMemoryStore):
+    """A store whose first lease expiry fails as a stead bug would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = True
+
+    async def expire_sandbox_leases(self, *, now: datetime | None = None) -> list[SandboxLease]:
+        if self.broken:
+            self.broken = False
+            raise RuntimeError("a bug in this round")
+        return await super().expire_sandbox_leases(now=now)
+
+
+async def test_a_round_that_fails_unexpectedly_does_not_end_the_loop(
+    clock: StepClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, any error but the database's ended the loop, and with it the
+    server's lifespan: the store closed and every route answered 503."""
+    broken = BrokenOnce()
+    _, sandbox_id = await session_sandbox(broken, ttl=10)
+    destroy = Destroyer()
+    with anyio.fail_after(WAIT):
+        async with anyio.create_task_group() as group:
+            await group.start(sweeper(broken, destroy, clock).serve)
+            assert await clock.slept.receive() == 30  # the round failed; the loop waits
+            assert "lease sweep failed; the next round tries again" in caplog.text
+            assert "RuntimeError: a bug in this round" in caplog.text
+            await clock.tick_send.send(None)
+            await clock.slept.receive()
+            assert destroy.calls == [sandbox_id]
+            group.cancel_scope.cancel()
+
+
 async def test_a_poke_sweeps_at_once(store: InMemoryStore, clock: StepClock) -> None:
     _, sandbox_id = await session_sandbox(store, ttl=1000)
     destroy = Destroyer()

@@ -18,7 +18,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from stead.runtime.clock import Clock, SystemClock
-from stead.store import DatabaseBusy, LeaseStore, SandboxLease
+from stead.runtime.rounds import survived
+from stead.store import LeaseStore, SandboxLease
 
 log = logging.getLogger("stead.runtime.leases")
 
@@ -66,15 +67,12 @@ class LeaseSweeper:
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Runs rounds until cancelled, the first at once (leases a previous process
-        left), the next after ``interval`` or at once when poked. A round the
-        database cannot serve is skipped; any other store error ends the loop."""
+        left), the next after ``interval`` or at once when poked. A round that
+        fails is skipped (``rounds``)."""
         task_status.started()
         while True:
             self._poked = False
-            try:
-                await self.sweep()
-            except DatabaseBusy as exc:  # the database is away: the next round retries
-                log.warning("lease sweep skipped: %s", exc)
+            await survived("lease sweep", self.sweep)
             if self._poked:  # during the round: what it asked for may be newer
                 continue
             with anyio.CancelScope() as self._waiting:

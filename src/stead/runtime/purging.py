@@ -7,7 +7,6 @@ pending row; once it is older than ``grace`` the purger takes it as abandoned.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,9 +16,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from stead.runtime.clock import Clock, SystemClock
-from stead.store import DatabaseBusy
-
-log = logging.getLogger("stead.runtime.purging")
+from stead.runtime.rounds import survived
 
 T = TypeVar("T")
 PURGE_BATCH = 100
@@ -63,12 +60,8 @@ async def purge_every(
     task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Runs ``purge`` every ``terms.interval`` until cancelled, the first round at
-    once (what a previous process left). A round the database cannot serve is
-    skipped; any other store error ends the loop, as it ends the lease sweeper."""
+    once (what a previous process left). A round that fails is skipped (``rounds``)."""
     task_status.started()
     while True:
-        try:
-            await purge()
-        except DatabaseBusy as exc:  # the database is away: the next round retries
-            log.warning("purge skipped: %s", exc)
+        await survived("purge", purge)
         await terms.clock.sleep(terms.interval)

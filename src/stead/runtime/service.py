@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -24,6 +25,7 @@ from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
 from stead.runtime.mcp import McpGateway
+from stead.runtime.rounds import survived
 from stead.runtime.work import WorkQueue
 from stead.store import (
     STARTS_WORK,
@@ -65,10 +67,7 @@ class Runtime:
                 task_status.started()
                 while True:
                     await deps.clock.sleep(deps.settings.reaper_interval_seconds)
-                    try:
-                        await self._reap(brain)
-                    except DatabaseBusy as exc:  # the database is away: the next round retries
-                        log.warning("reaper round skipped: %s", exc)
+                    await survived("reaper round", partial(self._reap, brain))
         finally:
             self._group = None
             with anyio.CancelScope(shield=True):

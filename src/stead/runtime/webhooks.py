@@ -22,6 +22,7 @@ from stead.config import Settings
 from stead.egress_policy import UpstreamTls
 from stead.failpoints import FailPoints
 from stead.runtime.clock import Clock, SystemClock
+from stead.runtime.rounds import survived
 from stead.runtime.webhook_signing import open_secret, signed_headers
 from stead.runtime.webhook_targets import WebhookEgress
 from stead.store import AttemptResult, DatabaseBusy, DueDelivery, RetryTerms, WebhookStore
@@ -62,13 +63,10 @@ class WebhookCourier:
         """Delivers what is due every ``poll_seconds`` until cancelled, the first
         round at once (what a previous process left). A round the database cannot
         serve is skipped (a claim it made runs out, and the delivery is made again
-        later); any other store error ends the loop."""
+        later), as is one that fails (``rounds``)."""
         task_status.started()
         while True:
-            try:
-                await self.deliver_due()
-            except* DatabaseBusy as busy:  # the database is away: the next round retries
-                log.warning("webhook deliveries skipped: %s", busy.exceptions[0])
+            await survived("webhook deliveries", self.deliver_due)
             await self._clock.sleep(self._terms.poll_seconds)
 
     async def deliver_due(self) -> int:
