@@ -218,6 +218,10 @@ class Runtime:
     async def _run_actor(self, actor: SessionActor) -> None:
         try:
             await actor.run()
+        except Exception:
+            # Out of here, it would end the runtime's task group: every session's
+            # turns. The session's queued run stays; the reaper wakes it again.
+            log.exception("session %s: its runs stopped on an error", actor.session_id)
         finally:
             self._actors.pop(actor.session_id, None)
 
