@@ -26,8 +26,12 @@ from stead.blobs import BlobConfig, check_blob_url
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 
-Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-"""A duration: positive and finite (a zero or negative timer spins or fails late)."""
+MAX_SECONDS = 10 * 365 * 24 * 3600.0
+"""Ten years: longer than any timer stead keeps, and far inside what a date can be
+moved by (a webhook's retry wait of 1e20 s overflowed the delivery's next date)."""
+Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
+"""A duration: positive and finite (a zero or negative timer spins or fails late),
+at most ``MAX_SECONDS``."""
 Count = Annotated[int, Field(ge=1)]
 """How many of something: at least one."""
 

@@ -136,6 +136,12 @@ EXTRA_CA = (
             "STEAD_SSE_HEARTBEAT_SECONDS: Input should be a finite number",
         ),
         (BRAIN, {"STEAD_PORT": "99999"}, "STEAD_PORT: Input should be less than or equal"),
+        # Before, a delivery's next date overflowed and ended the webhook courier.
+        (
+            BRAIN,
+            {"STEAD_WEBHOOK_RETRY_MAX_SECONDS": "1e20"},
+            "STEAD_WEBHOOK_RETRY_MAX_SECONDS: Input should be less than or equal to 315360000",
+        ),
         (BRAIN, {"STEAD_LOG_LEVEL": "loud"}, "STEAD_LOG_LEVEL: Input should be 'critical'"),
         (BRAIN, {"STEAD_SANDBOX_PIDS": "0"}, "STEAD_SANDBOX_PIDS: Input should be greater"),
         (BRAIN, {"STEAD_MAX_RUN_ATTEMPTS": "0"}, "STEAD_MAX_RUN_ATTEMPTS: Input should be"),
