@@ -6,7 +6,6 @@ stead reads ``os.environ`` or keeps configuration in module state.
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -36,6 +35,9 @@ Count = Annotated[int, Field(ge=1)]
 """How many of something: at least one."""
 
 PRICE_KEYS = frozenset({"input", "output", "cache_write_5m", "cache_write_1h", "cache_read"})
+MAX_PRICE = 1_000_000.0
+"""USD per million tokens, at most: costs are kept as 64-bit counts of
+nano-dollars, which a price of 1e15 overflowed in a month's total."""
 
 
 def default_data_dir() -> Path:
@@ -337,8 +339,11 @@ class Settings(BaseSettings):
                     f"{model}: give input and output (and optionally cache_write_5m, "
                     "cache_write_1h, cache_read) in USD per million tokens"
                 )
-            if any(not math.isfinite(value) or value < 0 for value in price.values()):
-                raise ValueError(f"{model}: a price must be a number of 0 or more")
+            if any(not 0 <= value <= MAX_PRICE for value in price.values()):
+                raise ValueError(
+                    f"{model}: a price must be a number from 0 to {MAX_PRICE:,.0f} "
+                    "(USD per million tokens)"
+                )
         return prices
 
     @property

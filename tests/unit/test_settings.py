@@ -136,6 +136,11 @@ EXTRA_CA = (
             "STEAD_SSE_HEARTBEAT_SECONDS: Input should be a finite number",
         ),
         (BRAIN, {"STEAD_PORT": "99999"}, "STEAD_PORT: Input should be less than or equal"),
+        (
+            BRAIN,
+            {"STEAD_MODEL_PRICES": '{"m": {"input": 1e15, "output": 1}}'},
+            "STEAD_MODEL_PRICES: m: a price must be a number from 0 to 1,000,000",
+        ),
         # Before, a delivery's next date overflowed and ended the webhook courier.
         (
             BRAIN,
