@@ -106,6 +106,8 @@ def _fail(message: str) -> NoReturn:
 async def _lines(settings: Settings, first: date, last: date, only: str | None) -> list[UsageLine]:
     async with opened(settings) as store:
         workspaces = [w.id for w in await store.list_workspaces() if only in (None, w.id)]
+        if only is not None and not workspaces:
+            _fail(f"--workspace {only}: no such workspace in {settings.data_dir}")
         lines: list[UsageLine] = []
         for workspace_id in workspaces:
             rows = await store.usage_ledger(workspace_id, first, last)

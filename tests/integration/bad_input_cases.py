@@ -203,6 +203,8 @@ CASES = [
          body=agent(mcp_servers=[{"type": "url", "name": "s", "url": "http://[::1/mcp"}])),
     Case("agents-create-mcp-server-url-without-host", 400, "POST", A, "mcp_servers.0.url",
          body=agent(mcp_servers=[{"type": "url", "name": "s", "url": "http:///mcp"}])),
+    Case("agents-create-mcp-server-url-port-zero", 400, "POST", A, "mcp_servers.0.url: port 0",
+         body=agent(mcp_servers=[{"type": "url", "name": "s", "url": "https://m.test:0/"}])),
     Case("agents-create-custom-tool-named-like-mcp", 400, "POST", A, "tools.0.name",
          body=agent(tools=[{"type": "custom", "name": "mcp__s__echo", "description": "d",
                             "input_schema": {"type": "object"}}])),

@@ -100,6 +100,10 @@ def test_a_day_range_without_usage_totals_zero(
     report = json.loads(done.stdout)
     assert report["total"]["requests"] == 0
     assert report["by"]["session"] == []
+    # Before, a workspace id nobody has printed empty tables.
+    done = stead(forker, "usage", "--workspace", "wrkspc_nobody", data_dir=data)
+    assert done.returncode == 2
+    assert done.stderr == f"stead: --workspace wrkspc_nobody: no such workspace in {data}\n"
 
 
 def test_a_deleted_sessions_tokens_are_not_shown_as_sandbox_time(

@@ -84,3 +84,9 @@ def test_control_characters_and_spaces_are_refused_in_a_url(url: str) -> None:
     """Delivery's parser refuses them; stored, they failed every attempt."""
     with pytest.raises(RequestError, match="url: must not contain"):
         check_url(url)
+
+
+def test_port_zero_is_refused_in_a_url() -> None:
+    """Before, it was stored, and every attempt failed."""
+    with pytest.raises(RequestError, match="url: port 0 is no port a server listens on"):
+        check_url("https://hooks.example:0/")

@@ -38,11 +38,13 @@ def check_http_url(field: str, value: str) -> str:
         raise RequestError(f"{field}: must not contain spaces or control characters")
     try:
         parts = urlsplit(value)
-        host, _ = parts.hostname, parts.port  # each raises on a malformed netloc
+        host, port = parts.hostname, parts.port  # each raises on a malformed netloc
     except ValueError as exc:
         raise RequestError(f"{field}: not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not host:
         raise RequestError(f"{field}: must be an http or https URL with a host")
+    if port == 0:
+        raise RequestError(f"{field}: port 0 is no port a server listens on")
     if parts.username is not None or parts.password is not None:
         raise RequestError(f"{field}: must not carry a user name or password; use the credential")
     return value
