@@ -93,6 +93,29 @@ async def test_sleep_and_wake_keep_the_workspace_in_a_local_blob_dir(
     assert json.loads(manifest.read_bytes())["blob_key"].endswith(snapshot)
 
 
+async def test_a_sparse_file_comes_back_sparse(sandbox: HostSandbox, host: HostProcess) -> None:
+    """A file of holes (a disk image, a database file) takes no more disk after a
+    wake than before: its snapshot holds the holes as zeros, which once came back
+    written out, so a terabyte of holes filled the host's disk at the wake."""
+    made = await sandbox.exec(
+        "truncate -s 1G sparse && printf mid | dd of=sparse bs=1 seek=70000 conv=notrunc"
+        " 2>/dev/null && printf end >> sparse",
+        op_key=new_id(),
+        timeout=60,
+    )
+    assert made.exit_code == 0, made.output
+    assert await sandbox.sleep()
+    shown = (
+        "stat -c '%s %b %B' sparse; dd if=sparse bs=1 skip=70000 count=3 2>/dev/null;"
+        " tail -c 3 sparse"
+    )
+    woke = await sandbox.exec(shown, op_key=new_id(), timeout=60)
+    size, blocks, block_size, data = woke.output.removeprefix(NEW_SHELL).split(maxsplit=3)
+    assert int(size) == 1024**3 + 3
+    assert int(blocks) * int(block_size) < 1024**2, woke.output
+    assert data == "midend"
+
+
 async def test_a_command_after_a_sleep_is_told_its_shell_is_new(sandbox: HostSandbox) -> None:
     """The files come back; the shell's working directory and variables cannot,
     and the first command after says so (once; a first command ever is not told)."""

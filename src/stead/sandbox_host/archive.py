@@ -34,6 +34,9 @@ from stead.sandbox_host.tarstream import (
 )
 
 CHUNK_BYTES = 1024 * 1024
+SPARSE_BLOCK = 64 * 1024
+"""A restored file's blocks of zeros this long are left as holes."""
+_ZEROS = bytes(SPARSE_BLOCK)
 ZSTD_LEVEL = 1
 """Fast: a snapshot is taken on every sleep, and restore speed barely depends on it."""
 ZSTD_THREADS = 2
@@ -178,20 +181,53 @@ def _member(name: str, st: os.stat_result, kind: bytes) -> tarfile.TarInfo:
 
 class _ExactReader:
     """Exactly ``size`` bytes of a file, as the tar header promised: a file that
-    grows while being read is cut, one that shrinks is padded with zeros."""
+    grows while being read is cut, one that shrinks is padded with zeros. The
+    holes of a sparse file are given as zeros without reading them (reading a
+    hole costs as much as reading data: a file of a terabyte of holes would
+    keep its sandbox's sleep busy for an hour)."""
 
     def __init__(self, fd: int, size: int) -> None:
         self._fd = fd
         self._left = size
+        self._position = 0
+        self._hole_end = 0
+        """Up to here from ``_position``, the file was a hole when last asked."""
+        self._sparse = True
+        """False once the filesystem cannot say where the holes are."""
 
     def read(self, size: int = -1) -> bytes:
         size = self._left if size < 0 else min(size, self._left)
-        data = os.read(self._fd, size)
-        while len(data) < size:
-            more = os.read(self._fd, size - len(data))
-            data += more or bytes(size - len(data))
+        parts: list[bytes] = []
+        want = size
+        while want:
+            piece = self._piece(want)
+            if not piece:  # shrunk since the header was written
+                parts.append(bytes(want))
+                break
+            parts.append(piece)
+            self._position += len(piece)
+            want -= len(piece)
         self._left -= size
-        return data
+        return b"".join(parts)
+
+    def _piece(self, want: int) -> bytes:
+        """Up to ``want`` bytes from ``_position``: zeros for a hole, else read."""
+        if self._position >= self._hole_end and self._sparse:
+            self._find_hole()
+        if self._position < self._hole_end:
+            return bytes(min(want, self._hole_end - self._position))
+        return os.pread(self._fd, want, self._position)
+
+    def _find_hole(self) -> None:
+        try:
+            data = os.lseek(self._fd, self._position, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # no data from here to the end: a hole
+                self._hole_end = self._position + self._left
+            else:  # EINVAL: the filesystem does not know holes
+                self._sparse = False
+            return
+        self._hole_end = data
 
 
 def extract_archive(source: Readable, root: Path, owner: tuple[int, int] | None) -> None:
@@ -276,16 +312,26 @@ class _Extractor:
             raise ArchiveError(f"{member.name!r}: is {kind}, which a snapshot never holds")
 
     def _copy(self, member: Member, fd: int) -> None:
-        """The member's bytes, read straight from the decompressed stream."""
+        """The member's bytes, read straight from the decompressed stream. Blocks
+        of zeros are left as holes: the snapshot of a sparse file holds its holes
+        as zeros, and writing them would take the disk space the file never had
+        (a terabyte of holes would fill the host's disk)."""
         left = member.size
         while left:
             chunk = self._tar.read(min(left, CHUNK_BYTES))
             if not chunk:
                 raise ArchiveError(f"{member.name!r}: the archive ends inside it")
             left -= len(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+            for start in range(0, len(chunk), SPARSE_BLOCK):
+                block = chunk[start : start + SPARSE_BLOCK]
+                if block == _ZEROS[: len(block)]:
+                    os.lseek(fd, len(block), os.SEEK_CUR)
+                    continue
+                view = memoryview(block)
+                while view:
+                    view = view[os.write(fd, view) :]
+        # A hole at the end is no data written: the size says where it ends.
+        os.ftruncate(fd, member.size)
 
     def _set_attributes(self, fd: int, member: Member) -> None:
         # chown before chmod: chown clears mode bits.
