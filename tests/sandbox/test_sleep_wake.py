@@ -245,6 +245,40 @@ async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
 
 
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
+async def test_a_background_process_that_just_ended_keeps_its_output_for_sleep_after(
+    tmp_path: Path,
+) -> None:
+    """A process running is activity until it ends: one that ran longer than
+    ``sleep_after`` once put its sandbox to sleep at the next idle check after
+    its exit, and its exit code and output went with the body."""
+    async with host_on_a_manual_clock(tmp_path) as (manager, clock, client, _):
+        sandbox = HostSandbox(client, new_id(), config(sleep_after=300))
+        await sandbox.write_file("go", b"")
+        started = await sandbox.start_process("while [ -e go ]; do sleep 0.05; done; echo done")
+        clock.advance(3600)
+        await manager.sleep_idle_once()
+        assert (await sandbox.status())["state"] == "active"  # the process runs
+        # Ends on its own, after the last call: nothing else was active since.
+        os.unlink(workspace_in(manager, sandbox) / "go")
+        with anyio.fail_after(WAIT):
+            while any(p["running"] for p in await sandbox.list_processes()):  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        clock.advance(299)
+        await manager.sleep_idle_once()
+        assert (await sandbox.status())["state"] == "active"
+        output, _ = await sandbox.read_process(started["id"])
+        assert output == b"done\n"
+        clock.advance(2)
+        await manager.sleep_idle_once()
+        assert (await sandbox.status())["state"] == "cold"
+        await client.destroy(sandbox.sandbox_id)
+
+
+def workspace_in(manager: SandboxManager, sandbox: HostSandbox) -> Path:
+    return manager.options.work_dir / "sandboxes" / sandbox.sandbox_id / "workspace"
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
 async def test_the_idle_sleeper_drops_a_copy_erased_through_another_host(
     tmp_path: Path,
 ) -> None:

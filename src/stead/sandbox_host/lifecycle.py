@@ -191,9 +191,11 @@ class HostedSandbox(SandboxCommands):
         """Seconds since the last activity; None while anything is going on."""
         if self._busy or self.terminals:
             return None
-        if any(p.running for p in self.processes.values()):
-            return None
-        if self.state is State.ACTIVE and self._agent_processes() > 0:
+        # Seen running, a process was active now: one that just exited keeps
+        # its sandbox awake ``sleep_after``, its exit code and output readable.
+        if any(p.running for p in self.processes.values()) or (
+            self.state is State.ACTIVE and self._agent_processes() > 0
+        ):
             self._last_activity = self._clock.monotonic()
             return None
         return self._clock.monotonic() - self._last_activity
