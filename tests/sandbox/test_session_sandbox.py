@@ -24,7 +24,7 @@ from stead.testing import (
     ServeForker,
     ServerProcess,
 )
-from tests.conftest import sdk_of
+from tests.conftest import loop_env, sdk_of
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import (
     WAIT,
@@ -191,3 +191,24 @@ def test_a_call_after_the_lease_ended_is_refused_and_the_turn_goes_on(
     assert "lease ended" in bash_turn(client, session_id, "echo second")
     events = client.beta.sessions.events.list(session_id)
     assert [e.type for e in events][-1] == "session.status_idle"
+
+
+def test_a_command_that_outlives_the_lease_ttl_keeps_its_sandbox(
+    host: HostProcess, fake: FakeModel, tmp_path: Path, forker: ServeForker
+) -> None:
+    """A call in progress renews its lease: a command running past the lease's
+    TTL was killed when the sweeper destroyed its sandbox under it (exit 137)."""
+    env = loop_env(
+        fake,
+        STEAD_SANDBOX_LEASE_SECONDS="1",
+        STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.1",
+        **host.settings_env,
+    )
+    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+    try:
+        with sdk_of(server) as client:
+            session_id = tool_session(client)
+            assert bash_turn(client, session_id, "sleep 2.5; echo done") == "done"
+            assert sandbox_of(client, session_id)["lease"]["status"] == "active"
+    finally:
+        server.stop()

@@ -5,11 +5,17 @@ limit reached stops the tools with ``NoSandbox``, whose text the model reads."""
 
 from __future__ import annotations
 
-from typing import Protocol
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import anyio
 
 from stead.runtime.placements import SandboxPlacements
-from stead.sandbox import NoSandbox
+from stead.runtime.together import together
+from stead.sandbox import NoSandbox, SandboxError
 from stead.store import (
+    DatabaseBusy,
     LeaseStore,
     LeaseTerms,
     LimitReached,
@@ -17,6 +23,13 @@ from stead.store import (
     SandboxLeaseEnded,
     SessionRecord,
 )
+
+log = logging.getLogger("stead.runtime.leases")
+
+T = TypeVar("T")
+
+RENEWALS_PER_TTL = 3
+"""A tool call still running renews its session's lease this often per TTL."""
 
 LEASE_ENDED = "This session's sandbox was released (its lease ended); tools cannot run."
 
@@ -64,3 +77,34 @@ class SessionLeases:
             raise NoSandbox(LEASE_ENDED) from None
         except LimitReached as exc:
             raise NoSandbox(str(exc)) from None
+
+
+async def renewing(
+    call: Callable[[], Awaitable[T]], renew: Callable[[], Awaitable[object]], interval: float
+) -> T:
+    """``call``'s result, ``renew`` called every ``interval`` seconds while it
+    runs: a tool call in progress is activity (rule 9), and a command that
+    outlived its lease's TTL (``timeout_ms`` goes up to an hour) once had its
+    sandbox destroyed under it by the sweeper. A renewal that fails (the lease
+    ended for good, the database is away) is left to the next one."""
+    finished = anyio.Event()
+
+    async def keep() -> None:
+        while not finished.is_set():
+            with anyio.move_on_after(interval):
+                await finished.wait()
+            if finished.is_set():
+                return
+            try:
+                await renew()
+            except (SandboxError, DatabaseBusy) as exc:
+                log.info("a lease was not renewed during a call: %s", exc)
+
+    async def run() -> T:
+        try:
+            return await call()
+        finally:
+            finished.set()
+
+    result, _ = await together(run, keep)
+    return result

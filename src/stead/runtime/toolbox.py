@@ -45,7 +45,7 @@ from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
 from stead.runtime.served import HeldSandboxes, Served
-from stead.runtime.session_leases import SessionLeases
+from stead.runtime.session_leases import RENEWALS_PER_TTL, SessionLeases, renewing
 from stead.runtime.together import together
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
@@ -425,8 +425,10 @@ class SandboxToolbox:
             if not exc.retryable:
                 return _broken(name, exc)
             raise _unavailable(exc, reached=False) from exc
-        try:
-            outcome = await tools.run_tool(name, tool_input, sandbox, op_key=op_key)
+        run = partial(tools.run_tool, name, tool_input, sandbox, op_key=op_key)
+        every = self._settings.sandbox_lease_seconds / RENEWALS_PER_TTL
+        try:  # the lease renewed while it runs: a call in progress is activity
+            outcome = await renewing(run, partial(self._renew, session_id), every)
         except (SandboxUnavailable, WorkspaceUnavailable) as exc:
             if exc.retryable:
                 reached = not isinstance(exc, (HostUnreachable, SandboxMoved))
