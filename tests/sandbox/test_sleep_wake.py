@@ -5,10 +5,12 @@ S3-compatible server."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -453,3 +455,38 @@ async def test_only_awake_time_counts_as_active(sandbox: HostSandbox) -> None:
     assert (await sandbox.status())["active_seconds"] == asleep  # ... and is not counted
     await sandbox.read_file("note", max_bytes=10)  # awake again: counting again
     assert (await sandbox.status())["active_seconds"] > asleep
+
+
+async def test_a_killed_host_keeps_the_awake_time_it_had_counted(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """Awake time is booked while awake too: a host killed (SIGKILL) with a
+    sandbox awake once lost all of it since the wake (usage never booked)."""
+    env = {"STEAD_SNAPSHOT_GC_INTERVAL_SECONDS": "0.1"}
+    process = HostProcess(tmp_path / "state", env=env, forker=forker).start()
+    sandbox_id = new_id()
+    try:
+        client = client_of(process)
+        await HostSandbox(client, sandbox_id, config()).write_file("note", b"1")  # awake
+        await client.aclose()
+        with anyio.fail_after(WAIT):
+            while (booked := catalogued_active_seconds(process, sandbox_id)) <= 0:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        process.kill()
+        process.start()
+        client = client_of(process)
+        status = await client.sandbox_status(sandbox_id)
+        assert status is not None and status["active_seconds"] >= booked
+        await client.destroy(sandbox_id)
+        await client.aclose()
+    finally:
+        process.stop()
+
+
+def catalogued_active_seconds(process: HostProcess, sandbox_id: str) -> float:
+    path = process.state_dir / "catalogue.sqlite3"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        row = db.execute(
+            "SELECT active_seconds FROM sandboxes WHERE id=?", (sandbox_id,)
+        ).fetchone()
+    return float(row[0]) if row else 0.0

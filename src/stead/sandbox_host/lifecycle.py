@@ -338,12 +338,19 @@ class HostedSandbox(SandboxCommands):
             cgroup, self._cgroup = self._cgroup, None
             with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
                 await to_thread.run_sync(cgroup.destroy)
-        if self._active_since is not None:
-            seconds = self._clock.monotonic() - self._active_since
-            self._active_since = None
-            self._active_recorded += seconds
-            with anyio.CancelScope(shield=True):
-                await self._catalogue.add_active_seconds(self.id, seconds)
+        await self.book_active(stopped=True)
+
+    async def book_active(self, *, stopped: bool = False) -> None:
+        """Adds the awake time not yet in the catalogue to it: at each stop, and
+        now and then while awake, so a host killed loses only the time since."""
+        if self._active_since is None:
+            return
+        now = self._clock.monotonic()
+        seconds = now - self._active_since
+        self._active_since = None if stopped else now
+        self._active_recorded += seconds
+        with anyio.CancelScope(shield=True):
+            await self._catalogue.add_active_seconds(self.id, seconds)
 
     async def sleep(self, *, force: bool = False) -> bool:
         """Stops the sandbox and snapshots its workspace. False if it was busy

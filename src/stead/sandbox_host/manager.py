@@ -307,11 +307,16 @@ class SandboxManager:
                 log.exception("sandbox %s could not sleep", sandbox.id)
 
     async def collect_garbage(self) -> None:
-        """Runs forever: deletes snapshots past their expiry and old exec records."""
+        """Runs forever: deletes snapshots past their expiry and old exec records,
+        and books awake sandboxes' active time so far (a host killed with
+        sandboxes awake once lost all of it since their wake: usage unbooked)."""
         while True:
             now = self._clock.time()
             await self.collect_once(now=now)
             await self.prune_exec_records(now=now)
+            for sandbox in list(self._sandboxes.values()):
+                with contextlib.suppress(Exception):
+                    await sandbox.book_active()
             await self._clock.sleep(self._options.gc_interval_seconds)
 
     async def prune_exec_records(self, *, now: float) -> int:
