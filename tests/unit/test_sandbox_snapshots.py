@@ -150,6 +150,8 @@ async def test_round_trip_keeps_the_tree_and_applies_the_owner(
     assert owners(target) == {OWNER}
     assert os.listdir(outside) == ["secret.txt"]
     assert staging_left(tmp_path) == []
+    # One file of two names is one file again, not two copies.
+    assert (target / "hard1").stat().st_ino == (target / "hard2").stat().st_ino
 
 
 async def test_no_owner_leaves_entries_to_the_restoring_user(
@@ -396,6 +398,18 @@ def hostile_archives(outside: Path) -> Iterator[tuple[str, list[tarfile.TarInfo]
         ],
     )
     yield "hard link", [root, member("hard", tarfile.LNKTYPE, linkname=str(outside / "secret.txt"))]
+    yield (
+        "hard link to a symlink",
+        [
+            root,
+            member("out", tarfile.SYMTYPE, linkname=str(outside / "secret.txt")),
+            member("hard", tarfile.LNKTYPE, linkname="out"),
+        ],
+    )
+    yield (
+        "hard link up and out",
+        [root, member("hard", tarfile.LNKTYPE, linkname="../outside/secret.txt")],
+    )
     yield "device", [root, member("null", tarfile.CHRTYPE, devmajor=1, devminor=3)]
     yield "fifo", [root, member("fifo", tarfile.FIFOTYPE)]
     yield "root as a symlink", [member(".", tarfile.SYMTYPE, linkname=str(outside))]
@@ -420,6 +434,8 @@ HOSTILE = (
     "over a symlink",
     "symlink over a directory",
     "hard link",
+    "hard link to a symlink",
+    "hard link up and out",
     "device",
     "fifo",
     "root as a symlink",

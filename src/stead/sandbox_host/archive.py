@@ -5,7 +5,8 @@ with ``tarfile`` (PAX format), read with ``tarstream.py``. Writing
 never follows a symlink: every entry is opened relative to its parent's open
 descriptor with ``O_NOFOLLOW``. Reading trusts nothing in the archive (its
 content comes from untrusted sandbox code): names must be plain relative paths,
-only files, directories and symlinks are accepted, every entry is created
+only files, directories, symlinks and hard links to a file the archive made
+before are accepted, every entry is created
 relative to its parent's descriptor opened with ``O_NOFOLLOW``, so nothing is
 ever written through a symlink, and nothing existing is overwritten. Symlinks
 are restored as they were, wherever they point: they are data, never followed.
@@ -52,7 +53,6 @@ _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOE
 # overwrites an entry, or writes under a directory it did not create.
 _UNSAFE_ERRNOS = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.ENOENT, errno.EISDIR})
 _KINDS = {
-    HARD_LINK: "a hard link",
     CHAR_DEVICE: "a character device",
     BLOCK_DEVICE: "a block device",
     FIFO: "a FIFO",
@@ -75,9 +75,10 @@ class Readable(Protocol):
 def write_archive(workspace: Path, out: Writable) -> None:
     """Writes the tree under ``workspace`` as tar.zst to ``out`` in writes of about
     ``CHUNK_BYTES``: regular files, directories and symlinks with modes and
-    mtimes; no owners. Sockets, FIFOs and devices are left out, hard links
-    stored as separate files. If it raises, the end of the archive is never
-    written, so a reader can tell the output is incomplete."""
+    mtimes; no owners. Sockets, FIFOs and devices are left out; a file's
+    further names in the tree are hard links to its first. If it raises, the
+    end of the archive is never written, so a reader can tell the output is
+    incomplete."""
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, threads=ZSTD_THREADS)
     # ``out`` needs only ``write``; the stubs ask for a whole IO. Nothing is
     # closed on an error, so nothing more reaches ``out``. A plain TarFile in
@@ -91,14 +92,14 @@ def write_archive(workspace: Path, out: Writable) -> None:
     root_fd = os.open(workspace, _DIR_FLAGS)
     try:
         tar.addfile(_member(ROOT, os.fstat(root_fd), tarfile.DIRTYPE))
-        _archive_tree(tar, root_fd)
+        _archive_tree(tar, root_fd, {})
     finally:
         os.close(root_fd)
     tar.close()  # the end-of-archive blocks
     compressed.flush(zstandard.FLUSH_FRAME)
 
 
-def _archive_tree(tar: tarfile.TarFile, root_fd: int) -> None:
+def _archive_tree(tar: tarfile.TarFile, root_fd: int, links: dict[tuple[int, int], str]) -> None:
     """Depth first, names sorted, one open descriptor per level below the root,
     so a directory swapped for a symlink mid-walk is never entered."""
     stack: list[tuple[int, str, list[os.DirEntry[str]]]] = [(root_fd, "", _listing(root_fd))]
@@ -112,7 +113,7 @@ def _archive_tree(tar: tarfile.TarFile, root_fd: int) -> None:
                 continue
             entry = entries.pop()
             try:
-                child = _archive_entry(tar, dir_fd, entry, prefix + entry.name)
+                child = _archive_entry(tar, dir_fd, entry, prefix + entry.name, links)
             except OSError as exc:
                 # Gone or changed type since the listing: left out, like an
                 # entry created after it.
@@ -134,9 +135,16 @@ def _listing(dir_fd: int) -> list[os.DirEntry[str]]:
 
 
 def _archive_entry(
-    tar: tarfile.TarFile, dir_fd: int, entry: os.DirEntry[str], name: str
+    tar: tarfile.TarFile,
+    dir_fd: int,
+    entry: os.DirEntry[str],
+    name: str,
+    links: dict[tuple[int, int], str],
 ) -> int | None:
-    """Adds one entry; returns the open descriptor of a directory to descend into."""
+    """Adds one entry; returns the open descriptor of a directory to descend into.
+    ``links``: (device, inode) -> the archived name of each file of many names
+    (stored once: as copies, a cache of hard links, as uv makes, took its size
+    again at each wake)."""
     st = entry.stat(follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         member = _member(name, st, tarfile.SYMTYPE)
@@ -155,6 +163,14 @@ def _archive_entry(
         try:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode):  # not swapped for a FIFO or device
+                first = links.get((st.st_dev, st.st_ino)) if st.st_nlink > 1 else None
+                if first is not None:
+                    member = _member(name, st, tarfile.LNKTYPE)
+                    member.linkname = first
+                    tar.addfile(member)
+                    return None
+                if st.st_nlink > 1:
+                    links[(st.st_dev, st.st_ino)] = name
                 member = _member(name, st, tarfile.REGTYPE)
                 member.size = st.st_size
                 tar.addfile(member, _ExactReader(fd, st.st_size))
@@ -259,6 +275,8 @@ class _Extractor:
         self._owner = owner
         self._tar = tar
         self._dirs: list[tuple[tuple[str, ...], Member]] = []
+        self._files: set[tuple[str, ...]] = set()
+        """The regular files made so far: what a hard link may name."""
         self._parent: tuple[tuple[str, ...], int] | None = None
 
     def run(self) -> None:
@@ -299,6 +317,9 @@ class _Extractor:
                 self._set_attributes(fd, member)
             finally:
                 os.close(fd)
+            self._files.add(parts)
+        elif member.type == HARD_LINK:
+            self._link(member, parent, leaf)
         elif member.is_dir:
             os.mkdir(leaf, 0o700, dir_fd=parent)
             self._dirs.append((parts, member))
@@ -310,6 +331,20 @@ class _Extractor:
         else:
             kind = _KINDS.get(member.type, f"of type {member.type!r}")
             raise ArchiveError(f"{member.name!r}: is {kind}, which a snapshot never holds")
+
+    def _link(self, member: Member, parent: int, leaf: str) -> None:
+        """Another name for a regular file this archive made before (nothing
+        else: not a symlink, a directory or anything outside the tree)."""
+        target = _parts(member.linkname)
+        if target not in self._files:
+            raise ArchiveError(
+                f"{member.name!r}: a hard link to {member.linkname!r}, no file of it"
+            )
+        source = self._open_dir(target[:-1])
+        try:
+            os.link(target[-1], leaf, src_dir_fd=source, dst_dir_fd=parent, follow_symlinks=False)
+        finally:
+            os.close(source)
 
     def _copy(self, member: Member, fd: int) -> None:
         """The member's bytes, read straight from the decompressed stream. Blocks

@@ -83,8 +83,8 @@ class SnapshotInfo:
 
 async def take_snapshot(workspace: Path, blobs: BlobStore, key: str) -> SnapshotInfo:
     """Archives ``workspace`` (regular files, directories, symlinks as symlinks,
-    modes and mtimes; sockets, FIFOs and devices are skipped, hard links stored
-    as separate files) to ``key``, then reads the object back to verify its size
+    modes and mtimes; sockets, FIFOs and devices are skipped, hard links kept
+    as links) to ``key``, then reads the object back to verify its size
     and sha256. Never follows a symlink. Raises ``SnapshotCorrupt`` (and deletes
     the object) if the store does not give back what was written. If cancelled
     or failed before the upload completes, no object is written."""
