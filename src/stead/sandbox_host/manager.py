@@ -315,8 +315,10 @@ class SandboxManager:
             await self.collect_once(now=now)
             await self.prune_exec_records(now=now)
             for sandbox in list(self._sandboxes.values()):
-                with contextlib.suppress(Exception):
+                try:
                     await sandbox.book_active()
+                except Exception:  # the catalogue: the next round books it
+                    log.exception("sandbox %s: awake time not booked now", sandbox.id)
             await self._clock.sleep(self._options.gc_interval_seconds)
 
     async def prune_exec_records(self, *, now: float) -> int:
