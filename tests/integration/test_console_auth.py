@@ -216,3 +216,25 @@ def test_the_key_reaches_no_log(server: ServerProcess) -> None:
     assert logged(server, lambda line: line.get("request_id") == last.headers["request-id"])
     assert key not in server.log_text()
     assert login.json()["console_token"] not in server.log_text()
+
+
+@pytest.mark.parametrize(
+    "path", ["/console/static/app.js", "/console/static/console.css", "/console/vendor/xterm.js"]
+)
+def test_the_console_s_files_are_asked_for_again_so_an_upgrade_shows_at_once(
+    server: ServerProcess, path: str
+) -> None:
+    """Without a Cache-Control a browser kept the scripts unasked for days (a
+    heuristic of their age): after an upgrade the new page ran the old ones.
+    Asked for again, an unchanged file costs a 304."""
+    first = httpx2.get(f"{server.url}{path}", timeout=30, verify=client_tls())
+    assert first.status_code == 200
+    assert first.headers["cache-control"] == "no-cache"
+    again = httpx2.get(
+        f"{server.url}{path}",
+        headers={"if-none-match": first.headers["etag"]},
+        timeout=30,
+        verify=client_tls(),
+    )
+    assert again.status_code == 304 and not again.content
+    assert again.headers["cache-control"] == "no-cache"

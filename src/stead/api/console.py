@@ -19,8 +19,9 @@ from pathlib import PurePosixPath
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.staticfiles import StaticFiles
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
 from starlette.types import Scope
 
 from stead.api.body import json_body
@@ -50,7 +51,11 @@ PAGE_HEADERS = NO_STORE | {
     "referrer-policy": "no-referrer",
 }
 """Scripts from this server only; no framing, so no click-jacking of the buttons."""
-ASSET_HEADERS = {
+REVALIDATE = {"cache-control": "no-cache"}
+"""The console's files, kept by the browser but asked for again (an ETag's 304)
+each time: without it a browser reused them unasked for days (a heuristic of
+their age), so after an upgrade of stead the new page ran the old scripts."""
+ASSET_HEADERS = REVALIDATE | {
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
     "content-security-policy": "frame-ancestors 'none'",
@@ -70,11 +75,15 @@ async def console_page() -> FileResponse:
 
 
 @router.get("/vendor/{name}")
-async def vendor(name: str) -> FileResponse:
+async def vendor(request: Request, name: str) -> Response:
     path = vendor_file(name)
     if path is None:
         raise ApiError(404, f"no console package file {name!r} (./scripts/setup installs them)")
-    return FileResponse(path, headers={"x-content-type-options": "nosniff"})
+    headers = REVALIDATE | {"x-content-type-options": "nosniff"}
+    response = FileResponse(path, headers=headers, stat_result=path.stat())
+    if request.headers.get("if-none-match") == response.headers["etag"]:
+        return NotModifiedResponse(Headers(raw=response.raw_headers))
+    return response
 
 
 @router.post("/login")
