@@ -15,7 +15,7 @@ from typing import Any
 
 import anthropic
 import pytest
-from playwright.sync_api import Browser, Page, expect, sync_playwright
+from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
 from stead.testing import (
     FakeModel,
@@ -383,6 +383,31 @@ def test_another_workspaces_session_is_not_reachable(
     expect(page.locator("#page-error")).to_contain_text(their_session)
     page.goto("/console/#/sessions")
     expect(page.locator("#sessions")).not_to_contain_text(their_session)
+
+
+def test_a_page_left_while_it_loads_neither_shows_nor_streams(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    """A session's page whose history comes after another page was asked for:
+    it drew over that page (the address said Agents, the page showed the
+    session) and its stream ran on, its clean-up lost."""
+    assert stead.first_key
+    session_id = new_session(sdk, [])
+    log_in(page, stead.first_key)
+    history = f"/v1/sessions/{session_id}/events?"
+    held: list[Route] = []
+    page.route(lambda url: history in url, lambda route: held.append(route))
+    with page.expect_request(lambda request: history in request.url):
+        page.goto(f"/console/#/sessions/{session_id}")
+    page.click("#nav a[href='#/agents']")
+    expect(page.locator("#agents")).to_be_visible()
+    stream = f"/v1/sessions/{session_id}/events/stream"
+    # The left page's stream: ended as soon as it began.
+    with page.expect_event("requestfailed", lambda failed: stream in failed.url):
+        held[0].continue_()
+    expect(page.locator("#agents")).to_be_visible()
+    expect(page.locator("#timeline")).to_have_count(0)
+    assert page.evaluate("location.hash") == "#/agents"
 
 
 def test_the_resource_pages_and_logout(

@@ -12,6 +12,10 @@ import { usagePage } from "./usage.js";
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
 let leave = null; // the current page's clean-up (streams, timers, sockets)
+// Which page was asked for last: a page still loading when another is asked for
+// draws into its own element, no longer shown, and its clean-up runs as soon
+// as it returns (it neither covers the newer page nor keeps streaming).
+let asked = 0;
 
 const ROUTES = [
   [/^#\/sessions\/([\w-]+)\/terminal$/, terminalPage],
@@ -26,6 +30,7 @@ const ROUTES = [
 ];
 
 function loginPage(message) {
+  asked++;
   nav.hidden = true;
   const key = el("input", { type: "password", name: "api_key", placeholder: "sk-stead-…", autocomplete: "off", required: true });
   const problem = el("p", { class: "error", id: "login-error", text: message || "" });
@@ -51,6 +56,7 @@ function loginPage(message) {
 }
 
 async function route() {
+  const mine = ++asked;
   if (leave) { leave(); leave = null; }
   const hash = location.hash || "#/sessions";
   for (const [pattern, page] of ROUTES) {
@@ -60,12 +66,16 @@ async function route() {
     for (const link of nav.querySelectorAll("a")) {
       link.classList.toggle("active", hash.startsWith(link.getAttribute("href")));
     }
-    main.replaceChildren(el("p", { class: "muted", text: "Loading…" }));
+    const view = el("div", { class: "page" }, el("p", { class: "muted", text: "Loading…" }));
+    main.replaceChildren(view);
     try {
-      leave = (await page(main, ...match.slice(1))) || null;
+      const done = (await page(view, ...match.slice(1))) || null;
+      if (mine === asked) leave = done;
+      else if (done) done(); // left while it loaded
     } catch (error) {
+      if (mine !== asked) return;
       if (error instanceof ApiError && error.status === 401) return loginPage();
-      main.replaceChildren(el("p", { class: "error", id: "page-error", text: error.message }));
+      view.replaceChildren(el("p", { class: "error", id: "page-error", text: error.message }));
     }
     return;
   }
