@@ -410,6 +410,27 @@ def test_a_page_left_while_it_loads_neither_shows_nor_streams(
     assert page.evaluate("location.hash") == "#/agents"
 
 
+def test_an_archived_session_s_usage_is_its_agent_s(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    """The usage page named agents from the sessions list, which leaves archived
+    sessions out: their tokens went to "(deleted session)"."""
+    assert stead.first_key
+    agent = sdk.beta.agents.create(name="archived-usage", model="claude-sonnet-4-6")
+    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
+    used = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    with sdk.beta.sessions.events.stream(used.id) as stream:
+        sdk.beta.sessions.events.send(
+            used.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
+        )
+        next(e for e in stream if e.type == "session.status_idle")
+    sdk.beta.sessions.archive(used.id)
+    log_in(page, stead.first_key)
+    page.goto("/console/#/usage")
+    expect(page.locator("#usage-agents")).to_contain_text("archived-usage")
+    expect(page.locator("#usage-agents")).not_to_contain_text("(deleted session)")
+
+
 def test_the_resource_pages_and_logout(
     page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, shots: Path
 ) -> None:

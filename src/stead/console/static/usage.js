@@ -35,7 +35,8 @@ export async function usagePage(main) {
   const from = new Date(to.getTime() - (DAYS - 1) * 86400000);
   const day = (d) => d.toISOString().slice(0, 10);
   const report = await get(`/v1/usage?from=${day(from)}&to=${day(to)}`);
-  const sessions = await listAll("/v1/sessions?limit=100");
+  // Archived sessions too: their usage is still their agent's.
+  const sessions = await listAll("/v1/sessions?limit=100&include_archived=true");
   const agentOf = new Map(sessions.map((s) => [s.id, s.agent.name || s.agent.id]));
   const perDay = new Map();
   for (let t = from.getTime(); t <= to.getTime(); t += 86400000) perDay.set(day(new Date(t)), 0);
