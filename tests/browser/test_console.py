@@ -410,6 +410,43 @@ def test_a_page_left_while_it_loads_neither_shows_nor_streams(
     assert page.evaluate("location.hash") == "#/agents"
 
 
+def test_a_turn_logged_before_the_stream_opens_shows_once(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    """With nothing logged to resume after, the page's stream began at the log's
+    end as it was when it opened: a turn logged between the page's history and
+    its stream (or while the line was down and the page redialled) never showed
+    until a reload."""
+    assert stead.first_key
+    session_id = new_session(sdk, [])
+    log_in(page, stead.first_key)
+    stream = f"/v1/sessions/{session_id}/events/stream"
+    held: list[Route] = []
+    page.route(
+        lambda url: stream in url,
+        lambda route: held.append(route) if not held else route.continue_(),
+    )
+    page.goto(f"/console/#/sessions/{session_id}")
+    while not held:  # the page's stream, held before it reaches stead
+        page.wait_for_timeout(50)
+    with sdk.beta.sessions.events.stream(session_id) as events:
+        sdk.beta.sessions.events.send(
+            session_id,
+            events=[{"type": "user.message", "content": [{"type": "text", "text": "meanwhile"}]}],
+        )
+        next(e for e in events if e.type == "session.status_idle")
+    held[0].continue_()
+    expect(page.locator("#stream-state")).to_have_text("stream: live")
+    agent = page.locator('[data-type="agent.message"] pre')
+    expect(agent).to_have_text("You said: meanwhile")
+    send(page, "and after")
+    expect(agent.last).to_have_text("You said: and after")
+    expect(page.locator("#timeline .event.status").last).to_have_text("idle (end_turn)")
+    # Each once, in the log's order (a model request's start gives way to its end).
+    logged = sdk.beta.sessions.events.list(session_id)
+    assert timeline_ids(page) == [e.id for e in logged if e.type != "span.model_request_start"]
+
+
 def test_an_archived_session_s_usage_is_its_agent_s(
     page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
 ) -> None:

@@ -55,16 +55,30 @@ export async function listAll(path, pages = 20) {
 // Reads a session's event stream (server-sent events over fetch, so the
 // console's header goes along), calling onEvent for each event; on a dropped
 // line it resumes after the last event seen. Returns a function that stops it.
+// With no event to resume after, a stream begins at the log's end as it is
+// when it opens: what was logged before that (while the page loaded, or while
+// the line was down) is read from the list once the stream is open, and the
+// stream's copies of those events are skipped.
 export function streamEvents(sessionId, afterId, onEvent, onState) {
   const controller = new AbortController();
   let last = afterId;
   let stopped = false;
+  let listed = new Set(); // ids of logged events the list gave, which the stream may repeat
   async function once() {
     const query = last ? `?after=${encodeURIComponent(last)}` : "";
     const response = await fetch(`/v1/sessions/${sessionId}/events/stream${query}`, {
       headers: consoleHeaders(), credentials: "same-origin", signal: controller.signal,
     });
     if (!response.ok) throw new ApiError(response.status, `stream: HTTP ${response.status}`);
+    if (!last) {
+      const logged = await listAll(`/v1/sessions/${sessionId}/events?limit=1000`);
+      if (stopped) return;
+      listed = new Set();
+      for (const event of logged) {
+        if (event.processed_at) { last = event.id; listed.add(event.id); }
+        onEvent(event);
+      }
+    }
     onState("live");
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
@@ -79,6 +93,7 @@ export function streamEvents(sessionId, afterId, onEvent, onState) {
         const data = frame.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trimStart()).join("\n");
         if (!data) continue;
         const event = JSON.parse(data);
+        if (listed.has(event.id)) continue; // logged, as the list gave it (a queued echo of it too)
         if (event.id && event.processed_at) last = event.id;
         onEvent(event);
       }
