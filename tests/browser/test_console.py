@@ -468,6 +468,32 @@ def test_an_archived_session_s_usage_is_its_agent_s(
     expect(page.locator("#usage-agents")).not_to_contain_text("(deleted session)")
 
 
+def test_the_sessions_list_pages_past_its_first_hundred(page: Page, stead: ServerProcess) -> None:
+    """The list showed the newest hundred sessions and no way to the others."""
+    key = stead.create_key(new_workspace="console-many")
+    with make_client(stead.url, key) as theirs:
+        agent = theirs.beta.agents.create(name="many", model="claude-sonnet-4-6")
+        env = theirs.beta.environments.create(name="console-many")
+        oldest = theirs.beta.sessions.create(agent=agent.id, environment_id=env.id).id
+        for _ in range(100):
+            theirs.beta.sessions.create(agent=agent.id, environment_id=env.id)
+    log_in(page, key)
+    rows = page.locator("#sessions tbody tr")
+    expect(rows).to_have_count(100)
+    expect(page.locator(f"#sessions tr[data-session='{oldest}']")).to_have_count(0)
+    expect(page.locator("#sessions-newer")).to_be_hidden()
+    page.click("#sessions-older")
+    expect(rows).to_have_count(1)
+    expect(page.locator(f"#sessions tr[data-session='{oldest}']")).to_be_visible()
+    expect(page.locator("#sessions-older")).to_be_hidden()
+    updated = page.locator("#sessions-note")
+    expect(updated).not_to_have_text(updated.inner_text())  # refreshed, on the same page
+    expect(rows).to_have_count(1)
+    page.click("#sessions-newer")
+    expect(rows).to_have_count(100)
+    expect(page.locator("#sessions-newer")).to_be_hidden()
+
+
 def test_the_resource_pages_and_logout(
     page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, shots: Path
 ) -> None:
