@@ -369,6 +369,25 @@ def test_the_terminal_redials_when_stead_restarts_and_shows_each_byte_once(
     assert screen.inner_text().count("12-meanwhile") == 1
 
 
+def test_logging_out_in_another_tab_ends_an_attached_terminal(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    """A terminal's WebSocket was authenticated once, when it opened: after the
+    login ended (logged out in another tab, or anywhere its cookie was copied
+    to) it stayed attached and ran what was typed."""
+    assert stead.first_key
+    session_id = new_session(sdk, [TOOLSET])
+    log_in(page, stead.first_key)
+    page.goto(f"/console/#/sessions/{session_id}/terminal")
+    state = page.locator("#terminal-state")
+    expect(state).to_contain_text("attached")
+    other = page.context.new_page()
+    other.goto("/console/#/agents")
+    other.click("#logout")
+    expect(other.locator("#login")).to_be_visible()
+    expect(state).to_have_text(re.compile(r"refused \(4401\).*log in again"))
+
+
 def test_another_workspaces_session_is_not_reachable(
     page: Page, stead: ServerProcess, shots: Path
 ) -> None:

@@ -38,7 +38,7 @@ from stead.sandbox import (
     TerminalReplayed,
     TerminalRequest,
 )
-from stead.store import NotFound
+from stead.store import NotFound, StoreError
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["terminals"])
 
@@ -55,6 +55,10 @@ CLOSE_TOO_SLOW = 4408
 CLOSE_NO_SANDBOX = 4503
 MAX_OFFSET = 2**62
 """Larger than any terminal's output; a signed 64-bit integer on the host protocol."""
+REAUTHENTICATE_SECONDS = 5.0
+"""How often an attached terminal's caller is authenticated again: a console
+login ended (a logout, in any tab or process) or a key revoked (within the key
+cache's time) ends the terminals it opened, not only its next connection."""
 
 
 @router.websocket("/exec")
@@ -161,10 +165,30 @@ async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
             await _take_input(websocket, terminal)
             tasks.cancel_scope.cancel()
 
+        async def authorised() -> None:
+            nonlocal ended
+            ended = await _until_refused(websocket)
+            tasks.cancel_scope.cancel()
+
         tasks.start_soon(outward)
         tasks.start_soon(inward)
+        tasks.start_soon(authorised)
         tasks.start_soon(_keepalive, websocket, services(websocket).settings.keepalive_seconds)
     return ended
+
+
+async def _until_refused(websocket: WebSocket) -> tuple[int, str]:
+    """Returns once the caller that opened the terminal is refused (the close
+    code and reason); a store that cannot answer now is asked again later."""
+    while True:
+        await anyio.sleep(REAUTHENTICATE_SECONDS)
+        try:
+            await authenticate(websocket)
+        except ApiError as exc:
+            if exc.status in (401, 403):
+                return CLOSE_UNAUTHORIZED, str(exc)[:120]
+        except StoreError:
+            continue
 
 
 async def _send_output(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
