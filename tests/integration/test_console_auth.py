@@ -6,6 +6,7 @@ the cookie, can neither use it nor plant one of its own."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -14,6 +15,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
+from stead.api.deps import REAUTHENTICATE_SECONDS
 from stead.testing import ServerProcess, client_tls
 from tests.conftest import sdk_of
 from tests.integration.test_operations import logged
@@ -147,6 +149,34 @@ def test_logout_ends_the_login_for_a_copy_of_its_cookie_too(
     assert browser.http.post("/console/logout", headers=browser.console).status_code == 204
     after = httpx2.get(sessions, headers=copied, timeout=30, verify=client_tls())
     assert after.status_code == 401 and "log in again" in after.json()["error"]["message"]
+
+
+def test_logout_ends_an_event_stream_opened_before(server: ServerProcess, browser: Browser) -> None:
+    """An event stream was authenticated once, when it opened: after a logout,
+    one opened before with the login (in another tab, or with a copy of its
+    cookie and token) went on showing the session's events."""
+    with sdk_of(server) as sdk:
+        agent = sdk.beta.agents.create(name="console", model="claude-sonnet-4-6")
+        environment = sdk.beta.environments.create(name="console-stream")
+        session = sdk.beta.sessions.create(agent=agent.id, environment_id=environment.id)
+        copied = {"cookie": f"stead_console_key={browser.http.cookies['stead_console_key']}"}
+        url = f"{server.url}/v1/sessions/{session.id}/events/stream"
+        with httpx2.stream(
+            "GET", url, headers=copied | browser.console, timeout=30, verify=client_tls()
+        ) as stream:
+            assert stream.status_code == 200
+            assert browser.http.post("/console/logout", headers=browser.console).status_code == 204
+            time.sleep(REAUTHENTICATE_SECONDS + 1)
+            sdk.beta.sessions.events.send(
+                session.id,
+                events=[{"type": "user.message", "content": [{"type": "text", "text": "after"}]}],
+            )
+            shown = []
+            for line in stream.iter_lines():
+                shown.append(line)
+                if "user.message" in line:
+                    break
+    assert not [line for line in shown if "user.message" in line]
 
 
 def _close_code(

@@ -26,7 +26,7 @@ from stead.runtime import (
     SkillKeeper,
     WebhookEndpoints,
 )
-from stead.store import TOKEN_PREFIX, ApiKey, Store
+from stead.store import TOKEN_PREFIX, ApiKey, Store, StoreError
 from stead.vault import SealError, SecretBox
 
 
@@ -250,6 +250,25 @@ async def authenticate(request: HTTPConnection) -> Caller:
     if workspace and workspace != key.workspace_id:
         raise ApiError(403, "anthropic-workspace-id: this API key belongs to another workspace")
     return Caller(workspace_id=key.workspace_id, key_id=key.id, admin=key.admin)
+
+
+REAUTHENTICATE_SECONDS = 5.0
+"""How often a long-lived connection (a terminal's WebSocket, an event stream)
+authenticates its caller again: a console login ended (a logout, in any tab or
+process) or a key revoked (within the key cache's time) ends what it opened
+before, not only its next request."""
+
+
+async def refusal(connection: HTTPConnection) -> ApiError | None:
+    """Why the caller of a connection open for a while is refused now (a 401 or
+    403), or None; None too while the store cannot say."""
+    try:
+        await authenticate(connection)
+    except ApiError as exc:
+        return exc if exc.status in (401, 403) else None
+    except StoreError:
+        return None
+    return None
 
 
 async def _work_token_caller(request: HTTPConnection, secret: str) -> Caller:

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from stead import usage as accounting
 from stead.api import openapi, pagination, wire
 from stead.api.body import json_body
-from stead.api.deps import Caller, caller, services
+from stead.api.deps import Caller, caller, refusal, services
 from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.sse import EventStream
 from stead.api.wire import JSONResponse
@@ -224,6 +224,16 @@ async def event_stream(
                 f"{field}: no event {resume_from[:80]!r} in this session's log (an event "
                 "still queued, processed_at null, is in the log once its turn takes it)"
             )
+
+    async def authorised() -> bool:
+        return await refusal(request) is None
+
     return EventStream(
-        app.store, app.bus, session_id, after_seq, app.settings.sse_heartbeat_seconds, previews
+        app.store,
+        app.bus,
+        session_id,
+        after_seq,
+        app.settings.sse_heartbeat_seconds,
+        previews,
+        authorised,
     )

@@ -6,16 +6,21 @@ afterwards. Frames are ``event: <type>`` + ``data: <json>``; logged events also
 carry ``id: <event id>`` for ``Last-Event-ID`` resumption, pending-queue echoes
 do not (they are not in the log yet), nor do stream previews (never logged). A
 ping frame goes out whenever the stream has been quiet for the heartbeat
-interval, or while the database cannot be read.
+interval, or while the database cannot be read. A stream whose caller is
+refused (``authorised``, asked at most every ``REAUTHENTICATE_SECONDS``, before
+the next frame goes out) ends there.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from stead.api import wire
+from stead.api.deps import REAUTHENTICATE_SECONDS
 from stead.runtime import Bus, FeedItem, Preview, SessionFeed
 from stead.store import DatabaseBusy, EventLog
 
@@ -50,6 +55,7 @@ class EventStream(Response):
         after_seq: int | None,
         heartbeat_seconds: float,
         previews: frozenset[str] = frozenset(),
+        authorised: Callable[[], Awaitable[bool]] | None = None,
     ) -> None:
         super().__init__(media_type="text/event-stream")
         self._store = store
@@ -58,6 +64,7 @@ class EventStream(Response):
         self._after_seq = after_seq
         self._heartbeat = heartbeat_seconds
         self._previews = previews
+        self._authorised = authorised
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         with self._bus.subscribe(self._session_id, self._previews) as subscription:
@@ -76,8 +83,13 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _pump(self, feed: SessionFeed, send: Send) -> None:
+        check_at = anyio.current_time() + REAUTHENTICATE_SECONDS
         while True:
             items = await self._next(feed)
+            if self._authorised is not None and anyio.current_time() >= check_at:
+                if not await self._authorised():
+                    return
+                check_at = anyio.current_time() + REAUTHENTICATE_SECONDS
             if items is None:
                 await send({"type": "http.response.body", "body": PING, "more_body": True})
                 continue

@@ -24,7 +24,7 @@ import anyio
 from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from stead.api.deps import authenticate, services
+from stead.api.deps import REAUTHENTICATE_SECONDS, authenticate, refusal, services
 from stead.api.errors import ApiError
 from stead.jsonvalues import JsonValueError, loads
 from stead.sandbox import (
@@ -38,7 +38,7 @@ from stead.sandbox import (
     TerminalReplayed,
     TerminalRequest,
 )
-from stead.store import NotFound, StoreError
+from stead.store import NotFound
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["terminals"])
 
@@ -55,10 +55,6 @@ CLOSE_TOO_SLOW = 4408
 CLOSE_NO_SANDBOX = 4503
 MAX_OFFSET = 2**62
 """Larger than any terminal's output; a signed 64-bit integer on the host protocol."""
-REAUTHENTICATE_SECONDS = 5.0
-"""How often an attached terminal's caller is authenticated again: a console
-login ended (a logout, in any tab or process) or a key revoked (within the key
-cache's time) ends the terminals it opened, not only its next connection."""
 
 
 @router.websocket("/exec")
@@ -179,16 +175,12 @@ async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
 
 async def _until_refused(websocket: WebSocket) -> tuple[int, str]:
     """Returns once the caller that opened the terminal is refused (the close
-    code and reason); a store that cannot answer now is asked again later."""
+    code and reason), asked every ``REAUTHENTICATE_SECONDS``."""
     while True:
         await anyio.sleep(REAUTHENTICATE_SECONDS)
-        try:
-            await authenticate(websocket)
-        except ApiError as exc:
-            if exc.status in (401, 403):
-                return CLOSE_UNAUTHORIZED, str(exc)[:120]
-        except StoreError:
-            continue
+        refused = await refusal(websocket)
+        if refused is not None:
+            return CLOSE_UNAUTHORIZED, str(refused)[:120]
 
 
 async def _send_output(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
