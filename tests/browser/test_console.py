@@ -17,6 +17,7 @@ import anthropic
 import pytest
 from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
 
+from stead.api.deps import REAUTHENTICATE_SECONDS
 from stead.testing import (
     FakeModel,
     HostProcess,
@@ -386,6 +387,25 @@ def test_logging_out_in_another_tab_ends_an_attached_terminal(
     other.click("#logout")
     expect(other.locator("#login")).to_be_visible()
     expect(state).to_have_text(re.compile(r"refused \(4401\).*log in again"))
+
+
+def test_a_session_page_whose_login_ended_goes_to_the_login(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    """Its stream refused (the login ended elsewhere), the page stayed, showing
+    "stream: closed", where every other page goes to the login on a 401."""
+    session_id = open_session(page, stead, sdk, [])
+    other = page.context.new_page()
+    other.goto("/console/#/agents")
+    other.click("#logout")
+    expect(other.locator("#login")).to_be_visible()
+    page.wait_for_timeout(REAUTHENTICATE_SECONDS * 1000)  # the stream asks again before a frame
+    sdk.beta.sessions.events.send(
+        session_id,
+        events=[{"type": "user.message", "content": [{"type": "text", "text": "after logout"}]}],
+    )
+    expect(page.locator("#login")).to_be_visible()
+    expect(page.locator("#timeline")).to_have_count(0)
 
 
 def test_another_workspaces_session_is_not_reachable(

@@ -107,7 +107,12 @@ export function streamEvents(sessionId, afterId, onEvent, onState) {
         delay = 200;
       } catch (error) {
         if (stopped) return;
-        if (error.status === 401 || error.status === 404) { onState(`closed: ${error.message}`); return; }
+        if (error.status === 401 || error.status === 404) {
+          onState(`closed: ${error.message}`);
+          // The login ended (a logout elsewhere, its 12 hours): to the login, as any other 401.
+          if (error.status === 401) window.dispatchEvent(new CustomEvent("stead-logged-out"));
+          return;
+        }
       }
       if (stopped) return;
       onState("reconnecting");
