@@ -231,6 +231,33 @@ def test_a_scripted_session_runs_to_idle_in_the_timeline_and_survives_a_reload(
     page.screenshot(path=shots / "sessions.png", full_page=True)
 
 
+def test_a_session_s_history_asks_for_the_session_once(
+    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
+) -> None:
+    """Each idle and model request's end of the history asked for the session
+    again as the page opened, all at once: two requests a turn, thousands for
+    a long session."""
+    assert stead.first_key
+    session_id = new_session(sdk, [])
+    for turn in range(5):
+        with sdk.beta.sessions.events.stream(session_id) as stream:
+            sdk.beta.sessions.events.send(
+                session_id,
+                events=[{"type": "user.message", "content": [{"type": "text", "text": f"{turn}"}]}],
+            )
+            next(e for e in stream if e.type == "session.status_idle")
+    log_in(page, stead.first_key)
+    asked: list[str] = []
+    session_url = f"/v1/sessions/{session_id}"
+    page.on("request", lambda request: asked.append(request.url))
+    page.goto(f"/console/#/sessions/{session_id}")
+    expect(page.locator("#stream-state")).to_have_text("stream: live")
+    assert len([url for url in asked if url.endswith(session_url)]) == 2
+    send(page, "and now")
+    expect(page.locator('[data-type="agent.message"]').last).to_contain_text("You said: and now")
+    expect(page.locator("#session-usage")).not_to_have_text(re.compile(r"^0 tokens"))
+
+
 def test_a_long_command_is_interrupted(
     page: Page, stead: ServerProcess, sdk: anthropic.Anthropic
 ) -> None:

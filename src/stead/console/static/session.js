@@ -62,6 +62,22 @@ export async function sessionPage(main, sessionId) {
     try { await post(`${base}/events`, { events }); } catch (error) { problem.textContent = error.message; }
   }
 
+  // The session again (its usage, its status) after a turn or a model request
+  // ends live: one request at a time, and one more if asked for meanwhile. Not
+  // for the history's events: it asked once per turn and model request, all at
+  // once, as the page opened.
+  let live = false, fetching = false, again = false;
+  async function refreshSession() {
+    if (fetching) { again = true; return; }
+    fetching = true;
+    try {
+      do {
+        again = false;
+        try { session = await get(base); showSession(); } catch { /* the next one may answer */ }
+      } while (again);
+    } finally { fetching = false; }
+  }
+
   let lastStop = null;
   function take(event) {
     if (event.type === "ping") return;
@@ -73,8 +89,8 @@ export async function sessionPage(main, sessionId) {
       showActions(lastStop);
       showSession();
     }
-    if (event.type === "session.status_idle" || event.type === "span.model_request_end") {
-      get(base).then((fresh) => { session = fresh; showSession(); }).catch(() => {});
+    if (live && (event.type === "session.status_idle" || event.type === "span.model_request_end")) {
+      refreshSession();
     }
   }
 
@@ -103,6 +119,7 @@ export async function sessionPage(main, sessionId) {
   for (const event of history) take(event);
   session = await get(base); // the history may end before the newest status
   showSession();
+  live = true;
   const logged = history.filter((e) => e.processed_at);
   const after = logged.length ? logged[logged.length - 1].id : null;
   const stop = streamEvents(sessionId, after, take, (state) => { streamState.textContent = `stream: ${state}`; });
