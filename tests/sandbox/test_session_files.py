@@ -195,7 +195,17 @@ def test_bad_file_resources_are_refused_and_nothing_is_stored(
         with pytest.raises(anthropic.NotFoundError, match=field):
             client.beta.sessions.resources.add(session_id, type="file", **bad)
     live = upload(client, "live.txt", b"y")
-    for mount_path in ("/etc/passwd", f"{UPLOADS}/../../etc/x", f"{OUTPUTS}/x", UPLOADS):
+    # The last three the sandbox host cannot hold: accepted, they failed every
+    # sandbox tool call of the session until the resource was deleted.
+    for mount_path in (
+        "/etc/passwd",
+        f"{UPLOADS}/../../etc/x",
+        f"{OUTPUTS}/x",
+        UPLOADS,
+        f"{UPLOADS}/{'n' * 256}",
+        f"{UPLOADS}/{'d/' * 32}f",
+        f"{UPLOADS}/.stead-put-0123456789abcdef",
+    ):
         with pytest.raises(anthropic.BadRequestError, match="mount_path"):
             client.beta.sessions.resources.add(
                 session_id, type="file", file_id=live, mount_path=mount_path

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.jsonvalues import Json
-from stead.mount_paths import NAME_MAX
+from stead.mount_paths import MAX_DEPTH, NAME_MAX, name_problem
 from stead.schemas import repositories
 from stead.schemas.mount_paths import plain_path_under
 from stead.schemas.repositories import RepositoryMount
@@ -177,8 +177,18 @@ def _file_mount(params: Json, prefix: str) -> FileMount:
 
 
 def check_mount_path(path: str, prefix: str = "") -> str:
-    """An absolute, plain path of a file under ``/mnt/session/uploads/``."""
-    return plain_path_under(path, UPLOADS, f"{prefix}mount_path")
+    """An absolute, plain path of a file under ``/mnt/session/uploads/`` that the
+    sandbox host can put there: accepted and then refused by the host, it would
+    fail every sandbox tool call of the session (``stead.mount_paths``)."""
+    field = f"{prefix}mount_path"
+    plain_path_under(path, UPLOADS, field)
+    parts = path.removeprefix(UPLOADS + "/").split("/")
+    if len(parts) > MAX_DEPTH:
+        raise RequestError(f"{field}: deeper than {MAX_DEPTH} levels below {UPLOADS}/")
+    for part in parts:
+        if problem := name_problem(part):
+            raise RequestError(f"{field}: the component {part[:80]!r} {problem}")
+    return path
 
 
 def check_distinct(mount_paths: list[str], field: str) -> None:
