@@ -92,6 +92,23 @@ def test_resources_added_and_deleted_take_effect(client: anthropic.Anthropic) ->
     assert "No such file" in bash_turn(client, session_id, f"ls {UPLOADS}/data/report.csv 2>&1")
 
 
+def test_a_resource_may_take_the_place_of_a_deleted_ones_directory_or_file(
+    client: anthropic.Anthropic,
+) -> None:
+    """Before, the new file was put before the old one was removed, which the
+    host refused (a directory in the way, or a file where a directory must
+    be): every sandbox tool call of the session failed from then on."""
+    first, second = upload(client, "first.txt", b"first"), upload(client, "second.txt", b"second")
+    session_id = new_session(client)
+    resources = client.beta.sessions.resources
+    for old, new in ((f"{UPLOADS}/a/b", f"{UPLOADS}/a"), (f"{UPLOADS}/x", f"{UPLOADS}/x/y")):
+        added = resources.add(session_id, type="file", file_id=first, mount_path=old)
+        assert bash_turn(client, session_id, f"cat {old}") == "first"
+        resources.delete(added.id, session_id=session_id)
+        resources.add(session_id, type="file", file_id=second, mount_path=new)
+        assert bash_turn(client, session_id, f"cat {new}") == "second"
+
+
 def test_a_deleted_file_leaves_its_mount(client: anthropic.Anthropic) -> None:
     file_id = upload(client, "brief.txt", b"brief")
     session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])

@@ -140,6 +140,12 @@ class SessionMounts:
         )
         live = {f.id for f in files if f.expires_at is None or f.expires_at > now}
         gone = {path for path, file_id in wanted.items() if file_id not in live}
+        # Stale files go first: a new resource may be mounted where an earlier
+        # one's directory was (``a`` after ``a/b``), or below its file.
+        stale = [path for path in held if path not in wanted or path in gone]
+        if stale:
+            await self._mounts.remove(session_id, UPLOADS, stale)
+        failed: list[str] = []
         for path, file_id in wanted.items():
             found = held.get(path)
             if path in gone:
@@ -147,10 +153,9 @@ class SessionMounts:
             if found is not None and self._digests.use(file_id) == found.sha256:
                 continue
             if not await self._put_file(session_id, config, session.workspace_id, path, file_id):
-                gone.add(path)
-        stale = [path for path in held if path not in wanted or path in gone]
-        if stale:
-            await self._mounts.remove(session_id, UPLOADS, stale)
+                failed.append(path)
+        if held_failed := [path for path in failed if path in held]:
+            await self._mounts.remove(session_id, UPLOADS, held_failed)
         if self._skills is not None and session.agent.get("skills"):
             await self._stage_skills(self._skills, session, config)
 
