@@ -211,3 +211,29 @@ def test_other_workspaces_see_404(server_on_each_store: ServerProcess) -> None:
         assert uploaded.id not in {f.id for f in theirs.beta.files.list(limit=1000)}
         assert theirs.beta.files.list(ids=[uploaded.id]).data == []
         assert mine.beta.files.download(uploaded.id).read() == b"secret"
+
+
+def test_an_upload_the_blob_store_failed_stops_counting_against_the_quota(
+    server_on_each_store: ServerProcess,
+) -> None:
+    """Before, each upload the blob store failed (a 503) held its size of the
+    workspace's quota until the purger's grace (six hours) passed, so a client
+    that retried through an outage found the workspace full once it ended."""
+    server = server_on_each_store
+    key = server.create_key(new_workspace=f"failed-{uuid.uuid4().hex[:6]}")
+    admin = server.create_key(admin=True)
+    with make_client(server.url, key) as client, make_client(server.url, admin) as operator:
+        own = client.get("/v1/stead/limits", cast_to=object)
+        workspace_id = own["workspace_id"]  # type: ignore[index]
+        limits = f"/v1/stead/workspaces/{workspace_id}/limits"
+        operator.post(limits, body={"file_storage_bytes": 1000}, cast_to=object)
+        # A file where the workspace's directory of blobs goes: every write fails.
+        in_the_way = server.data_dir / "blobs" / "files" / workspace_id
+        in_the_way.parent.mkdir(parents=True, exist_ok=True)
+        in_the_way.write_bytes(b"")
+        for _ in range(3):
+            with pytest.raises(anthropic.InternalServerError):
+                client.with_options(max_retries=0).beta.files.upload(file=("a.bin", b"a" * 600))
+        in_the_way.unlink()
+        uploaded = client.beta.files.upload(file=("a.bin", b"a" * 600))
+        assert client.beta.files.download(uploaded.id).read() == b"a" * 600

@@ -123,8 +123,25 @@ class FileKeeper:
         collects it after the grace. ``BlobError`` if the blob store fails."""
         new = new_file(workspace_id, filename, mime_type, size_bytes, expires_at, scope)
         await self._store.begin_file(new, quota=self.quota_bytes)
-        await self._write_blob(new.blob_key, size_bytes, chunks)
+        try:
+            await self._write_blob(new.blob_key, size_bytes, chunks)
+        except Exception:
+            await self._give_up(new)
+            raise
         return new
+
+    async def _give_up(self, new: NewFile) -> None:
+        """Tombstones a staged file whose blob was not written, so it stops
+        counting against the quota now rather than after the grace, and removes
+        what there is of its blob (else the purger does). Its own failures are
+        logged: the caller raises the one that stopped the upload."""
+        with anyio.CancelScope(shield=True):  # bounded by the store's and blob store's timeouts
+            try:
+                tombstoned = await self._store.abandon_file(new.id)
+                if tombstoned is not None:
+                    await self._remove(tombstoned)
+            except Exception as exc:  # the purger collects it after the grace
+                log.warning("file %s: its failed upload is left to the purger: %s", new.id, exc)
 
     async def finish(
         self,

@@ -56,5 +56,8 @@ class FileMethods:
     async def bytes_removed(self, file_id: str) -> None:
         await self._write(_files.bytes_removed, file_id)
 
+    async def abandon_file(self, file_id: str) -> FileRecord | None:
+        return await self._write(_files.abandon_file, file_id)
+
     async def forget_file(self, file_id: str) -> None:
         await self._write(lambda conn, _now: _files.forget_file(conn, file_id))

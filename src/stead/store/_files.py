@@ -171,6 +171,18 @@ def tombstone(conn: Connection, now: datetime, file_ids: Sequence[str]) -> list[
     return [_record(row) for row in rows]
 
 
+def abandon_file(conn: Connection, now: datetime, file_id: str) -> FileRecord | None:
+    done = conn.execute(
+        update(files)
+        .where(files.c.id == file_id, files.c.ready_at.is_(None), files.c.deleted_at.is_(None))
+        .values(deleted_at=now)
+    )
+    if done.rowcount != 1:
+        return None
+    row = conn.execute(select(files).where(files.c.id == file_id)).first()
+    return None if row is None else _record(row)
+
+
 def get_file(conn: Connection, workspace_id: str, file_id: str) -> FileRecord:
     row = conn.execute(select(files).where(files.c.id == file_id, *_visible(workspace_id))).first()
     if row is None:

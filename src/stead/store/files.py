@@ -115,6 +115,12 @@ class FileStore(Protocol):
         meanwhile or marked by another purger is left alone)."""
         ...
 
+    async def abandon_file(self, file_id: str) -> FileRecord | None:
+        """Tombstones a pending file whose blob could not be written (it stops
+        counting against the quota at once) and returns it, for the caller to
+        remove its blob and then ``forget_file``; None if it is not pending."""
+        ...
+
     async def forget_file(self, file_id: str) -> None:
         """Removes a tombstoned row (its blob is gone). A row that is not a
         tombstone is left alone; a missing one is not an error (another purger)."""

@@ -84,6 +84,15 @@ def file_ready(t: Tables, now: datetime, workspace_id: str, file_id: str) -> Fil
     return get_file(t, workspace_id, file_id)
 
 
+def abandon_file(t: Tables, now: datetime, file_id: str) -> FileRecord | None:
+    """``_files.abandon_file``: a pending file tombstoned, or None."""
+    found = t.files.get(file_id)
+    if found is None or found.ready_at is not None or found.deleted_at is not None:
+        return None
+    found = t.files[file_id] = replace(found, deleted_at=now)
+    return found
+
+
 def tombstone(t: Tables, now: datetime, file_ids: Sequence[str]) -> list[FileRecord]:
     """``_files.tombstone``: the files (of an aggregate that decided they go)
     tombstoned, for the caller to remove their blobs and then forget them."""

@@ -489,6 +489,9 @@ class InMemoryStore(
     async def bytes_removed(self, file_id: str) -> None:
         await self._write(files.bytes_removed, file_id)
 
+    async def abandon_file(self, file_id: str) -> FileRecord | None:
+        return await self._write(files.abandon_file, file_id)
+
     async def forget_file(self, file_id: str) -> None:
         await self._write(files.forget_file, file_id)
 
