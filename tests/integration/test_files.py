@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import uuid
 
 import anthropic
@@ -237,3 +238,34 @@ def test_an_upload_the_blob_store_failed_stops_counting_against_the_quota(
         in_the_way.unlink()
         uploaded = client.beta.files.upload(file=("a.bin", b"a" * 600))
         assert client.beta.files.download(uploaded.id).read() == b"a" * 600
+
+
+@pytest.mark.parametrize(
+    "second", [b'name="file"; filename="b.bin"', b'name="x"; filename="x.bin"']
+)
+def test_a_second_file_part_is_refused_before_its_bytes_are_read(
+    server_on_each_store: ServerProcess, second: bytes
+) -> None:
+    """Before, every part with a filename was spooled (its first MiB in memory)
+    until the body ended, and only then was the form refused: one body of
+    hundreds of such parts held hundreds of MiB of the server's memory."""
+    server = server_on_each_store
+    head = (
+        b"--B\r\nContent-Disposition: form-data; "
+        b'name="file"; filename="a.bin"\r\n\r\n' + b"a" * 1000 + b"\r\n"
+        b"--B\r\nContent-Disposition: form-data; " + second + b"\r\n\r\n" + b"b" * 1000
+    )
+    request = (
+        f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nx-api-key: {server.first_key}\r\n"
+        "content-type: multipart/form-data; boundary=B\r\n"
+        f"content-length: {len(head) + 500_000}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request + head)  # and the rest of the body never comes
+        answer = b""
+        while b"}" not in answer:
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert b"send exactly one file" in answer or b"x: unknown field" in answer, answer

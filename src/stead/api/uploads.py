@@ -66,7 +66,8 @@ def too_large(limit: int, field: str = "file", setting: str = "STEAD_MAX_FILE_BY
 async def read_upload(request: Request, max_file_bytes: int, fields: tuple[str, ...]) -> Upload:
     """The upload in ``request``: one part ``file`` and at most the text ``fields``.
     The caller closes ``Upload.file``."""
-    form = await _parse(request, max_file_bytes, max_files=1000)
+    # One file: a second part with a file's name is refused at its headers.
+    form = await _parse(request, max_file_bytes, max_files=1, fields=fields)
     try:
         return _upload(form.multi_items(), fields, max_file_bytes)
     except BaseException:
@@ -77,7 +78,10 @@ async def read_upload(request: Request, max_file_bytes: int, fields: tuple[str, 
 class _FileParts(MultiPartParser):
     """Starlette's parser, which takes a part with a file's name (``names``) for
     a file even without a ``filename``. Starlette reads such a part as a text
-    field: whole into memory, at most 1 MiB, and decoded as text."""
+    field: whole into memory, at most 1 MiB, and decoded as text. A part with a
+    ``filename`` under another name is refused at its headers: Starlette would
+    spool it (its first MiB in memory), and a body of many such parts held as
+    many MiB in memory before the form was refused."""
 
     def __init__(
         self,
@@ -85,15 +89,27 @@ class _FileParts(MultiPartParser):
         stream: AsyncGenerator[bytes, None],
         *,
         names: tuple[str, ...],
+        fields: tuple[str, ...],
         max_files: int,
     ) -> None:
         super().__init__(headers, stream, max_files=max_files, max_fields=MAX_FIELDS)
         self._names = names
+        self._fields = fields
 
     def on_headers_finished(self) -> None:
-        super().on_headers_finished()
         part = self._current_part
-        if part.file is not None or part.field_name not in self._names:
+        try:
+            super().on_headers_finished()
+        except MultiPartException as exc:
+            # A file too many, and not even one of the form's: that is the answer.
+            if str(exc).startswith("Too many files") and part.field_name not in self._names:
+                raise RequestError(_misplaced(part.field_name, self._fields)) from None
+            raise
+        if part.field_name not in self._names:
+            if part.file is not None:
+                raise RequestError(_misplaced(part.field_name, self._fields))
+            return
+        if part.file is not None:
             return
         # What Starlette does for a part with a filename (``on_headers_finished``).
         self._current_fields -= 1
@@ -110,6 +126,11 @@ class _FileParts(MultiPartParser):
             filename=_extended_filename(part.content_disposition or b""),
             headers=Headers(raw=part.item_headers),
         )
+
+
+def _misplaced(name: str, fields: tuple[str, ...]) -> str:
+    """Why the part ``name`` is refused: not a field, or a text field sent as a file."""
+    return f"{name}: send one text value" if name in fields else f"{name}: unknown field"
 
 
 def _extended_filename(disposition: bytes) -> str | None:
@@ -133,6 +154,7 @@ async def _parse(
     max_file_bytes: int,
     *,
     max_files: int,
+    fields: tuple[str, ...],
     field: str = "file",
     setting: str = "STEAD_MAX_FILE_BYTES",
 ) -> FormData:
@@ -149,12 +171,15 @@ async def _parse(
         request.headers,
         _capped(request, limit, too_large(max_file_bytes, field, setting)),
         names=(field, f"{field}[]"),
+        fields=fields,
         max_files=max_files,
     )
     try:
         return await parser.parse()
     except MultiPartException as exc:
         if str(exc).startswith("Too many files"):
+            if max_files == 1:
+                raise RequestError(f"{field}: send exactly one file") from None
             raise RequestError(f"{field}: send at most {max_files} files") from None
         raise RequestError(f"body: {exc}") from None
 
@@ -166,7 +191,12 @@ async def read_files(
     as (its filename with the path it names, its bytes), at most ``max_bytes``
     together, and the text ``fields``."""
     form = await _parse(
-        request, max_bytes, max_files=max_files, field="files", setting="STEAD_SKILL_MAX_BYTES"
+        request,
+        max_bytes,
+        max_files=max_files,
+        fields=fields,
+        field="files",
+        setting="STEAD_SKILL_MAX_BYTES",
     )
     try:
         found, text = _split(form.multi_items(), ("files", "files[]"), fields)
@@ -189,9 +219,9 @@ def _split(
     for name, value in items:
         if name in names and isinstance(value, UploadFile):  # always, as ``_FileParts`` parses
             found.append(value)
-        elif name not in fields:
-            raise RequestError(f"{name}: unknown field")
-        elif isinstance(value, UploadFile) or name in text:
+        elif name not in fields or isinstance(value, UploadFile):
+            raise RequestError(_misplaced(name, fields))
+        elif name in text:
             raise RequestError(f"{name}: send one text value")
         else:
             text[name] = value
