@@ -175,6 +175,17 @@ def test_outputs_past_the_quota_are_a_session_error_and_filed_once_there_is_room
         assert {f.filename for f in outputs_of(client, session_id)} == {"small", "big"}
 
 
+def test_an_output_whose_name_is_not_utf_8_is_skipped_and_the_others_filed(
+    client: anthropic.Anthropic,
+) -> None:
+    """Before, such a name (its bytes as surrogates) failed the capture, and with
+    it the run, which was retried until its attempts ran out: the session stayed
+    busy all that while and none of its outputs was filed."""
+    session_id = new_session(client)
+    bash_turn(client, session_id, f"printf odd > $'{OUTPUTS}/odd\\xff.txt' && touch {OUTPUTS}/ok")
+    assert [f.filename for f in outputs_of(client, session_id)] == ["ok"]
+
+
 def test_a_40_mib_file_is_mounted_and_captured_whole(client: anthropic.Anthropic) -> None:
     data = os.urandom(40 * 1024 * 1024)
     file_id = upload(client, "big.bin", data)
