@@ -156,6 +156,21 @@ def test_an_oversized_upload_is_refused_naming_the_limit(
             400,
             "expires_in_seconds",
         ),
+        # Digits to str.isdigit, not to int(): a 500 (and a dropped connection) before.
+        (
+            {"file": ("a.txt", b"x")},
+            {"expires_in_seconds": "\u00b2"},
+            None,
+            400,
+            "expires_in_seconds",
+        ),
+        (
+            {"file": ("a.txt", b"x")},
+            {"expires_in_seconds": "\uff13\uff16\uff10\uff10"},
+            None,
+            400,
+            "expires_in_seconds",
+        ),
         ({"file": ("a.txt", b"x", "not a type")}, None, None, 400, "content type"),
         (None, None, {"content-type": "application/json"}, 415, "multipart/form-data"),
         (None, None, {"content-type": "multipart/form-data"}, 400, "body"),

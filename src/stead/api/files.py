@@ -58,7 +58,7 @@ def _expires_in(raw: str | None) -> timedelta | None:
     if raw is None:
         return None
     text = raw.strip()
-    if not text.isdigit() or not EXPIRES_MIN <= int(text) <= EXPIRES_MAX:
+    if not (text.isascii() and text.isdigit()) or not EXPIRES_MIN <= int(text) <= EXPIRES_MAX:
         raise RequestError(
             f"expires_in_seconds: expected a whole number from {EXPIRES_MIN} to {EXPIRES_MAX}"
         )
