@@ -95,7 +95,10 @@ async def test_writes_under_a_writable_mount_are_listed_and_read_back(
         sandbox,
         f"mkdir -p {OUTPUTS}/charts && printf 'a,b\\n1,2\\n' > {OUTPUTS}/table.csv"
         f" && head -c 3000 /dev/zero > {OUTPUTS}/charts/zeros.bin"
-        f" && ln -s /etc/passwd {OUTPUTS}/passwd && mkfifo {OUTPUTS}/pipe",
+        f" && ln -s /etc/passwd {OUTPUTS}/passwd && mkfifo {OUTPUTS}/pipe"
+        # Names no stead file has (not UTF-8): a file, and a directory's file.
+        f" && printf x > {OUTPUTS}/$'odd\\xff' && mkdir {OUTPUTS}/$'dir\\xfe'"
+        f" && printf y > {OUTPUTS}/$'dir\\xfe'/inside",
     )
     assert code == 0, output
     listing = (await mounts.listing(sandbox.sandbox_id, OUTPUTS)).files

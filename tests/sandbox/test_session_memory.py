@@ -264,6 +264,25 @@ def test_a_mount_with_more_entries_than_a_listing_deletes_no_memory(
     assert memories_of(client, store_id) == {**kept, "/keep0.md": "edited"}
 
 
+def test_a_file_whose_name_is_not_utf_8_is_no_memory_and_the_others_are_saved(
+    client: anthropic.Anthropic,
+) -> None:
+    """Before, such a name reached the store as surrogates, which it refused:
+    every write-back failed its run, retried until its attempts ran out."""
+    name = f"Bytes {uuid.uuid4().hex[:6]}"
+    store_id = new_store(client, name, **{"/plan.md": "draft"})
+    session_id = new_session(client, {"type": "memory_store", "memory_store_id": store_id})
+    mount = f"/mnt/memory/{name.lower().replace(' ', '-')}"
+    output = bash_turn(
+        client,
+        session_id,
+        f"printf odd > {mount}/$'odd\\xff.md' && printf final > {mount}/plan.md && echo done",
+    )
+    assert output == "done"
+    assert memories_of(client, store_id) == {"/plan.md": "final"}
+    assert bash_turn(client, session_id, f"cat {mount}/plan.md") == "final"
+
+
 def test_a_read_only_store_cannot_be_changed(client: anthropic.Anthropic) -> None:
     store_id = new_store(client, "Shared Facts", **{"/fact.md": "water is wet"})
     session_id = new_session(

@@ -222,15 +222,6 @@ class SessionMounts:
                 len(listed.files),
             )
         for found in listed.files:
-            if not _utf8(found.path):
-                # The host hands such a name over as surrogates, which neither
-                # its protocol (to read the file) nor the store can carry.
-                log.warning(
-                    "output %r of %s is not captured: its name is not UTF-8",
-                    found.path,
-                    session_id,
-                )
-                continue
             if found.size > self._max_bytes:
                 log.warning("output %s of %s is too large to capture", found.path, session_id)
                 continue
@@ -277,14 +268,6 @@ class SessionMounts:
             return None
         self._failpoints.hit("outputs.after_capture")
         return record.id
-
-
-def _utf8(path: str) -> bool:
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _relative(mount_path: str) -> str:

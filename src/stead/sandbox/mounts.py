@@ -68,7 +68,8 @@ class SandboxMounts(Protocol):
 
     async def listing(self, sandbox_id: str, mount: str) -> MountListing:
         """The regular files under ``mount``, by path; empty if there is no
-        such mount or sandbox. Links and special files are not listed."""
+        such mount or sandbox. Links, special files and names that are not
+        UTF-8 (no stead file has one; none could be read by path) are not listed."""
         ...
 
     async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:

@@ -313,6 +313,11 @@ def _list(fd: int, prefix: list[str], found: list[ops.MountedFile], *, budget: l
             budget[0] -= 1
             if budget[0] < 0:
                 return True
+            if not _utf8(entry.name):
+                # No stead file has such a name (the brain's paths are text),
+                # and none could be read or stored by it: left out, with what
+                # a directory of such a name holds.
+                continue
             path = [*prefix, entry.name]
             if entry.is_dir(follow_symlinks=False) and len(path) < MAX_DEPTH:
                 with contextlib.suppress(OSError), _walk(fd, [entry.name]) as child:
@@ -323,6 +328,15 @@ def _list(fd: int, prefix: list[str], found: list[ops.MountedFile], *, budget: l
                 if described is not None:
                     found.append(described)
     return False
+
+
+def _utf8(name: str) -> bool:
+    """Whether a name as the OS gave it (undecodable bytes as surrogates) is UTF-8."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _describe(parent: int, name: str, path: str) -> ops.MountedFile | None:
