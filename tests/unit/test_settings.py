@@ -119,6 +119,11 @@ EXTRA_CA = (
             "STEAD_SANDBOX_HOST_ADVERTISE: '10.0.0.5:port' is not tcp://host:port",
         ),
         (
+            BRAIN,
+            {"STEAD_SANDBOX_HOST": "tcp://10.0.0.5:²", "STEAD_SANDBOX_HOST_TOKEN": "t"},
+            "STEAD_SANDBOX_HOST: 'tcp://10.0.0.5:²' is not tcp://host:port",
+        ),
+        (
             HOST,
             {"STEAD_SANDBOX_HOST_LISTEN_TCP": "0.0.0.0"},
             "STEAD_SANDBOX_HOST_LISTEN_TCP: '0.0.0.0' is not a host:port",
@@ -283,14 +288,15 @@ def test_a_server_that_never_answers_stops_the_command_at_the_connect_timeout(
     assert "timeout" in result.stderr
 
 
-def test_a_connect_timeout_of_zero_is_refused(tmp_path: Path) -> None:
-    url = "postgresql://stead@127.0.0.1:5432/stead?connect_timeout=0"
+@pytest.mark.parametrize("given", ["0", "²"])  # before, the second was a traceback
+def test_a_connect_timeout_of_no_whole_seconds_is_refused(tmp_path: Path, given: str) -> None:
+    url = f"postgresql://stead@127.0.0.1:5432/stead?connect_timeout={given}"
     args = ["db", "check", "--data-dir", str(tmp_path)]
     result = CliRunner().invoke(app, args, env={"STEAD_DATABASE_URL": url})
     assert result.exit_code == 2, result.output
     assert result.stderr == (
-        "stead: STEAD_DATABASE_URL: connect_timeout='0' in the database URL: give whole "
-        "seconds, 1 or more\n"
+        f"stead: STEAD_DATABASE_URL: connect_timeout={given!r} in the database URL: give "
+        "whole seconds, 1 or more\n"
     )
 
 

@@ -23,7 +23,7 @@ UTF_8 = ("utf-8", "utf8")
 async def json_body(request: Request, *, optional: bool = False) -> Any:
     limit = services(request).settings.max_request_bytes
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise ApiError(413, f"request body is larger than {limit} bytes")
     chunks = bytearray()
     async for chunk in request.stream():

@@ -165,7 +165,7 @@ async def _parse(
         raise ApiError(415, "content-type: send the file as multipart/form-data")
     limit = max_file_bytes + FORM_OVERHEAD
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise too_large(max_file_bytes, field, setting)
     parser = _FileParts(
         request.headers,

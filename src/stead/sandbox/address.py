@@ -36,7 +36,7 @@ def parse_address(value: str, token: str | None = None) -> HostAddress:
     if value.startswith("tcp://"):
         where = value.removeprefix("tcp://")
         host, _, port = where.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
             raise InvalidArgument(f"{value!r} is not tcp://host:port")
         if not token:
             raise InvalidArgument("a tcp:// sandbox host address needs a token")

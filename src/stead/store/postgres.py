@@ -80,7 +80,7 @@ def _connect_timeout(given: str | tuple[str, ...] | None) -> int:
     if given is None:
         return CONNECT_TIMEOUT_SECONDS
     text = given if isinstance(given, str) else given[-1]
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
         raise StoreUnavailable(
             f"connect_timeout={text!r} in the database URL: give whole seconds, 1 or more"
         )

@@ -139,7 +139,7 @@ async def http_tunnel(
     connection.raw = None
     status = head.split(b"\r\n", 1)[0].decode("latin-1")
     code = status.split(" ", 2)[1] if status.count(" ") else ""
-    if not (code.isdigit() and 200 <= int(code) < 300) or rest:
+    if not (code.isascii() and code.isdigit() and 200 <= int(code) < 300) or rest:
         raise ProxyError(f"the proxy refused the tunnel: {status[:200]}")
 
 
