@@ -81,6 +81,8 @@ def test_filename_and_mime_type_are_kept_guessed_or_sniffed(client: anthropic.An
     latin = files.upload(file=("latin.csv", "caf\xe9".encode("latin-1"), "text/csv"))
     served = files.download(latin.id)
     assert served.headers["content-type"] == "text/csv"
+    assert served.headers["x-content-type-options"] == "nosniff"
+    assert served.headers["content-disposition"] == "attachment; filename*=UTF-8''latin.csv"
     assert served.read() == "caf\xe9".encode("latin-1")
 
 

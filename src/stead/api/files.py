@@ -124,10 +124,12 @@ async def download_file(
     # RFC 6266/5987: the stored name may hold anything but control characters.
     disposition = f"attachment; filename*=UTF-8''{quote(record.filename, safe='')}"
     # The stored type as it is: Starlette would add "charset=utf-8" to a text/ one.
+    # A browser sniffs no other type (an upload's declared text/plain run as HTML).
     headers = {
         "content-type": record.mime_type,
         "content-length": str(record.size_bytes),
         "content-disposition": disposition,
+        "x-content-type-options": "nosniff",
     }
     return _Download(file_id, chunks, headers)
 
