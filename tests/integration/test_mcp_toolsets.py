@@ -10,6 +10,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +275,32 @@ def test_an_expired_oauth_token_is_refreshed_once_and_written_back(
     # The next turn uses the written-back token: no second refresh.
     _say(sdk, session_id, "again")
     assert mcp.refreshes == before + 1
+
+
+def test_a_token_about_to_expire_is_used_while_its_refresh_fails(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    """Refreshed a minute ahead of its expiry; the token endpoint refuses (the
+    refresh token is not its), but the token still works for that minute. Before,
+    the server was unusable from the refresh's failure on."""
+    soon = (datetime.now(UTC) + timedelta(seconds=40)).isoformat()
+    auth = {
+        "type": "mcp_oauth",
+        "mcp_server_url": mcp.url,
+        "access_token": mcp.issue_token(),
+        "expires_at": soon,
+        "refresh": {
+            "client_id": mcp.client.client_id,
+            "refresh_token": "not-one-the-server-issued",
+            "token_endpoint": mcp.token_url,
+            "token_endpoint_auth": {"type": "none"},
+        },
+    }
+    session_id = _session(sdk, mcp.url, auth)
+    words = f"ahead-{uuid.uuid4().hex[:8]}"
+    events = _say(sdk, session_id, words)
+    assert _one(events, "agent.mcp_tool_result")["content"][0]["text"] == words
+    assert not [e for e in events if e["type"] == "session.error"]
 
 
 def test_a_server_without_a_credential_fails_authentication_and_the_turn_goes_on(

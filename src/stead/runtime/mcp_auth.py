@@ -97,11 +97,14 @@ def same_server(a: str, b: str) -> bool:
     return a.rstrip("/") == b.rstrip("/")
 
 
-def _expires_soon(credential: CredentialRecord, now: datetime) -> bool:
+def _expires_soon(
+    credential: CredentialRecord, now: datetime, ahead: timedelta = REFRESH_AHEAD
+) -> bool:
+    """Whether the credential's token expires within ``ahead`` (0: has expired)."""
     expires = credential.auth.get("expires_at")
     if not isinstance(expires, str):
         return False
-    return datetime.fromisoformat(expires.replace("Z", "+00:00")) - now < REFRESH_AHEAD
+    return datetime.fromisoformat(expires.replace("Z", "+00:00")) - now < ahead
 
 
 class McpTokens:
@@ -123,9 +126,22 @@ class McpTokens:
             if auth["type"] in MCP_AUTH_TYPES and same_server(auth["mcp_server_url"], url):
                 held = self._open(credential)
                 if _expires_soon(credential, datetime.now(UTC)) and auth.get("refresh"):
-                    return await self.refreshed(held)
+                    return await self._refreshed_ahead(held, credential)
                 return held
         return ServerToken(None, None)
+
+    async def _refreshed_ahead(
+        self, held: ServerToken, credential: CredentialRecord
+    ) -> ServerToken:
+        """``refreshed`` before the token expires; while a refresh fails, the
+        token is used until it has expired (the server may still take it)."""
+        try:
+            return await self.refreshed(held)
+        except McpAuthFailed as exc:
+            if _expires_soon(credential, datetime.now(UTC), timedelta(0)):
+                raise
+            log.warning("%s; its token is used until it expires", exc)
+            return held
 
     def _open(self, credential: CredentialRecord) -> ServerToken:
         try:
