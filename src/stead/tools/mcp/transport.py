@@ -11,7 +11,7 @@ against the machine's CAs and the operator's extra bundle.
 from __future__ import annotations
 
 import ssl
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 import httpx2
@@ -24,6 +24,11 @@ from stead.egress_policy import (
     is_address,
     system_resolver,
 )
+
+ANSWER_MAX_BYTES = 32 * 1024 * 1024
+"""The most of one answer (an MCP server's, a token endpoint's) the brain reads:
+the model gets a few hundred KiB of a call's result at most, and a server that
+sent a gigabyte would have had the brain hold all of it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +84,36 @@ class GuardedTransport(httpx2.AsyncBaseTransport):
                 extensions=extensions,
             )
             try:
-                return await self._inner.handle_async_request(pinned)
+                answer = await self._inner.handle_async_request(pinned)
             except httpx2.ConnectError as exc:
                 failure = exc
+                continue
+            assert isinstance(answer.stream, httpx2.AsyncByteStream)
+            answer.stream = CappedStream(answer.stream, ANSWER_MAX_BYTES)
+            return answer
         assert failure is not None
         raise failure
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class CappedStream(httpx2.AsyncByteStream):
+    """An answer's body, refused (``httpx2.ReadError``) once past ``limit`` bytes."""
+
+    def __init__(self, inner: httpx2.AsyncByteStream, limit: int) -> None:
+        self._inner = inner
+        self._left = limit
+        self._limit = limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            self._left -= len(chunk)
+            if self._left < 0:
+                raise httpx2.ReadError(
+                    f"the answer passed {self._limit // (1024 * 1024)} MiB; stead reads no more"
+                )
+            yield chunk
 
     async def aclose(self) -> None:
         await self._inner.aclose()
