@@ -56,6 +56,10 @@ ROUTES = {
     "/to-other": to_other,
     "/big": Reply(body=b"y" * (MAX_BYTES + 50_000)),
     "/stall": Reply(stall=True),
+    "/hostile": html(
+        "<p>Before</p><![foo[ x ]]><a href='http://[::1'>bad link</a>"
+        "<p>After</p><base href='http://[::1'><a href='/next'>next</a>"
+    ),
 }
 
 
@@ -200,6 +204,22 @@ def test_a_slow_origin_is_a_tool_error_not_a_failed_turn(
     events = turn(sdk, session(sdk), f"web_fetch http://page.test:{origin.port}/stall")
     is_error, text = result_of(events)
     assert is_error and "no complete answer within 2 s" in text
+    assert not [e for e in events if e.type == "session.error"]
+    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
+
+
+def test_markup_the_html_parser_chokes_on_is_read_around_not_a_failed_turn(
+    sdk: anthropic.Anthropic, origin: WebOrigin
+) -> None:
+    """A marked section with an unknown keyword made the standard library's
+    parser raise AssertionError, a link to a malformed IPv6 host ValueError:
+    either failed the whole turn."""
+    url = f"http://page.test:{origin.port}/hostile"
+    events = turn(sdk, session(sdk), f"web_fetch {url}")
+    is_error, text = result_of(events)
+    assert not is_error, text
+    assert "Before" in text and "bad link" in text and "After" in text
+    assert f"[next](http://page.test:{origin.port}/next)" in text
     assert not [e for e in events if e.type == "session.error"]
     assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
 

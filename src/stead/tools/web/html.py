@@ -51,6 +51,15 @@ class _TextMaker(HTMLParser):
         self._title: list[str] | None = None
         self.title: str | None = None
 
+    def parse_html_declaration(self, i: int) -> int:
+        """``<!...>``; one the standard library cannot parse (a marked section
+        with a keyword it does not know, ``<![foo[``, raises AssertionError) is
+        skipped to its ``>`` as a bogus comment, as browsers do."""
+        try:
+            return super().parse_html_declaration(i)
+        except AssertionError:
+            return self.parse_bogus_comment(i)
+
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if self._skipping:
             if tag in _SKIPPED:
@@ -62,8 +71,8 @@ class _TextMaker(HTMLParser):
             self._title = []
         elif tag == "base":
             href = dict(attrs).get("href")
-            if href:
-                self._base = urljoin(self._base, href)
+            if href and _link(self._base, href) is not None:
+                self._base = urljoin(self._base, href.strip())
         elif tag == "a":
             self._links.append((len(self._parts), _link(self._base, dict(attrs).get("href"))))
         else:
@@ -166,5 +175,10 @@ def _link(base: str, href: str | None) -> str | None:
     (``javascript:``, ``mailto:``, a fragment of this page)."""
     if not href or href.startswith("#"):
         return None
-    url = urljoin(base, href.strip())
-    return url if urlsplit(url).scheme in ("http", "https") else None
+    try:  # a malformed host (``http://[::1``) is a ValueError
+        url = urljoin(base, href.strip())
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (raises on a port out of range)
+    except ValueError:
+        return None
+    return url if parts.scheme in ("http", "https") else None

@@ -5,6 +5,7 @@ the session's credential values scrubbed from whatever the model will see."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from anyio import to_thread
 
@@ -13,11 +14,13 @@ from stead.jsonvalues import Json
 from stead.tools.inputs import InputError, WebFetchInput, WebSearchInput, parse_input
 from stead.tools.outcome import ToolOutcome
 from stead.tools.web.errors import WebError
-from stead.tools.web.fetch import fetch
+from stead.tools.web.fetch import Fetched, fetch
 from stead.tools.web.guard import CredentialGuard
 from stead.tools.web.options import WebOptions
 from stead.tools.web.page import page_outcome
 from stead.tools.web.search import search
+
+log = logging.getLogger("stead.tools.web")
 
 
 async def run_web_tool(
@@ -33,7 +36,7 @@ async def run_web_tool(
             fetched = await fetch(parsed.url, policy, options, guard)
             # Up to STEAD_WEB_FETCH_MAX_BYTES of HTML to read: seconds of work,
             # which on the event loop would hold up every session and request.
-            made = await to_thread.run_sync(page_outcome, fetched, config.get("max_content_tokens"))
+            made = await to_thread.run_sync(_page, fetched, config.get("max_content_tokens"))
             outcome = _counted(made, name)
         elif isinstance(parsed, WebSearchInput):
             outcome = _counted(await search(parsed.query, policy, options, guard), name)
@@ -46,6 +49,19 @@ async def run_web_tool(
     except WebError as exc:
         outcome = ToolOutcome.error(f"{name}: {exc}")
     return guard.scrub(outcome)
+
+
+def _page(fetched: Fetched, max_content_tokens: int | None) -> ToolOutcome:
+    """``page_outcome``; a body that trips the reader in a way it did not
+    foresee is the model's tool error, not a failed turn retried until its
+    attempts run out (the page is the origin's, whatever it holds)."""
+    try:
+        return page_outcome(fetched, max_content_tokens)
+    except WebError:
+        raise
+    except Exception:
+        log.exception("web_fetch: reading %s failed", fetched.url)
+        raise WebError(f"{fetched.url}: the body could not be read") from None
 
 
 def _counted(outcome: ToolOutcome, name: str) -> ToolOutcome:
