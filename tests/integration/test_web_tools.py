@@ -56,6 +56,7 @@ ROUTES = {
     "/to-other": to_other,
     "/big": Reply(body=b"y" * (MAX_BYTES + 50_000)),
     "/stall": Reply(stall=True),
+    "/to-bad-host": Reply(302, headers={"Location": "http://[::1/page"}),
     "/hostile": html(
         "<p>Before</p><![foo[ x ]]><a href='http://[::1'>bad link</a>"
         "<p>After</p><base href='http://[::1'><a href='/next'>next</a>"
@@ -220,6 +221,19 @@ def test_markup_the_html_parser_chokes_on_is_read_around_not_a_failed_turn(
     assert not is_error, text
     assert "Before" in text and "bad link" in text and "After" in text
     assert f"[next](http://page.test:{origin.port}/next)" in text
+    assert not [e for e in events if e.type == "session.error"]
+    assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
+
+
+def test_a_redirect_to_a_malformed_url_is_a_tool_error_not_a_failed_turn(
+    sdk: anthropic.Anthropic, origin: WebOrigin
+) -> None:
+    """httpx's InvalidURL is no HTTPError: it escaped the tool, the turn
+    failed and was retried, and the session stayed busy."""
+    url = f"http://page.test:{origin.port}/to-bad-host"
+    events = turn(sdk, session(sdk), f"web_fetch {url}")
+    is_error, text = result_of(events)
+    assert is_error and "redirected to 'http://[::1/page', not a valid URL" in text, text
     assert not [e for e in events if e.type == "session.error"]
     assert events[-1].stop_reason.type == "end_turn"  # type: ignore[union-attr]
 

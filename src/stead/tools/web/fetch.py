@@ -71,6 +71,8 @@ async def fetch(
         raise WebError(str(exc)) from None
     except httpx2.HTTPError as exc:
         raise WebError(f"{url}: the connection failed: {_reason(exc)}") from None
+    except httpx2.InvalidURL as exc:  # not an HTTPError
+        raise WebError(f"{url}: not a URL it can fetch: {_reason(exc)}") from None
 
 
 async def _follow(
@@ -92,7 +94,7 @@ async def _follow(
             async with _opened(client, target, addresses) as response:
                 location = response.headers.get("location")
                 if response.status_code in _REDIRECTS and location:
-                    current = str(target.url.join(location))
+                    current = _redirected(target, location)
                     continue
                 if response.status_code >= 400:
                     phrase = response.reason_phrase
@@ -103,6 +105,17 @@ async def _follow(
                 media, charset = _content_type(response.headers.get("content-type", ""))
                 return Fetched(current, url, media, charset, body, truncated)
         raise WebError(f"{url}: more than {MAX_REDIRECTS} redirects")
+
+
+def _redirected(target: _Target, location: str) -> str:
+    """The URL a redirect's ``Location`` names; ``WebError`` when it names none
+    (httpx's ``InvalidURL`` is no ``HTTPError``: it would escape the tool)."""
+    import httpx2
+
+    try:
+        return str(target.url.join(location))
+    except httpx2.InvalidURL:
+        raise WebError(f"{target.url} redirected to {location[:300]!r}, not a valid URL") from None
 
 
 def parse_target(url: str) -> _Target:
