@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from tests.sandbox.conftest import (
     workspace_on_host,
 )
 from tests.sandbox.git_origin import GitOrigin, basic, git_origin, make_repository
+from tests.web_origins import serving
 
 pytestmark = requires_isolation
 
@@ -252,6 +254,38 @@ def test_repositories_are_cloned_through_the_proxy_and_the_token_stays_out(
             check=False,
         )
         assert found.stdout == "", found.stdout
+
+
+def test_a_repository_token_goes_over_tls_only(
+    server: ServerProcess, origin: tuple[GitOrigin, Path, dict[str, str]]
+) -> None:
+    """The repository's URL is https: a plain-HTTP request the sandbox sends
+    for the same host and path (another port) gets no token, which would
+    otherwise cross the network in clear text."""
+    served, _, _ = origin
+    heard: list[str] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            heard.append(self.headers.get("Authorization", ""))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    url = f"https://{GIT_HOST}:{served.port}/project.git"
+    resource = {"type": "github_repository", "url": url, "authorization_token": TOKEN}
+    with (
+        serving(ThreadingHTTPServer(("127.0.0.1", 0), Recorder)) as port,
+        sdk_of(server) as client,
+    ):
+        session_id = _session(client, [resource])
+        plain = f"http://{GIT_HOST}:{port}/project.git/info/refs?service=git-upload-pack"
+        output = bash_turn(client, session_id, f"curl -s {plain!r}; echo; echo rc=$?")
+    assert "rc=0" in output and heard == [""], (output, heard)
 
 
 def test_a_clone_cut_off_by_a_brain_killed_mid_clone_is_finished_once(

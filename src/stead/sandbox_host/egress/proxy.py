@@ -249,7 +249,7 @@ class EgressProxy:
                     target,
                     upstream,
                     idle_timeout=self.idle_timeout,
-                    secrets=self.secrets.for_host(target.host),
+                    secrets=self.secrets.for_host(target.host, tls=False),
                     exchange=exchange,
                     bodies=self.bodies,
                 )

@@ -2,9 +2,10 @@
 
 Two kinds, both held in memory only and never shown by ``repr``:
 
-* ``HeaderSecret``: a header set on every request for one host (or only on
-  requests for some paths of it), replacing any the sandbox sent
-  (``static_bearer``-style credentials, a repository's token).
+* ``HeaderSecret``: a header set on every request over TLS for one host (or
+  only on requests for some paths of it), replacing any the sandbox sent
+  (``static_bearer``-style credentials, a repository's token); a plain-HTTP
+  request gets none.
 * ``PlaceholderSecret``: the sandbox holds an opaque placeholder (in an
   environment variable); the proxy replaces it with the value in a request's
   headers and/or body, and only for the hosts the credential allows. A
@@ -97,9 +98,12 @@ class Secrets:
         count = sum(map(len, self._headers.values())) + len(self._placeholders)
         return f"Secrets({count} credentials)"
 
-    def for_host(self, host: str) -> HostSecrets:
-        """What applies to a request for ``host``."""
-        found = HostSecrets(self._headers.get(normalize_host(host), []))
+    def for_host(self, host: str, *, tls: bool = True) -> HostSecrets:
+        """What applies to a request for ``host``. A header (a repository's
+        token, for an ``https`` URL) is set only on a request the proxy sends
+        over TLS (``tls``), never on plain HTTP, where it would cross the
+        network in clear text, to whatever listens on the port asked for."""
+        found = HostSecrets(self._headers.get(normalize_host(host), []) if tls else [])
         for secret in self._placeholders:
             if not secret.allows(host):
                 found.forbidden.append(secret)
