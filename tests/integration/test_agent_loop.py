@@ -338,6 +338,35 @@ def test_always_ask_waits_for_a_confirmation(
     assert second[-1].stop_reason.type == "end_turn"
 
 
+def test_a_call_confirmed_after_its_tool_was_disabled_is_not_run(
+    sdk: anthropic.Anthropic, loop_server: ServerProcess
+) -> None:
+    """The session waits idle for the confirmation, and sessions.update may
+    disable the tool meanwhile: the confirmation no longer lets it run."""
+    toolset = {
+        "type": "agent_toolset_20260401",
+        "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}],
+    }
+    session_id = new_session(sdk, [toolset])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("ask first")])
+        use = next(e for e in until_idle(stream) if e.type == "agent.tool_use")
+        disabled = {
+            "type": "agent_toolset_20260401",
+            "configs": [{"name": "write", "enabled": False}],
+        }
+        sdk.beta.sessions.update(session_id, agent={"tools": [disabled]})  # type: ignore[list-item]
+        confirm = {"type": "user.tool_confirmation", "tool_use_id": use.id, "result": "allow"}
+        sdk.beta.sessions.events.send(session_id, events=[confirm])  # type: ignore[list-item]
+        second = until_idle(stream)
+    result = next(e for e in second if e.type == "agent.tool_result")
+    assert result.tool_use_id == use.id and result.is_error
+    assert "no longer available" in result.content[0].text
+    written = Path(loop_server.data_dir) / "sandboxes" / session_id / "workspace" / "asked.txt"
+    assert not written.exists()
+    assert second[-1].stop_reason.type == "end_turn"
+
+
 def test_interrupt_stops_a_long_command(
     sdk: anthropic.Anthropic, loop_server: ServerProcess
 ) -> None:

@@ -168,6 +168,30 @@ def test_the_default_policy_asks_before_calling(
     assert mcp.tool_calls.count(("echo", {"text": words})) == 1
 
 
+def test_a_call_confirmed_after_its_tool_was_disabled_is_not_made(
+    sdk: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    """sessions.update disabled the tool while the call waited for its
+    confirmation: the server is still the agent's, but the call is not made."""
+    session_id = _session(sdk, mcp.url, _bearer(mcp, mcp.issue_token()), policy=None)
+    words = f"withdrawn-{uuid.uuid4().hex[:8]}"
+    use = _one(_say(sdk, session_id, words), "agent.mcp_tool_use")
+    toolset = {
+        "type": "mcp_toolset",
+        "mcp_server_name": "tools",
+        "configs": [{"name": "echo", "enabled": False}],
+    }
+    sdk.beta.sessions.update(session_id, agent={"tools": [toolset]})  # type: ignore[list-item]
+    confirm = {"type": "user.tool_confirmation", "tool_use_id": use["id"], "result": "allow"}
+    sdk.beta.sessions.events.send(session_id, events=[confirm])  # type: ignore[list-item]
+    wait_idle(sdk, session_id)
+    events = _events(sdk, session_id)
+    result = _one(events, "agent.mcp_tool_result")
+    assert result["is_error"] and "no longer available" in result["content"][0]["text"]
+    assert ("echo", {"text": words}) not in mcp.tool_calls
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
 def test_a_call_the_server_refuses_is_its_error_for_the_model_not_a_connection_failure(
     sdk: anthropic.Anthropic, mcp: FakeMcpServer
 ) -> None:

@@ -35,7 +35,7 @@ from stead.harness.model import (
     ModelResponse,
     UpstreamError,
 )
-from stead.harness.parse import response_events
+from stead.harness.parse import response_events, withdrawn
 from stead.harness.providers import AnthropicModel, OpenAICompatibleModel
 from stead.harness.skills import SKILLS_ROOT, SkillPrompt
 from stead.harness.steps import (
@@ -89,4 +89,5 @@ __all__ = [
     "response_events",
     "servers_in_use",
     "unresolved_tool_uses",
+    "withdrawn",
 ]

@@ -100,6 +100,21 @@ def enabled_mcp_tools(agent: Json, discovered: Iterable[McpTool]) -> dict[str, E
     return enabled
 
 
+def mcp_tool_enabled(agent: Json, server: str, tool: str) -> bool:
+    """Whether the agent's toolsets enable ``tool`` of its server ``server`` (one
+    the agent still names)."""
+    if not any(s["name"] == server for s in agent.get("mcp_servers", [])):
+        return False
+    toolset = mcp_toolsets(agent).get(server)
+    if toolset is None:
+        return False
+    config: Mapping[str, object] = next(
+        (c for c in toolset.get("configs", []) if c["name"] == tool), {}
+    )
+    on = config.get("enabled")
+    return bool(toolset["default_config"]["enabled"] if on is None else on)
+
+
 def definition(tool: McpTool) -> Json:
     schema = dict(tool.input_schema) or {"type": "object"}
     return {"name": tool.model_name, "description": tool.description, "input_schema": schema}

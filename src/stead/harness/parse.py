@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from stead.events import EventType
-from stead.harness.context import custom_tools, enabled_builtin_tools
-from stead.harness.mcp import EnabledMcpTool, McpTool, enabled_mcp_tools
+from stead.harness.context import BUILTIN_NAMES, custom_tools, enabled_builtin_tools
+from stead.harness.mcp import EnabledMcpTool, McpTool, enabled_mcp_tools, mcp_tool_enabled
 from stead.harness.memory import MEMORY_SEARCH
 from stead.harness.urls import fetch_refusal
 from stead.jsonvalues import Json
@@ -115,3 +115,29 @@ def response_events(
             answer.append(_tool_use(block, agent, events, mcp, memory_search))
     flush_text()
     return answer
+
+
+def withdrawn(agent: Json, use: Json) -> str | None:
+    """Why the logged tool use ``use`` may not run under ``agent`` as it is now,
+    if it may not: a call asked for confirmation waits while the session is
+    idle, and ``sessions.update`` may disable its tool (or remove its server)
+    meanwhile. Confirmed after that, it must not run."""
+    name = use.get("name")
+    if use["type"] == EventType.AGENT_MCP_TOOL_USE:
+        server = use.get("mcp_server_name")
+        if not isinstance(server, str) or not isinstance(name, str):
+            return None
+        if mcp_tool_enabled(agent, server, name):
+            return None
+        return (
+            f"the tool {name!r} of the MCP server {server!r} is no longer available to "
+            "this agent: the session's tools were changed before the call could run"
+        )
+    if use["type"] == EventType.AGENT_TOOL_USE and name in BUILTIN_NAMES:
+        if name in enabled_builtin_tools(agent):
+            return None
+        return (
+            f"the tool {name!r} is no longer available to this agent: the session's "
+            "tools were changed before the call could run"
+        )
+    return None

@@ -13,7 +13,7 @@ import anyio
 
 from stead import usage as accounting
 from stead.events import EventType
-from stead.harness import MEMORY_SEARCH, McpTool, RunTools
+from stead.harness import MEMORY_SEARCH, McpTool, RunTools, withdrawn
 from stead.jsonvalues import Json
 from stead.runtime import events as ev
 from stead.runtime.deps import LoopDeps, ToolsUnavailable
@@ -85,18 +85,29 @@ class ToolSteps:
         raise NotImplementedError
 
     async def _tools_step(self, step: RunTools) -> None:
-        for use, reason in step.refuse:
+        # A call confirmed after sessions.update disabled its tool (or removed
+        # its server) is answered as refused, not run.
+        agent = self.start.session.agent
+        refuse = list(step.refuse)
+        run: list[Json] = []
+        for use in step.run:
+            reason = withdrawn(agent, use)
+            if reason is None:
+                run.append(use)
+            else:
+                refuse.append((use, reason))
+        for use, reason in refuse:
             await self._write([ev.tool_result(use, ev.text(reason), True)])
         on_workers = await self._self_hosted()
-        if not on_workers and any(self._in_sandbox(use) for use in step.run):
+        if not on_workers and any(self._in_sandbox(use) for use in run):
             await self._check_credentials()
-        for index, use in enumerate(step.run):
+        for index, use in enumerate(run):
             if use["type"] == EventType.AGENT_MCP_TOOL_USE:
                 await self._run_mcp_tool(use)
             elif on_workers and use["name"] in WORKER_TOOLS:
                 await self._run_on_worker(use)
             else:
-                await self._run_tool_until_reached(use, not_run=step.run[index + 1 :])
+                await self._run_tool_until_reached(use, not_run=run[index + 1 :])
 
     async def _self_hosted(self) -> bool:
         if self._on_workers is None:
