@@ -35,6 +35,8 @@ WEB_TOOL_KEYS = (
 )
 MAX_TOOLS = 256
 MAX_MCP_SERVERS = 20
+MCP_TOOL_NAME_CHARS = 128
+"""The longest MCP tool name an ``mcp_toolset``'s ``configs`` may name (the SDK's limit)."""
 MAX_SKILLS = 20
 CUSTOM_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 DEFAULT_IDENTITY: Json = {"type": "service_account"}
@@ -179,7 +181,11 @@ def _resolve_mcp_toolset(field: str, tool: Json) -> Json:
         "enabled": True if given.get("enabled") is None else given["enabled"],
         "permission_policy": _policy(given.get("permission_policy"), {"type": "always_ask"}),
     }
-    configs = _resolve_toolset_configs(field, list(tool.get("configs") or []), default, ())
+    given_configs = list(tool.get("configs") or [])
+    for i, cfg in enumerate(given_configs):
+        # The SDK: the name of the MCP tool to configure, 1-128 characters.
+        check_length(f"{field}.configs.{i}.name", cfg["name"], low=1, high=MCP_TOOL_NAME_CHARS)
+    configs = _resolve_toolset_configs(field, given_configs, default, ())
     return {
         "type": "mcp_toolset",
         "mcp_server_name": tool["mcp_server_name"],
