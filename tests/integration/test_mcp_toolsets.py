@@ -246,6 +246,32 @@ def test_a_tool_whose_input_schema_is_not_a_json_schema_is_left_out(
     assert events[-1]["stop_reason"]["type"] == "end_turn"
 
 
+def test_a_tool_the_mcp_sdk_refuses_to_list_is_left_out_not_the_whole_list(
+    sdk: anthropic.Anthropic, fake: FakeModel
+) -> None:
+    """The ``mcp`` SDK checks a listing whole: one tool whose input schema's type
+    is not ``object`` (or that has none) failed it, and the server offered no
+    tool at all (``mcp_connection_failed_error`` with pydantic's message)."""
+    raw = [
+        {"name": "not_object", "description": "x", "inputSchema": {"type": "string"}},
+        {"name": "no_schema", "description": "x"},
+    ]
+    odd = FakeMcpServer(raw_tools=raw).start()
+    try:
+        session_id = _session(sdk, odd.url, _bearer(odd, odd.issue_token()))
+        before = len(fake.requests)
+        events = _say(sdk, session_id, f"listing-{uuid.uuid4().hex[:8]}")
+    finally:
+        odd.stop()
+    assert not [e for e in events if e["type"] == "session.error"], events
+    sent = [r.body for r in fake.requests[before:] if r.body.get("tools")]
+    assert sent, events
+    offered = {t["name"] for t in sent[0]["tools"]}
+    assert ECHO in offered and "mcp__tools__add" in offered
+    assert not offered & {"mcp__tools__not_object", "mcp__tools__no_schema"}
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
 def test_a_denied_call_is_answered_without_calling(
     sdk: anthropic.Anthropic, mcp: FakeMcpServer
 ) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import secrets
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,75 @@ class _RequireBearer:
         await self._app(scope, receive, send)
 
 
+class _RawTools:
+    """Adds ``tools``, as they are, to the server's ``tools/list`` answers: tools
+    the SDK's own server would refuse to list (a schema whose type is not
+    ``object``), as a server of another make may list them."""
+
+    def __init__(self, app: ASGIApp, tools: Sequence[Mapping[str, Any]]) -> None:
+        self._app = app
+        self._tools = [dict(t) for t in tools]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or not self._tools:
+            await self._app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        try:
+            listing = json.loads(body).get("method") == "tools/list"
+        except (ValueError, AttributeError):
+            listing = False
+        if not listing:
+            await self._app(scope, replay, send)
+            return
+        start: dict[str, Any] = {}
+        answer = b""
+
+        async def keep(message: Any) -> None:
+            nonlocal answer
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                answer += message.get("body", b"")
+
+        await self._app(scope, replay, keep)
+        answer = self._added(answer)
+        headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(answer)).encode()))
+        await send({**start, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    def _added(self, answer: bytes) -> bytes:
+        """The answer (JSON, or server-sent events of JSON) with the tools added."""
+
+        def added(text: str) -> str:
+            message = json.loads(text)
+            if isinstance(message.get("result"), dict) and "tools" in message["result"]:
+                message["result"]["tools"] += self._tools
+            return json.dumps(message)
+
+        lines = answer.decode().split("\n")
+        if not any(line.startswith("data:") for line in lines):
+            return added(answer.decode()).encode()
+        return "\n".join(
+            "data: " + added(line[5:]) if line.startswith("data:") else line for line in lines
+        ).encode()
+
+
 async def _trickle() -> AsyncIterator[bytes]:
     for _ in range(int(STALL_SECONDS / 0.5)):
         yield b" "
@@ -104,10 +174,14 @@ class FakeMcpServer:
     """
 
     def __init__(
-        self, client: OAuthClient | None = None, odd_schemas: Mapping[str, Any] | None = None
+        self,
+        client: OAuthClient | None = None,
+        odd_schemas: Mapping[str, Any] | None = None,
+        raw_tools: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """``odd_schemas``: more tools, by name, listed with these input schemas
-        (whatever they are) and answering "ok"."""
+        (whatever they are) and answering "ok". ``raw_tools``: tools added to
+        every ``tools/list`` answer as they are (past the SDK's own checks)."""
         self.client = client or OAuthClient()
         self.stall_token_endpoint = False
         self.echo_delay = 0.0
@@ -160,7 +234,7 @@ class FakeMcpServer:
         self._app = Starlette(
             routes=[
                 Route("/token", self._token, methods=["POST"]),
-                Mount("/mcp", app=_RequireBearer(inner, self._book)),
+                Mount("/mcp", app=_RequireBearer(_RawTools(inner, raw_tools), self._book)),
             ],
             lifespan=self._lifespan,
         )

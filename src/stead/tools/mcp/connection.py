@@ -26,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from stead.jsonvalues import Json
 from stead.telemetry import trace_headers
+from stead.tools.mcp.listing import ListingFilter
 from stead.tools.mcp.transport import EgressRules
 
 BODY_LIMIT = 4096
@@ -133,7 +134,7 @@ async def _connected(
         timeout=httpx2.Timeout(seconds),
         event_hooks={"response": [keep_refusal]},
         follow_redirects=False,
-        transport=rules.transport(),
+        transport=ListingFilter(rules.transport()),
     )
     try:
         with anyio.fail_after(seconds):
