@@ -272,6 +272,35 @@ def test_a_tool_the_mcp_sdk_refuses_to_list_is_left_out_not_the_whole_list(
     assert events[-1]["stop_reason"]["type"] == "end_turn"
 
 
+def test_a_server_listing_hundreds_of_tools_is_held_to_the_tool_limit(
+    sdk: anthropic.Anthropic, fake: FakeModel
+) -> None:
+    """An agent offers at most 256 tools across its toolsets; an mcp_toolset
+    counts as the tools it configures, so a server that lists 300 had every
+    one offered (with the agent's own: 304 in each request)."""
+    raw = [
+        {"name": f"many_{i:03d}", "description": "x", "inputSchema": {"type": "object"}}
+        for i in range(300)
+    ]
+    many = FakeMcpServer(raw_tools=raw).start()
+    try:
+        session_id = _session(sdk, many.url, _bearer(many, many.issue_token()))
+        before = len(fake.requests)
+        events = _say(sdk, session_id, f"many-{uuid.uuid4().hex[:8]}")
+        _say(sdk, session_id, "again")  # the kept list: held to the limit alike
+    finally:
+        many.stop()
+    sent = [r.body for r in fake.requests[before:] if r.body.get("tools")]
+    assert len(sent) >= 2, events
+    for body in sent:
+        offered = [t["name"] for t in body["tools"]]
+        assert len(offered) == 256 and ECHO in offered
+        assert "mcp__tools__many_251" in offered and "mcp__tools__many_252" not in offered
+    error = _one(events, "session.error")["error"]
+    assert error["message"].startswith("tools: 48 of the MCP server's tools were left out")
+    assert events[-1]["stop_reason"]["type"] == "end_turn"
+
+
 def test_a_denied_call_is_answered_without_calling(
     sdk: anthropic.Anthropic, mcp: FakeMcpServer
 ) -> None:

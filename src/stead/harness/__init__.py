@@ -21,7 +21,7 @@ from stead.harness.context import (
     rendering,
     request_with,
 )
-from stead.harness.mcp import McpTool, servers_in_use
+from stead.harness.mcp import McpTool, servers_in_use, within_room
 from stead.harness.memory import (
     MEMORY_SEARCH,
     MemoryPrompt,
@@ -90,4 +90,5 @@ __all__ = [
     "servers_in_use",
     "unresolved_tool_uses",
     "withdrawn",
+    "within_room",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from stead.jsonvalues import Json
@@ -113,6 +113,25 @@ def mcp_tool_enabled(agent: Json, server: str, tool: str) -> bool:
     )
     on = config.get("enabled")
     return bool(toolset["default_config"]["enabled"] if on is None else on)
+
+
+def within_room(
+    agent: Json, tools: Sequence[McpTool], room: int
+) -> tuple[tuple[McpTool, ...], dict[str, int]]:
+    """``tools`` without the ones the agent enables past the first ``room`` (the
+    tools it may offer beside its own: ``agents.MAX_TOOLS`` in all), in order;
+    and how many of each server's were left out. A server may list hundreds."""
+    enabled = enabled_mcp_tools(agent, tools)
+    kept: list[McpTool] = []
+    left_out: dict[str, int] = {}
+    for tool in tools:
+        if tool.model_name in enabled:
+            if room <= 0:
+                left_out[tool.server] = left_out.get(tool.server, 0) + 1
+                continue
+            room -= 1
+        kept.append(tool)
+    return tuple(kept), left_out
 
 
 def definition(tool: McpTool) -> Json:

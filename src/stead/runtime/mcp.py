@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -21,11 +21,18 @@ import anyio
 
 from stead.config import Settings
 from stead.egress_policy import InvalidPolicy
-from stead.harness import McpTool, servers_in_use
+from stead.harness import (
+    McpTool,
+    custom_tools,
+    enabled_builtin_tools,
+    servers_in_use,
+    within_room,
+)
 from stead.jsonvalues import Json, weight
 from stead.runtime.bounded import Bounded
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
 from stead.runtime.sandboxconfig import session_networking
+from stead.schemas import agents
 from stead.store import EnvironmentStore, SessionRecord, VaultStore
 from stead.tools import ToolOutcome
 from stead.vault import SecretBox
@@ -58,6 +65,9 @@ class McpProblem:
 class Discovery:
     tools: tuple[McpTool, ...]
     problems: tuple[McpProblem, ...]
+    left_out: tuple[str, ...] = ()
+    """What was left out to keep within the tool limit (``offered``), as
+    ``session.error`` says it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +106,7 @@ class McpGateway:
             if listed is None:
                 return None
             tools.extend(listed)
-        return tuple(tools)
+        return offered(agent, tools)[0]
 
     async def discover(self, session: SessionRecord) -> Discovery:
         """The tools of the session's agent's servers: the kept lists, and the
@@ -129,7 +139,8 @@ class McpGateway:
                 problems.append(result)
             else:
                 tools.extend(result)
-        return Discovery(tuple(tools), tuple(problems))
+        kept, left_out = offered(session.agent, tools)
+        return Discovery(kept, tuple(problems), left_out)
 
     def _keep(self, key: _ListKey, tools: tuple[McpTool, ...]) -> None:
         listed = [(t.name, t.description, t.input_schema) for t in tools]
@@ -260,6 +271,23 @@ class McpGateway:
         except mcp.McpFailed as exc:
             kind = AUTHENTICATION_FAILED if exc.unauthorized else CONNECTION_FAILED
             raise _Unusable(McpProblem(name, kind, f"{name}: {exc}")) from None
+
+
+def offered(agent: Json, tools: Sequence[McpTool]) -> tuple[tuple[McpTool, ...], tuple[str, ...]]:
+    """The servers' ``tools`` the agent may offer: with its built-in and custom
+    tools, at most ``agents.MAX_TOOLS`` (the limit its definition is held to, where an
+    ``mcp_toolset`` counts as the tools it configures). A server that lists
+    more has the ones past the limit left out, in its listing's order; with
+    them, what says so."""
+    room = agents.MAX_TOOLS - len(enabled_builtin_tools(agent)) - len(custom_tools(agent))
+    kept, left_out = within_room(agent, tools, room)
+    notes = tuple(
+        f"{server}: {count} of the MCP server's tools were left out: an agent offers at "
+        f"most {agents.MAX_TOOLS} tools across all toolsets (disable the ones it does not need "
+        "in its mcp_toolset's configs)"
+        for server, count in left_out.items()
+    )
+    return kept, notes
 
 
 def _usable_schema(server: str, tool: str, schema: Json) -> bool:

@@ -471,8 +471,10 @@ class TurnRunner(ToolSteps):
         without its tools) and asked again next turn."""
         if self._mcp_tools is None:
             found = await self.deps.mcp.discover(self.start.session)
-            if found.problems:
-                await self._write([mcp_error(p) for p in found.problems])
+            reported = [mcp_error(p) for p in found.problems]
+            reported += [ev.session_error("unknown_error", m, "retrying") for m in found.left_out]
+            if reported:
+                await self._write(reported)
             self._mcp_tools = found.tools
         return self._mcp_tools
 
