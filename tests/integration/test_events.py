@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anthropic
+import pytest
 
 from tests.integration.helpers import message, new_session, wait_idle
 from tests.integration.on_each_store import ON_EACH_STORE, client
@@ -87,3 +88,20 @@ def test_deleting_a_session_ends_its_streams(client: anthropic.Anthropic) -> Non
         client.beta.sessions.delete(session_id)
         kinds = [event.type for event in stream]
     assert kinds == ["session.deleted"]
+
+
+def test_an_answer_to_an_unknown_tool_use_is_refused_without_echoing_its_id_whole(
+    client: anthropic.Anthropic,
+) -> None:
+    """Before, the 400's message held the whole id a client sent: a megabyte back."""
+    session_id = new_session(client)
+    long_id = "sevt_" + "x" * 100_000
+    answers = [
+        {"type": "user.tool_confirmation", "tool_use_id": long_id, "result": "allow"},
+        {"type": "user.custom_tool_result", "custom_tool_use_id": long_id},
+    ]
+    for answer in answers:
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            client.beta.sessions.events.send(session_id, events=[answer])  # type: ignore[list-item]
+        text = str(refused.value.body["error"]["message"])  # type: ignore[index]
+        assert "no agent." in text and "'sevt_xxx" in text and len(text) < 300

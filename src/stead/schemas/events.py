@@ -135,8 +135,10 @@ def check_references(
         key, allowed = rule
         found = lookup(event[key])
         if found is None or found[0] not in allowed:
+            # The id as given, cut short: a client's megabyte is not sent back whole.
+            shown = repr(event[key][:80]) + ("..." if len(event[key]) > 80 else "")
             raise RequestError(
-                f"{field}.{i}.{key}: no {' or '.join(allowed)} event {event[key]!r} in this session"
+                f"{field}.{i}.{key}: no {' or '.join(allowed)} event {shown} in this session"
             )
         asked = found[1].get("evaluated_permission") == "ask"
         if event["type"] == EventType.USER_TOOL_CONFIRMATION and not asked:
