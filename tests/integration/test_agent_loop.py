@@ -281,6 +281,28 @@ def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:
     assert second[-1].stop_reason.type == "end_turn"
 
 
+def test_a_custom_tool_result_naming_a_file_is_refused_not_sent_to_the_model(
+    sdk: anthropic.Anthropic,
+) -> None:
+    """Before, it was logged and sent on as it came: the model API has no such
+    file (nor the Files API's beta), so it would refuse every later request."""
+    custom = {
+        "type": "custom",
+        "name": "lookup",
+        "description": "Look something up",
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+    }
+    session_id = new_session(sdk, [custom])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.events.send(session_id, events=[say("custom tool")])
+        use = next(e for e in until_idle(stream) if e.type == "agent.custom_tool_use")
+    image = {"type": "image", "source": {"type": "file", "file_id": "file_0123456789"}}
+    result = {"type": "user.custom_tool_result", "custom_tool_use_id": use.id, "content": [image]}
+    with pytest.raises(anthropic.BadRequestError, match=r"events\.0\.content\.0\.source\.type"):
+        sdk.beta.sessions.events.send(session_id, events=[result])  # type: ignore[list-item]
+    assert not sdk.beta.sessions.events.list(session_id, types=["user.custom_tool_result"]).data
+
+
 def test_a_confirmation_for_a_call_that_needs_none_is_refused(sdk: anthropic.Anthropic) -> None:
     """Logged, it would start a turn with nothing to do."""
     session_id = new_session(sdk, [TOOLSET])

@@ -61,6 +61,7 @@ def check_events(events: list[Json], field: str) -> None:
         # must not be empty (its whitespace output stays as it is).
         blank = kind in (EventType.USER_MESSAGE, "system.message")
         _check_text_blocks(event.get("content"), f"{where}.content", blank=blank)
+        _check_sources(event.get("content"), f"{where}.content")
         if kind == "system.message":
             _check_system_message(events, i, where)
         denied = event.get("result") == "deny"
@@ -86,6 +87,22 @@ def _check_text_blocks(content: Any, where: str, *, blank: bool) -> None:
             if isinstance(text, str) and not (text.strip() if blank else text):
                 wanted = "some non-whitespace text" if blank else "some text"
                 raise RequestError(f"{where}.{j}.text: must hold {wanted}")
+
+
+def _check_sources(content: Any, where: str) -> None:
+    """No image or document names a file by ``file_id``: stead would send it to
+    the model as it came, where no such file is (nor the Files API's beta), so
+    the model API would refuse the request, and every later one of the session,
+    which carries the event too."""
+    if not isinstance(content, list):
+        return
+    for j, block in enumerate(content):
+        source = block.get("source") if isinstance(block, dict) else None
+        if isinstance(source, dict) and source.get("type") == "file":
+            raise RequestError(
+                f"{where}.{j}.source.type: stead does not pass a file source on to the "
+                "model; send the content as base64 (or a url)"
+            )
 
 
 def _check_system_message(events: list[Json], i: int, where: str) -> None:
