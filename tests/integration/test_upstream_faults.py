@@ -49,6 +49,10 @@ def _about(word: str) -> Any:
 def script(body: Json) -> Turn:
     if _first_text(body).startswith("tool") and assistant_turns(body) == 0:
         return Turn([ToolCall("glob", {"pattern": "*"})])
+    if _first_text(body).startswith("surrogate"):
+        return Turn([Text("a lone \ud800 half")])
+    if _first_text(body).startswith("nonfinite"):  # sent as the JSON Infinity
+        return Turn([ToolCall("bash", {"command": "ls", "timeout": float("inf")})])
     return Turn([Text("recovered fine")])
 
 
@@ -147,6 +151,27 @@ def test_a_rejected_request_is_not_retried(sdk: anthropic.Anthropic) -> None:
     errors = [e for e in events if e.type == "session.error"]
     assert [e.error.retry_status.type for e in errors] == ["exhausted"]
     assert not any(e.type == "session.status_rescheduled" for e in events)
+    assert events[-1].stop_reason.type == "retries_exhausted"
+
+
+def test_a_lone_surrogate_in_an_answer_is_logged_as_a_replacement_character(
+    sdk: anthropic.Anthropic,
+) -> None:
+    events = run_turn(sdk, "surrogate in the answer")
+    assert not any(e.type == "session.error" for e in events)
+    assert events[-1].stop_reason.type == "end_turn"
+    answer = next(e for e in events if e.type == "agent.message")
+    assert answer.content[0].text == "a lone \ufffd half"
+
+
+def test_a_non_finite_number_in_a_tool_call_is_an_unreadable_answer(
+    sdk: anthropic.Anthropic,
+) -> None:
+    events = run_turn(sdk, "nonfinite number in a call")
+    errors = [e for e in events if e.type == "session.error"]
+    assert [e.error.retry_status.type for e in errors] == ["retrying"] * 3 + ["exhausted"]
+    assert "input.timeout: the number is not finite" in errors[-1].error.message
+    assert not any(e.type == "agent.tool_use" for e in events)
     assert events[-1].stop_reason.type == "retries_exhausted"
 
 

@@ -88,3 +88,22 @@ def test_chat_usage_of_nulls_counts_nothing() -> None:
 def test_a_chat_answer_of_the_wrong_shape_is_malformed(bad: Json) -> None:
     with pytest.raises(MalformedAnswer):
         checked(from_chat(bad))
+
+
+def test_surrogates_in_an_answer_are_made_text_the_store_takes() -> None:
+    # A pair split over two deltas comes joined as its two halves; one alone is U+FFFD.
+    text = {"type": "text", "text": "a\ud83d" + "\ude00 b\ud800"}
+    call = {**CALL, "input": {"command": "echo \udfff"}}
+    passed = checked(answer(text, call))
+    assert passed.content == [
+        {"type": "text", "text": "a\U0001f600 b\ufffd"},
+        {**CALL, "input": {"command": "echo \ufffd"}},
+    ]
+
+
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), -float("inf")])
+def test_a_number_no_read_could_render_is_refused(number: float) -> None:
+    with pytest.raises(
+        MalformedAnswer, match=r"content\.0\.input\.timeout: the number is not finite"
+    ):
+        checked(answer({**CALL, "input": {"command": "ls", "timeout": number}}))

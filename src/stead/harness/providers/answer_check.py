@@ -9,8 +9,10 @@ an ``UpstreamError`` like any other unreadable answer.
 
 from __future__ import annotations
 
+from typing import Any
+
 from stead.harness.model import CALL_BLOCKS, ModelResponse
-from stead.jsonvalues import Json
+from stead.jsonvalues import Json, problem, repaired
 
 MAX_COUNT = 2**53
 """Above any real token count; a bigger one would overflow the ledger's integers."""
@@ -23,12 +25,19 @@ class MalformedAnswer(ValueError):
 
 
 def checked(response: ModelResponse) -> ModelResponse:
-    """``response``, its blocks checked and its usage made of counts."""
-    for index, block in enumerate(response.content):
+    """``response``, its blocks checked and its usage made of counts; its
+    strings' UTF-16 surrogates made text (``_paired``)."""
+    content = response.content
+    for index, block in enumerate(content):
         _check_block(index, block)
+    if problem(content, root="content") is not None:
+        content = _paired(content)
+        found = problem(content, root="content")
+        if found is not None:  # a number no read could render (NaN, 1e400), or too deep
+            raise MalformedAnswer(f"{found[0]}: {found[1]}")
     usage = {name: token_count(name, value) for name, value in response.usage.items()}
     return ModelResponse(
-        content=response.content,
+        content=content,
         stop_reason=response.stop_reason,
         usage=usage,
         stop_details=response.stop_details,
@@ -59,4 +68,25 @@ def token_count(name: str, value: object) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
         raise MalformedAnswer(f"usage.{name} is not a token count: {str(value)[:40]}")
+    return value
+
+
+def _paired(value: Any) -> Any:
+    """``value`` with each string's surrogates made text, as the store takes it:
+    a pair as its character (each half escaped in a delta of its own, the two
+    joined only when the answer is), one unpaired as U+FFFD. Logged with one,
+    an answer could not be written, and its turn failed and re-asked the model
+    until its attempts ran out."""
+    if isinstance(value, dict):
+        return {_paired(key): _paired(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_paired(item) for item in value]
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return repaired(
+                value.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
+            )
+        return value
     return value
