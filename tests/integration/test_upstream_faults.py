@@ -51,6 +51,8 @@ def script(body: Json) -> Turn:
         return Turn([ToolCall("glob", {"pattern": "*"})])
     if _first_text(body).startswith("surrogate"):
         return Turn([Text("a lone \ud800 half")])
+    if _first_text(body).startswith("array") and assistant_turns(body) == 0:
+        return Turn([ToolCall("bash", ["ls"])])  # type: ignore[arg-type]
     if _first_text(body).startswith("nonfinite"):  # sent as the JSON Infinity
         return Turn([ToolCall("bash", {"command": "ls", "timeout": float("inf")})])
     return Turn([Text("recovered fine")])
@@ -173,6 +175,26 @@ def test_a_non_finite_number_in_a_tool_call_is_an_unreadable_answer(
     assert "input.timeout: the number is not finite" in errors[-1].error.message
     assert not any(e.type == "agent.tool_use" for e in events)
     assert events[-1].stop_reason.type == "retries_exhausted"
+
+
+def test_a_tool_call_whose_input_is_no_object_is_an_unreadable_answer(
+    sdk: anthropic.Anthropic,
+) -> None:
+    events = run_turn(sdk, "array as a call's input")
+    errors = [e for e in events if e.type == "session.error"]
+    assert [e.error.retry_status.type for e in errors] == ["retrying"] * 3 + ["exhausted"]
+    assert "input is not an object" in errors[-1].error.message
+    assert not any(e.type == "agent.tool_use" for e in events)
+
+
+def test_an_openai_compatible_call_whose_arguments_are_no_object_is_the_tool_s_error(
+    sdk: anthropic.Anthropic,
+) -> None:
+    events = run_turn(sdk, "array as a call's arguments", model="local-llama")
+    use = next(e for e in events if e.type == "agent.tool_use")
+    assert use.input == {"_unparsed_arguments": '["ls"]'}
+    assert next(e for e in events if e.type == "agent.tool_result").is_error
+    assert events[-1].stop_reason.type == "end_turn"
 
 
 def test_an_openai_compatible_model_runs_a_turn_with_tools(sdk: anthropic.Anthropic) -> None:

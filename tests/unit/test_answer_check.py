@@ -28,6 +28,8 @@ def answer(*content: Json, **usage: object) -> ModelResponse:
         ({**CALL, "name": ["bash"]}, "no string name"),
         ({**CALL, "id": ""}, "no string id"),
         ({"text": "no type"}, "has no type"),
+        ({**CALL, "input": ["ls"]}, "input is not an object"),
+        ({**CALL, "type": "server_tool_use", "input": "ls"}, "input is not an object"),
     ],
 )
 def test_a_block_of_the_wrong_shape_is_refused(block: Json, says: str) -> None:

@@ -157,7 +157,10 @@ def test_answers_become_events_with_policies_applied() -> None:
     assert produced[4][1]["evaluated_permission"] == "deny"
 
 
-@pytest.mark.parametrize("arguments", ['{"n": 1e400}', '{"n": NaN}', '{"n": ' + "9" * 5000 + "}"])
+@pytest.mark.parametrize(
+    "arguments",
+    ['{"n": 1e400}', '{"n": NaN}', '{"n": ' + "9" * 5000 + "}", '["ls"]', '"ls"', "7", "null"],
+)
 def test_tool_arguments_no_read_could_render_are_kept_as_unparsed_text(arguments: str) -> None:
     from stead.harness.providers.openai import from_chat
 

@@ -171,7 +171,7 @@ def _content_block(block: Block, digest: str, position: int) -> dict[str, Any]:
         signature = block.signature or derived_id("sig_", digest, position)
         return {"type": "thinking", "thinking": block.thinking, "signature": signature}
     tool_id = block.id or derived_id("toolu_", digest, position)
-    return {"type": "tool_use", "id": tool_id, "name": block.name, "input": dict(block.input)}
+    return {"type": "tool_use", "id": tool_id, "name": block.name, "input": block.sent_input()}
 
 
 def _invalid_message(message: Any) -> str | None:

@@ -110,7 +110,7 @@ def _generated_text(message: dict[str, Any]) -> str:
 
 
 def _tool_call(block: ToolCall, digest: str, position: int) -> dict[str, Any]:
-    arguments = json.dumps(dict(block.input))
+    arguments = json.dumps(block.sent_input())
     return {
         "id": block.id or derived_id("call_", digest, position),
         "type": "function",

@@ -25,11 +25,16 @@ class Text:
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A tool call; the fake derives ``id`` from the request unless one is given."""
+    """A tool call; the fake derives ``id`` from the request unless one is given.
+    An ``input`` that is no mapping (a model's mistake) is sent as it is."""
 
     name: str
     input: Mapping[str, Any] = field(default_factory=dict)
     id: str | None = None
+
+    def sent_input(self) -> Any:
+        """``input`` as the fake sends it: a mapping as a dict, anything else as it is."""
+        return dict(self.input) if isinstance(self.input, Mapping) else self.input
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,11 @@ def _check_block(index: int, block: Json) -> None:
             value = block.get(name)
             if not isinstance(value, str) or not value:
                 raise MalformedAnswer(f"content block {index} ({kind}): no string {name}")
+        # The Messages API's input is an object: logged as another value, the call's
+        # event broke the SDK's reading of the session's events, and the call, sent
+        # back in every later request, had the API refuse each of them.
+        if not isinstance(block.get("input", {}), dict):
+            raise MalformedAnswer(f"content block {index} ({kind}): input is not an object")
 
 
 def token_count(name: str, value: object) -> int:

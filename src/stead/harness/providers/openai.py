@@ -146,7 +146,7 @@ def _tool_use(call: object) -> Json:
             arguments = loads(raw, root="arguments") if isinstance(raw, str) else None
         except JsonValueError:
             arguments = None
-        if arguments is None:
+        if not isinstance(arguments, dict):  # the model's mistake ("ls", [...]): the tool says so
             arguments = {"_unparsed_arguments": str(raw)}
     return {
         "type": "tool_use",
