@@ -24,7 +24,13 @@ import anyio
 import pytest
 import trustme
 
-from stead.harness import AnthropicModel, ModelRequest, ModelResponse, UpstreamError
+from stead.harness import (
+    AnthropicModel,
+    ModelRequest,
+    ModelResponse,
+    OpenAICompatibleModel,
+    UpstreamError,
+)
 from stead.harness.providers.upstream import Upstream, UpstreamTimeout
 from stead.testing import FakeModel, Text, Turn
 
@@ -492,3 +498,46 @@ async def test_a_call_that_finds_no_free_slot_in_time_times_out_naming_the_bound
         finally:
             await upstream.aclose()
     assert held.connections == 1
+
+
+@asynccontextmanager
+async def redirecting() -> AsyncIterator[int]:
+    """A server that answers every request with a redirect to the API's https URL."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 301 Moved Permanently\r\nlocation: https://api.example.test/\r\n"
+                b"content-type: text/html\r\ncontent-length: 14\r\n\r\n<html>moved..."
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    async with server:
+        yield server.sockets[0].getsockname()[1]
+
+
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+async def test_a_redirect_is_an_error_naming_it_and_not_tried_again(provider: str) -> None:
+    async with redirecting() as port:
+        url = f"http://127.0.0.1:{port}"
+        client = (
+            AnthropicModel(base_url=url, api_key="k", read_timeout=5.0, total_timeout=10.0)
+            if provider == "anthropic"
+            else OpenAICompatibleModel(
+                base_url=url, api_key="k", read_timeout=5.0, total_timeout=10.0
+            )
+        )
+        with pytest.raises(UpstreamError) as failed:
+            await client.complete(REQUEST, op_key="op")
+        await client.aclose()
+    assert (failed.value.status, failed.value.retryable) == (301, False)
+    assert str(failed.value).startswith("upstream answered 301 (to 'https://api.example.test/'")

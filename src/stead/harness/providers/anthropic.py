@@ -38,6 +38,7 @@ from stead.harness.providers.upstream import (
     UpstreamBroken,
     UpstreamTimeout,
     detail,
+    not_an_answer,
 )
 from stead.telemetry import trace_headers
 
@@ -109,6 +110,8 @@ def status_error(
 
 
 async def _refused(response: Response) -> NoReturn:
+    if response.status < 400:
+        raise not_an_answer(response)
     body = await response.read(MAX_ERROR_BODY)
     try:
         decoded: object = json.loads(body)

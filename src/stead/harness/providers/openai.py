@@ -14,7 +14,13 @@ import anyio
 
 from stead.harness.model import AnswerObserver, ModelRequest, ModelResponse, UpstreamError
 from stead.harness.providers.answer_check import MalformedAnswer, checked, token_count
-from stead.harness.providers.upstream import Upstream, UpstreamBroken, UpstreamTimeout, detail
+from stead.harness.providers.upstream import (
+    Upstream,
+    UpstreamBroken,
+    UpstreamTimeout,
+    detail,
+    not_an_answer,
+)
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
 
@@ -175,6 +181,8 @@ class OpenAICompatibleModel:
             with anyio.fail_after(self._total_timeout):
                 async with self._upstream.post("/chat/completions", body, headers) as response:
                     status = response.status
+                    if status < 400 and status != 200:
+                        raise not_an_answer(response)
                     text = await response.read(MAX_ANSWER_BYTES)
         except (TimeoutError, UpstreamTimeout) as exc:
             raise UpstreamError(f"upstream timed out{detail(exc)}", retryable=True) from None

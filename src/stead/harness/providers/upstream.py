@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 import anyio
 import httptools
 
+from stead.harness.model import UpstreamError
 from stead.harness.providers.proxies import (
     Proxy,
     ProxyError,
@@ -62,6 +63,19 @@ class UpstreamBroken(Exception):
 def detail(exc: Exception) -> str:
     """``": <what exc says>"``, or nothing when it says nothing (a bare timeout)."""
     return f": {exc}" if str(exc) else ""
+
+
+def not_an_answer(response: Response) -> UpstreamError:
+    """The error for an answer whose status is under 400 but not 200 (a redirect,
+    most likely: the base URL is not the API's). Not tried again: it answers so
+    every time, where it was taken for a server error and retried."""
+    where = response.headers.get("location")
+    moved = f" (to {where[:200]!r}: is the base URL the API's?)" if where else ""
+    return UpstreamError(
+        f"upstream answered {response.status}{moved}, not an answer",
+        status=response.status,
+        retryable=False,
+    )
 
 
 def _authority(host: str, port: int | None = None) -> str:
