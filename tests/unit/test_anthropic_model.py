@@ -13,7 +13,13 @@ import anthropic
 import anyio
 import pytest
 
-from stead.harness import AnthropicModel, ModelRequest, ModelResponse, UpstreamError
+from stead.harness import (
+    AnthropicModel,
+    ModelRequest,
+    ModelResponse,
+    OpenAICompatibleModel,
+    UpstreamError,
+)
 from stead.runtime.opkeys import op_key, op_key_of
 from stead.testing import (
     Delay,
@@ -107,6 +113,20 @@ async def test_an_error_answer_is_placed_by_its_status_and_type(
         assert fault.message in str(error)
     if isinstance(fault, HttpError) and fault.status == 429:
         assert error.retry_after == 7
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_an_openai_compatible_server_s_retry_after_is_kept(status: int) -> None:
+    # The runtime waits at least this long before asking again (within its cap).
+    async with FakeModel([TURN], faults=[FaultRule(HttpError(status, retry_after=7))]) as fake:
+        client = OpenAICompatibleModel(
+            base_url=fake.openai_url, api_key="k", read_timeout=10.0, total_timeout=30.0
+        )
+        with pytest.raises(UpstreamError) as failed:
+            await client.complete(REQUEST, op_key="op-1")
+        await client.aclose()
+    assert (failed.value.status, failed.value.retryable) == (status, True)
+    assert failed.value.retry_after == 7
 
 
 async def test_a_broken_or_silent_upstream_is_a_retryable_error() -> None:

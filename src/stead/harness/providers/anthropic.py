@@ -39,6 +39,7 @@ from stead.harness.providers.upstream import (
     UpstreamTimeout,
     detail,
     not_an_answer,
+    retry_after,
 )
 from stead.telemetry import trace_headers
 
@@ -69,14 +70,6 @@ MAX_EVENT_BYTES = 64 * 1024 * 1024
 MESSAGES_PATH = "/v1/messages"
 
 
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    value = headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _error_of(body: object) -> tuple[str | None, str | None]:
     """(``error.type``, ``error.message``) of an error body, where it has them."""
     if not isinstance(body, dict):
@@ -104,7 +97,7 @@ def status_error(
         f"upstream answered {status}" + (f" ({kind})" if kind else "") + f": {detail}",
         status=status,
         retryable=status in RETRYABLE_STATUS or status >= 500,
-        retry_after=_retry_after(headers) if headers is not None else None,
+        retry_after=retry_after(headers) if headers is not None else None,
         error_type=ERROR_TYPES.get(status, "model_request_failed_error"),
     )
 

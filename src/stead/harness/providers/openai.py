@@ -20,6 +20,7 @@ from stead.harness.providers.upstream import (
     UpstreamTimeout,
     detail,
     not_an_answer,
+    retry_after,
 )
 from stead.jsonvalues import Json, JsonValueError, loads
 from stead.telemetry import trace_headers
@@ -180,7 +181,7 @@ class OpenAICompatibleModel:
         try:
             with anyio.fail_after(self._total_timeout):
                 async with self._upstream.post("/chat/completions", body, headers) as response:
-                    status = response.status
+                    status, answered = response.status, response.headers
                     if status < 400 and status != 200:
                         raise not_an_answer(response)
                     text = await response.read(MAX_ANSWER_BYTES)
@@ -193,6 +194,7 @@ class OpenAICompatibleModel:
                 f"upstream answered {status}: {text[:500].decode(errors='replace')}",
                 status=status,
                 retryable=status in RETRYABLE_STATUS or status >= 500,
+                retry_after=retry_after(answered),
                 error_type="model_rate_limited_error"
                 if status == 429
                 else "model_request_failed_error",

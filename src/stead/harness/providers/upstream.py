@@ -78,6 +78,15 @@ def not_an_answer(response: Response) -> UpstreamError:
     )
 
 
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """An answer's ``retry-after`` in seconds, if it gives them."""
+    value = headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _authority(host: str, port: int | None = None) -> str:
     """``host:port`` as a request line or ``Host`` header writes it (IPv6 in brackets)."""
     name = f"[{host}]" if ":" in host else host
