@@ -192,10 +192,19 @@ def test_a_sigkill_mid_compaction_asks_the_same_request_and_logs_it_once(
     assert first_text(last) == f"<conversation-summary>\n{SUMMARY}\n</conversation-summary>"
 
 
+NO_SUMMARIES = {
+    "no text": Turn([ToolCall("bash", {"command": "ls"})], usage=SUMMARY_USAGE),
+    "refused": Turn(
+        [Text("I can't help with summarising this.")], stop_reason="refusal", usage=SUMMARY_USAGE
+    ),
+}
+
+
+@pytest.mark.parametrize("why", NO_SUMMARIES)
 def test_an_answer_with_no_summary_ends_the_turn_and_is_counted(
-    tmp_path: Path, forker: ServeForker
+    tmp_path: Path, forker: ServeForker, why: str
 ) -> None:
-    no_summary = Turn([ToolCall("bash", {"command": "ls"})], usage=SUMMARY_USAGE)
+    no_summary = NO_SUMMARIES[why]
     with FakeModel(when_asked(SUMMARY_INSTRUCTION, no_summary, answer)) as silent:
         env = loop_env(silent, STEAD_CONTEXT_WINDOWS=WINDOWS)
         server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
@@ -210,7 +219,7 @@ def test_an_answer_with_no_summary_ends_the_turn_and_is_counted(
     assert not any(e.type == "agent.thread_context_compacted" for e in events)
     errors = [e for e in events if e.type == "session.error"]
     assert [e.error.type for e in errors] == ["model_request_failed_error"]
-    assert "no text" in errors[0].error.message
+    assert why in errors[0].error.message
     assert events[-1].type == "session.status_idle"
     assert events[-1].stop_reason.type == "retries_exhausted"
     assert usage.input_tokens == 3 * ANSWER_USAGE["input_tokens"] + SUMMARY_USAGE["input_tokens"]

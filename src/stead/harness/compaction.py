@@ -293,7 +293,12 @@ def _shortened(text: str, chars: int) -> str:
 
 def compacted_body(response: ModelResponse, plan: Compact) -> Json:
     """The ``agent.thread_context_compacted`` body recording the model's summary.
-    Raises ``UpstreamError`` if the answer holds no text."""
+    Raises ``UpstreamError`` if the answer holds no text, or is a refusal: its
+    text says why the model will not summarise, and recorded as the summary it
+    would stand for the whole older conversation in every later request."""
+    if response.stop_reason == "refusal":
+        message = "the model refused the summarising request; its answer is no summary"
+        raise UpstreamError(message, retryable=False)
     summary = "\n".join(
         str(block.get("text", "")) for block in response.content if block.get("type") == "text"
     ).strip()
