@@ -51,6 +51,8 @@ def script(body: Json) -> Turn:
         return Turn([ToolCall("glob", {"pattern": "*"})])
     if _first_text(body).startswith("surrogate"):
         return Turn([Text("a lone \ud800 half")])
+    if _first_text(body).startswith("no id") and assistant_turns(body) == 0:
+        return Turn([ToolCall("glob", {"pattern": "*"}, id="")])
     if _first_text(body).startswith("array") and assistant_turns(body) == 0:
         return Turn([ToolCall("bash", ["ls"])])  # type: ignore[arg-type]
     if _first_text(body).startswith("nonfinite"):  # sent as the JSON Infinity
@@ -194,6 +196,13 @@ def test_an_openai_compatible_call_whose_arguments_are_no_object_is_the_tool_s_e
     use = next(e for e in events if e.type == "agent.tool_use")
     assert use.input == {"_unparsed_arguments": '["ls"]'}
     assert next(e for e in events if e.type == "agent.tool_result").is_error
+    assert events[-1].stop_reason.type == "end_turn"
+
+
+def test_an_openai_compatible_tool_call_without_an_id_runs(sdk: anthropic.Anthropic) -> None:
+    events = run_turn(sdk, "no id on the call", model="local-llama")
+    assert not any(e.type == "session.error" for e in events)
+    assert next(e for e in events if e.type == "agent.tool_result").is_error is not True
     assert events[-1].stop_reason.type == "end_turn"
 
 

@@ -109,3 +109,10 @@ def test_a_number_no_read_could_render_is_refused(number: float) -> None:
         MalformedAnswer, match=r"content\.0\.input\.timeout: the number is not finite"
     ):
         checked(answer({**CALL, "input": {"command": "ls", "timeout": number}}))
+
+
+@pytest.mark.parametrize("given", [{}, {"id": ""}, {"id": None}])
+def test_a_chat_tool_call_without_an_id_is_given_one(given: Json) -> None:
+    calls = [{**given, "function": {"name": "bash", "arguments": '{"command": "ls"}'}}] * 2
+    passed = checked(from_chat(chat({"content": None, "tool_calls": calls}, "tool_calls")))
+    assert [block["id"] for block in passed.content] == ["call_0", "call_1"]

@@ -112,7 +112,8 @@ def _generated_text(message: dict[str, Any]) -> str:
 def _tool_call(block: ToolCall, digest: str, position: int) -> dict[str, Any]:
     arguments = json.dumps(block.sent_input())
     return {
-        "id": block.id or derived_id("call_", digest, position),
+        # An id given as "" is sent so, as some servers send it.
+        "id": derived_id("call_", digest, position) if block.id is None else block.id,
         "type": "function",
         "function": {"name": block.name, "arguments": arguments},
     }

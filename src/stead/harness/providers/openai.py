@@ -110,7 +110,7 @@ def from_chat(answer: object) -> ModelResponse:
     calls = message.get("tool_calls") or []
     if not isinstance(calls, list):
         raise MalformedAnswer("choices.0.message.tool_calls is not a list")
-    content += [_tool_use(call) for call in calls]
+    content += [_tool_use(call, index) for index, call in enumerate(calls)]
     usage = answer.get("usage") or {}
     if not isinstance(usage, dict):
         raise MalformedAnswer("usage is not an object")
@@ -138,10 +138,14 @@ def _answer_text(value: object) -> str:
     raise MalformedAnswer("choices.0.message.content is neither a string nor text parts")
 
 
-def _tool_use(call: object) -> Json:
+def _tool_use(call: object, index: int) -> Json:
     if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
         raise MalformedAnswer("a tool call without its function")
     function = call["function"]
+    # Some servers send no id, or "" (llama.cpp's, LM Studio, Gemini's endpoint):
+    # the log names the call by its event, so the answer's place in it serves.
+    given = call.get("id")
+    call_id = given if isinstance(given, str) and given else f"call_{index}"
     raw = function.get("arguments") or "{}"
     arguments: object
     if isinstance(raw, dict):
@@ -157,7 +161,7 @@ def _tool_use(call: object) -> Json:
             arguments = {"_unparsed_arguments": str(raw)}
     return {
         "type": "tool_use",
-        "id": call.get("id"),
+        "id": call_id,
         "name": function.get("name"),
         "input": arguments,
     }
