@@ -252,3 +252,37 @@ def test_a_model_on_an_openai_compatible_server_compacts_too(
     for request in requests[asked[0] + 1 :]:
         assert SUMMARY in json.dumps(request.body)
         assert f"{token} message 0" not in json.dumps(request.body)
+
+
+def dense(body: dict[str, Any]) -> Turn:
+    """An answer whose model counts a token a character, four times the estimate
+    (as it counts text of few characters a token)."""
+    if SUMMARY_INSTRUCTION in json.dumps(body):
+        return Turn([Text(SUMMARY)], usage=SUMMARY_USAGE)
+    said = last_user_text(body)[:30]
+    reply = f"re {said} " + "." * 200
+    counted = {"input_tokens": len(json.dumps(body)), "output_tokens": len(reply)}
+    return Turn([Text(reply)], usage=counted)
+
+
+def test_the_part_kept_fits_the_window_as_the_model_counts_it(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    with FakeModel(dense) as counting:
+        env = loop_env(counting, STEAD_CONTEXT_WINDOWS=WINDOWS)
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            with sdk_of(server) as sdk:
+                session_id = new_session(sdk)
+                talk(sdk, session_id, "t", range(8))
+                events = types(sdk, session_id)
+        finally:
+            server.stop()
+        answered = [r for r in counting.requests if not summarising(r)]
+    assert [e.stop_reason.type for e in events if e.type == "session.status_idle"] == [
+        "end_turn"
+    ] * 8
+    # Kept by the estimate alone, the kept part was the model's whole window:
+    # each step compacted again and sent more than the window.
+    assert max(len(json.dumps(r.body)) for r in answered) <= 2000
+    assert sum(e.type == "agent.thread_context_compacted" for e in events) <= 4

@@ -129,7 +129,8 @@ def plan_compaction(
     # is not walked for its size, nor the log split into summary and live part.
     if _with_model_count(tokens_at_most(request.canonical_params), events) <= limits.trigger:
         return None
-    tokens = context_tokens(request, events)
+    estimate = estimate_tokens(request.as_params())
+    tokens = _with_model_count(estimate, events)
     if tokens <= limits.trigger:
         return None
     summary, live = live_context(events)
@@ -150,7 +151,13 @@ def plan_compaction(
     summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
     piece = max((room - summary_tokens) // 4, MIN_PIECE_TOKENS) * CHARS_PER_TOKEN
     older = [_elided(event, piece) for event in live]
-    cut = choose_cut(live, overhead, limits, summary_tokens, [_tokens(e) for e in older])
+    # Events are sized by the estimate; where the model counted more (text of
+    # few characters a token), the part kept word for word is chosen to fit as
+    # the model counts it, or it alone filled the window again: every step
+    # compacted, and the request the model counted passed the window.
+    scale = max(_undercount(estimate, events), 1.0)
+    sizes = [_tokens(e) for e in older]
+    cut = choose_cut(live, overhead, limits, summary_tokens, sizes, kept_scale=scale)
     if cut is None:
         return CompactionLimit(
             f"the context (about {tokens} tokens) does not fit the model's context window "
@@ -166,6 +173,19 @@ def plan_compaction(
     return Compact(asking, int(live[cut]["_seq"]), tokens)
 
 
+def _undercount(estimate: int, events: Sequence[Json]) -> float:
+    """How many times the estimate the model counted, by its count of the last
+    request it answered since the latest compaction (1 with none): ``estimate``
+    of the request ``events`` make, less the estimate of what came after that
+    answer, is that request's estimate."""
+    found = _last_count(events)
+    if found is None:
+        return 1.0
+    index, counted = found
+    before = estimate - estimate_tokens(render_messages(None, events[index:]))
+    return counted / max(before, 1)
+
+
 def context_tokens(request: ModelRequest, events: Sequence[Json]) -> int:
     """The request's size: the estimate, or the model's count of the last answer
     since the latest compaction plus the estimate of what came after, if larger."""
@@ -175,6 +195,16 @@ def context_tokens(request: ModelRequest, events: Sequence[Json]) -> int:
 def _with_model_count(estimate: int, events: Sequence[Json]) -> int:
     """``estimate`` of the request ``events`` make, or the model's count as
     ``context_tokens`` takes it, if larger."""
+    found = _last_count(events)
+    if found is None:
+        return estimate
+    index, counted = found
+    return max(estimate, counted + estimate_tokens(render_messages(None, events[index:])))
+
+
+def _last_count(events: Sequence[Json]) -> tuple[int, int] | None:
+    """The index of the last answered request's span end since the latest
+    compaction, and the tokens the model counted for it (its answer's included)."""
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
         if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
@@ -190,8 +220,8 @@ def _with_model_count(estimate: int, events: Sequence[Json]) -> int:
                     "cache_creation_input_tokens",
                 )
             )
-            return max(estimate, counted + estimate_tokens(render_messages(None, events[index:])))
-    return estimate
+            return index, counted
+    return None
 
 
 def consecutive_compactions(events: Sequence[Json]) -> int:
@@ -211,6 +241,8 @@ def choose_cut(
     limits: ContextLimits,
     summary_tokens: int = 0,
     summarised_sizes: Sequence[int] | None = None,
+    *,
+    kept_scale: float = 1.0,
 ) -> int | None:
     """Index in ``live`` of the first event kept word for word: the earliest
     boundary whose kept part fits ``limits.keep``, else the latest one whose kept
@@ -220,7 +252,8 @@ def choose_cut(
 
     ``overhead``: the system prompt and tools; ``summary_tokens``: the summary
     the older part starts with; ``summarised_sizes``: each event's size as the
-    summarising request shows it (``_elided``), if not its own."""
+    summarising request shows it (``_elided``), if not its own; ``kept_scale``:
+    how many times its estimate the model counts the part kept."""
     sizes = [_tokens(event) for event in live]
     total = sum(sizes)
     kept = [total]
@@ -230,8 +263,9 @@ def choose_cut(
     for size in sizes if summarised_sizes is None else summarised_sizes:
         prefix.append(prefix[-1] + size)
     boundaries = _boundaries(live)
-    preferred = next((cut for cut in boundaries if overhead + kept[cut] <= limits.keep), None)
-    if preferred is None and boundaries and overhead + kept[boundaries[-1]] <= limits.trigger:
+    counted = [(overhead + size) * kept_scale for size in kept]
+    preferred = next((cut for cut in boundaries if counted[cut] <= limits.keep), None)
+    if preferred is None and boundaries and counted[boundaries[-1]] <= limits.trigger:
         preferred = boundaries[-1]
     if preferred is None:
         return None
