@@ -13,6 +13,7 @@ import anthropic
 import anyio
 import pytest
 
+from stead.config import Settings
 from stead.harness import (
     AnthropicModel,
     ModelRequest,
@@ -20,6 +21,7 @@ from stead.harness import (
     OpenAICompatibleModel,
     UpstreamError,
 )
+from stead.runtime.models import ModelRouter
 from stead.runtime.opkeys import op_key, op_key_of
 from stead.testing import (
     Delay,
@@ -113,6 +115,22 @@ async def test_an_error_answer_is_placed_by_its_status_and_type(
         assert fault.message in str(error)
     if isinstance(fault, HttpError) and fault.status == 429:
         assert error.retry_after == 7
+
+
+async def test_an_error_that_echoes_the_api_key_does_not_carry_it_on() -> None:
+    """The session's events and the log show the error's message: an upstream
+    that repeats the key it was sent must not put the key there."""
+    key = "sk-ant-echoed-4711"
+    echo = HttpError(401, message=f"invalid x-api-key: Bearer {key}")
+    async with FakeModel([TURN], faults=[FaultRule(echo)]) as fake:
+        settings = Settings(anthropic_api_key=key, upstream_base_url=fake.url)
+        router = ModelRouter(settings)
+        with pytest.raises(UpstreamError) as failed:
+            await router.client_for("claude-sonnet-4-6").complete(REQUEST, op_key="op-1")
+        await router.aclose()
+    assert key not in str(failed.value)
+    assert str(failed.value).endswith("invalid x-api-key: Bearer [redacted]")
+    assert (failed.value.status, failed.value.retryable) == (401, False)
 
 
 @pytest.mark.parametrize("status", [429, 503])

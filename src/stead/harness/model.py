@@ -7,6 +7,7 @@ UpstreamError          the provider failed; ``retryable`` says whether to back o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol
@@ -106,6 +107,24 @@ class UpstreamError(Exception):
         self.retry_after = retry_after
         self.error_type = error_type
         super().__init__(message)
+
+    def without(self, secrets: Iterable[str]) -> UpstreamError:
+        """This error with each of ``secrets`` its message holds replaced: an
+        upstream that echoes the request's key in its error would otherwise put
+        it in the session's events and the log."""
+        message = str(self)
+        for secret in secrets:
+            if secret:
+                message = message.replace(secret, "[redacted]")
+        if message == str(self):
+            return self
+        return UpstreamError(
+            message,
+            status=self.status,
+            retryable=self.retryable,
+            retry_after=self.retry_after,
+            error_type=self.error_type,
+        )
 
 
 class AnswerObserver(Protocol):

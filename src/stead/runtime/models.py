@@ -29,6 +29,25 @@ class Unconfigured:
         return None
 
 
+class Scrubbed:
+    """``client``, whose errors never hold one of ``secrets`` (``UpstreamError.without``)."""
+
+    def __init__(self, client: ModelClient, secrets: tuple[str, ...]) -> None:
+        self._client = client
+        self._secrets = secrets
+
+    async def complete(
+        self, request: ModelRequest, *, op_key: str, observer: AnswerObserver | None = None
+    ) -> ModelResponse:
+        try:
+            return await self._client.complete(request, op_key=op_key, observer=observer)
+        except UpstreamError as exc:
+            raise exc.without(self._secrets) from None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
 class ModelRouter:
     """Owns one client per upstream; ``aclose`` releases them all."""
 
@@ -63,8 +82,9 @@ class ModelRouter:
                 "STEAD_UPSTREAM_BASE_URL for another endpoint) or map the model in "
                 "STEAD_OPENAI_MODELS"
             )
-        self._clients[key] = client
-        return client
+        secrets = (settings.anthropic_api_key or "", settings.openai_api_key or "")
+        self._clients[key] = scrubbed = Scrubbed(client, secrets)
+        return scrubbed
 
     async def aclose(self) -> None:
         for client in self._clients.values():
