@@ -6,9 +6,11 @@ from __future__ import annotations
 import contextlib
 import json
 import struct
+import time
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -19,9 +21,9 @@ import websockets
 from stead.client import Output, Terminal, TerminalError
 from stead.client.terminal import EXIT, STDOUT
 from stead.sandbox import HostSandbox
-from stead.testing import HostProcess, ServerProcess
-from tests.conftest import make_client
-from tests.sandbox.conftest import WAIT, client_of, config, requires_isolation
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
+from tests.conftest import loop_env, make_client
+from tests.sandbox.conftest import WAIT, client_of, config, quiet, requires_isolation
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -271,3 +273,44 @@ async def test_bad_terminal_requests_close_with_a_reason_and_no_server_error(
     assert code == 4503 and "self_hosted" in reason
     await anyio.sleep(0.2)  # the server's handling of the one that left
     assert "Traceback" not in gateway.log_text()[before:]
+
+
+def new_session(server: ServerProcess) -> str:
+    assert server.first_key
+    with make_client(server.url, server.first_key) as client:
+        agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
+        environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
+        return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+async def test_a_server_stopped_under_streaming_terminals_stops_at_once_and_quietly(
+    host: HostProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """uvicorn closes every WebSocket when the server stops; a relay whose
+    send then failed was an ERROR with a traceback in the log."""
+    with FakeModel(quiet) as fake:
+        env = loop_env(fake, **host.settings_env)
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            assert server.first_key
+            session_id = new_session(server)
+            url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/exec"
+            headers = {"x-api-key": server.first_key}
+            async with contextlib.AsyncExitStack() as stack:
+                for _ in range(4):
+                    socket = await stack.enter_async_context(
+                        # Its reading paused by the flood, a client sees the close
+                        # only once its own close handshake times out.
+                        websockets.connect(
+                            f"{url}?command=yes", additional_headers=headers, close_timeout=0.1
+                        )
+                    )
+                    with anyio.fail_after(WAIT):
+                        while not isinstance(await socket.recv(), bytes):
+                            pass  # the output flows
+                started = time.monotonic()
+                await anyio.to_thread.run_sync(server.stop)
+                assert time.monotonic() - started < 3.0
+        finally:
+            server.kill()
+    assert "Traceback" not in server.log_text()

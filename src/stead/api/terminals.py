@@ -19,6 +19,8 @@ import contextlib
 import json
 import secrets
 import struct
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 from fastapi import APIRouter, WebSocket
@@ -53,6 +55,9 @@ CLOSE_BAD_REQUEST = 4400
 CLOSE_TOO_SLOW = 4408
 """This client fell more than the scrollback behind and was dropped."""
 CLOSE_NO_SANDBOX = 4503
+CLIENT_GONE = (WebSocketDisconnect, RuntimeError, OSError)
+"""What a send or receive raises once the connection is closed: the client
+left, or uvicorn closed it (a stop of the server, a keepalive ping timeout)."""
 MAX_OFFSET = 2**62
 """Larger than any terminal's output; a signed 64-bit integer on the host protocol."""
 
@@ -82,16 +87,19 @@ async def _serve(websocket: WebSocket, session_id: str, kind: TerminalKind) -> N
         return
     except WebSocketDisconnect:
         return  # the client left before its terminal opened
+    code: int | None = None
+    reason = ""
     try:
-        await websocket.send_text(json.dumps({"type": "attached", "id": terminal_id, "kind": kind}))
-        code, reason = await _relay(websocket, terminal)
-    except (WebSocketDisconnect, RuntimeError):
-        code, reason = None, ""
+        with contextlib.suppress(*CLIENT_GONE):
+            await websocket.send_text(
+                json.dumps({"type": "attached", "id": terminal_id, "kind": kind})
+            )
+            code, reason = await _relay(websocket, terminal)
     finally:
         with anyio.CancelScope(shield=True):
             await terminal.aclose()
     if code is not None:
-        with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+        with contextlib.suppress(*CLIENT_GONE):
             await websocket.close(code, reason)
 
 
@@ -148,32 +156,33 @@ async def _first_command(websocket: WebSocket) -> str:
     raise Refused(CLOSE_BAD_REQUEST, "no command arrived")
 
 
-async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
-    ended: tuple[int, str] = (CLOSE_GOING_AWAY, "the sandbox host connection ended")
+async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int | None, str]:
+    """The close code and reason the relay ended with; None when the
+    connection is already closed. A send or receive that fails because the
+    connection closed (the client left, or uvicorn closed it: the server
+    stopping, a keepalive ping unanswered) ends the relay quietly: raised in a
+    task, it reached the server as an exception group, which no ``except``
+    of one type catches, and was logged as an error with its traceback."""
+    ended: tuple[int | None, str] = (CLOSE_GOING_AWAY, "the sandbox host connection ended")
     async with anyio.create_task_group() as tasks:
 
-        async def outward() -> None:
+        async def run(part: Callable[[], Awaitable[tuple[int | None, str]]]) -> None:
             nonlocal ended
-            ended = await _send_output(websocket, terminal)
+            try:
+                ended = await part()
+            except CLIENT_GONE:
+                ended = None, ""
             tasks.cancel_scope.cancel()
 
-        async def inward() -> None:
-            await _take_input(websocket, terminal)
-            tasks.cancel_scope.cancel()
-
-        async def authorised() -> None:
-            nonlocal ended
-            ended = await _until_refused(websocket)
-            tasks.cancel_scope.cancel()
-
-        tasks.start_soon(outward)
-        tasks.start_soon(inward)
-        tasks.start_soon(authorised)
-        tasks.start_soon(_keepalive, websocket, services(websocket).settings.keepalive_seconds)
+        tasks.start_soon(run, partial(_send_output, websocket, terminal))
+        tasks.start_soon(run, partial(_take_input, websocket, terminal))
+        tasks.start_soon(run, partial(_until_refused, websocket))
+        seconds = services(websocket).settings.keepalive_seconds
+        tasks.start_soon(run, partial(_keepalive, websocket, seconds))
     return ended
 
 
-async def _until_refused(websocket: WebSocket) -> tuple[int, str]:
+async def _until_refused(websocket: WebSocket) -> tuple[int | None, str]:
     """Returns once the caller that opened the terminal is refused (the close
     code and reason), asked every ``REAUTHENTICATE_SECONDS``."""
     while True:
@@ -183,7 +192,7 @@ async def _until_refused(websocket: WebSocket) -> tuple[int, str]:
             return CLOSE_UNAUTHORIZED, str(refused)[:120]
 
 
-async def _send_output(websocket: WebSocket, terminal: Terminal) -> tuple[int, str]:
+async def _send_output(websocket: WebSocket, terminal: Terminal) -> tuple[int | None, str]:
     announced = False
     while True:
         event = await terminal.receive()
@@ -207,20 +216,20 @@ async def _send_output(websocket: WebSocket, terminal: Terminal) -> tuple[int, s
             return CLOSE_GOING_AWAY, "the sandbox host connection ended"
 
 
-async def _take_input(websocket: WebSocket, terminal: Terminal) -> None:
-    with contextlib.suppress(WebSocketDisconnect):
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            data = message.get("bytes")
-            if data:
-                if data[0] == STDIN and len(data) > 1:
-                    await terminal.send_input(data[1:])
-                continue
-            text = message.get("text")
-            if text:
-                await _control(websocket, terminal, text)
+async def _take_input(websocket: WebSocket, terminal: Terminal) -> tuple[int | None, str]:
+    """Returns once the client left (no close code: nothing left to close)."""
+    while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            return None, ""
+        data = message.get("bytes")
+        if data:
+            if data[0] == STDIN and len(data) > 1:
+                await terminal.send_input(data[1:])
+            continue
+        text = message.get("text")
+        if text:
+            await _control(websocket, terminal, text)
 
 
 async def _control(websocket: WebSocket, terminal: Terminal, text: str) -> None:
@@ -241,7 +250,7 @@ async def _control(websocket: WebSocket, terminal: Terminal, text: str) -> None:
         await websocket.send_text(json.dumps({"type": "pong"}))
 
 
-async def _keepalive(websocket: WebSocket, seconds: float) -> None:
+async def _keepalive(websocket: WebSocket, seconds: float) -> tuple[int | None, str]:
     while True:
         await anyio.sleep(seconds)
         await websocket.send_bytes(b"")
