@@ -314,3 +314,32 @@ async def test_a_server_stopped_under_streaming_terminals_stops_at_once_and_quie
         finally:
             server.kill()
     assert "Traceback" not in server.log_text()
+
+
+async def test_bad_control_messages_are_answered_and_the_terminal_goes_on(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    assert gateway.first_key
+    url = gateway.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/pty"
+    before = len(gateway.log_text())
+    bad = [
+        {"type": "resize", "rows": True, "cols": 80},
+        {"type": "resize", "rows": 24, "cols": False},
+        {"type": "resize", "rows": 10**30, "cols": 80},
+        {"type": "resize", "rows": -1, "cols": 80},
+        {"type": "resize", "rows": 1.5, "cols": 80},
+    ]
+    async with websockets.connect(url, additional_headers={"x-api-key": gateway.first_key}) as s:
+        for control in bad:
+            await s.send(json.dumps(control))
+        await s.send(b"\x00echo $((6*7))-alive\n")
+        errors, seen = 0, b""
+        with anyio.fail_after(WAIT):
+            while b"42-alive" not in seen:
+                message = await s.recv()
+                if isinstance(message, str):
+                    errors += json.loads(message)["type"] == "error"
+                elif message[:1] == bytes([STDOUT]):
+                    seen += message[1:]
+    assert errors == len(bad)
+    assert "Traceback" not in gateway.log_text()[before:]

@@ -242,10 +242,13 @@ async def _control(websocket: WebSocket, terminal: Terminal, text: str) -> None:
         return
     if control.get("type") == "resize":
         rows, cols = control.get("rows"), control.get("cols")
-        if isinstance(rows, int) and isinstance(cols, int):
+        # Not a bool (an int to isinstance, refused by the host protocol: it
+        # crashed the relay), and a size the host protocol can carry.
+        if type(rows) is int and type(cols) is int and 0 < rows < 2**31 and 0 < cols < 2**31:
             await terminal.resize(rows, cols)
             return
-        await websocket.send_text(json.dumps({"type": "error", "message": "resize: rows, cols"}))
+        message = "resize: rows and cols must be positive integers"
+        await websocket.send_text(json.dumps({"type": "error", "message": message}))
     elif control.get("type") == "ping":
         await websocket.send_text(json.dumps({"type": "pong"}))
 
