@@ -343,3 +343,41 @@ async def test_bad_control_messages_are_answered_and_the_terminal_goes_on(
                     seen += message[1:]
     assert errors == len(bad)
     assert "Traceback" not in gateway.log_text()[before:]
+
+
+async def test_an_attached_terminal_renews_its_sandbox_lease(
+    host: HostProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """A terminal renewed the lease only when it attached: one left open
+    longer than the TTL had its sandbox destroyed under it by the sweeper."""
+    ttl = 1.5
+    with FakeModel(quiet) as fake:
+        env = loop_env(
+            fake,
+            STEAD_SANDBOX_LEASE_SECONDS=str(ttl),
+            STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.1",
+            **host.settings_env,
+        )
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            assert server.first_key
+            session_id = new_session(server)
+            async with terminal(server, session_id, flap_limit=0) as term:
+                outputs = term.output()
+                await term.send(b"echo pid=$$-$((2*3))\n")
+                pid = (await read_until(outputs, b"-6\r\n")).split(b"pid=")[-1].split(b"-")[0]
+                with make_client(server.url, server.first_key) as client:
+                    path = f"/v1/sessions/{session_id}/sandbox"
+                    with anyio.fail_after(WAIT):
+                        while True:  # until the sandbox outlived its TTL twice over
+                            view: Any = client.get(path, cast_to=object)
+                            assert view["lease"]["status"] == "active", view["lease"]
+                            if view["active_seconds"] > 2 * ttl:
+                                break
+                            await anyio.sleep(0.1)
+                await term.send(b"echo again=$$-$((3*3))\n")
+                seen = await read_until(outputs, b"-9\r\n")
+            assert f"again={pid.decode()}-9".encode() in seen
+            assert term.redial_count == 0
+        finally:
+            server.stop()

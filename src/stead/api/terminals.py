@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import secrets
 import struct
 from collections.abc import Awaitable, Callable
@@ -40,9 +41,10 @@ from stead.sandbox import (
     TerminalReplayed,
     TerminalRequest,
 )
-from stead.store import NotFound
+from stead.store import DatabaseBusy, NotFound
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["terminals"])
+log = logging.getLogger("stead.api.terminals")
 
 STDIN, EXIT, REPLAYED = 0x00, 0x03, 0x04
 CLOSE_NORMAL = 1000
@@ -94,7 +96,7 @@ async def _serve(websocket: WebSocket, session_id: str, kind: TerminalKind) -> N
             await websocket.send_text(
                 json.dumps({"type": "attached", "id": terminal_id, "kind": kind})
             )
-            code, reason = await _relay(websocket, terminal)
+            code, reason = await _relay(websocket, session_id, terminal)
     finally:
         with anyio.CancelScope(shield=True):
             await terminal.aclose()
@@ -156,7 +158,9 @@ async def _first_command(websocket: WebSocket) -> str:
     raise Refused(CLOSE_BAD_REQUEST, "no command arrived")
 
 
-async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int | None, str]:
+async def _relay(
+    websocket: WebSocket, session_id: str, terminal: Terminal
+) -> tuple[int | None, str]:
     """The close code and reason the relay ended with; None when the
     connection is already closed. A send or receive that fails because the
     connection closed (the client left, or uvicorn closed it: the server
@@ -177,9 +181,29 @@ async def _relay(websocket: WebSocket, terminal: Terminal) -> tuple[int | None, 
         tasks.start_soon(run, partial(_send_output, websocket, terminal))
         tasks.start_soon(run, partial(_take_input, websocket, terminal))
         tasks.start_soon(run, partial(_until_refused, websocket))
+        tasks.start_soon(run, partial(_keep_leased, websocket, session_id))
         seconds = services(websocket).settings.keepalive_seconds
         tasks.start_soon(run, partial(_keepalive, websocket, seconds))
     return ended
+
+
+async def _keep_leased(websocket: WebSocket, session_id: str) -> tuple[int | None, str]:
+    """Renews the session's sandbox lease every third of its TTL while the
+    terminal is attached: it renewed it only when it attached, so a terminal
+    left open longer than the TTL had its sandbox destroyed under it. A
+    renewal that fails (the lease ended for good, the database is away) is
+    left to the next one; a sandbox whose lease ended is destroyed by the
+    sweeper, which ends the terminal."""
+    toolbox = services(websocket).sandboxes
+    every = toolbox.lease_renewal_seconds
+    while every is not None:
+        await anyio.sleep(every)
+        try:
+            await toolbox.renew(session_id)
+        except (SandboxError, DatabaseBusy) as exc:
+            log.info("a terminal did not renew its session's lease: %s", exc)
+    await anyio.sleep_forever()  # no leases (unsafe_local)
+    return None, ""
 
 
 async def _until_refused(websocket: WebSocket) -> tuple[int | None, str]:

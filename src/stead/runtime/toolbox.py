@@ -398,6 +398,18 @@ class SandboxToolbox:
     async def lease_terms(self, session: SessionRecord) -> LeaseTerms | None:
         return await self._leases.terms(session) if self._provider.leased else None
 
+    @property
+    def lease_renewal_seconds(self) -> float | None:
+        """How often something that keeps using a session's sandbox (a call in
+        progress, an attached terminal) renews its lease; None: no leases."""
+        if not self._provider.leased:
+            return None
+        return self._settings.sandbox_lease_seconds / RENEWALS_PER_TTL
+
+    async def renew(self, session_id: str) -> None:
+        """Renews the session's sandbox lease (``NoSandbox`` if it ended for good)."""
+        await self._renew(session_id)
+
     async def _renew(self, session_id: str) -> None:
         """Every call renews the lease; one that ended stops the tools here."""
         if self._provider.leased:
