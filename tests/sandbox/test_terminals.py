@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from stead.sandbox import HostSandbox
+from stead.sandbox import HostClient, HostSandbox
 from stead.sandbox.client import (
     HostTerminal,
     TerminalEnded,
@@ -111,6 +111,29 @@ async def test_output_made_while_detached_is_replayed_once(sandbox: HostSandbox)
     assert b"21-ready" not in replayed  # already seen: not sent twice
     assert replayed.count(b"2-away") == 1
     assert event.offset == resume + len(replayed)
+    await again.aclose()
+
+
+async def test_an_offset_from_a_terminal_gone_with_its_sandbox_replays_the_new_one(
+    sandbox: HostSandbox, client: HostClient
+) -> None:
+    """A client redials with the offset it counted; if the sandbox went away
+    meanwhile (destroyed, released), a new shell of the same id starts from
+    zero and the client sees it from its first byte, not once it has written
+    as many bytes as the old one did."""
+    terminal = await sandbox.terminal("pty-again")
+    await terminal.send_input(b"head -c 5000 /dev/zero | tr '\\0' x; echo $((4+4))-old\n")
+    events = await read_until(terminal, b"8-old")
+    counted = max(e.offset + len(e.data) for e in events if isinstance(e, TerminalOutput))
+    await terminal.aclose()
+    await client.destroy(sandbox.sandbox_id)
+
+    again = await sandbox.terminal("pty-again", offset=counted)
+    await again.send_input(b"echo $((5+5))-new\n")
+    events = await read_until(again, b"10-new")
+    first = next(e for e in events if isinstance(e, TerminalOutput))
+    assert first.offset == 0
+    assert b"8-old" not in output(events)
     await again.aclose()
 
 

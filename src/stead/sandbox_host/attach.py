@@ -45,9 +45,10 @@ async def attach(
     sender = _Sender(frames, send_seconds)
     """Serves one attachment until the process exits, the client detaches or
     goes away; returns the final answer."""
+    offset = _start(terminal, offset)
     terminal.attached += 1
     sandbox.terminals += 1
-    terminal.reader_at(sender.reader, max(offset, terminal.ring.start))
+    terminal.reader_at(sender.reader, offset)
     outcome = ops.TerminalEnd(reason="detached")
     try:
         async with anyio.create_task_group() as tasks:
@@ -68,9 +69,20 @@ async def attach(
     return outcome
 
 
+def _start(terminal: BackgroundProcess, offset: int) -> int:
+    """Where the replay starts: ``offset``, or the oldest byte kept if the
+    ring dropped it. An offset past the terminal's end was counted in another
+    terminal of this id (one that went with its sandbox, destroyed or moved,
+    while the client was away): this one's output all comes, from its oldest
+    byte, and the client hears where it starts. Started there, the client saw
+    nothing of the new shell until it had written as many bytes."""
+    ring = terminal.ring
+    return max(offset, ring.start) if offset <= ring.end else ring.start
+
+
 async def _send_output(terminal: BackgroundProcess, sender: _Sender, offset: int) -> int | None:
     ring = terminal.ring
-    position = max(offset, ring.start)
+    position = offset
     position = await _send_chunks(terminal, sender, position, replay=True)
     await sender.send(ops.TerminalReplayed(offset=position))
     while True:
