@@ -121,6 +121,7 @@ def serve(
     import uvicorn
 
     from stead.api import create_app
+    from stead.api.server import Server
     from stead.telemetry import configure_logging
 
     settings = read_settings(host=host, port=port, data_dir=data_dir)
@@ -172,7 +173,7 @@ def serve(
             timeout_graceful_shutdown=3,
         )
         freeze_start()
-        uvicorn.Server(config).run(sockets=[sock])
+        Server(config).run(sockets=[sock])
 
 
 def _shared_secret_key(settings: Settings) -> None:

@@ -20,6 +20,7 @@ import uvicorn
 from rich.console import Console
 
 from stead.api import create_app
+from stead.api.server import Server
 from stead.config import Settings
 from stead.store import open_store
 from stead.testing import FakeModel, Text, ToolCall, Turn, free_port
@@ -67,7 +68,7 @@ def run_demo(console: Console) -> None:
             sandbox="unsafe_local",
             log_level="warning",
         )
-        server = uvicorn.Server(
+        server = Server(
             uvicorn.Config(
                 create_app(settings),
                 host="127.0.0.1",

@@ -4,6 +4,7 @@ reconnects with Last-Event-ID (or ?after=) and gets the rest exactly once, in or
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import anthropic
@@ -11,6 +12,7 @@ import httpx2
 import pytest
 
 from stead.testing import ServerProcess, client_tls
+from tests.conftest import make_client
 from tests.integration.helpers import message, new_session, sse_frames
 
 TOTAL = 500
@@ -110,3 +112,29 @@ def test_resume_from_unknown_event_is_a_400(
     # Not "no such event" alone: a queued event's id is not in the log yet.
     assert message.startswith("Last-Event-ID: no event 'sevt_nope' in this session's log")
     assert "still queued" in message
+
+
+def test_a_stopping_server_ends_its_streams_at_once_and_quietly(
+    fresh_server: ServerProcess,
+) -> None:
+    """uvicorn waits for open responses before it stops; an event stream ends
+    only when its reader leaves, so a server with one open took its whole
+    graceful-shutdown time to stop and logged an error and a traceback."""
+    assert fresh_server.first_key
+    with make_client(fresh_server.url, fresh_server.first_key) as client:
+        session_id = new_session(client)
+    url = f"{fresh_server.url}/v1/sessions/{session_id}/events/stream"
+    headers = {"x-api-key": fresh_server.first_key}
+    with httpx2.stream("GET", url, headers=headers, timeout=30, verify=client_tls()) as response:
+        assert response.status_code == 200
+        chunks = response.iter_bytes()
+        next(chunks)  # the stream is open
+        started = time.monotonic()
+        fresh_server.stop()
+        stopped = time.monotonic() - started
+        rest = b"".join(chunks)  # ends cleanly: no incomplete chunked read
+    assert stopped < 2.0
+    assert b"event:" not in rest
+    log = fresh_server.log_text()
+    assert "graceful shutdown exceeded" not in log
+    assert "Traceback" not in log

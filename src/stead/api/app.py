@@ -97,6 +97,18 @@ SWEEP_DESTROY_SECONDS = 600.0
 """A destroy takes a final snapshot of the workspace; give a large one time."""
 
 
+def stop_streams(app: FastAPI) -> None:
+    """The server is stopping: open event streams end now. uvicorn waits for
+    every open response before it stops (``timeout_graceful_shutdown``) and
+    then cancels them with an error and its traceback in the log; an event
+    stream only ends when its client leaves, so a server with one open was
+    slow to stop, and loud. Its client reconnects (``Last-Event-ID``) to the
+    next server."""
+    found = getattr(app.state, "services", None)
+    if isinstance(found, Services):
+        found.stopping.set()
+
+
 def create_app(
     settings: Settings,
     store: Store | None = None,

@@ -8,9 +8,10 @@ import hmac
 import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import anyio
 from fastapi import Request
 from starlette.requests import HTTPConnection
 
@@ -89,6 +90,10 @@ class Services:
     """Registers webhook endpoints (``api/webhooks.py``)."""
     memories: MemoryKeeper
     """Memory content (blob store) and versions (store); shares ``files``' blob store."""
+    stopping: anyio.Event = field(default_factory=anyio.Event)
+    """Set when the server begins to stop (``stop_streams``): long-lived
+    responses (event streams) end then, not when the graceful shutdown's
+    time is up."""
 
 
 @dataclass(frozen=True)

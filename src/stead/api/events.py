@@ -236,4 +236,5 @@ async def event_stream(
         app.settings.sse_heartbeat_seconds,
         previews,
         authorised,
+        app.stopping,
     )

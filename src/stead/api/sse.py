@@ -8,7 +8,8 @@ do not (they are not in the log yet), nor do stream previews (never logged). A
 ping frame goes out whenever the stream has been quiet for the heartbeat
 interval, or while the database cannot be read. A stream whose caller is
 refused (``authorised``, asked at most every ``REAUTHENTICATE_SECONDS``, before
-the next frame goes out) ends there.
+the next frame goes out) ends there, and every stream ends when the server
+begins to stop (``stopping``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class EventStream(Response):
         heartbeat_seconds: float,
         previews: frozenset[str] = frozenset(),
         authorised: Callable[[], Awaitable[bool]] | None = None,
+        stopping: anyio.Event | None = None,
     ) -> None:
         super().__init__(media_type="text/event-stream")
         self._store = store
@@ -65,6 +67,7 @@ class EventStream(Response):
         self._heartbeat = heartbeat_seconds
         self._previews = previews
         self._authorised = authorised
+        self._stopping = stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         with self._bus.subscribe(self._session_id, self._previews) as subscription:
@@ -78,6 +81,8 @@ class EventStream(Response):
             )
             async with anyio.create_task_group() as group:
                 group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
+                if self._stopping is not None:
+                    group.start_soon(_cancel_when_set, self._stopping, group.cancel_scope)
                 await self._pump(feed, send)
                 group.cancel_scope.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -117,3 +122,8 @@ async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> N
         if message["type"] == "http.disconnect":
             scope.cancel()
             return
+
+
+async def _cancel_when_set(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
