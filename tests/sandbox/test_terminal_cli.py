@@ -45,6 +45,19 @@ def test_stead_exec_streams_and_exits_with_the_commands_code(
     assert (done.returncode, done.stdout, done.stderr) == (5, b"out\n", b"err\n")
 
 
+@pytest.mark.parametrize(("signal", "status"), [("KILL", 137), ("TERM", 143)])
+def test_stead_exec_of_a_command_killed_by_a_signal_exits_as_a_shell_says(
+    gateway: ServerProcess, session_id: str, signal: str, status: int
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "stead", "exec", session_id, "--", "sh", "-c", f"kill -{signal} $$"],
+        env=cli_env(gateway),
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == status, done.stderr
+
+
 def test_stead_exec_without_a_key_says_so(gateway: ServerProcess, session_id: str) -> None:
     env = {k: v for k, v in cli_env(gateway).items() if k != "STEAD_API_KEY"}
     done = subprocess.run(

@@ -26,7 +26,7 @@ async def run_exec(url: str, api_key: str, session_id: str, command: str) -> int
             out.write(item.data)
             out.flush()
     _report_skipped(term)
-    return term.exit_code if term.exit_code is not None else 1
+    return exit_status(term.exit_code) if term.exit_code is not None else 1
 
 
 async def run_shell(url: str, api_key: str, session_id: str, terminal_id: str | None) -> int:
@@ -55,7 +55,14 @@ async def run_shell(url: str, api_key: str, session_id: str, terminal_id: str | 
             if saved is not None:
                 termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
     _report_skipped(term)
-    return term.exit_code if term.exit_code is not None else 0
+    return exit_status(term.exit_code) if term.exit_code is not None else 0
+
+
+def exit_status(code: int) -> int:
+    """What a shell reports for a command that ended with ``code`` (the
+    terminal's exit code, negative for the signal that killed it): 128 plus
+    the signal, as ``$?`` says. Passed on as it was, -9 became 247."""
+    return 128 - code if code < 0 else code
 
 
 def _report_skipped(term: Terminal) -> None:
