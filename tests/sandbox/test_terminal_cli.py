@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -56,6 +57,25 @@ def test_stead_exec_of_a_command_killed_by_a_signal_exits_as_a_shell_says(
         timeout=60,
     )
     assert done.returncode == status, done.stderr
+
+
+def test_stead_shell_reads_its_input_from_a_file(
+    gateway: ServerProcess, session_id: str, tmp_path: Path
+) -> None:
+    """epoll refuses a regular file (or /dev/null): waiting on one was a traceback."""
+    script = tmp_path / "script"
+    script.write_bytes(b"echo $((6*7))-from-file\nexit 4\n")
+    with script.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "stead", "shell", session_id],
+            env=cli_env(gateway),
+            stdin=stdin,
+            capture_output=True,
+            timeout=60,
+        )
+    assert done.returncode == 4, done.stderr
+    assert b"42-from-file" in done.stdout
+    assert b"Traceback" not in done.stderr
 
 
 def test_stead_exec_without_a_key_says_so(gateway: ServerProcess, session_id: str) -> None:

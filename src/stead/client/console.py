@@ -77,7 +77,10 @@ async def _forward_keys(term: Terminal, stdin: int) -> None:
     os.set_blocking(stdin, False)
     try:
         while True:
-            await anyio.wait_readable(stdin)
+            # A file or /dev/null (``< file``): epoll refuses it (a traceback,
+            # it was), and a read of it never blocks.
+            with contextlib.suppress(PermissionError):
+                await anyio.wait_readable(stdin)
             try:
                 data = os.read(stdin, READ_CHUNK)
             except BlockingIOError:
