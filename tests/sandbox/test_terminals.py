@@ -73,6 +73,20 @@ async def test_an_exec_sends_output_one_replay_marker_and_one_exit(sandbox: Host
     assert [e.exit_code for e in again if isinstance(e, TerminalExited)] == [3]
 
 
+async def test_an_exec_that_closes_its_output_and_goes_on_reports_its_exit(
+    sandbox: HostSandbox,
+) -> None:
+    """Its output closed, a process was waited for 5 s and then counted as
+    exited with no exit code while it still ran."""
+    terminal = await sandbox.terminal(
+        "exec-quiet", kind="exec", command="echo before; exec >&- 2>&-; sleep 5.5; exit 2"
+    )
+    events = await read_to_end(terminal)
+    assert output(events) == b"before\n"
+    assert [e.exit_code for e in events if isinstance(e, TerminalExited)] == [2]
+    assert events[-1] == TerminalEnded("exited")
+
+
 async def test_two_ptys_are_independent_and_two_clients_see_one_pty(
     sandbox: HostSandbox,
 ) -> None:

@@ -32,7 +32,6 @@ from stead.sandbox_host.ring import STDERR, STDOUT, OutputRing
 from stead.sandbox_host.supervisor_channel import FdStream
 
 READ_CHUNK = 65536
-EXIT_WAIT_SECONDS = 5.0
 
 
 class Kind(enum.StrEnum):
@@ -89,8 +88,12 @@ class BackgroundProcess:
                     pumps.start_soon(self._pump, self.process.stdout, STDOUT)
                 if self.process.stderr is not None:
                     pumps.start_soon(self._pump, self.process.stderr, STDERR)
-            with anyio.move_on_after(EXIT_WAIT_SECONDS):
-                self.exit_code = await self.process.wait()
+            # Until it exits, or its sandbox stops (None): a process may close
+            # its output and go on. Given up on 5 s after its output closed,
+            # it counted as exited, with no exit code, while it still ran:
+            # its terminal clients were closed with no exit code, and redialled
+            # until they gave up.
+            self.exit_code = await self.process.wait()
         finally:
             self.process.close_streams()
             self.exited.set()
