@@ -74,6 +74,21 @@ async def test_stead_exec_client_reports_the_exit_code(
     assert (got, term.exit_code) == (b"hi", 7)
 
 
+async def test_an_exec_under_an_id_of_the_callers_choosing(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    """The client sent an id and no command, so a new exec it named was refused."""
+    command = "printf chosen; exit 4"
+    async with terminal(
+        gateway, session_id, kind="exec", command=command, terminal_id="exec-mine"
+    ) as term:
+        got = b"".join([item.data async for item in term.output()])
+    assert (got, term.exit_code) == (b"chosen", 4)
+    async with terminal(gateway, session_id, kind="exec", terminal_id="exec-mine") as again:
+        replayed = b"".join([item.data async for item in again.output()])
+    assert (replayed, again.exit_code) == (b"chosen", 4)
+
+
 async def test_a_pty_survives_the_server_being_killed(
     gateway: ServerProcess, session_id: str
 ) -> None:

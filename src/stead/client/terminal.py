@@ -80,6 +80,8 @@ class Terminal:
         self._flap = (flap_limit, flap_window)
         self._clock = clock
         self._socket: ClientConnection | None = None
+        self._attached = False
+        """Whether a dial was ever answered (its terminal exists)."""
         self._offset = 0
         """Absolute offset of the next output byte this client has not delivered."""
         self._redials: list[float] = []
@@ -103,7 +105,10 @@ class Terminal:
         query["rows"], query["cols"] = self._size
         if self.terminal_id is not None:
             query["id"] = self.terminal_id
-        elif self._command is not None:
+        if self._command is not None and not self._attached:
+            # The first dial only (a new exec under an id of the caller's
+            # choosing too: sent without its command, it was refused): a
+            # redial to an exec that went with its sandbox must not run it twice.
             query["command"] = self._command
         path = f"/v1/sessions/{self._session_id}/sandbox/{self.kind}"
         return f"{self._url}{path}?{urllib.parse.urlencode(query)}"
@@ -122,6 +127,7 @@ class Terminal:
             raise self._refusal(closed.rcvd) from None
         self.terminal_id = hello["id"]
         self._socket = socket
+        self._attached = True
 
     @staticmethod
     def _refusal(frame: object) -> Exception:
