@@ -78,6 +78,21 @@ def test_stead_shell_reads_its_input_from_a_file(
     assert b"Traceback" not in done.stderr
 
 
+def test_stead_exec_of_a_command_that_reads_its_input_ends(
+    gateway: ServerProcess, session_id: str
+) -> None:
+    """The exec's stdin stayed open with nothing ever sent to it: ``cat``
+    waited forever, and so did ``stead exec``."""
+    done = subprocess.run(
+        [sys.executable, "-m", "stead", "exec", session_id, "--", "sh", "-c", "cat; exit 6"],
+        env=cli_env(gateway),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (6, b"")
+
+
 def test_stead_exec_without_a_key_says_so(gateway: ServerProcess, session_id: str) -> None:
     env = {k: v for k, v in cli_env(gateway).items() if k != "STEAD_API_KEY"}
     done = subprocess.run(

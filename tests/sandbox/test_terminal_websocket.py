@@ -66,6 +66,14 @@ async def test_an_exec_streams_both_channels_and_exits_once(
     assert frames[-1][0] == 3
 
 
+async def test_stdin_then_its_end_reach_an_exec(gateway: ServerProcess, session_id: str) -> None:
+    async with terminal(gateway, session_id, kind="exec", command="wc -c") as term:
+        await term.send(b"12345")
+        await term.close_input()  # the channel byte alone
+        got = b"".join([item.data async for item in term.output()])
+    assert (got.strip(), term.exit_code) == (b"5", 0)
+
+
 async def test_stead_exec_client_reports_the_exit_code(
     gateway: ServerProcess, session_id: str
 ) -> None:

@@ -4,13 +4,14 @@ The exec or PTY lives in the sandbox host under a stable id (``?id=``, made
 up and announced when absent); this gateway only relays, so a client that
 lost its connection, or a restarted ``stead serve``, attaches again and
 nothing ran twice. Wire format (DESIGN §5): binary frames whose first byte is
-the channel, ``0x00`` stdin, ``0x01`` stdout, ``0x02`` stderr, ``0x03`` +
-int32 exit code (once, on a real exit, then close 1000), ``0x04`` end of the
-scrollback replay; text frames are JSON control messages (``resize``,
-``ping``; the server sends ``attached``, then ``offset`` (the absolute offset
-of the next output byte) before the first output and ``replayed`` with the
-offset at the end of the replay, so a client that counts bytes and reattaches
-with ``?offset=`` sees each byte once). Empty frames are keepalives, both ways, every 30 s.
+the channel, ``0x00`` stdin (alone: end of an exec's input), ``0x01``
+stdout, ``0x02`` stderr, ``0x03`` + int32 exit code (once, on a real exit,
+then close 1000), ``0x04`` end of the scrollback replay; text frames are
+JSON control messages (``resize``, ``ping``; the server sends ``attached``,
+then ``offset`` (the absolute offset of the next output byte) before the
+first output and ``replayed`` with the offset at the end of the replay, so a
+client that counts bytes and reattaches with ``?offset=`` sees each byte
+once). Empty frames are keepalives, both ways, every 30 s.
 """
 
 from __future__ import annotations
@@ -248,7 +249,7 @@ async def _take_input(websocket: WebSocket, terminal: Terminal) -> tuple[int | N
             return None, ""
         data = message.get("bytes")
         if data:
-            if data[0] == STDIN and len(data) > 1:
+            if data[0] == STDIN:  # the channel alone: an exec's end of input
                 await terminal.send_input(data[1:])
             continue
         text = message.get("text")

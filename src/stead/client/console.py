@@ -19,8 +19,10 @@ READ_CHUNK = 65536
 
 async def run_exec(url: str, api_key: str, session_id: str, command: str) -> int:
     """Streams the command's stdout and stderr to ours; its exit code (1 if
-    it never reported one)."""
+    it never reported one). Ours is not its input: it reads end of file at
+    once (one that read its input waited for it forever)."""
     async with Terminal(url, api_key, session_id, kind="exec", command=command) as term:
+        await term.close_input()
         async for item in term.output():
             out = sys.stdout.buffer if item.channel == STDOUT else sys.stderr.buffer
             out.write(item.data)

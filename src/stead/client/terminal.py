@@ -82,6 +82,7 @@ class Terminal:
         self._socket: ClientConnection | None = None
         self._attached = False
         """Whether a dial was ever answered (its terminal exists)."""
+        self._input_closed = False
         self._offset = 0
         """Absolute offset of the next output byte this client has not delivered."""
         self._redials: list[float] = []
@@ -128,6 +129,9 @@ class Terminal:
         self.terminal_id = hello["id"]
         self._socket = socket
         self._attached = True
+        if self._input_closed:  # again on every dial: one sent as the line dropped is lost
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await socket.send(bytes([STDIN]))
 
     @staticmethod
     def _refusal(frame: object) -> Exception:
@@ -213,6 +217,13 @@ class Terminal:
         if self._socket is not None:
             with contextlib.suppress(websockets.ConnectionClosed):
                 await self._socket.send(bytes([STDIN]) + data)
+
+    async def close_input(self) -> None:
+        """Ends an exec's input: its stdin closes (end of file)."""
+        self._input_closed = True
+        if self._socket is not None:
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await self._socket.send(bytes([STDIN]))
 
     async def resize(self, rows: int, cols: int) -> None:
         self._size = (rows, cols)

@@ -125,9 +125,15 @@ class BackgroundProcess:
             self.ring.write(data, channel)
 
     async def write(self, data: bytes) -> None:
-        """Input for the process (a terminal's keystrokes)."""
+        """Input for the process (a terminal's keystrokes); none at all ends an
+        exec's input (its stdin closes: end of file). A PTY's ends with the
+        end-of-file key its shell reads (^D)."""
         if self.process.stdin is None or not self.running:
             raise InvalidArgument(f"process {self.id} takes no input")
+        if not data:
+            if self.kind is Kind.EXEC:
+                self.process.stdin.close()
+            return
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await self.process.stdin.send(data)
 
