@@ -290,21 +290,28 @@ def _results(sdk: anthropic.Anthropic, session_id: str) -> list[Any]:
     return [e for e in sdk.beta.sessions.events.list(session_id) if e.type == "user.tool_result"]
 
 
+def _a_held_call(sdk: anthropic.Anthropic, url: str) -> tuple[str, str, str, Any]:
+    """A session whose turn's bash call a worker holds (it may have started it):
+    the environment's id and key, the session's id, the held item."""
+    env_id, key = environment(sdk)
+    session_id = session_on(sdk, env_id)
+    sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+    with make_client(url, key) as worker:
+        item = _hold(worker.beta.environments.work, env_id)
+    eventually(
+        lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)),
+        "the bash call",
+    )
+    return env_id, key, session_id, item
+
+
 def test_an_item_stopped_while_its_call_waits_leaves_no_call_stranded(
     sdk: anthropic.Anthropic, hosted: ServerProcess
 ) -> None:
     """Force-stopped while its worker runs a call (the worker can answer no
     more): the call is answered as in doubt and the turn goes on, instead of
     waiting out the answer timeout."""
-    env_id, key = environment(sdk)
-    session_id = session_on(sdk, env_id)
-    sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
-    with make_client(hosted.url, key) as worker:
-        item = _hold(worker.beta.environments.work, env_id)
-    eventually(
-        lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)),
-        "the bash call",
-    )
+    env_id, _, session_id, item = _a_held_call(sdk, hosted.url)
     sdk.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
     eventually(lambda: sdk.beta.sessions.retrieve(session_id).status == "idle", "the turn's end")
     [answer] = _results(sdk, session_id)
@@ -379,18 +386,7 @@ def test_a_stop_whose_process_dies_before_its_follow_up_strands_no_call(
             survivor = group.start(STEAD_WORK_LEASE_SECONDS="2")
             doomed = group.start(STEAD_FAILPOINTS="work.after_stop:1")
             with make_client(survivor.url, group.key) as sdk:
-                env_id, key = environment(sdk)
-                session_id = session_on(sdk, env_id)
-                sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
-                with make_client(survivor.url, key) as worker:
-                    item = _hold(worker.beta.environments.work, env_id)
-                eventually(
-                    lambda: any(
-                        e.type == "agent.tool_use"
-                        for e in sdk.beta.sessions.events.list(session_id)
-                    ),
-                    "the bash call",
-                )
+                env_id, _, session_id, item = _a_held_call(sdk, survivor.url)
                 with (
                     make_client(doomed.url, group.key) as sdk_doomed,
                     pytest.raises(anthropic.APIConnectionError),
@@ -424,17 +420,7 @@ def test_a_turn_retaken_after_its_stop_s_process_died_runs_no_call_twice(
             forker=forker,
         ).start()
         with sdk_of(doomed) as sdk:
-            env_id, key = environment(sdk)
-            session_id = session_on(sdk, env_id)
-            sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
-            with make_client(doomed.url, key) as worker:
-                item = _hold(worker.beta.environments.work, env_id)
-            eventually(
-                lambda: any(
-                    e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)
-                ),
-                "the bash call",
-            )
+            env_id, key, session_id, item = _a_held_call(sdk, doomed.url)
             with pytest.raises(anthropic.APIConnectionError):
                 sdk.beta.environments.work.stop(item.id, environment_id=env_id, force=True)
         assert doomed.wait_exit(30), "the failpoint did not fire"
