@@ -176,6 +176,18 @@ def send(page: Page, text: str) -> None:
     page.click("#composer button[type=submit]")
 
 
+def turned_session(sdk: anthropic.Anthropic, agent_id: str) -> Any:
+    """A new session of ``agent_id`` (in an environment of its own) that ran one turn."""
+    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
+    used = sdk.beta.sessions.create(agent=agent_id, environment_id=env.id)
+    with sdk.beta.sessions.events.stream(used.id) as stream:
+        sdk.beta.sessions.events.send(
+            used.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
+        )
+        next(e for e in stream if e.type == "session.status_idle")
+    return used
+
+
 def timeline_ids(page: Page) -> list[str]:
     return page.locator("#timeline > [data-id]").evaluate_all(
         "(nodes) => nodes.map(n => n.dataset.id)"
@@ -520,13 +532,7 @@ def test_an_archived_session_s_usage_is_its_agent_s(
     sessions out: their tokens went to "(deleted session)"."""
     assert stead.first_key
     agent = sdk.beta.agents.create(name="archived-usage", model="claude-sonnet-4-6")
-    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
-    used = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
-    with sdk.beta.sessions.events.stream(used.id) as stream:
-        sdk.beta.sessions.events.send(
-            used.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
-        )
-        next(e for e in stream if e.type == "session.status_idle")
+    used = turned_session(sdk, agent.id)
     sdk.beta.sessions.archive(used.id)
     log_in(page, stead.first_key)
     page.goto("/console/#/usage")
@@ -578,13 +584,7 @@ def test_the_resource_pages_and_logout(
     sdk.beta.memory_stores.memories.create(
         store.id, path="/notes/plan.md", content="remember the milk"
     )
-    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
-    used = sdk.beta.sessions.create(agent=agent.id, environment_id=env.id)
-    with sdk.beta.sessions.events.stream(used.id) as stream:
-        sdk.beta.sessions.events.send(
-            used.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
-        )
-        next(e for e in stream if e.type == "session.status_idle")
+    turned_session(sdk, agent.id)
     log_in(page, stead.first_key)
 
     page.goto(f"/console/#/agents/{agent.id}")

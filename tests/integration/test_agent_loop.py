@@ -239,14 +239,17 @@ def tool_starts(server: ServerProcess, session_id: str) -> dict[str, datetime]:
     return {kind.removeprefix("tool:"): created for kind, created in rows}
 
 
+LOOKUP = {
+    "type": "custom",
+    "name": "lookup",
+    "description": "Look something up",
+    "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+}
+"""The custom tool the "custom" scenario calls."""
+
+
 def test_custom_tool_round_trip(sdk: anthropic.Anthropic) -> None:
-    custom = {
-        "type": "custom",
-        "name": "lookup",
-        "description": "Look something up",
-        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
-    }
-    session_id = new_session(sdk, [custom])
+    session_id = new_session(sdk, [LOOKUP])
     with sdk.beta.sessions.events.stream(session_id) as stream:
         sdk.beta.sessions.events.send(session_id, events=[say("custom tool")])
         first = until_idle(stream)
@@ -286,13 +289,7 @@ def test_a_custom_tool_result_naming_a_file_is_refused_not_sent_to_the_model(
 ) -> None:
     """Before, it was logged and sent on as it came: the model API has no such
     file (nor the Files API's beta), so it would refuse every later request."""
-    custom = {
-        "type": "custom",
-        "name": "lookup",
-        "description": "Look something up",
-        "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
-    }
-    session_id = new_session(sdk, [custom])
+    session_id = new_session(sdk, [LOOKUP])
     with sdk.beta.sessions.events.stream(session_id) as stream:
         sdk.beta.sessions.events.send(session_id, events=[say("custom tool")])
         use = next(e for e in until_idle(stream) if e.type == "agent.custom_tool_use")
