@@ -25,12 +25,15 @@ from typing import Any
 import anthropic
 import httpx2
 import pytest
+from sqlalchemy import text
 
 from stead.runtime.turn_tools import MAY_HAVE_RUN
 from stead.testing import (
     FakeModel,
+    FaultRule,
     ServeForker,
     ServerProcess,
+    Stall,
     Text,
     ToolCall,
     Turn,
@@ -40,6 +43,7 @@ from stead.testing import (
 from stead.testing.scripts import has_tool_results, last_user_text
 from tests.conftest import make_client
 from tests.databases import PostgresRun
+from tests.databases import engine as engine_of
 from tests.integration.brains import Brains
 from tests.integration.helpers import message, new_session, sse_frames, wait_idle
 
@@ -224,3 +228,50 @@ def test_db_brains_lists_each_process(brains: Brains) -> None:
         if server.wait_exit(0):
             continue
         assert f":{server.pid}" in listed.stdout or str(server.pid) in listed.stdout
+
+
+def _end_bus_senders(url: str) -> int:
+    """Ends every connection of the database that has sent notices (as a restart,
+    a failover or an idle timeout would): the next send of each process fails."""
+    found = engine_of(url)
+    try:
+        with found.begin() as conn:
+            ended = conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE application_name = 'stead-bus' AND datname = current_database()"
+                    " AND query LIKE '%pg_notify%'"
+                )
+            ).all()
+    finally:
+        found.dispose()
+    return len(ended)
+
+
+def test_an_interrupt_sent_after_a_lost_bus_connection_reaches_the_turn(
+    postgres_run: PostgresRun, tmp_path: Path, forker: ServeForker
+) -> None:
+    """The process the interrupt is sent to lost its bus connection (a database
+    restart, an idle timeout): its next send fails. Before, the notices of that
+    send were dropped, so the turn running on the other process never heard of
+    the interrupt and ran on until its model answered."""
+    stall = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
+    with FakeModel(echo, faults=[stall]) as fake:
+        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
+        try:
+            runner, other = group.start(), group.start()
+            with _client(runner, group.key) as sdk, _client(other, group.key) as sdk_other:
+                session_id = new_session(sdk)
+                # A notice from ``other`` first, so it has a sender connection to lose.
+                sdk_other.beta.sessions.events.send(session_id, events=[message("hello")])
+                wait_idle(sdk, session_id)
+                sdk.beta.sessions.events.send(session_id, events=[message("stall")])
+                fake.wait_for_requests(2)
+                assert _end_bus_senders(group.url) >= 1
+                interrupt = {"type": "user.interrupt"}
+                sdk_other.beta.sessions.events.send(session_id, events=[interrupt])
+                wait_idle(sdk, session_id, timeout=15)
+                log = sdk.beta.sessions.events.list(session_id, limit=1000).data
+        finally:
+            group.close()
+    assert [e.type for e in log].count("agent.message") == 1  # the first turn's only

@@ -31,6 +31,8 @@ class Wire:
         self.listeners: list[Callable[[str], None]] = []
         self.lose = False
         self.down = False
+        self.refused = anyio.Event()
+        """Set when a send was refused while down."""
 
     def channel(self) -> MemoryChannel:
         return MemoryChannel(self)
@@ -42,6 +44,7 @@ class MemoryChannel:
 
     async def send(self, notices: Sequence[str]) -> None:
         if self._wire.down:
+            self._wire.refused.set()
             raise ChannelDown("the wire is down")
         if not self._wire.lose:
             for listener in list(self._wire.listeners):
@@ -155,6 +158,25 @@ async def test_a_channel_that_is_down_loses_notices_not_the_publisher() -> None:
     async with serving((bus, Peers())):
         bus.run_queued("sesn_1")  # returns at once; the failed send is logged
         await anyio.lowlevel.checkpoint()
+
+
+async def test_notices_of_a_failed_send_are_sent_once_the_channel_is_back() -> None:
+    """An interrupt, a deletion or a credential change has no poll to heal it:
+    dropped with a failed send, the turn on the other process ran on."""
+    wire = Wire()
+    here, there = Peers(), Peers()
+    one, two = SharedBus(wire.channel(), 64, 600), SharedBus(wire.channel(), 64, 600)
+    async with serving((one, here), (two, there)):
+        wire.down = True
+        one.interrupt("sesn_1")
+        one.credentials_changed("vlt_2")
+        with anyio.fail_after(5):
+            await wire.refused.wait()
+            wire.down = False
+            while len(there.vaults) < 1:
+                await there.called.wait()
+                there.called = anyio.Event()
+    assert (there.interrupted, there.vaults) == (["sesn_1"], ["vlt_2"])
 
 
 async def test_a_malformed_notice_is_ignored(store: SqlStore) -> None:

@@ -13,8 +13,12 @@ each, ``<kind> <origin> <arg>...``:
   (what other processes held of it goes).
 
 Notices are sent by one task, coalesced (a session's newest ``seq`` only), in
-one round trip per batch; publishing never waits on the database. A lost
-notice is healed by polling: every ``poll_seconds``, and after the channel
+one round trip per batch; publishing never waits on the database. A send that
+fails (the connection went with a restart, a failover or an idle timeout) is
+made again at once on a new connection, then every ``RETRY_SECONDS`` until the
+database takes it: an interrupt, a deletion or a credential change has no poll
+to heal it. A notice another process misses while its listening connection is
+away is healed by polling: every ``poll_seconds``, and after the channel
 reconnects, each reader here reads the store again, and the runtime's reaper
 looks for queued runs on its own schedule. A lost ``s`` leaves a process
 holding a few kilobytes of a sandbox that is gone (its record, its credentials
@@ -43,6 +47,8 @@ BATCH = 500
 """Notices per round trip at most (a NOTIFY payload is short; a batch stays small)."""
 RETRY_SECONDS = 0.5
 """Pause after a failed send; notices coalesce meanwhile."""
+MAX_UNSENT = 10_000
+"""Notices kept for sending again while the database is away, at most (the oldest go)."""
 
 
 def open_bus(settings: Settings) -> Bus:
@@ -64,6 +70,8 @@ class SharedBus:
         """Session -> newest seq not yet announced."""
         self._outbox: dict[str, None] = {}
         """Other notices not yet sent, in order, each once."""
+        self._unsent: list[str] = []
+        """Notices of a send that failed, to be sent again before the newer ones."""
         self._waiting = anyio.Event()
         self._peers: Peers | None = None
 
@@ -123,11 +131,13 @@ class SharedBus:
                 await self._channel.aclose()
 
     def _take_batch(self) -> list[str]:
-        notices = [f"e {self._origin} {s} {seq}" for s, seq in self._heads.items()]
-        notices += self._outbox
+        notices = dict.fromkeys(self._unsent)
+        notices.update((f"e {self._origin} {s} {seq}", None) for s, seq in self._heads.items())
+        notices.update(self._outbox)
+        self._unsent.clear()
         self._heads.clear()
         self._outbox.clear()
-        return notices
+        return list(notices)
 
     async def _send_loop(self) -> None:
         while True:
@@ -136,12 +146,23 @@ class SharedBus:
             notices = self._take_batch()
             for start in range(0, len(notices), BATCH):
                 try:
-                    await self._channel.send(notices[start : start + BATCH])
+                    await self._send(notices[start : start + BATCH])
                 except ChannelDown as exc:
-                    # Other processes heal by polling; the notices are dropped.
-                    log.warning("%s; other processes will poll for them", exc)
+                    # Kept, ahead of what comes meanwhile: an interrupt, a
+                    # deletion or a credential change has no poll to heal it.
+                    log.warning("%s; sending them again in %.1fs", exc, RETRY_SECONDS)
+                    self._unsent = notices[start:][-MAX_UNSENT:]
+                    self._waiting.set()
                     await anyio.sleep(RETRY_SECONDS)
                     break
+
+    async def _send(self, notices: list[str]) -> None:
+        """Sends ``notices``; a failure is tried again at once, on a new connection
+        (the one that failed may have been closed by the server long ago)."""
+        try:
+            await self._channel.send(notices)
+        except ChannelDown:
+            await self._channel.send(notices)
 
     async def _poll_loop(self) -> None:
         while True:
