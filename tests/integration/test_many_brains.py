@@ -230,17 +230,20 @@ def test_db_brains_lists_each_process(brains: Brains) -> None:
         assert f":{server.pid}" in listed.stdout or str(server.pid) in listed.stdout
 
 
-def _end_bus_senders(url: str) -> int:
-    """Ends every connection of the database that has sent notices (as a restart,
-    a failover or an idle timeout would): the next send of each process fails."""
+def _end_bus_connections(url: str, *, senders: bool) -> int:
+    """Ends every connection of the database that has sent notices (``senders``),
+    or every one that listens for them, as a restart, a failover or an idle
+    timeout would: the next send fails, or a listener hears nothing until it
+    has connected again."""
     found = engine_of(url)
+    sent = "LIKE" if senders else "NOT LIKE"
     try:
         with found.begin() as conn:
             ended = conn.execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                     " WHERE application_name = 'stead-bus' AND datname = current_database()"
-                    " AND query LIKE '%pg_notify%'"
+                    f" AND query {sent} '%pg_notify%'"
                 )
             ).all()
     finally:
@@ -267,7 +270,7 @@ def test_an_interrupt_sent_after_a_lost_bus_connection_reaches_the_turn(
                 wait_idle(sdk, session_id)
                 sdk.beta.sessions.events.send(session_id, events=[message("stall")])
                 fake.wait_for_requests(2)
-                assert _end_bus_senders(group.url) >= 1
+                assert _end_bus_connections(group.url, senders=True) >= 1
                 interrupt = {"type": "user.interrupt"}
                 sdk_other.beta.sessions.events.send(session_id, events=[interrupt])
                 wait_idle(sdk, session_id, timeout=15)
@@ -275,3 +278,29 @@ def test_an_interrupt_sent_after_a_lost_bus_connection_reaches_the_turn(
         finally:
             group.close()
     assert [e.type for e in log].count("agent.message") == 1  # the first turn's only
+
+
+def test_an_interrupt_sent_while_the_turn_s_process_was_not_listening_reaches_the_turn(
+    postgres_run: PostgresRun, tmp_path: Path, forker: ServeForker
+) -> None:
+    """The process running the turn lost its listening connection, and the
+    interrupt's notice came while it connected again. Before, nothing looked
+    for the interrupt in the log, so the turn ran on until its model answered."""
+    stall = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
+    with FakeModel(echo, faults=[stall]) as fake:
+        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
+        try:
+            runner, other = group.start(), group.start()
+            with _client(runner, group.key) as sdk, _client(other, group.key) as sdk_other:
+                session_id = new_session(sdk)
+                sdk.beta.sessions.events.send(session_id, events=[message("stall")])
+                fake.wait_for_requests(1)
+                assert _end_bus_connections(group.url, senders=False) >= 1
+                interrupt = {"type": "user.interrupt"}
+                sdk_other.beta.sessions.events.send(session_id, events=[interrupt])
+                wait_idle(sdk, session_id, timeout=15)
+                log = sdk.beta.sessions.events.list(session_id, limit=1000).data
+        finally:
+            group.close()
+    types = [e.type for e in log]
+    assert "agent.message" not in types and types[-1] == "session.status_idle"

@@ -14,12 +14,16 @@ from functools import partial
 
 import anyio
 
+from stead.events import EventType
 from stead.runtime.deps import LoopDeps
 from stead.runtime.plan import next_model_step
 from stead.runtime.turn import TurnRunner, opening_events
 from stead.store import ClaimTerms, DatabaseBusy, LeaseLost, RunStart
 
 log = logging.getLogger("stead.runtime")
+
+PAGE = 500
+"""Events read at a time when a turn's log is searched for an interrupt."""
 
 
 def claim_terms(deps: LoopDeps, session_id: str) -> ClaimTerms:
@@ -45,6 +49,9 @@ class SessionActor:
         self._handed: deque[RunStart] = deque()
         self._interrupted = False
         self._scope: anyio.CancelScope | None = None
+        self._opened_at: int | None = None
+        """The seq of the running run's opening events: an interrupt logged
+        after it is meant for that run."""
 
     def poke(self) -> None:
         """There may be new work: look again before stopping."""
@@ -58,6 +65,23 @@ class SessionActor:
         self._interrupted = True
         if self._scope is not None:
             self._scope.cancel()
+
+    async def look_for_interrupt(self) -> None:
+        """Interrupts the running turn if its log has a ``user.interrupt`` logged
+        after the run began (one whose notice from another process was lost)."""
+        seq = opened_at = self._opened_at
+        try:
+            while seq is not None and self._opened_at == opened_at:
+                found = await self._deps.store.events_after(self.session_id, seq, PAGE)
+                if self._opened_at != opened_at:
+                    return  # that run is over
+                if any(e.type == EventType.USER_INTERRUPT for e in found):
+                    log.info("session %s: an interrupt whose notice was lost", self.session_id)
+                    self.interrupt()
+                    return
+                seq = found[-1].seq if len(found) == PAGE else None
+        except Exception as exc:  # the next reconnect looks again
+            log.warning("session %s: no interrupt looked for now: %s", self.session_id, exc)
 
     async def run(self) -> None:
         """Until no queued run is left; the caller forgets the actor when this returns."""
@@ -97,6 +121,8 @@ class SessionActor:
     async def _run_claim(self, start: RunStart) -> str | None:
         runner = TurnRunner(self._deps, start)
         claim = start.claim
+        seqs = [e.seq for e in start.opened if e.seq is not None]
+        self._opened_at = max(seqs) if seqs else None
         try:
             with anyio.CancelScope() as scope:
                 self._scope = scope
@@ -117,6 +143,7 @@ class SessionActor:
             return None
         finally:
             self._scope = None
+            self._opened_at = None
             interrupted, self._interrupted = self._interrupted, False
         if scope.cancelled_caught and interrupted:
             # Whatever goes wrong here stays with this session: an exception

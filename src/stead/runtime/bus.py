@@ -125,6 +125,11 @@ class Peers(Protocol):
         ``incarnation``: let go of what is held of it here."""
         ...
 
+    def reconnected(self) -> None:
+        """Notices sent while this process was not listening are lost: look in
+        the store for what they would have asked (an interrupt of a turn here)."""
+        ...
+
 
 class Bus(Protocol):
     def subscribe(

@@ -184,6 +184,13 @@ class Runtime:
         except DatabaseBusy as exc:  # what is held stays; nothing is wrong in using it
             log.warning("sandbox %s: what this process held of it stays: %s", sandbox_id, exc)
 
+    def reconnected(self) -> None:
+        """Notices from other processes were lost (``Peers``): an interrupt sent
+        through another process meanwhile is looked for in each running turn's log."""
+        if self._group is not None:
+            for actor in list(self._actors.values()):
+                self._group.start_soon(actor.look_for_interrupt)
+
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""
         actor = self._actor(session_id, poked=True)

@@ -20,9 +20,11 @@ database takes it: an interrupt, a deletion or a credential change has no poll
 to heal it. A notice another process misses while its listening connection is
 away is healed by polling: every ``poll_seconds``, and after the channel
 reconnects, each reader here reads the store again, and the runtime's reaper
-looks for queued runs on its own schedule. A lost ``s`` leaves a process
-holding a few kilobytes of a sandbox that is gone (its record, its credentials
-in memory) until that sandbox is destroyed again or the process stops.
+looks for queued runs on its own schedule; after a reconnect the runtime also
+looks in the log for an interrupt of each turn it runs (``Peers.reconnected``).
+A lost ``s`` leaves a process holding a few kilobytes of a sandbox that is
+gone (its record, its credentials in memory) until that sandbox is destroyed
+again or the process stops.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class SharedBus:
         self._peers = peers
         try:
             async with anyio.create_task_group() as group:
-                await group.start(self._channel.listen, self._received, self._local.nudge_all)
+                await group.start(self._channel.listen, self._received, self._reconnected)
                 group.start_soon(self._send_loop)
                 group.start_soon(self._poll_loop)
                 task_status.started()
@@ -168,6 +170,13 @@ class SharedBus:
         while True:
             await anyio.sleep(self._poll_seconds)
             self._local.nudge_all()
+
+    def _reconnected(self) -> None:
+        """Notices sent meanwhile are lost: readers read the store again, and the
+        runtime looks there for interrupts of the turns it runs."""
+        self._local.nudge_all()
+        if self._peers is not None:
+            self._peers.reconnected()
 
     def _received(self, notice: str) -> None:
         try:
