@@ -3,9 +3,11 @@ re-queued at once (on SQLite and PostgreSQL alike)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 
-from stead.store import ClaimTerms, SqlStore
+from stead.store import ClaimTerms, SqlStore, open_store
 from tests.databases import STORES
 from tests.unit.conftest import new_session
 
@@ -57,3 +59,26 @@ async def test_a_silent_brain_is_dead_and_its_row_pruned_later(store: SqlStore) 
     assert [r for r, _ in requeued] == [run]
     await store.requeue_runs_of_dead_brains(-1.0, HERE, lambda _p: True, -1.0)
     assert await store.list_brains() == []
+
+
+async def test_a_brain_whose_clock_is_behind_is_not_taken_for_dead(
+    store: SqlStore, database_url: str
+) -> None:
+    """Brains on machines whose clocks differ share the store: before, each
+    wrote its heartbeat and leases on its own clock, so a brain a minute behind
+    was dead to the others (its runs re-queued and run twice) while it ran."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("several processes share a store on PostgreSQL only")
+    behind = await open_store(database_url)
+    try:
+        behind._now = lambda: datetime.now(UTC) - timedelta(seconds=60)
+        await behind.register_brain("behind", "h2", "machine-b", 7)
+        assert await behind.brain_heartbeat("behind")
+        _, session_id = await new_session(behind)
+        run_id = await behind.start_run(session_id)
+        short = ClaimTerms(owner="behind", lease_seconds=30.0, opening=lambda _a: [])
+        assert await behind.claim_run(run_id, short) is not None
+        assert await store.requeue_runs_of_dead_brains(20.0, HERE, lambda _p: True, 3600.0) == []
+        assert await store.requeue_runs() == []
+    finally:
+        await behind.close()

@@ -20,10 +20,18 @@ class BrainMethods:
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         raise NotImplementedError
 
+    async def _sync_clock(self) -> None:
+        raise NotImplementedError
+
+    # A brain's row is written on the database's clock, measured again at each
+    # beat, as is every time the store writes: brains on machines whose clocks
+    # differ must not take each other's heartbeats or leases for stale.
     async def register_brain(self, brain_id: str, host: str, machine: str, pid: int) -> None:
+        await self._sync_clock()
         await self._write(_brains.register, brain_id, host, machine, pid)
 
     async def brain_heartbeat(self, brain_id: str) -> bool:
+        await self._sync_clock()
         return await self._write(_brains.heartbeat, brain_id)
 
     async def stop_brain(self, brain_id: str) -> None:

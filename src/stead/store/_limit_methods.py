@@ -13,9 +13,10 @@ R = TypeVar("R")
 
 
 class LimitMethods:
-    """Mixed into ``SqlStore``, which provides ``_now``, ``_read`` and ``_write``."""
+    """Mixed into ``SqlStore``, which provides ``_time``, ``_read`` and ``_write``."""
 
-    _now: Callable[[], datetime]
+    def _time(self) -> datetime:
+        raise NotImplementedError
 
     async def _read(self, fn: Callable[..., R], *args: Any) -> R:
         raise NotImplementedError
@@ -32,4 +33,4 @@ class LimitMethods:
         return await self._write(_limits.set_limits, workspace_id, scope, changes)
 
     async def month_use(self, workspace_id: str, *, now: datetime | None = None) -> MonthUse:
-        return await self._read(_limits.month_use, now or self._now(), workspace_id)
+        return await self._read(_limits.month_use, now or self._time(), workspace_id)

@@ -20,9 +20,10 @@ R = TypeVar("R")
 
 
 class WebhookMethods:
-    """Mixed into ``SqlStore``, which provides ``_now``, ``_write`` and ``_read``."""
+    """Mixed into ``SqlStore``, which provides ``_time``, ``_write`` and ``_read``."""
 
-    _now: Callable[[], datetime]
+    def _time(self) -> datetime:
+        raise NotImplementedError
 
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
         raise NotImplementedError
@@ -67,7 +68,7 @@ class WebhookMethods:
         return await self._read(_webhooks.deliveries, workspace_id, endpoint_id, limit)
 
     async def webhook_deliveries_due(self) -> bool:
-        return await self._read(_webhooks.any_due, self._now())
+        return await self._read(_webhooks.any_due, self._time())
 
     async def claim_webhook_deliveries(self, limit: int, lease_seconds: float) -> list[DueDelivery]:
         return await self._write(_webhooks.claim, limit, lease_seconds)

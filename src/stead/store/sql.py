@@ -10,11 +10,11 @@ own workers, each on a snapshot of its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 from anyio import to_thread
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, func, select
 
 from stead.jsonvalues import Json
 from stead.store import (
@@ -85,6 +85,14 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+def database_skew(conn: Connection, clock: Callable[[], datetime]) -> timedelta:
+    """How far the database's clock is ahead of ``clock`` (the middle of the read)."""
+    before = clock()
+    found: datetime = conn.execute(select(func.clock_timestamp())).scalar_one()
+    after = clock()
+    return found - (before + (after - before) / 2)
+
+
 class SqlStore(
     WorkMethods,
     BrainMethods,
@@ -111,6 +119,10 @@ class SqlStore(
         self._writer_engine = writer
         self._reader_engine = reader
         self._now = clock
+        self._skew = timedelta(0)
+        """The database's clock less ``clock`` (PostgreSQL, ``_sync_clock``): every
+        time the store writes is on the database's clock, so processes on
+        machines whose clocks differ agree on heartbeats and leases."""
         self._writer = ConnectionWorkers(
             writer, writers, "store-writer", before_commit, wait_seconds=wait_seconds
         )
@@ -127,12 +139,22 @@ class SqlStore(
         self._writer_engine.dispose()
         self._reader_engine.dispose()
 
+    def _time(self) -> datetime:
+        """Now, as the database's clock has it (``_skew``)."""
+        return self._now() + self._skew
+
+    async def _sync_clock(self) -> None:
+        """Measures ``_skew`` again (PostgreSQL, where processes on several
+        machines share the store; SQLite has one process)."""
+        if self._writer_engine.dialect.name != "sqlite":
+            self._skew = await self._read_one(database_skew, self._now)
+
     async def _write(self, fn: Callable[..., R], *args: Any) -> R:
         return await self._write_at(None, fn, *args)
 
     async def _write_unflushed(self, fn: Callable[..., R], *args: Any) -> R:
         """``_write`` whose commit is not flushed on its own (``ConnectionWorkers.run``)."""
-        return await self._writer.run(lambda conn: fn(conn, self._now(), *args), flush=False)
+        return await self._writer.run(lambda conn: fn(conn, self._time(), *args), flush=False)
 
     async def _write_at(self, now: datetime | None, fn: Callable[..., R], *args: Any) -> R:
         """``_write`` at a time the caller chose (None: the store's clock, read on
@@ -141,11 +163,11 @@ class SqlStore(
         pending = wanted_key()
         if pending is None:
             if now is None:
-                return await self._writer.run(lambda conn: fn(conn, self._now(), *args))
+                return await self._writer.run(lambda conn: fn(conn, self._time(), *args))
             return await self._writer.run(lambda conn: fn(conn, now, *args))
 
         def claiming(conn: Connection) -> R:
-            at = self._now() if now is None else now
+            at = self._time() if now is None else now
             _idempotency.take(conn, at, pending)
             return fn(conn, at, *args)
 
