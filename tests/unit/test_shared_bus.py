@@ -75,6 +75,7 @@ class Peers:
         self.interrupted: list[str] = []
         self.vaults: list[str] = []
         self.destroyed: list[str] = []
+        self.restaged: list[str] = []
         self.called = anyio.Event()
 
     def wake(self, session_id: str) -> None:
@@ -92,6 +93,13 @@ class Peers:
     def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
         self.destroyed.append(f"{sandbox_id}@{incarnation}")
         self.called.set()
+
+    def restage(self, session_id: str) -> None:
+        self.restaged.append(session_id)
+        self.called.set()
+
+    def reconnected(self) -> None:
+        pass
 
 
 @asynccontextmanager
@@ -126,6 +134,7 @@ async def test_wake_ups_reach_the_other_process_only(store: SqlStore) -> None:
         one.run_queued("sesn_1")
         one.interrupt("sesn_2")
         one.credentials_changed("vlt_3")
+        one.resources_changed("sesn_5")
         one.sandbox_destroyed("sesn_4", "2026-11-29T14:00:00.123456+00:00")
         with anyio.fail_after(5):
             while len(there.destroyed) < 1:
@@ -134,7 +143,9 @@ async def test_wake_ups_reach_the_other_process_only(store: SqlStore) -> None:
     assert (there.woken, there.interrupted) == (["sesn_1"], ["sesn_2"])
     assert there.vaults == ["vlt_3"]
     assert there.destroyed == ["sesn_4@2026-11-29T14:00:00.123456+00:00"]
+    assert there.restaged == ["sesn_5"]
     assert (here.woken, here.interrupted, here.vaults, here.destroyed) == ([], [], [], [])
+    assert here.restaged == []
 
 
 async def test_a_lost_notice_is_healed_by_the_slow_poll(store: SqlStore) -> None:

@@ -188,7 +188,7 @@ async def add_resource(
     added = await app.store.add_session_resource(
         who.workspace_id, session_id, resource, limit=resources.MAX_RESOURCES, sealed_token=sealed
     )
-    app.sandboxes.resources_changed(session_id)
+    app.runtime.resources_changed(session_id)
     if sealed is not None:  # the proxy holds the token before the clone needs it
         await app.runtime.repository_tokens_changed(session_id)
     return JSONResponse(added)
@@ -278,7 +278,7 @@ async def delete_resource(
             "attached for the session's life"
         )
     deleted = await app.store.delete_session_resource(who.workspace_id, session_id, resource_id)
-    app.sandboxes.resources_changed(session_id)
+    app.runtime.resources_changed(session_id)
     if deleted.get("type") == repositories.TYPE:  # its token stops being injected now
         await app.runtime.repository_tokens_changed(session_id)
     return JSONResponse({"id": resource_id, "type": "session_resource_deleted"})

@@ -125,6 +125,11 @@ class Peers(Protocol):
         ``incarnation``: let go of what is held of it here."""
         ...
 
+    def restage(self, session_id: str) -> None:
+        """The session's resources changed through another process: its sandbox,
+        if served here, is staged again before its next use."""
+        ...
+
     def reconnected(self) -> None:
         """Notices sent while this process was not listening are lost: look in
         the store for what they would have asked (an interrupt of a turn here)."""
@@ -163,6 +168,10 @@ class Bus(Protocol):
 
     def credentials_changed(self, vault_id: str) -> None:
         """Tells the other processes a credential of ``vault_id`` changed."""
+        ...
+
+    def resources_changed(self, session_id: str) -> None:
+        """Tells the other processes the session's resources changed."""
         ...
 
     def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
@@ -233,6 +242,9 @@ class LocalBus:
         pass
 
     def credentials_changed(self, vault_id: str) -> None:
+        pass
+
+    def resources_changed(self, session_id: str) -> None:
         pass
 
     def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:

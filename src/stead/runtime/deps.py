@@ -108,6 +108,11 @@ class Toolbox(Protocol):
         set now (or at their next call, if unreachable now)."""
         ...
 
+    def resources_changed(self, session_id: str) -> None:
+        """The session's resources changed: its sandbox, if served here, is
+        staged again before its next use."""
+        ...
+
     async def clone_repositories(self, session_id: str, run_id: str) -> list[CloneFailure]:
         """Clones the session's repository resources that are not cloned yet into
         its sandbox, each once; the ones that failed (never raises for those)."""

@@ -154,6 +154,16 @@ class Runtime:
         self._deps.bus.credentials_changed(vault_id)
         await self._deps.tools.credentials_changed(vault_id)
 
+    def resources_changed(self, session_id: str) -> None:
+        """The session's resources were added or deleted: its sandbox is staged
+        again before its next use, wherever a turn of it runs."""
+        self._deps.tools.resources_changed(session_id)
+        self._deps.bus.resources_changed(session_id)
+
+    def restage(self, session_id: str) -> None:
+        """Another process changed the session's resources (``Peers``)."""
+        self._deps.tools.resources_changed(session_id)
+
     async def repository_tokens_changed(self, session_id: str) -> None:
         """A repository resource of the session was updated or deleted: its
         sandbox gets the new set of tokens, wherever it is served."""
@@ -186,9 +196,12 @@ class Runtime:
 
     def reconnected(self) -> None:
         """Notices from other processes were lost (``Peers``): an interrupt sent
-        through another process meanwhile is looked for in each running turn's log."""
+        through another process meanwhile is looked for in each running turn's
+        log, and each such turn's sandbox is staged again before its next call
+        (its resources may have changed)."""
         if self._group is not None:
             for actor in list(self._actors.values()):
+                self._deps.tools.resources_changed(actor.session_id)
                 self._group.start_soon(actor.look_for_interrupt)
 
     def wake(self, session_id: str) -> None:

@@ -9,6 +9,7 @@ each, ``<kind> <origin> <arg>...``:
 * ``q <session>`` a run of the session waits to be claimed;
 * ``i <session>`` a user interrupted the session's turn;
 * ``c <vault>`` a credential of the vault changed;
+* ``r <session>`` the session's resources changed (its sandbox is staged again);
 * ``s <sandbox> <lease created_at>`` the sandbox of that lease was destroyed
   (what other processes held of it goes).
 
@@ -107,6 +108,9 @@ class SharedBus:
     def credentials_changed(self, vault_id: str) -> None:
         self._post("c", vault_id)
 
+    def resources_changed(self, session_id: str) -> None:
+        self._post("r", session_id)
+
     def sandbox_destroyed(self, sandbox_id: str, incarnation: str) -> None:
         self._post("s", sandbox_id, incarnation)
 
@@ -197,6 +201,8 @@ class SharedBus:
             peers.interrupt(args[0])
         elif kind == "c":
             peers.credentials_changed(args[0])
+        elif kind == "r":
+            peers.restage(args[0])
         elif kind == "s":
             peers.sandbox_destroyed(args[0], args[1])
         else:
