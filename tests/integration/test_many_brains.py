@@ -304,3 +304,21 @@ def test_an_interrupt_sent_while_the_turn_s_process_was_not_listening_reaches_th
             group.close()
     types = [e.type for e in log]
     assert "agent.message" not in types and types[-1] == "session.status_idle"
+
+
+def test_a_stream_of_a_session_deleted_while_its_process_was_not_listening_ends(
+    brains: Brains,
+) -> None:
+    """The reader's process lost its listening connection, and the deletion's
+    notice came while it connected again. Before, its stream stayed open for
+    ever (pings only): nothing it read again said the session was gone."""
+    reader, other = brains.servers[1], brains.servers[2]
+    with _client(other, brains.key) as sdk:
+        session_id = new_session(sdk)
+        path = f"/v1/sessions/{session_id}/events/stream"
+        thread, frames = _reader(reader.url + path, brains.key, lambda _got: False)
+        assert _end_bus_connections(brains.url, senders=False) >= 1
+        sdk.beta.sessions.delete(session_id)
+        thread.join(15)
+    assert not thread.is_alive(), "the stream of the deleted session stayed open"
+    assert frames == []

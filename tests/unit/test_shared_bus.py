@@ -98,7 +98,7 @@ class Peers:
         self.restaged.append(session_id)
         self.called.set()
 
-    def reconnected(self) -> None:
+    def reconnected(self, read: Sequence[str]) -> None:
         pass
 
 

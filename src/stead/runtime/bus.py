@@ -130,9 +130,10 @@ class Peers(Protocol):
         if served here, is staged again before its next use."""
         ...
 
-    def reconnected(self) -> None:
+    def reconnected(self, read: Sequence[str]) -> None:
         """Notices sent while this process was not listening are lost: look in
-        the store for what they would have asked (an interrupt of a turn here)."""
+        the store for what they would have asked (an interrupt of a turn here,
+        the deletion of a session whose events are ``read`` here)."""
         ...
 
 
@@ -224,6 +225,10 @@ class LocalBus:
     def publish_final(self, session_id: str, event: EventRecord) -> None:
         for subscription in self._subscribers.get(session_id, ()):
             subscription.push(Notice(event, final=True))
+
+    def read(self) -> list[str]:
+        """The sessions with readers here."""
+        return list(self._subscribers)
 
     def hint(self, session_id: str, seq: int) -> None:
         for subscription in self._subscribers.get(session_id, ()):

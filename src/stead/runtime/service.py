@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from functools import partial
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.events import EventType
+from stead.ids import new_id
 from stead.prices import PriceTable
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.brains import Brain
@@ -33,6 +35,7 @@ from stead.store import (
     DatabaseBusy,
     EventRecord,
     EventsAccepted,
+    NotFound,
     RunStart,
     SandboxLease,
 )
@@ -194,15 +197,35 @@ class Runtime:
         except DatabaseBusy as exc:  # what is held stays; nothing is wrong in using it
             log.warning("sandbox %s: what this process held of it stays: %s", sandbox_id, exc)
 
-    def reconnected(self) -> None:
+    def reconnected(self, read: Sequence[str]) -> None:
         """Notices from other processes were lost (``Peers``): an interrupt sent
         through another process meanwhile is looked for in each running turn's
         log, and each such turn's sandbox is staged again before its next call
-        (its resources may have changed)."""
+        (its resources may have changed); the readers of a session ``read``
+        here that was deleted meanwhile are told so (their streams end)."""
         if self._group is not None:
             for actor in list(self._actors.values()):
                 self._deps.tools.resources_changed(actor.session_id)
                 self._group.start_soon(actor.look_for_interrupt)
+            if read:
+                self._group.start_soon(self._end_deleted, list(read))
+
+    async def _end_deleted(self, read: list[str]) -> None:
+        for session_id in read:
+            try:
+                await self._deps.store.session_snapshot(session_id)
+            except NotFound:
+                deleted = EventRecord(
+                    session_id=session_id,
+                    id=new_id("event"),
+                    type=EventType.SESSION_DELETED,
+                    body={},
+                    processed_at=datetime.now(UTC),
+                )
+                self._deps.bus.publish_final(session_id, deleted)
+            except Exception as exc:  # the next reconnect, or a notice, tells them
+                log.warning("session %s: not looked up now: %s", session_id, exc)
+                return
 
     def wake(self, session_id: str) -> None:
         """Make sure the session's queued runs get run."""

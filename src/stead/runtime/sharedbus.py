@@ -177,10 +177,11 @@ class SharedBus:
 
     def _reconnected(self) -> None:
         """Notices sent meanwhile are lost: readers read the store again, and the
-        runtime looks there for interrupts of the turns it runs."""
+        runtime looks there for interrupts of the turns it runs and for the
+        deletion of the sessions read here."""
         self._local.nudge_all()
         if self._peers is not None:
-            self._peers.reconnected()
+            self._peers.reconnected(self._local.read())
 
     def _received(self, notice: str) -> None:
         try:
