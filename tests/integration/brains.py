@@ -23,7 +23,7 @@ class Brains:
         self._fake = fake
         self._forker = forker
         # One sealing key for vault secrets: every process must open every credential.
-        self._secret = base64.b64encode(secrets.token_bytes(32)).decode()
+        self.secret = base64.b64encode(secrets.token_bytes(32)).decode()
         self.servers: list[ServerProcess] = []
 
     def start(self, **extra: str) -> ServerProcess:
@@ -31,7 +31,7 @@ class Brains:
         env = loop_env(
             self._fake,
             STEAD_DATABASE_URL=self.url,
-            STEAD_SECRET_KEY=self._secret,
+            STEAD_SECRET_KEY=self.secret,
             STEAD_REAPER_INTERVAL_SECONDS="0.2",
             STEAD_BRAIN_HEARTBEAT_SECONDS="0.5",
             # Readers learn of other processes' events by notice alone, so a

@@ -41,7 +41,7 @@ from stead.testing import (
     echo,
 )
 from stead.testing.scripts import has_tool_results, last_user_text
-from tests.conftest import make_client
+from tests.conftest import loop_env, make_client
 from tests.databases import PostgresRun
 from tests.databases import engine as engine_of
 from tests.integration.brains import Brains
@@ -322,3 +322,39 @@ def test_a_stream_of_a_session_deleted_while_its_process_was_not_listening_ends(
         thread.join(15)
     assert not thread.is_alive(), "the stream of the deleted session stayed open"
     assert frames == []
+
+
+def test_a_process_whose_recovery_at_start_cannot_be_served_starts_all_the_same(
+    postgres_run: PostgresRun, tmp_path: Path, fake_model: FakeModel, forker: ServeForker
+) -> None:
+    """The runs table is locked by another transaction as a second process
+    starts (a lock not granted is a ``DatabaseBusy``, as a database away for a
+    moment). Before, its start-up recovery raised out of the runtime: a
+    traceback and 'Application startup failed'. Now the round is skipped, as
+    the reaper's are, and the process serves; the reaper recovers later."""
+    group = Brains(postgres_run, tmp_path / "brains", fake_model, forker)
+    try:
+        first = group.start()
+        # Lock waits of a tenth of a second (the URL's options come after stead's).
+        quick = group.url.replace("?options=", "?options=-c%20lock_timeout%3D100%20")
+        env = loop_env(
+            fake_model,
+            STEAD_DATABASE_URL=quick,
+            STEAD_SECRET_KEY=group.secret,
+            STEAD_REAPER_INTERVAL_SECONDS="0.2",
+        )
+        locker = engine_of(group.url)
+        try:
+            with locker.begin() as conn:
+                conn.execute(text("LOCK TABLE runs IN ACCESS EXCLUSIVE MODE"))
+                second = ServerProcess(tmp_path / "second", env=env, forker=forker).start()
+                group.servers.append(second)
+        finally:
+            locker.dispose()
+        with _client(second, group.key) as sdk, _client(first, group.key) as sdk_first:
+            session_id = new_session(sdk)
+            sdk.beta.sessions.events.send(session_id, events=[message("after the lock")])
+            wait_idle(sdk_first, session_id)
+        assert "Application startup failed" not in second.log_text()
+    finally:
+        group.close()

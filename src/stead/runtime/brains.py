@@ -62,8 +62,12 @@ class Brain:
         self._machine = machine()
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Registers, then beats until cancelled; marks the brain stopped on the way out."""
-        await self._register()
+        """Registers, then beats until cancelled; marks the brain stopped on the way out.
+        A registration the database cannot take now is made at the next beat."""
+        try:
+            await self._register()
+        except Exception as exc:  # the database is away: the next beat registers
+            log.warning("brain %s: not registered now: %s", self.id, exc)
         task_status.started()
         try:
             while True:

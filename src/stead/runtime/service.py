@@ -6,8 +6,9 @@ the one way a committed write reaches readers and runs (``committed``).
 it re-queues runs left behind by a dead process (immediately when this process
 is the only brain on the store, else once their leases expire) and wakes every
 session with queued work; then every reaper interval it does the same for
-leases that expired since. A round the database cannot serve is skipped, so
-the runtime outlives a database restart and catches up once it is back.
+leases that expired since. A round the database cannot serve is skipped (the
+one at start too, which the next round then makes), so the runtime outlives a
+database restart and catches up once it is back.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Runtime:
         self._exclusive = exclusive
         self._actors: dict[str, SessionActor] = {}
         self._group: TaskGroup | None = None
+        self._recovered = False
+        """Whether the recovery at start was made (else the next reaper round makes it)."""
 
     async def serve(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         deps = self._deps
@@ -61,12 +64,10 @@ class Runtime:
                 await group.start(deps.bus.serve, self)
                 if brain is not None:
                     await group.start(brain.serve)
-                owner = deps.owner if self._exclusive else None
-                orphans = await deps.store.requeue_runs(not_owned_by=owner)
-                orphans += await brain.recover() if brain is not None else []
-                if orphans:
-                    log.info("recovering %d runs left by a previous process", len(orphans))
-                await self._wake_queued()
+                # Skipped, as a reaper round is, when the database cannot serve
+                # it now (before, it ended the start with a traceback): the
+                # reaper's rounds recover what is left once it can.
+                await survived("recovery at start", partial(self._recover, brain))
                 task_status.started()
                 while True:
                     await deps.clock.sleep(deps.settings.reaper_interval_seconds)
@@ -77,7 +78,18 @@ class Runtime:
                 await deps.tools.aclose()
                 await deps.models.aclose()
 
+    async def _recover(self, brain: Brain | None) -> None:
+        owner = self._deps.owner if self._exclusive else None
+        orphans = await self._deps.store.requeue_runs(not_owned_by=owner)
+        orphans += await brain.recover() if brain is not None else []
+        if orphans:
+            log.info("recovering %d runs left by a previous process", len(orphans))
+        self._recovered = True
+        await self._wake_queued()
+
     async def _reap(self, brain: Brain | None) -> None:
+        if not self._recovered:
+            return await self._recover(brain)
         expired = await self._deps.store.requeue_runs()
         if expired:
             log.info("re-queued %d runs whose lease expired", len(expired))
