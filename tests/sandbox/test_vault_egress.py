@@ -7,6 +7,7 @@ credential stops the injection in the running session."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,9 +15,13 @@ from pathlib import Path
 import anthropic
 import pytest
 import trustme
+from sqlalchemy import text
 
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
-from tests.conftest import loop_env, sdk_of
+from tests.conftest import loop_env, make_client, sdk_of
+from tests.databases import PostgresRun
+from tests.databases import engine as engine_of
+from tests.integration.brains import Brains
 from tests.integration.helpers import message, wait_idle
 from tests.sandbox.conftest import WAIT, requires_isolation, shell
 from tests.sandbox.https_origins import Origin, https_origin
@@ -234,3 +239,67 @@ def test_a_credential_for_hosts_the_environment_forbids_is_reported(
     assert error.type == "credential_host_unreachable_error"
     assert (error.vault_id, error.credential_id) == (vault.id, credential.id)  # type: ignore[union-attr]
     assert "*.far.test" in error.message and API not in error.message
+
+
+def _listeners(url: str) -> int:
+    """The database's connections that listen for notices between processes."""
+    found = engine_of(url)
+    try:
+        with found.begin() as conn:
+            return len(conn.execute(text(_LISTENERS.format(what="pid"))).all())
+    finally:
+        found.dispose()
+
+
+_LISTENERS = (
+    "SELECT {what} FROM pg_stat_activity WHERE application_name = 'stead-bus'"
+    " AND datname = current_database() AND query NOT LIKE '%pg_notify%'"
+)
+
+
+@pytest.mark.postgres
+def test_a_credential_archived_while_the_turn_s_process_was_not_listening_stops_being_injected(
+    host: HostProcess,
+    fake: FakeModel,
+    origin: tuple[Origin, Path],
+    postgres_run: PostgresRun,
+    tmp_path: Path,
+    forker: ServeForker,
+) -> None:
+    """Two processes: one serves the session's sandbox, the credential is
+    archived through the other while the first's listening connection is away.
+    Before, the archive's notice was lost and the first process injected the
+    revoked secret for as long as it served the sandbox."""
+    served, _ = origin
+    brains = Brains(postgres_run, tmp_path / "brains", fake, forker)
+    try:
+        runner, other = brains.start(**host.settings_env), brains.start(**host.settings_env)
+        with (
+            make_client(runner.url, brains.key) as on_runner,
+            make_client(other.url, brains.key) as on_other,
+        ):
+            vault_id, credential_id, session_id = _vault_session(on_runner)
+            call = (
+                'curl -sS -o /dev/null -w "%{{http_code}}" -H "Authorization: Bearer '
+                f'$VAULT_TOKEN" https://{API}:{served.port}/{{path}}'
+            )
+            assert _run(on_runner, session_id, call.format(path="elsewhere-before")) == "200"
+            listening = _listeners(brains.url)
+            found = engine_of(brains.url)
+            try:
+                with found.begin() as conn:
+                    conn.execute(text(_LISTENERS.format(what="pg_terminate_backend(pid)")))
+            finally:
+                found.dispose()
+            on_other.beta.vaults.credentials.archive(credential_id, vault_id=vault_id)
+            deadline = time.monotonic() + WAIT
+            while _listeners(brains.url) < listening:  # listening again
+                assert time.monotonic() < deadline, "the processes did not listen again"
+                time.sleep(0.05)
+            _run(on_runner, session_id, call.format(path="elsewhere-after"))
+    finally:
+        brains.close()
+    before = [s for s in served.seen if s["path"] == "/elsewhere-before"]
+    assert before and before[-1]["authorization"] == f"Bearer {SECRET}"
+    after = [s for s in served.seen if s["path"] == "/elsewhere-after"]
+    assert after and all(SECRET not in s["authorization"] for s in after)

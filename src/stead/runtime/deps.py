@@ -102,10 +102,10 @@ class Toolbox(Protocol):
         its environment forbids their hosts."""
         ...
 
-    async def credentials_changed(self, source: str) -> None:
+    async def credentials_changed(self, source: str | None) -> None:
         """A credential of vault ``source`` changed, or session ``source``'s
-        repository tokens: the sandboxes served here that use them get the new
-        set now (or at their next call, if unreachable now)."""
+        repository tokens (None: any may have): the sandboxes served here that
+        use them get the new set now (or at their next call, if unreachable now)."""
         ...
 
     def resources_changed(self, session_id: str) -> None:

@@ -214,8 +214,11 @@ class Runtime:
         through another process meanwhile is looked for in each running turn's
         log, and each such turn's sandbox is staged again before its next call
         (its resources may have changed); the readers of a session ``read``
-        here that was deleted meanwhile are told so (their streams end)."""
+        here that was deleted meanwhile are told so (their streams end); every
+        sandbox served here gets its credentials again (a revoked one must stop
+        being injected)."""
         if self._group is not None:
+            self._group.start_soon(self._deps.tools.credentials_changed, None)
             for actor in list(self._actors.values()):
                 self._deps.tools.resources_changed(actor.session_id)
                 self._group.start_soon(actor.look_for_interrupt)

@@ -347,14 +347,15 @@ class SandboxToolbox:
         await self._held.secrets.give(served)
         return config
 
-    async def credentials_changed(self, source: str) -> None:
+    async def credentials_changed(self, source: str | None) -> None:
         """A credential of vault ``source`` was added, changed, archived or deleted
-        (or the vault itself), or session ``source``'s repository tokens changed:
+        (or the vault itself), or session ``source``'s repository tokens changed
+        (None: any may have, as when notices from other processes were lost):
         every sandbox this process gave credentials and whose session uses them
         gets the new set now, so a revoked credential stops being injected at
         once. One that cannot be reached now gets it before its next use."""
         for session_id, served in list(self._held.served.items()):
-            if source not in served.vault_ids and source != session_id:
+            if source is not None and source not in served.vault_ids and source != session_id:
                 continue
             async with self._sandbox_locks.hold(session_id):
                 if self._held.served.get(session_id) is not served:
