@@ -6,192 +6,28 @@ screenshot is written to ``STEAD_SCREENSHOT_DIR`` (or the test's tmp path)."""
 
 from __future__ import annotations
 
-import os
 import re
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import anthropic
-import pytest
-from playwright.sync_api import Browser, Page, Route, expect, sync_playwright
+from playwright.sync_api import Page, Route, expect
 
 from stead.api.deps import REAUTHENTICATE_SECONDS
-from stead.testing import (
-    FakeModel,
-    HostProcess,
-    ServeForker,
-    ServerProcess,
-    Text,
-    Thinking,
-    ToolCall,
-    Turn,
+from stead.testing import ServerProcess
+from tests.browser.console_pages import (
+    SECRET,
+    TOOLSET,
+    log_in,
+    new_session,
+    open_session,
+    send,
+    timeline_ids,
+    turned_session,
 )
-from stead.testing.scripts import assistant_turns, echo
-from tests.conftest import loop_env, make_client
+from tests.conftest import make_client
 from tests.sandbox.conftest import requires_isolation
 
 pytestmark = requires_isolation
-
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-WAIT_MS = 20_000
-"""Longest a step waits for the page to show what the server did."""
-TOOLSET = {"type": "agent_toolset_20260401"}
-SECRET = "sk-console-secret-never-shown"
-SCENARIOS: dict[str, list[Turn]] = {
-    "tools": [
-        Turn(
-            [
-                Thinking("First a note, then read it back."),
-                Text("Writing a note."),
-                ToolCall("write", {"file_path": "notes.txt", "content": "hello console\n"}),
-            ]
-        ),
-        Turn([ToolCall("bash", {"command": "cat notes.txt; echo sum=$((6 * 7))"})]),
-        Turn([Text("All done.")]),
-    ],
-    "sleep": [Turn([ToolCall("bash", {"command": "sleep 60; echo woke"})])],
-    "custom": [Turn([ToolCall("lookup", {"q": "weather"})]), Turn([Text("Thanks for looking.")])],
-    "ask": [
-        Turn([ToolCall("write", {"file_path": "asked.txt", "content": "approved\n"})]),
-        Turn([Text("Written.")]),
-    ],
-    "refuse": [
-        Turn(
-            [Text("I can't help with that.")],
-            stop_reason="refusal",
-            stop_details={"type": "refusal", "category": "cyber", "explanation": "Unsafe."},
-        )
-    ],
-}
-
-
-def scripted(body: dict[str, Any]) -> Turn:
-    """Plays the scenario the session's first message names, then echoes."""
-    first = next(
-        (
-            block["text"]
-            for message in body["messages"]
-            if message["role"] == "user"
-            for block in message["content"]
-            if block.get("type") == "text"
-        ),
-        "",
-    )
-    turns = SCENARIOS.get(first.split(" ")[0], [])
-    step = assistant_turns(body)
-    return turns[step] if step < len(turns) else echo(body)
-
-
-@pytest.fixture(scope="module")
-def stead(tmp_path_factory: pytest.TempPathFactory, forker: ServeForker) -> Iterator[ServerProcess]:
-    root = tmp_path_factory.mktemp("console")
-    host = HostProcess(root / "host").start()
-    try:
-        with FakeModel(scripted) as fake:
-            env = loop_env(fake, **host.settings_env)
-            server = ServerProcess(root / "data", env=env, forker=forker).start()
-            yield server
-            server.stop()
-    finally:
-        host.stop()
-
-
-@pytest.fixture(scope="module")
-def sdk(stead: ServerProcess) -> Iterator[anthropic.Anthropic]:
-    assert stead.first_key
-    with make_client(stead.url, stead.first_key) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not CHROMIUM.exists():
-        pytest.fail("no /usr/bin/chromium: ./scripts/setup installs it")
-    with sync_playwright() as playwright:
-        opened = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS
-        )
-        yield opened
-        opened.close()
-
-
-@pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    given = os.environ.get("STEAD_SCREENSHOT_DIR")
-    folder = Path(given) if given else tmp_path_factory.mktemp("screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-@pytest.fixture
-def page(browser: Browser, stead: ServerProcess) -> Iterator[Page]:
-    context = browser.new_context(base_url=stead.url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(WAIT_MS)
-    expect.set_options(timeout=WAIT_MS)
-    opened = context.new_page()
-    problems: list[str] = []
-    opened.on("pageerror", lambda error: problems.append(str(error)))
-    yield opened
-    context.close()
-    assert not problems, f"the page's scripts failed: {problems}"
-
-
-def log_in(page: Page, key: str) -> None:
-    page.goto("/console/")
-    page.fill("input[name=api_key]", key)
-    page.click("#login button[type=submit]")
-    expect(page.locator("#nav")).to_be_visible()
-
-
-def new_session(sdk: anthropic.Anthropic, tools: list[dict[str, Any]]) -> str:
-    agent = sdk.beta.agents.create(name="console", model="claude-sonnet-4-6", tools=tools)  # type: ignore[arg-type]
-    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
-    return sdk.beta.sessions.create(agent=agent.id, environment_id=env.id).id
-
-
-def open_session(
-    page: Page, stead: ServerProcess, sdk: anthropic.Anthropic, tools: list[dict[str, Any]]
-) -> str:
-    """A new session, its page open in the console and its stream live."""
-    assert stead.first_key
-    session_id = new_session(sdk, tools)
-    log_in(page, stead.first_key)
-    page.goto(f"/console/#/sessions/{session_id}")
-    expect(page.locator("#stream-state")).to_have_text("stream: live")
-    return session_id
-
-
-def send(page: Page, text: str) -> None:
-    page.fill("#message", text)
-    page.click("#composer button[type=submit]")
-
-
-def turned_session(sdk: anthropic.Anthropic, agent_id: str) -> Any:
-    """A new session of ``agent_id`` (in an environment of its own) that ran one turn."""
-    env = sdk.beta.environments.create(name=f"console-{uuid.uuid4().hex[:8]}")
-    used = sdk.beta.sessions.create(agent=agent_id, environment_id=env.id)
-    with sdk.beta.sessions.events.stream(used.id) as stream:
-        sdk.beta.sessions.events.send(
-            used.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
-        )
-        next(e for e in stream if e.type == "session.status_idle")
-    return used
-
-
-def timeline_ids(page: Page) -> list[str]:
-    return page.locator("#timeline > [data-id]").evaluate_all(
-        "(nodes) => nodes.map(n => n.dataset.id)"
-    )
 
 
 def test_a_wrong_key_is_refused(page: Page, shots: Path) -> None:
