@@ -123,3 +123,27 @@ def test_an_environment_variable_credential_cannot_be_validated(
     vault_id, cred_id = _credential(client, auth)
     with pytest.raises(anthropic.BadRequestError, match="environment_variable"):
         client.beta.vaults.credentials.mcp_oauth_validate(cred_id, vault_id=vault_id)
+
+
+def test_a_keyed_retry_keeps_the_tokens_its_refresh_got(
+    client: anthropic.Anthropic, mcp: FakeMcpServer
+) -> None:
+    """A retry with the first call's Idempotency-Key replays its answer, but a
+    refresh it made on the way (the upstream spent the old refresh token) is
+    still written back, not rolled back with the replay."""
+    access = mcp.issue_token()
+    vault_id, cred_id = _credential(client, _oauth(mcp, access, mcp.issue_refresh_token()))
+    keyed: Any = {"extra_headers": {"Idempotency-Key": f"validate-{cred_id}"}}
+    validate = client.beta.vaults.credentials.with_raw_response.mcp_oauth_validate
+    first = validate(cred_id, vault_id=vault_id, **keyed)
+    assert first.parse().status == "valid"
+    mcp.revoke(access)
+    before = mcp.refreshes
+    again = validate(cred_id, vault_id=vault_id, **keyed)
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert again.parse().model_dump() == first.parse().model_dump()
+    assert mcp.refreshes == before + 1
+    # The rotated tokens were kept: they work with no further refresh.
+    after = client.beta.vaults.credentials.mcp_oauth_validate(cred_id, vault_id=vault_id)
+    assert (after.status, after.refresh) == ("valid", None)
+    assert mcp.refreshes == before + 1

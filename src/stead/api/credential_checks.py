@@ -4,7 +4,8 @@ a 401, try the refresh the credential holds, as the spec says.
 
 A refresh that succeeds is written back (sealed), so the next session uses the
 new token; the refresh token it used must still be the stored one, or another
-refresh won meanwhile and its tokens are kept.
+refresh won meanwhile and its tokens are kept. The write-back never claims the
+request's ``Idempotency-Key``: a retry replaying an earlier answer keeps it too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from stead.jsonvalues import Json
 from stead.runtime import load_mcp, refresh_grant, write_back_grant
 from stead.schemas import RequestError
 from stead.store import CredentialRecord
+from stead.store.idempotency import not_claiming
 
 if TYPE_CHECKING:
     from stead.tools.mcp import EgressRules, HttpResponse, McpFailed
@@ -109,7 +111,10 @@ async def _refresh_and_retry(
             "status": verdict,
             "refresh": {"status": failed.status, "http_response": _http(failed.http, secrets)},
         }
-    await write_back_grant(app.store, app.secrets, credential, secret["refresh_token"], grant)
+    # The upstream has spent the old refresh token: the new grant is kept even
+    # when this is a retry whose Idempotency-Key replays an earlier answer.
+    with not_claiming():
+        await write_back_grant(app.store, app.secrets, credential, secret["refresh_token"], grant)
     outcome: Json = {"status": "valid", "mcp_probe": None, "refresh": {"status": "succeeded"}}
     try:
         url = credential.auth["mcp_server_url"]

@@ -86,6 +86,18 @@ def claiming_key(claim: KeyClaim) -> Iterator[None]:
         _PENDING.reset(reset)
 
 
+@contextmanager
+def not_claiming() -> Iterator[None]:
+    """Writes within it never take the request's key: for a write that must
+    stay whatever the key's answer (a refreshed OAuth grant, whose old refresh
+    token the upstream has already spent), not be rolled back with a replay."""
+    reset = _PENDING.set(None)
+    try:
+        yield
+    finally:
+        _PENDING.reset(reset)
+
+
 def wanted_key() -> KeyClaim | None:
     """The key a write starting now must also claim, if any."""
     claim = _PENDING.get()
