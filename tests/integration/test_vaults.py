@@ -140,6 +140,10 @@ def test_updates_keep_type_and_immutable_fields(client: anthropic.Anthropic) -> 
             },
         )
     bearer = creds.create(vault.id, auth=_bearer())  # type: ignore[arg-type]
+    with pytest.raises(anthropic.BadRequestError, match=r"auth\.token: .*ASCII"):
+        creds.update(
+            bearer.id, vault_id=vault.id, auth={"type": "static_bearer", "token": "\u00e9"}
+        )
     with pytest.raises(anthropic.BadRequestError, match="mcp_server_url"):
         creds.update(
             bearer.id,
@@ -186,6 +190,10 @@ BAD_CREDENTIALS: list[tuple[dict[str, Any], str]] = [
     ({"auth": {"type": "static_bearer", "mcp_server_url": "https://x.example"}}, "auth.token"),
     ({"auth": {**_bearer(), "token": ""}}, "auth.token"),
     ({"auth": {**_bearer(), "token": "t" * 70000}}, "auth.token"),
+    # Sent in an Authorization header: a token no header can carry was a 500 at each use.
+    ({"auth": {**_bearer(), "token": "\u00e9" + SECRET}}, "auth.token"),
+    ({"auth": {**_bearer(), "token": SECRET + "\r\nX-Other: 1"}}, "auth.token"),
+    ({"auth": _oauth(access_token=SECRET + "\u2603")}, "auth.access_token"),
     ({"auth": _bearer("ftp://x.example")}, "auth.mcp_server_url"),
     ({"auth": _bearer("https://user:pw@x.example")}, "auth.mcp_server_url"),
     ({"auth": {**_bearer(), "type": "password"}}, "auth"),

@@ -89,6 +89,17 @@ def _secret(field: str, value: Any) -> str:
     return value
 
 
+def _bearer(field: str, value: Any) -> str:
+    """A token sent as ``Authorization: Bearer <token>``: printable ASCII only,
+    or no request could carry it (the error names the field, not the value)."""
+    token = _secret(field, value)
+    if not all(" " <= c <= "~" for c in token):
+        raise RequestError(
+            f"{field}: must be printable ASCII (it is sent in an Authorization header)"
+        )
+    return token
+
+
 def _url(field: str, value: str) -> str:
     return check_http_url(field, value)
 
@@ -185,7 +196,7 @@ def _auth_create(auth: Json, now: datetime) -> tuple[Json, Json]:
     if kind == "static_bearer":
         url = _url("auth.mcp_server_url", auth["mcp_server_url"])
         return {"type": kind, "mcp_server_url": url}, {
-            "token": _secret("auth.token", auth["token"])
+            "token": _bearer("auth.token", auth["token"])
         }
     if kind == "mcp_oauth":
         shown: Json = {
@@ -194,7 +205,7 @@ def _auth_create(auth: Json, now: datetime) -> tuple[Json, Json]:
             "expires_at": _future("auth.expires_at", auth.get("expires_at"), now),
             "refresh": None,
         }
-        secret: Json = {"access_token": _secret("auth.access_token", auth["access_token"])}
+        secret: Json = {"access_token": _bearer("auth.access_token", auth["access_token"])}
         if auth.get("refresh") is not None:
             shown["refresh"], refresh_secret = _refresh("auth.refresh", auth["refresh"])
             secret.update(refresh_secret)
@@ -240,7 +251,7 @@ def parse_credential_update(body: Any) -> Json:
 
 def _update_oauth(auth: Json, secret: Json, change: Json, now: datetime) -> None:
     if "access_token" in change:
-        secret["access_token"] = _secret("auth.access_token", change["access_token"])
+        secret["access_token"] = _bearer("auth.access_token", change["access_token"])
     if "expires_at" in change:
         auth["expires_at"] = _future("auth.expires_at", change["expires_at"], now)
     if "refresh" not in change:
@@ -289,7 +300,7 @@ def apply_auth_update(
         )
     if change["type"] == "static_bearer":
         if "token" in change:
-            secret["token"] = _secret("auth.token", change["token"])
+            secret["token"] = _bearer("auth.token", change["token"])
     elif change["type"] == "mcp_oauth":
         _update_oauth(auth, secret, change, now)
     else:
