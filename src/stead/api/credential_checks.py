@@ -23,8 +23,7 @@ from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
 from stead.runtime import load_mcp, refresh_grant, write_back_grant
 from stead.schemas import RequestError
-from stead.store import CredentialRecord
-from stead.store.idempotency import not_claiming
+from stead.store import CredentialRecord, not_claiming
 
 if TYPE_CHECKING:
     from stead.tools.mcp import EgressRules, HttpResponse, McpFailed

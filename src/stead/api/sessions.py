@@ -15,9 +15,9 @@ from stead.api.params import ResourceId, SessionId, Timestamp
 from stead.api.wire import JSONResponse
 from stead.events import EventType
 from stead.ids import new_id
-from stead.runtime import check_skill_refs
+from stead.runtime import check_skill_refs, session_deleted
 from stead.schemas import MAX_VERSION, agents, events, sessions
-from stead.store import AgentRecord, EventRecord, NewEvent, SessionFilter, SessionRecord
+from stead.store import AgentRecord, NewEvent, SessionFilter, SessionRecord
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 SESSION = openapi.response("beta.BetaManagedAgentsSession")
@@ -131,14 +131,7 @@ async def delete_session(
 ) -> JSONResponse:
     app = services(request)
     await app.store.delete_session(who.workspace_id, session_id)
-    deleted = EventRecord(
-        session_id=session_id,
-        id=new_id("event"),
-        type=EventType.SESSION_DELETED,
-        body={},
-        processed_at=datetime.now(UTC),
-    )
-    app.bus.publish_final(session_id, deleted)
+    app.bus.publish_final(session_id, session_deleted(session_id))
     await app.sandboxes.session_deleted(session_id)
     if app.sweeper is not None:
         app.sweeper.poke()  # the session's sandbox is erased now, not a round later

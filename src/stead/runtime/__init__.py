@@ -7,6 +7,7 @@ from stead.runtime.clock import Clock, SystemClock
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.deps import LoopDeps, Toolbox, ToolsUnavailable, build_loop
 from stead.runtime.embedder import Embedder
+from stead.runtime.events import session_deleted
 from stead.runtime.feed import FeedItem, SessionFeed
 from stead.runtime.files import FileExpired, FileKeeper
 from stead.runtime.leases import LeaseSweeper, SweepRound
@@ -75,6 +76,7 @@ __all__ = [
     "resealed",
     "resolve_skills",
     "sandbox_config",
+    "session_deleted",
     "webhook_parts",
     "write_back_grant",
 ]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from stead import usage as accounting
 from stead.events import EventType
 from stead.ids import new_id
@@ -85,3 +87,14 @@ def as_log(record: EventRecord) -> Json:
 def session_usage(usage: Json, budget: Json | None) -> NewEvent:
     """The session's cumulative usage (``stead.usage`` counters) as the spec shows it."""
     return new(EventType.SESSION_USAGE, {"usage": accounting.wire(usage), "budget": budget})
+
+
+def session_deleted(session_id: str) -> EventRecord:
+    """The last frame a deleted session's streams send (never logged: the log is gone)."""
+    return EventRecord(
+        session_id=session_id,
+        id=new_id("event"),
+        type=EventType.SESSION_DELETED,
+        body={},
+        processed_at=datetime.now(UTC),
+    )

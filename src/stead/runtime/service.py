@@ -15,18 +15,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from functools import partial
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.events import EventType
-from stead.ids import new_id
 from stead.prices import PriceTable
 from stead.runtime.actor import SessionActor, claim_terms
 from stead.runtime.brains import Brain
 from stead.runtime.deps import LoopDeps
+from stead.runtime.events import session_deleted
 from stead.runtime.mcp import McpGateway
 from stead.runtime.rounds import survived
 from stead.runtime.work import WorkQueue
@@ -230,14 +229,7 @@ class Runtime:
             try:
                 await self._deps.store.session_snapshot(session_id)
             except NotFound:
-                deleted = EventRecord(
-                    session_id=session_id,
-                    id=new_id("event"),
-                    type=EventType.SESSION_DELETED,
-                    body={},
-                    processed_at=datetime.now(UTC),
-                )
-                self._deps.bus.publish_final(session_id, deleted)
+                self._deps.bus.publish_final(session_id, session_deleted(session_id))
             except Exception as exc:  # the next reconnect, or a notice, tells them
                 log.warning("session %s: not looked up now: %s", session_id, exc)
                 return

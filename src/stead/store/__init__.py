@@ -79,6 +79,7 @@ from stead.store.idempotency import (
     IdempotencyKeyHeld,
     IdempotencyStore,
     KeyClaim,
+    not_claiming,
 )
 from stead.store.leases import (
     LeaseExpiry,
@@ -280,6 +281,7 @@ __all__ = [
     "WorkspaceStore",
     "WriteResult",
     "event_cursor_keys",
+    "not_claiming",
     "open_channel",
     "open_store",
     "open_store_sync",
