@@ -58,7 +58,7 @@ class Metrics:
         )
         self.model_calls = Counter(
             "stead_model_calls",
-            "Model requests, by model and outcome (ok, or the error type)",
+            "Model requests, by model and outcome (ok, the error type, or cancelled)",
             ["model", "outcome"],
             registry=r,
         )
@@ -78,7 +78,8 @@ class Metrics:
         self.tool_calls = Counter(
             "stead_tool_calls",
             "Tool calls, by kind (builtin, web, memory, mcp, self_hosted) and outcome "
-            "(ok, error: the tool failed, unavailable: it could not be run now)",
+            "(ok, error: the tool failed, unavailable: it could not be run now, "
+            "cancelled: the turn stopped it, an interrupt say)",
             ["kind", "outcome"],
             registry=r,
         )

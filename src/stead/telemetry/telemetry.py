@@ -24,6 +24,9 @@ log = logging.getLogger("stead.turns")
 OK = "ok"
 ERROR = "error"
 UNAVAILABLE = "unavailable"
+CANCELLED = "cancelled"
+"""The outcome of a call the turn stopped before it ended (an interrupt, a lost
+lease, a shutdown): neither answered nor failed."""
 
 
 @dataclass
@@ -74,7 +77,8 @@ class Telemetry:
     @contextmanager
     def model_call(self, session_id: str, model: str) -> Iterator[ModelCall]:
         """Times, counts and traces one model request; an exception (an upstream
-        error, with its ``error_type``) is counted, logged and propagates."""
+        error, with its ``error_type``) is counted, logged and propagates; a
+        cancelled one is counted as ``cancelled``."""
         started = time.monotonic()
         outcome = OK
         label = self.metrics.model_label(model)
@@ -87,6 +91,9 @@ class Telemetry:
                 outcome = str(getattr(exc, "error_type", type(exc).__name__))
                 fields = {"session_id": session_id, "model": model, "error_type": outcome}
                 log.warning("model call failed: %s", exc, extra={FIELDS: fields})
+                raise
+            except BaseException:  # cancelled: the call never answered
+                outcome = CANCELLED
                 raise
             finally:
                 self.metrics.model_calls.labels(label, outcome).inc()
@@ -106,6 +113,9 @@ class Telemetry:
             except Exception as exc:
                 call.outcome = UNAVAILABLE
                 log.warning("tool call could not run: %s", exc, extra={FIELDS: fields})
+                raise
+            except BaseException:  # cancelled (an interrupt): it did not run to its end
+                call.outcome = CANCELLED
                 raise
             finally:
                 self.metrics.tool_calls.labels(kind, call.outcome).inc()
