@@ -19,6 +19,16 @@ from stead.telemetry import FIELDS, Telemetry
 log = logging.getLogger("stead.access")
 UNMATCHED = "unmatched"
 """The route label of a request no route matched (a 404 for any path)."""
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The methods labelled as themselves; the server's parser takes some thirty
+more (PROPFIND, MKCOL ...), each answered 405 on every route: labelled as such,
+anyone could add a series per method and route."""
+OTHER_METHOD = "_OTHER"
+"""The method label of any other method (OpenTelemetry's name for it)."""
+
+
+def method_label(method: str) -> str:
+    return method if method in METHODS else OTHER_METHOD
 
 
 def route_of(scope: Scope) -> str:
@@ -68,8 +78,9 @@ class TelemetryMiddleware:
 
     def _account(self, scope: Scope, method: str, route: str, status: int, took: float) -> None:
         metrics = self.telemetry.metrics
-        metrics.requests.labels(method, route, str(status)).inc()
-        metrics.request_seconds.labels(method, route).observe(took)
+        label = method_label(method)
+        metrics.requests.labels(label, route, str(status)).inc()
+        metrics.request_seconds.labels(label, route).observe(took)
         fields = {
             "method": method,
             "route": route,
