@@ -201,10 +201,14 @@ def test_budget_rules_on_create_and_update(sdk: anthropic.Anthropic) -> None:
     assert sdk.beta.sessions.update(limited, budget=None).budget is None
 
 
-def test_a_terminated_session_refuses_events(sdk: anthropic.Anthropic) -> None:
+def test_a_terminated_session_refuses_events(
+    sdk: anthropic.Anthropic, served: ServerProcess
+) -> None:
     session_id = new_session(sdk)
     sdk.beta.sessions.events.send(session_id, events=[message("before the end")])
     wait_idle(sdk, session_id)
+    sandbox = served.data_dir / "sandboxes" / session_id  # unsafe_local's, unleased
+    assert sandbox.is_dir()
     ended: Any = sdk.post(f"/v1/sessions/{session_id}/terminate", cast_to=object)
     assert ended["status"] == "terminated"
     session = sdk.beta.sessions.retrieve(session_id)
@@ -219,6 +223,9 @@ def test_a_terminated_session_refuses_events(sdk: anthropic.Anthropic) -> None:
     again = sdk.beta.sessions.retrieve(session_id)
     assert again.stats.duration_seconds == session.stats.duration_seconds
     assert [s.id for s in sdk.beta.sessions.list(statuses=["terminated"])] == [session_id]
+    # Before, an unleased sandbox outlived its session's end until the session
+    # was deleted or the server stopped: no sweeper ever saw it.
+    assert not sandbox.exists()
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,8 @@ session and model (sandbox time has ``model: null``), with the totals, from
 the ledger the agent loop writes with each model request and sandbox booking.
 ``POST /v1/sessions/{id}/terminate`` ends an idle session: ``terminated_at``
 set, ``session.status_terminated`` logged, events refused after (409), and its
-sandbox lease expired by the sweeper, which destroys the sandbox.
+sandbox lease expired by the sweeper, which destroys the sandbox (an unleased
+``unsafe_local`` sandbox goes at once).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ async def terminate_session(
     app = services(request)
     logged = await app.store.terminate_session(who.workspace_id, session_id, [])
     app.bus.publish(session_id, logged)
+    await app.sandboxes.session_terminated(session_id)
     if app.sweeper is not None:
         app.sweeper.poke()  # its lease ends now: the sandbox goes at once
     record = await app.store.get_session(who.workspace_id, session_id)
