@@ -235,6 +235,13 @@ BAD_UPLOADS = {
         (f"{n}/SKILL.md", b"---\ndescription: [" + b"[" * 5000 + b"\n---\n")
     ],
     "not UTF-8": lambda n: [(f"{n}/SKILL.md", b"---\nname: \xff\n---\n")],
+    # Before, a 500: PyYAML raises ValueError, not a YAMLError, for these.
+    "a YAML date past the month's end": lambda n: [
+        (f"{n}/SKILL.md", skill_md(n).replace(b"---\n", b"---\nd: 2001-02-30\n", 1))
+    ],
+    "a YAML int past Python's digit limit": lambda n: [
+        (f"{n}/SKILL.md", skill_md(n).replace(b"---\n", b"---\nd: " + b"9" * 5000 + b"\n", 1))
+    ],
 }
 
 

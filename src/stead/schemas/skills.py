@@ -111,6 +111,13 @@ def frontmatter(skill_md: bytes) -> tuple[str | None, str]:
         meta: Any = yaml.safe_load("\n".join(lines[1:end]))
     except yaml.YAMLError as exc:
         raise RequestError(f"{where}: the frontmatter is not valid YAML ({exc})") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # A scalar PyYAML's constructors cannot make: a date past its month's
+        # last day (2001-02-30), an int of more digits than Python converts,
+        # an explicit ``!!float abc``. They raise these, not a YAMLError.
+        raise RequestError(
+            f"{where}: the frontmatter has a value YAML cannot read ({exc})"
+        ) from None
     except RecursionError:  # "[[[[..." nested past the interpreter's limit
         raise RequestError(f"{where}: the frontmatter is nested too deeply") from None
     if not isinstance(meta, dict):
