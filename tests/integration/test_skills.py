@@ -228,6 +228,9 @@ BAD_UPLOADS = {
     "an uppercase name": lambda n: [(f"{n}/SKILL.md", skill_md("Pdf-Tools"))],
     "a reserved name": lambda n: [(f"{n}/SKILL.md", skill_md("claude-helper"))],
     "a long name": lambda n: [(f"{n}/SKILL.md", skill_md("a" * 65))],
+    # Before, kept as "<name>\n": a second skill beside "<name>", and a
+    # /workspace/skills directory whose name ends in a newline.
+    "a name ending in a newline": lambda n: [(f"{n}/SKILL.md", skill_md(f'"{n}\\n"'))],
     "no frontmatter": lambda n: [(f"{n}/SKILL.md", b"# just markdown\n")],
     "bad YAML": lambda n: [(f"{n}/SKILL.md", b"---\nname: [unclosed\n---\n")],
     # Before, a RecursionError: a 500, and the kept-alive connection reset.

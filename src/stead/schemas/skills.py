@@ -143,7 +143,7 @@ def check_name(name: str) -> str:
     where = f"{FIELD}: {SKILL_FILE} frontmatter name"
     if len(name) > MAX_NAME:
         raise RequestError(f"{where}: at most {MAX_NAME} characters, got {len(name)}")
-    if not _SLUG.match(name):
+    if not _SLUG.fullmatch(name):  # match: "$" also matches before a final "\n"
         raise RequestError(
             f"{where}: {name!r} must be lowercase letters, digits and single hyphens"
         )
