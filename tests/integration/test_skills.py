@@ -225,6 +225,9 @@ BAD_UPLOADS = {
     "no description": lambda n: [(f"{n}/SKILL.md", skill_md(n, description=None))],
     "a long description": lambda n: [(f"{n}/SKILL.md", skill_md(n, "d" * 1025))],
     "an XML tag in the description": lambda n: [(f"{n}/SKILL.md", skill_md(n, "a <b> c"))],
+    # Before, kept on SQLite and a 500 on PostgreSQL (its text holds no NUL).
+    "a NUL in the description": lambda n: [(f"{n}/SKILL.md", skill_md(n, '"a\\0b"'))],
+    "an escape in the description": lambda n: [(f"{n}/SKILL.md", skill_md(n, '"a\\eb"'))],
     "an uppercase name": lambda n: [(f"{n}/SKILL.md", skill_md("Pdf-Tools"))],
     "a reserved name": lambda n: [(f"{n}/SKILL.md", skill_md("claude-helper"))],
     "a long name": lambda n: [(f"{n}/SKILL.md", skill_md("a" * 65))],

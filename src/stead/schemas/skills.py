@@ -30,6 +30,9 @@ _SLUG = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 """An XML tag (``<b>``, ``</b>``, ``<a href=..>``); ``x < 5 and y > 3`` is none."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+"""A control character other than tab and line breaks (YAML's "\\0" makes a NUL,
+which PostgreSQL's text refuses)."""
 FIELD = "files"
 
 
@@ -136,6 +139,8 @@ def _description(value: object) -> str:
         raise RequestError(f"{where}: at most {MAX_DESCRIPTION} characters, got {len(value)}")
     if _TAG.search(value):
         raise RequestError(f"{where}: must not hold XML tags")
+    if _TEXT_CONTROL.search(value):
+        raise RequestError(f"{where}: must not hold control characters")
     return value.strip()
 
 
