@@ -58,6 +58,24 @@ def test_search_ranks_by_meaning_and_cites_versions(client: anthropic.Anthropic)
     assert made["/ops/backup.md"].id not in {h["memory_id"] for h in hits}
 
 
+def test_a_memory_counts_its_first_256_tokens_however_it_is_spaced(
+    client: anthropic.Anthropic,
+) -> None:
+    # Before, only the first 2,048 characters were tokenized: a memory whose
+    # start is spaced out (indented, padded tables) lost the words after them.
+    ms = client.beta.memory_stores
+    store = ms.create(name="spaced")
+    padded = ms.memories.create(
+        store.id,
+        path="/padded.md",
+        content="Notes" + " " * 3000 + "Database backups run nightly and are kept for thirty days.",
+    )
+    ms.memories.create(store.id, path="/dog.md", content="Walk the dog twice a day.")
+    hits = search(client, store.id, query="how long do we keep database backups?")
+    assert hits[0]["memory_id"] == padded.id
+    assert hits[0]["score"] > 0.5
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

