@@ -8,6 +8,7 @@ this process, readable as ``STEAD_METRICS`` says (``key`` by default).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from stead.api.errors import ApiError
 from stead.api.wire import JSONResponse
 from stead.config import Settings
 from stead.sandbox import host_address
+from stead.store import StoreError
 from stead.telemetry import CONTENT_TYPE, Telemetry
 
 router = APIRouter(tags=["operations"])
@@ -118,7 +120,9 @@ async def metrics(request: Request) -> Response:
     if app.settings.metrics == "key":
         await authenticate(request)
     found = telemetry(request).metrics
-    with anyio.move_on_after(CHECK_SECONDS):
+    # A store that cannot answer now leaves the gauge as it was: the scrape
+    # still serves every other figure, when they matter most.
+    with anyio.move_on_after(CHECK_SECONDS), contextlib.suppress(StoreError):
         found.queued_runs.set(len(await app.store.queued_runs()))
     found.sandboxes_served.set(app.sandboxes.served)
     if app.settings.sandbox == "bwrap":
