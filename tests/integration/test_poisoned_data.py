@@ -143,3 +143,23 @@ def test_stored_values_render_safely_until_stead_db_check_repairs_them(
     with sqlite3.connect(server.data_dir / "stead.db") as db:
         (definition,) = db.execute("SELECT definition FROM agent_versions").fetchone()
     assert '"maximum": null' in definition
+
+
+def test_an_integer_outside_64_bits_is_found_and_repaired(
+    poisoned: tuple[ServerProcess, str, dict[str, str]], forker: ServeForker
+) -> None:
+    server, _, ids = poisoned
+    database = server.data_dir / "stead.db"
+    with sqlite3.connect(database) as db:  # what an earlier stead stored for metadata {"k": 2**70}
+        db.execute("""UPDATE environments SET metadata = '{"k": 1180591620717411303424}'""")
+
+    found = db_check(forker, server.data_dir)
+    assert found.returncode == 1, found
+    assert f"environments {ids['environment']}: metadata.k" in found.stdout, found.stdout
+    assert "outside the 64-bit range" in found.stdout, found.stdout
+
+    repaired = db_check(forker, server.data_dir, "--repair")
+    assert repaired.returncode == 0, repaired
+    with sqlite3.connect(database) as db:
+        (metadata,) = db.execute("SELECT metadata FROM environments").fetchone()
+    assert metadata == '{"k": null}'

@@ -16,7 +16,7 @@ import json
 
 from sqlalchemy import Connection, text
 
-from stead.jsonvalues import dumps_checked, problem, repaired
+from stead.jsonvalues import INT_MAX, dumps_checked, problem, repaired
 from stead.store.base import IntegrityFinding as Finding
 
 JSON_COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
@@ -31,6 +31,9 @@ JSON_COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 SUSPECT = ("%Infinity%", "%NaN%", "%\\ud%")
 """What the text of an unrenderable value contains (json.dumps escapes surrogates as \\udXXX);
 a cheap filter in SQL before each candidate is parsed."""
+LONG_NUMBER = "*" + "[0-9]" * len(str(INT_MAX)) + "*"
+"""A run of as many digits as the largest 64-bit integer has (GLOB): what the text of
+an integer outside the 64-bit range contains, and what the ``LIKE`` patterns miss."""
 
 
 def check(conn: Connection, *, repair: bool) -> list[Finding]:
@@ -66,8 +69,8 @@ def _column_findings(
 ) -> list[Finding]:
     suspect = " OR ".join(f"{column} LIKE :p{i}" for i in range(len(SUSPECT)))
     rows = conn.execute(
-        text(f"SELECT {', '.join(key)}, {column} FROM {table} WHERE {suspect}"),
-        {f"p{i}": pattern for i, pattern in enumerate(SUSPECT)},
+        text(f"SELECT {', '.join(key)}, {column} FROM {table} WHERE {suspect} OR {column} GLOB :n"),
+        {"n": LONG_NUMBER, **{f"p{i}": pattern for i, pattern in enumerate(SUSPECT)}},
     ).all()
     findings = []
     for row in rows:
