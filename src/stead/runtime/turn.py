@@ -193,9 +193,13 @@ class TurnRunner(ToolSteps):
         call's, which its run takes (``_ahead``)."""
         since, held = self.deps.logs.held(self.session_id)
         plan = then(held) if then is not None else None
-        done = await self.deps.store.run_write(
-            self.claim, RunWrite(events=events, since=since, then=plan, **change)
-        )
+        with anyio.CancelScope(shield=True):
+            # An interrupt does not stop a commit under way (the store finishes
+            # it anyway): it waits for it, so the turn is closed on a log that
+            # holds it (its span ended once, its tool uses answered).
+            done = await self.deps.store.run_write(
+                self.claim, RunWrite(events=events, since=since, then=plan, **change)
+            )
         # Committed: now, and only now, readers may see it (rule 1).
         self.deps.bus.publish(self.session_id, done.logged)
         if done.next_run is not None:
