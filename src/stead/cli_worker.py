@@ -5,6 +5,7 @@ its sessions' built-in tools run here: as this user in ``--workdir``, or with
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +14,11 @@ import typer
 
 from stead.cli_support import ApiKeyOption, DataDir, Url, console, validated
 from stead.config import Settings
+
+CREDENTIAL_VARIABLES = ("STEAD_ENVIRONMENT_KEY", "STEAD_API_KEY")
+"""The worker's own credentials, when given in its environment: never passed on
+to the commands it runs (the SDK's bash tool inherits the process environment,
+minus only ``ANTHROPIC_*``)."""
 
 NETWORKING = {"type": "unrestricted"}
 """A worker's sandboxes reach what the worker's machine reaches (minus the
@@ -54,6 +60,8 @@ def worker(
     from stead.client.worker import WorkerSetupError, make_environment_key, run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in CREDENTIAL_VARIABLES:
+        os.environ.pop(name, None)
 
     async def serve() -> None:
         key = environment_key

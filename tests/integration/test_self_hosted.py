@@ -34,6 +34,10 @@ SELF_HOSTED = {
         Turn([ToolCall("bash", {"command": "echo ran >> count.txt; sleep 20"})]),
         Turn([Text("done")]),
     ],
+    "environ": [
+        Turn([ToolCall("bash", {"command": "env; cat /proc/self/environ"})]),
+        Turn([Text("done")]),
+    ],
     "twice": [
         Turn([ToolCall("bash", {"command": "true"})]),
         Turn([Text("done")]),
@@ -196,6 +200,32 @@ def test_a_multi_tool_turn_runs_in_stead_worker(
     assert (tmp_path / "work" / "notes.txt").read_text() == "hello stead\n"
     bash = [e for e in events if e.type == "user.tool_result"][3]
     assert "42" in bash.content[0].text
+
+
+def test_the_worker_s_credentials_stay_out_of_its_commands(
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """A key given in ``STEAD_ENVIRONMENT_KEY`` (or ``STEAD_API_KEY``) is the
+    worker's: the agent's commands do not get it in their environment."""
+    env_id, key = environment(sdk)
+    assert hosted.first_key is not None
+    command = ("worker", "--environment", env_id, "--url", hosted.url)
+    command += ("--workdir", str(tmp_path / "work"), "--max-idle", "1")
+    given = {**os.environ, "STEAD_ENVIRONMENT_KEY": key, "STEAD_API_KEY": hosted.first_key}
+    worker = forker.fork(given, tmp_path / "worker.log", command)
+    try:
+        session_id = session_on(sdk, env_id)
+        with sdk.beta.sessions.events.stream(session_id) as stream:
+            sdk.beta.sessions.events.send(session_id, events=[say("environ")])  # type: ignore[list-item]
+            events = until_idle(stream)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=WAIT)
+    results = [e for e in events if e.type == "user.tool_result"]
+    assert len(results) == 1, (tmp_path / "worker.log").read_text()
+    seen = results[0].content[0].text
+    assert "PATH=" in seen
+    assert key not in seen and hosted.first_key not in seen
 
 
 def test_a_killed_worker_loses_its_item_and_bash_runs_once(
