@@ -57,6 +57,8 @@ def worker(
     data_dir: DataDir = None,
 ) -> None:
     """Serve a self-hosted environment's work on this machine: its sessions' tools run here."""
+    import anthropic
+
     from stead.client.worker import WorkerSetupError, make_environment_key, run_worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -93,8 +95,23 @@ def worker(
     except WorkerSetupError as exc:
         console().print(f"stead: {exc}", style="red")
         raise typer.Exit(2) from None
+    except anthropic.APIStatusError as exc:
+        # A refusal the worker cannot outwait: a revoked or wrong key, another
+        # environment's key, an environment that is gone.
+        console().print(
+            f"stead: the server refused the worker ({exc.status_code}): {_refusal(exc.body)}",
+            style="red",
+        )
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def _refusal(body: object) -> str:
+    """The API error's message, from its body."""
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message else "no reason given"
 
 
 def _session_sandboxes(settings: Settings) -> Any:

@@ -476,3 +476,33 @@ def test_a_turn_retaken_after_its_stop_s_process_died_runs_no_call_twice(
     assert fresh.id != item.id
     assert [a.id for a in answered] == [answer.id]
     assert answer.is_error and "may have run" in answer.content[0].text  # type: ignore[union-attr]
+
+
+def test_a_refused_key_ends_the_worker_with_one_line(
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """A key revoked while the worker polls, or one of another environment,
+    ends ``stead worker`` with the server's reason on one line, not a traceback."""
+    env_id, _ = environment(sdk)
+    made = sdk.post(f"/v1/environments/{env_id}/keys", cast_to=object, body={})
+    assert isinstance(made, dict)
+    log = tmp_path / "revoked.log"
+    worker = start_worker(forker, hosted, env_id, str(made["key"]), tmp_path / "work", log)
+    try:
+        eventually(lambda: log.exists() and "poll" in log.read_text(), "the worker to poll")
+        sdk.post(f"/v1/environments/{env_id}/keys/{made['id']}/revoke", cast_to=object, body={})
+        assert worker.wait(timeout=WAIT) == 2
+    finally:
+        worker.kill()
+    said = log.read_text()
+    assert "Traceback" not in said and "│" not in said, said
+    assert "stead: the server refused the worker (401): invalid or revoked environment key" in said
+    other_id, other_key = environment(sdk)
+    command = ("worker", "--environment", env_id, "--url", hosted.url)
+    stranger = forker.complete((*command, "--environment-key", other_key), dict(os.environ), WAIT)
+    assert stranger.returncode == 2
+    assert "Traceback" not in stranger.stdout + stranger.stderr
+    assert "refused the worker (403): this environment key is for another environment" in (
+        stranger.stdout + stranger.stderr
+    ).replace("\n", " ")
+    assert other_id != env_id
