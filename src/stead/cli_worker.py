@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -65,7 +66,33 @@ def worker(
     for name in CREDENTIAL_VARIABLES:
         os.environ.pop(name, None)
 
+    terminated = False
+
     async def serve() -> None:
+        # SIGTERM ends the worker as Ctrl-C does: the call in flight finishes and
+        # is answered, the item is stopped, the bash process ends. The default
+        # action killed the worker alone: its command ran on, orphaned, and the
+        # session waited out the lease to hear that the call "may have run".
+        failed: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(on_sigterm, tg.cancel_scope)
+            try:
+                await work()
+            except (WorkerSetupError, anthropic.APIStatusError) as exc:
+                failed = exc  # raised bare, not in the task group's exception group
+            tg.cancel_scope.cancel()
+        if failed is not None:
+            raise failed
+
+    async def on_sigterm(scope: anyio.CancelScope) -> None:
+        nonlocal terminated
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                terminated = True
+                scope.cancel()
+                return
+
+    async def work() -> None:
         key = environment_key
         if not key:
             if not api_key:
@@ -92,6 +119,8 @@ def worker(
 
     try:
         anyio.run(serve)
+        if terminated:
+            raise typer.Exit(143)
     except WorkerSetupError as exc:
         console().print(f"stead: {exc}", style="red")
         raise typer.Exit(2) from None

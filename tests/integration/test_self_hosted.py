@@ -34,6 +34,12 @@ SELF_HOSTED = {
         Turn([ToolCall("bash", {"command": "echo ran >> count.txt; sleep 20"})]),
         Turn([Text("done")]),
     ],
+    "brief": [
+        Turn(
+            [ToolCall("bash", {"command": "echo ran >> count.txt; sleep 2; echo end >> count.txt"})]
+        ),
+        Turn([Text("done")]),
+    ],
     "environ": [
         Turn([ToolCall("bash", {"command": "env; cat /proc/self/environ"})]),
         Turn([Text("done")]),
@@ -506,3 +512,41 @@ def test_a_refused_key_ends_the_worker_with_one_line(
         stranger.stdout + stranger.stderr
     ).replace("\n", " ")
     assert other_id != env_id
+
+
+def _running_in(workdir: Path) -> list[int]:
+    """The processes whose working directory is ``workdir``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")) == workdir:
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_terminated_worker_answers_its_call_and_leaves_no_command_running(
+    sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """SIGTERM mid-call: the worker lets the call finish, answers it, stops its
+    item and exits 143, as on Ctrl-C; the command is not left running, orphaned,
+    with its session waiting out the lease to hear it "may have run"."""
+    env_id, key = environment(sdk)
+    workdir = (tmp_path / "work").resolve()
+    worker = start_worker(forker, hosted, env_id, key, workdir, tmp_path / "worker.log")
+    try:
+        session_id = session_on(sdk, env_id)
+        with sdk.beta.sessions.events.stream(session_id) as stream:
+            sdk.beta.sessions.events.send(session_id, events=[say("brief")])  # type: ignore[list-item]
+            eventually(lambda: (workdir / "count.txt").exists(), "the bash call to run")
+            worker.send_signal(signal.SIGTERM)
+            assert worker.wait(timeout=WAIT) == 143
+            assert _running_in(workdir) == []
+            events = until_idle(stream)
+    finally:
+        worker.kill()
+    results = [e for e in events if e.type == "user.tool_result"]
+    assert len(results) == 1 and not results[0].is_error
+    assert (workdir / "count.txt").read_text() == "ran\nend\n"
+    assert "Traceback" not in (tmp_path / "worker.log").read_text()
