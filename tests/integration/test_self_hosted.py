@@ -512,6 +512,15 @@ def test_a_refused_key_ends_the_worker_with_one_line(
         stranger.stdout + stranger.stderr
     ).replace("\n", " ")
     assert other_id != env_id
+    # A working directory that cannot be one: one line too (before, a traceback).
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    given = ("--environment-key", other_key, "--workdir", str(taken))
+    filed = forker.complete((*command, *given), dict(os.environ), WAIT)
+    assert filed.returncode == 2 and "Traceback" not in filed.stdout + filed.stderr
+    assert f"stead: --workdir {taken}: File exists" in (filed.stdout + filed.stderr).replace(
+        "\n", ""
+    )
 
 
 def _running_in(workdir: Path) -> list[int]:

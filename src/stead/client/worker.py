@@ -55,7 +55,10 @@ async def run_worker(
     """Serves the environment's work until cancelled. ``tools``: the worker's
     toolset (the SDK's ``EnvironmentWorker`` ``tools``); None: the SDK's own,
     run in ``workdir`` as this process's user."""
-    await anyio.Path(workdir).mkdir(parents=True, exist_ok=True)
+    try:
+        await anyio.Path(workdir).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WorkerSetupError(f"--workdir {workdir}: {exc.strerror or exc}") from None
     # The worker authenticates every call itself (environment key, then each
     # item's sessions token); the client's own key is never sent.
     async with anthropic.AsyncAnthropic(
