@@ -45,7 +45,8 @@ def worker(
     ] = None,
     worker_id: Annotated[str | None, typer.Option("--worker-id")] = None,
     max_idle: Annotated[
-        float, typer.Option("--max-idle", help="Seconds to stay on an idle session.")
+        float,
+        typer.Option("--max-idle", min=0.001, help="Seconds to stay on an idle session."),
     ] = 60.0,
     sandbox: Annotated[
         bool,

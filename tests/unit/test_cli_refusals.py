@@ -65,3 +65,12 @@ def test_a_database_whose_directory_is_not_there_is_one_line(tmp_path: Path) -> 
         locking.__enter__()
     memory = Settings(data_dir=tmp_path, database_url="sqlite:///:memory:")
     assert memory.sqlite_file is None
+
+
+@pytest.mark.parametrize("given", ["-5", "0", "nan"])
+def test_a_worker_s_max_idle_must_be_a_positive_number(given: str) -> None:
+    """Before, each was taken (a negative wait, or none at all)."""
+    args = ["worker", "--environment", "env_x", "--environment-key", "k", "--max-idle", given]
+    result = CliRunner().invoke(app, [*args, "--url", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--max-idle'" in result.output
