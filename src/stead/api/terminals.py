@@ -31,6 +31,7 @@ from starlette.websockets import WebSocketDisconnect
 from stead.api.deps import REAUTHENTICATE_SECONDS, authenticate, refusal, services
 from stead.api.errors import ApiError
 from stead.jsonvalues import JsonValueError, loads
+from stead.runtime import keep_renewing
 from stead.sandbox import (
     NoSandbox,
     SandboxError,
@@ -42,7 +43,7 @@ from stead.sandbox import (
     TerminalReplayed,
     TerminalRequest,
 )
-from stead.store import DatabaseBusy, NotFound
+from stead.store import NotFound
 
 router = APIRouter(prefix="/v1/sessions/{session_id}/sandbox", tags=["terminals"])
 log = logging.getLogger("stead.api.terminals")
@@ -189,20 +190,13 @@ async def _relay(
 
 
 async def _keep_leased(websocket: WebSocket, session_id: str) -> tuple[int | None, str]:
-    """Renews the session's sandbox lease every third of its TTL while the
-    terminal is attached: it renewed it only when it attached, so a terminal
-    left open longer than the TTL had its sandbox destroyed under it. A
-    renewal that fails (the lease ended for good, the database is away) is
-    left to the next one; a sandbox whose lease ended is destroyed by the
+    """Renews the session's sandbox lease while the terminal is attached
+    (``keep_renewing``); a sandbox whose lease ended is destroyed by the
     sweeper, which ends the terminal."""
     toolbox = services(websocket).sandboxes
     every = toolbox.lease_renewal_seconds
-    while every is not None:
-        await anyio.sleep(every)
-        try:
-            await toolbox.renew(session_id)
-        except (SandboxError, DatabaseBusy) as exc:
-            log.info("a terminal did not renew its session's lease: %s", exc)
+    if every is not None:
+        await keep_renewing(partial(toolbox.renew, session_id), every)
     await anyio.sleep_forever()  # no leases (unsafe_local)
     return None, ""
 

@@ -19,6 +19,7 @@ from stead.runtime.models import ModelRouter
 from stead.runtime.mounts import SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.service import Runtime
+from stead.runtime.session_leases import keep_renewing
 from stead.runtime.sharedbus import SharedBus, open_bus
 from stead.runtime.skills import ResolvedSkills, SkillKeeper, check_skill_refs, resolve_skills
 from stead.runtime.toolbox import SandboxToolbox, SandboxView
@@ -70,6 +71,7 @@ __all__ = [
     "brain_lock",
     "build_loop",
     "check_skill_refs",
+    "keep_renewing",
     "load_mcp",
     "open_bus",
     "refresh_grant",

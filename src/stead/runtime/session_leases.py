@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Protocol, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
 import anyio
 
@@ -79,32 +79,41 @@ class SessionLeases:
             raise NoSandbox(str(exc)) from None
 
 
-async def renewing(
-    call: Callable[[], Awaitable[T]], renew: Callable[[], Awaitable[object]], interval: float
-) -> T:
-    """``call``'s result, ``renew`` called every ``interval`` seconds while it
-    runs: a tool call in progress is activity (rule 9), and a command that
-    outlived its lease's TTL (``timeout_ms`` goes up to an hour) once had its
-    sandbox destroyed under it by the sweeper. A renewal that fails (the lease
-    ended for good, the database is away) is left to the next one."""
-    finished = anyio.Event()
+async def keep_renewing(renew: Callable[[], Awaitable[object]], interval: float) -> NoReturn:
+    """Calls ``renew`` every ``interval`` seconds until cancelled: what keeps
+    using a session's sandbox (a tool call in progress, an attached terminal) is
+    activity (rule 9); renewed only when it began, a command or a terminal that
+    outlived the lease's TTL had its sandbox destroyed under it by the sweeper.
+    A renewal that fails (the lease ended for good, the database is away) is
+    left to the next one."""
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await renew()
+        except (SandboxError, DatabaseBusy) as exc:
+            log.info("a session's lease was not renewed now: %s", exc)
 
-    async def keep() -> None:
-        while not finished.is_set():
-            with anyio.move_on_after(interval):
-                await finished.wait()
-            if finished.is_set():
-                return
-            try:
-                await renew()
-            except (SandboxError, DatabaseBusy) as exc:
-                log.info("a lease was not renewed during a call: %s", exc)
+
+async def renewing(
+    call: Callable[[], Awaitable[T]],
+    renew: Callable[[], Awaitable[object]],
+    interval: float | None,
+) -> T:
+    """``call``'s result, ``keep_renewing`` beside it while it runs (None: no
+    leases to renew)."""
+    if interval is None:
+        return await call()
+    keeping = anyio.CancelScope()
 
     async def run() -> T:
         try:
             return await call()
         finally:
-            finished.set()
+            keeping.cancel()
+
+    async def keep() -> None:
+        with keeping:
+            await keep_renewing(renew, interval)
 
     result, _ = await together(run, keep)
     return result

@@ -212,7 +212,7 @@ class SandboxToolbox:
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
         this server's provider has none."""
-        await self._renew(session_id)
+        await self.renew(session_id)
         async with self._sandbox_locks.hold(session_id):
             config = await self._serve(session_id)
             await self._stage(session_id, config)
@@ -220,7 +220,7 @@ class SandboxToolbox:
 
     async def _sandbox(self, session_id: str, *, renewed: bool = False) -> Sandbox:
         if not renewed:
-            await self._renew(session_id)
+            await self.renew(session_id)
         async with self._sandbox_locks.hold(session_id):
             async with self._lock:
                 found = self._held.handles.get(session_id)
@@ -408,11 +408,8 @@ class SandboxToolbox:
         return self._settings.sandbox_lease_seconds / RENEWALS_PER_TTL
 
     async def renew(self, session_id: str) -> None:
-        """Renews the session's sandbox lease (``NoSandbox`` if it ended for good)."""
-        await self._renew(session_id)
-
-    async def _renew(self, session_id: str) -> None:
-        """Every call renews the lease; one that ended stops the tools here."""
+        """Renews the session's sandbox lease (every call does; ``NoSandbox`` if
+        it ended for good, which stops the tools here)."""
         if self._provider.leased:
             self._follow(await self._leases.take(session_id))
 
@@ -439,9 +436,9 @@ class SandboxToolbox:
                 return _broken(name, exc)
             raise _unavailable(exc, reached=False) from exc
         run = partial(tools.run_tool, name, tool_input, sandbox, op_key=op_key)
-        every = self._settings.sandbox_lease_seconds / RENEWALS_PER_TTL
+        renew = partial(self.renew, session_id)
         try:  # the lease renewed while it runs: a call in progress is activity
-            outcome = await renewing(run, partial(self._renew, session_id), every)
+            outcome = await renewing(run, renew, self.lease_renewal_seconds)
         except (SandboxUnavailable, WorkspaceUnavailable) as exc:
             if exc.retryable:
                 reached = not isinstance(exc, (HostUnreachable, SandboxMoved))
