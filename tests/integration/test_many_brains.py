@@ -69,6 +69,10 @@ def brains(
         group.close()
 
 
+STALLED = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
+"""The model's answer to a message saying "stall" never comes (a turn held mid-flight)."""
+
+
 def _client(server: ServerProcess, key: str) -> anthropic.Anthropic:
     return make_client(server.url, key)
 
@@ -258,8 +262,7 @@ def test_an_interrupt_sent_after_a_lost_bus_connection_reaches_the_turn(
     restart, an idle timeout): its next send fails. Before, the notices of that
     send were dropped, so the turn running on the other process never heard of
     the interrupt and ran on until its model answered."""
-    stall = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
-    with FakeModel(echo, faults=[stall]) as fake:
+    with FakeModel(echo, faults=[STALLED]) as fake:
         group = Brains(postgres_run, tmp_path / "brains", fake, forker)
         try:
             runner, other = group.start(), group.start()
@@ -286,8 +289,7 @@ def test_an_interrupt_sent_while_the_turn_s_process_was_not_listening_reaches_th
     """The process running the turn lost its listening connection, and the
     interrupt's notice came while it connected again. Before, nothing looked
     for the interrupt in the log, so the turn ran on until its model answered."""
-    stall = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
-    with FakeModel(echo, faults=[stall]) as fake:
+    with FakeModel(echo, faults=[STALLED]) as fake:
         group = Brains(postgres_run, tmp_path / "brains", fake, forker)
         try:
             runner, other = group.start(), group.start()

@@ -186,19 +186,25 @@ def start_worker(
     return forker.fork(dict(os.environ), log, command)
 
 
+def _turn_served_by(sdk: anthropic.Anthropic, env_id: str, worker: Any, text: str) -> list[Any]:
+    """The events of a new session's turn on ``text``, its calls run by
+    ``worker`` (a ``stead worker``), which is stopped after."""
+    try:
+        session_id = session_on(sdk, env_id)
+        with sdk.beta.sessions.events.stream(session_id) as stream:
+            sdk.beta.sessions.events.send(session_id, events=[say(text)])  # type: ignore[list-item]
+            return until_idle(stream)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=WAIT)
+
+
 def test_a_multi_tool_turn_runs_in_stead_worker(
     sdk: anthropic.Anthropic, hosted: ServerProcess, tmp_path: Path, forker: ServeForker
 ) -> None:
     env_id, key = environment(sdk)
     worker = start_worker(forker, hosted, env_id, key, tmp_path / "work", tmp_path / "worker.log")
-    try:
-        session_id = session_on(sdk, env_id)
-        with sdk.beta.sessions.events.stream(session_id) as stream:
-            sdk.beta.sessions.events.send(session_id, events=[say("tools please")])  # type: ignore[list-item]
-            events = until_idle(stream)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=WAIT)
+    events = _turn_served_by(sdk, env_id, worker, "tools please")
     seen = kinds(events)
     assert seen.count("user.tool_result") == 6, (tmp_path / "worker.log").read_text()
     assert "agent.tool_result" not in seen
@@ -219,14 +225,7 @@ def test_the_worker_s_credentials_stay_out_of_its_commands(
     command += ("--workdir", str(tmp_path / "work"), "--max-idle", "1")
     given = {**os.environ, "STEAD_ENVIRONMENT_KEY": key, "STEAD_API_KEY": hosted.first_key}
     worker = forker.fork(given, tmp_path / "worker.log", command)
-    try:
-        session_id = session_on(sdk, env_id)
-        with sdk.beta.sessions.events.stream(session_id) as stream:
-            sdk.beta.sessions.events.send(session_id, events=[say("environ")])  # type: ignore[list-item]
-            events = until_idle(stream)
-    finally:
-        worker.terminate()
-        worker.wait(timeout=WAIT)
+    events = _turn_served_by(sdk, env_id, worker, "environ")
     results = [e for e in events if e.type == "user.tool_result"]
     assert len(results) == 1, (tmp_path / "worker.log").read_text()
     seen = results[0].content[0].text
