@@ -49,6 +49,9 @@ from tests.integration.helpers import message, new_session, sse_frames, wait_idl
 
 pytestmark = pytest.mark.postgres
 
+STALLED = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
+"""The model's answer to a message saying "stall" never comes (a turn held mid-flight)."""
+
 TOTAL = 60
 SERVERS = 3
 
@@ -67,10 +70,6 @@ def brains(
         yield group
     finally:
         group.close()
-
-
-STALLED = FaultRule(Stall(seconds=120), times=1, when=lambda r: "stall" in str(r.body))
-"""The model's answer to a message saying "stall" never comes (a turn held mid-flight)."""
 
 
 def _client(server: ServerProcess, key: str) -> anthropic.Anthropic:
