@@ -18,11 +18,12 @@ from stead.runtime.memories import MemoryKeeper, SearchHit
 from stead.runtime.models import ModelRouter
 from stead.runtime.mounts import SessionMounts
 from stead.runtime.sandboxconfig import sandbox_config
+from stead.runtime.served import SandboxView
 from stead.runtime.service import Runtime
 from stead.runtime.session_leases import keep_renewing
 from stead.runtime.sharedbus import SharedBus, open_bus
 from stead.runtime.skills import ResolvedSkills, SkillKeeper, check_skill_refs, resolve_skills
-from stead.runtime.toolbox import SandboxToolbox, SandboxView
+from stead.runtime.toolbox import SandboxToolbox
 from stead.runtime.webhook_endpoints import WebhookEndpoints
 from stead.runtime.webhook_signing import resealed
 from stead.runtime.webhook_targets import WebhookEgress

@@ -3,7 +3,8 @@
 credentials given to its sandbox (``ServedSecrets``), its staging. All of it
 goes at once (``drop``) when the sandbox is destroyed, by this process or
 (``SandboxToolbox.forget``) by another one: anything new held per sandbox
-belongs here, so that nothing outlives it."""
+belongs here, so that nothing outlives it. Also what a session's owner is
+shown of its sandbox (``SandboxView``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,27 @@ from dataclasses import dataclass
 
 import anyio
 
+from stead.jsonvalues import Json
 from stead.runtime.credentials import SessionCredentials
 from stead.runtime.memory_mounts import MemorySession
 from stead.sandbox import NoSandbox, Sandbox, SandboxConfig, SandboxProvider
+from stead.store import SandboxLease
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxView:
+    """A session's sandbox as its owner sees it."""
+
+    lease: SandboxLease | None
+    """None until the session's first tool call or terminal."""
+    host: Json | None
+    """The sandbox host's status of it (``state``, ``idle_seconds``,
+    ``processes``, ``terminals``, ``last_error``); None when the host holds no
+    such sandbox (never made, or destroyed) or could not be asked."""
+    active_seconds: float
+    """Awake time, all wakes together."""
+    error: str | None = None
+    """Why the host could not be asked."""
 
 
 @dataclass(frozen=True, slots=True)

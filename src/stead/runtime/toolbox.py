@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
 from typing import Protocol
@@ -33,7 +32,6 @@ from stead.harness import MEMORY_SEARCH
 from stead.jsonvalues import Json
 from stead.runtime import repositories
 from stead.runtime.credentials import SessionCredentials, UnreachableCredential
-from stead.runtime.deps import ToolsUnavailable
 from stead.runtime.files import FileKeeper
 from stead.runtime.keyed_locks import KeyedLocks
 from stead.runtime.memories import MemoryKeeper
@@ -43,13 +41,13 @@ from stead.runtime.memory_tool import MemorySearchTool
 from stead.runtime.mounts import MountsStore, SessionMounts, SkillFiles
 from stead.runtime.placements import SandboxPlacements
 from stead.runtime.repositories import CloneFailure
+from stead.runtime.sandbox_failures import sandbox_broken, sandbox_unavailable
 from stead.runtime.sandboxconfig import sandbox_config, session_networking
-from stead.runtime.served import HeldSandboxes, Served
+from stead.runtime.served import HeldSandboxes, SandboxView, Served
 from stead.runtime.session_leases import RENEWALS_PER_TTL, SessionLeases, renewing
 from stead.runtime.together import together
 from stead.runtime.webtools import WebTools
 from stead.sandbox import (
-    HostLost,
     HostUnreachable,
     NoSandbox,
     Sandbox,
@@ -85,22 +83,6 @@ DEFINITIONS: Mapping[str, Json] = MappingProxyType(
 )
 """The built-in tools and the memory search, which the harness offers to a
 session with memory stores."""
-
-
-@dataclass(frozen=True, slots=True)
-class SandboxView:
-    """A session's sandbox as its owner sees it."""
-
-    lease: SandboxLease | None
-    """None until the session's first tool call or terminal."""
-    host: Json | None
-    """The sandbox host's status of it (``state``, ``idle_seconds``,
-    ``processes``, ``terminals``, ``last_error``); None when the host holds no
-    such sandbox (never made, or destroyed) or could not be asked."""
-    active_seconds: float
-    """Awake time, all wakes together."""
-    error: str | None = None
-    """Why the host could not be asked."""
 
 
 class ToolboxStore(
@@ -433,8 +415,8 @@ class SandboxToolbox:
             return ToolOutcome([{"type": "text", "text": str(exc)}], True)
         except SandboxError as exc:
             if not exc.retryable:
-                return _broken(name, exc)
-            raise _unavailable(exc, reached=False) from exc
+                return sandbox_broken(name, exc)
+            raise sandbox_unavailable(exc, reached=False) from exc
         run = partial(tools.run_tool, name, tool_input, sandbox, op_key=op_key)
         renew = partial(self.renew, session_id)
         try:  # the lease renewed while it runs: a call in progress is activity
@@ -442,8 +424,8 @@ class SandboxToolbox:
         except (SandboxUnavailable, WorkspaceUnavailable) as exc:
             if exc.retryable:
                 reached = not isinstance(exc, (HostUnreachable, SandboxMoved))
-                raise _unavailable(exc, reached=reached) from exc
-            return _broken(name, exc)
+                raise sandbox_unavailable(exc, reached=reached) from exc
+            return sandbox_broken(name, exc)
         notes = self._held.notes.pop(session_id, [])
         served = self._held.served.get(session_id)
         if served is not None and name not in tools.IDEMPOTENT_TOOLS:
@@ -603,17 +585,3 @@ class SandboxToolbox:
         for sandbox in sandboxes:
             await sandbox.close()
         await self._provider.aclose()
-
-
-def _unavailable(exc: SandboxError, *, reached: bool) -> ToolsUnavailable:
-    return ToolsUnavailable(str(exc), reached=reached, host_lost=isinstance(exc, HostLost))
-
-
-def _broken(name: str, exc: SandboxError) -> ToolOutcome:
-    """The outcome of a call that found the sandbox unable to serve the session
-    for good: an error for the model and a ``session.error`` for the turn."""
-    message = f"the session's sandbox cannot be used: {exc}"
-    # A lost workspace never comes back (rule 6): the session ends. Packages
-    # or isolation an operator can fix end only the turn.
-    terminal = isinstance(exc, WorkspaceUnavailable)
-    return ToolOutcome([{"type": "text", "text": f"{name}: {message}"}], True, message, terminal)
