@@ -174,7 +174,7 @@ def test_tool_arguments_no_read_could_render_are_kept_as_unparsed_text(arguments
     ("finish", "stop_reason"),
     [
         ("stop", "end_turn"),
-        ("length", "end_turn"),
+        ("length", "max_tokens"),
         ("content_filter", "refusal"),
         (None, "end_turn"),
     ],
@@ -186,6 +186,20 @@ def test_an_openai_finish_reason_becomes_the_messages_api_stop_reason(
 
     answer = {"choices": [{"message": {"content": "no"}, "finish_reason": finish}]}
     assert from_chat(answer).stop_reason == stop_reason
+
+
+def test_an_openai_answer_cut_by_its_length_inside_a_tool_call_is_a_cut_call() -> None:
+    """As a Messages API answer cut by max_tokens: the last call's arguments read
+    only as far as they came, so the loop neither logs nor runs it; the calls
+    before it stand."""
+    from stead.harness.providers.openai import from_chat
+
+    whole = {"id": "c1", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
+    cut = {"id": "c2", "function": {"name": "bash", "arguments": '{"command": "rm -rf /ho'}}
+    answer = {"choices": [{"message": {"tool_calls": [whole, cut]}, "finish_reason": "length"}]}
+    response = from_chat(answer)
+    assert response.stop_reason == "max_tokens"
+    assert response.cut_call
 
 
 def test_an_agents_model_settings_are_in_the_request_only_when_set() -> None:

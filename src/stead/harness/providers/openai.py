@@ -27,9 +27,10 @@ from stead.telemetry import trace_headers
 
 RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
 MAX_ANSWER_BYTES = 64 * 1024 * 1024
-_STOP_REASONS = {"tool_calls": "tool_use", "content_filter": "refusal"}
-"""Messages API stop reasons of the finish reasons that say more than "the turn ended"."""
 """An answer's bound (it comes whole, not streamed)."""
+_STOP_REASONS = {"tool_calls": "tool_use", "content_filter": "refusal", "length": "max_tokens"}
+"""Messages API stop reasons of the finish reasons that say more than "the turn ended";
+"length" is max_tokens, so a tool call it cut is dropped (``ModelResponse.cut_call``)."""
 
 
 def _text(blocks: list[Json]) -> str:
