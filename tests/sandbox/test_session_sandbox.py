@@ -15,6 +15,8 @@ from typing import Any
 
 import anthropic
 import pytest
+import websockets
+from websockets.sync.client import connect
 
 from stead.testing import (
     Delay,
@@ -140,6 +142,32 @@ def test_deleting_the_session_erases_its_sandbox_and_every_snapshot(
         assert client.beta.sessions.delete(session_id).type == "session_deleted"
     for session_id in (released, leased):
         wait_for(partial(erased, host, session_id), f"erased: {session_id}")
+
+
+def test_archiving_the_session_destroys_its_sandbox_for_good(
+    client: anthropic.Anthropic, server: ServerProcess, host: HostProcess
+) -> None:
+    """An archived session takes no more turns nor terminals: its lease ends with
+    the archive (whose poke makes the sweeper destroy the sandbox at once) and a
+    terminal asked for after is refused, not given a sandbox made anew."""
+    session_id = tool_session(client)
+    assert bash_turn(client, session_id, "printf kept > note; cat note") == "kept"
+    client.beta.sessions.archive(session_id)
+    wait_for(lambda: sandbox_of(client, session_id)["lease"]["status"] == "destroyed", "destroyed")
+    assert sandbox_of(client, session_id)["lease"]["expiry_reason"] == "session_archived"
+    assert not workspace_on_host(host, session_id).exists()
+
+    assert server.first_key
+    url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/pty"
+    headers = {"x-api-key": server.first_key}
+    with (
+        connect(url, additional_headers=headers) as socket,
+        pytest.raises(websockets.ConnectionClosed),
+    ):
+        socket.recv(timeout=WAIT)
+    assert socket.close_code == 4503, socket.close_reason
+    assert sandbox_of(client, session_id)["lease"]["status"] == "destroyed"
+    assert not workspace_on_host(host, session_id).exists()
 
 
 def test_a_running_session_keeps_its_sandbox(client: anthropic.Anthropic, fake: FakeModel) -> None:

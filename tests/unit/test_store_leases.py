@@ -275,6 +275,25 @@ async def test_a_terminated_or_deleted_sessions_sandbox_is_never_revived(db: Db)
     assert not await store.renew_sandbox_lease(terminated.session_id, now=at(4))
 
 
+async def test_an_archived_sessions_lease_ends_with_it_and_is_never_taken_again(db: Db) -> None:
+    """Archived, a session takes no turns nor terminals again (nor is it ever
+    unarchived): a named condition, on every store, as a termination is."""
+    store = db.store
+    archived, late = await new_owner(store), await new_owner(store)
+    await acquire_session_sandbox(store, archived, T0)
+    await store.archive_session(archived.workspace_id, archived.session_id)
+    [expired] = await store.expire_sandbox_leases(now=at(1))
+    assert (expired.sandbox_id, expired.expiry_reason) == (
+        archived.session_id,
+        LeaseExpiry.SESSION_ARCHIVED,
+    )
+    await store.archive_session(late.workspace_id, late.session_id)
+    for owner in (archived, late):
+        with pytest.raises(SandboxLeaseEnded) as ended:
+            await acquire_session_sandbox(store, owner, at(2))
+        assert ended.value.reason == LeaseExpiry.SESSION_ARCHIVED
+
+
 async def test_an_archived_environment_refuses_its_shared_sandbox(db: Db) -> None:
     owner = await new_owner(db.store)
     await acquire_shared_sandbox(db.store, owner, T0)

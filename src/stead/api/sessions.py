@@ -119,7 +119,13 @@ async def update_session(
 async def archive_session(
     request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
-    record = await services(request).store.archive_session(who.workspace_id, session_id)
+    app = services(request)
+    record = await app.store.archive_session(who.workspace_id, session_id)
+    # Archived, it takes no more turns nor terminals: its sandbox goes as a
+    # terminated session's does (its lease ends with the archive).
+    await app.sandboxes.session_ended(session_id)
+    if app.sweeper is not None:
+        app.sweeper.poke()
     return JSONResponse(_json(record))
 
 

@@ -73,7 +73,7 @@ async def terminate_session(
     app = services(request)
     logged = await app.store.terminate_session(who.workspace_id, session_id, [])
     app.bus.publish(session_id, logged)
-    await app.sandboxes.session_terminated(session_id)
+    await app.sandboxes.session_ended(session_id)
     if app.sweeper is not None:
         app.sweeper.poke()  # its lease ends now: the sandbox goes at once
     record = await app.store.get_session(who.workspace_id, session_id)

@@ -1,7 +1,7 @@
 """The lease sweeper: expires sandbox leases and destroys their sandboxes (DESIGN rule 9).
 
 Each round expires, in one store transaction, every lease whose TTL passed or
-whose condition holds (session terminated or deleted, environment archived),
+whose condition holds (session terminated, archived or deleted, environment archived),
 then destroys the sandbox of every expired lease through the injected
 ``destroy`` callback and records it destroyed. A destroy that fails or overruns
 its timeout is logged and tried again next round; it never stops the loop. The

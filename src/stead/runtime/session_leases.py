@@ -1,6 +1,6 @@
 """The lease a session's sandbox is held by (DESIGN rule 9): its terms, and
 taking it, which every tool call and terminal does. A lease that ended for
-good (the session terminated or deleted, its environment archived) or a
+good (the session terminated, archived or deleted, its environment archived) or a
 limit reached stops the tools with ``NoSandbox``, whose text the model reads."""
 
 from __future__ import annotations

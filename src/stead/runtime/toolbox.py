@@ -532,11 +532,11 @@ class SandboxToolbox:
             except (SandboxError, OSError) as exc:  # the deletion stands all the same
                 log.warning("session %s deleted; its sandbox was not: %s", session_id, exc)
 
-    async def session_terminated(self, session_id: str) -> None:
-        """Its sandbox goes now when no lease binds it (``unsafe_local``): a
-        terminated session never runs again, and its outputs were filed at the
-        end of its last turn. A leased one's lease ended with the session; the
-        sweeper destroys it."""
+    async def session_ended(self, session_id: str) -> None:
+        """The session was terminated or archived: its sandbox goes now when no
+        lease binds it (``unsafe_local``), as such a session never runs again
+        and its outputs were filed at the end of its last turn. A leased one's
+        lease ended with the session; the sweeper destroys it."""
         if self._provider.leased:
             return
         async with self._sandbox_locks.hold(session_id):
@@ -544,9 +544,7 @@ class SandboxToolbox:
             try:
                 await self._provider.release(session_id)
             except (SandboxError, OSError) as exc:  # the termination stands all the same
-                log.warning(
-                    "session %s terminated; its sandbox was not released: %s", session_id, exc
-                )
+                log.warning("session %s ended; its sandbox was not released: %s", session_id, exc)
 
     async def forget(self, sandbox_id: str, incarnation: str) -> None:
         """Another process destroyed the sandbox of the lease that started at

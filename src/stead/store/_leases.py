@@ -4,7 +4,7 @@ A lease binds a deterministic sandbox id to what the sandbox serves. Acquire
 inserts with ON CONFLICT DO NOTHING and then reads the row under a row lock, so
 any number of concurrent acquires of one id, from any connection or process,
 leave exactly one row. Expiry conditions are read from the sessions and
-environments rows themselves (``terminated_at``, a deleted row, ``archived_at``),
+environments rows themselves (``terminated_at`` or ``archived_at``, a deleted row),
 never copied into the lease, so they cannot go stale.
 """
 
@@ -104,8 +104,8 @@ def _locked(conn: Connection, sandbox_id: str) -> SandboxLease | None:
     return _record(rows[0]) if rows else None
 
 
-def _terminated_statement() -> Any:
-    return select(sessions.c.terminated_at).where(
+def _session_ended_statement() -> Any:
+    return select(sessions.c.terminated_at, sessions.c.archived_at).where(
         sessions.c.id == bindparam("session_id"),
         sessions.c.workspace_id == bindparam("workspace_id"),
     )
@@ -123,13 +123,15 @@ def _ended_reason(
 ) -> LeaseExpiry | None:
     """The condition that rules the sandbox out now, if one holds."""
     if session_id is not None:
-        found = compiled(conn, "sessions.terminated_at", _terminated_statement).fetch(
+        found = compiled(conn, "sessions.ended_at", _session_ended_statement).fetch(
             conn, {"session_id": session_id, "workspace_id": workspace_id}
         )
         if not found:
             return LeaseExpiry.SESSION_DELETED
         if found[0].terminated_at is not None:
             return LeaseExpiry.SESSION_TERMINATED
+        if found[0].archived_at is not None:
+            return LeaseExpiry.SESSION_ARCHIVED
     environment = compiled(conn, "environments.archived_at", _archived_statement).fetch(
         conn, {"environment_id": environment_id, "workspace_id": workspace_id}
     )
@@ -291,6 +293,8 @@ def _expiry(row: Any) -> LeaseExpiry:
         return LeaseExpiry.SESSION_DELETED
     if row.session_id is not None and row.terminated_at is not None:
         return LeaseExpiry.SESSION_TERMINATED
+    if row.session_id is not None and row.session_archived_at is not None:
+        return LeaseExpiry.SESSION_ARCHIVED
     if row.live_environment is None or row.archived_at is not None:
         return LeaseExpiry.ENVIRONMENT_ARCHIVED
     return LeaseExpiry.TTL
@@ -310,13 +314,18 @@ def expire_all(conn: Connection, now: datetime) -> list[SandboxLease]:
     )
     session_gone = and_(
         leases.session_id.is_not(None),
-        or_(sessions.c.id.is_(None), sessions.c.terminated_at.is_not(None)),
+        or_(
+            sessions.c.id.is_(None),
+            sessions.c.terminated_at.is_not(None),
+            sessions.c.archived_at.is_not(None),
+        ),
     )
     stmt = (
         select(
             sandbox_leases,
             sessions.c.id.label("live_session"),
             sessions.c.terminated_at,
+            sessions.c.archived_at.label("session_archived_at"),
             environments.c.id.label("live_environment"),
             environments.c.archived_at,
         )

@@ -63,7 +63,7 @@ class Conflict(StoreError):
 
 
 class SandboxLeaseEnded(Conflict):
-    """Acquire refused: the sandbox's session was terminated or deleted, or its
+    """Acquire refused: the sandbox's session was terminated, archived or deleted, or its
     environment archived or deleted. ``reason`` is a ``LeaseExpiry`` value."""
 
     def __init__(self, sandbox_id: str, reason: str) -> None:

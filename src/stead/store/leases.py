@@ -23,6 +23,8 @@ class LeaseExpiry(enum.StrEnum):
 
     TTL = "ttl"
     SESSION_TERMINATED = "session_terminated"
+    SESSION_ARCHIVED = "session_archived"
+    """Archived sessions take no more turns, terminals or files, and are never unarchived."""
     SESSION_DELETED = "session_deleted"
     ENVIRONMENT_ARCHIVED = "environment_archived"
     """The environment was archived or deleted."""
@@ -126,7 +128,7 @@ class LeaseStore(Protocol):
 
     async def expire_sandbox_leases(self, *, now: datetime | None = None) -> list[SandboxLease]:
         """Expires, in one transaction, every active lease whose TTL passed, whose
-        session is terminated or deleted, or whose environment is archived or
+        session is terminated, archived or deleted, or whose environment is archived or
         deleted; returns them. A named condition wins over ``ttl`` when both hold."""
         ...
 

@@ -31,6 +31,8 @@ def _ended_reason(
             return LeaseExpiry.SESSION_DELETED
         if session.terminated_at is not None:
             return LeaseExpiry.SESSION_TERMINATED
+        if session.archived_at is not None:
+            return LeaseExpiry.SESSION_ARCHIVED
     environment = t.environments.get(environment_id)
     if environment is None or environment.workspace_id != workspace_id:
         return LeaseExpiry.ENVIRONMENT_ARCHIVED
