@@ -19,7 +19,9 @@ from sqlalchemy import Connection, text
 from stead.jsonvalues import INT_MAX, dumps_checked, problem, repaired
 from stead.store.base import IntegrityFinding as Finding
 
-JSON_COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+JsonColumns = tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
+"""(table, primary key, JSON columns) of tables that store JSON."""
+JSON_COLUMNS: JsonColumns = (
     ("agent_versions", ("agent_id", "version"), ("definition",)),
     ("environments", ("id",), ("config", "metadata")),
     ("sessions", ("id",), ("agent", "metadata", "vault_ids", "budget", "resources", "usage")),
@@ -43,12 +45,15 @@ def check(conn: Connection, *, repair: bool) -> list[Finding]:
     return _engine_findings(conn) + json_findings(conn, repair=repair)
 
 
-def json_findings(conn: Connection, *, repair: bool) -> list[Finding]:
-    """The unrenderable JSON values only (what the ``0004`` migration repairs)."""
+def json_findings(
+    conn: Connection, *, repair: bool, tables: JsonColumns = JSON_COLUMNS
+) -> list[Finding]:
+    """The unrenderable JSON values only (what the ``0004`` migration repairs, in
+    the ``tables`` of its own schema)."""
     if conn.dialect.name != "sqlite":
         return []
     findings = []
-    for table, key, columns in JSON_COLUMNS:
+    for table, key, columns in tables:
         for column in columns:
             findings += _column_findings(conn, table, key, column, repair=repair)
     return findings

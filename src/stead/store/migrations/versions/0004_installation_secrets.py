@@ -20,6 +20,17 @@ from alembic import op
 
 from stead.store._integrity import json_findings
 
+SCHEMA_JSON_COLUMNS = (
+    ("agent_versions", ("agent_id", "version"), ("definition",)),
+    ("environments", ("id",), ("config", "metadata")),
+    ("sessions", ("id",), ("agent", "metadata", "vault_ids", "budget", "resources", "usage")),
+    ("events", ("session_id", "seq"), ("body",)),
+    ("pending", ("session_id", "id"), ("body",)),
+    ("ops", ("op_key",), ("result",)),
+)
+"""The JSON columns as of this revision: ``_integrity.JSON_COLUMNS`` follows the
+newest schema, which may name tables or columns a database at 0003 lacks."""
+
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
@@ -37,7 +48,7 @@ def upgrade() -> None:
     created = datetime.now(UTC).replace(tzinfo=None)  # as UTCDateTime stores it on SQLite
     row = {"name": "page_cursors", "value": secrets.token_bytes(32), "created_at": created}
     op.bulk_insert(table, [row])
-    json_findings(op.get_bind(), repair=True)
+    json_findings(op.get_bind(), repair=True, tables=SCHEMA_JSON_COLUMNS)
 
 
 def downgrade() -> None:
