@@ -123,6 +123,12 @@ def end_to_end(headers: Headers) -> Headers:
 
 def _request(target: Target, request: h11.Request, headers: Headers, *, close: bool) -> h11.Request:
     headers = [(b"host", target.authority), *(h for h in headers if h[0] != b"host")]
+    if any(name == b"transfer-encoding" for name, _ in headers):
+        # h11 read the body by its chunks; an origin that reads a Content-Length
+        # sent beside them would take the rest of the body for a request of the
+        # sandbox's own and the proxy's next request, credential and all, for its
+        # body (RFC 9112 6.3: a proxy forwards such a message without it).
+        headers = [h for h in headers if h[0] != b"content-length"]
     upgrade = _upgrade(request)
     if upgrade:
         headers += [(b"connection", b"upgrade"), *upgrade]
