@@ -5,8 +5,11 @@ a host the brain started and gave up on is not left running."""
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +24,8 @@ from stead.testing import HostProcess, ServeForker
 
 COMMAND_TIMEOUT = 60.0
 STOP_SECONDS = 30.0
+SERVICE_OPEN_FILES = 1024
+"""The soft limit on open files a service manager (systemd) starts a process with."""
 
 
 def _host_env(root: Path, **more: str) -> dict[str, str]:
@@ -155,3 +160,44 @@ async def test_a_host_that_exits_at_once_is_not_waited_for(tmp_path: Path) -> No
         assert "STEAD_SANDBOX_HOST_TOKEN" in (state_dir / "host.log").read_text()
     finally:
         await provider.aclose()
+
+
+def _soft_open_files(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            return int(line.split()[3])
+    raise AssertionError("no open files limit")
+
+
+def test_the_host_takes_all_the_open_files_it_may(tmp_path: Path) -> None:
+    """Every connection through a sandbox's egress proxy holds two of the
+    host's descriptors, up to 256 per sandbox: before, a host started with the
+    soft limit of a service manager kept it, and two sandboxes' connections
+    left every other sandbox's proxy 'Too many open files' (a 502)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= SERVICE_OPEN_FILES:
+        pytest.skip(f"the hard limit on open files is {hard}: nothing to raise")
+
+    def as_a_service() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (SERVICE_OPEN_FILES, hard))
+
+    socket_path = tmp_path / "state" / "host.sock"
+    env = _host_env(tmp_path, STEAD_SANDBOX_HOST=str(socket_path))
+    # A fresh interpreter, not a fork of the forker: it starts with the limit given.
+    host = subprocess.Popen(
+        [sys.executable, "-m", "stead", "sandbox-host"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=as_a_service,
+    )
+    try:
+        deadline = time.monotonic() + COMMAND_TIMEOUT
+        while not socket_path.is_socket():  # listening: its start is behind it
+            assert host.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        assert _soft_open_files(host.pid) > SERVICE_OPEN_FILES
+    finally:
+        host.terminate()
+        host.wait(STOP_SECONDS)
