@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import ssl
 import stat
@@ -35,7 +36,7 @@ from stead.sandbox_host.egress import (
     Secrets,
 )
 from stead.testing import serve_origin
-from tests.unit.test_egress_proxy import echo, limited, serving
+from tests.unit.test_egress_proxy import echo, eventually, limited, read_head, serving
 
 pytestmark = pytest.mark.anyio
 
@@ -389,3 +390,31 @@ def test_a_streamed_answer_is_held_back_only_where_a_value_may_begin() -> None:
     sent = [scrubber.feed(chunk) for chunk in chunks]
     assert sent == [b"data: 1\n\n", b"data: ", PLACEHOLDER + b"\n\n", b"x"]
     assert scrubber.flush() == SECRET[:3]  # the end of the answer: not a value after all
+
+
+async def test_what_a_sandbox_sends_does_not_grow_the_hosts_log(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every request is in the sandbox's audit log; before, a denied one and a
+    TLS handshake that failed were each a line of the host's log at its default
+    level (info) too: a sandbox asking in a loop filled the host's disk."""
+    caplog.set_level(logging.INFO)
+    path = workdir / "proxy.sock"
+    async with https_origin(test_ca) as origin, proxy(path, tls, Secrets(), "api.test") as running:
+        for _ in range(10):
+            async with await anyio.connect_unix(str(path)) as stream:
+                await stream.send(b"CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+                assert (await read_head(stream))[0] == 403
+            async with await anyio.connect_unix(str(path)) as stream:
+                authority = f"api.test:{origin.port}"
+                await stream.send(
+                    f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()
+                )
+                assert (await read_head(stream))[0] == 200
+                distrusting = ssl.create_default_context()  # not the egress CA
+                with contextlib.suppress(ssl.SSLError, anyio.BrokenResourceError):
+                    await TLSStream.wrap(stream, hostname="api.test", ssl_context=distrusting)
+        audit = running.audit
+        assert audit is not None
+        await eventually(lambda: len(audit.read()) == 20)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("stead")] == []

@@ -111,8 +111,9 @@ class Interception:
                     client, server_side=True, ssl_context=context, standard_compatible=False
                 )
         except (TimeoutError, *_BROKEN) as exc:
-            # Most often the client does not trust the egress CA.
-            log.info("egress TLS from the sandbox to %s failed: %s", target.host, exc)
+            # Most often the client does not trust the egress CA. Debug only, as
+            # the sandbox chooses how often (the audit log has each).
+            log.debug("egress TLS from the sandbox to %s failed: %s", target.host, exc)
             self._record(Exchange(target.host, target.port, "CONNECT", error="client TLS failed"))
             return None
 
