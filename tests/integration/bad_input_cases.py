@@ -84,6 +84,7 @@ META_17 = {f"k{i}": "v" for i in range(17)}
 KEY_65 = {"k" * 65: "v"}
 VALUE_513 = {"k": "v" * 513}
 LIMITED_BAD_HOST = {"type": "limited", "allowed_hosts": ["not a host"]}
+LIMITED_LONG_LABEL = {"type": "limited", "allowed_hosts": ["a" * 64 + ".example.com"]}
 RUBRIC = {"type": "text", "content": "c"}
 OUTCOME = {"type": "user.define_outcome", "description": "d", "rubric": RUBRIC}
 HUGE = 10**20
@@ -292,6 +293,9 @@ CASES = [
          body={"name": "n", "config": {"type": "cloud", "networking": {"type": "sometimes"}}}),
     Case("envs-create-bad-allowed-host", 400, "POST", E, "allowed_hosts",
          body={"name": "n", "config": {"type": "cloud", "networking": LIMITED_BAD_HOST}}),
+    # A 64-character label: taken before, then refused by the egress proxy at every tool call.
+    Case("envs-create-allowed-host-long-label", 400, "POST", E, "allowed_hosts",
+         body={"name": "n", "config": {"type": "cloud", "networking": LIMITED_LONG_LABEL}}),
     Case("envs-create-unknown-scope", 400, "POST", E, "scope", body={"name": "n", "scope": "moon"}),
     Case("envs-create-unknown-field", 400, "POST", E, "region", body={"name": "n", "region": "eu"}),
     Case("envs-create-metadata-17-pairs", 400, "POST", E, "metadata",

@@ -216,6 +216,15 @@ BAD_CREDENTIALS: list[tuple[dict[str, Any], str]] = [
         {"auth": {**_env_var(), "networking": {"type": "limited", "allowed_hosts": ["::1"]}}},
         "auth.networking.allowed_hosts.0",
     ),
+    (  # a 64-character label, which the egress proxy refuses
+        {
+            "auth": {
+                **_env_var(),
+                "networking": {"type": "limited", "allowed_hosts": ["a" * 64 + ".example"]},
+            }
+        },
+        "auth.networking.allowed_hosts.0",
+    ),
     ({"auth": _oauth(expires_at="2001-01-01T00:00:00Z")}, "auth.expires_at"),
     ({"auth": _oauth(expires_at="9999-12-31T23:59:59-05:00")}, "auth.expires_at"),
     ({"auth": _bearer(), "display_name": "n" * 256}, "display_name"),

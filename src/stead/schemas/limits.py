@@ -15,9 +15,11 @@ METADATA_MAX_PAIRS = 16
 METADATA_MAX_KEY = 64
 METADATA_MAX_VALUE = 512
 HOST_NAME = re.compile(
-    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}[A-Za-z0-9])?)*$"
+    r"^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$"
 )
-"""A host name, or a ``*.`` wildcard over one (an allowlist entry)."""
+"""A host name, or a ``*.`` wildcard over one (an allowlist entry); labels of at
+most 63 characters, as DNS and the egress rules (``stead.egress_policy``) take
+them: an entry they refuse would fail every tool call of its sessions."""
 MAX_URL_CHARS = 2048
 
 
