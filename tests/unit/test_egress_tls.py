@@ -345,6 +345,21 @@ async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_req
     assert "x-api-key" not in second["headers"]
 
 
+async def test_a_policy_replaced_while_a_tunnel_is_open_applies_to_its_next_request(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA
+) -> None:
+    path = workdir / "proxy.sock"
+    async with https_origin(test_ca) as origin, proxy(path, tls, Secrets(), "api.test") as running:
+        stream = await open_tunnel(path, "api.test", origin.port, tls)
+        async with stream:
+            conn = h11.Connection(h11.CLIENT)
+            assert (await request(stream, conn, "GET", "/one", "api.test"))[0] == 200
+            running.policy = limited("other.test")  # the environment was updated
+            status, text = await request(stream, conn, "GET", "/two", "api.test")
+    assert status == 403 and b"not in the environment's allowed_hosts" in text
+    assert [seen["target"] for seen in origin.seen] == ["/one"]
+
+
 async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
     workdir: Path, tls: EgressTls, test_ca: trustme.CA
 ) -> None:

@@ -204,10 +204,15 @@ class SandboxToolbox:
         if not renewed:
             await self.renew(session_id)
         async with self._sandbox_locks.hold(session_id):
+            before = self._held.served.get(session_id)
+            # Read on every call, not only the first: an environments.update
+            # reaches a sandbox given out before it with its next call (its
+            # networking at once), as it reaches a session created after it.
+            config = await self._serve(session_id)
             async with self._lock:
                 found = self._held.handles.get(session_id)
-                if found is None:
-                    config = await self._serve(session_id)
+                if found is None or before is None or before.config != config:
+                    # The old handle is not closed: a call in flight may hold it.
                     with self._telemetry.sandbox_acquire(session_id):
                         found = await self._provider.acquire(session_id, config)
                     self._held.handles[session_id] = found
@@ -326,6 +331,9 @@ class SandboxToolbox:
             self._held.served[session_id] = served
             self._held.secrets.mark_stale(session_id)
             self._held.stale_mounts.add(session_id)
+        elif served.config != config:  # the environment was updated since
+            served = dataclasses.replace(served, config=config)
+            self._held.served[session_id] = served
         await self._held.secrets.give(served)
         return config
 

@@ -291,7 +291,8 @@ class HostedSandbox(SandboxCommands):
         task_status: TaskStatus[BwrapBody],
     ) -> None:
         """Owns the body and its egress proxy until stopped or the body dies."""
-        policy = EgressPolicy.from_config(self.config.networking)
+        networking = self.config.networking
+        policy = EgressPolicy.from_config(networking)
         try:
             with anyio.CancelScope() as scope:
                 self._keeper = scope
@@ -311,6 +312,8 @@ class HostedSandbox(SandboxCommands):
                     run_body(spec, cgroup) as body,
                 ):
                     self._proxy = proxy
+                    if self.config.networking != networking:  # reconfigured while starting
+                        proxy.policy = EgressPolicy.from_config(self.config.networking)
                     task_status.started(body)
                     await body.channel.closed.wait()
                     log.warning("sandbox %s stopped on its own", self.id)
@@ -572,6 +575,15 @@ class HostedSandbox(SandboxCommands):
             self._clock.monotonic() - self._active_since if self._active_since is not None else 0
         )
         return self._active_recorded + current
+
+    def reconfigure(self, config: SandboxConfig) -> None:
+        """The config of the latest acquire. Its ``networking`` applies to the
+        running egress proxy at once (the next request, in open tunnels too):
+        an environment's update must not wait for a wake that a busy sandbox
+        may never reach. The rest (limits, packages) applies at the next wake."""
+        if self._proxy is not None and config.networking != self.config.networking:
+            self._proxy.policy = EgressPolicy.from_config(config.networking)
+        self.config = config
 
     def set_credentials(self, generation: int, secrets: Secrets, variables: dict[str, str]) -> None:
         """What the egress proxy may inject from now on, running or next wake, and

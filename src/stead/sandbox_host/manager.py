@@ -132,7 +132,8 @@ class SandboxManager:
         self, sandbox_id: str, config: SandboxConfig, placement: int | None = None
     ) -> HostedSandbox:
         """The sandbox, created if new (or destroyed before); its config follows
-        the latest acquire, applied at its next wake. With ``placement`` (its
+        the latest acquire (``HostedSandbox.reconfigure``: networking at once,
+        the rest at its next wake). With ``placement`` (its
         lease's), a copy of an earlier one takes the latest snapshot's workspace
         (``_place``); a later one raises ``SandboxMoved``."""
         _check_id(sandbox_id)
@@ -143,7 +144,7 @@ class SandboxManager:
             if found is None:
                 found = await self._make(sandbox_id, config)
             elif found.config != config:
-                found.config = config
+                found.reconfigure(config)
                 await self._catalogue.set_config(sandbox_id, config.to_json())
             if placement is not None and found.placement != placement:
                 await self._place(found, placement)

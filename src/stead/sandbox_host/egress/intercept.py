@@ -22,7 +22,13 @@ import h11
 from anyio.abc import ByteStream
 from anyio.streams.tls import TLSStream
 
-from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout, normalize_host
+from stead.egress_policy import (
+    EgressError,
+    EgressPolicy,
+    UpstreamFailed,
+    UpstreamTimeout,
+    normalize_host,
+)
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.errors import BadRequest
 from stead.sandbox_host.egress.origin import Bodies, forward
@@ -68,6 +74,7 @@ class Interception:
     def __init__(
         self,
         tls: EgressTls,
+        policy: Callable[[], EgressPolicy],
         secrets: Callable[[], Secrets],
         audit: AuditLog | None,
         *,
@@ -77,6 +84,7 @@ class Interception:
         bodies: Bodies,
     ) -> None:
         self.tls = tls
+        self.policy = policy
         self.secrets = secrets
         self.audit = audit
         self.connect_timeout = connect_timeout
@@ -172,6 +180,9 @@ class Interception:
         method = request.method.decode("ascii", "replace")
         exchange = Exchange(target.host, target.port, method)
         try:
+            # Each request, not only the CONNECT: a policy replaced since (the
+            # environment was updated) applies in a kept-alive tunnel too.
+            self.policy().check_host(target.host)
             return await forward(
                 inside,
                 conn,

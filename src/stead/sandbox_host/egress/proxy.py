@@ -288,6 +288,7 @@ class EgressProxy:
         assert self.tls is not None
         return Interception(
             self.tls,
+            lambda: self.policy,
             lambda: self.secrets,
             self.audit,
             connect_timeout=self.connect_timeout,

@@ -1,0 +1,107 @@
+"""An environment's ``networking`` as a session's sandbox lives it, through the
+official SDK against a real ``stead serve`` and a real sandbox host: what bash
+inside may reach, before and after ``environments.update``. The hosts are
+names pinned to an HTTP server on loopback (``STEAD_EGRESS_HOSTS``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
+from tests.conftest import loop_env, sdk_of
+from tests.sandbox.conftest import bash_turn, requires_isolation, shell
+
+pytestmark = requires_isolation
+
+NAMES = ("first.net.test", "second.net.test")
+
+
+@pytest.fixture(scope="module")
+def web() -> Iterator[int]:
+    """An HTTP server on loopback that answers ``reached``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"reached")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[ServerProcess]:
+    root = tmp_path_factory.mktemp("networking")
+    pinned = {"STEAD_EGRESS_HOSTS": json.dumps(dict.fromkeys(NAMES, "127.0.0.1"))}
+    host = HostProcess(root / "state", env=pinned, forker=forker).start()
+    try:
+        with FakeModel(shell) as fake:
+            env = loop_env(fake, **host.settings_env)
+            started = ServerProcess(root / "data", env=env, forker=forker).start()
+            try:
+                yield started
+            finally:
+                started.stop()
+    finally:
+        host.stop()
+
+
+def _limited(*hosts: str) -> dict[str, Any]:
+    return {"type": "cloud", "networking": {"type": "limited", "allowed_hosts": list(hosts)}}
+
+
+def _session(client: anthropic.Anthropic, environment_id: str) -> str:
+    agent = client.beta.agents.create(
+        name="net", model="claude-sonnet-4-6", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    return client.beta.sessions.create(agent=agent.id, environment_id=environment_id).id
+
+
+def _reached(client: anthropic.Anthropic, session_id: str, port: int) -> list[str]:
+    """Which of ``NAMES`` bash in the session's sandbox reaches through its proxy."""
+    probes = "; ".join(
+        f'curl -s -m 10 http://{name}:{port}/ | grep -q reached && echo "got {name}"'
+        for name in NAMES
+    )
+    output = bash_turn(client, session_id, f"{probes}; true")
+    return [line.removeprefix("got ") for line in output.split() if line in NAMES]
+
+
+def test_an_update_reaches_the_awake_sandbox_of_an_earlier_session(
+    server: ServerProcess, web: int
+) -> None:
+    with sdk_of(server) as client:
+        environment = client.beta.environments.create(
+            name=f"net-{uuid.uuid4().hex[:8]}", config=_limited(NAMES[0])
+        )
+        earlier = _session(client, environment.id)
+        assert _reached(client, earlier, web) == [NAMES[0]]
+
+        client.beta.environments.update(environment.id, config=_limited(NAMES[1]))
+        # The earlier session's sandbox is still awake: the update applies to
+        # its next call, as to a session created now, not at some later wake.
+        assert _reached(client, earlier, web) == [NAMES[1]]
+        assert _reached(client, _session(client, environment.id), web) == [NAMES[1]]
+
+        client.beta.environments.update(
+            environment.id, config={"type": "cloud", "networking": {"type": "unrestricted"}}
+        )
+        assert _reached(client, earlier, web) == list(NAMES)
