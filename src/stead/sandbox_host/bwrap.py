@@ -58,11 +58,13 @@ BOOT = "import sys; sys.path.insert(0, '/run/stead/lib'); import init; init.main
 """Imports the supervisor, so its precompiled bytecode is used (``install_supervisor``)."""
 """Read by every Python 3 the sandbox may have, whatever the host's default."""
 LAUNCHER = (
-    'n=$1; shift; while [ "$n" -gt 0 ]; do'
+    '[ "$1" = - ] || ulimit -S -n "$1" || exit 125; shift;'
+    ' n=$1; shift; while [ "$n" -gt 0 ]; do'
     ' echo 0 >"$1" || { echo "cannot join the sandbox cgroup at $1" >&2; exit 125; };'
     ' shift; n=$((n - 1)); done; exec "$@"'
 )
-"""Runs ``N FILE... COMMAND...``: moves itself into the cgroup through each of
+"""Runs ``LIMIT N FILE... COMMAND...``: sets its soft limit on open files to
+LIMIT (``-``: keeps the host's), moves itself into the cgroup through each of
 the N files, then execs the command; exits 125 without running it otherwise."""
 
 
@@ -90,6 +92,9 @@ class BodySpec:
     """Host directory holding the CA bundle the sandbox trusts (``egress.trust``):
     mounted read-only at /run/stead/ca, its bundle over the system bundles.
     None: the sandbox trusts the system's CAs only (its TLS is not terminated)."""
+    open_files: int | None = None
+    """The soft limit on open files of the sandbox's processes
+    (``HostOptions.sandbox_open_files``); None: the host's own."""
 
 
 def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[str]:
@@ -283,7 +288,8 @@ async def run_body(spec: BodySpec, cgroup: SandboxCgroup) -> AsyncIterator[Bwrap
         argv = bwrap_argv(spec, fds, sandbox_end.fileno())
         # uvloop's spawn cannot change users, so the launcher drops to the
         # sandbox uid itself, with setpriv (util-linux), once it is in the cgroup.
-        launcher = ["/bin/sh", "-c", LAUNCHER, "stead-sandbox", *_cgroup_joins(cgroup)]
+        limit = "-" if spec.open_files is None else str(spec.open_files)
+        launcher = ["/bin/sh", "-c", LAUNCHER, "stead-sandbox", limit, *_cgroup_joins(cgroup)]
         launcher += ["setpriv", f"--reuid={spec.uid}", f"--regid={spec.uid}", "--clear-groups"]
         process = await anyio.open_process(
             launcher + argv,

@@ -67,6 +67,10 @@ class HostOptions:
     """More CAs the egress proxy trusts for origins (``STEAD_EGRESS_EXTRA_CA_FILE``)."""
     proxy_connect_timeout: float = 10.0
     proxy_idle_timeout: float = 600.0
+    sandbox_open_files: int | None = None
+    """The soft limit on open files of every sandbox's processes: the one the
+    host started with, before it raised its own (``server.py``); None: as the
+    host's."""
 
     @property
     def socket_path(self) -> Path:

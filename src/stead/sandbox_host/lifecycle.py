@@ -273,6 +273,7 @@ class HostedSandbox(SandboxCommands):
             lib_dir=self._options.work_dir / "lib",
             ca_dir=self._options.work_dir / "ca",
             bwrap=self._options.bwrap,
+            open_files=self._options.sandbox_open_files,
         )
         self._keeper_done = anyio.Event()
         self._body = await self._tasks.start(self._keep, spec, cgroup, self._keeper_done)

@@ -151,6 +151,7 @@ class PackageCache:
             packages_writable=True,
             lib_dir=options.work_dir / "lib",
             bwrap=options.bwrap,
+            open_files=options.sandbox_open_files,
         )
         env = sandbox_environment(installer_env(options), network=True)
         cgroup = await to_thread.run_sync(self._cgroups.create, f"pkg-{key[:16]}", INSTALL_LIMITS)

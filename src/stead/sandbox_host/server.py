@@ -10,9 +10,11 @@ records its result under its op key, which the restarted brain collects.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
+import resource
 import secrets
 import shutil
 import socket
@@ -77,6 +79,7 @@ async def serve_host(
     _check_socket(options)
     _make_directory(options.state_dir, 0o700, "STEAD_SANDBOX_HOST_STATE_DIR")
     _make_directory(options.work_dir, 0o711, "STEAD_SANDBOX_WORK_DIR")
+    options = _raise_open_files(options)
     with (
         _single_instance(options),
         contextlib.closing(Catalogue.open(options.state_dir / "catalogue.sqlite3")) as catalogue,
@@ -277,6 +280,24 @@ async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool
 
 def _socket_setting(options: HostOptions) -> str:
     return "STEAD_SANDBOX_HOST" if options.socket else "STEAD_SANDBOX_HOST_STATE_DIR"
+
+
+def _raise_open_files(options: HostOptions) -> HostOptions:
+    """Raises the host's soft limit on open files to its hard limit; ``options``
+    with the soft limit it had, which sandboxes keep. Each egress proxy holds
+    two files per connection, up to ``MAX_CONNECTIONS`` a sandbox: under the
+    1024 a service manager gives by default, two sandboxes opening tunnels left
+    the host unable to open a file for any other (no wake, no call, no snapshot)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or options.sandbox_open_files is not None:
+        return options
+    if hard == resource.RLIM_INFINITY:  # the kernel caps it at fs.nr_open
+        hard = int(Path("/proc/sys/fs/nr_open").read_text())
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, hard), hard))
+    except (OSError, ValueError) as exc:
+        log.warning("the limit on open files stays at %d: %s", soft, exc)
+    return dataclasses.replace(options, sandbox_open_files=soft)
 
 
 def _check_socket(options: HostOptions) -> None:
