@@ -172,3 +172,23 @@ def test_an_account_scope_is_refused(client: anthropic.Anthropic) -> None:
     made = client.beta.environments.create(name=f"s-{uuid.uuid4().hex[:8]}", scope="organization")  # type: ignore[call-arg]
     with pytest.raises(anthropic.BadRequestError, match="scope"):
         client.beta.environments.update(made.id, scope="account")  # type: ignore[call-arg]
+
+
+def test_an_ipv6_address_is_an_allowed_host(client: anthropic.Anthropic) -> None:
+    """The egress proxy enforces IPv6 addresses as it does IPv4 ones; the API
+    refused them as "not a host name or address"."""
+    hosts = ["2001:db8::1", "[2001:db8::2]", "192.0.2.1"]
+    made = client.beta.environments.create(
+        name=_name(),
+        config={"type": "cloud", "networking": {"type": "limited", "allowed_hosts": hosts}},
+    )
+    assert made.config.networking.allowed_hosts == hosts  # type: ignore[union-attr]
+    for wrong in ("[2001:db8::1]:443", "[192.0.2.1]", "[example.com]", "::1%eth0"):
+        with pytest.raises(anthropic.BadRequestError, match=r"allowed_hosts\.0"):
+            client.beta.environments.create(
+                name=_name(),
+                config={
+                    "type": "cloud",
+                    "networking": {"type": "limited", "allowed_hosts": [wrong]},
+                },
+            )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
 from stead.jsonvalues import Json
@@ -36,7 +37,7 @@ def _networking(value: Json | None, field: str, current: Json | None = None) -> 
     if len(hosts) > MAX_ALLOWED_HOSTS:
         raise RequestError(f"{field}.allowed_hosts: at most {MAX_ALLOWED_HOSTS} hosts")
     for i, host in enumerate(hosts):
-        if not HOST_NAME.match(host) or len(host) > 253:
+        if not _allowed_host(host):
             raise RequestError(f"{field}.allowed_hosts.{i}: {host!r} is not a host name or address")
     return {
         "type": "limited",
@@ -46,6 +47,20 @@ def _networking(value: Json | None, field: str, current: Json | None = None) -> 
             given.get("allow_package_managers", base["allow_package_managers"])
         ),
     }
+
+
+def _allowed_host(host: str) -> bool:
+    """A host name, a ``*.`` wildcard or an IP address; IPv6 with or without
+    brackets (the egress proxy compares addresses in canonical form), without a
+    zone, which names an interface of the machine, not a host."""
+    if HOST_NAME.match(host):
+        return len(host) <= 253
+    literal = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        address = ipaddress.ip_address(literal)
+    except ValueError:
+        return False
+    return address.version == 6 and "%" not in literal
 
 
 def _packages(value: Json | None, current: Json | None = None) -> Json:
