@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import resource
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -62,7 +60,6 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
         # Root's groups would count in the file checks the host makes as a
         # sandbox's user (stead.sandbox.local.actas); it needs none of them.
         os.setgroups([])
-    _open_files_up_to_the_hard_limit()
 
     async def run() -> None:
         async with anyio.create_task_group() as tasks:
@@ -79,27 +76,6 @@ def sandbox_host(ctx: typer.Context, data_dir: DataDir = None) -> None:
     except* HostAlreadyRunning as group:
         typer.echo(f"stead: {_first(group)}", err=True)
         raise typer.Exit(EXIT_ALREADY_RUNNING) from None
-
-
-OPEN_FILES_CAP = 1 << 20
-"""Open files the host asks for when its hard limit is unlimited (Linux refuses
-an unlimited ``RLIMIT_NOFILE``)."""
-
-
-def _open_files_up_to_the_hard_limit() -> None:
-    """Raises the host's soft limit on open files to its hard limit. Each
-    connection through a sandbox's egress proxy holds two of the host's
-    descriptors (the sandbox's end and the origin's) and a proxy serves 256 at
-    once: at the soft limit a service manager gives (1024), two sandboxes'
-    connections would leave every other sandbox's proxy, and the host's own
-    calls, none ("Too many open files")."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = OPEN_FILES_CAP if hard == resource.RLIM_INFINITY else hard
-    if soft == resource.RLIM_INFINITY or soft >= wanted:
-        return
-    # A kernel cap below it (fs.nr_open) refuses: the soft limit stays.
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _first(group: BaseExceptionGroup[Exception]) -> Exception:
