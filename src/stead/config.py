@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stead.blobs import BlobConfig, check_blob_url
+from stead.blobs import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 
@@ -189,7 +189,8 @@ class Settings(BaseSettings):
     s3_endpoint: str | None = None
     s3_region: str | None = None
     s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
+    s3_secret_access_key: str | None = Field(default=None, validate_default=True)
+    """Checked even when unset: it goes with ``s3_access_key_id``."""
     blob_timeout_seconds: Seconds = 30.0
     """Longest the blob store may go without progress on one call."""
     max_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
@@ -312,6 +313,17 @@ class Settings(BaseSettings):
     @classmethod
     def _blob_url(cls, url: str | None) -> str | None:
         return None if url is None else check_blob_url(url)
+
+    @field_validator("s3_endpoint")
+    @classmethod
+    def _s3_endpoint(cls, endpoint: str | None) -> str | None:
+        return None if endpoint is None else check_s3_endpoint(endpoint)
+
+    @field_validator("s3_secret_access_key")
+    @classmethod
+    def _s3_keys(cls, secret: str | None, info: ValidationInfo) -> str | None:
+        check_s3_keys(info.data.get("s3_access_key_id"), secret)
+        return secret
 
     @field_validator("context_windows")
     @classmethod

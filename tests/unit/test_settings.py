@@ -20,6 +20,7 @@ EXTRA_CA = (
     {"STEAD_EGRESS_EXTRA_CA_FILE": "/nonexistent/ca.pem"},
     "STEAD_EGRESS_EXTRA_CA_FILE: /nonexistent/ca.pem: not a readable PEM",
 )
+S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
 
 
 @pytest.mark.parametrize(
@@ -173,6 +174,30 @@ EXTRA_CA = (
         (HOST, {"STEAD_LOG_LEVEL": "loud"}, "STEAD_LOG_LEVEL: Input should be 'critical'"),
         (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
         (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
+        # Before, the host stopped with a traceback and a brain started, its
+        # uploads and snapshots failing later.
+        *(
+            (command, env, line)
+            for command in (HOST, BRAIN)
+            for env, line in (
+                (
+                    {**S3, "STEAD_S3_ENDPOINT": "http://10.0.0.5:9000"},
+                    "STEAD_S3_ENDPOINT: 'http://10.0.0.5:9000': a plain http:// endpoint",
+                ),
+                (
+                    {**S3, "STEAD_S3_ENDPOINT": "ftp://s3.internal"},
+                    "STEAD_S3_ENDPOINT: 'ftp://s3.internal': expected http(s)://",
+                ),
+                (
+                    {**S3, "STEAD_S3_ACCESS_KEY_ID": "AKID-not-printed"},
+                    "STEAD_S3_SECRET_ACCESS_KEY: the S3 access key id and secret access key go",
+                ),
+                (
+                    {**S3, "STEAD_S3_SECRET_ACCESS_KEY": "never-printed"},
+                    "STEAD_S3_SECRET_ACCESS_KEY: the S3 access key id and secret access key go",
+                ),
+            )
+        ),
     ],
 )
 def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
@@ -184,6 +209,7 @@ def test_a_bad_setting_stops_start_up_with_one_line_naming_it(
     assert result.exit_code == 2
     assert result.stderr.startswith(f"stead: {line}")
     assert result.stderr.count("\n") == 1
+    assert "not-printed" not in result.stderr and "never-printed" not in result.stderr
 
 
 def test_an_empty_data_dir_is_refused_and_a_log_level_may_be_upper_case(tmp_path: Path) -> None:

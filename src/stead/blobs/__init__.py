@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from stead.blobs.config import BlobConfig, check_blob_url
+from stead.blobs.config import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -33,6 +33,8 @@ __all__ = [
     "BlobUnavailable",
     "InvalidBlobKey",
     "check_blob_url",
+    "check_s3_endpoint",
+    "check_s3_keys",
     "open_blob_store",
 ]
 

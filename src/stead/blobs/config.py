@@ -4,10 +4,12 @@ does not load obstore."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 SCHEMES = ("file", "s3", "memory")
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 
 
 def check_blob_url(url: str) -> str:
@@ -23,6 +25,35 @@ def check_blob_url(url: str) -> str:
     if parts.scheme == "s3" and not parts.netloc:
         raise ValueError(f"blob URL {url!r}: no bucket")
     return url
+
+
+def check_s3_endpoint(endpoint: str) -> str:
+    """``endpoint`` if an S3 client may use it: ``https://``, or plain
+    ``http://`` on a loopback address only (credentials and snapshots would
+    otherwise cross the network in the clear); ``ValueError`` otherwise."""
+    parts = urlsplit(endpoint)
+    if parts.scheme == "http":
+        if not _is_loopback(parts.hostname or ""):
+            raise ValueError(f"{endpoint!r}: a plain http:// endpoint must be a loopback address")
+    elif parts.scheme != "https":
+        raise ValueError(f"{endpoint!r}: expected http(s)://")
+    return endpoint
+
+
+def check_s3_keys(access_key_id: str | None, secret_access_key: str | None) -> None:
+    """``ValueError`` unless the two are both given or both absent (then
+    obstore's credential chain applies). Names neither value."""
+    if (access_key_id is None) != (secret_access_key is None):
+        raise ValueError("the S3 access key id and secret access key go together")
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,6 @@ call is bounded by the configured timeout, and obstore's exceptions become the
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from obstore.exceptions import (
 )
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-from stead.blobs.config import BlobConfig, check_blob_url
+from stead.blobs.config import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
 from stead.blobs.errors import (
     BlobAccessDenied,
     BlobError,
@@ -61,7 +60,6 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # such names, while S3 accepts them: banned everywhere so a key means the same
 # on every backend.
 _UPLOAD_SUFFIX = re.compile(r"#\d+$")
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +89,7 @@ def open_blob_store(config: BlobConfig) -> BlobStore:
 
 
 def _s3_store(config: BlobConfig, bucket: str, prefix: str) -> S3Store:
-    if (config.s3_access_key_id is None) != (config.s3_secret_access_key is None):
-        raise ValueError("s3_access_key_id and s3_secret_access_key go together")
+    check_s3_keys(config.s3_access_key_id, config.s3_secret_access_key)
     timeout = timedelta(seconds=config.timeout_seconds)
     client: ClientConfig = {
         "connect_timeout": timeout,
@@ -106,13 +103,8 @@ def _s3_store(config: BlobConfig, bucket: str, prefix: str) -> S3Store:
     }
     options: S3Config = {}
     if config.s3_endpoint is not None:
-        endpoint = urlsplit(config.s3_endpoint)
-        if endpoint.scheme == "http":
-            if not _is_loopback(endpoint.hostname or ""):
-                raise ValueError("a plain http:// S3 endpoint must be a loopback address")
+        if urlsplit(check_s3_endpoint(config.s3_endpoint)).scheme == "http":
             client["allow_http"] = True
-        elif endpoint.scheme != "https":
-            raise ValueError(f"S3 endpoint {config.s3_endpoint!r}: expected http(s)://")
         options["endpoint"] = config.s3_endpoint
     if config.s3_region is not None:
         options["region"] = config.s3_region
@@ -126,15 +118,6 @@ def _s3_store(config: BlobConfig, bucket: str, prefix: str) -> S3Store:
         client_options=client,
         retry_config=retry,
     )
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class BlobStore:

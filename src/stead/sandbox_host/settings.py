@@ -13,7 +13,7 @@ from pathlib import Path
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from stead.blobs import BlobConfig, check_blob_url
+from stead.blobs import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
@@ -87,7 +87,8 @@ class HostSettings(BaseSettings):
     s3_endpoint: str | None = None
     s3_region: str | None = None
     s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = None
+    s3_secret_access_key: str | None = Field(default=None, validate_default=True)
+    """Checked even when unset: it goes with ``s3_access_key_id``."""
     pip_index_url: str | None = None
     """A PyPI mirror for environment packages; its host is allowed while installing."""
     npm_registry: str | None = None
@@ -124,6 +125,17 @@ class HostSettings(BaseSettings):
     @classmethod
     def _blob_url(cls, url: str | None) -> str | None:
         return None if url is None else check_blob_url(url)
+
+    @field_validator("s3_endpoint")
+    @classmethod
+    def _s3_endpoint(cls, endpoint: str | None) -> str | None:
+        return None if endpoint is None else check_s3_endpoint(endpoint)
+
+    @field_validator("s3_secret_access_key")
+    @classmethod
+    def _s3_keys(cls, secret: str | None, info: ValidationInfo) -> str | None:
+        check_s3_keys(info.data.get("s3_access_key_id"), secret)
+        return secret
 
     @field_validator("sandbox_host_state_dir", "sandbox_work_dir")
     @classmethod
