@@ -42,14 +42,16 @@ class FrameStream:
         data = json.dumps(frame, separators=(",", ":")).encode()
         await self.stream.send(struct.pack(">I", len(data)) + data)
 
-    async def receive(self) -> Json:
-        """The next frame; ``anyio.EndOfStream`` when the peer closed cleanly."""
+    async def receive(self, *, limit: int = MAX_FRAME) -> Json:
+        """The next frame; ``anyio.EndOfStream`` when the peer closed cleanly.
+        ``ProtocolError`` as soon as a frame says it is longer than ``limit``,
+        before any of it is read."""
         try:
             (length,) = struct.unpack(">I", await self._buffered.receive_exactly(4))
         except anyio.IncompleteRead:
             raise anyio.EndOfStream from None
-        if length > MAX_FRAME:
-            raise ProtocolError(f"frame of {length} bytes is too large")
+        if length > limit:
+            raise ProtocolError(f"frame of {length} bytes is too large (at most {limit})")
         try:
             data = await self._buffered.receive_exactly(length)
         except anyio.IncompleteRead:

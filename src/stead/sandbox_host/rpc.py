@@ -46,6 +46,10 @@ from stead.sandbox_host.processes import Kind
 log = logging.getLogger("stead.sandbox.host")
 
 HELLO_SECONDS = 10.0
+HELLO_MAX_FRAME = 64 * 1024
+"""Largest first frame: a ``Hello`` holds a version and a token. Anyone who can
+reach a TCP listener may send one, so it must not make the host buffer a
+whole ``MAX_FRAME`` (64 MiB) per connection before the token is checked."""
 GOODBYE_SECONDS = 30.0
 """How long a terminal client may take to read up to its attachment's end."""
 
@@ -125,7 +129,7 @@ class HostRpc:
 
     async def _hello(self, frames: FrameStream, *, tcp: bool) -> bool:
         with anyio.move_on_after(HELLO_SECONDS):
-            frame = await frames.receive()
+            frame = await frames.receive(limit=HELLO_MAX_FRAME)
             try:
                 hello = codec.parse_request(frame)
                 if not isinstance(hello, ops.Hello):
