@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from stead.sandbox import HostClient, parse_address
+from stead.sandbox import HostClient, ops, parse_address
 from stead.sandbox.protocol import MAX_FRAME, FrameStream
 from stead.testing import HostProcess, ServeForker, free_port
 from tests.sandbox.conftest import WAIT, requires_isolation
@@ -60,4 +60,17 @@ async def test_a_huge_first_frame_is_refused_before_it_is_read(
         answer = await stranger.receive()
     assert answer["error"] == "InvalidArgument"
     assert "too large" in answer["message"]
+    await still_serves(tcp_host)
+
+
+async def test_a_token_that_is_not_text_is_refused_as_a_wrong_one(
+    tcp_host: str, stranger: FrameStream
+) -> None:
+    """A lone surrogate is valid JSON but no UTF-8: before, comparing it broke
+    the connection without an answer and logged a traceback."""
+    hello = {"op": "hello", "version": ops.PROTOCOL_VERSION, "token": "\ud800"}
+    await stranger.send(hello)
+    with anyio.fail_after(WAIT):
+        answer = await stranger.receive()
+    assert answer == {"error": "InvalidArgument", "message": "token: bad or missing token"}
     await still_serves(tcp_host)

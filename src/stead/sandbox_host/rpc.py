@@ -399,7 +399,12 @@ def _config(value: Json) -> SandboxConfig:
 def _token_matches(given: str | None, expected: str | None) -> bool:
     if given is None or expected is None:
         return False
-    return hmac.compare_digest(given.encode(), expected.encode())
+    # Compared as bytes, in constant time; "surrogatepass" keeps the encoding
+    # one-to-one for a lone surrogate (valid JSON, no UTF-8), which is then
+    # just a wrong token.
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 class OutputForwarder:
