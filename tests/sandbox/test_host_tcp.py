@@ -14,6 +14,7 @@ import pytest
 
 from stead.sandbox import HostClient, ops, parse_address
 from stead.sandbox.protocol import MAX_FRAME, FrameStream
+from stead.sandbox_host.config import advertised
 from stead.testing import HostProcess, ServeForker, free_port
 from tests.sandbox.conftest import WAIT, requires_isolation
 
@@ -74,3 +75,18 @@ async def test_a_token_that_is_not_text_is_refused_as_a_wrong_one(
         answer = await stranger.receive()
     assert answer == {"error": "InvalidArgument", "message": "token: bad or missing token"}
     await still_serves(tcp_host)
+
+
+async def test_an_ipv6_address_is_written_in_brackets(tmp_path: Path, forker: ServeForker) -> None:
+    """``[::1]:port``, as URLs write IPv6 (and the wildcard ``[::]``): before,
+    the host could not listen on it ("Name or service not known") nor a brain
+    dial ``tcp://[::1]:port``."""
+    listen = f"[::1]:{free_port()}"
+    env = {"STEAD_SANDBOX_HOST_LISTEN_TCP": listen, "STEAD_SANDBOX_HOST_TOKEN": TOKEN}
+    process = HostProcess(tmp_path / "state", env=env, forker=forker).start()
+    try:
+        assert process.call({"op": "ping"})["result"]["address"] == f"tcp://{listen}"
+        await still_serves(listen)
+    finally:
+        process.stop()
+    assert advertised("[::]:7070") is None

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from stead.sandbox.address import ClientTimeouts, HostAddress, parse_address
+from stead.sandbox.address import ClientTimeouts, HostAddress, parse_address, split_endpoint
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     GLOB_RESULT_LIMIT,
@@ -180,4 +180,5 @@ __all__ = [
     "open_provider",
     "ops",
     "parse_address",
+    "split_endpoint",
 ]

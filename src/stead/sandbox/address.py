@@ -31,12 +31,27 @@ class ClientTimeouts:
     """Added to any call that may wake a sandbox (restore, package install)."""
 
 
+def split_endpoint(value: str) -> tuple[str, int]:
+    """``host:port`` as the host to dial or bind and the port; an IPv6 address
+    is written in brackets (``[::1]:7070``), as URLs write it, and comes back
+    without them. ``ValueError`` if ``value`` is not one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r}: no port from 1 to 65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
 def parse_address(value: str, token: str | None = None) -> HostAddress:
     """``unix:///path``, a plain path, or ``tcp://host:port`` (needs ``token``)."""
     if value.startswith("tcp://"):
         where = value.removeprefix("tcp://")
-        host, _, port = where.rpartition(":")
-        if not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        try:
+            host, _ = split_endpoint(where)
+        except ValueError:
+            host = ""
+        if not host:
             raise InvalidArgument(f"{value!r} is not tcp://host:port")
         if not token:
             raise InvalidArgument("a tcp:// sandbox host address needs a token")

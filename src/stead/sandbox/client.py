@@ -22,7 +22,7 @@ from anyio.abc import ByteStream, SocketAttribute
 
 from stead.jsonvalues import Json
 from stead.sandbox import codec, ops
-from stead.sandbox.address import ClientTimeouts, HostAddress
+from stead.sandbox.address import ClientTimeouts, HostAddress, split_endpoint
 from stead.sandbox.base import (
     WORKSPACE,
     DirListing,
@@ -140,8 +140,8 @@ class HostClient:
         if self.address.unix_path is not None:
             return await anyio.connect_unix(self.address.unix_path)
         assert self.address.tcp is not None
-        host, _, port = self.address.tcp.rpartition(":")
-        return await anyio.connect_tcp(host, int(port))
+        host, port = split_endpoint(self.address.tcp)
+        return await anyio.connect_tcp(host, port)
 
     async def _release(self, frames: FrameStream) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE_CONNECTIONS:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stead.blobs import BlobConfig
+from stead.sandbox import split_endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,16 +93,17 @@ def default_work_dir(state_dir: Path) -> Path:
     return Path("/var/lib/stead") / f"host-{host_tag(state_dir)}"
 
 
-WILDCARDS = ("", "0.0.0.0", "::", "[::]")
+WILDCARDS = ("", "0.0.0.0", "::")
 """Listen addresses that mean every interface: no other machine can dial them."""
 
 
 def check_endpoint(value: str, form: str) -> tuple[str, int]:
-    """``host:port`` split, or ``ValueError`` naming ``form``."""
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not {form} with a port from 1 to 65535")
-    return host, int(port)
+    """``host:port`` split (``split_endpoint``: an IPv6 host in brackets, returned
+    without them), or ``ValueError`` naming ``form``."""
+    try:
+        return split_endpoint(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not {form} with a port from 1 to 65535") from None
 
 
 def advertised(listen_tcp: str | None) -> str | None:

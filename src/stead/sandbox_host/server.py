@@ -39,7 +39,7 @@ from stead.sandbox_host.bwrap import install_supervisor
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import detect_cgroups
 from stead.sandbox_host.clock import HostClock
-from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.config import HostOptions, check_endpoint
 from stead.sandbox_host.egress import CertificateAuthority, EgressTls, write_sandbox_bundle
 from stead.sandbox_host.manager import Isolation, SandboxManager
 from stead.sandbox_host.rpc import HostRpc
@@ -259,10 +259,10 @@ async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool
     listeners: list[tuple[Any, bool]] = [(unix, False)]
     try:
         if options.listen_tcp:
-            host, _, port = options.listen_tcp.rpartition(":")
+            host, port = check_endpoint(options.listen_tcp, "a host:port")
             try:
                 tcp = await anyio.create_tcp_listener(
-                    local_host=host or "127.0.0.1", local_port=int(port)
+                    local_host=host or "127.0.0.1", local_port=port
                 )
             except OSError as exc:
                 raise HostCannotStart(
