@@ -206,8 +206,9 @@ class SandboxToolbox:
         async with self._sandbox_locks.hold(session_id):
             before = self._held.served.get(session_id)
             # Read on every call, not only the first: an environments.update
-            # reaches a sandbox given out before it with its next call (its
-            # networking at once), as it reaches a session created after it.
+            # (or a sessions.update of the agent's MCP servers) reaches a
+            # sandbox given out before it with its next call (its egress rules
+            # at once), as it reaches a session created after it.
             config = await self._serve(session_id)
             async with self._lock:
                 found = self._held.handles.get(session_id)
@@ -309,7 +310,9 @@ class SandboxToolbox:
         environment = await self._store.get_environment(
             session.workspace_id, session.environment_id
         )
-        config = sandbox_config(self._settings, environment.config)
+        config = sandbox_config(
+            self._settings, environment.config, session.agent.get("mcp_servers") or ()
+        )
         if session.agent.get("skills") and self._mounts is not None:
             config = dataclasses.replace(config, skills=True)
         return config
@@ -331,7 +334,7 @@ class SandboxToolbox:
             self._held.served[session_id] = served
             self._held.secrets.mark_stale(session_id)
             self._held.stale_mounts.add(session_id)
-        elif served.config != config:  # the environment was updated since
+        elif served.config != config:  # the environment or the session's agent changed since
             served = dataclasses.replace(served, config=config)
             self._held.served[session_id] = served
         await self._held.secrets.give(served)

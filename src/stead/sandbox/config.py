@@ -24,6 +24,9 @@ class SandboxConfig:
     """Extra environment variables of the sandbox's processes."""
     skills: bool = False
     """The agent has skills: ``/mnt/skills`` is also bound at ``/workspace/skills``."""
+    mcp_server_hosts: list[str] = field(default_factory=list)
+    """The hosts of the agent's MCP servers, which a ``limited`` ``networking``
+    with ``allow_mcp_servers`` lets the sandbox reach."""
 
     @classmethod
     def from_json(cls, value: Any) -> SandboxConfig:
@@ -48,6 +51,7 @@ class SandboxConfig:
                 if isinstance(name, str) and isinstance(text, str)
             },
             skills=value.get("skills") is True,
+            mcp_server_hosts=_strings(value.get("mcp_server_hosts"), "mcp_server_hosts"),
         )
         return config
 

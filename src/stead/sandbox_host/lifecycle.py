@@ -292,8 +292,8 @@ class HostedSandbox(SandboxCommands):
         task_status: TaskStatus[BwrapBody],
     ) -> None:
         """Owns the body and its egress proxy until stopped or the body dies."""
-        networking = self.config.networking
-        policy = EgressPolicy.from_config(networking)
+        started_with = self.config
+        policy = egress_policy(started_with)
         try:
             with anyio.CancelScope() as scope:
                 self._keeper = scope
@@ -313,8 +313,8 @@ class HostedSandbox(SandboxCommands):
                     run_body(spec, cgroup) as body,
                 ):
                     self._proxy = proxy
-                    if self.config.networking != networking:  # reconfigured while starting
-                        proxy.policy = EgressPolicy.from_config(self.config.networking)
+                    if self.config != started_with:  # reconfigured while starting
+                        proxy.policy = egress_policy(self.config)
                     task_status.started(body)
                     await body.channel.closed.wait()
                     log.warning("sandbox %s stopped on its own", self.id)
@@ -581,9 +581,10 @@ class HostedSandbox(SandboxCommands):
         """The config of the latest acquire. Its ``networking`` applies to the
         running egress proxy at once (the next request, in open tunnels too):
         an environment's update must not wait for a wake that a busy sandbox
-        may never reach. The rest (limits, packages) applies at the next wake."""
-        if self._proxy is not None and config.networking != self.config.networking:
-            self._proxy.policy = EgressPolicy.from_config(config.networking)
+        may never reach; so do the agent's MCP server hosts (a session's update
+        may change them). The rest (limits, packages) applies at the next wake."""
+        if self._proxy is not None and _egress_terms(config) != _egress_terms(self.config):
+            self._proxy.policy = egress_policy(config)
         self.config = config
 
     def set_credentials(self, generation: int, secrets: Secrets, variables: dict[str, str]) -> None:
@@ -612,6 +613,18 @@ class HostedSandbox(SandboxCommands):
             "terminals": self.terminals,
             "last_error": self.last_error,
         }
+
+
+def egress_policy(config: SandboxConfig) -> EgressPolicy:
+    """What the sandbox's egress proxy enforces: its ``networking``, which may
+    open the agent's MCP server hosts (``allow_mcp_servers``). Raises
+    ``InvalidPolicy`` for a config it cannot enforce (``rpc`` refuses those)."""
+    return EgressPolicy.from_config(config.networking, mcp_server_hosts=config.mcp_server_hosts)
+
+
+def _egress_terms(config: SandboxConfig) -> tuple[object, ...]:
+    """What of ``config`` makes its ``egress_policy``."""
+    return (config.networking, config.mcp_server_hosts)
 
 
 def _fresh_dir(path: Path) -> None:

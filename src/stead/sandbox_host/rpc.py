@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 from anyio import to_thread
 
-from stead.egress_policy import EgressPolicy, InvalidPolicy
+from stead.egress_policy import InvalidPolicy
 from stead.jsonvalues import Json
 from stead.sandbox import (
     HostIdentity,
@@ -39,7 +39,7 @@ from stead.sandbox import (
 )
 from stead.sandbox.protocol import FrameStream, ProtocolError, error_frame
 from stead.sandbox_host.attach import attach
-from stead.sandbox_host.lifecycle import HostedSandbox
+from stead.sandbox_host.lifecycle import HostedSandbox, egress_policy
 from stead.sandbox_host.manager import SandboxManager
 from stead.sandbox_host.processes import Kind
 
@@ -390,7 +390,7 @@ class HostRpc:
 def _config(value: Json) -> SandboxConfig:
     try:
         config = SandboxConfig.from_json(value)
-        EgressPolicy.from_config(config.networking)
+        egress_policy(config)
     except (TypeError, ValueError, InvalidPolicy) as exc:
         raise InvalidArgument(f"config: {exc}") from None
     return config
