@@ -85,6 +85,7 @@ KEY_65 = {"k" * 65: "v"}
 VALUE_513 = {"k": "v" * 513}
 LIMITED_BAD_HOST = {"type": "limited", "allowed_hosts": ["not a host"]}
 LIMITED_LONG_LABEL = {"type": "limited", "allowed_hosts": ["a" * 64 + ".example.com"]}
+LIMITED_NO_PACKAGES = {"type": "limited", "allowed_hosts": [], "allow_package_managers": False}
 RUBRIC = {"type": "text", "content": "c"}
 OUTCOME = {"type": "user.define_outcome", "description": "d", "rubric": RUBRIC}
 HUGE = 10**20
@@ -296,6 +297,11 @@ CASES = [
     # A 64-character label: taken before, then refused by the egress proxy at every tool call.
     Case("envs-create-allowed-host-long-label", 400, "POST", E, "allowed_hosts",
          body={"name": "n", "config": {"type": "cloud", "networking": LIMITED_LONG_LABEL}}),
+    # Packages under limited networking need the package registries (the SDK's rule).
+    Case("envs-create-packages-without-package-managers", 400, "POST", E,
+         "config.networking.allow_package_managers",
+         body={"name": "n", "config": {"type": "cloud", "networking": LIMITED_NO_PACKAGES,
+                                       "packages": {"pip": ["requests"]}}}),
     Case("envs-create-unknown-scope", 400, "POST", E, "scope", body={"name": "n", "scope": "moon"}),
     Case("envs-create-unknown-field", 400, "POST", E, "region", body={"name": "n", "region": "eu"}),
     Case("envs-create-metadata-17-pairs", 400, "POST", E, "metadata",
@@ -307,6 +313,10 @@ CASES = [
     Case("envs-update-null-name", 400, "POST", E + "/{env}", "name", body={"name": None}),
     Case("envs-update-config-type-change", 400, "POST", E + "/{env}", "config.type",
          body={"config": {"type": "self_hosted"}}),
+    Case("envs-update-packages-without-package-managers", 400, "POST", E + "/{env}",
+         "config.networking.allow_package_managers",
+         body={"config": {"type": "cloud", "networking": LIMITED_NO_PACKAGES,
+                          "packages": {"npm": ["typescript"]}}}),
     Case("envs-update-unknown-id", 404, "POST", E + "/env_nope", "env_nope", body={"name": "x"}),
     Case("envs-update-other-workspace", 404, "POST", E + "/{other_env}", "{other_env}",
          body={"name": "x"}),

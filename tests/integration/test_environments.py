@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import anthropic
 import pytest
@@ -27,7 +28,11 @@ def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
         env.id,
         config={
             "type": "cloud",
-            "networking": {"type": "limited", "allowed_hosts": ["api.example.com"]},
+            "networking": {
+                "type": "limited",
+                "allowed_hosts": ["api.example.com"],
+                "allow_package_managers": True,
+            },
             "packages": {"pip": ["requests==2.32.3"]},
         },
         metadata={"tier": "gold"},
@@ -35,7 +40,8 @@ def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
     )
     assert updated.config.networking.type == "limited"
     assert updated.config.networking.allowed_hosts == ["api.example.com"]
-    assert updated.config.networking.allow_package_managers is False
+    assert updated.config.networking.allow_mcp_servers is False
+    assert updated.config.networking.allow_package_managers is True
     assert updated.config.packages.pip == ["requests==2.32.3"]
     assert updated.metadata == {"tier": "gold"}
     cleared = client.beta.environments.update(env.id, metadata={"tier": ""})
@@ -49,13 +55,13 @@ def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
         env.id,
         config={
             "type": "cloud",
-            "networking": {"type": "limited", "allow_package_managers": True},
+            "networking": {"type": "limited", "allow_mcp_servers": True},
         },
     )
     assert widened.config.networking.model_dump() == {
         "type": "limited",
         "allowed_hosts": ["api.example.com"],
-        "allow_mcp_servers": False,
+        "allow_mcp_servers": True,
         "allow_package_managers": True,
     }
     moved = client.beta.environments.update(
@@ -70,7 +76,63 @@ def test_create_defaults_and_update(client: anthropic.Anthropic) -> None:
         },
     )
     assert moved.config.networking.allowed_hosts == ["b.example"]
+    assert moved.config.networking.allow_mcp_servers is True
     assert moved.config.networking.allow_package_managers is True
+
+
+def _refused_for_packages(call: Callable[[], object]) -> None:
+    """``call`` is a 400 naming ``allow_package_managers``."""
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        call()
+    assert refused.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+    assert "config.networking.allow_package_managers" in refused.value.message
+
+
+def test_packages_under_limited_networking_need_allow_package_managers(
+    client: anthropic.Anthropic,
+) -> None:
+    """The SDK: under ``limited`` networking, ``packages`` require
+    ``allow_package_managers`` (before, such an environment was taken and its
+    packages installed anyway). An update is judged by the config it leaves."""
+    closed = {"type": "limited", "allowed_hosts": ["api.example.com"]}
+    pip = {"pip": ["requests"]}
+    _refused_for_packages(
+        lambda: client.beta.environments.create(
+            name=_name(), config={"type": "cloud", "networking": closed, "packages": pip}
+        )
+    )
+    # Lists given empty specify no package.
+    empty = client.beta.environments.create(
+        name=_name(), config={"type": "cloud", "networking": closed, "packages": {"pip": []}}
+    )
+    # Packages added to a limited environment whose networking is left out.
+    _refused_for_packages(
+        lambda: client.beta.environments.update(empty.id, config={"type": "cloud", "packages": pip})
+    )
+    opened = {"type": "limited", "allow_package_managers": True}
+    env = client.beta.environments.update(
+        empty.id, config={"type": "cloud", "networking": opened, "packages": pip}
+    )
+    assert env.config.networking.allow_package_managers is True
+    # The flag turned off while the packages kept from before remain.
+    shut = {"type": "limited", "allow_package_managers": False}
+    _refused_for_packages(
+        lambda: client.beta.environments.update(
+            env.id, config={"type": "cloud", "networking": shut}
+        )
+    )
+    kept = client.beta.environments.retrieve(env.id).config
+    assert kept.networking.allow_package_managers is True and kept.packages.pip == ["requests"]
+    # With the packages cleared at once, it may; so may unrestricted networking.
+    cleared = client.beta.environments.update(
+        env.id, config={"type": "cloud", "networking": shut, "packages": {"pip": []}}
+    )
+    assert cleared.config.networking.allow_package_managers is False
+    unrestricted = client.beta.environments.update(
+        env.id,
+        config={"type": "cloud", "networking": {"type": "unrestricted"}, "packages": pip},
+    )
+    assert unrestricted.config.packages.pip == ["requests"]
 
 
 def test_type_change_and_archived_updates_are_rejected(client: anthropic.Anthropic) -> None:

@@ -85,16 +85,29 @@ def _packages(value: Json | None, current: Json | None = None) -> Json:
     return resolved
 
 
+def _cloud(networking: Json, packages: Json) -> Json:
+    """A cloud config of ``networking`` and ``packages`` (both resolved), refused
+    when ``limited`` networking would not let its packages' registries be used:
+    the SDK's rule (``packages`` under ``limited`` require
+    ``allow_package_managers``), on the whole config an update leaves."""
+    listed = any(packages[manager] for manager in PACKAGE_MANAGERS)
+    if listed and networking["type"] == "limited" and not networking["allow_package_managers"]:
+        raise RequestError(
+            "config.networking.allow_package_managers: must be true when config.packages"
+            " lists packages under limited networking"
+        )
+    return {"type": "cloud", "networking": networking, "packages": packages}
+
+
 def resolve_config(config: Json | None) -> Json:
     if config is None:
         config = {"type": "cloud"}
     if config["type"] == "self_hosted":
         return {"type": "self_hosted"}
-    return {
-        "type": "cloud",
-        "networking": _networking(config.get("networking"), "config.networking"),
-        "packages": _packages(config.get("packages")),
-    }
+    return _cloud(
+        _networking(config.get("networking"), "config.networking"),
+        _packages(config.get("packages")),
+    )
 
 
 def merge_config(current: Json, change: Json | None) -> Json:
@@ -114,7 +127,7 @@ def merge_config(current: Json, change: Json | None) -> Json:
     packages = current["packages"]
     if "packages" in change:
         packages = _packages(change["packages"], None if change["packages"] is None else packages)
-    return {"type": "cloud", "networking": networking, "packages": packages}
+    return _cloud(networking, packages)
 
 
 def parse_create(body: Any) -> Json:
