@@ -243,3 +243,46 @@ async def test_destroy_does_not_wait_for_an_install_on_a_stalled_registry(
         await client.aclose()
     # Gone, or (the call's retry not yet made) being destroyed.
     assert len(failed) == 1 and isinstance(failed[0], SandboxNotFound | SandboxUnavailable), failed
+
+
+def _networking(*, package_managers: bool) -> dict[str, object]:
+    return {
+        "type": "limited",
+        "allowed_hosts": [],
+        "allow_mcp_servers": False,
+        "allow_package_managers": package_managers,
+    }
+
+
+@requires_toolchain("pip")
+async def test_the_agents_own_package_managers_use_the_operators_mirrors(
+    package_host: HostProcess, registry: Registry
+) -> None:
+    """With ``allow_package_managers``, bash in the sandbox gets the mirrors the
+    installer gets: their settings (``PIP_INDEX_URL`` and its kin) and their
+    hosts through the egress proxy, so ``pip install`` works from the mirror
+    (before, only the installer had them: pip went to PyPI, the mirror was 403).
+    Without it, neither."""
+    client = client_of(package_host)
+    allowed = HostSandbox(client, new_id(), config(networking=_networking(package_managers=True)))
+    closed = HostSandbox(client, new_id(), config(networking=_networking(package_managers=False)))
+    status = f"curl -s -o /dev/null -w '%{{http_code}}' {registry.pip_url}steadprobe/"
+    settings = "printenv PIP_INDEX_URL npm_config_registry GOPROXY GOSUMDB; true"
+    try:
+        shown = await allowed.exec(settings, op_key="env", timeout=30)
+        assert shown.output.split() == [registry.pip_url, registry.npm_url, registry.go_url, "off"]
+        assert (await allowed.exec(status, op_key="curl", timeout=30)).output == "200"
+        pip = (
+            "python3 -m venv /tmp/v && /tmp/v/bin/pip install -q --no-input"
+            " --disable-pip-version-check steadprobe"
+            " && /tmp/v/bin/python -c 'import steadprobe; print(steadprobe.VALUE)'"
+        )
+        installed = await allowed.exec(pip, op_key="pip", timeout=INSTALL_SECONDS)
+        assert (installed.exit_code, installed.output) == (0, "42\n")
+
+        assert (await closed.exec(settings, op_key="env", timeout=30)).output == ""
+        assert (await closed.exec(status, op_key="curl", timeout=30)).output == "403"
+    finally:
+        for sandbox in (allowed, closed):
+            await client.destroy(sandbox.sandbox_id)
+        await client.aclose()

@@ -165,8 +165,9 @@ class EgressPolicy:
     bool}``; anything else raises ``InvalidPolicy`` (a policy that guesses fails
     open). ``mcp_server_hosts`` are the agent's MCP server hosts, allowed when
     ``allow_mcp_servers`` is true; ``extra_hosts`` are the sandbox host's own
-    additions (package-index mirrors while packages install), allowed in every mode
-    and, as exact entries, explicit like ``allowed_hosts``.
+    additions (the package mirrors, for installs and sandboxes that allow package
+    managers), allowed in every mode and, as exact entries, explicit like
+    ``allowed_hosts``.
     """
 
     def __init__(

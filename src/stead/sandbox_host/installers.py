@@ -139,8 +139,19 @@ def installer_env(options: HostOptions) -> dict[str, str]:
         "GOFLAGS": "-modcacherw",
         # Never fetch a newer go than the machine's: it would not be on PATH later.
         "GOTOOLCHAIN": "local",
-        "GOPROXY": options.goproxy or DEFAULT_GOPROXY,
+        "GOPROXY": DEFAULT_GOPROXY,
     }
+    return env | mirror_env(options)
+
+
+def mirror_env(options: HostOptions) -> dict[str, str]:
+    """The environment that points pip, npm and go at the configured mirrors
+    (cargo's and gem's are options of their commands, ``_cargo``, ``_gem``):
+    the installer's, and that of a sandbox whose networking allows package
+    managers (``lifecycle.HostedSandbox.environment``)."""
+    env: dict[str, str] = {}
+    if options.goproxy:
+        env["GOPROXY"] = options.goproxy
     if options.gosumdb:
         env["GOSUMDB"] = options.gosumdb
     if options.pip_index_url:

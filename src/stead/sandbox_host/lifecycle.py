@@ -34,7 +34,7 @@ from anyio import to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.blobs import BlobStore
-from stead.egress_policy import EgressPolicy
+from stead.egress_policy import EgressPolicy, InvalidPolicy, host_entry
 from stead.sandbox import (
     WORKSPACE,
     DirListing,
@@ -64,6 +64,7 @@ from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.host_metrics import HostMetrics
+from stead.sandbox_host.installers import mirror_env, mirror_hosts
 from stead.sandbox_host.mounts import MOUNT_ROOT, MountTree
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
@@ -293,7 +294,7 @@ class HostedSandbox(SandboxCommands):
     ) -> None:
         """Owns the body and its egress proxy until stopped or the body dies."""
         started_with = self.config
-        policy = egress_policy(started_with)
+        policy = egress_policy(started_with, self._options)
         try:
             with anyio.CancelScope() as scope:
                 self._keeper = scope
@@ -314,7 +315,7 @@ class HostedSandbox(SandboxCommands):
                 ):
                     self._proxy = proxy
                     if self.config != started_with:  # reconfigured while starting
-                        proxy.policy = egress_policy(self.config)
+                        proxy.policy = egress_policy(self.config, self._options)
                     task_status.started(body)
                     await body.channel.closed.wait()
                     log.warning("sandbox %s stopped on its own", self.id)
@@ -584,7 +585,7 @@ class HostedSandbox(SandboxCommands):
         may never reach; so do the agent's MCP server hosts (a session's update
         may change them). The rest (limits, packages) applies at the next wake."""
         if self._proxy is not None and _egress_terms(config) != _egress_terms(self.config):
-            self._proxy.policy = egress_policy(config)
+            self._proxy.policy = egress_policy(config, self._options)
         self.config = config
 
     def set_credentials(self, generation: int, secrets: Secrets, variables: dict[str, str]) -> None:
@@ -598,8 +599,10 @@ class HostedSandbox(SandboxCommands):
             self._proxy.secrets = secrets
 
     def environment(self) -> dict[str, str]:
-        """The environment of a process started in the sandbox now."""
-        env = sandbox_environment(self.config.env, network=True, trust=True)
+        """The environment of a process started in the sandbox now: with the
+        package mirrors' settings when its networking allows package managers."""
+        mirrors = mirror_env(self._options) if allows_package_managers(self.config) else {}
+        env = sandbox_environment(mirrors | self.config.env, network=True, trust=True)
         return env | self._variables
 
     def status(self) -> dict[str, Any]:
@@ -615,11 +618,34 @@ class HostedSandbox(SandboxCommands):
         }
 
 
-def egress_policy(config: SandboxConfig) -> EgressPolicy:
+def egress_policy(config: SandboxConfig, options: HostOptions | None = None) -> EgressPolicy:
     """What the sandbox's egress proxy enforces: its ``networking``, which may
-    open the agent's MCP server hosts (``allow_mcp_servers``). Raises
-    ``InvalidPolicy`` for a config it cannot enforce (``rpc`` refuses those)."""
-    return EgressPolicy.from_config(config.networking, mcp_server_hosts=config.mcp_server_hosts)
+    open the agent's MCP server hosts (``allow_mcp_servers``); with the host's
+    ``options``, the package mirrors' hosts too when it allows package managers,
+    as the installer's proxy does. Raises ``InvalidPolicy`` for a config it
+    cannot enforce (``rpc`` refuses those)."""
+    mirrors = mirror_hosts(options) if options and allows_package_managers(config) else []
+    return EgressPolicy.from_config(
+        config.networking,
+        mcp_server_hosts=config.mcp_server_hosts,
+        extra_hosts=[host for host in mirrors if _is_host(host)],
+    )
+
+
+def _is_host(host: str) -> bool:
+    """Whether the egress rules take ``host``. A mirror setting they do not take
+    fails the installs that need it (``packages.py``), never every sandbox's wake."""
+    try:
+        host_entry(host, "mirror")
+    except InvalidPolicy:
+        return False
+    return True
+
+
+def allows_package_managers(config: SandboxConfig) -> bool:
+    """Whether the sandbox's networking lets its package managers reach registries."""
+    networking = config.networking
+    return networking.get("type") != "limited" or networking.get("allow_package_managers") is True
 
 
 def _egress_terms(config: SandboxConfig) -> tuple[object, ...]:
