@@ -33,7 +33,7 @@ from stead.sandbox.base import (
     GrepResult,
 )
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 """Raised on any change to a request or reply type."""
 
 
