@@ -1,6 +1,6 @@
 """What of a session reaches its sandbox's egress rules: the environment's
 ``networking`` and the hosts of its agent's MCP servers, which
-``allow_mcp_servers`` opens (``runtime.sandboxconfig``, ``lifecycle.egress_policy``)."""
+``allow_mcp_servers`` opens (``runtime.sandboxconfig``, ``sandbox_egress.egress_policy``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from stead.config import Settings
 from stead.runtime.sandboxconfig import mcp_server_hosts, sandbox_config
 from stead.sandbox import SandboxConfig
-from stead.sandbox_host.lifecycle import egress_policy
+from stead.sandbox_host.sandbox_egress import egress_policy
 
 
 def _limited(*, mcp: bool) -> dict[str, Any]:

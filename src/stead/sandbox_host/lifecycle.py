@@ -26,7 +26,7 @@ import shutil
 import signal
 import urllib.parse
 from collections.abc import AsyncIterator
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -34,21 +34,14 @@ from anyio import to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.blobs import BlobStore
-from stead.egress_policy import EgressPolicy, InvalidPolicy, host_entry
 from stead.sandbox import (
     WORKSPACE,
-    DirListing,
-    FileError,
-    FileInfo,
-    GlobResult,
-    GrepResult,
     InvalidArgument,
     SandboxConfig,
     SandboxNotFound,
     SandboxUnavailable,
     WorkspaceUnavailable,
 )
-from stead.sandbox.local import files, search
 from stead.sandbox.local.paths import WorkspacePaths
 from stead.sandbox.local.shell import Shell
 from stead.sandbox_host.bwrap import (
@@ -64,7 +57,7 @@ from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.host_metrics import HostMetrics
-from stead.sandbox_host.installers import mirror_env, mirror_hosts
+from stead.sandbox_host.installers import mirror_env
 from stead.sandbox_host.mounts import MOUNT_ROOT, MountTree
 from stead.sandbox_host.packages import PackageCache
 from stead.sandbox_host.processes import (
@@ -73,6 +66,8 @@ from stead.sandbox_host.processes import (
     check_size,
     check_terminal_id,
 )
+from stead.sandbox_host.sandbox_egress import allows_package_managers, egress_policy, egress_terms
+from stead.sandbox_host.sandbox_files import SandboxFiles
 from stead.sandbox_host.workspace import SandboxErased, SavedWorkspace
 
 log = logging.getLogger("stead.sandbox.host")
@@ -88,7 +83,7 @@ class State(enum.StrEnum):
     STOPPING = "stopping"
 
 
-class HostedSandbox(SandboxCommands):
+class HostedSandbox(SandboxCommands, SandboxFiles):
     def __init__(
         self,
         row: SandboxRow,
@@ -445,65 +440,6 @@ class HostedSandbox(SandboxCommands):
                 raise
             await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
 
-    # -- files --------------------------------------------------------------------
-
-    def _tree(self, path: str) -> tuple[WorkspacePaths, str]:
-        """The tree ``path`` is in, and ``path`` in it, so the file tools see what
-        bash sees: the mount tree at /mnt (uploads, outputs, memory stores; the
-        sandbox user's rights decide what may change there), the agent's skills,
-        which the body binds read-only at /workspace/skills over the workspace
-        directory, or the workspace."""
-        if "\x00" in path:
-            return self.paths, path
-        pure = PurePosixPath(os.path.normpath(path))
-        if pure.is_relative_to(MOUNT_ROOT):
-            return self._mount_paths, path
-        if not self.config.skills:
-            return self.paths, path
-        if pure.is_absolute():
-            if not pure.is_relative_to(WORKSPACE):
-                return self.paths, path
-            pure = pure.relative_to(WORKSPACE)
-        if pure.parts[:1] != ("skills",):
-            return self.paths, path
-        return self._skills, "/".join(pure.parts[1:]) or "."
-
-    async def stat(self, path: str) -> FileInfo:
-        async with self.activity():
-            return await to_thread.run_sync(files.stat_path, *self._tree(path))
-
-    async def list_dir(self, path: str) -> DirListing:
-        async with self.activity():
-            return await to_thread.run_sync(files.list_dir, *self._tree(path))
-
-    async def read_file(self, path: str, *, max_bytes: int) -> bytes:
-        async with self.activity():
-            return await to_thread.run_sync(files.read_file, *self._tree(path), max_bytes)
-
-    async def read_lines(self, path: str, start: int, end: int, *, max_bytes: int) -> bytes:
-        async with self.activity():
-            return await to_thread.run_sync(
-                files.read_lines, *self._tree(path), start, end, max_bytes
-            )
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        tree, _ = self._tree(path)
-        if tree is self._skills:
-            raise FileError(path, "is read-only: the agent's skills are under /workspace/skills")
-        async with self.activity():
-            # As the sandbox's user (WorkspacePaths.uid): what it creates is theirs.
-            await to_thread.run_sync(files.write_file, tree, path, data)
-
-    async def glob(self, pattern: str, path: str | None = None) -> GlobResult:
-        tree, inner = (self.paths, None) if path is None else self._tree(path)
-        async with self.activity():
-            return await search.glob(tree, pattern, inner)
-
-    async def grep(self, pattern: str, path: str | None = None) -> GrepResult:
-        tree, inner = (self.paths, None) if path is None else self._tree(path)
-        async with self.activity():
-            return await search.grep(tree, pattern, inner)
-
     # -- background processes -------------------------------------------------------
 
     async def start_process(self, command: str, *, name: str | None) -> BackgroundProcess:
@@ -584,7 +520,7 @@ class HostedSandbox(SandboxCommands):
         an environment's update must not wait for a wake that a busy sandbox
         may never reach; so do the agent's MCP server hosts (a session's update
         may change them). The rest (limits, packages) applies at the next wake."""
-        if self._proxy is not None and _egress_terms(config) != _egress_terms(self.config):
+        if self._proxy is not None and egress_terms(config) != egress_terms(self.config):
             self._proxy.policy = egress_policy(config, self._options)
         self.config = config
 
@@ -616,41 +552,6 @@ class HostedSandbox(SandboxCommands):
             "terminals": self.terminals,
             "last_error": self.last_error,
         }
-
-
-def egress_policy(config: SandboxConfig, options: HostOptions | None = None) -> EgressPolicy:
-    """What the sandbox's egress proxy enforces: its ``networking``, which may
-    open the agent's MCP server hosts (``allow_mcp_servers``); with the host's
-    ``options``, the package mirrors' hosts too when it allows package managers,
-    as the installer's proxy does. Raises ``InvalidPolicy`` for a config it
-    cannot enforce (``rpc`` refuses those)."""
-    mirrors = mirror_hosts(options) if options and allows_package_managers(config) else []
-    return EgressPolicy.from_config(
-        config.networking,
-        mcp_server_hosts=config.mcp_server_hosts,
-        extra_hosts=[host for host in mirrors if _is_host(host)],
-    )
-
-
-def _is_host(host: str) -> bool:
-    """Whether the egress rules take ``host``. A mirror setting they do not take
-    fails the installs that need it (``packages.py``), never every sandbox's wake."""
-    try:
-        host_entry(host, "mirror")
-    except InvalidPolicy:
-        return False
-    return True
-
-
-def allows_package_managers(config: SandboxConfig) -> bool:
-    """Whether the sandbox's networking lets its package managers reach registries."""
-    networking = config.networking
-    return networking.get("type") != "limited" or networking.get("allow_package_managers") is True
-
-
-def _egress_terms(config: SandboxConfig) -> tuple[object, ...]:
-    """What of ``config`` makes its ``egress_policy``."""
-    return (config.networking, config.mcp_server_hosts)
 
 
 def _fresh_dir(path: Path) -> None:

@@ -39,9 +39,10 @@ from stead.sandbox import (
 )
 from stead.sandbox.protocol import FrameStream, ProtocolError, error_frame
 from stead.sandbox_host.attach import attach
-from stead.sandbox_host.lifecycle import HostedSandbox, egress_policy
+from stead.sandbox_host.lifecycle import HostedSandbox
 from stead.sandbox_host.manager import SandboxManager
 from stead.sandbox_host.processes import Kind
+from stead.sandbox_host.sandbox_egress import egress_policy
 
 log = logging.getLogger("stead.sandbox.host")
 
