@@ -30,6 +30,7 @@ from stead.cli_support import (
     Url,
     bold,
     console,
+    existing,
     fewer_malloc_arenas,
     freeze_start,
     made_data_dir,
@@ -341,7 +342,7 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
     to the new key and STEAD_SECRET_KEY_PREVIOUS to the old one, run this, then
     drop STEAD_SECRET_KEY_PREVIOUS.
     """
-    settings = read_settings(data_dir=data_dir)
+    settings = existing(data_dir)
     made_data_dir(settings)
     # A server running meanwhile would go on sealing under the old key, which
     # the rotation then throws away with what it sealed.
@@ -410,7 +411,7 @@ def secrets_forget_key(
     sealed under was lost. What the lost key sealed (vault credentials, webhook
     signing secrets, repository tokens) stays unreadable: create those again.
     """
-    settings = read_settings(data_dir=data_dir)
+    settings = existing(data_dir)
     made_data_dir(settings)
     box = _secret_box(settings)
     named = lost.strip().lower()

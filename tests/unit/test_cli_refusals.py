@@ -74,3 +74,20 @@ def test_a_worker_s_max_idle_must_be_a_positive_number(given: str) -> None:
     result = CliRunner().invoke(app, [*args, "--url", "http://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "Invalid value for '--max-idle'" in result.output
+
+
+@pytest.mark.parametrize(
+    "args", [["secrets", "rotate-key"], ["secrets", "forget-key", "--lost", "00"]]
+)
+def test_a_key_command_on_a_data_directory_without_a_database_makes_none(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """A mistyped --data-dir. Before, each made a new installation there (a key
+    file and a database) and said it had re-sealed, or that the key was the
+    database's already."""
+    missing = tmp_path / "typo"
+    result = CliRunner().invoke(app, [*args, "--data-dir", str(missing)], env={})
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"stead: no stead database in {missing}")
+    assert result.stderr.count("\n") == 1 and result.stdout == ""
+    assert not missing.exists()
