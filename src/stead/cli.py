@@ -38,6 +38,7 @@ from stead.cli_support import (
     read_settings,
     sealing_box,
     setting_help,
+    shared_secret_key,
     start_uncollected,
     validated,
     without_pydantic_v1,
@@ -132,7 +133,7 @@ def serve(
         from stead.sandbox_host.settings import HostSettings
 
         validated(HostSettings, data_dir=data_dir)
-    _shared_secret_key(settings)
+    shared_secret_key(settings)
     made_data_dir(settings)
     _secret_box(settings)
     configure_logging(settings.log_level, settings.log_format)
@@ -175,20 +176,6 @@ def serve(
         )
         freeze_start()
         Server(config).run(sockets=[sock])
-
-
-def _shared_secret_key(settings: Settings) -> None:
-    """On PostgreSQL every process opens every vault credential, so they share one
-    key; a key file made in each data directory would differ between them."""
-    from stead.store import single_brain
-
-    if settings.secret_key is None and not single_brain(settings.resolved_database_url):
-        typer.echo(
-            "stead: STEAD_SECRET_KEY must be set on PostgreSQL: every stead serve of one "
-            "database needs the same key (make one with: openssl rand -base64 32)",
-            err=True,
-        )
-        raise typer.Exit(2)
 
 
 @contextmanager
@@ -343,6 +330,7 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
     drop STEAD_SECRET_KEY_PREVIOUS.
     """
     settings = existing(data_dir)
+    shared_secret_key(settings)
     made_data_dir(settings)
     # A server running meanwhile would go on sealing under the old key, which
     # the rotation then throws away with what it sealed.
@@ -412,6 +400,7 @@ def secrets_forget_key(
     signing secrets, repository tokens) stays unreadable: create those again.
     """
     settings = existing(data_dir)
+    shared_secret_key(settings)
     made_data_dir(settings)
     box = _secret_box(settings)
     named = lost.strip().lower()

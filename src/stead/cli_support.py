@@ -145,12 +145,29 @@ async def opened(settings: Settings) -> AsyncIterator[Store]:
         await store.close()
 
 
+def shared_secret_key(settings: Settings) -> None:
+    """On PostgreSQL every process opens every vault credential, so they share one
+    key; a key file made in each data directory would differ between them. A
+    command that made one would seal under it, or keep it as the database's key
+    and lock every server out, so a command that seals stops here too."""
+    from stead.store import single_brain
+
+    if settings.secret_key is None and not single_brain(settings.resolved_database_url):
+        typer.echo(
+            "stead: STEAD_SECRET_KEY must be set on PostgreSQL: every stead serve of one "
+            "database needs the same key (make one with: openssl rand -base64 32)",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 async def sealing_box(settings: Settings, store: Store) -> SecretBox:
     """The box of the installation's key, once the database agrees it is the key
     its secrets are sealed under (``stead.vault.kept_key``); a key that cannot be
     used stops the command with one line."""
     from stead.vault import KeySetupError, check_kept_key, key_source, load_secret_box
 
+    shared_secret_key(settings)
     try:
         box = load_secret_box(settings)
         await check_kept_key(store, box, key_source(settings))

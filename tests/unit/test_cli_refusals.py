@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stead.cli import app
+from tests.databases import serve_env
 
 
 @pytest.fixture
@@ -91,3 +92,32 @@ def test_a_key_command_on_a_data_directory_without_a_database_makes_none(
     assert result.stderr.startswith(f"stead: no stead database in {missing}")
     assert result.stderr.count("\n") == 1 and result.stdout == ""
     assert not missing.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_a_command_that_seals_on_postgresql_needs_the_shared_key(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Without STEAD_SECRET_KEY, as stead serve does. Before, each made a key file
+    in its data directory, and the first to reach the database kept that key as
+    the database's: every stead serve with the real key was refused from then on."""
+    bare = {"STEAD_DATABASE_URL": database_url, "STEAD_SECRET_KEY": None}
+    data = ["--data-dir", str(tmp_path / "data")]
+    assert CliRunner().invoke(app, ["keys", "create", *data], env=bare).exit_code == 0
+    hook = ["--url", "https://hooks.test/h", "--event-type", "session.created"]
+    for args in (
+        ["webhooks", "create", *hook],
+        ["secrets", "rotate-key"],
+        ["secrets", "forget-key", "--lost", "00"],
+    ):
+        refused = CliRunner().invoke(app, [*args, *data], env=bare)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert refused.stderr.splitlines() == [
+            "stead: STEAD_SECRET_KEY must be set on PostgreSQL: every stead serve of one "
+            "database needs the same key (make one with: openssl rand -base64 32)"
+        ]
+    assert not (tmp_path / "data" / "secret.key").exists()
+    shared = serve_env(database_url)
+    made = CliRunner().invoke(app, ["webhooks", "create", *hook, *data], env=shared)
+    assert made.exit_code == 0, made.output
