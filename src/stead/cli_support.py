@@ -129,10 +129,11 @@ def made_data_dir(settings: Settings) -> None:
 @asynccontextmanager
 async def opened(settings: Settings) -> AsyncIterator[Store]:
     """The store ``settings`` name, migrated, for one command; closed on every path.
-    A database that cannot be opened stops the command with one line."""
+    A database that cannot be opened, or that does not serve a call in time (its
+    transaction rolled back), stops the command with one line."""
     # Loaded here: the commands that need no store (the sandbox host above all,
     # a process that runs for good) start without SQLAlchemy.
-    from stead.store import StoreUnavailable, open_store
+    from stead.store import DatabaseBusy, StoreUnavailable, open_store
 
     try:
         store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
@@ -141,6 +142,9 @@ async def opened(settings: Settings) -> AsyncIterator[Store]:
         raise typer.Exit(2) from None
     try:
         yield store
+    except DatabaseBusy as exc:  # a lock not granted in time, a connection lost
+        typer.echo(f"stead: STEAD_DATABASE_URL: no answer in time, try again: {exc}", err=True)
+        raise typer.Exit(2) from None
     finally:
         await store.close()
 

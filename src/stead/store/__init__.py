@@ -19,6 +19,7 @@ implement the whole ``Store``.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 
 from anyio import to_thread
@@ -297,6 +298,11 @@ READERS = 4
 POSTGRES_WRITERS = 4
 DATABASE_WAIT_SECONDS = 10.0
 """Default of ``Settings.database_wait_seconds``."""
+OPEN_ERRORS = (DatabaseError, sqlite3.Error)
+"""What opening a database may raise when it cannot be used now. SQLite's own
+errors come unwrapped from the ``BEGIN`` its engines send themselves
+(``sqlite.py``): "database is locked" when another process holds a write
+transaction past the busy timeout."""
 
 
 def open_store_sync(
@@ -315,7 +321,7 @@ def open_store_sync(
     except StoreUnavailable:
         _dispose(writer, reader)
         raise
-    except DatabaseError as exc:  # unreachable, or not a database (a corrupt file)
+    except OPEN_ERRORS as exc:  # unreachable, locked, or not a database (a corrupt file)
         _dispose(writer, reader)
         raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
     return SqlStore(
@@ -334,7 +340,7 @@ def schema_status_sync(url: str) -> migrate.SchemaStatus:
     writer, reader = _engines(url, "FULL")
     try:
         return migrate.status(writer)
-    except DatabaseError as exc:  # unreachable, or not a database (a corrupt file)
+    except OPEN_ERRORS as exc:  # unreachable, locked, or not a database (a corrupt file)
         raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
     finally:
         _dispose(writer, reader)
@@ -372,8 +378,8 @@ def _shown(url: str) -> str:
     return postgres.shown(url)
 
 
-def _first_line(exc: DatabaseError) -> str:
-    cause = exc.orig if exc.orig is not None else exc
+def _first_line(exc: DatabaseError | sqlite3.Error) -> str:
+    cause = exc.orig if isinstance(exc, DatabaseError) and exc.orig is not None else exc
     lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
     return lines[0] if lines else type(cause).__name__
 
