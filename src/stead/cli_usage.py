@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import anyio
@@ -68,7 +68,8 @@ def usage(
     """Print usage (tokens, list cost, sandbox time) per workspace, agent,
     session, model and day; default: the last 30 days."""
     end = _day("--to", last) or datetime.now(UTC).date()
-    start = _day("--from", first) or end - timedelta(days=DEFAULT_DAYS - 1)
+    # Never before the first day a date can name (--to 0001-01-05 is a day too).
+    start = _day("--from", first) or date.fromordinal(max(1, end.toordinal() - DEFAULT_DAYS + 1))
     if start > end:
         _fail("--from must not be after --to")
     groups = tuple(by or GROUPS)

@@ -100,6 +100,10 @@ def test_a_day_range_without_usage_totals_zero(
     report = json.loads(done.stdout)
     assert report["total"]["requests"] == 0
     assert report["by"]["session"] == []
+    # The default 30 days before the first day there is: before, an OverflowError.
+    done = stead(forker, "usage", "--json", "--to", "0001-01-05", data_dir=data)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["from"] == "0001-01-01"
     # Before, a workspace id nobody has printed empty tables.
     done = stead(forker, "usage", "--workspace", "wrkspc_nobody", data_dir=data)
     assert done.returncode == 2
