@@ -188,8 +188,36 @@ async def stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
+def _server_url(url: str) -> str:
+    """The ``--url`` of a stead server, checked before anything dials it: one the
+    clients cannot reach (no http(s) scheme or host, a bad port) ended in a
+    traceback deep in them, or a worker retried it for good. The URL itself is
+    not echoed: it may carry a password."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        reachable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # raises for a port that is no number or out of range
+    except ValueError as exc:
+        problem = str(exc)
+    else:
+        if reachable:
+            return url
+        problem = "give the server's http:// or https:// address"
+    typer.echo(f"stead: --url (or STEAD_URL): {problem}", err=True)
+    raise typer.Exit(2)
+
+
 Url = Annotated[
-    str, typer.Option("--url", envvar="STEAD_URL", show_envvar=True, help="The stead server.")
+    str,
+    typer.Option(
+        "--url",
+        envvar="STEAD_URL",
+        show_envvar=True,
+        help="The stead server.",
+        callback=_server_url,
+    ),
 ]
 ApiKeyOption = Annotated[
     str, typer.Option("--api-key", envvar="STEAD_API_KEY", show_envvar=True, help="API key.")

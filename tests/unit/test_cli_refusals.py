@@ -121,3 +121,30 @@ def test_a_command_that_seals_on_postgresql_needs_the_shared_key(
     shared = serve_env(database_url)
     made = CliRunner().invoke(app, ["webhooks", "create", *hook, *data], env=shared)
     assert made.exit_code == 0, made.output
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        # Before, a ValueError or InvalidURI traceback from the client.
+        ("http://[::1", "Invalid IPv6 URL"),
+        ("http://127.0.0.1:99999", "Port out of range 0-65535"),
+        # Before, a traceback from exec and shell; a worker retried it for good.
+        ("127.0.0.1:8787", "give the server's http:// or https:// address"),
+        ("ftp://secret@127.0.0.1", "give the server's http:// or https:// address"),
+    ],
+)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["exec", "sesn_x", "--api-key", "k", "--", "ls"],
+        ["shell", "sesn_x", "--api-key", "k"],
+        ["worker", "--environment", "env_x", "--environment-key", "k"],
+    ],
+)
+def test_a_server_url_no_request_can_reach_is_one_line(
+    command: list[str], url: str, problem: str
+) -> None:
+    result = CliRunner().invoke(app, command, env={"STEAD_URL": url})
+    assert result.exit_code == 2, result.output
+    assert result.stderr == f"stead: --url (or STEAD_URL): {problem}\n"
