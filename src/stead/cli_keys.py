@@ -36,6 +36,10 @@ def keys_create(
     """Create an API key and print it (it is shown only once)."""
     from stead.store import NotFound
 
+    if workspace is not None and new_workspace is not None:
+        # Either would be a guess: the key must not land where it was not meant to.
+        typer.echo("stead: --workspace and --new-workspace: give one of them", err=True)
+        raise typer.Exit(2)
     settings = existing(data_dir)
     try:
         key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace, admin)

@@ -25,6 +25,12 @@ def empty(tmp_path: Path) -> Path:
     [
         # Before, a NotFound traceback.
         (["keys", "create", "--workspace", "wrkspc_nope"], 1, "stead: --workspace: no workspace"),
+        # Before, --workspace was ignored: the key went to a new workspace.
+        (
+            ["keys", "create", "--workspace", "wrkspc_nope", "--new-workspace", "w"],
+            2,
+            "stead: --workspace and --new-workspace: give one of them",
+        ),
         # Before, an IndexError traceback.
         (
             [
