@@ -1,6 +1,7 @@
 """Operator commands against a database another process holds locked (a running
 server's long write, an operator's SQL shell): one line once the wait runs out,
-exit 2 as for a database that cannot be reached, and nothing written."""
+exit 2 as for a database that cannot be reached, and nothing written. And the
+other way round: a command that only reads holds no lock a server waits on."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -79,3 +81,34 @@ def test_a_postgresql_row_lock_not_granted_in_time_is_one_line(
     )
     code, out, _ = _stead("keys", "list", "--json", *data, env=env)
     assert code == 0 and json.loads(out)[0]["revoked_at"] is None
+
+
+def test_db_check_leaves_a_running_server_free_to_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's write while the check scans (on a 2.9 GB database its
+    scans took 20 s). Before, the check held the write lock throughout, and a
+    running server's writes were refused (503) once its busy timeout ran out."""
+    from stead.store import _integrity
+
+    data = ["--data-dir", str(tmp_path)]
+    assert _stead("db", "migrate", *data, env={})[0] == 0
+    writes: list[str] = []
+    scan = _integrity._engine_findings
+
+    def scan_beside_a_write(conn: Any) -> list[Any]:
+        writer = sqlite3.connect(tmp_path / "stead.db", isolation_level=None, timeout=0)
+        with contextlib.closing(writer):
+            try:
+                writer.execute("BEGIN IMMEDIATE")
+                writer.execute("ROLLBACK")
+                writes.append("written")
+            except sqlite3.OperationalError as exc:
+                writes.append(str(exc))
+        return scan(conn)
+
+    monkeypatch.setattr(_integrity, "_engine_findings", scan_beside_a_write)
+    code, out, err = _stead("db", "check", *data, env={})
+    assert code == 0, err
+    assert "no problems found" in out
+    assert writes == ["written"]

@@ -38,11 +38,12 @@ LONG_NUMBER = "*" + "[0-9]" * len(str(INT_MAX)) + "*"
 an integer outside the 64-bit range contains, and what the ``LIKE`` patterns miss."""
 
 
-def check(conn: Connection, *, repair: bool) -> list[Finding]:
-    """Every problem found; with ``repair`` the JSON ones are rewritten in this transaction."""
+def engine_findings(conn: Connection) -> list[Finding]:
+    """The engine's own integrity and foreign-key checks; reads only, so a
+    reader's snapshot serves (none on PostgreSQL)."""
     if conn.dialect.name != "sqlite":
         return []
-    return _engine_findings(conn) + json_findings(conn, repair=repair)
+    return _engine_findings(conn)
 
 
 def json_findings(

@@ -329,7 +329,16 @@ class SqlStore(
         await self._write(_workspaces.replace_installation_value, name, value)
 
     async def check_integrity(self, repair: bool) -> list[IntegrityFinding]:
-        return await self._write(lambda conn, _now: _integrity.check(conn, repair=repair))
+        # The scans take seconds per gigabyte: in a write transaction they held
+        # off a running server's writes past its busy timeout (503s). They read a
+        # snapshot; only a repair, when there is one to make, takes the write lock.
+        engine = await self._read(_integrity.engine_findings)
+        values = await self._read(lambda conn: _integrity.json_findings(conn, repair=False))
+        if repair and values:
+            values = await self._write(
+                lambda conn, _now: _integrity.json_findings(conn, repair=True)
+            )
+        return engine + values
 
     # agents
     async def create_agent(self, workspace_id: str, definition: Json) -> AgentRecord:
