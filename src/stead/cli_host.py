@@ -110,7 +110,9 @@ def sandbox_host_status(data_dir: DataDir = None) -> None:
 
 @sandbox_host_app.command("stop")
 def sandbox_host_stop(
-    wait: Annotated[float, typer.Option(help="Seconds to wait for it to stop.")] = 30.0,
+    # A wait of none (0, -1: "still answers after -1 s") or NaN (taken for a remote
+    # host's refusal) reported a failure after the host was told to stop.
+    wait: Annotated[float, typer.Option(min=0.001, help="Seconds to wait for it to stop.")] = 30.0,
     data_dir: DataDir = None,
 ) -> None:
     """Stop the sandbox host: its sandboxes' processes and terminals end; their

@@ -154,3 +154,13 @@ def test_a_server_url_no_request_can_reach_is_one_line(
     result = CliRunner().invoke(app, command, env={"STEAD_URL": url})
     assert result.exit_code == 2, result.output
     assert result.stderr == f"stead: --url (or STEAD_URL): {problem}\n"
+
+
+@pytest.mark.parametrize("given", ["-1", "0", "nan"])
+def test_a_sandbox_host_stop_waits_a_positive_number_of_seconds(tmp_path: Path, given: str) -> None:
+    """Before, each was taken: the host was sent SIGTERM and the command then said
+    it failed (exit 1), 'still answers after -1 s' or 'deadline must not be NaN'."""
+    args = ["sandbox-host", "stop", "--wait", given, "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    assert "Invalid value for '--wait'" in result.output
