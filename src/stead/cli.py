@@ -275,7 +275,7 @@ def db_brains(data_dir: DataDir = None) -> None:
     STEAD_BRAIN_STALE_SECONDS (its runs go to the others), "stopped" after a
     clean stop. On SQLite one process owns the store and none is listed.
     """
-    settings = read_settings(data_dir=data_dir)
+    settings = existing(data_dir)
     brains = anyio.run(_list_brains, settings)
     if not brains:
         typer.echo("no processes recorded (on SQLite, the one stead serve owns the store)")

@@ -84,20 +84,24 @@ def test_a_worker_s_max_idle_must_be_a_positive_number(given: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["secrets", "rotate-key"], ["secrets", "forget-key", "--lost", "00"]]
+    "args", [["secrets", "rotate-key"], ["secrets", "forget-key", "--lost", "00"], ["db", "brains"]]
 )
-def test_a_key_command_on_a_data_directory_without_a_database_makes_none(
-    tmp_path: Path, args: list[str]
+@pytest.mark.parametrize("made", [False, True])
+def test_a_command_on_a_data_directory_without_a_database_makes_none(
+    tmp_path: Path, args: list[str], made: bool
 ) -> None:
-    """A mistyped --data-dir. Before, each made a new installation there (a key
-    file and a database) and said it had re-sealed, or that the key was the
-    database's already."""
+    """A mistyped --data-dir, or one that is there but empty. Before, each made a
+    new installation there (a database; the key commands a key file too) and
+    said it had re-sealed, that the key was the database's already, or that no
+    process was recorded."""
     missing = tmp_path / "typo"
+    if made:
+        missing.mkdir()
     result = CliRunner().invoke(app, [*args, "--data-dir", str(missing)], env={})
     assert result.exit_code == 1, result.output
     assert result.stderr.startswith(f"stead: no stead database in {missing}")
     assert result.stderr.count("\n") == 1 and result.stdout == ""
-    assert not missing.exists()
+    assert list(missing.iterdir()) == [] if made else not missing.exists()
 
 
 @pytest.mark.postgres
