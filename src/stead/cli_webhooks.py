@@ -129,6 +129,11 @@ def webhooks_list(
     """List the endpoints of every workspace (never their secrets)."""
 
     async def listed(store: Store, _: WebhookEndpoints) -> list[Json]:
+        from stead.store import NotFound
+
+        # A mistyped id lists nothing, as a workspace without endpoints does: say so.
+        if workspace is not None and workspace not in {w.id for w in await store.list_workspaces()}:
+            raise NotFound("workspace", workspace, "--workspace")
         found = await store.list_webhook_endpoints(workspace)
         return [{**_endpoint_json(e), "workspace_id": e.workspace_id} for e in found]
 

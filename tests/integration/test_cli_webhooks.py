@@ -96,6 +96,12 @@ def test_the_cli_refuses_what_the_api_refuses(server: ServerProcess, forker: Ser
     )
     assert nowhere.returncode == 1 and "wrkspc_nothing" in nowhere.stderr
     assert "Traceback" not in nowhere.stderr
+    # Before, nothing at all (exit 0), as for a workspace without endpoints.
+    unknown = stead(forker, "list", "--workspace", "wrkspc_nothing", data_dir=server.data_dir)
+    assert (unknown.returncode, unknown.stdout) == (1, "")
+    assert unknown.stderr == (
+        f"stead: --workspace: no workspace with id 'wrkspc_nothing' in {server.data_dir}\n"
+    )
 
 
 def test_rotating_the_secret_key_keeps_every_signing_secret(
