@@ -247,7 +247,7 @@ def db_check(
     made by a newer stead) or a problem remains (with --repair: one it could not
     repair); 2 if the database cannot be reached.
     """
-    from stead.store import SchemaState
+    from stead.store import SchemaState, shown_url
 
     settings = read_settings(data_dir=data_dir)
     schema = schema_status(settings)
@@ -260,7 +260,7 @@ def db_check(
         console().print(str(finding))
     left = [f for f in findings if not f.repaired]
     if not findings:
-        console().print(f"{settings.resolved_database_url}: no problems found")
+        console().print(f"{shown_url(settings.resolved_database_url)}: no problems found")
     elif left:
         hint = "" if repair else " (run again with --repair to fix stored values)"
         console().print(f"{len(left)} problem(s) left{hint}")

@@ -110,3 +110,20 @@ def test_migrate_makes_the_data_directorys_database(tmp_path: Path) -> None:
     assert (data_dir / "stead.db").exists()
     checked = CliRunner().invoke(app, ["db", "check", "--data-dir", str(data_dir)], env={})
     assert checked.exit_code == 0, checked.output
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_check_never_prints_the_database_password(database_url: str, tmp_path: Path) -> None:
+    """Trust auth takes any password. Before, the clean check's last line was the
+    URL as given, password and sslpassword with it."""
+    from sqlalchemy import make_url
+
+    url = make_url(database_url).set(password="hunter2")
+    url = url.update_query_dict({"sslpassword": "topsecret"})
+    given = url.render_as_string(hide_password=False)
+    assert _db("migrate", given, tmp_path).exit_code == 0
+    checked = _db("check", given, tmp_path)
+    assert checked.exit_code == 0, checked.output
+    assert "no problems found" in checked.stdout
+    assert "hunter2" not in checked.output and "topsecret" not in checked.output

@@ -288,6 +288,7 @@ __all__ = [
     "open_store_sync",
     "precondition_failed",
     "schema_status_sync",
+    "shown_url",
     "single_brain",
     "skill_name_changed",
     "skill_name_taken",
@@ -323,7 +324,7 @@ def open_store_sync(
         raise
     except OPEN_ERRORS as exc:  # unreachable, locked, or not a database (a corrupt file)
         _dispose(writer, reader)
-        raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
+        raise StoreUnavailable(f"cannot open {shown_url(url)}: {_first_line(exc)}") from None
     return SqlStore(
         writer,
         reader,
@@ -341,7 +342,7 @@ def schema_status_sync(url: str) -> migrate.SchemaStatus:
     try:
         return migrate.status(writer)
     except OPEN_ERRORS as exc:  # unreachable, locked, or not a database (a corrupt file)
-        raise StoreUnavailable(f"cannot open {_shown(url)}: {_first_line(exc)}") from None
+        raise StoreUnavailable(f"cannot open {shown_url(url)}: {_first_line(exc)}") from None
     finally:
         _dispose(writer, reader)
 
@@ -364,13 +365,14 @@ def _postgres_engines(url: str) -> tuple[Engine, Engine]:
 
     if not postgres.is_postgres(url):
         raise StoreUnavailable(
-            f"unsupported database URL {_shown(url)}: stead stores data in SQLite "
+            f"unsupported database URL {shown_url(url)}: stead stores data in SQLite "
             "(sqlite:///path/to/stead.db) or PostgreSQL (postgresql://user@host/db)"
         )
     return postgres.postgres_engines(url, POSTGRES_WRITERS, READERS)
 
 
-def _shown(url: str) -> str:
+def shown_url(url: str) -> str:
+    """The database URL as it may be printed: a PostgreSQL one without its password."""
     if url.startswith("sqlite"):
         return url
     from stead.store import postgres
