@@ -192,7 +192,8 @@ class Settings(BaseSettings):
     s3_secret_access_key: str | None = Field(default=None, validate_default=True)
     """Checked even when unset: it goes with ``s3_access_key_id``."""
     blob_timeout_seconds: Seconds = 30.0
-    """Longest the blob store may go without progress on one call."""
+    """Longest the blob store may take over one call, or over one part of a
+    streamed one (``BlobConfig.timeout_seconds``)."""
     max_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
     """Largest file ``POST /v1/files`` accepts (the hosted API's limit is 500 MB)."""
     file_purge_interval_seconds: Seconds = 300.0

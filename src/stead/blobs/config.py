@@ -74,5 +74,6 @@ class BlobConfig:
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = None
     timeout_seconds: float = 30.0
-    """Longest the store may go without progress: to connect, to answer one
-    request, or between two chunks of a stream."""
+    """Longest the store may take to connect, to answer one request, or to
+    move one part of a stream: a chunk of a download (``STREAM_CHUNK_BYTES``),
+    a part of an upload (``PART_BYTES``, however many parts share the link)."""

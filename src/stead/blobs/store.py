@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 PART_BYTES = 8 * 1024 * 1024
 """Size of one part of a streamed upload (S3 needs at least 5 MiB per part)."""
 UPLOAD_CONCURRENCY = 4
-"""Parts of one streamed upload in flight at once."""
+"""Parts of one streamed upload in flight at once while it is written (closing
+it sends the last part beside them)."""
 STREAM_CHUNK_BYTES = 1024 * 1024
 """Smallest chunk a streamed download yields (the last one may be shorter)."""
 RANGE_CHUNK_BYTES = 8 * 1024 * 1024
@@ -91,10 +92,15 @@ def open_blob_store(config: BlobConfig) -> BlobStore:
 def _s3_store(config: BlobConfig, bucket: str, prefix: str) -> S3Store:
     check_s3_keys(config.s3_access_key_id, config.s3_secret_access_key)
     timeout = timedelta(seconds=config.timeout_seconds)
+    # The read timeout runs from a request's start to its answer, so it bounds
+    # the whole upload of one part, which shares the link with every other part
+    # in flight: one timeout for each. Other calls are bounded more tightly by
+    # ``BlobStore`` itself.
+    part_timeout = timeout * (UPLOAD_CONCURRENCY + 1)
     client: ClientConfig = {
         "connect_timeout": timeout,
-        "read_timeout": timeout,
-        "timeout": max(REQUEST_CEILING, timeout),
+        "read_timeout": part_timeout,
+        "timeout": max(REQUEST_CEILING, part_timeout),
     }
     retry: RetryConfig = {
         "max_retries": MAX_RETRIES,
@@ -141,20 +147,30 @@ class BlobStore:
 
     async def put_stream(self, key: str, chunks: AsyncIterable[bytes]) -> BlobInfo:
         """Uploads the chunks as one object (multipart for large ones), holding at
-        most ``UPLOAD_CONCURRENCY`` parts in memory. Each store call is bounded by
-        the timeout; producing the chunks is the caller's time. If ``chunks``
-        raises, the upload is abandoned and the error propagates unchanged."""
+        most ``UPLOAD_CONCURRENCY`` parts in memory. The store must move one part
+        (``PART_BYTES``) per timeout, however many share the link; producing the
+        chunks is the caller's time. If ``chunks`` raises, the upload is
+        abandoned and the error propagates unchanged."""
         _check_key(key)
         writer = obstore.open_writer_async(
             self._store, key, buffer_size=PART_BYTES, max_concurrency=UPLOAD_CONCURRENCY
         )
+        # A write waits, while UPLOAD_CONCURRENCY parts are in flight, for the
+        # first of them to land; closing waits for them, the last part and the
+        # request that completes the upload. The parts share the link, so each
+        # call gets a timeout per part (or request) it may wait on.
+        write_bound = self._timeout * UPLOAD_CONCURRENCY
+        close_bound = self._timeout * (UPLOAD_CONCURRENCY + 2)
         async for chunk in chunks:
-            if chunk:
-                with map_store_errors(key), anyio.fail_after(self._timeout):
-                    await writer.write(chunk)
+            view = memoryview(chunk)
+            # A write of at most one part starts at most one, so no more than
+            # UPLOAD_CONCURRENCY are ever in flight before the close.
+            for start in range(0, len(view), PART_BYTES):
+                with map_store_errors(key), anyio.fail_after(write_bound):
+                    await writer.write(view[start : start + PART_BYTES])
         # Only a closed writer commits the object; on any error above it is
         # dropped unclosed, which abandons the upload.
-        with map_store_errors(key), anyio.fail_after(self._timeout):
+        with map_store_errors(key), anyio.fail_after(close_bound):
             await writer.close()
         return await self._head_required(key)
 
