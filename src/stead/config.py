@@ -22,15 +22,10 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
+from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 
-MAX_SECONDS = 10 * 365 * 24 * 3600.0
-"""Ten years: longer than any timer stead keeps, and far inside what a date can be
-moved by (a webhook's retry wait of 1e20 s overflowed the delivery's next date)."""
-Seconds = Annotated[float, Field(gt=0, le=MAX_SECONDS, allow_inf_nan=False)]
-"""A duration: positive and finite (a zero or negative timer spins or fails late),
-at most ``MAX_SECONDS``."""
 Count = Annotated[int, Field(ge=1)]
 """How many of something: at least one."""
 

@@ -31,6 +31,7 @@ ROOMS = (
 )
 SHARED = {
     "config",
+    "durations",
     "egress_policy",
     "events",
     "ids",

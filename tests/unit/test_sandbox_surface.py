@@ -23,6 +23,7 @@ ALLOWED = {
         "egress_policy",
         "mount_paths",  # a leaf (the standard library only), shared with the API's checks
         "log_levels",  # a leaf too, shared with the brain's settings
+        "durations",  # a leaf too, shared with the brain's settings
     },
     # telemetry: the trace context an MCP request carries (a leaf: it imports only config).
     "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry", "media_types"},

@@ -172,6 +172,12 @@ S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
             "STEAD_SANDBOX_HOST_LISTEN_TCP: a TCP listener needs STEAD_SANDBOX_HOST_TOKEN",
         ),
         (HOST, {"STEAD_LOG_LEVEL": "loud"}, "STEAD_LOG_LEVEL: Input should be 'critical'"),
+        # Before, taken: a snapshot's expiry date overflowed in the host's collector.
+        *(
+            (HOST, {name: given}, f"{name}: Input should be")
+            for name in ("STEAD_SNAPSHOT_TTL_SECONDS", "STEAD_BLOB_TIMEOUT_SECONDS")
+            for given in ("inf", "nan", "1e300")
+        ),
         (HOST, {"STEAD_BLOB_URL": "ftp://blobs"}, "STEAD_BLOB_URL: blob URL 'ftp://blobs'"),
         (HOST, {"STEAD_BLOB_URL": "file://relative/dir"}, "STEAD_BLOB_URL: blob URL"),
         # Before, the host stopped with a traceback and a brain started, its

@@ -14,6 +14,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from stead.blobs import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
+from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
@@ -76,11 +77,11 @@ class HostSettings(BaseSettings):
     users and groups."""
     sandbox_uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
     """Where every sandbox host on the machine records the uid range it holds."""
-    sandbox_idle_check_seconds: float = Field(default=5.0, gt=0)
-    snapshot_ttl_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
-    snapshot_gc_interval_seconds: float = Field(default=600.0, gt=0)
+    sandbox_idle_check_seconds: Seconds = 5.0
+    snapshot_ttl_seconds: Seconds = 7 * 24 * 3600.0
+    snapshot_gc_interval_seconds: Seconds = 600.0
     """How often the host deletes expired snapshots and exec records."""
-    sandbox_exec_record_seconds: float = Field(default=7 * 24 * 3600.0, gt=0)
+    sandbox_exec_record_seconds: Seconds = 7 * 24 * 3600.0
     """How long the host keeps an exec's result for its op key."""
     blob_url: str | None = None
     """``file:///dir`` (default ``<data_dir>/blobs``) or ``s3://bucket/prefix``."""
@@ -89,6 +90,9 @@ class HostSettings(BaseSettings):
     s3_access_key_id: str | None = None
     s3_secret_access_key: str | None = Field(default=None, validate_default=True)
     """Checked even when unset: it goes with ``s3_access_key_id``."""
+    blob_timeout_seconds: Seconds = 30.0
+    """The blob store's bound on one call, or one part of a streamed one: the
+    brain's setting of that name (snapshots and mounts go through the host)."""
     pip_index_url: str | None = None
     """A PyPI mirror for environment packages; its host is allowed while installing."""
     npm_registry: str | None = None
@@ -113,7 +117,7 @@ class HostSettings(BaseSettings):
     egress_extra_ca_file: ExtraCaFile = None
     """A PEM bundle of CAs the egress proxy trusts for origins, besides the
     host's own trust store (a private CA of the operator's)."""
-    terminal_send_timeout_seconds: float = Field(default=30.0, gt=0)
+    terminal_send_timeout_seconds: Seconds = 30.0
     """A terminal client that cannot take output for this long is dropped (too slow)."""
     log_level: LogLevel = "info"
     """The brain's levels (``stead.log_levels``; a host it starts is passed
@@ -195,6 +199,7 @@ class HostSettings(BaseSettings):
                 s3_region=self.s3_region,
                 s3_access_key_id=self.s3_access_key_id,
                 s3_secret_access_key=self.s3_secret_access_key,
+                timeout_seconds=self.blob_timeout_seconds,
             ),
             uid_base=self.sandbox_uid_base,
             uid_count=self.sandbox_uid_count,
