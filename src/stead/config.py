@@ -19,9 +19,9 @@ from pydantic import (
     ValidationInfo,
     field_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from stead.blobs import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
+from stead.blob_settings import BlobSettings
 from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
@@ -45,7 +45,7 @@ def _check_model_url(url: str, prefix: str = "") -> None:
         raise ValueError(f"{prefix}{url!r} is not the http(s) base URL of a model API")
 
 
-class Settings(BaseSettings):
+class Settings(BlobSettings):
     """Every knob of a stead installation. Timers are settings so tests can shrink them."""
 
     model_config = SettingsConfigDict(env_prefix="STEAD_", frozen=True, extra="ignore")
@@ -177,18 +177,7 @@ class Settings(BaseSettings):
 
     max_request_bytes: Count = 32 * 1024 * 1024
 
-    # The Files API: bytes in the blob store, metadata in the store.
-    blob_url: str | None = None
-    """``file:///dir`` (default ``<data_dir>/blobs``, as the sandbox host's) or
-    ``s3://bucket/prefix``; the same ``STEAD_BLOB_URL``/``STEAD_S3_*`` the host reads."""
-    s3_endpoint: str | None = None
-    s3_region: str | None = None
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = Field(default=None, validate_default=True)
-    """Checked even when unset: it goes with ``s3_access_key_id``."""
-    blob_timeout_seconds: Seconds = 30.0
-    """Longest the blob store may take over one call, or over one part of a
-    streamed one (``BlobConfig.timeout_seconds``)."""
+    # The Files API: bytes in the blob store (BlobSettings), metadata in the store.
     max_file_bytes: int = Field(default=500 * 1024 * 1024, gt=0)
     """Largest file ``POST /v1/files`` accepts (the hosted API's limit is 500 MB)."""
     file_purge_interval_seconds: Seconds = 300.0
@@ -305,22 +294,6 @@ class Settings(BaseSettings):
             _check_model_url(url, f"{model}: ")
         return models
 
-    @field_validator("blob_url")
-    @classmethod
-    def _blob_url(cls, url: str | None) -> str | None:
-        return None if url is None else check_blob_url(url)
-
-    @field_validator("s3_endpoint")
-    @classmethod
-    def _s3_endpoint(cls, endpoint: str | None) -> str | None:
-        return None if endpoint is None else check_s3_endpoint(endpoint)
-
-    @field_validator("s3_secret_access_key")
-    @classmethod
-    def _s3_keys(cls, secret: str | None, info: ValidationInfo) -> str | None:
-        check_s3_keys(info.data.get("s3_access_key_id"), secret)
-        return secret
-
     @field_validator("context_windows")
     @classmethod
     def _windows(cls, windows: dict[str, int]) -> dict[str, int]:
@@ -357,17 +330,6 @@ class Settings(BaseSettings):
     @property
     def resolved_sandbox_host_state_dir(self) -> Path:
         return self.sandbox_host_state_dir or self.data_dir / "sandbox-host"
-
-    def blob_config(self) -> BlobConfig:
-        """Where the brain keeps file bytes: the sandbox host's store, by default."""
-        return BlobConfig(
-            url=self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}",
-            s3_endpoint=self.s3_endpoint,
-            s3_region=self.s3_region,
-            s3_access_key_id=self.s3_access_key_id,
-            s3_secret_access_key=self.s3_secret_access_key,
-            timeout_seconds=self.blob_timeout_seconds,
-        )
 
     @property
     def embedded_database(self) -> Path:

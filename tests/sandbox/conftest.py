@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -199,3 +201,24 @@ def serve_with_failpoints(
     extra = {"STEAD_FAILPOINTS": failpoints} if failpoints else {}
     env = loop_env(fake, STEAD_LEASE_SECONDS="6", **host.settings_env, **extra)
     return ServerProcess(data, env=env, forker=forker).start()
+
+
+@pytest.fixture(scope="module")
+def web() -> Iterator[int]:
+    """The port of an HTTP server on the host's loopback that answers ``reached``."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"reached")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
-from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -49,27 +47,6 @@ async def limited(client: HostClient) -> AsyncIterator[HostSandbox]:
     )
     yield opened
     await client.destroy(opened.sandbox_id)
-
-
-@pytest.fixture(scope="module")
-def web() -> Iterator[int]:
-    """An HTTP server on the host's loopback that answers ``reached``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"reached")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
 
 
 async def test_host_secrets_are_unreadable(sandbox: HostSandbox, client: HostClient) -> None:

@@ -6,10 +6,8 @@ names pinned to an HTTP server on loopback (``STEAD_EGRESS_HOSTS``)."""
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import anthropic
@@ -22,27 +20,6 @@ from tests.sandbox.conftest import bash_turn, requires_isolation, shell
 pytestmark = requires_isolation
 
 NAMES = ("first.net.test", "second.net.test")
-
-
-@pytest.fixture(scope="module")
-def web() -> Iterator[int]:
-    """An HTTP server on loopback that answers ``reached``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-            self.wfile.write(b"reached")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ ROOMS = (
     "vault",
 )
 SHARED = {
+    "blob_settings",
     "config",
     "durations",
     "egress_policy",

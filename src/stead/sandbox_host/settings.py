@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
-from stead.blobs import BlobConfig, check_blob_url, check_s3_endpoint, check_s3_keys
+from stead.blob_settings import BlobSettings
 from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
@@ -47,7 +47,7 @@ def check_makeable(path: Path) -> None:
             return
 
 
-class HostSettings(BaseSettings):
+class HostSettings(BlobSettings):
     model_config = SettingsConfigDict(env_prefix="STEAD_", frozen=True, extra="ignore")
 
     data_dir: Path = Field(default_factory=_default_data_dir)
@@ -83,16 +83,6 @@ class HostSettings(BaseSettings):
     """How often the host deletes expired snapshots and exec records."""
     sandbox_exec_record_seconds: Seconds = 7 * 24 * 3600.0
     """How long the host keeps an exec's result for its op key."""
-    blob_url: str | None = None
-    """``file:///dir`` (default ``<data_dir>/blobs``) or ``s3://bucket/prefix``."""
-    s3_endpoint: str | None = None
-    s3_region: str | None = None
-    s3_access_key_id: str | None = None
-    s3_secret_access_key: str | None = Field(default=None, validate_default=True)
-    """Checked even when unset: it goes with ``s3_access_key_id``."""
-    blob_timeout_seconds: Seconds = 30.0
-    """The blob store's bound on one call, or one part of a streamed one: the
-    brain's setting of that name (snapshots and mounts go through the host)."""
     pip_index_url: str | None = None
     """A PyPI mirror for environment packages; its host is allowed while installing."""
     npm_registry: str | None = None
@@ -124,22 +114,6 @@ class HostSettings(BaseSettings):
     its own), in any case."""
 
     _any_case = field_validator("log_level", mode="before")(any_case)
-
-    @field_validator("blob_url")
-    @classmethod
-    def _blob_url(cls, url: str | None) -> str | None:
-        return None if url is None else check_blob_url(url)
-
-    @field_validator("s3_endpoint")
-    @classmethod
-    def _s3_endpoint(cls, endpoint: str | None) -> str | None:
-        return None if endpoint is None else check_s3_endpoint(endpoint)
-
-    @field_validator("s3_secret_access_key")
-    @classmethod
-    def _s3_keys(cls, secret: str | None, info: ValidationInfo) -> str | None:
-        check_s3_keys(info.data.get("s3_access_key_id"), secret)
-        return secret
 
     @field_validator("sandbox_host_state_dir", "sandbox_work_dir")
     @classmethod
@@ -193,14 +167,7 @@ class HostSettings(BaseSettings):
             state_dir=state_dir,
             work_dir=self.sandbox_work_dir or default_work_dir(state_dir),
             socket=socket_path(self.sandbox_host),
-            blobs=BlobConfig(
-                url=self.blob_url or f"file://{(self.data_dir / 'blobs').resolve()}",
-                s3_endpoint=self.s3_endpoint,
-                s3_region=self.s3_region,
-                s3_access_key_id=self.s3_access_key_id,
-                s3_secret_access_key=self.s3_secret_access_key,
-                timeout_seconds=self.blob_timeout_seconds,
-            ),
+            blobs=self.blob_config(),
             uid_base=self.sandbox_uid_base,
             uid_count=self.sandbox_uid_count,
             uid_registry=self.sandbox_uid_registry,
