@@ -286,3 +286,45 @@ def test_the_part_kept_fits_the_window_as_the_model_counts_it(
     # each step compacted again and sent more than the window.
     assert max(len(json.dumps(r.body)) for r in answered) <= 2000
     assert sum(e.type == "agent.thread_context_compacted" for e in events) <= 4
+
+
+def counting_refusals(body: dict[str, Any]) -> Turn:
+    """Counts a request as the estimate does (four characters a token) and
+    refuses a message that asks it to."""
+    if SUMMARY_INSTRUCTION in json.dumps(body):
+        return Turn([Text(SUMMARY)], usage=SUMMARY_USAGE)
+    said = last_user_text(body)
+    counted = {"input_tokens": len(json.dumps(body)) // 4, "output_tokens": 5}
+    if "refuse" in said:
+        return Turn([Text("no")], stop_reason="refusal", usage=counted)
+    return Turn([Text(f"re {said[:30]}")], usage=counted)
+
+
+def test_a_refused_turn_no_longer_counts_toward_the_window(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """The model's count of the refused request described a context the next
+    request no longer carries: taken for it, a short session compacted (or
+    could never go on) after one large refused message."""
+    with FakeModel(counting_refusals) as counting:
+        env = loop_env(counting, STEAD_CONTEXT_WINDOWS=WINDOWS)
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            with sdk_of(server) as sdk:
+                session_id = new_session(sdk)
+                for said in ("hello", "refuse " + "r" * 5800, "hello again", "and again"):
+                    sdk.beta.sessions.events.send(session_id, events=[message(said)])
+                    wait_idle(sdk, session_id)
+                events = types(sdk, session_id)
+        finally:
+            server.stop()
+        asked = [r for r in counting.requests if summarising(r)]
+    assert [e.error.message for e in events if e.type == "session.error"] == []
+    assert [e.stop_reason.type for e in events if e.type == "session.status_idle"] == [
+        "end_turn",
+        "refusal",
+        "end_turn",
+        "end_turn",
+    ]
+    assert not any(e.type == "agent.thread_context_compacted" for e in events)
+    assert asked == []

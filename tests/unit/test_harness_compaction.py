@@ -141,6 +141,20 @@ def test_the_models_own_count_of_the_last_request_triggers_compaction() -> None:
     assert isinstance(plan(log.events), Compact)
 
 
+def test_the_count_of_a_refused_turns_request_does_not_count() -> None:
+    log = Log()
+    log.user(f"first {WORDS}")
+    log.answer("short", tokens=150)
+    log.user(f"a refused request {'r' * 2400}")
+    log.answer("no", tokens=850)  # the refused turn's own request, past the trigger
+    log.add("session.status_idle", stop_reason={"type": "refusal"})
+    log.user("next")
+    assert plan(log.events) is None  # the refused turn is never sent again
+    log.answer("short", tokens=870)  # counted again once the model answers
+    log.user("next again")
+    assert isinstance(plan(log.events), Compact)
+
+
 def test_a_recent_part_that_alone_does_not_fit_reaches_the_limit() -> None:
     log = Log()
     log.user("w" * 4000)  # 1,000 tokens in one message: nothing older to summarise

@@ -30,10 +30,12 @@ from typing import Any
 from stead.events import EventType
 from stead.harness.context import (
     event_blocks,
+    idle_reason,
     live_context,
     render_messages,
     request_with,
     summary_block,
+    without_refused_turns,
 )
 from stead.harness.mcp import McpTool
 from stead.harness.memory import MemoryPrompt
@@ -182,7 +184,7 @@ def _undercount(estimate: int, events: Sequence[Json]) -> float:
     if found is None:
         return 1.0
     index, counted = found
-    before = estimate - estimate_tokens(render_messages(None, events[index:]))
+    before = estimate - _tail_tokens(events, index)
     return counted / max(before, 1)
 
 
@@ -199,16 +201,33 @@ def _with_model_count(estimate: int, events: Sequence[Json]) -> int:
     if found is None:
         return estimate
     index, counted = found
-    return max(estimate, counted + estimate_tokens(render_messages(None, events[index:])))
+    return max(estimate, counted + _tail_tokens(events, index))
+
+
+def _tail_tokens(events: Sequence[Json], index: int) -> int:
+    """The estimate of what the model sees of the events from ``index`` on
+    (a refused turn among them is never sent again)."""
+    return estimate_tokens(render_messages(None, without_refused_turns(events[index:])))
 
 
 def _last_count(events: Sequence[Json]) -> tuple[int, int] | None:
     """The index of the last answered request's span end since the latest
-    compaction, and the tokens the model counted for it (its answer's included)."""
+    compaction, and the tokens the model counted for it (its answer's included).
+    A request of a turn that ended in a refusal does not count: its count holds
+    the refused turn, which later requests no longer carry (``live_context``)."""
+    refused = False
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
         if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
             break
+        ended = idle_reason(event)
+        if ended is not None and ended != "requires_action":
+            # Walking back, a refusal's idle opens a refused turn, and the idle
+            # of the turn before it closes it (``without_refused_turns``).
+            refused = ended == "refusal"
+            continue
+        if refused:
+            continue
         if event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
             used = event.get("model_usage") or {}
             counted = sum(

@@ -181,7 +181,7 @@ def without_refused_turns(events: Sequence[Json]) -> list[Json]:
     kept: list[Json] = []
     turn_start = 0
     for index, event in enumerate(events):
-        ended = _idle_reason(event)
+        ended = idle_reason(event)
         if ended is None or ended == "requires_action":
             continue
         if ended != "refusal":
@@ -205,7 +205,7 @@ def _is_compaction(event: Json) -> bool:
     return bool(event["type"] == COMPACTED)
 
 
-def _idle_reason(event: Json) -> str | None:
+def idle_reason(event: Json) -> str | None:
     """The stop reason of a ``session.status_idle`` ("" if it names none); None
     for any other event."""
     if event["type"] != IDLE:
@@ -215,7 +215,7 @@ def _idle_reason(event: Json) -> str | None:
 
 
 def _is_refusal(event: Json) -> bool:
-    return _idle_reason(event) == "refusal"
+    return idle_reason(event) == "refusal"
 
 
 def summary_block(summary: str) -> Json:
