@@ -4,7 +4,8 @@ key, cannot tell them apart."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,6 +39,9 @@ def _event(kind: str, n: int, draw: Any) -> Json:
         event["_internal"] = draw(
             st.sampled_from([{}, {"thinking": "hm", "signature": "s"}, {"redacted": "x"}])
         )
+    elif kind == "agent.thread_context_compacted":
+        kept_from = draw(st.integers(min_value=1, max_value=n))
+        event["_internal"] = {"summary": draw(_text), "kept_from": kept_from}
     return event
 
 
@@ -56,6 +60,7 @@ KINDS = [
     "span.model_request_start",
     "session.status_idle",
     "session.usage",
+    "agent.thread_context_compacted",
 ]
 
 
@@ -103,7 +108,7 @@ def _rendered(renderings: Renderings, session_id: str, log: list[Json]) -> list[
     return messages
 
 
-def test_a_log_with_a_compaction_is_not_carried_on() -> None:
+def test_a_log_with_a_compaction_is_rendered_from_its_summary_on() -> None:
     log = [
         {"type": "user.message", "id": "e1", "_seq": 1, "content": [{"type": "text", "text": "a"}]},
         {
@@ -120,7 +125,15 @@ def test_a_log_with_a_compaction_is_not_carried_on() -> None:
         "_seq": 3,
         "_internal": {"summary": "s", "kept_from": 2},
     }
-    assert rendering([*log, compaction], before) is None
+    compacted = [*log, compaction]
+    after = rendering(compacted, before)
+    assert after is not None
+    assert after.messages() == build_messages(compacted)
+    said = _said("user.message", 4, "c")
+    carried = rendering([*compacted, said], after)
+    assert carried is not None
+    assert carried.messages() == build_messages([*compacted, said])
+    assert carried.finished[0] is after.finished[0]  # carried on, not rendered again
 
 
 def test_a_session_s_renderings_follow_its_log_and_start_over_for_another() -> None:
@@ -255,3 +268,43 @@ def test_a_refused_turn_after_a_compaction_is_dropped_and_the_summary_kept() -> 
     messages = build_messages(log)
     assert "so far" in messages[0]["content"][0]["text"]
     assert _texts(messages[1:]) == [("assistant", ["kept"]), ("user", ["next"])]
+
+
+class _Reads(Sequence[Json]):
+    """A log that counts the events read from it."""
+
+    def __init__(self, events: list[Json]) -> None:
+        self.events = events
+        self.read = 0
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    @overload
+    def __getitem__(self, index: int) -> Json: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Json]: ...
+    def __getitem__(self, index: int | slice) -> Json | list[Json]:
+        found = self.events[index]
+        self.read += len(found) if isinstance(index, slice) else 1
+        return found
+
+
+def test_a_step_after_a_compaction_reads_the_events_since_it_not_the_whole_log() -> None:
+    log = [_said("user.message" if n % 2 else "agent.message", n) for n in range(1, 3001)]
+    compaction = {
+        "type": "agent.thread_context_compacted",
+        "id": "c",
+        "_seq": 3001,
+        "_internal": {"summary": "so far", "kept_from": 2990},
+    }
+    log.append(compaction)
+    renderings = Renderings()
+    assert _rendered(renderings, "sesn_1", log) == build_messages(log)
+    log += [_said("user.message", 3002), _said("agent.message", 3003)]
+    reads = _Reads(log)
+    messages, _ = renderings.messages("sesn_1", reads)
+    assert messages == build_messages(log)
+    # The step renders what was logged since its last: a long session's steps
+    # did not each walk its whole log once it had compacted.
+    assert reads.read < 50

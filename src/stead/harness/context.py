@@ -19,6 +19,7 @@ Messages API asks a conversation to drop it before going on. The log keeps it.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -164,14 +165,26 @@ def live_context(events: Sequence[Json]) -> tuple[str | None, list[Json]]:
     """The latest compaction's summary (None if none) and the events the model
     still sees word for word: those from its ``kept_from`` on, compactions and
     refused turns aside."""
-    for index in range(len(events) - 1, -1, -1):
+    found = _latest_compaction(events)
+    if found is None:
+        return None, without_refused_turns(events)
+    summary, start = found
+    live = [e for e in events[start:] if not _is_compaction(e)]
+    return summary, without_refused_turns(live)
+
+
+def _latest_compaction(events: Sequence[Json], since: int = 0) -> tuple[str, int] | None:
+    """The summary of the latest compaction at or after index ``since``, and the
+    index of the first event it kept (None if there is none). The log is in
+    ``seq`` order, so that event is found by bisection: a step on a long log
+    does not walk the events summarised long ago."""
+    for index in range(len(events) - 1, since - 1, -1):
         event = events[index]
         if _is_compaction(event):
             internal = event.get("_internal", {})
-            kept_from = int(internal["kept_from"])
-            live = [e for e in events if _seq(e) >= kept_from and not _is_compaction(e)]
-            return str(internal["summary"]), without_refused_turns(live)
-    return None, without_refused_turns(events)
+            start = bisect.bisect_left(events, int(internal["kept_from"]), key=_seq)
+            return str(internal["summary"]), start
+    return None
 
 
 def without_refused_turns(events: Sequence[Json]) -> list[Json]:
@@ -276,16 +289,20 @@ def _marked(messages: list[Json]) -> list[Json]:
 
 @dataclass(frozen=True, slots=True)
 class Rendering:
-    """``build_messages`` of a log with no compaction and no refused turn, kept
+    """``build_messages`` of a log with no refused turn in its context, kept
     so that a longer log that starts with it is rendered from where it ended:
-    every model step renders the whole log otherwise, which grows with the
-    session. The messages before
+    every model step renders the whole context otherwise, which grows with the
+    session. After a compaction it renders the summary and the events from the
+    first one kept (``start``). The messages before
     the last are finished (shared by the requests made from it, which only read
     them); the last is still open, as the next event of its role joins it."""
 
     count: int
     """How many events of the log it renders."""
+    start: int
+    """The index of the first event whose blocks it holds (0 with no compaction)."""
     first_id: str
+    """The id of the event at ``start``."""
     last_id: str
     finished: tuple[Json, ...]
     finished_json: tuple[str, ...]
@@ -301,8 +318,8 @@ class Rendering:
     def renders_prefix_of(self, events: Sequence[Json]) -> bool:
         count = self.count
         return (
-            len(events) >= count > 0
-            and events[0]["id"] == self.first_id
+            len(events) >= count > self.start
+            and events[self.start]["id"] == self.first_id
             and events[count - 1]["id"] == self.last_id
         )
 
@@ -325,29 +342,40 @@ class Rendering:
 
 def rendering(events: Sequence[Json], previous: Rendering | None = None) -> Rendering | None:
     """The ``Rendering`` of the log ``events``, carried on from ``previous`` when
-    that renders a prefix of it; None for a log that holds a compaction or a
-    refused turn (its history is not the whole log: ``build_messages`` renders
-    it whole)."""
+    that renders a prefix of it and no compaction came since (else started over
+    from the latest compaction, or from the log's start); None for a log whose
+    context holds a refused turn (its history is not the events in a row:
+    ``build_messages`` renders it whole)."""
     if not events:
         return None
-    start = previous if previous is not None and previous.renders_prefix_of(events) else None
-    new = events[start.count :] if start is not None else events
-    if any(_is_compaction(event) or _is_refusal(event) for event in new):
+    carried = previous if previous is not None and previous.renders_prefix_of(events) else None
+    compacted = _latest_compaction(events, carried.count if carried is not None else 0)
+    if compacted is not None:
+        summary, start = compacted
+        if start >= len(events):
+            return None
+        new = [e for e in events[start:] if not _is_compaction(e)]
+        carried, blocks = None, [summary_block(summary)]
+    elif carried is not None:
+        start, new, blocks = carried.start, list(events[carried.count :]), list(carried.open_blocks)
+    else:
+        start, new, blocks = 0, list(events), []
+    if any(_is_refusal(event) for event in new):
         return None
-    finished = list(start.finished) if start is not None else []
-    texts = list(start.finished_json) if start is not None else []
-    role = start.open_role if start is not None else None
-    blocks = list(start.open_blocks) if start is not None else []
+    finished = list(carried.finished) if carried is not None else []
+    texts = list(carried.finished_json) if carried is not None else []
+    role = carried.open_role if carried is not None else ("user" if blocks else None)
     role, blocks = _merged(finished, role, blocks, new)
     done = len(texts)
     texts += [canonical(message) for message in finished[done:]]
-    finished_weight = (start.finished_weight if start is not None else 0) + sum(
+    finished_weight = (carried.finished_weight if carried is not None else 0) + sum(
         weight(message) + len(text)
         for message, text in zip(finished[done:], texts[done:], strict=True)
     )
     return Rendering(
         count=len(events),
-        first_id=str(events[0]["id"]),
+        start=start,
+        first_id=str(events[start]["id"]),
         last_id=str(events[-1]["id"]),
         finished=tuple(finished),
         finished_json=tuple(texts),

@@ -3,8 +3,10 @@ next step renders only what was logged since (``harness.context.Rendering``).
 
 Every model step sends the whole conversation, and rendering it from the whole
 log grew with the session; a claim does it inside its transaction, on the
-store's writer. A log with a compaction or a refused turn is rendered whole,
-as its history is not the whole log. Bounded like ``LogCache``, by sessions, by the events their
+store's writer. After a compaction a rendering holds the summary and the
+events from the first one kept, and goes on from there; a context with a
+refused turn is rendered whole, as its history is not the events in a row.
+Bounded like ``LogCache``, by sessions, by the events their
 renderings hold and by what those weigh (``Rendering.weight``): the least
 recently used sessions are forgotten (and rendered whole again if they come
 back); the session rendered last always stays.
@@ -33,7 +35,7 @@ class Renderings:
 
     def messages(self, session_id: str, events: Sequence[Json]) -> tuple[list[Json], str | None]:
         """``build_messages(events)`` for the session's log ``events``, and their
-        canonical form when it was kept (None for a log with a compaction)."""
+        canonical form when it was kept (None for a context with a refused turn)."""
         with self._lock:
             previous = self._held.get(session_id)
         current = rendering(events, previous)
