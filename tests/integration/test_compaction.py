@@ -328,3 +328,37 @@ def test_a_refused_turn_no_longer_counts_toward_the_window(
     ]
     assert not any(e.type == "agent.thread_context_compacted" for e in events)
     assert asked == []
+
+
+def test_a_context_that_takes_many_pieces_to_summarise_is_compacted_in_full(
+    tmp_path: Path, fake: FakeModel, forker: ServeForker
+) -> None:
+    """A session grown under a larger window, served then with a smaller one:
+    its older part is summarised in more pieces than the limit of compactions
+    in a row, each piece making the context smaller. Counted as compactions
+    that did not help, the session ended with compaction_limit_reached_error
+    at every message from then on."""
+    data = tmp_path / "data"
+    large = loop_env(fake, STEAD_CONTEXT_WINDOWS=json.dumps({MODEL: 20000}))
+    first = ServerProcess(data, env=large, forker=forker).start()
+    token = uuid.uuid4().hex[:12]
+    try:
+        with sdk_of(first) as sdk:
+            session_id = new_session(sdk)
+            talk(sdk, session_id, token, range(20))
+    finally:
+        first.stop()
+    key = first.first_key
+    assert key
+    second = ServerProcess(data, env=loop_env(fake, STEAD_CONTEXT_WINDOWS=WINDOWS), forker=forker)
+    second.start()
+    try:
+        with make_client(second.url, key) as sdk:
+            talk(sdk, session_id, token, range(20, 21))
+            events = types(sdk, session_id)
+    finally:
+        second.stop()
+    assert [e.error.message for e in events if e.type == "session.error"] == []
+    assert events[-1].type == "session.status_idle"
+    assert events[-1].stop_reason.type == "end_turn"
+    assert sum(e.type == "agent.thread_context_compacted" for e in events) > 3

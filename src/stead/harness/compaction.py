@@ -137,7 +137,7 @@ def plan_compaction(
         return None
     summary, live = live_context(events)
     window = limits.window
-    in_a_row = consecutive_compactions(events)
+    in_a_row = consecutive_compactions(events, tokens)
     if in_a_row >= limits.max_consecutive:
         return CompactionLimit(
             f"the context was compacted {in_a_row} times in a row and still does not fit "
@@ -243,15 +243,22 @@ def _last_count(events: Sequence[Json]) -> tuple[int, int] | None:
     return None
 
 
-def consecutive_compactions(events: Sequence[Json]) -> int:
-    """Compactions since the model last answered."""
-    count = 0
+def consecutive_compactions(events: Sequence[Json], tokens: int | None = None) -> int:
+    """Compactions since the model last answered that did not make the context
+    smaller: each is compared with the next one's ``pre_compaction_tokens``, the
+    latest with ``tokens`` (the context now; none: every one counts). An older
+    part summarised in pieces shrinks the context at each piece, however many
+    it takes (after a smaller window is configured, say)."""
+    sizes: list[int] = []
     for event in reversed(events):
         if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
-            count += 1
+            sizes.append(int(event.get("pre_compaction_tokens") or 0))
         elif event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
             break
-    return count
+    if tokens is None:
+        return len(sizes)
+    after = [tokens, *sizes][: len(sizes)]
+    return sum(1 for size, then in zip(sizes, after, strict=True) if then >= size)
 
 
 def choose_cut(
