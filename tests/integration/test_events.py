@@ -105,3 +105,22 @@ def test_an_answer_to_an_unknown_tool_use_is_refused_without_echoing_its_id_whol
             client.beta.sessions.events.send(session_id, events=[answer])  # type: ignore[list-item]
         text = str(refused.value.body["error"]["message"])  # type: ignore[index]
         assert "no agent." in text and "'sevt_xxx" in text and len(text) < 300
+
+
+def test_a_message_of_only_redacted_blocks_is_refused(client: anthropic.Anthropic) -> None:
+    """A redacted block is a placeholder the model is not shown: a message of
+    nothing else was accepted, then failed its turn (the model was sent no
+    message) or, later in a session, had the model go on with its own answer."""
+    session_id = new_session(client)
+    redacted = {"type": "user.message", "content": [{"type": "redacted"}]}
+    with pytest.raises(anthropic.BadRequestError, match=r"events\.0\.content: holds only redacted"):
+        client.beta.sessions.events.send(session_id, events=[redacted])
+    agent = client.beta.sessions.retrieve(session_id).agent.id
+    env = client.beta.sessions.retrieve(session_id).environment_id
+    with pytest.raises(anthropic.BadRequestError, match=r"initial_events\.0\.content"):
+        client.beta.sessions.create(agent=agent, environment_id=env, initial_events=[redacted])
+    assert list(client.beta.sessions.events.list(session_id)) == []
+    mixed = {"type": "user.message", "content": [{"type": "redacted"}, *message("hi")["content"]]}
+    sent = client.beta.sessions.events.send(session_id, events=[mixed])
+    assert [b.type for b in sent.data[0].content] == ["redacted", "text"]
+    wait_idle(client, session_id)

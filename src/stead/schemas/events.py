@@ -55,8 +55,8 @@ def check_events(events: list[Json], field: str) -> None:
     for i, event in enumerate(events):
         where = f"{field}.{i}"
         kind = event["type"]
-        if kind == EventType.USER_MESSAGE and not event["content"]:
-            raise RequestError(f"{where}.content: must hold at least one block")
+        if kind == EventType.USER_MESSAGE:
+            _check_message_content(event["content"], f"{where}.content")
         # A message's text must hold some non-whitespace text; a tool result's
         # must not be empty (its whitespace output stays as it is).
         blank = kind in (EventType.USER_MESSAGE, "system.message")
@@ -73,6 +73,20 @@ def check_events(events: list[Json], field: str) -> None:
             raise RequestError(f"{where}.deny_message: only allowed with result 'deny'")
         if kind == EventType.USER_DEFINE_OUTCOME:
             _check_outcome(event, where)
+
+
+def _check_message_content(content: list[Json], where: str) -> None:
+    """A message holds a block the model is shown: a ``redacted`` block is a
+    placeholder, left out of the model's messages, so a message of nothing else
+    would reach the model as no message at all (the Messages API refuses a first
+    one; after an answer the model would be asked to go on with its own)."""
+    if not content:
+        raise RequestError(f"{where}: must hold at least one block")
+    if all(block.get("type") == "redacted" for block in content):
+        raise RequestError(
+            f"{where}: holds only redacted blocks, which the model is not shown; "
+            "send a text, image or document block with them"
+        )
 
 
 def _check_text_blocks(content: Any, where: str, *, blank: bool) -> None:
