@@ -64,9 +64,9 @@ def to_chat(request: ModelRequest) -> Json:
                 messages.append(
                     {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}
                 )
-        text = _text(blocks)
-        if text:
-            messages.append({"role": "user", "content": text})
+        said = _user_content(blocks)
+        if said:
+            messages.append({"role": "user", "content": said})
     tools = [
         {
             "type": "function",
@@ -84,6 +84,47 @@ def to_chat(request: ModelRequest) -> Json:
     if request.effort is not None:  # the chat completions API knows low, medium and high
         body["reasoning_effort"] = REASONING_EFFORT.get(request.effort, "high")
     return body
+
+
+def _user_content(blocks: list[Json]) -> str | list[Json]:
+    """A user message's content: its text, or, when it holds an image or a
+    document, content parts (``image_url``, ``file`` for a PDF, text for a text
+    document), so the model is shown them, not just the words beside them."""
+    if not any(b["type"] in ("image", "document") for b in blocks):
+        return _text(blocks)
+    parts: list[Json] = []
+    for block in blocks:
+        if block["type"] == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif block["type"] == "image":
+            parts.append({"type": "image_url", "image_url": {"url": _source_url(block["source"])}})
+        elif block["type"] == "document":
+            parts.append(_document_part(block))
+    return parts
+
+
+def _source_url(source: Json) -> str:
+    """A base64 source as a data URL, a url source as it is."""
+    if source["type"] == "base64":
+        return f"data:{source['media_type']};base64,{source['data']}"
+    return str(source["url"])
+
+
+def _document_part(block: Json) -> Json:
+    """A document as a content part: a PDF (base64) as a ``file``; a text one as
+    text; one given by URL (which a chat completions server does not fetch) as
+    text naming it, with its title and context."""
+    source = block["source"]
+    title = block.get("title")
+    if source["type"] == "base64":
+        data_url = _source_url(source)
+        return {
+            "type": "file",
+            "file": {"filename": title or "document.pdf", "file_data": data_url},
+        }
+    heading = [line for line in (title, block.get("context")) if line]
+    body = source["data"] if source["type"] == "text" else f"(a document at {source['url']})"
+    return {"type": "text", "text": "\n\n".join([*heading, body])}
 
 
 REASONING_EFFORT = {"low": "low", "medium": "medium", "high": "high"}
