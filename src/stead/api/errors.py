@@ -117,7 +117,9 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _not_found(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, NotFound)
-    code = f"{exc.kind}_not_found" if exc.kind in ("environment", "thread") else None
+    # The SDK's BetaEnvironmentNotFoundError; its thread_not_found is the Messages
+    # API's threads', not a session's, so a session thread's 404 carries no code.
+    code = "environment_not_found" if exc.kind == "environment" else None
     return error_response(request, 404, str(exc), code=code)
 
 
