@@ -44,7 +44,8 @@ from stead.testing import (
 )
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env
-from tests.integration.helpers import check_order, sse_frames
+from tests.integration.helpers import check_order, sse_frames, wait_idle_http
+from tests.integration.helpers import message as user_message
 
 Json = dict[str, Any]
 FAILPOINTS = (
@@ -375,3 +376,65 @@ def test_a_turn_that_keeps_crashing_gives_up_after_five_attempts(
     assert error["error"]["retry_status"] == {"type": "exhausted"}
     assert events[-1]["stop_reason"] == {"type": "retries_exhausted"}
     assert sum(e["type"] == "session.status_rescheduled" for e in events) == 4
+    check_order(events, "gave up")  # the span the last attempt opened is closed
+
+
+@pytest.mark.timeout(120)
+def test_a_given_up_turn_answers_its_started_call_and_never_runs_it_again(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """The server dies right after a bash call ran, on every attempt (each
+    re-attaches to the call's record, then dies again), until the turn is given
+    up. The call is answered then; the user's next message does not run it again."""
+    ledger = tmp_path / "ledger.txt"
+    ledger.touch()
+
+    def script(body: Json) -> Turn:
+        if assistant_turns(body) == 0:
+            return Turn([ToolCall("bash", {"command": f"echo ran >> {ledger}"})])
+        return Turn([Text("done")])
+
+    with FakeModel(script) as fake:
+        dying = loop_env(fake, STEAD_FAILPOINTS="tool.after_run:1", STEAD_MAX_RUN_ATTEMPTS="2")
+        server = ServerProcess(tmp_path / "data", env=dying, forker=forker).start()
+        key = server.first_key
+        assert key
+        with _client(server, key) as http:
+            tools = [{"type": "agent_toolset_20260401"}]
+            agent = http.post("/v1/agents", json={"name": "c", "model": "m", "tools": tools})
+            env = http.post("/v1/environments", json={"name": "given-up"})
+            body = {"agent": agent.json()["id"], "environment_id": env.json()["id"]}
+            session_id = http.post("/v1/sessions", json=body).json()["id"]
+            http.post(f"/v1/sessions/{session_id}/events", json={"events": [user_message("go")]})
+        for attempt in (1, 2):
+            assert server.wait_exit(timeout=30), f"attempt {attempt} did not crash"
+            server.kill()  # already dead: this closes its log
+            # Recovery starts at once: the restarted server may die before it answers.
+            server = ServerProcess(server.data_dir, env=dying, forker=forker).launch()
+        server._wait_ready()  # the third attempt gives up, running nothing
+        with _client(server, key) as http:
+            wait_idle_http(http, key, session_id)
+        server.stop()
+        server = ServerProcess(server.data_dir, env=loop_env(fake), forker=forker).start()
+        try:
+            with _client(server, key) as http:
+                sent = {"events": [user_message("again")]}
+                http.post(f"/v1/sessions/{session_id}/events", json=sent)
+                wait_idle_http(http, key, session_id)
+                events = http.get(f"/v1/sessions/{session_id}/events").json()["data"]
+        finally:
+            server.kill()
+    assert ledger.read_text().splitlines() == ["ran"], "the given-up call ran again"
+    stops = [e["stop_reason"]["type"] for e in events if e["type"] == "session.status_idle"]
+    assert stops == ["retries_exhausted", "end_turn"]
+    check_order(events, "given up")
+    [result] = [e for e in events if e["type"] == "agent.tool_result"]
+    assert result["is_error"] and MAY_HAVE_RUN in result["content"][0]["text"]
+    given_up = next(i for i, e in enumerate(events) if e["type"] == "session.status_idle")
+    assert events.index(result) < given_up, "the call was answered after the turn gave up"
+
+
+def _client(server: ServerProcess, key: str) -> httpx2.Client:
+    return httpx2.Client(
+        verify=client_tls(), base_url=server.url, headers={"x-api-key": key}, timeout=30
+    )

@@ -22,6 +22,10 @@ Side effects are bracketed by the ops ledger (DESIGN rule 5):
 * tool call on a self-hosted environment: ``started``, then the worker's
   ``user.tool_result`` (``work.py``), then ``completed``. After a crash in
   between the run waits again: the worker, not this process, runs the call.
+
+A run given up after its attempts answers every tool use it left open as one
+that may have run: its op keys are the run's own, so a later turn would take
+the call for a new one and run it again.
 """
 
 from __future__ import annotations
@@ -89,6 +93,11 @@ from stead.store import (
 )
 
 log = logging.getLogger("stead.runtime")
+GIVEN_UP = (
+    "This call may have run: its turn failed {attempts} times before the call's result "
+    "was recorded, and was given up. Running it again could repeat its effect. Verify "
+    "its effect before retrying."
+)
 
 
 def opening_events(attempts: int, *, max_attempts: int) -> list[NewEvent]:
@@ -218,22 +227,10 @@ class TurnRunner(ToolSteps):
         return self._log
 
     async def _steps(self) -> None:
-        settings = self.deps.settings
-        if self.claim.attempts > settings.max_run_attempts:
-            await self._end(
-                [
-                    ev.session_error(
-                        "unknown_error",
-                        f"the turn failed {settings.max_run_attempts} times; giving up",
-                        "exhausted",
-                    )
-                ],
-                {"type": "retries_exhausted"},
-                RunStatus.FAILED,
-                answer_drained=False,
-            )
-        agent = self.start.session.agent
         self._log = self.deps.logs.add(self.session_id, self.start.since, self.start.log)
+        if self.claim.attempts > self.deps.settings.max_run_attempts:
+            await self._give_up(await self._refresh())
+        agent = self.start.session.agent
         if await self._self_hosted():
             # Queued before the model answers, so a worker is ready for its calls.
             await self.deps.work.ensure(self.start.session)
@@ -264,6 +261,40 @@ class TurnRunner(ToolSteps):
             else:
                 assert isinstance(step, EndTurn)
                 await self._end([], {"type": "end_turn"}, RunStatus.DONE)
+
+    async def _give_up(self, events: list[Json]) -> None:
+        """Ends a run past its attempt limit with ``retries_exhausted``. What its
+        attempts left open is closed in the same commit: a model request's span
+        ends as an error, and every tool use without a result gets one saying it
+        may have run (an attempt may have started it; the ledger's keys are the
+        run's own, so a later turn would run it again as a new call)."""
+        attempts = self.deps.settings.max_run_attempts
+        dangling = dangling_span(events)
+        closing = [ev.span_end(dangling, {}, is_error=True)] if dangling is not None else []
+        closing += await self._answers_to_open_uses(events, GIVEN_UP.format(attempts=attempts))
+        error = ev.session_error(
+            "unknown_error", f"the turn failed {attempts} times; giving up", "exhausted"
+        )
+        await self._end(
+            [*closing, error],
+            {"type": "retries_exhausted"},
+            RunStatus.FAILED,
+            answer_drained=False,
+            closing=True,
+        )
+
+    async def _answers_to_open_uses(self, events: list[Json], reason: str) -> list[NewEvent]:
+        """An error result, saying ``reason``, for each tool use of the last
+        answer that has none: the turn that made them is over."""
+        on_workers = await self._self_hosted()
+        return [
+            # A worker takes only a user.tool_result as an answer: it must not
+            # run the call later.
+            in_doubt_result(use["id"], reason)
+            if on_workers and use["type"] == EventType.AGENT_TOOL_USE
+            else ev.tool_result(use, ev.text(reason), True)
+            for use in unresolved_tool_uses(events)
+        ]
 
     async def _end(
         self,
@@ -548,16 +579,9 @@ class TurnRunner(ToolSteps):
         # a tool use since (a custom tool result), which must not be answered twice.
         self._log = events = await self.deps.logs.read(self.session_id)
         await self._close_dangling_span(events)
-        reason = "interrupted by the user before it finished"
-        on_workers = await self._self_hosted()
-        closing = [
-            # A worker takes only a user.tool_result as an answer: it must not
-            # run an interrupted call later.
-            in_doubt_result(use["id"], reason)
-            if on_workers and use["type"] == EventType.AGENT_TOOL_USE
-            else ev.tool_result(use, ev.text(reason), True)
-            for use in unresolved_tool_uses(events)
-        ]
+        closing = await self._answers_to_open_uses(
+            events, "interrupted by the user before it finished"
+        )
         with contextlib.suppress(TurnOver):
             # closing: a client's answer accepted since the read keeps its place.
             # What was queued before the interrupt is flushed (logged, not
