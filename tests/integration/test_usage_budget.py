@@ -47,7 +47,9 @@ WAIT = 30.0
 
 def script(body: dict[str, Any]) -> Turn:
     if assistant_turns(body) == 0:
-        return Turn([ToolCall("bash", {"command": "echo counted"})], usage=FIRST)
+        slow = "slow" in str(body["messages"][0]["content"])
+        command = "sleep 60; echo slept >> ledger" if slow else "echo counted"
+        return Turn([ToolCall("bash", {"command": command})], usage=FIRST)
     return Turn([Text("done")], usage=SECOND)
 
 
@@ -187,6 +189,23 @@ def test_a_budget_stops_the_turn_before_the_next_model_request(
     events = wait_for_stop(sdk, session_id, "end_turn")
     assert fake.request_count == asked + 2
     assert sdk.beta.sessions.retrieve(session_id).usage.list_cost.amount == "71"  # type: ignore[union-attr]
+
+
+def test_an_interrupt_stops_a_turn_running_past_its_budget(sdk: anthropic.Anthropic) -> None:
+    """Its model request crossed the cap and its command runs: an interrupt is
+    no longer dropped as at the budget's pause, and stops the command."""
+    session_id = new_session(sdk, budget=budget("50"))
+    sdk.beta.sessions.events.send(session_id, events=[message("slow spend")])
+    deadline = time.monotonic() + WAIT
+    while not any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)):
+        assert time.monotonic() < deadline, "no tool call"
+        time.sleep(0.02)
+    sent = sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+    assert [e.type for e in sent.data] == ["user.interrupt"]
+    events = wait_for_stop(sdk, session_id, "end_turn")
+    result = next(e for e in events if e.type == "agent.tool_result")
+    assert result.is_error
+    assert [e.type for e in events[-2:]] == ["session.usage", "session.status_idle"]
 
 
 def test_budget_rules_on_create_and_update(sdk: anthropic.Anthropic) -> None:

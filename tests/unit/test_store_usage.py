@@ -117,7 +117,8 @@ async def test_at_the_budget_an_interrupt_is_accepted_and_left_out_of_the_log(
         workspace_id, session_id, [_event("user.interrupt")], ACCEPT_ALL
     )
     assert [e.type for e in below.logged] == ["user.interrupt"]
-    await store.run_write(await _claim(store, session_id), RunWrite(usage=_used(500_000_000)))
+    claim = await _claim(store, session_id)
+    await store.run_write(claim, RunWrite(usage=_used(500_000_000), status=RunStatus.DONE))
     before = await store.last_seq(session_id)
     interrupt, outcome = _event("user.interrupt"), _event("user.tool_confirmation")
     at_cap = await store.accept_user_events(
@@ -125,6 +126,16 @@ async def test_at_the_budget_an_interrupt_is_accepted_and_left_out_of_the_log(
     )
     assert [e.id for e in at_cap.echoes] == [outcome.id]
     assert await store.last_seq(session_id) == before + 1
+
+
+async def test_a_turn_running_past_the_budget_takes_an_interrupt(store: SqlStore) -> None:
+    """Its last model request crossed the cap and its tools still run: the
+    interrupt is what stops them, so it is logged as any other."""
+    workspace_id, session_id = await _session(store, BUDGET)
+    await store.run_write(await _claim(store, session_id), RunWrite(usage=_used(500_000_000)))
+    interrupt = _event("user.interrupt")
+    running = await store.accept_user_events(workspace_id, session_id, [interrupt], ACCEPT_ALL)
+    assert [e.id for e in running.logged] == [interrupt.id]
 
 
 @pytest.mark.sql

@@ -48,7 +48,8 @@ SETTLE_TYPES = frozenset(
     }
 )
 """What a session at its budget accepts (spec §5.3 step 7); interrupts are
-accepted and ignored (the store leaves them out of the log)."""
+accepted too (the store leaves them out of the log once the turn stopped at the
+cap, and logs them while the turn that crossed it still runs)."""
 
 
 def _check_threads(session: SessionRecord, params: list[Json]) -> None:

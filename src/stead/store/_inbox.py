@@ -93,13 +93,15 @@ def file_in(
 ) -> tuple[list[EventRecord], list[EventRecord]]:
     """Files ``new`` into a busy session's queue (what waits for the turn) or its
     log, in the request's order; returns the echoes and the logged among them.
-    At the budget an interrupt is accepted and ignored, not logged (spec §3.1).
+    Paused at the budget (idle at its cap) an interrupt is accepted and ignored,
+    not logged (spec §3.1); a turn still running at the cap (its last model
+    request crossed it, its tools still run) is stopped by one as any other.
     An interrupt logged marks the queue's tail (``mark_interrupt``, after what
     the request queued before it): the turn it ends answers what was queued past
     the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``)."""
-    if accounting.at_cap(session.budget, session.usage):
-        new = [e for e in new if e.type != EventType.USER_INTERRUPT]
     busy = session.status != "idle"
+    if not busy and accounting.at_cap(session.budget, session.usage):
+        new = [e for e in new if e.type != EventType.USER_INTERRUPT]
     queued = [e for e in new if busy and e.type in QUEUED_TYPES]
     if queued and pending_count() + len(queued) > MAX_PENDING:
         raise Conflict(
