@@ -211,6 +211,25 @@ async def test_only_an_idle_session_is_terminated_on_request(store: SqlStore) ->
         await store.terminate_session(workspace_id, session_id, [])
 
 
+async def test_a_session_terminated_at_its_budget_logs_what_it_had_queued(
+    store: SqlStore,
+) -> None:
+    """Queued while the turn ran, a message stays queued at the budget's pause;
+    ended on request, the session logs it unanswered before its end, as a turn
+    that terminates it does, instead of listing it after the end as still waiting."""
+    workspace_id, session_id = await _session(store, BUDGET)
+    claim = await _claim(store, session_id)
+    queued = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_waiting")], ACCEPT_ALL
+    )
+    assert queued.echoes[0].seq is None
+    await store.run_write(claim, RunWrite(usage=_used(500_000_000), status=RunStatus.DONE))
+    logged = await store.terminate_session(workspace_id, session_id, [])
+    assert logged[0].id == "sevt_waiting"
+    assert [e.type for e in logged] == ["user.message", "session.status_terminated"]
+    assert all(e.seq is not None and e.processed_at is not None for e in logged)
+
+
 async def test_a_deleted_sessions_sandbox_time_stays_in_the_ledger(store: SqlStore) -> None:
     workspace_id, session_id = await _session(store)
     await store.delete_session(workspace_id, session_id)

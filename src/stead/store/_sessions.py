@@ -297,6 +297,9 @@ def terminate(
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before ending it")
     logged = _events.append_log(conn, now, session_id, logged_first)
+    # What waits in the queue (at the budget's pause) is logged unanswered
+    # before the end, as a turn that terminates its session logs it.
+    logged += _events.drain(conn, now, session_id)
     return logged + _events.terminate(conn, now, session_id)
 
 

@@ -156,6 +156,7 @@ def terminate(
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before ending it")
     logged = events.append_log(t, now, session_id, first)
+    logged += events.drain(t, now, session_id)  # the queue is logged before the end
     return logged + events.terminate(t, now, session_id)
 
 
