@@ -54,6 +54,7 @@ from stead.sandbox.terminals import (
     TerminalOutput,
     TerminalReplayed,
 )
+from stead.sandbox.unix import connect_unix
 
 MAX_IDLE_CONNECTIONS = 8
 
@@ -138,7 +139,7 @@ class HostClient:
 
     async def _connect(self) -> ByteStream:
         if self.address.unix_path is not None:
-            return await anyio.connect_unix(self.address.unix_path)
+            return await connect_unix(self.address.unix_path)
         assert self.address.tcp is not None
         host, port = split_endpoint(self.address.tcp)
         return await anyio.connect_tcp(host, port)

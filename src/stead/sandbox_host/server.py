@@ -35,6 +35,7 @@ from stead.sandbox import (
 from stead.sandbox.protocol import (
     FrameStream,
 )
+from stead.sandbox.unix import UnixListener, listen_unix
 from stead.sandbox_host.bwrap import install_supervisor
 from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import detect_cgroups
@@ -51,6 +52,8 @@ log = logging.getLogger("stead.sandbox.host")
 
 PROBE_SECONDS = 1.0
 """How long the start waits on a host that may answer at its socket path."""
+UNIX_BACKLOG = 128
+"""Connections waiting to be accepted on the brain's socket (the kernel's default cap)."""
 
 
 class HostAlreadyRunning(Exception):
@@ -324,7 +327,7 @@ async def _unix_listener(options: HostOptions) -> Any:
         path.unlink(missing_ok=True)
         old_umask = os.umask(0o177)
         try:
-            return await anyio.create_unix_listener(path)
+            return UnixListener(listen_unix(path, mode=0o600, backlog=UNIX_BACKLOG))
         finally:
             os.umask(old_umask)
     except OSError as exc:

@@ -29,6 +29,7 @@ import h11
 from anyio.abc import ByteStream, SocketStream, TaskGroup
 
 from stead.egress_policy import Denied, EgressError, EgressPolicy, Resolver, threaded_resolver
+from stead.sandbox.unix import UnixStream, accept, close_listener, listen_unix
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.dial import dial
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Interception, Replayed
@@ -45,7 +46,6 @@ from stead.sandbox_host.egress.request import (
 from stead.sandbox_host.egress.secrets import Secrets
 from stead.sandbox_host.egress.splice import splice
 from stead.sandbox_host.egress.trust import EgressTls
-from stead.sandbox_host.egress.unix import UnixStream, accept, close_listener, listen_unix
 
 log = logging.getLogger("stead.sandbox_host.egress")
 
