@@ -217,7 +217,7 @@ async def host_on_a_manual_clock(
 
 
 # uvloop, as `stead sandbox-host` runs: anyio's asyncio Unix sockets race a
-# cancelled read against readiness (see sandbox_host/egress/unix.py).
+# cancelled read against readiness (see stead/sandbox/unix.py).
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
 async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
     tmp_path: Path,
