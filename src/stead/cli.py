@@ -321,7 +321,9 @@ def _secret_box(settings: Settings) -> SecretBox:
 def secrets_rotate_key(data_dir: DataDir = None) -> None:
     """Re-seal every vault credential, webhook signing secret and repository token
     under a new key.
-    Stop `stead serve` first: with SQLite, this refuses to run beside it.
+    Stop `stead serve` first: with SQLite, this refuses to run beside it; on
+    PostgreSQL a server left on the old key stores no secret once this has run
+    (restart it with the new key).
 
     With the key file (the default), a new key is made and replaces
     <data dir>/secret.key once every credential is re-sealed; a run that was
@@ -332,8 +334,9 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
     settings = existing(data_dir)
     shared_secret_key(settings)
     made_data_dir(settings)
-    # A server running meanwhile would go on sealing under the old key, which
-    # the rotation then throws away with what it sealed.
+    # A server left on the old key stores no secret once the key has moved
+    # (the store checks every sealed value against the database's key), but on
+    # SQLite nothing runs beside the rotation at all.
     with _data_dir_lock(settings):
         _rotate_key(settings)
 
@@ -378,10 +381,13 @@ async def _reseal(settings: Settings, box: SecretBox) -> tuple[int, int, int]:
         except KeySetupError as exc:
             typer.echo(f"stead: {exc}", err=True)
             raise typer.Exit(2) from None
+        # The new key is the database's before anything is sealed under it: from
+        # then on a process still on the old key stores no secret (the store
+        # refuses it), and what such a process stored before is re-sealed here.
+        await keep_key(store, box)
         credentials = await store.reseal_credentials(lambda c: again(c.id, c.sealed))
         hooks = await store.reseal_webhook_secrets(partial(resealed, box))
         tokens = await store.reseal_repository_tokens(again)
-        await keep_key(store, box)
         return credentials, hooks, tokens
 
 

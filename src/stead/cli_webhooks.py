@@ -37,7 +37,7 @@ def _run(settings: Settings, work: Callable[[Store, WebhookEndpoints], Awaitable
     # Loaded here, not at import: every other ``stead`` command starts without them.
     from stead.runtime import WebhookEndpoints, webhook_parts
     from stead.schemas import RequestError
-    from stead.store import NotFound
+    from stead.store import NotFound, StaleSecretKey
 
     async def main() -> T:
         async with opened(settings) as store:
@@ -53,6 +53,9 @@ def _run(settings: Settings, work: Callable[[Store, WebhookEndpoints], Awaitable
     except NotFound as exc:
         typer.echo(f"stead: {exc} in {settings.data_dir}", err=True)
         raise typer.Exit(1) from None
+    except StaleSecretKey as exc:  # the key was rotated while this command ran
+        typer.echo(f"stead: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 # The wire form and the checks are the admin route's, loaded when a command runs.

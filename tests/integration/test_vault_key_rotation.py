@@ -1,18 +1,25 @@
 """The vault key through the ``stead`` command: rotation re-seals every credential
 and the server reads them after; a bad key stops start-up with one line, and so
-does a key the database's secrets are not sealed under."""
+does a key the database's secrets are not sealed under; a server left on the old
+key beside a rotation (PostgreSQL) stores no secret after it."""
 
 from __future__ import annotations
 
 import base64
 import os
+import secrets
 import subprocess
 import sys
 from pathlib import Path
 
-from stead.testing import ServeForker, ServerProcess, free_port
+import anthropic
+import pytest
+from sqlalchemy import text
+
+from stead.testing import FakeModel, ServeForker, ServerProcess, free_port
 from stead.vault.cipher import key_id
-from tests.conftest import make_client, sdk_of
+from tests.conftest import loop_env, make_client, sdk_of
+from tests.databases import PostgresRun, engine
 
 COMMAND_TIMEOUT = 60.0
 
@@ -135,3 +142,84 @@ def test_rotation_moves_the_kept_key_so_the_old_key_is_refused(
     assert f"sealed under key {_key_id(new)}" in refused.stderr
     key_file.write_text(new)
     fresh_server.start()
+
+
+@pytest.mark.postgres
+def test_a_server_left_on_the_old_key_refuses_to_seal_after_a_rotation(
+    postgres_run: PostgresRun, fake_model: FakeModel, forker: ServeForker, tmp_path: Path
+) -> None:
+    """Before, the server went on sealing under the old key: its new credential
+    was stored under a key the database no longer named, unreadable for good
+    once the previous key was dropped, and nothing said so."""
+    schema = postgres_run.new_schema()
+    url = postgres_run.url(schema)
+    old, new = (base64.b64encode(secrets.token_bytes(32)).decode() for _ in range(2))
+    before, after = "sk-sealed-before-rotation-7171", "sk-sealed-by-a-stale-server-7272"
+    stale = ServerProcess(
+        tmp_path / "stale",
+        env=loop_env(fake_model, STEAD_DATABASE_URL=url, STEAD_SECRET_KEY=old),
+        forker=forker,
+    )
+    try:
+        stale.start()
+        with sdk_of(stale) as client:
+            vault = client.beta.vaults.create(display_name="rotated beside a server")
+            kept = client.beta.vaults.credentials.create(
+                vault.id,
+                auth={
+                    "type": "static_bearer",
+                    "mcp_server_url": "https://b.example",
+                    "token": before,
+                },
+            )
+            env = {
+                **_command_env(stale),
+                "STEAD_DATA_DIR": str(tmp_path / "operator"),
+                "STEAD_DATABASE_URL": url,
+                "STEAD_SECRET_KEY": new,
+                "STEAD_SECRET_KEY_PREVIOUS": old,
+            }
+            rotated = forker.complete(("secrets", "rotate-key"), env, COMMAND_TIMEOUT)
+            assert rotated.returncode == 0, rotated.stderr
+            assert "re-sealed 1 credential(s)" in rotated.stdout
+
+            with pytest.raises(anthropic.InternalServerError) as refused:
+                client.beta.vaults.credentials.create(
+                    vault.id,
+                    auth={
+                        "type": "static_bearer",
+                        "mcp_server_url": "https://a.example",
+                        "token": after,
+                    },
+                )
+        assert refused.value.status_code == 503
+        assert "this server's secret key is not the database's" in refused.value.message
+        assert "restarted with the current STEAD_SECRET_KEY" in refused.value.message
+        sealed_under = _sealed_key_ids(url)
+        assert sealed_under == {kept.id: _key_id(new)}  # nothing under the old key
+        logged = stale.log_text()
+        assert logged.count("a secret was not stored") == 1
+        assert f"sealed under key {_key_id(new)}" in logged
+        outputs = logged + rotated.stdout + rotated.stderr
+        outputs += str(refused.value.body)
+        assert before not in outputs and after not in outputs
+    finally:
+        stale.kill()
+        postgres_run.drop_schema(schema)
+
+
+def _sealed_key_ids(url: str) -> dict[str, str]:
+    """Each stored credential's id and the id of the key it is sealed under,
+    after checking the database still names that key as its own."""
+    reader = engine(url)
+    try:
+        with reader.connect() as conn:
+            kept = conn.execute(
+                text("SELECT value FROM installation_secrets WHERE name = 'secret_key_id'")
+            ).scalar_one()
+            rows = conn.execute(text("SELECT id, sealed FROM vault_credentials")).all()
+    finally:
+        reader.dispose()
+    found = {row.id: bytes(row.sealed)[1:9].hex() for row in rows}
+    assert set(found.values()) <= {bytes(kept).hex()}, (found, bytes(kept).hex())
+    return found

@@ -1,10 +1,12 @@
 """MCP bearer tokens from vault credentials (``runtime/mcp_auth.py``) on a real
 SQLite store and a real OAuth token endpoint on loopback: concurrent callers
-share one refresh, a caller that waited uses the winner's token, and an
-expiring token is refreshed before use."""
+share one refresh, a caller that waited uses the winner's token, an expiring
+token is refreshed before use, and a refresh by a process whose key is no longer
+the database's fails the call instead of storing tokens under that key."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -16,7 +18,8 @@ from stead.ids import new_id
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, ServerToken
 from stead.store import SqlStore
 from stead.testing.mcp_server import MCP_TEST_PIN, FakeMcpServer
-from stead.vault import SecretBox
+from stead.vault import KEPT_KEY, SecretBox
+from stead.vault.cipher import key_id
 from stead.vault.keys import new_key
 
 pytestmark = pytest.mark.anyio
@@ -132,3 +135,24 @@ async def test_a_credential_gone_since_the_call_began_is_not_refreshed(
     with pytest.raises(McpAuthFailed, match="deleted or archived"):
         await tokens.refreshed(held)
     assert mcp.refreshes == before
+
+
+async def test_a_refresh_under_a_key_the_database_no_longer_keeps_is_not_stored(
+    store: SqlStore, mcp: FakeMcpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rotation moved the database's key while this process ran on the old one:
+    the refreshed tokens are not stored sealed under it (before, they were, and
+    were lost with the old key); the call fails saying why, logged once."""
+    tokens, _, workspace_id, vault_id = await _tokens(store, mcp, None)
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert held.credential is not None and held.token is not None
+    await store.replace_installation_value(KEPT_KEY, key_id(new_key()))
+    with caplog.at_level(logging.INFO, "stead.runtime.mcp"), pytest.raises(McpAuthFailed) as failed:
+        await tokens.refreshed(held)
+    assert "this server's secret key is not the database's" in str(failed.value)
+    assert "STEAD_SECRET_KEY" in str(failed.value)
+    [logged] = [r.getMessage() for r in caplog.records]
+    assert "were not stored" in logged and "sealed under key" in logged
+    assert held.token not in str(failed.value) + logged
+    stored = await store.get_credential(workspace_id, vault_id, held.credential.id)
+    assert stored.sealed == held.credential.sealed

@@ -1,6 +1,8 @@
 """Row locks on PostgreSQL (``_locks.py``): a session's lock, taken once per
 transaction, is taken again by the next transaction on the same connection; a
-write that waited for the lock decides on what its holder committed."""
+write that waited for the lock decides on what its holder committed; a key
+rotation's move of the kept key waits for a write of a secret sealed under the
+old one, and re-seals it (``_kept_key.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,19 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import OperationalError
 
-from stead.store import Conflict, LeaseExpiry, NewEvent, PageRequest, SqlStore, _locks, _work
+from stead.store import (
+    Conflict,
+    LeaseExpiry,
+    NewEvent,
+    PageRequest,
+    SqlStore,
+    StaleSecretKey,
+    _locks,
+    _vaults,
+    _work,
+)
+from stead.vault import KEPT_KEY, SecretBox
+from stead.vault.cipher import KEY_BYTES
 from tests.databases import engine
 from tests.unit.conftest import leased_session, new_session
 
@@ -106,6 +120,46 @@ async def test_a_deletion_waits_for_an_expiry_being_committed_and_ends_the_lease
         holder.dispose()
     [listed] = await store.leases_to_destroy()
     assert (listed.sandbox_id, listed.expiry_reason) == (session_id, LeaseExpiry.SESSION_DELETED)
+
+
+async def test_a_rotation_waits_for_a_secret_being_stored_under_the_old_key(
+    store: SqlStore, database_url: str
+) -> None:
+    """The write read the old key as the database's: the rotation's move of the
+    kept key waits for its commit, and the re-seal after the move finds it; a
+    write after the move is refused. Nothing stays sealed under the old key."""
+    old, new = SecretBox(b"o" * KEY_BYTES), SecretBox(b"n" * KEY_BYTES, (b"o" * KEY_BYTES,))
+    await store.replace_installation_value(KEPT_KEY, old.key_id)
+    workspace_id = (await store.create_workspace("w")).id
+    vault_id = (await store.create_vault(workspace_id, "v", {})).id
+    auth = {"type": "static_bearer", "mcp_server_url": "https://m.example"}
+    resealed: list[int] = []
+
+    async def rotate() -> None:
+        await store.replace_installation_value(KEPT_KEY, new.key_id)
+        again = await store.reseal_credentials(lambda c: new.seal(c.id, new.open(c.id, c.sealed)))
+        resealed.append(again)
+
+    holder = engine(database_url)
+    try:
+        with holder.connect() as conn:
+            async with anyio.create_task_group() as group:
+                with conn.begin():
+                    sealed = old.seal("cred_a", {"token": "t"})
+                    now = datetime.now(UTC)
+                    args = (workspace_id, vault_id, "cred_a", None, {}, auth, sealed)
+                    _vaults.create_credential(conn, now, *args)
+                    group.start_soon(rotate)
+                    await _until_one_waits_for_a_lock(conn)
+    finally:
+        holder.dispose()
+    assert resealed == [1]
+    stored = await store.get_credential(workspace_id, vault_id, "cred_a")
+    assert new.sealed_by_current_key(stored.sealed)
+    with pytest.raises(StaleSecretKey):
+        sealed = old.seal("cred_b", {"token": "t"})
+        other = {**auth, "mcp_server_url": "https://n.example"}
+        await store.create_credential(workspace_id, vault_id, "cred_b", None, {}, other, sealed)
 
 
 async def _until_one_waits_for_a_lock(conn: Connection) -> None:

@@ -6,6 +6,7 @@
     store.InvalidValue    -> 400 (a value the store refused: nothing was written)
     store.Conflict        -> its status (409 unless the spec says 400), x-should-retry: false
     store.DatabaseBusy    -> 503, x-should-retry: true (the database is away or busy; logged)
+    store.StaleSecretKey  -> 503 (this server's key is not the database's: restart it; logged)
     blobs.BlobUnavailable -> 503 (the blob store did not answer in time; retryable)
     blobs.BlobError       -> 500, logged (a blob a visible file names is missing or refused)
     RequestValidationError-> 400 (query and path parameters)
@@ -29,7 +30,7 @@ from stead.api.wire import JSONResponse
 from stead.blobs import BlobError, BlobUnavailable
 from stead.ids import new_id
 from stead.schemas import RequestError
-from stead.store import Conflict, DatabaseBusy, InvalidValue, NotFound
+from stead.store import Conflict, DatabaseBusy, InvalidValue, NotFound, StaleSecretKey
 
 log = logging.getLogger("stead.api")
 
@@ -154,6 +155,19 @@ def database_busy(request: Request, exc: DatabaseBusy) -> JSONResponse:
     )
 
 
+async def _stale_secret_key(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StaleSecretKey)
+    # Both keys' ids are the operator's to read in the log; the client learns what to do.
+    log.error("a secret was not stored in %s %s: %s", request.method, _route(request), exc)
+    return error_response(
+        request,
+        503,
+        "this server's secret key is not the database's (the key was rotated), so it stores "
+        "no secret: nothing was written. The server must be restarted with the current "
+        "STEAD_SECRET_KEY",
+    )
+
+
 def _route(request: Request) -> str:
     route = request.scope.get("route")
     return str(getattr(route, "path", "(no route)"))
@@ -227,6 +241,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(InvalidValue, _invalid_value)
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(DatabaseBusy, _database_busy)
+    app.add_exception_handler(StaleSecretKey, _stale_secret_key)
     app.add_exception_handler(BlobError, _blob)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)

@@ -25,7 +25,7 @@ from stead.config import Settings
 from stead.egress_policy import EgressPolicy, UpstreamTls
 from stead.jsonvalues import Json
 from stead.runtime.keyed_locks import KeyedLocks
-from stead.store import Conflict, CredentialRecord, NotFound, VaultStore
+from stead.store import Conflict, CredentialRecord, NotFound, StaleSecretKey, VaultStore
 from stead.vault import SealError, SecretBox
 
 if TYPE_CHECKING:
@@ -184,14 +184,25 @@ class McpTokens:
             except mcp.RefreshFailed as exc:
                 message = f"refreshing credential {credential.id} failed: {exc}"
                 raise McpAuthFailed(message) from None
-            try:
-                updated = await write_back_grant(
-                    self._store, self._box, current, secret["refresh_token"], grant
-                )
-            except (NotFound, Conflict):  # deleted or archived while the grant was asked for
-                raise McpAuthFailed(f"credential {credential.id} was deleted or archived") from None
+            updated = await self._write_back(current, secret["refresh_token"], grant)
             log.info("refreshed the access token of credential %s", credential.id)
             return ServerToken(updated, grant.access_token)
+
+    async def _write_back(
+        self, current: CredentialRecord, used: str, grant: TokenGrant
+    ) -> CredentialRecord:
+        """``write_back_grant``, or ``McpAuthFailed`` when the credential cannot take it."""
+        try:
+            return await write_back_grant(self._store, self._box, current, used, grant)
+        except (NotFound, Conflict):  # deleted or archived while the grant was asked for
+            raise McpAuthFailed(f"credential {current.id} was deleted or archived") from None
+        except StaleSecretKey as exc:  # the key was rotated while this process ran
+            log.error("the refreshed tokens of credential %s were not stored: %s", current.id, exc)
+            raise McpAuthFailed(
+                f"refreshing credential {current.id}: its new tokens cannot be stored, as this "
+                "server's secret key is not the database's (the server must be restarted "
+                "with the current STEAD_SECRET_KEY)"
+            ) from None
 
 
 async def refresh_grant(

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import Connection, delete, insert, select, update
 
 from stead.jsonvalues import Json
-from stead.store import _locks, _sessions
+from stead.store import _kept_key, _locks, _sessions
 from stead.store.errors import Conflict, NotFound
 from stead.store.resources import RepositoryState
 from stead.store.sessions import SessionRecord
@@ -27,6 +27,7 @@ def insert_for_session(
 ) -> None:
     """A row for each repository resource of a new session (its sealed token, if any)."""
     if tokens:
+        _kept_key.check(conn, *tokens.values())
         conn.execute(
             insert(session_repositories),
             [
@@ -82,6 +83,7 @@ def set_token(
 ) -> Json:
     _locks.session(conn, session_id)
     changed, held = with_token(_sessions.get(conn, workspace_id, session_id), resource_id, stamp)
+    _kept_key.check(conn, sealed)
     conn.execute(
         update(sessions).where(sessions.c.id == session_id).values(resources=held, updated_at=now)
     )
@@ -127,9 +129,11 @@ def reseal(conn: Connection, now: datetime, resealed: Callable[[str, bytes], byt
             session_repositories.c.sealed_token.is_not(None)
         )
     ).all()
+    kept = _kept_key.kept(conn)
     for row in rows:
         sealed = resealed(row.resource_id, bytes(row.sealed_token))
         if sealed is not None:
+            _kept_key.refuse_others(kept, [sealed])
             conn.execute(
                 update(session_repositories)
                 .where(session_repositories.c.resource_id == row.resource_id)

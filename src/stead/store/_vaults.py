@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Row, delete, insert, select, update
 
 from stead.ids import new_id
 from stead.jsonvalues import Json
-from stead.store import _locks
+from stead.store import _kept_key, _locks
 from stead.store._paging import fetch_page
 from stead.store.base import Page, PageRequest
 from stead.store.errors import Conflict, NotFound
@@ -181,6 +181,7 @@ def create_credential(
 ) -> CredentialRecord:
     _writable_vault(conn, workspace_id, vault_id)
     _check_unique(conn, vault_id, auth, None)
+    _kept_key.check(conn, sealed)
     record = CredentialRecord(
         credential_id, workspace_id, vault_id, display_name, metadata, auth, sealed, now, now, None
     )
@@ -231,6 +232,8 @@ def update_credential(
         return current
     if "auth" in changed:
         _check_unique(conn, vault_id, changed["auth"], credential_id)
+    if "sealed" in changed:
+        _kept_key.check(conn, changed["sealed"])
     conn.execute(
         update(vault_credentials)
         .where(vault_credentials.c.id == credential_id)
@@ -311,9 +314,11 @@ def attachable(vault_ids: Sequence[str], get: Callable[[str], VaultRecord]) -> N
 
 def reseal_credentials(conn: Connection, now: datetime, reseal: Reseal) -> int:
     changed = 0
+    kept = _kept_key.kept(conn)
     for row in conn.execute(select(vault_credentials)).all():
         sealed = reseal(_credential(row))
         if sealed is not None:
+            _kept_key.refuse_others(kept, [sealed])
             conn.execute(
                 update(vault_credentials)
                 .where(vault_credentials.c.id == row.id)

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Row, and_, bindparam, delete, func, insert, s
 
 from stead.ids import new_id
 from stead.schemas import webhooks
-from stead.store import _locks
+from stead.store import _kept_key, _locks
 from stead.store._compiled import compiled
 from stead.store.base import EventRecord
 from stead.store.errors import Conflict, NotFound
@@ -82,6 +82,7 @@ def create(
         raise NotFound("workspace", workspace_id)  # the admin CLI names one
     held = select(func.count()).select_from(webhook_endpoints)
     check_room(conn.execute(held.where(ends.workspace_id == workspace_id)).scalar_one())
+    _kept_key.check(conn, sealed_secret)
     row = {
         "id": endpoint_id,
         "workspace_id": workspace_id,
@@ -133,6 +134,7 @@ def update_(
 ) -> WebhookEndpoint:
     values: dict[str, object] = {**change, "updated_at": now}
     if sealed_secret is not None:
+        _kept_key.check(conn, sealed_secret)
         values["sealed_secret"] = sealed_secret
     stmt = update(webhook_endpoints).where(_scoped(workspace_id, endpoint_id)).values(**values)
     if conn.execute(stmt).rowcount != 1:
@@ -149,9 +151,11 @@ def delete_(conn: Connection, workspace_id: WorkspaceScope, endpoint_id: str) ->
 
 def reseal(conn: Connection, now: datetime, resealed: Callable[[str, bytes], bytes | None]) -> int:
     changed = 0
+    kept = _kept_key.kept(conn)
     for row in conn.execute(select(ends.id, ends.sealed_secret)).all():
         sealed = resealed(row.id, bytes(row.sealed_secret))
         if sealed is not None:
+            _kept_key.refuse_others(kept, [sealed])
             conn.execute(
                 update(webhook_endpoints).where(ends.id == row.id).values(sealed_secret=sealed)
             )

@@ -8,6 +8,7 @@ StoreError
 │   ├── BudgetReached  a gated run write found the session's budget reached
 │   ├── LimitReached   a workspace or environment limit (``limits.py``) stops it
 │   └── StorageQuotaExceeded  a file would take the workspace past its storage quota (400)
+├── StaleSecretKey  a secret sealed under a key that is not the database's kept key
 ├── StoreUnavailable  the database cannot be opened (start-up only; one line to print)
 ├── DatabaseBusy    a call got no answer now (connection lost, none free in time,
 │                   a lock not granted in time): retrying later may succeed
@@ -91,6 +92,22 @@ class LeaseLost(BaseException):
         self.run_id = run_id
         self.epoch = epoch
         super().__init__(f"run {run_id} is no longer at epoch {epoch}")
+
+
+class StaleSecretKey(StoreError):
+    """A write would store a secret sealed under key ``sealed_under``, but the
+    database's secrets are sealed under key ``kept`` (``stead.vault.kept_key``):
+    the process holds a key from before a rotation, or another installation's.
+    Nothing was written. The message names both keys' ids, never a secret."""
+
+    def __init__(self, sealed_under: bytes, kept: bytes) -> None:
+        self.sealed_under = sealed_under
+        self.kept = kept
+        super().__init__(
+            f"this process seals secrets under key {sealed_under.hex()}, but the database's "
+            f"secrets are sealed under key {kept.hex()} (`stead secrets rotate-key` moved "
+            "it): restart the process with the database's key (STEAD_SECRET_KEY)"
+        )
 
 
 class StoreUnavailable(StoreError):

@@ -7,11 +7,12 @@ Nothing here logs, and no type here shows a secret in its ``repr``. Imports
 only the shared modules.
 """
 
-from stead.vault.cipher import SealError, SecretBox
-from stead.vault.kept_key import check_kept_key, keep_key, kept_key_id
+from stead.vault.cipher import SealError, SecretBox, sealed_key_id
+from stead.vault.kept_key import KEPT_KEY, check_kept_key, keep_key, kept_key_id
 from stead.vault.keys import KeySetupError, key_source, load_secret_box
 
 __all__ = [
+    "KEPT_KEY",
     "KeySetupError",
     "SealError",
     "SecretBox",
@@ -20,4 +21,5 @@ __all__ = [
     "kept_key_id",
     "key_source",
     "load_secret_box",
+    "sealed_key_id",
 ]

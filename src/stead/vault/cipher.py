@@ -35,6 +35,12 @@ def key_id(key: bytes) -> bytes:
     return hashlib.sha256(key).digest()[:KEY_ID_BYTES]
 
 
+def sealed_key_id(sealed: bytes) -> bytes:
+    """The id of the key that sealed ``sealed`` (carried in the clear; reading it
+    opens nothing)."""
+    return sealed[1 : 1 + KEY_ID_BYTES]
+
+
 class SecretBox:
     """Seals with one key; opens with it or any of ``older`` (during a rotation)."""
 
@@ -80,7 +86,7 @@ class SecretBox:
     def open(self, bound_to: str, sealed: bytes) -> Json:
         if sealed[:1] != VERSION or len(sealed) < 1 + KEY_ID_BYTES + NONCE_BYTES:
             raise SealError("not a sealed secret of a version this stead knows")
-        kid = sealed[1 : 1 + KEY_ID_BYTES]
+        kid = sealed_key_id(sealed)
         cipher = self._cipher(kid)
         if cipher is None:
             raise SealError(
@@ -102,4 +108,4 @@ class SecretBox:
         return value
 
     def sealed_by_current_key(self, sealed: bytes) -> bool:
-        return sealed[1 : 1 + KEY_ID_BYTES] == self._key_id
+        return sealed_key_id(sealed) == self._key_id

@@ -7,8 +7,12 @@ open nothing sealed before it; each vault credential would fail only when a
 session first used it. So the first process to check keeps its key's id (8
 bytes of the key's SHA-256, ``cipher.key_id``, which every sealed value already
 carries in the clear) in the database, and a process that holds no key of that
-id is refused at start. A rotation moves the kept id to the new key once every
-secret is sealed under it; ``forget-key`` moves it after a key is lost.
+id is refused at start. A rotation moves the kept id to the new key before it
+re-seals anything; ``forget-key`` moves it after a key is lost. A process that
+started before the move still holds the old key: the store refuses every sealed
+value it would write under a key other than the kept one, in the write's own
+transaction (``stead.store.StaleSecretKey``), so nothing is stored that the
+dropped key alone opens.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from stead.jsonvalues import Json
 from stead.store._repositories import with_token
 from stead.store.inmemory import sessions
 from stead.store.inmemory.tables import RepositoryRow, Tables, stored
+from stead.store.inmemory.workspaces import check_sealed
 from stead.store.resources import RepositoryState
 
 
@@ -21,6 +22,7 @@ def insert_for_session(
     session_id: str,
     tokens: Mapping[str, bytes | None],
 ) -> None:
+    check_sealed(t, *tokens.values())
     for resource_id, sealed in tokens.items():
         t.repositories[resource_id] = RepositoryRow(session_id, workspace_id, sealed, None, now)
 
@@ -48,6 +50,7 @@ def set_token(
     stamp: str,
 ) -> Json:
     changed, held = with_token(sessions.get(t, workspace_id, session_id), resource_id, stamp)
+    check_sealed(t, sealed)
     row = t.sessions[session_id]
     t.sessions[session_id] = replace(row, resources=stored(held), updated_at=now)
     repository = t.repositories.get(resource_id)
@@ -69,6 +72,7 @@ def reseal(t: Tables, now: datetime, resealed: Callable[[str, bytes], bytes | No
             continue
         sealed = resealed(resource_id, row.sealed_token)
         if sealed is not None:
+            check_sealed(t, sealed)
             t.repositories[resource_id] = replace(row, sealed_token=sealed, updated_at=now)
             count += 1
     return count

@@ -14,6 +14,7 @@ from stead.store._sessions import changed
 from stead.store._vaults import attachable, check_unique, writable, writable_credential
 from stead.store.errors import NotFound
 from stead.store.inmemory.tables import Held, Tables, held, page_of
+from stead.store.inmemory.workspaces import check_sealed
 from stead.store.paging import Page, PageRequest
 from stead.store.vaults import CredentialChange, CredentialRecord, Reseal, VaultChange, VaultRecord
 
@@ -97,6 +98,7 @@ def create_credential(
 ) -> CredentialRecord:
     writable(get_vault(t, workspace_id, vault_id))
     check_unique(vault_id, auth, _live(t, vault_id), None)
+    check_sealed(t, sealed)
     record = CredentialRecord(
         credential_id, workspace_id, vault_id, display_name, metadata, auth, sealed, now, now, None
     )
@@ -135,6 +137,7 @@ def update_credential(
         return current
     if "auth" in values:
         check_unique(vault_id, values["auth"], _live(t, vault_id), credential_id)
+    check_sealed(t, values.get("sealed"))
     updated = replace(current, **values, updated_at=now)
     t.credentials[credential_id] = held(updated, *CREDENTIAL_JSON)
     return get_credential(t, workspace_id, vault_id, credential_id)
@@ -199,6 +202,7 @@ def reseal_credentials(t: Tables, now: datetime, reseal: Reseal) -> int:
     for credential_id, found in list(t.credentials.items()):
         sealed = reseal(found.record())
         if sealed is not None:
+            check_sealed(t, sealed)
             t.credentials[credential_id] = replace(found, kept=replace(found.kept, sealed=sealed))
             count += 1
     return count

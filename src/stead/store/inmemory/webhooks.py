@@ -16,6 +16,7 @@ from stead.store._webhooks import PENDING, PURGE_BATCH, check_room, log_raises, 
 from stead.store.errors import NotFound
 from stead.store.events import EventRecord
 from stead.store.inmemory.tables import DeliveryRow, EndpointRow, Tables, loaded, stored
+from stead.store.inmemory.workspaces import check_sealed
 from stead.store.webhooks import (
     AttemptResult,
     DueDelivery,
@@ -41,6 +42,7 @@ def create(
     if workspace_id not in t.workspaces:
         raise NotFound("workspace", workspace_id)
     check_room(sum(1 for row in t.webhook_endpoints.values() if _of(row, workspace_id)))
+    check_sealed(t, sealed_secret)
     event_types = fields["event_types"]
     assert isinstance(event_types, Sequence)
     description = fields.get("description")
@@ -87,6 +89,7 @@ def update(
     sealed_secret: bytes | None,
 ) -> WebhookEndpoint:
     row = _row(t, workspace_id, endpoint_id)
+    check_sealed(t, sealed_secret)
     values: dict[str, object] = {**change, "updated_at": now}
     if "event_types" in values:
         values["event_types"] = tuple(loaded(stored(values["event_types"])))
@@ -109,6 +112,7 @@ def reseal(t: Tables, _now: datetime, resealed: Callable[[str, bytes], bytes | N
     for endpoint_id, row in list(t.webhook_endpoints.items()):
         sealed = resealed(endpoint_id, row.sealed_secret)
         if sealed is not None:
+            check_sealed(t, sealed)
             t.webhook_endpoints[endpoint_id] = replace(row, sealed_secret=sealed)
             changed += 1
     return changed

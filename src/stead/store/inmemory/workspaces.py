@@ -7,10 +7,12 @@ from dataclasses import replace
 from datetime import datetime
 
 from stead.ids import new_id
+from stead.store._kept_key import refuse_others
 from stead.store._workspaces import KEY_PREFIX, hash_secret
 from stead.store.errors import NotFound
 from stead.store.inmemory.tables import Tables
 from stead.store.workspaces import ApiKey, Workspace
+from stead.vault import KEPT_KEY
 
 
 def create_workspace(t: Tables, now: datetime, name: str) -> Workspace:
@@ -82,3 +84,8 @@ def installation_value(t: Tables, _now: datetime, name: str, value: bytes) -> by
 
 def replace_installation_value(t: Tables, _now: datetime, name: str, value: bytes) -> None:
     t.secrets[name] = value
+
+
+def check_sealed(t: Tables, *sealed: bytes | None) -> None:
+    """``_kept_key.check``: refuses a value sealed under a key the database did not keep."""
+    refuse_others(t.secrets.get(KEPT_KEY), sealed)
