@@ -192,16 +192,24 @@ def test_a_server_left_on_the_old_key_refuses_to_seal_after_a_rotation(
                         "token": after,
                     },
                 )
+            # Opening what the rotation re-sealed (an auth update reads the
+            # current secret first): before, a SealError, a 500 "internal error".
+            with pytest.raises(anthropic.InternalServerError) as unopened:
+                client.beta.vaults.credentials.update(
+                    kept.id, vault_id=vault.id, auth={"type": "static_bearer", "token": after}
+                )
         assert refused.value.status_code == 503
         assert "this server's secret key is not the database's" in refused.value.message
         assert "restarted with the current STEAD_SECRET_KEY" in refused.value.message
+        assert unopened.value.status_code == 503
+        assert "cannot open a secret the database holds" in unopened.value.message
         sealed_under = _sealed_key_ids(url)
         assert sealed_under == {kept.id: _key_id(new)}  # nothing under the old key
         logged = stale.log_text()
         assert logged.count("a secret was not stored") == 1
         assert f"sealed under key {_key_id(new)}" in logged
         outputs = logged + rotated.stdout + rotated.stderr
-        outputs += str(refused.value.body)
+        outputs += str(refused.value.body) + str(unopened.value.body)
         assert before not in outputs and after not in outputs
     finally:
         stale.kill()

@@ -7,6 +7,7 @@
     store.Conflict        -> its status (409 unless the spec says 400), x-should-retry: false
     store.DatabaseBusy    -> 503, x-should-retry: true (the database is away or busy; logged)
     store.StaleSecretKey  -> 503 (this server's key is not the database's: restart it; logged)
+    vault.SealError       -> 503 (a stored secret this server's key cannot open; logged)
     blobs.BlobUnavailable -> 503 (the blob store did not answer in time; retryable)
     blobs.BlobError       -> 500, logged (a blob a visible file names is missing or refused)
     RequestValidationError-> 400 (query and path parameters)
@@ -31,6 +32,7 @@ from stead.blobs import BlobError, BlobUnavailable
 from stead.ids import new_id
 from stead.schemas import RequestError
 from stead.store import Conflict, DatabaseBusy, InvalidValue, NotFound, StaleSecretKey
+from stead.vault import SealError
 
 log = logging.getLogger("stead.api")
 
@@ -168,6 +170,24 @@ async def _stale_secret_key(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _unopened_secret(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, SealError)
+    # A route read a stored secret (an auth update, a credential's validation)
+    # that this server's keys cannot open: sealed since under a rotated key, most
+    # likely, as with StaleSecretKey; the error names no secret either way.
+    log.error(
+        "a stored secret could not be opened in %s %s: %s", request.method, _route(request), exc
+    )
+    return error_response(
+        request,
+        503,
+        "this server cannot open a secret the database holds (it is sealed under a key "
+        "this server does not have: the key was rotated, or the server was started with "
+        "another): nothing was written. The server must be restarted with the current "
+        "STEAD_SECRET_KEY",
+    )
+
+
 def _route(request: Request) -> str:
     route = request.scope.get("route")
     return str(getattr(route, "path", "(no route)"))
@@ -242,6 +262,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Conflict, _conflict)
     app.add_exception_handler(DatabaseBusy, _database_busy)
     app.add_exception_handler(StaleSecretKey, _stale_secret_key)
+    app.add_exception_handler(SealError, _unopened_secret)
     app.add_exception_handler(BlobError, _blob)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
