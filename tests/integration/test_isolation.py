@@ -5,11 +5,14 @@ from __future__ import annotations
 import uuid
 
 import anthropic
+import httpx2
 import pytest
 
-from stead.testing import ServerProcess
+from stead.testing import ServerProcess, client_tls
 from tests.conftest import make_client
 from tests.integration.helpers import message
+
+IDEMPOTENCY = "Idempotency-Key"
 
 
 def test_two_workspaces_see_only_their_own(server: ServerProcess, api_key: str) -> None:
@@ -55,3 +58,37 @@ def test_keys_are_required_and_checked(server: ServerProcess) -> None:
         pytest.raises(anthropic.AuthenticationError),
     ):
         wrong.beta.agents.list()
+
+
+def test_a_refused_caller_is_not_replayed_an_admins_answer(server: ServerProcess) -> None:
+    """An admin's keyed request on another workspace's limits, then a plain key of
+    the admin's workspace with the same Idempotency-Key and body: the plain key
+    is refused (403), not replayed the other workspace's limits and use; and its
+    refusal does not take the key from the admin's retry."""
+    other = server.create_key(new_workspace=f"other-{uuid.uuid4().hex[:6]}")
+    admin, plain = server.create_key(admin=True), server.create_key()
+    with (
+        keyed_http(server, other) as theirs,
+        keyed_http(server, admin) as operator,
+        keyed_http(server, plain) as mine,
+    ):
+        their_workspace = theirs.get("/v1/stead/limits").json()["workspace_id"]
+        path = f"/v1/stead/workspaces/{their_workspace}/limits"
+        body = {"monthly_tokens": 123_456}
+        first_key, second_key = (str(uuid.uuid4()) for _ in range(2))
+
+        assert operator.post(path, json=body, headers={IDEMPOTENCY: first_key}).status_code == 200
+        refused = mine.post(path, json=body, headers={IDEMPOTENCY: first_key})
+        assert refused.status_code == 403, refused.text
+        assert their_workspace not in refused.text
+
+        assert mine.post(path, json=body, headers={IDEMPOTENCY: second_key}).status_code == 403
+        answered = operator.post(path, json=body, headers={IDEMPOTENCY: second_key})
+        assert answered.status_code == 200, answered.text
+        assert answered.json()["limits"]["monthly_tokens"] == 123_456
+
+
+def keyed_http(server: ServerProcess, key: str) -> httpx2.Client:
+    return httpx2.Client(
+        verify=client_tls(), base_url=server.url, headers={"x-api-key": key}, timeout=30
+    )

@@ -8,7 +8,8 @@ to claim (``stead.store.KeyClaim``): the route's first write claims it in the
 same transaction (``IdempotencyStore.claiming_key``), so a keyed request costs
 one write more than a plain one (keeping its answer, after it was sent), not
 two. A route that wrote nothing claims the key once it has answered, before
-its answer is sent.
+its answer is sent. A route that refused the caller (401, 403) answers so,
+and leaves the key alone.
 
 A second request with the key finds it held in its first write, which rolls
 back: it waits for the first answer, is replayed it (``Idempotent-Replayed:
@@ -46,6 +47,10 @@ SECRET_ANSWERS = re.compile(r"/v1/stead/webhooks|/console/|/v1/environments/[^/]
 an environment key) or a cookie (the console's login): never kept in the
 store, and a replay would lose the cookie, so a key there is refused rather
 than ignored."""
+CALLER_REFUSED = (401, 403)
+"""A route's answers that refuse its caller, not the request: sent as they are,
+never replaced by the key's answer nor kept as it (keys are per workspace, and
+one workspace's keys may differ in what they may do)."""
 
 
 @dataclass
@@ -159,6 +164,12 @@ class IdempotencyMiddleware:
         if pending.taken:
             await answer.release_to(send)
             await _keep(app, who, pending.key, pending.token, answer)
+            return
+        if answer.status in CALLER_REFUSED:
+            # The route refused this caller (an admin route for a plain key, say):
+            # the key's answer was made for a caller it let in, so it is not this
+            # one's to be replayed, and this refusal is not the key's answer.
+            await answer.release_to(send)
             return
         await self._settle_unwritten(request, scope, receive, send, app, who, pending, answer)
 
