@@ -98,3 +98,33 @@ def test_a_host_that_does_not_answer_shows_no_host_figures(
         server.stop()
     assert not any(name.startswith("stead_sandbox_wake") for name in samples)
     assert not any(name.startswith("stead_egress_requests") for name in samples)
+
+
+def test_a_host_gone_away_leaves_no_sandbox_counts(
+    tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> None:
+    """The counts by state are the host's answer to this scrape: a host that
+    stopped answering shows none, not the counts it had when it last answered."""
+    root = tmp_path_factory.mktemp("gone")
+    own = HostProcess(root / "state", forker=forker).start()
+    try:
+        with FakeModel(shell) as fake:
+            env = {
+                "STEAD_UPSTREAM_BASE_URL": fake.url,
+                "ANTHROPIC_API_KEY": "test-key-for-the-fake-model",
+                **own.settings_env,
+            }
+            server = ServerProcess(root / "data", env=env, forker=forker).start()
+            try:
+                with sdk_of(server) as client:
+                    session_id = tool_session(client)
+                    assert bash_turn(client, session_id, "echo here") == "here"
+                held = scrape(server)
+                assert sum(v for k, v in held.items() if k.startswith("stead_sandboxes[")) >= 1
+                own.kill()
+                gone = scrape(server)
+            finally:
+                server.stop()
+    finally:
+        own.stop()
+    assert not [k for k, v in gone.items() if k.startswith("stead_sandboxes[") and v]

@@ -127,7 +127,7 @@ async def metrics(request: Request) -> Response:
     found.sandboxes_served.set(app.sandboxes.served)
     if app.settings.sandbox == "bwrap":
         host = await sandbox.host_status(host_address(app.settings))
-        if host.answer is not None:
-            found.set_sandboxes(host.answer.get("sandboxes") or {})
-        found.host.update(host.answer.get("metrics") if host.answer is not None else None)
+        answer = host.answer
+        found.set_sandboxes(None if answer is None else answer.get("sandboxes") or {})
+        found.host.update(None if answer is None else answer.get("metrics"))
     return Response(found.render(), media_type=CONTENT_TYPE)

@@ -134,8 +134,14 @@ class Metrics:
             if value:
                 self.tokens.labels(model, kind.removesuffix("_tokens")).inc(value)
 
-    def set_sandboxes(self, by_state: Mapping[str, int]) -> None:
-        """Replaces the sandbox counts: a state that emptied reads 0, not its last count."""
+    def set_sandboxes(self, by_state: Mapping[str, int] | None) -> None:
+        """Replaces the sandbox counts: a state that emptied reads 0, not its last
+        count; None (the host did not answer) shows no count at all, as for the
+        host's own figures, not the counts it had when it last answered."""
+        if by_state is None:
+            self.sandboxes.clear()
+            self._states.clear()
+            return
         for state in self._states - set(by_state):
             self.sandboxes.labels(state).set(0)
         for state, count in by_state.items():
