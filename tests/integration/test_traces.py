@@ -93,6 +93,11 @@ def test_the_span_tree_of_one_tool_turn(
     assert len(turns) == 1
     turn = turns[0]
     assert turn.attributes is not None and turn.attributes["stead.session_id"] == session_id
+    # The request that queued the turn started the session's actor; the turn
+    # still starts a trace of its own (before, it sat beneath that request).
+    assert turn.parent is None
+    sent_events = [s for s in spans if s.name == "POST /v1/sessions/{session_id}/events"]
+    assert len(sent_events) == 1 and sent_events[0].context.trace_id != turn.context.trace_id
     below = _children(spans, turn)
     assert [s.name for s in below] == ["model call", "tool call", "model call"]
     tool = below[1]

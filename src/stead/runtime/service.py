@@ -39,6 +39,7 @@ from stead.store import (
     RunStart,
     SandboxLease,
 )
+from stead.telemetry import detached
 
 log = logging.getLogger("stead.runtime")
 
@@ -267,7 +268,10 @@ class Runtime:
 
     async def _run_actor(self, actor: SessionActor) -> None:
         try:
-            await actor.run()
+            # Started by whichever request queued work first, its turns are
+            # no part of that request: each turn's span starts its own trace.
+            with detached():
+                await actor.run()
         except Exception:
             # Out of here, it would end the runtime's task group: every session's
             # turns. The session's queued run stays; the reaper wakes it again.

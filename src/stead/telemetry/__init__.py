@@ -4,7 +4,7 @@ format. Imports nothing of stead but its settings; every room may use it."""
 from stead.telemetry.logs import FIELDS, configure_logging
 from stead.telemetry.metrics import CONTENT_TYPE, Metrics
 from stead.telemetry.telemetry import ModelCall, Telemetry, ToolCall
-from stead.telemetry.tracing import Tracing, open_tracing, trace_headers
+from stead.telemetry.tracing import Tracing, detached, open_tracing, trace_headers
 
 __all__ = [
     "CONTENT_TYPE",
@@ -15,6 +15,7 @@ __all__ = [
     "ToolCall",
     "Tracing",
     "configure_logging",
+    "detached",
     "open_tracing",
     "trace_headers",
 ]

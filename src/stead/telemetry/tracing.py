@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -72,6 +73,19 @@ def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tr
         # The exporter reads the endpoint, headers and timeout from OTEL_EXPORTER_OTLP_*.
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return Tracing(provider.get_tracer(SCOPE), provider)
+
+
+@contextmanager
+def detached() -> Iterator[None]:
+    """The block runs outside the span its task was started in. A task inherits
+    its starter's context: work a request starts that outlives it (a session's
+    actor and every turn it runs) would otherwise be traced beneath that one
+    request, however many later requests queued its turns."""
+    token = otel_context.attach(otel_context.Context())
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def trace_headers(into: Mapping[str, str] | None = None) -> dict[str, str]:
