@@ -128,6 +128,43 @@ def test_readiness_names_a_blob_store_that_does_not_answer(
     assert body["checks"]["blobs"].startswith("failed")
 
 
+def test_a_request_s_own_log_lines_carry_its_request_id(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """An upload to a blob store that does not answer: the 503 tells the client
+    to quote its request id, and each line the request logged carries it as
+    ``request_id`` (before, only the access line did)."""
+    closed = free_port()  # nothing listens there
+    env = {
+        "STEAD_SANDBOX": "off",
+        "STEAD_BLOB_URL": "s3://stead-blobs",
+        "STEAD_S3_ENDPOINT": f"http://127.0.0.1:{closed}",
+        "STEAD_S3_ACCESS_KEY_ID": "id",
+        "STEAD_S3_SECRET_ACCESS_KEY": "secret",
+        "STEAD_BLOB_TIMEOUT_SECONDS": "2",
+    }
+    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+    try:
+        answer = httpx2.post(
+            f"{server.url}/v1/files",
+            headers={"x-api-key": server.first_key or ""},
+            files={"file": ("a.txt", b"hi")},
+            timeout=30,
+            verify=client_tls(),
+        )
+        assert answer.status_code == 503, answer.text
+        request_id = answer.headers["request-id"]
+        # The access line is the request's last: the others come before it.
+        assert logged(
+            server,
+            lambda line: line["logger"] == "stead.access" and line.get("request_id") == request_id,
+        )
+        lines = [line for line in log_lines(server) if line.get("request_id") == request_id]
+    finally:
+        server.stop()
+    assert {line["logger"] for line in lines} >= {"stead.access", "stead.api"}, lines
+
+
 def test_metrics_need_a_key_by_default(ops_server: ServerProcess) -> None:
     answer = httpx2.get(f"{ops_server.url}/metrics", timeout=30, verify=client_tls())
     assert answer.status_code == 401
@@ -170,6 +207,9 @@ def test_metrics_move_with_requests_and_a_tool_turn(ops_server: ServerProcess) -
         lambda line: line["message"].startswith("turn ended") and line["session_id"] == session_id,
     )
     assert any(line["outcome"] == "end_turn" for line in turns)
+    # A turn is no part of the request that queued it (nor of the one that
+    # started its session's actor): its lines carry no request id.
+    assert not any("request_id" in line for line in turns)
     failed = logged(ops_server, lambda line: line["message"] == "tool call failed")
     assert any(line["session_id"] == session_id and line["tool"] == "read" for line in failed)
 

@@ -1,10 +1,12 @@
-"""Pure ASGI middleware: a request id on every response (SSE included)."""
+"""Pure ASGI middleware: a request id on every response (SSE included), and
+on every log line written while the request is served."""
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stead.ids import new_id
+from stead.telemetry import serving_request
 
 
 class RequestIdMiddleware:
@@ -27,4 +29,5 @@ class RequestIdMiddleware:
                 message["headers"] = headers
             await send(message)
 
-        await self.app(scope, receive, send_with_id)
+        with serving_request(rid):
+            await self.app(scope, receive, send_with_id)

@@ -12,6 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
@@ -21,6 +24,32 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 QUIET = {"alembic": logging.WARNING, "httpx2": logging.WARNING, "httpx": logging.WARNING}
 """httpx logs every request's URL at info; web_fetch URLs are the model's to
 write (query strings and all), and the brain logs no URL it was given."""
+
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("stead_request_id", default=None)
+"""The id of the HTTP request the current task serves (``serving_request``)."""
+
+
+@contextmanager
+def serving_request(request_id: str) -> Iterator[None]:
+    """Every line logged in the block (by the request's task and the tasks it
+    starts) carries ``request_id``, the id its answer's ``request-id`` names."""
+    token = REQUEST_ID.set(request_id)
+    try:
+        yield
+    finally:
+        REQUEST_ID.reset(token)
+
+
+class RequestIdField(logging.Filter):
+    """Adds the ``request_id`` of the request being served to a line's fields."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request_id = REQUEST_ID.get()
+        fields = getattr(record, FIELDS, None) or {}
+        if request_id is not None and "request_id" not in fields:
+            setattr(record, FIELDS, {**fields, "request_id": request_id})
+        return True
 
 
 class JsonFormatter(logging.Formatter):
@@ -70,6 +99,7 @@ def configure_logging(
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
     handler.addFilter(WebSocketUrlFilter())
+    handler.addFilter(RequestIdField())
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -19,6 +19,7 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from stead.config import Settings
+from stead.telemetry.logs import REQUEST_ID
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -77,14 +78,17 @@ def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tr
 
 @contextmanager
 def detached() -> Iterator[None]:
-    """The block runs outside the span its task was started in. A task inherits
-    its starter's context: work a request starts that outlives it (a session's
-    actor and every turn it runs) would otherwise be traced beneath that one
-    request, however many later requests queued its turns."""
+    """The block runs outside the span and the request its task was started in.
+    A task inherits its starter's context: work a request starts that outlives
+    it (a session's actor and every turn it runs) would otherwise be traced
+    beneath that one request, and its log lines carry that request's id,
+    however many later requests queued its turns."""
     token = otel_context.attach(otel_context.Context())
+    request = REQUEST_ID.set(None)
     try:
         yield
     finally:
+        REQUEST_ID.reset(request)
         otel_context.detach(token)
 
 
