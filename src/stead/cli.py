@@ -62,6 +62,7 @@ from stead.vault.keys import begin_file_rotation, finish_file_rotation
 
 if TYPE_CHECKING:
     from stead.store import ApiKey, BrainRecord, IntegrityFinding
+    from stead.telemetry import Telemetry
 
 app = typer.Typer(help="stead: a self-hosted runtime for the Claude Managed Agents API.", **PLAIN)
 app.add_typer(keys_app, name="keys")
@@ -137,6 +138,7 @@ def serve(
     made_data_dir(settings)
     _secret_box(settings)
     configure_logging(settings.log_level, settings.log_format)
+    telemetry = _telemetry(settings)
     # The data directory and the port are taken before anything is written:
     # a start that fails on either must not spend the shown-once first key.
     with _data_dir_lock(settings), _listening(settings) as sock:
@@ -162,7 +164,8 @@ def serve(
         for line in summary(settings):
             typer.echo(line)
         config = uvicorn.Config(
-            create_app(settings, data_dir_locked=True),  # by _data_dir_lock, when it applies
+            # data_dir_locked: by _data_dir_lock, when it applies
+            create_app(settings, data_dir_locked=True, telemetry=telemetry),
             host=settings.host,
             port=settings.port,
             loop="uvloop",
@@ -176,6 +179,18 @@ def serve(
         )
         freeze_start()
         Server(config).run(sockets=[sock])
+
+
+def _telemetry(settings: Settings) -> Telemetry:
+    """The server's metrics and tracer; one line and exit for an ``OTEL_*``
+    value the OpenTelemetry SDK refuses, before the first key is made."""
+    from stead.telemetry import Metrics, Telemetry, TracingSettingError, open_tracing
+
+    try:
+        return Telemetry(Metrics(), open_tracing(settings))
+    except TracingSettingError as exc:
+        typer.echo(f"stead: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @contextmanager

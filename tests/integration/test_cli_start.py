@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from stead.cli import app
@@ -166,3 +167,24 @@ def test_a_host_setting_the_host_would_refuse_stops_serve_before_it_writes(
         "stead: STEAD_SANDBOX_HOST_LISTEN_TCP: a TCP listener needs STEAD_SANDBOX_HOST_TOKEN\n",
     )
     assert not data.exists()
+
+
+def test_a_span_export_setting_the_sdk_refuses_stops_with_one_line(
+    tmp_path: Path, fake_model: FakeModel
+) -> None:
+    """``OTEL_BSP_*`` values OpenTelemetry's batch processor refuses: before, the
+    server showed its first key and then ended in a traceback."""
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.http", reason="needs stead[otlp]")
+    env = {
+        **loop_env(fake_model),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "0",
+    }
+    failed = _command(
+        "serve", "--data-dir", str(tmp_path / "data"), "--port", str(free_port()), env=env
+    )
+    assert failed.returncode == 2, failed.stderr
+    assert failed.stderr.strip().splitlines() == [
+        "stead: OTEL_BSP_MAX_QUEUE_SIZE: max_queue_size must be a positive integer."
+    ]
+    assert "sk-stead-" not in failed.stdout

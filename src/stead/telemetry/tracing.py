@@ -30,6 +30,19 @@ OTLP_PACKAGE = "opentelemetry-exporter-otlp-proto-http"
 SCOPE = "stead"
 
 
+BATCH_VARIABLES = {
+    "max_queue_size": "OTEL_BSP_MAX_QUEUE_SIZE",
+    "max_export_batch_size": "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "schedule_delay_millis": "OTEL_BSP_SCHEDULE_DELAY",
+    "export_timeout_millis": "OTEL_BSP_EXPORT_TIMEOUT",
+}
+"""The batch processor's parameters, by the variable each is read from."""
+
+
+class TracingSettingError(ValueError):
+    """An ``OTEL_*`` value the OpenTelemetry SDK refuses: start-up stops with one line."""
+
+
 @dataclass(frozen=True)
 class Tracing:
     tracer: trace.Tracer
@@ -50,7 +63,8 @@ class Tracing:
 
 def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tracing:
     """Spans exported to ``exporter`` (synchronously: for tests), else by OTLP
-    when ``settings.otlp_endpoint`` is set, else not recorded."""
+    when ``settings.otlp_endpoint`` is set, else not recorded.
+    ``TracingSettingError``: an ``OTEL_*`` variable the SDK refuses."""
     if exporter is None and settings.otlp_endpoint is None:
         return Tracing(trace.NoOpTracer())
     from opentelemetry.sdk.resources import Resource
@@ -71,9 +85,21 @@ def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tr
                 OTLP_PACKAGE,
             )
             return Tracing(trace.NoOpTracer())
-        # The exporter reads the endpoint, headers and timeout from OTEL_EXPORTER_OTLP_*.
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        # The exporter reads the endpoint, headers and timeout from OTEL_EXPORTER_OTLP_*,
+        # the processor its queue and batch sizes from OTEL_BSP_*.
+        try:
+            provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        except ValueError as exc:
+            raise TracingSettingError(_setting_error(str(exc))) from None
     return Tracing(provider.get_tracer(SCOPE), provider)
+
+
+def _setting_error(message: str) -> str:
+    """The SDK's refusal, naming the variable it read (it names its parameter)."""
+    for parameter, variable in BATCH_VARIABLES.items():
+        if message.startswith(parameter):
+            return f"{variable}: {message}"
+    return f"OTEL_BSP_* or OTEL_EXPORTER_OTLP_*: {message}"
 
 
 @contextmanager
