@@ -32,6 +32,7 @@ from stead.blobs import BlobError, BlobUnavailable
 from stead.ids import new_id
 from stead.schemas import RequestError
 from stead.store import Conflict, DatabaseBusy, InvalidValue, NotFound, StaleSecretKey
+from stead.telemetry import FIELDS
 from stead.vault import SealError
 
 log = logging.getLogger("stead.api")
@@ -250,7 +251,15 @@ def _allowed_methods(request: Request) -> list[str]:
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     rid = request_id(request)
-    log.exception("unhandled error in %s %s (request %s)", request.method, request.url.path, rid)
+    # Starlette runs this handler outermost, past RequestIdMiddleware's
+    # ``serving_request``: the line names its request itself.
+    log.exception(
+        "unhandled error in %s %s (request %s)",
+        request.method,
+        request.url.path,
+        rid,
+        extra={FIELDS: {"request_id": rid}},
+    )
     return error_response(request, 500, f"internal error; quote request id {rid} when reporting it")
 
 
