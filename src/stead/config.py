@@ -240,6 +240,14 @@ class Settings(BlobSettings):
     over OTLP/HTTP; the exporter reads its other ``OTEL_EXPORTER_OTLP_*``
     variables (headers, timeout) itself. Unset: no spans are recorded."""
 
+    @field_validator("otlp_endpoint", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """OpenTelemetry reads an empty variable as unset: no spans are recorded."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
+
     @field_validator("data_dir", mode="before")
     @classmethod
     def _named_dir(cls, value: object) -> object:

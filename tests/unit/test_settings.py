@@ -354,3 +354,19 @@ def test_a_host_is_reached_at_its_advertised_or_listen_address(
     for name, value in env.items():
         monkeypatch.setenv(name, str(value))
     assert HostSettings().options().advertise == address
+
+
+@pytest.mark.parametrize(
+    "variable", ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+)
+def test_an_empty_otlp_endpoint_is_unset_and_records_no_spans(
+    variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As OpenTelemetry reads its variables: empty is unset. Before, an empty one
+    turned span export on, to the exporter's default (localhost:4318)."""
+    from stead.telemetry import open_tracing
+
+    monkeypatch.setenv(variable, "")
+    settings = Settings(data_dir=tmp_path)
+    assert settings.otlp_endpoint is None
+    assert open_tracing(settings).provider is None
