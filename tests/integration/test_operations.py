@@ -4,7 +4,10 @@ turn and per tool error) holding no secret and no command text."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -163,6 +166,44 @@ def test_a_request_s_own_log_lines_carry_its_request_id(
     finally:
         server.stop()
     assert {line["logger"] for line in lines} >= {"stead.access", "stead.api"}, lines
+
+
+def test_a_sandbox_host_address_where_something_else_answers_leaves_scrapes_working(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """STEAD_SANDBOX_HOST names a port where another service answers (an HTTP
+    server, not the host protocol): /metrics still serves, and /readyz names
+    the host as unreachable (before, each was a 500 with a traceback)."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(8)
+        port = other.getsockname()[1]
+
+        def answer_http() -> None:
+            with contextlib.suppress(OSError):  # until the listener closes
+                while True:
+                    conn, _ = other.accept()
+                    with contextlib.suppress(OSError), conn:
+                        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+        threading.Thread(target=answer_http, daemon=True).start()
+        env = {
+            "STEAD_SANDBOX": "bwrap",
+            "STEAD_SANDBOX_HOST": f"tcp://127.0.0.1:{port}",
+            "STEAD_SANDBOX_HOST_TOKEN": "t" * 32,
+            "STEAD_METRICS": "open",
+        }
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            scraped = httpx2.get(f"{server.url}/metrics", timeout=30, verify=client_tls())
+            ready = httpx2.get(f"{server.url}/readyz", timeout=30, verify=client_tls())
+        finally:
+            server.stop()
+    assert scraped.status_code == 200, scraped.text
+    assert "stead_http_requests_total" in scraped.text
+    assert ready.status_code == 503, ready.text
+    assert ready.json()["checks"]["sandbox_host"].startswith("unreachable: ")
+    assert "unhandled error" not in server.log_text()
 
 
 def test_metrics_need_a_key_by_default(ops_server: ServerProcess) -> None:

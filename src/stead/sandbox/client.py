@@ -124,7 +124,13 @@ class HostClient:
                 hello = ops.Hello(version=ops.PROTOCOL_VERSION, token=self.address.token)
                 await frames.send(codec.encode(hello))
                 answer = await frames.receive()
-        except (TimeoutError, OSError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+        except (
+            TimeoutError,
+            OSError,
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            ProtocolError,  # something else answers there: no host is reached
+        ) as exc:
             if frames is not None:  # a host that closed it before its hello (it is stopping)
                 await _discard(frames)
             raise HostUnreachable(
