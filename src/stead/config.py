@@ -33,6 +33,12 @@ PRICE_KEYS = frozenset({"input", "output", "cache_write_5m", "cache_write_1h", "
 MAX_PRICE = 1_000_000.0
 """USD per million tokens, at most: costs are kept as 64-bit counts of
 nano-dollars, which a price of 1e15 overflowed in a month's total."""
+OTLP_HEADER = re.compile(
+    r"[\x21\x23-\x27\x2a\x2b\x2d\x2e\x30-\x39\x41-\x5a\x5e-\x7a\x7c\x7e]+[ \t]*=[ \t]*"
+    r"[\x20\x21\x23-\x2b\x2d-\x3a\x3c-\x5b\x5d-\x7e]*"
+)
+"""One ``name=value`` of ``OTEL_EXPORTER_OTLP_HEADERS``, as OpenTelemetry's
+exporter reads it (a token, then a value without ``,`` ``;`` ``\\`` or ``"``)."""
 
 
 def default_data_dir() -> Path:
@@ -239,6 +245,15 @@ class Settings(BlobSettings):
     """Set (by the standard OpenTelemetry variables): spans are exported there
     over OTLP/HTTP; the exporter reads its other ``OTEL_EXPORTER_OTLP_*``
     variables (headers, timeout) itself. Unset: no spans are recorded."""
+    otlp_headers: str | None = Field(
+        default=None, repr=False, validation_alias="OTEL_EXPORTER_OTLP_HEADERS"
+    )
+    """The headers the exporter sends (it reads them itself, these or the next):
+    checked here only, since the exporter drops a header it cannot read and
+    logs it, credential and all. Never shown."""
+    otlp_traces_headers: str | None = Field(
+        default=None, repr=False, validation_alias="OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+    )
 
     @field_validator("otlp_endpoint", mode="before")
     @classmethod
@@ -246,6 +261,20 @@ class Settings(BlobSettings):
         """OpenTelemetry reads an empty variable as unset: no spans are recorded."""
         if isinstance(value, str) and not value.strip():
             return None
+        return value
+
+    @field_validator("otlp_headers", "otlp_traces_headers")
+    @classmethod
+    def _otlp_headers(cls, value: str | None) -> str | None:
+        if value is not None and not all(
+            OTLP_HEADER.fullmatch(part)
+            for part in re.split(r"[ \t]*,[ \t]*", value.strip())
+            if part
+        ):
+            raise ValueError(
+                "not a comma-separated list of name=value headers (URL-encode a value's "
+                "commas, semicolons and quotes); its value is not shown, it may hold a credential"
+            )
         return value
 
     @field_validator("data_dir", mode="before")

@@ -77,6 +77,18 @@ S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
         ),
         (BRAIN, *EXTRA_CA),
         (BRAIN, {"STEAD_OPENAI_MODELS": "notjson"}, "STEAD_OPENAI_MODELS: not valid JSON"),
+        # OpenTelemetry's exporter dropped such a header and logged its value
+        # (the collector's credential) at every start.
+        (
+            BRAIN,
+            {"OTEL_EXPORTER_OTLP_HEADERS": "x-api-key:not-printed"},
+            "OTEL_EXPORTER_OTLP_HEADERS: not a comma-separated list of name=value",
+        ),
+        (
+            BRAIN,
+            {"OTEL_EXPORTER_OTLP_TRACES_HEADERS": "api-key=not-printed;v=1"},
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS: not a comma-separated list of name=value",
+        ),
         (
             BRAIN,
             {"STEAD_OPENAI_MODELS": '{"llama3.1": "localhost:11434/v1"}'},
