@@ -23,13 +23,13 @@ from stead.api.errors import ApiError
 from stead.api.wire import JSONResponse
 from stead.config import Settings
 from stead.sandbox import host_address
-from stead.store import StoreError
-from stead.telemetry import CONTENT_TYPE, Telemetry
+from stead.store import Store, StoreError
+from stead.telemetry import CONTENT_TYPE, Metrics, Telemetry
 
 router = APIRouter(tags=["operations"])
 READY_PROBE = "readyz/probe"
 CHECK_SECONDS = 5.0
-"""Longest a readiness check or a scrape waits for the store."""
+"""Longest a readiness check or a scrape waits for the store, or the sandbox host."""
 PUBLIC: dict[str, Any] = {"security": []}
 CHECKS_SCHEMA = {
     "type": "object",
@@ -93,9 +93,20 @@ async def _answers(ask: Callable[[], Awaitable[object]]) -> str:
     return "ok"
 
 
+async def _host_status(settings: Settings) -> sandbox.HostStatus | None:
+    """The sandbox host's status; None when it did not answer within
+    ``CHECK_SECONDS`` (a host that takes the hello and never the ping would
+    hold a probe or a scrape for the client's whole call timeout)."""
+    with anyio.move_on_after(CHECK_SECONDS):
+        return await sandbox.host_status(host_address(settings))  # its client, loaded now
+    return None
+
+
 async def _host_check(settings: Settings) -> str:
     address = host_address(settings)
-    found = await sandbox.host_status(address)  # the host's client, loaded now
+    found = await _host_status(settings)
+    if found is None:
+        return f"no answer within {CHECK_SECONDS:g}s"
     if found.answer is not None:
         return "ok"
     if settings.sandbox_host_autostart and address.unix_path is not None:
@@ -120,14 +131,25 @@ async def metrics(request: Request) -> Response:
     if app.settings.metrics == "key":
         await authenticate(request)
     found = telemetry(request).metrics
+    found.sandboxes_served.set(app.sandboxes.served)
+    # The store and the host are asked at once, each for CHECK_SECONDS at most.
+    async with anyio.create_task_group() as group:
+        group.start_soon(_count_queued, app.store, found)
+        if app.settings.sandbox == "bwrap":
+            group.start_soon(_count_host, app.settings, found)
+    return Response(found.render(), media_type=CONTENT_TYPE)
+
+
+async def _count_queued(store: Store, found: Metrics) -> None:
     # A store that cannot answer now leaves the gauge as it was: the scrape
     # still serves every other figure, when they matter most.
     with anyio.move_on_after(CHECK_SECONDS), contextlib.suppress(StoreError):
-        found.queued_runs.set(len(await app.store.queued_runs()))
-    found.sandboxes_served.set(app.sandboxes.served)
-    if app.settings.sandbox == "bwrap":
-        host = await sandbox.host_status(host_address(app.settings))
-        answer = host.answer
-        found.set_sandboxes(None if answer is None else answer.get("sandboxes") or {})
-        found.host.update(None if answer is None else answer.get("metrics"))
-    return Response(found.render(), media_type=CONTENT_TYPE)
+        found.queued_runs.set(len(await store.queued_runs()))
+
+
+async def _count_host(settings: Settings, found: Metrics) -> None:
+    """The host's counts; none of them while it does not answer."""
+    host = await _host_status(settings)
+    answer = host.answer if host is not None else None
+    found.set_sandboxes(None if answer is None else answer.get("sandboxes") or {})
+    found.host.update(None if answer is None else answer.get("metrics"))
