@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("stead.telemetry")
 OTLP_PACKAGE = "opentelemetry-exporter-otlp-proto-http"
 SCOPE = "stead"
+"""The tracer's name, and the service's unless OTEL_SERVICE_NAME names it."""
+SERVICE_NAME = "service.name"
 
 
 BATCH_VARIABLES = {
@@ -71,8 +73,12 @@ def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tr
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 
-    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself.
-    provider = TracerProvider(resource=Resource.create({"service.name": SCOPE}))
+    # Resource.create reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself;
+    # attributes given to it would override them, so stead's name is only the default.
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: SCOPE}))
+    provider = TracerProvider(resource=resource)
     if exporter is not None:
         provider.add_span_processor(SimpleSpanProcessor(exporter))
     else:
