@@ -108,11 +108,10 @@ def test_health_answers_without_a_key(ops_server: ServerProcess) -> None:
     assert ready.json() == {"status": "ready", "checks": {"store": "ok", "blobs": "ok"}}
 
 
-def test_readiness_names_a_blob_store_that_does_not_answer(
-    tmp_path: Path, forker: ServeForker
-) -> None:
-    closed = free_port()  # nothing listens there
-    env = {
+def unanswered_blobs() -> dict[str, str]:
+    """A server's settings whose S3 blob store is a loopback port nothing listens on."""
+    closed = free_port()
+    return {
         "STEAD_SANDBOX": "off",
         "STEAD_BLOB_URL": "s3://stead-blobs",
         "STEAD_S3_ENDPOINT": f"http://127.0.0.1:{closed}",
@@ -120,7 +119,12 @@ def test_readiness_names_a_blob_store_that_does_not_answer(
         "STEAD_S3_SECRET_ACCESS_KEY": "secret",
         "STEAD_BLOB_TIMEOUT_SECONDS": "2",
     }
-    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+
+
+def test_readiness_names_a_blob_store_that_does_not_answer(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    server = ServerProcess(tmp_path / "data", env=unanswered_blobs(), forker=forker).start()
     try:
         ready = httpx2.get(f"{server.url}/readyz", timeout=30, verify=client_tls())
     finally:
@@ -137,16 +141,7 @@ def test_a_request_s_own_log_lines_carry_its_request_id(
     """An upload to a blob store that does not answer: the 503 tells the client
     to quote its request id, and each line the request logged carries it as
     ``request_id`` (before, only the access line did)."""
-    closed = free_port()  # nothing listens there
-    env = {
-        "STEAD_SANDBOX": "off",
-        "STEAD_BLOB_URL": "s3://stead-blobs",
-        "STEAD_S3_ENDPOINT": f"http://127.0.0.1:{closed}",
-        "STEAD_S3_ACCESS_KEY_ID": "id",
-        "STEAD_S3_SECRET_ACCESS_KEY": "secret",
-        "STEAD_BLOB_TIMEOUT_SECONDS": "2",
-    }
-    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+    server = ServerProcess(tmp_path / "data", env=unanswered_blobs(), forker=forker).start()
     try:
         answer = httpx2.post(
             f"{server.url}/v1/files",
