@@ -22,8 +22,6 @@ from functools import partial
 from types import MappingProxyType
 from typing import Protocol
 
-import anyio
-
 from stead import tools
 from stead.blobs import BlobError
 from stead.config import Settings
@@ -114,10 +112,11 @@ class SandboxToolbox:
         self._leases = SessionLeases(store, self._placements, settings.sandbox_lease_seconds)
         self._credentials = credentials
         self._held = HeldSandboxes(provider, credentials)
-        self._lock = anyio.Lock()
         self._sandbox_locks = KeyedLocks()
         """By sandbox id: held while its sandbox is acquired and staged, or
-        destroyed: a destroy never comes between a call's staging and its use."""
+        destroyed: a destroy never comes between a call's staging and its use.
+        The only lock of an acquire: one sandbox slow to come (a wake from a
+        far blob store) holds up no other session."""
         self._web = WebTools(settings, store, credentials)
         one_brain = single_brain(settings.resolved_database_url)
         self._resumable = tools.RESUMABLE_TOOLS if provider.leased or one_brain else frozenset()
@@ -210,13 +209,12 @@ class SandboxToolbox:
             # sandbox given out before it with its next call (its egress rules
             # at once), as it reaches a session created after it.
             config = await self._serve(session_id)
-            async with self._lock:
-                found = self._held.handles.get(session_id)
-                if found is None or before is None or before.config != config:
-                    # The old handle is not closed: a call in flight may hold it.
-                    with self._telemetry.sandbox_acquire(session_id):
-                        found = await self._provider.acquire(session_id, config)
-                    self._held.handles[session_id] = found
+            found = self._held.handles.get(session_id)
+            if found is None or before is None or before.config != config:
+                # The old handle is not closed: a call in flight may hold it.
+                with self._telemetry.sandbox_acquire(session_id):
+                    found = await self._provider.acquire(session_id, config)
+                self._held.handles[session_id] = found
             if self._held.secrets.stale(session_id):  # a change that could not be pushed at once
                 await self._held.secrets.give(self._held.served[session_id])
             await self._stage(session_id, self._held.served[session_id].config)
@@ -583,8 +581,8 @@ class SandboxToolbox:
         return current is not None and current.status == SandboxLeaseStatus.ACTIVE
 
     async def _let_go(self, sandbox_id: str) -> None:
-        async with self._lock:
-            sandbox = self._held.drop(sandbox_id)
+        """Under the sandbox's lock, as every acquire of it is."""
+        sandbox = self._held.drop(sandbox_id)
         if sandbox is not None:
             await sandbox.close()
 
