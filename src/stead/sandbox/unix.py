@@ -65,7 +65,7 @@ def listen_unix(path: Path, *, mode: int, backlog: int) -> socket.socket:
     return sock
 
 
-async def accept(listener: socket.socket) -> UnixStream:
+async def _accept(listener: socket.socket) -> UnixStream:
     """The next connection on ``listener``; ``OSError`` (EMFILE ...) passes through."""
     await checkpoint()
     while True:
@@ -75,6 +75,19 @@ async def accept(listener: socket.socket) -> UnixStream:
             await anyio.wait_readable(listener)
             continue
         return UnixStream(client)
+
+
+async def next_connection(listener: socket.socket) -> UnixStream:
+    """The next connection on ``listener``, through failures: an accept that
+    fails (EMFILE: no descriptor left) is logged and tried again after
+    ``ACCEPT_BACKOFF_SECONDS``, as the listener outlives it.
+    ``anyio.ClosedResourceError`` once the listener is closed."""
+    while True:
+        try:
+            return await _accept(listener)
+        except OSError as exc:
+            log.warning("unix socket %s: accept failed: %s", listener.getsockname(), exc)
+            await anyio.sleep(ACCEPT_BACKOFF_SECONDS)
 
 
 def close_listener(listener: socket.socket) -> None:
@@ -164,13 +177,9 @@ class UnixListener(Listener[UnixStream]):
                 task_group = await stack.enter_async_context(anyio.create_task_group())
             while True:
                 try:
-                    stream = await accept(self._sock)
+                    stream = await next_connection(self._sock)
                 except anyio.ClosedResourceError:
                     return
-                except OSError as exc:  # EMFILE and the like: the listener outlives them
-                    log.warning("unix socket listener: accept failed: %s", exc)
-                    await anyio.sleep(ACCEPT_BACKOFF_SECONDS)
-                    continue
                 task_group.start_soon(handler, stream)
 
     async def aclose(self) -> None:

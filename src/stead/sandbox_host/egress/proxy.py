@@ -29,7 +29,7 @@ import h11
 from anyio.abc import ByteStream, SocketStream, TaskGroup
 
 from stead.egress_policy import Denied, EgressError, EgressPolicy, Resolver, threaded_resolver
-from stead.sandbox.unix import UnixStream, accept, close_listener, listen_unix
+from stead.sandbox.unix import UnixStream, close_listener, listen_unix, next_connection
 from stead.sandbox_host.egress.audit import AuditLog, Exchange
 from stead.sandbox_host.egress.dial import dial
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Interception, Replayed
@@ -64,9 +64,6 @@ BODY_LIMIT = 8 * 1024 * 1024
 HELD_BODIES_LIMIT = 32 * 1024 * 1024
 """Bytes of bodies (read whole to inject into) one proxy holds at once: a
 sandbox's share of the host's memory, whatever its connections do."""
-
-ACCEPT_BACKOFF = 0.1
-"""Pause after a failed ``accept`` (out of file descriptors) before the next one."""
 
 SOCKET_MODE = 0o666
 # Anyone who can reach the socket may use it: it is bind-mounted from a directory
@@ -177,12 +174,7 @@ class EgressProxy:
 
     async def _accept_loop(self, listener: socket.socket, tasks: TaskGroup) -> None:
         while True:
-            try:
-                client = await accept(listener)
-            except OSError as exc:  # EMFILE and the like: the proxy outlives them
-                log.warning("egress proxy %s: accept failed: %s", self.socket_path, exc)
-                await anyio.sleep(ACCEPT_BACKOFF)
-                continue
+            client = await next_connection(listener)  # EMFILE and the like: logged, retried
             if self._active >= self.max_connections:
                 tasks.start_soon(self._refuse, client)
                 continue
