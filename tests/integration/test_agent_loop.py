@@ -85,6 +85,10 @@ def kinds(events: list[Any]) -> list[str]:
 
 
 TOOLSET = {"type": "agent_toolset_20260401"}
+ASKS_BEFORE_WRITING = {
+    "type": "agent_toolset_20260401",
+    "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}],
+}
 
 
 def test_a_turn_with_every_builtin_tool(
@@ -315,11 +319,7 @@ def test_a_confirmation_for_a_call_that_needs_none_is_refused(sdk: anthropic.Ant
 def test_always_ask_waits_for_a_confirmation(
     sdk: anthropic.Anthropic, loop_server: ServerProcess, answer: str
 ) -> None:
-    toolset = {
-        "type": "agent_toolset_20260401",
-        "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}],
-    }
-    session_id = new_session(sdk, [toolset])
+    session_id = new_session(sdk, [ASKS_BEFORE_WRITING])
     with sdk.beta.sessions.events.stream(session_id) as stream:
         sdk.beta.sessions.events.send(session_id, events=[say("ask first")])
         first = until_idle(stream)
@@ -362,11 +362,7 @@ def test_a_call_confirmed_after_its_tool_was_disabled_is_not_run(
 ) -> None:
     """The session waits idle for the confirmation, and sessions.update may
     disable the tool meanwhile: the confirmation no longer lets it run."""
-    toolset = {
-        "type": "agent_toolset_20260401",
-        "configs": [{"name": "write", "permission_policy": {"type": "always_ask"}}],
-    }
-    session_id = new_session(sdk, [toolset])
+    session_id = new_session(sdk, [ASKS_BEFORE_WRITING])
     with sdk.beta.sessions.events.stream(session_id) as stream:
         sdk.beta.sessions.events.send(session_id, events=[say("ask first")])
         use = next(e for e in until_idle(stream) if e.type == "agent.tool_use")

@@ -254,6 +254,35 @@ def _end_bus_connections(url: str, *, senders: bool) -> int:
     return len(ended)
 
 
+def _interrupted_after_lost_connections(
+    postgres_run: PostgresRun, tmp_path: Path, forker: ServeForker, *, senders: bool
+) -> list[str]:
+    """The types of the log of a turn that one process runs, stalled in its model
+    call, and that an interrupt sent through another process stops, the bus
+    connections of ``senders`` ended (``_end_bus_connections``) just before.
+    With ``senders``, the other process first sends a message, so it has a
+    sender connection to lose."""
+    with FakeModel(echo, faults=[STALLED]) as fake:
+        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
+        try:
+            runner, other = group.start(), group.start()
+            with _client(runner, group.key) as sdk, _client(other, group.key) as sdk_other:
+                session_id = new_session(sdk)
+                if senders:
+                    sdk_other.beta.sessions.events.send(session_id, events=[message("hello")])
+                    wait_idle(sdk, session_id)
+                sdk.beta.sessions.events.send(session_id, events=[message("stall")])
+                fake.wait_for_requests(2 if senders else 1)
+                assert _end_bus_connections(group.url, senders=senders) >= 1
+                interrupt = {"type": "user.interrupt"}
+                sdk_other.beta.sessions.events.send(session_id, events=[interrupt])
+                wait_idle(sdk, session_id, timeout=15)
+                log = sdk.beta.sessions.events.list(session_id, limit=1000).data
+        finally:
+            group.close()
+    return [e.type for e in log]
+
+
 def test_an_interrupt_sent_after_a_lost_bus_connection_reaches_the_turn(
     postgres_run: PostgresRun, tmp_path: Path, forker: ServeForker
 ) -> None:
@@ -261,25 +290,8 @@ def test_an_interrupt_sent_after_a_lost_bus_connection_reaches_the_turn(
     restart, an idle timeout): its next send fails. Before, the notices of that
     send were dropped, so the turn running on the other process never heard of
     the interrupt and ran on until its model answered."""
-    with FakeModel(echo, faults=[STALLED]) as fake:
-        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
-        try:
-            runner, other = group.start(), group.start()
-            with _client(runner, group.key) as sdk, _client(other, group.key) as sdk_other:
-                session_id = new_session(sdk)
-                # A notice from ``other`` first, so it has a sender connection to lose.
-                sdk_other.beta.sessions.events.send(session_id, events=[message("hello")])
-                wait_idle(sdk, session_id)
-                sdk.beta.sessions.events.send(session_id, events=[message("stall")])
-                fake.wait_for_requests(2)
-                assert _end_bus_connections(group.url, senders=True) >= 1
-                interrupt = {"type": "user.interrupt"}
-                sdk_other.beta.sessions.events.send(session_id, events=[interrupt])
-                wait_idle(sdk, session_id, timeout=15)
-                log = sdk.beta.sessions.events.list(session_id, limit=1000).data
-        finally:
-            group.close()
-    assert [e.type for e in log].count("agent.message") == 1  # the first turn's only
+    types = _interrupted_after_lost_connections(postgres_run, tmp_path, forker, senders=True)
+    assert types.count("agent.message") == 1  # the first turn's only
 
 
 def test_an_interrupt_sent_while_the_turn_s_process_was_not_listening_reaches_the_turn(
@@ -288,22 +300,7 @@ def test_an_interrupt_sent_while_the_turn_s_process_was_not_listening_reaches_th
     """The process running the turn lost its listening connection, and the
     interrupt's notice came while it connected again. Before, nothing looked
     for the interrupt in the log, so the turn ran on until its model answered."""
-    with FakeModel(echo, faults=[STALLED]) as fake:
-        group = Brains(postgres_run, tmp_path / "brains", fake, forker)
-        try:
-            runner, other = group.start(), group.start()
-            with _client(runner, group.key) as sdk, _client(other, group.key) as sdk_other:
-                session_id = new_session(sdk)
-                sdk.beta.sessions.events.send(session_id, events=[message("stall")])
-                fake.wait_for_requests(1)
-                assert _end_bus_connections(group.url, senders=False) >= 1
-                interrupt = {"type": "user.interrupt"}
-                sdk_other.beta.sessions.events.send(session_id, events=[interrupt])
-                wait_idle(sdk, session_id, timeout=15)
-                log = sdk.beta.sessions.events.list(session_id, limit=1000).data
-        finally:
-            group.close()
-    types = [e.type for e in log]
+    types = _interrupted_after_lost_connections(postgres_run, tmp_path, forker, senders=False)
     assert "agent.message" not in types and types[-1] == "session.status_idle"
 
 

@@ -183,14 +183,20 @@ def gateway(
         server.stop()
 
 
-@pytest.fixture
-def session_id(gateway: ServerProcess) -> str:
-    """A new session on the gateway (its sandbox is made on first use)."""
-    assert gateway.first_key
-    with make_client(gateway.url, gateway.first_key) as client:
+def plain_session(server: ServerProcess) -> str:
+    """A new session on ``server``, of an agent without tools, in an environment
+    of its own (its sandbox is made on first use)."""
+    assert server.first_key
+    with make_client(server.url, server.first_key) as client:
         agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
         environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
         return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+@pytest.fixture
+def session_id(gateway: ServerProcess) -> str:
+    """A new session on the gateway."""
+    return plain_session(gateway)
 
 
 def serve_with_failpoints(

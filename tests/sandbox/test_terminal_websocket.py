@@ -23,7 +23,14 @@ from stead.client.terminal import EXIT, STDOUT
 from stead.sandbox import HostSandbox
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import loop_env, make_client
-from tests.sandbox.conftest import WAIT, client_of, config, quiet, requires_isolation
+from tests.sandbox.conftest import (
+    WAIT,
+    client_of,
+    config,
+    plain_session,
+    quiet,
+    requires_isolation,
+)
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -298,14 +305,6 @@ async def test_bad_terminal_requests_close_with_a_reason_and_no_server_error(
     assert "Traceback" not in gateway.log_text()[before:]
 
 
-def new_session(server: ServerProcess) -> str:
-    assert server.first_key
-    with make_client(server.url, server.first_key) as client:
-        agent = client.beta.agents.create(name="t", model="claude-sonnet-4-6")
-        environment = client.beta.environments.create(name=f"t-{uuid.uuid4().hex[:8]}")
-        return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
-
-
 async def test_a_server_stopped_under_streaming_terminals_stops_at_once_and_quietly(
     host: HostProcess, tmp_path: Path, forker: ServeForker
 ) -> None:
@@ -316,7 +315,7 @@ async def test_a_server_stopped_under_streaming_terminals_stops_at_once_and_quie
         server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         try:
             assert server.first_key
-            session_id = new_session(server)
+            session_id = plain_session(server)
             url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/exec"
             headers = {"x-api-key": server.first_key}
             async with contextlib.AsyncExitStack() as stack:
@@ -384,7 +383,7 @@ async def test_an_attached_terminal_renews_its_sandbox_lease(
         server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         try:
             assert server.first_key
-            session_id = new_session(server)
+            session_id = plain_session(server)
             async with terminal(server, session_id, flap_limit=0) as term:
                 outputs = term.output()
                 await term.send(b"echo pid=$$-$((2*3))\n")
