@@ -220,6 +220,24 @@ def test_a_token_the_server_echoes_reaches_neither_the_log_nor_the_model(
     assert not any(token in json.dumps(r.body) for r in fake.requests)
 
 
+def _tools_offered(
+    sdk: anthropic.Anthropic, fake: FakeModel, server: FakeMcpServer
+) -> tuple[list[Json], set[str]]:
+    """Starts ``server``, runs one turn of a new session whose agent uses it,
+    stops it: the turn's events, and the names of the tools the turn's first
+    model request offered."""
+    server.start()
+    try:
+        session_id = _session(sdk, server.url, _bearer(server, server.issue_token()))
+        before = len(fake.requests)
+        events = _say(sdk, session_id, f"tools-{uuid.uuid4().hex[:8]}")
+    finally:
+        server.stop()
+    sent = [r.body for r in fake.requests[before:] if r.body.get("tools")]
+    assert sent, events
+    return events, {t["name"] for t in sent[0]["tools"]}
+
+
 def test_a_tool_whose_input_schema_is_not_a_json_schema_is_left_out(
     sdk: anthropic.Anthropic, fake: FakeModel
 ) -> None:
@@ -231,16 +249,8 @@ def test_a_tool_whose_input_schema_is_not_a_json_schema_is_left_out(
             "bad_required": {"type": "object", "required": "a"},
             "fine": {"type": "object", "properties": {"a": {"type": "string"}}},
         }
-    ).start()
-    try:
-        session_id = _session(sdk, odd.url, _bearer(odd, odd.issue_token()))
-        before = len(fake.requests)
-        events = _say(sdk, session_id, f"odd-{uuid.uuid4().hex[:8]}")
-    finally:
-        odd.stop()
-    sent = [r.body for r in fake.requests[before:] if r.body.get("tools")]
-    assert sent, events
-    offered = {t["name"] for t in sent[0]["tools"]}
+    )
+    events, offered = _tools_offered(sdk, fake, odd)
     assert "mcp__tools__fine" in offered and ECHO in offered
     assert not offered & {"mcp__tools__bad_type", "mcp__tools__bad_required"}
     assert events[-1]["stop_reason"]["type"] == "end_turn"
@@ -256,17 +266,8 @@ def test_a_tool_the_mcp_sdk_refuses_to_list_is_left_out_not_the_whole_list(
         {"name": "not_object", "description": "x", "inputSchema": {"type": "string"}},
         {"name": "no_schema", "description": "x"},
     ]
-    odd = FakeMcpServer(raw_tools=raw).start()
-    try:
-        session_id = _session(sdk, odd.url, _bearer(odd, odd.issue_token()))
-        before = len(fake.requests)
-        events = _say(sdk, session_id, f"listing-{uuid.uuid4().hex[:8]}")
-    finally:
-        odd.stop()
+    events, offered = _tools_offered(sdk, fake, FakeMcpServer(raw_tools=raw))
     assert not [e for e in events if e["type"] == "session.error"], events
-    sent = [r.body for r in fake.requests[before:] if r.body.get("tools")]
-    assert sent, events
-    offered = {t["name"] for t in sent[0]["tools"]}
     assert ECHO in offered and "mcp__tools__add" in offered
     assert not offered & {"mcp__tools__not_object", "mcp__tools__no_schema"}
     assert events[-1]["stop_reason"]["type"] == "end_turn"
