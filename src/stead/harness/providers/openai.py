@@ -34,7 +34,19 @@ _STOP_REASONS = {"tool_calls": "tool_use", "content_filter": "refusal", "length"
 
 
 def _text(blocks: list[Json]) -> str:
-    return "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    """The words of ``blocks``: text blocks run together as they always have; a
+    search result (chat completions has no block for one) is a paragraph of its
+    own, its title, source and text."""
+    paragraphs: list[str] = []
+    run = ""
+    for block in blocks:
+        if block.get("type") == "text":
+            run += str(block.get("text", ""))
+        elif block.get("type") == "search_result":
+            found = "".join(b.get("text", "") for b in block.get("content") or [])
+            paragraphs += [run, f"{block.get('title', '')} ({block.get('source', '')})\n{found}"]
+            run = ""
+    return "\n\n".join(p for p in [*paragraphs, run] if p)
 
 
 def to_chat(request: ModelRequest) -> Json:
@@ -58,13 +70,13 @@ def to_chat(request: ModelRequest) -> Json:
                 entry["tool_calls"] = calls
             messages.append(entry)
             continue
+        shown: list[Json] = []
         for block in blocks:
             if block["type"] == "tool_result":
-                content = _text(block.get("content") or [])
-                messages.append(
-                    {"role": "tool", "tool_call_id": block["tool_use_id"], "content": content}
-                )
+                messages.append(_tool_message(block, shown))
         said = _user_content(blocks)
+        if shown:
+            said = [*shown, *(said if isinstance(said, list) else _as_parts(said))]
         if said:
             messages.append({"role": "user", "content": said})
     tools = [
@@ -86,6 +98,32 @@ def to_chat(request: ModelRequest) -> Json:
     return body
 
 
+def _tool_message(block: Json, shown: list[Json]) -> Json:
+    """A tool result as a ``tool`` message, whose content can only be text: its
+    images and documents go to ``shown``, content parts of the user message that
+    follows the results, each after a line naming the call it came from."""
+    content = block.get("content") or []
+    attached = [b for b in content if b.get("type") in ("image", "document")]
+    text = _text(content)
+    if attached:
+        call = block["tool_use_id"]
+        shown.append({"type": "text", "text": f"The result of tool call {call} holds:"})
+        shown.extend(_part(b) for b in attached)
+        noted = f"({len(attached)} attachment(s) in the next user message)"
+        text = f"{text}\n\n{noted}" if text else noted
+    return {"role": "tool", "tool_call_id": block["tool_use_id"], "content": text}
+
+
+def _as_parts(text: str) -> list[Json]:
+    return [{"type": "text", "text": text}] if text else []
+
+
+def _part(block: Json) -> Json:
+    if block["type"] == "image":
+        return {"type": "image_url", "image_url": {"url": _source_url(block["source"])}}
+    return _document_part(block)
+
+
 def _user_content(blocks: list[Json]) -> str | list[Json]:
     """A user message's content: its text, or, when it holds an image or a
     document, content parts (``image_url``, ``file`` for a PDF, text for a text
@@ -94,12 +132,10 @@ def _user_content(blocks: list[Json]) -> str | list[Json]:
         return _text(blocks)
     parts: list[Json] = []
     for block in blocks:
-        if block["type"] == "text":
-            parts.append({"type": "text", "text": block["text"]})
-        elif block["type"] == "image":
-            parts.append({"type": "image_url", "image_url": {"url": _source_url(block["source"])}})
-        elif block["type"] == "document":
-            parts.append(_document_part(block))
+        if block["type"] in ("image", "document"):
+            parts.append(_part(block))
+        elif said := _text([block]):
+            parts.append({"type": "text", "text": said})
     return parts
 
 
