@@ -303,6 +303,9 @@ class Settings(BlobSettings):
     @field_validator("sandbox_host_token")
     @classmethod
     def _sandbox_host_token(cls, token: str | None, info: ValidationInfo) -> str | None:
+        from stead.sandbox.address import check_token
+
+        check_token(token)
         address = info.data.get("sandbox_host")
         if not token and address is not None and address.startswith("tcp://"):
             raise ValueError("STEAD_SANDBOX_HOST is a tcp:// address: set the host's token")

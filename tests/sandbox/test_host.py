@@ -18,9 +18,9 @@ from stead.sandbox import (
     FileKind,
     HostClient,
     HostSandbox,
+    HostUnreachable,
     InvalidArgument,
     PathOutsideWorkspace,
-    SandboxUnavailable,
     VersionMismatch,
     parse_address,
 )
@@ -286,18 +286,19 @@ async def test_a_remote_brain_needs_the_token(tmp_path: Path, forker: ServeForke
         tmp_path / "state",
         env={
             "STEAD_SANDBOX_HOST_LISTEN_TCP": f"127.0.0.1:{port}",
-            "STEAD_SANDBOX_HOST_TOKEN": "s3cret-token",
+            "STEAD_SANDBOX_HOST_TOKEN": "s3cret-token-of-the-hosts",
         },
         forker=forker,
     ).start()
     try:
-        remote = HostClient(parse_address(f"tcp://127.0.0.1:{port}", "s3cret-token"))
+        remote = HostClient(parse_address(f"tcp://127.0.0.1:{port}", "s3cret-token-of-the-hosts"))
         sandbox = HostSandbox(remote, new_id(), config())
         assert (await sandbox.exec("echo far", op_key="k", timeout=10)).output == "far\n"
         await remote.destroy(sandbox.sandbox_id)
         await remote.aclose()
+        # Its TLS is keyed by the token: a guess cannot even trust the host.
         intruder = HostClient(parse_address(f"tcp://127.0.0.1:{port}", "guess"))
-        with pytest.raises(SandboxUnavailable, match="refused"):
+        with pytest.raises(HostUnreachable, match="another token"):
             await intruder.ping()
         await intruder.aclose()
     finally:

@@ -1,18 +1,23 @@
 """The sandbox host's TCP listener faces anyone who can reach its port: what
 such a caller sends before its token is checked must cost the host little,
 and the host must answer it, stay up and go on serving the brains that hold
-the token."""
+the token. What crosses the network is TLS keyed by the token: neither the
+token nor a call can be read off the wire."""
 
 from __future__ import annotations
 
+import ssl
 import struct
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
+from anyio.abc import SocketStream, TaskGroup
+from anyio.streams.stapled import MultiListener
+from anyio.streams.tls import TLSStream
 
-from stead.sandbox import HostClient, ops, parse_address
+from stead.sandbox import HostClient, HostUnreachable, VersionMismatch, ops, parse_address
 from stead.sandbox.protocol import MAX_FRAME, FrameStream
 from stead.sandbox_host.config import advertised
 from stead.testing import HostProcess, ServeForker, free_port
@@ -36,9 +41,16 @@ def tcp_host(tmp_path_factory: pytest.TempPathFactory, forker: ServeForker) -> I
 
 @pytest.fixture
 async def stranger(tcp_host: str) -> AsyncIterator[FrameStream]:
-    """A connection that has not said hello."""
+    """A connection that has not said hello, over TLS with no check of the
+    host's certificate: anyone can get this far without the token."""
     host, _, port = tcp_host.rpartition(":")
-    frames = FrameStream(await anyio.connect_tcp(host, int(port)))
+    anyone = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    anyone.check_hostname, anyone.verify_mode = False, ssl.CERT_NONE
+    stream = await anyio.connect_tcp(host, int(port))
+    tls = await TLSStream.wrap(
+        stream, server_side=False, ssl_context=anyone, standard_compatible=False
+    )
+    frames = FrameStream(tls)
     yield frames
     await frames.aclose()
 
@@ -90,3 +102,77 @@ async def test_an_ipv6_address_is_written_in_brackets(tmp_path: Path, forker: Se
     finally:
         process.stop()
     assert advertised("[::]:7070") is None
+
+
+async def test_neither_the_token_nor_a_call_crosses_the_network_readable(tcp_host: str) -> None:
+    """Before, the hello carried the token, and the secrets operation a
+    sandbox's credentials, in plain TCP to a host on another machine."""
+    secret = "sandbox-abcdef-not-on-the-wire"
+    seen = bytearray()
+    async with (
+        await anyio.create_tcp_listener(local_host="127.0.0.1") as listener,
+        anyio.create_task_group() as tasks,
+    ):
+        relay = _recording_relay(listener, tcp_host, seen, tasks)
+        client = HostClient(parse_address(f"tcp://{relay}", TOKEN))
+        try:
+            assert (await client.ping())["version"]
+            assert await client.sandbox_status(secret) is None
+        finally:
+            await client.aclose()
+        tasks.cancel_scope.cancel()
+    assert seen[0] == 0x16  # a TLS handshake record
+    assert TOKEN.encode() not in seen and secret.encode() not in seen
+
+
+async def test_a_brain_with_another_token_is_told_so_and_the_host_stays_up(
+    tcp_host: str,
+) -> None:
+    client = HostClient(parse_address(f"tcp://{tcp_host}", "another-token-of-16-chars"))
+    try:
+        with pytest.raises(HostUnreachable, match="holds another token"):
+            await client.ping()
+    finally:
+        await client.aclose()
+    await still_serves(tcp_host)
+
+
+async def test_a_brain_of_an_older_stead_is_told_which_versions(tcp_host: str) -> None:
+    """A brain from before TLS sends its hello in plain frames: it is answered
+    in one, naming both, as any brain of another version is."""
+    host, _, port = tcp_host.rpartition(":")
+    frames = FrameStream(await anyio.connect_tcp(host, int(port)))
+    try:
+        await frames.send({"op": "hello", "version": 8, "token": TOKEN})
+        with anyio.fail_after(WAIT):
+            answer = await frames.receive()
+    finally:
+        await frames.aclose()
+    assert answer["error"] == VersionMismatch.__name__
+    assert f"version {ops.PROTOCOL_VERSION}, over TLS" in answer["message"]
+    await still_serves(tcp_host)
+
+
+def _recording_relay(
+    listener: MultiListener[SocketStream], target: str, seen: bytearray, tasks: TaskGroup
+) -> str:
+    """``listener`` passing each connection on to ``target``, keeping every byte
+    either way in ``seen``; its ``host:port``."""
+    host, _, port = target.rpartition(":")
+
+    async def pump(source: SocketStream, sink: SocketStream) -> None:
+        async for chunk in source:
+            seen.extend(chunk)
+            await sink.send(chunk)
+
+    async def relay(client: SocketStream) -> None:
+        async with (
+            client,
+            await anyio.connect_tcp(host, int(port)) as upstream,
+            anyio.create_task_group() as both,
+        ):
+            both.start_soon(pump, client, upstream)
+            both.start_soon(pump, upstream, client)
+
+    tasks.start_soon(listener.serve, relay)
+    return f"127.0.0.1:{listener.extra(anyio.abc.SocketAttribute.local_port)}"

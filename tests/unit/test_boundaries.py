@@ -67,7 +67,12 @@ BRAIN = set(ROOMS) - {"sandbox_host"}
 """No brain room imports the body: they meet only through the host protocol."""
 for room in BRAIN:
     FORBIDDEN[room] = FORBIDDEN.get(room, set()) | {"sandbox_host"}
-BODY_SURFACES = {"stead.sandbox.local", "stead.sandbox.protocol", "stead.sandbox.unix"}
+BODY_SURFACES = {
+    "stead.sandbox.local",
+    "stead.sandbox.protocol",
+    "stead.sandbox.unix",
+    "stead.sandbox.host_tls",
+}
 LAZY_SURFACES = {"stead.tools.mcp", "stead.store.inmemory"}
 """Subpackages kept out of their room's ``__init__`` because what they import is
 heavy (the mcp SDK) or a server never needs them (the in-memory fake store):
@@ -146,6 +151,7 @@ HOST_PROTOCOL = (
     "stead.sandbox.client",
     "stead.sandbox.admin",
     "stead.sandbox.protocol",
+    "stead.sandbox.host_tls",
 )
 
 

@@ -29,7 +29,12 @@ ALLOWED = {
     # telemetry: the trace context an MCP request carries (a leaf: it imports only config).
     "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry", "media_types"},
 }
-SHARED_WITH_THE_BODY = {"stead.sandbox.local", "stead.sandbox.protocol", "stead.sandbox.unix"}
+SHARED_WITH_THE_BODY = {
+    "stead.sandbox.local",
+    "stead.sandbox.protocol",
+    "stead.sandbox.unix",
+    "stead.sandbox.host_tls",
+}
 
 
 def _imports(path: Path) -> list[str]:

@@ -133,7 +133,7 @@ S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
         ),
         (
             BRAIN,
-            {"STEAD_SANDBOX_HOST": "tcp://10.0.0.5:²", "STEAD_SANDBOX_HOST_TOKEN": "t"},
+            {"STEAD_SANDBOX_HOST": "tcp://10.0.0.5:²", "STEAD_SANDBOX_HOST_TOKEN": "t" * 32},
             "STEAD_SANDBOX_HOST: 'tcp://10.0.0.5:²' is not tcp://host:port",
         ),
         (
@@ -170,7 +170,7 @@ S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
         (BRAIN, {"STEAD_MAX_RUN_ATTEMPTS": "0"}, "STEAD_MAX_RUN_ATTEMPTS: Input should be"),
         (
             BRAIN,
-            {"STEAD_SANDBOX_HOST": "tcp://garbage", "STEAD_SANDBOX_HOST_TOKEN": "t"},
+            {"STEAD_SANDBOX_HOST": "tcp://garbage", "STEAD_SANDBOX_HOST_TOKEN": "t" * 32},
             "STEAD_SANDBOX_HOST: 'tcp://garbage' is not tcp://host:port",
         ),
         (
@@ -182,6 +182,11 @@ S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
             HOST,
             {"STEAD_SANDBOX_HOST_LISTEN_TCP": "127.0.0.1:7071"},
             "STEAD_SANDBOX_HOST_LISTEN_TCP: a TCP listener needs STEAD_SANDBOX_HOST_TOKEN",
+        ),
+        # The token keys the TCP protocol's TLS: a short one is soon guessed.
+        *(
+            (room, {"STEAD_SANDBOX_HOST_TOKEN": "s3cret"}, "STEAD_SANDBOX_HOST_TOKEN: at least 16")
+            for room in (BRAIN, HOST)
         ),
         (HOST, {"STEAD_LOG_LEVEL": "loud"}, "STEAD_LOG_LEVEL: Input should be 'critical'"),
         # Before, taken: a snapshot's expiry date overflowed in the host's collector.

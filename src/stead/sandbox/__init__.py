@@ -19,7 +19,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from stead.sandbox.address import ClientTimeouts, HostAddress, parse_address, split_endpoint
+from stead.sandbox.address import (
+    ClientTimeouts,
+    HostAddress,
+    check_token,
+    parse_address,
+    split_endpoint,
+)
 from stead.sandbox.base import (
     EXEC_OUTPUT_LIMIT,
     GLOB_RESULT_LIMIT,
@@ -174,6 +180,7 @@ __all__ = [
     "TerminalRequest",
     "VersionMismatch",
     "WorkspaceUnavailable",
+    "check_token",
     "codec",
     "host_address",
     "host_status",

@@ -31,6 +31,20 @@ class ClientTimeouts:
     """Added to any call that may wake a sandbox (restore, package install)."""
 
 
+MIN_TOKEN_CHARS = 16
+"""The shared token is the key to every host (and its TLS, ``host_tls.py``)."""
+
+
+def check_token(token: str | None) -> str | None:
+    """``token`` (``STEAD_SANDBOX_HOST_TOKEN``) if long enough; ``ValueError`` if not."""
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"at least {MIN_TOKEN_CHARS} characters (it keys every host and its TLS; "
+            "make one with: openssl rand -hex 32)"
+        )
+    return token
+
+
 def split_endpoint(value: str) -> tuple[str, int]:
     """``host:port`` as the host to dial or bind and the port; an IPv6 address
     is written in brackets (``[::1]:7070``), as URLs write it, and comes back

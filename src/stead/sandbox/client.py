@@ -14,11 +14,14 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
+from anyio import to_thread
 from anyio.abc import ByteStream, SocketAttribute
+from anyio.streams.tls import TLSStream
 
 from stead.jsonvalues import Json
 from stead.sandbox import codec, ops
@@ -41,6 +44,7 @@ from stead.sandbox.errors import (
     SecretsOutdated,
     VersionMismatch,
 )
+from stead.sandbox.host_tls import client_context, token_authority
 from stead.sandbox.protocol import (
     FrameStream,
     ProtocolError,
@@ -65,6 +69,8 @@ class HostClient:
         self.timeouts = timeouts or ClientTimeouts()
         self._idle: list[FrameStream] = []
         self._closed = False
+        self._tls: ssl.SSLContext | None = None
+        """Made at the first TCP connection (a scrypt of the token)."""
 
     async def call(
         self,
@@ -146,9 +152,30 @@ class HostClient:
     async def _connect(self) -> ByteStream:
         if self.address.unix_path is not None:
             return await connect_unix(self.address.unix_path)
-        assert self.address.tcp is not None
+        assert self.address.tcp is not None and self.address.token is not None
         host, port = split_endpoint(self.address.tcp)
-        return await anyio.connect_tcp(host, port)
+        if self._tls is None:
+            authority = await to_thread.run_sync(token_authority, self.address.token)
+            self._tls = client_context(authority)
+        stream = await anyio.connect_tcp(host, port)
+        try:
+            return await TLSStream.wrap(
+                stream, server_side=False, ssl_context=self._tls, standard_compatible=False
+            )
+        except BaseException as exc:
+            await anyio.aclose_forcefully(stream)
+            if isinstance(exc, ssl.SSLCertVerificationError):
+                raise HostUnreachable(
+                    f"the sandbox host at {self.address} holds another token (its TLS "
+                    "certificate is not one STEAD_SANDBOX_HOST_TOKEN makes)"
+                ) from None
+            if isinstance(exc, ssl.SSLError):
+                raise HostUnreachable(
+                    f"the sandbox host at {self.address} does not speak TLS: a host of a stead "
+                    f"older than host protocol {ops.PROTOCOL_VERSION}, or no sandbox host "
+                    f"({exc.reason or exc})"
+                ) from None
+            raise
 
     async def _release(self, frames: FrameStream) -> None:
         if self._closed or len(self._idle) >= MAX_IDLE_CONNECTIONS:

@@ -33,7 +33,7 @@ from stead.sandbox.base import (
     GrepResult,
 )
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 """Raised on any change to a request or reply type."""
 
 

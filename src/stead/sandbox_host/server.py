@@ -1,6 +1,6 @@
 """The sandbox host daemon: RPC over a Unix socket (0600 in a 0700 directory:
 the socket's permissions are the authentication) and, for a remote brain, TCP
-with a shared token.
+with a shared token, in TLS keyed by that token (``stead.sandbox.host_tls``).
 
 One connection carries one call at a time (``rpc.py``, ``stead.sandbox.ops``). A call keeps
 running when its caller goes away: an exec whose brain was killed finishes and
@@ -18,6 +18,7 @@ import resource
 import secrets
 import shutil
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,20 @@ from typing import Any
 import anyio
 from anyio import to_thread
 from anyio.abc import ByteStream, TaskStatus
+from anyio.streams.tls import TLSStream
 
 from stead.blobs import open_blob_store
 from stead.egress_policy import upstream_context
 from stead.sandbox import (
     HostIdentity,
     IsolationUnavailable,
+    VersionMismatch,
+    ops,
 )
+from stead.sandbox.host_tls import server_context, token_authority
 from stead.sandbox.protocol import (
     FrameStream,
+    error_frame,
 )
 from stead.sandbox.unix import UnixListener, listen_unix
 from stead.sandbox_host.bwrap import install_supervisor
@@ -42,8 +48,9 @@ from stead.sandbox_host.cgroups import detect_cgroups
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions, check_endpoint
 from stead.sandbox_host.egress import CertificateAuthority, EgressTls, write_sandbox_bundle
+from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Replayed
 from stead.sandbox_host.manager import Isolation, SandboxManager
-from stead.sandbox_host.rpc import HostRpc
+from stead.sandbox_host.rpc import HELLO_SECONDS, HostRpc
 from stead.sandbox_host.selfcheck import check_isolation
 from stead.sandbox_host.snapshots import remove_stale_staging
 from stead.sandbox_host.uids import UidRange, UidRegistry
@@ -108,8 +115,8 @@ async def serve_host(
                 identity = HostIdentity(_host_id(options), options.advertise)
                 rpc = HostRpc(manager, token=options.token, identity=identity)
                 async with _listeners(options) as listeners:
-                    for listener, tcp in listeners:
-                        tasks.start_soon(_serve_listener, listener, rpc, tcp, tasks)
+                    for listener, tls in listeners:
+                        tasks.start_soon(_serve_listener, listener, rpc, tls, tasks)
                     log.info(
                         "sandbox host %s ready on %s (others reach it at %s)",
                         identity.host_id,
@@ -256,12 +263,17 @@ def _single_instance(options: HostOptions) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool]]]:
+async def _listeners(
+    options: HostOptions,
+) -> AsyncIterator[list[tuple[Any, ssl.SSLContext | None]]]:
+    """The Unix socket's listener, and the TCP one with its TLS when set."""
     path = options.socket_path
     unix = await _unix_listener(options)
-    listeners: list[tuple[Any, bool]] = [(unix, False)]
+    listeners: list[tuple[Any, ssl.SSLContext | None]] = [(unix, None)]
     try:
         if options.listen_tcp:
+            assert options.token is not None  # serve_host checked
+            authority = await to_thread.run_sync(token_authority, options.token)
             host, port = check_endpoint(options.listen_tcp, "a host:port")
             try:
                 tcp = await anyio.create_tcp_listener(
@@ -272,7 +284,7 @@ async def _listeners(options: HostOptions) -> AsyncIterator[list[tuple[Any, bool
                     f"STEAD_SANDBOX_HOST_LISTEN_TCP: cannot listen on {options.listen_tcp}: "
                     f"{exc.strerror or exc}"
                 ) from None
-            listeners.append((tcp, True))
+            listeners.append((tcp, server_context(authority)))
         yield listeners
     finally:
         with anyio.CancelScope(shield=True):
@@ -336,8 +348,45 @@ async def _unix_listener(options: HostOptions) -> Any:
         ) from None
 
 
-async def _serve_listener(listener: Any, rpc: HostRpc, tcp: bool, tasks: Any) -> None:
+async def _serve_listener(
+    listener: Any, rpc: HostRpc, tls: ssl.SSLContext | None, tasks: Any
+) -> None:
+    """Serves each connection; on TCP (``tls``), once it is TLS."""
+
     async def handle(stream: ByteStream) -> None:
-        await rpc.serve_connection(FrameStream(stream), tcp=tcp)
+        if tls is not None:
+            secured = await _secured(stream, tls)
+            if secured is None:
+                return
+            stream = secured
+        await rpc.serve_connection(FrameStream(stream), tcp=tls is not None)
 
     await listener.serve(handle, task_group=tasks)
+
+
+async def _secured(stream: ByteStream, tls: ssl.SSLContext) -> ByteStream | None:
+    """``stream`` after the TLS handshake; None, and closed, if none came in
+    time or it failed. A brain of an older stead, which sent its hello in plain
+    frames, is answered in one that names the versions."""
+    try:
+        with anyio.fail_after(HELLO_SECONDS):
+            first = await stream.receive()
+            if first[0] != TLS_HANDSHAKE:
+                older = VersionMismatch(
+                    f"this sandbox host speaks host protocol version {ops.PROTOCOL_VERSION}, "
+                    "over TLS, and the brain an older one, in plain TCP: run the same stead "
+                    "version on both"
+                )
+                await FrameStream(stream).send(error_frame(older))
+            else:
+                return await TLSStream.wrap(
+                    Replayed(stream, first),
+                    server_side=True,
+                    ssl_context=tls,
+                    standard_compatible=False,
+                )
+    except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+        # ssl.SSLError is an OSError: a port scan, a wrong token; no traceback.
+        log.debug("a TCP connection to the sandbox host ended before its hello: %r", exc)
+    await anyio.aclose_forcefully(stream)
+    return None

@@ -17,6 +17,7 @@ from stead.blob_settings import BlobSettings
 from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
+from stead.sandbox import check_token
 from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
 
 LAST_UID = 2**31 - 2
@@ -129,6 +130,11 @@ class HostSettings(BlobSettings):
         if path is not None and path.exists() and not path.is_socket():
             raise ValueError(f"{path} is there and is not a socket")
         return value
+
+    @field_validator("sandbox_host_token")
+    @classmethod
+    def _token(cls, value: str | None) -> str | None:
+        return check_token(value)
 
     @field_validator("sandbox_host_listen_tcp")
     @classmethod
