@@ -61,11 +61,14 @@ async def _create_key(
     settings: Settings, name: str, workspace: str | None, new_workspace: str | None, admin: bool
 ) -> tuple[ApiKey, str]:
     async with opened(settings) as store:
-        if new_workspace is not None:
-            workspace = (await store.create_workspace(new_workspace)).id
-        elif workspace is None:
+        if new_workspace is None and workspace is None:
             existing = await store.list_workspaces()
-            workspace = existing[0].id if existing else (await store.create_workspace("default")).id
+            workspace = existing[0].id if existing else None
+            new_workspace = None if existing else "default"
+        if new_workspace is not None:
+            # One transaction: a key that cannot be made leaves no empty workspace.
+            return await store.new_workspace_key(new_workspace, name, admin=admin)
+        assert workspace is not None
         return await store.create_api_key(workspace, name, admin=admin)
 
 

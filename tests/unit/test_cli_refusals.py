@@ -3,6 +3,7 @@ never a traceback, and nothing written."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,27 @@ def test_a_sandbox_host_stop_waits_a_positive_number_of_seconds(tmp_path: Path, 
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2
     assert "Invalid value for '--wait'" in result.output
+
+
+def test_a_key_for_a_new_workspace_is_made_with_it_or_not_at_all(
+    empty: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key's write fails (the database busy past its wait). Before, the
+    workspace was committed in a transaction of its own: it stayed, empty, and
+    the retry the message asks for made a second one."""
+    from stead.store import DatabaseBusy, _workspaces
+
+    def busy(*args: object, **kwargs: object) -> None:
+        raise DatabaseBusy("database is locked")
+
+    monkeypatch.setattr(_workspaces, "create_api_key", busy)
+    args = ["keys", "create", "--new-workspace", "team", "--data-dir", str(empty)]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr.startswith("stead: STEAD_DATABASE_URL: no answer in time, try again")
+    monkeypatch.undo()
+    again = CliRunner().invoke(app, [*args, "--json"])
+    assert again.exit_code == 0, again.output
+    shown = CliRunner().invoke(app, ["limits", "show", "--json", "--data-dir", str(empty)])
+    # The first workspace is the retry's: the failed command left none.
+    assert json.loads(shown.stdout)["workspace_id"] == json.loads(again.stdout)["workspace_id"]

@@ -63,6 +63,13 @@ def create_api_key(
     return key, secret
 
 
+def new_workspace_key(
+    conn: Connection, now: datetime, workspace_name: str, key_name: str, admin: bool
+) -> tuple[ApiKey, str]:
+    workspace = create_workspace(conn, now, workspace_name)
+    return create_api_key(conn, now, workspace.id, key_name, admin)
+
+
 def _api_key(row: Any) -> ApiKey:
     return ApiKey(
         id=row.id,

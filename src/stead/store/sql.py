@@ -291,6 +291,11 @@ class SqlStore(
     ) -> tuple[ApiKey, str]:
         return await self._write(_workspaces.create_api_key, workspace_id, name, admin)
 
+    async def new_workspace_key(
+        self, workspace_name: str, key_name: str, *, admin: bool = False
+    ) -> tuple[ApiKey, str]:
+        return await self._write(_workspaces.new_workspace_key, workspace_name, key_name, admin)
+
     async def authenticate(self, secret: str) -> ApiKey | None:
         return await self._read(_workspaces.authenticate, secret)
 

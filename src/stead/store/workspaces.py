@@ -50,6 +50,13 @@ class WorkspaceStore(Protocol):
         """Returns the key record and the secret, which is never stored in clear."""
         ...
 
+    async def new_workspace_key(
+        self, workspace_name: str, key_name: str, *, admin: bool = False
+    ) -> tuple[ApiKey, str]:
+        """A new workspace and a key of it, made in one transaction: a key that
+        cannot be made leaves no workspace behind."""
+        ...
+
     async def authenticate(self, secret: str) -> ApiKey | None: ...
     async def count_api_keys(self) -> int: ...
     async def first_api_key(self, workspace_name: str, key_name: str) -> tuple[ApiKey, str] | None:

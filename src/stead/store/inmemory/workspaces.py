@@ -36,6 +36,13 @@ def create_api_key(
     return key, secret
 
 
+def new_workspace_key(
+    t: Tables, now: datetime, workspace_name: str, key_name: str, admin: bool
+) -> tuple[ApiKey, str]:
+    workspace = create_workspace(t, now, workspace_name)
+    return create_api_key(t, now, workspace.id, key_name, admin)
+
+
 def first_api_key(
     t: Tables, now: datetime, workspace_name: str, key_name: str
 ) -> tuple[ApiKey, str] | None:
