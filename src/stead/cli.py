@@ -39,6 +39,7 @@ from stead.cli_support import (
     sealing_box,
     setting_help,
     shared_secret_key,
+    shown_server,
     start_uncollected,
     validated,
     without_pydantic_v1,
@@ -486,7 +487,7 @@ def _run_client(function: Any, url: str, api_key: str, *args: Any) -> int:
         console().print(f"stead: {exc}", style="red")
         return 1
     except OSError as exc:
-        console().print(f"stead: cannot reach {url}: {exc}", style="red")
+        console().print(f"stead: cannot reach {shown_server(url)}: {exc}", style="red")
         return 1
 
 

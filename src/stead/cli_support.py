@@ -209,6 +209,15 @@ def _server_url(url: str) -> str:
     raise typer.Exit(2)
 
 
+def shown_server(url: str) -> str:
+    """The ``--url`` as a message may print it: without a ``user:password@``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
+
+
 Url = Annotated[
     str,
     typer.Option(

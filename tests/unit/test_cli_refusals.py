@@ -4,6 +4,7 @@ never a traceback, and nothing written."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,21 @@ def test_a_key_for_a_new_workspace_is_made_with_it_or_not_at_all(
     shown = CliRunner().invoke(app, ["limits", "show", "--json", "--data-dir", str(empty)])
     # The first workspace is the retry's: the failed command left none.
     assert json.loads(shown.stdout)["workspace_id"] == json.loads(again.stdout)["workspace_id"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["exec", "sesn_x", "--api-key", "k", "--", "ls"], ["shell", "sesn_x", "--api-key", "k"]],
+)
+def test_a_server_that_cannot_be_reached_is_named_without_its_credentials(
+    command: list[str],
+) -> None:
+    """Before, the line printed the URL as given, its user:password@ too."""
+    with socket.socket() as unused:  # a loopback port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    url = f"http://someone:hunter2@127.0.0.1:{port}/base"
+    result = CliRunner().invoke(app, command, env={"STEAD_URL": url})
+    assert result.exit_code == 1, result.output
+    assert f"stead: cannot reach http://127.0.0.1:{port}/base: " in result.output
+    assert "hunter2" not in result.output and "someone" not in result.output
