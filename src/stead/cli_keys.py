@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import anyio
 import typer
 
-from stead.cli_support import PLAIN, DataDir, console, existing, opened
+from stead.cli_support import PLAIN, DataDir, chosen_workspace, console, existing, opened
 from stead.config import Settings
 
 if TYPE_CHECKING:
@@ -61,14 +61,12 @@ async def _create_key(
     settings: Settings, name: str, workspace: str | None, new_workspace: str | None, admin: bool
 ) -> tuple[ApiKey, str]:
     async with opened(settings) as store:
-        if new_workspace is None and workspace is None:
-            existing = await store.list_workspaces()
-            workspace = existing[0].id if existing else None
-            new_workspace = None if existing else "default"
+        if new_workspace is None and workspace is None and not await store.list_workspaces():
+            new_workspace = "default"
         if new_workspace is not None:
             # One transaction: a key that cannot be made leaves no empty workspace.
             return await store.new_workspace_key(new_workspace, name, admin=admin)
-        assert workspace is not None
+        workspace = await chosen_workspace(store, settings, workspace)
         return await store.create_api_key(workspace, name, admin=admin)
 
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import anyio
 import typer
 
-from stead.cli_support import PLAIN, DataDir, console, existing, opened
+from stead.cli_support import PLAIN, DataDir, chosen_workspace, console, existing, opened
 from stead.config import Settings
 from stead.schemas import RequestError
 from stead.schemas.workspace_limits import ENVIRONMENT_FIELDS, WORKSPACE_FIELDS, changes, wire
@@ -53,14 +53,10 @@ async def _apply(
     settings: Settings, workspace: str | None, scope: str | None, body: dict[str, Any]
 ) -> tuple[str, dict[str, int], dict[str, int]]:
     """(workspace id, the workspace's limits, the environment's, if ``scope``)."""
-    from stead.store import WORKSPACE, NotFound
+    from stead.store import WORKSPACE
 
     async with opened(settings) as store:
-        if workspace is None:
-            found = await store.list_workspaces()
-            if not found:
-                raise NotFound("workspace", "(none yet)")
-            workspace = found[0].id
+        workspace = await chosen_workspace(store, settings, workspace)
         fields = WORKSPACE_FIELDS if scope is None else ENVIRONMENT_FIELDS
         wanted = changes(body, fields)
         target = WORKSPACE if scope is None else scope
@@ -76,9 +72,12 @@ def _run(settings: Settings, workspace: str | None, scope: str | None, body: dic
 
     try:
         return anyio.run(_apply, settings, workspace, scope, body)
-    except (RequestError, NotFound) as exc:
+    except RequestError as exc:
         typer.echo(f"stead: {exc}", err=True)
         raise typer.Exit(2) from None
+    except NotFound as exc:  # the environment: the workspace is checked first
+        typer.echo(f"stead: {exc} in {settings.data_dir}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _show(title: str, limits: dict[str, Any], as_json: bool, ids: dict[str, str]) -> None:

@@ -149,6 +149,24 @@ async def opened(settings: Settings) -> AsyncIterator[Store]:
         await store.close()
 
 
+async def chosen_workspace(store: Store, settings: Settings, workspace: str | None) -> str:
+    """``workspace``, or the installation's first when None; one line and exit 1
+    when there is no such workspace, as for any id the database does not hold
+    (exit 2 is for a value no database could take)."""
+    found = [w.id for w in await store.list_workspaces()]
+    if workspace is None and found:
+        return found[0]
+    if workspace in found:
+        return workspace
+    problem = (
+        "no workspace yet (stead keys create makes one)"
+        if workspace is None
+        else f"no workspace with id {workspace!r} in {settings.data_dir}"
+    )
+    typer.echo(f"stead: --workspace: {problem}", err=True)
+    raise typer.Exit(1)
+
+
 def shared_secret_key(settings: Settings) -> None:
     """On PostgreSQL every process opens every vault credential, so they share one
     key; a key file made in each data directory would differ between them. A

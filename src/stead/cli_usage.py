@@ -14,7 +14,7 @@ import anyio
 import typer
 
 from stead import usage as accounting
-from stead.cli_support import DataDir, console, existing, opened
+from stead.cli_support import DataDir, chosen_workspace, console, existing, opened
 from stead.config import Settings
 
 if TYPE_CHECKING:
@@ -106,9 +106,9 @@ def _fail(message: str) -> NoReturn:
 
 async def _lines(settings: Settings, first: date, last: date, only: str | None) -> list[UsageLine]:
     async with opened(settings) as store:
-        workspaces = [w.id for w in await store.list_workspaces() if only in (None, w.id)]
-        if only is not None and not workspaces:
-            _fail(f"--workspace {only}: no such workspace in {settings.data_dir}")
+        workspaces = [w.id for w in await store.list_workspaces()]
+        if only is not None:
+            workspaces = [await chosen_workspace(store, settings, only)]
         lines: list[UsageLine] = []
         for workspace_id in workspaces:
             rows = await store.usage_ledger(workspace_id, first, last)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import anyio
 import typer
 
-from stead.cli_support import PLAIN, DataDir, existing, opened, sealing_box
+from stead.cli_support import PLAIN, DataDir, chosen_workspace, existing, opened, sealing_box
 from stead.config import Settings
 from stead.jsonvalues import Json
 
@@ -109,14 +109,7 @@ def webhooks_create(
         fields = _parse_create(
             {"url": url, "event_types": event_type or [], "description": description}
         )
-        from stead.schemas import RequestError
-
-        owner = workspace
-        if owner is None:
-            workspaces = await store.list_workspaces()
-            if not workspaces:
-                raise RequestError("--workspace: no workspace yet (stead keys create makes one)")
-            owner = workspaces[0].id
+        owner = await chosen_workspace(store, settings, workspace)
         endpoint, secret = await service.create(owner, fields)
         return {**_endpoint_json(endpoint), "workspace_id": owner, "secret": secret}
 
@@ -131,16 +124,16 @@ def webhooks_list(
 ) -> None:
     """List the endpoints of every workspace (never their secrets)."""
 
-    async def listed(store: Store, _: WebhookEndpoints) -> list[Json]:
-        from stead.store import NotFound
+    settings = existing(data_dir)
 
+    async def listed(store: Store, _: WebhookEndpoints) -> list[Json]:
         # A mistyped id lists nothing, as a workspace without endpoints does: say so.
-        if workspace is not None and workspace not in {w.id for w in await store.list_workspaces()}:
-            raise NotFound("workspace", workspace, "--workspace")
+        if workspace is not None:
+            await chosen_workspace(store, settings, workspace)
         found = await store.list_webhook_endpoints(workspace)
         return [{**_endpoint_json(e), "workspace_id": e.workspace_id} for e in found]
 
-    _print(_run(existing(data_dir), listed), as_json)
+    _print(_run(settings, listed), as_json)
 
 
 @webhooks_app.command("update")

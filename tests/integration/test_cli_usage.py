@@ -106,8 +106,8 @@ def test_a_day_range_without_usage_totals_zero(
     assert json.loads(done.stdout)["from"] == "0001-01-01"
     # Before, a workspace id nobody has printed empty tables.
     done = stead(forker, "usage", "--workspace", "wrkspc_nobody", data_dir=data)
-    assert done.returncode == 2
-    assert done.stderr == f"stead: --workspace wrkspc_nobody: no such workspace in {data}\n"
+    assert done.returncode == 1
+    assert done.stderr == f"stead: --workspace: no workspace with id 'wrkspc_nobody' in {data}\n"
 
 
 def test_a_deleted_sessions_tokens_are_not_shown_as_sandbox_time(

@@ -223,4 +223,4 @@ def test_the_cli_sets_shows_and_clears_limits(served: ServerProcess, forker: Ser
         unknown = limits_cli(
             forker, served, "set-environment", "env_nosuch", "--workspace", workspace_id
         )
-        assert unknown.returncode == 2 and "env_nosuch" in unknown.stderr
+        assert unknown.returncode == 1 and "env_nosuch" in unknown.stderr

@@ -43,7 +43,7 @@ def empty(tmp_path: Path) -> Path:
                 "--event-type",
                 "session.created",
             ],
-            2,
+            1,
             "stead: --workspace: no workspace yet (stead keys create makes one)",
         ),
         # Before, stored as a limit of $0.00 without a word.
@@ -212,3 +212,42 @@ def test_a_server_that_cannot_be_reached_is_named_without_its_credentials(
     assert result.exit_code == 1, result.output
     assert f"stead: cannot reach http://127.0.0.1:{port}/base: " in result.output
     assert "hunter2" not in result.output and "someone" not in result.output
+
+
+HOOK = ["--url", "https://hooks.test/h", "--event-type", "session.created"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["keys", "create"],
+        ["webhooks", "list"],
+        ["webhooks", "create", *HOOK],
+        ["limits", "show"],
+        ["limits", "set", "--monthly-tokens", "5"],
+        ["limits", "set-environment", "env_x", "--session-sandbox-seconds", "5"],
+        ["usage"],
+    ],
+)
+def test_a_workspace_that_is_not_there_fails_as_in_every_command(
+    empty: Path, args: list[str]
+) -> None:
+    """Exit 1, as for any id the database does not hold (a key, an endpoint);
+    2 is for a value no database could take. Before, limits and usage exited 2."""
+    result = CliRunner().invoke(
+        app, [*args, "--workspace", "wrkspc_nope", "--data-dir", str(empty)]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith("stead: --workspace") and "wrkspc_nope" in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "args", [["webhooks", "create", *HOOK], ["limits", "show"], ["limits", "set-environment", "e"]]
+)
+def test_an_installation_without_a_workspace_fails_as_an_unknown_one(
+    empty: Path, args: list[str]
+) -> None:
+    result = CliRunner().invoke(app, [*args, "--data-dir", str(empty)])
+    assert result.exit_code == 1, result.output
+    assert result.stderr == "stead: --workspace: no workspace yet (stead keys create makes one)\n"
