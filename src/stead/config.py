@@ -25,6 +25,7 @@ from stead.blob_settings import BlobSettings
 from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
+from stead.setting_paths import SettingPath, expanded_address
 
 Count = Annotated[int, Field(ge=1)]
 """How many of something: at least one."""
@@ -56,7 +57,7 @@ class Settings(BlobSettings):
 
     model_config = SettingsConfigDict(env_prefix="STEAD_", frozen=True, extra="ignore")
 
-    data_dir: Path = Field(default_factory=default_data_dir)
+    data_dir: SettingPath = Field(default_factory=default_data_dir)
     database_url: str | None = None
     """SQLAlchemy URL of the store; default is ``sqlite:///<data_dir>/stead.db``."""
 
@@ -141,7 +142,7 @@ class Settings(BlobSettings):
     sandbox_host_token: str | None = None
     sandbox_host_autostart: bool = True
     """Start a local sandbox host (detached) when none answers at the address."""
-    sandbox_host_state_dir: Path | None = None
+    sandbox_host_state_dir: SettingPath | None = None
     """The sandbox host's own directory; default ``<data_dir>/sandbox-host``."""
     sandbox_memory_mb: int = Field(default=2048, ge=16)
     sandbox_pids: int = Field(default=512, ge=8)
@@ -285,6 +286,8 @@ class Settings(BlobSettings):
         return value
 
     _any_case = field_validator("log_level", mode="before")(any_case)
+
+    _home_address = field_validator("sandbox_host", mode="before")(expanded_address)
 
     @field_validator("sandbox_host")
     @classmethod

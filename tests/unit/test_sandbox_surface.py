@@ -24,6 +24,7 @@ ALLOWED = {
         "mount_paths",  # a leaf (the standard library only), shared with the API's checks
         "log_levels",  # a leaf too, shared with the brain's settings
         "durations",  # a leaf too, shared with the brain's settings
+        "setting_paths",  # a leaf too, shared with the brain's settings
         "blob_settings",  # the blob store's settings, shared with the brain's
     },
     # telemetry: the trace context an MCP request carries (a leaf: it imports only config).

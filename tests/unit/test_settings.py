@@ -387,3 +387,32 @@ def test_an_empty_otlp_endpoint_is_unset_and_records_no_spans(
     settings = Settings(data_dir=tmp_path)
     assert settings.otlp_endpoint is None
     assert open_tracing(settings).provider is None
+
+
+def test_a_path_setting_that_starts_with_a_tilde_is_under_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a shell makes it of a word it expands (a quoted value, a compose file or
+    a unit's Environment= is not). Before, each was a directory named '~' in the
+    working directory: stead serve's database, keys and blobs landed there."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "home"
+    for name, value in {
+        "STEAD_DATA_DIR": "~/data",
+        "STEAD_SANDBOX_HOST_STATE_DIR": "~/state",
+        "STEAD_SANDBOX_WORK_DIR": "~/work",
+        "STEAD_SANDBOX_UID_REGISTRY": "~/uids.json",
+        "STEAD_SANDBOX_HOST": "unix://~/host.sock",
+    }.items():
+        monkeypatch.setenv(name, value)
+    brain, host = Settings(), HostSettings()
+    assert brain.data_dir == host.data_dir == home / "data"
+    assert brain.resolved_sandbox_host_state_dir == home / "state"
+    assert brain.sandbox_host == host.sandbox_host == f"unix://{home}/host.sock"
+    options = host.options()
+    assert (options.state_dir, options.work_dir) == (home / "state", home / "work")
+    assert (options.uid_registry, options.socket_path) == (home / "uids.json", home / "host.sock")
+    made = CliRunner().invoke(app, ["db", "migrate"], env={"STEAD_DATA_DIR": "~/cli"})
+    assert made.exit_code == 0, made.output
+    assert (home / "cli" / "stead.db").exists() and not (tmp_path / "~").exists()

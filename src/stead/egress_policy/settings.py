@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BeforeValidator
 
 from stead.egress_policy.resolve import pinned_hosts
 from stead.egress_policy.tls import checked_bundle
+from stead.setting_paths import expanded
 
 PinnedHosts = Annotated[dict[str, str], AfterValidator(pinned_hosts)]
 """``STEAD_EGRESS_HOSTS``: host name -> IP address, checked and normalised."""
-ExtraCaFile = Annotated[Path | None, AfterValidator(checked_bundle)]
+ExtraCaFile = Annotated[Path | None, BeforeValidator(expanded), AfterValidator(checked_bundle)]
 """``STEAD_EGRESS_EXTRA_CA_FILE``: a PEM bundle that must load."""

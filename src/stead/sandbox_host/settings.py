@@ -19,6 +19,7 @@ from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 from stead.sandbox import check_token
 from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
+from stead.setting_paths import SettingPath, expanded_address
 
 LAST_UID = 2**31 - 2
 """The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
@@ -51,10 +52,10 @@ def check_makeable(path: Path) -> None:
 class HostSettings(BlobSettings):
     model_config = SettingsConfigDict(env_prefix="STEAD_", frozen=True, extra="ignore")
 
-    data_dir: Path = Field(default_factory=_default_data_dir)
-    sandbox_host_state_dir: Path | None = None
+    data_dir: SettingPath = Field(default_factory=_default_data_dir)
+    sandbox_host_state_dir: SettingPath | None = None
     """The host's own directory; default ``<data_dir>/sandbox-host``."""
-    sandbox_work_dir: Path | None = None
+    sandbox_work_dir: SettingPath | None = None
     """Workspaces and installed packages; every directory above it must be
     searchable by others. Default ``/var/lib/stead/host-<hash of the state dir>``."""
     sandbox_host: str | None = None
@@ -76,7 +77,7 @@ class HostSettings(BlobSettings):
     """First host uid of the range, set by the operator; unset, the host claims
     a free range in ``sandbox_uid_registry``. Below 65536 are the machine's own
     users and groups."""
-    sandbox_uid_registry: Path = Path("/var/lib/stead/uid-ranges.json")
+    sandbox_uid_registry: SettingPath = Path("/var/lib/stead/uid-ranges.json")
     """Where every sandbox host on the machine records the uid range it holds."""
     sandbox_idle_check_seconds: Seconds = 5.0
     snapshot_ttl_seconds: Seconds = 7 * 24 * 3600.0
@@ -115,6 +116,7 @@ class HostSettings(BlobSettings):
     its own), in any case."""
 
     _any_case = field_validator("log_level", mode="before")(any_case)
+    _home_address = field_validator("sandbox_host", mode="before")(expanded_address)
 
     @field_validator("sandbox_host_state_dir", "sandbox_work_dir")
     @classmethod
