@@ -4,6 +4,7 @@ revoked beside a running server (the secret is shown once, at creation)."""
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
@@ -40,6 +41,11 @@ def keys_create(
         # Either would be a guess: the key must not land where it was not meant to.
         typer.echo("stead: --workspace and --new-workspace: give one of them", err=True)
         raise typer.Exit(2)
+    for option, given in (("--name", name), ("--new-workspace", new_workspace)):
+        if given is not None and any(unicodedata.category(c) == "Cc" for c in given):
+            # As a memory store's name: stead keys list prints names as they are.
+            typer.echo(f"stead: {option}: must not contain control characters", err=True)
+            raise typer.Exit(2)
     settings = existing(data_dir)
     try:
         key, secret = anyio.run(_create_key, settings, name, workspace, new_workspace, admin)
@@ -106,7 +112,7 @@ def keys_list(
         (
             k.id,
             k.workspace_id,
-            k.name,
+            _escaped(k.name),
             f"…{k.hint}",
             k.created_at.isoformat()[:19],
             k.revoked_at.isoformat()[:19] if k.revoked_at else "",
@@ -118,6 +124,11 @@ def keys_list(
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     for line in lines:
         typer.echo("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip())
+
+
+def _escaped(name: str) -> str:
+    """A name made before control characters were refused, as one safe cell."""
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in name)
 
 
 async def _list_keys(settings: Settings) -> list[ApiKey]:

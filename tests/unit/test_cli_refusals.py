@@ -7,6 +7,7 @@ import json
 import socket
 from pathlib import Path
 
+import anyio
 import pytest
 from typer.testing import CliRunner
 
@@ -251,3 +252,36 @@ def test_an_installation_without_a_workspace_fails_as_an_unknown_one(
     result = CliRunner().invoke(app, [*args, "--data-dir", str(empty)])
     assert result.exit_code == 1, result.output
     assert result.stderr == "stead: --workspace: no workspace yet (stead keys create makes one)\n"
+
+
+@pytest.mark.parametrize("option", ["--name", "--new-workspace"])
+@pytest.mark.parametrize("name", ["ci\nrevoked key_x", "\x1b[2Jci", "ci\x00"])
+def test_a_key_or_workspace_name_with_a_control_character_is_refused(
+    empty: Path, option: str, name: str
+) -> None:
+    """As a memory store's name is. Before, stored as given: a newline in a name
+    made a line of its own in stead keys list, an escape sequence ran in the
+    operator's terminal."""
+    args = ["keys", "create", option, name, "--data-dir", str(empty)]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2, refused.output
+    assert refused.stderr == f"stead: {option}: must not contain control characters\n"
+    listed = CliRunner().invoke(app, ["keys", "list", "--json", "--data-dir", str(empty)])
+    assert listed.stdout.strip() == "[]"
+
+
+def test_a_name_stored_with_a_control_character_is_listed_escaped(empty: Path) -> None:
+    from stead.store import open_store
+
+    async def make() -> None:
+        store = await open_store(f"sqlite:///{empty / 'stead.db'}")
+        try:
+            await store.new_workspace_key("w", "ci\n\x1b[2J")
+        finally:
+            await store.close()
+
+    anyio.run(make)
+    listed = CliRunner().invoke(app, ["keys", "list", "--data-dir", str(empty)])
+    assert listed.exit_code == 0, listed.output
+    assert "ci\\n\\x1b[2J" in listed.stdout and "\x1b" not in listed.stdout
+    assert len(listed.stdout.splitlines()) == 2
