@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx2
 import pytest
 import uvicorn
 from opentelemetry.sdk.trace import ReadableSpan
@@ -118,3 +119,24 @@ def test_the_span_tree_of_one_tool_turn(
     assert len(requests) == 1
     assert requests[0].attributes is not None
     assert requests[0].attributes["http.response.status_code"] == 200
+
+
+def test_a_request_s_span_names_a_method_as_its_metrics_label_it(
+    traced: tuple[str, str, InMemorySpanExporter, FakeModel],
+) -> None:
+    """Methods past the usual ones are _OTHER, as OpenTelemetry names them (the
+    span's name says HTTP); before, the span carried the method as sent."""
+    url, key, exporter, _ = traced
+    with httpx2.Client(base_url=url, headers={"x-api-key": key}, timeout=10) as http:
+        assert http.request("PROPFIND", "/v1/agents").status_code == 405
+        assert http.get("/v1/agents").status_code == 200
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    odd = spans["HTTP /v1/agents"].attributes
+    assert odd is not None
+    assert (odd["http.request.method"], odd["http.request.method_original"]) == (
+        "_OTHER",
+        "PROPFIND",
+    )
+    usual = spans["GET /v1/agents"].attributes
+    assert usual is not None and usual["http.request.method"] == "GET"
+    assert "http.request.method_original" not in usual

@@ -63,13 +63,18 @@ class TelemetryMiddleware:
                 status = message["status"]
             await send(message)
 
-        with tracer.start_as_current_span(method, kind=SpanKind.SERVER) as span:
+        label = method_label(method)
+        # OpenTelemetry's names: a span of an _OTHER method is named HTTP.
+        named = "HTTP" if label == OTHER_METHOD else label
+        with tracer.start_as_current_span(named, kind=SpanKind.SERVER) as span:
             try:
                 await self.app(scope, receive, send_status)
             finally:
                 route = route_of(scope)
-                span.update_name(f"{method} {route}")
-                span.set_attribute("http.request.method", method)
+                span.update_name(f"{named} {route}")
+                span.set_attribute("http.request.method", label)
+                if label != method:
+                    span.set_attribute("http.request.method_original", method)
                 span.set_attribute("http.route", route)
                 span.set_attribute("http.response.status_code", status)
                 if status >= 500:
