@@ -121,6 +121,37 @@ def test_the_span_tree_of_one_tool_turn(
     assert requests[0].attributes["http.response.status_code"] == 200
 
 
+CALLER_TRACE = "0af7651916cd43dd8448eb211c80319c"
+CALLER_SPAN = "b7ad6b7169203331"
+
+
+def test_a_request_joins_its_caller_s_trace_and_its_turn_starts_its_own(
+    traced: tuple[str, str, InMemorySpanExporter, FakeModel],
+) -> None:
+    """Before, every request's span was a root: a caller's trace stopped at stead."""
+    url, key, exporter, _ = traced
+    caller = {"traceparent": f"00-{CALLER_TRACE}-{CALLER_SPAN}-01"}
+    with make_client(url, key) as client:
+        session_id = new_session(client, [TOOLSET])
+        client.beta.sessions.events.send(
+            session_id,
+            events=[message("go")],  # type: ignore[list-item]
+            extra_headers=caller,
+        )
+        wait_idle(client, session_id)
+    spans = list(exporter.get_finished_spans())
+    [sent] = [s for s in spans if s.name == "POST /v1/sessions/{session_id}/events"]
+    assert sent.parent is not None and sent.parent.is_remote
+    assert (sent.context.trace_id, sent.parent.span_id) == (
+        int(CALLER_TRACE, 16),
+        int(CALLER_SPAN, 16),
+    )
+    [turn] = [s for s in spans if s.name == "turn"]
+    assert turn.parent is None and turn.context.trace_id != int(CALLER_TRACE, 16)
+    [created] = [s for s in spans if s.name == "POST /v1/sessions"]
+    assert created.parent is None  # no traceparent: a trace of its own, as before
+
+
 def test_a_request_s_span_names_a_method_as_its_metrics_label_it(
     traced: tuple[str, str, InMemorySpanExporter, FakeModel],
 ) -> None:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import time
 
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stead.telemetry import FIELDS, Telemetry
@@ -27,6 +29,9 @@ OTHER_METHOD = "_OTHER"
 """The method label of any other method (OpenTelemetry's name for it)."""
 
 
+TRACE_HEADERS = frozenset({b"traceparent", b"tracestate"})
+
+
 def method_label(method: str) -> str:
     return method if method in METHODS else OTHER_METHOD
 
@@ -36,6 +41,18 @@ def route_of(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else UNMATCHED
+
+
+def caller_context(scope: Scope) -> Context | None:
+    """The caller's trace, when its request carries a W3C ``traceparent``: the
+    request's span is then a child of the caller's. A turn the request starts
+    still begins a trace of its own (``stead.telemetry.detached``)."""
+    carrier = {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in scope.get("headers", ())
+        if name in TRACE_HEADERS
+    }
+    return TraceContextTextMapPropagator().extract(carrier) if carrier else None
 
 
 class TelemetryMiddleware:
@@ -66,7 +83,8 @@ class TelemetryMiddleware:
         label = method_label(method)
         # OpenTelemetry's names: a span of an _OTHER method is named HTTP.
         named = "HTTP" if label == OTHER_METHOD else label
-        with tracer.start_as_current_span(named, kind=SpanKind.SERVER) as span:
+        caller = caller_context(scope)
+        with tracer.start_as_current_span(named, caller, kind=SpanKind.SERVER) as span:
             try:
                 await self.app(scope, receive, send_status)
             finally:
