@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx2
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn, free_port
 from stead.testing.mcp_server import FakeMcpServer
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, sdk_of, serving
+from tests.conftest import client_tls, loop_env, sdk_of, serving
 from tests.integration.helpers import wait_idle
 
 Json = dict[str, Any]
@@ -536,3 +538,43 @@ def test_a_call_that_timed_out_after_it_was_sent_is_reported_as_one_that_may_hav
     text = result["content"][0]["text"]
     assert result["is_error"] and f"no answer within {QUICK_SECONDS}s" in text
     assert "may have reached the server and run" in text
+
+
+def _mcp_calls(served: ServerProcess) -> dict[str, float]:
+    """``stead_tool_calls_total{kind="mcp"}`` by outcome, from ``/metrics``."""
+    answer = httpx2.get(
+        f"{served.url}/metrics",
+        headers={"x-api-key": served.first_key or ""},
+        timeout=30,
+        verify=client_tls(),
+    )
+    assert answer.status_code == 200, answer.text
+    return {
+        sample.labels["outcome"]: sample.value
+        for family in text_string_to_metric_families(answer.text)
+        for sample in family.samples
+        if sample.name == "stead_tool_calls_total" and sample.labels["kind"] == "mcp"
+    }
+
+
+def test_a_call_to_a_server_that_went_away_is_counted_unavailable(
+    sdk: anthropic.Anthropic, served: ServerProcess
+) -> None:
+    """The server listed its tools, then stopped while the call waited for its
+    confirmation. Before, counted as the tool's own error, where a sandbox that
+    does not answer is counted unavailable."""
+    gone = FakeMcpServer().start()
+    try:
+        session_id = _session(sdk, gone.url, _bearer(gone, gone.issue_token()), policy=None)
+        use = _one(_say(sdk, session_id, f"gone-{uuid.uuid4().hex[:8]}"), "agent.mcp_tool_use")
+    finally:
+        gone.stop()
+    before = _mcp_calls(served)
+    confirm = {"type": "user.tool_confirmation", "tool_use_id": use["id"], "result": "allow"}
+    sdk.beta.sessions.events.send(session_id, events=[confirm])  # type: ignore[list-item]
+    wait_idle(sdk, session_id)
+    result = _one(_events(sdk, session_id), "agent.mcp_tool_result")
+    assert result["is_error"] and "ConnectError" in result["content"][0]["text"]
+    after = _mcp_calls(served)
+    assert after.get("unavailable", 0) - before.get("unavailable", 0) == 1
+    assert after.get("error", 0) == before.get("error", 0)

@@ -75,6 +75,12 @@ class McpCall:
     outcome: ToolOutcome
     problem: McpProblem | None = None
 
+    @property
+    def unreachable(self) -> bool:
+        """The server could not be reached (not a refusal of its own): the call
+        is counted ``unavailable``, as one whose sandbox does not answer."""
+        return self.problem is not None and self.problem.error_type == CONNECTION_FAILED
+
 
 _ListKey = tuple[str, str, str]
 """(session id, server name, server URL)."""

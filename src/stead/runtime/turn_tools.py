@@ -188,7 +188,7 @@ class ToolSteps:
             self.deps.failpoints.hit("mcp.before_call")
             with self.deps.telemetry.tool_call(self.session_id, "mcp", name) as counted:
                 call = await self.deps.mcp.call(self.start.session, server, name, tool_input, key)
-                counted.finished(is_error=call.outcome.is_error)
+                counted.finished(is_error=call.outcome.is_error, reached=not call.unreachable)
             self.deps.failpoints.hit("mcp.after_call")
         else:
             call = McpCall(ToolOutcome(ev.text(MAY_HAVE_RUN), True))

@@ -46,12 +46,13 @@ class ModelCall:
 
 @dataclass
 class ToolCall:
-    """What a tool call's caller reports back: whether the tool failed."""
+    """What a tool call's caller reports back: whether the tool failed, or
+    could not run at all (what runs it did not answer)."""
 
     outcome: str = OK
 
-    def finished(self, *, is_error: bool) -> None:
-        self.outcome = ERROR if is_error else OK
+    def finished(self, *, is_error: bool, reached: bool = True) -> None:
+        self.outcome = UNAVAILABLE if not reached else ERROR if is_error else OK
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,9 @@ class Telemetry:
             if call.outcome == ERROR:
                 span.set_status(Status(StatusCode.ERROR, "the tool failed"))
                 log.info("tool call failed", extra={FIELDS: fields})
+            elif call.outcome == UNAVAILABLE:  # reported by the caller, not raised
+                span.set_status(Status(StatusCode.ERROR, "the tool could not run"))
+                log.warning("tool call could not run", extra={FIELDS: fields})
 
     @contextmanager
     def sandbox_acquire(self, session_id: str) -> Iterator[None]:
