@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -67,15 +68,35 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
+    """One line a record (a traceback follows its line as it is): a message's
+    or a field's control characters are written as escapes (``\\n``,
+    ``\\x1b``), and a field's value with a space, ``=`` or ``"`` is quoted,
+    so text from outside (an upstream's error, an MCP server's names) can
+    neither forge a line or a field nor reach the operator's terminal as codes."""
+
     def __init__(self) -> None:
         super().__init__(TEXT_FORMAT)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        fields = getattr(record, FIELDS, None) or {}
+        record.message = _escaped(record.message)
         text = super().formatMessage(record)
+        fields = getattr(record, FIELDS, None) or {}
         if not fields:
             return text
-        return text + " " + " ".join(f"{key}={value}" for key, value in fields.items())
+        return text + " " + " ".join(f"{key}={_value(value)}" for key, value in fields.items())
+
+
+def _escaped(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def _value(value: object) -> str:
+    text = str(value)
+    if text and text.isprintable() and not any(c in text for c in ' ="'):
+        return text
+    return '"' + _escaped(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 class WebSocketUrlFilter(logging.Filter):
