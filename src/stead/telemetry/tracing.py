@@ -9,6 +9,7 @@ recorded: a server without them starts as fast as before.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +42,10 @@ BATCH_VARIABLES = {
 """The batch processor's parameters, by the variable each is read from."""
 
 
+SHUTDOWN_SECONDS = 2.0
+"""Longest a stop waits for the spans not yet exported."""
+
+
 class TracingSettingError(ValueError):
     """An ``OTEL_*`` value the OpenTelemetry SDK refuses: start-up stops with one line."""
 
@@ -58,9 +63,24 @@ class Tracing:
         with self.tracer.start_as_current_span(name, attributes=attributes) as span:
             yield span
 
-    def shutdown(self) -> None:
-        if self.provider is not None:
-            self.provider.shutdown()
+    def shutdown(self, seconds: float = SHUTDOWN_SECONDS) -> None:
+        """Sends the spans not yet exported, waiting ``seconds`` at most: a
+        collector that takes the connection and never answers would hold the
+        stop for the exporter's whole timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``,
+        10 s by default, each retry more). What is not sent by then is dropped."""
+        if self.provider is None:
+            return
+        # The SDK's shutdown takes no bound (its flush ignores the one it is
+        # given): it runs in a thread of its own, left to the process's exit.
+        flushing = threading.Thread(target=self.provider.shutdown, name="stead-spans", daemon=True)
+        flushing.start()
+        flushing.join(seconds)
+        if flushing.is_alive():
+            log.warning(
+                "spans not exported within %gs of stopping were dropped: the collector "
+                "did not answer",
+                seconds,
+            )
 
 
 def open_tracing(settings: Settings, exporter: SpanExporter | None = None) -> Tracing:
