@@ -3,6 +3,7 @@ S3 server (SeaweedFS on loopback, started once per session)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import socket
@@ -14,6 +15,7 @@ import anyio
 import pytest
 
 from stead.blobs import (
+    BlobAccessDenied,
     BlobConfig,
     BlobNotFound,
     BlobStore,
@@ -232,6 +234,18 @@ async def test_unreachable_s3_is_unavailable(
         with anyio.fail_after(WAIT), pytest.raises(BlobUnavailable) as caught:
             await call()
         assert caught.value.retryable
+
+
+async def test_a_wrong_s3_secret_is_access_denied_on_every_call(s3_server: S3Server) -> None:
+    """Not a store that is away for a moment: retrying cannot help. Before, a
+    listing's refusal (obstore's generic error) was BlobUnavailable, retryable."""
+    given = s3_config(s3_server, s3_server.url(f"test-{uuid.uuid4().hex}"))
+    await open_blob_store(given).put_bytes("k", b"x")
+    blobs = open_blob_store(dataclasses.replace(given, s3_secret_access_key="not-the-secret"))
+    for call in unreachable_calls(blobs):
+        with anyio.fail_after(WAIT), pytest.raises(BlobAccessDenied) as caught:
+            await call()
+        assert not caught.value.retryable and "not-the-secret" not in str(caught.value)
 
 
 def test_config_errors(tmp_path: Path) -> None:

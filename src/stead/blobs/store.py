@@ -61,6 +61,9 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # such names, while S3 accepts them: banned everywhere so a key means the same
 # on every backend.
 _UPLOAD_SUFFIX = re.compile(r"#\d+$")
+REFUSED = re.compile(r"status code: 40[13]\b")
+"""How obstore's generic error (a listing's, a streamed upload's) says the
+server answered 401 or 403: the only sign of a refusal it gives there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +304,12 @@ def map_store_errors(key: str) -> Iterator[None]:
     except (PermissionError, PermissionDeniedError, UnauthenticatedError) as exc:
         raise BlobAccessDenied(f"blob store refused access to {key!r}: {_first_line(exc)}") from exc
     except (GenericError, OSError) as exc:
+        if REFUSED.search(_first_line(exc)):
+            # A listing's or a streamed upload's refusal comes without a type of
+            # its own: the status says it (a wrong secret, a missing grant).
+            raise BlobAccessDenied(
+                f"blob store refused access to {key!r}: {_first_line(exc)}"
+            ) from exc
         raise BlobUnavailable(f"blob store failed on {key!r}: {_first_line(exc)}") from exc
     except BaseError as exc:
         raise BlobError(f"blob store error on {key!r}: {_first_line(exc)}") from exc
