@@ -126,6 +126,30 @@ async def test_a_new_placement_takes_the_latest_snapshot_of_any_host(
     await destroy(first, second)
 
 
+@pytest.mark.parametrize("save", ["snapshot", "sleep"])
+async def test_a_stale_copy_saved_before_the_new_host_restores_leaves_its_snapshot(
+    hosts: tuple[HostProcess, HostProcess], brain: HostProvider, save: str
+) -> None:
+    """B took the sandbox from A's snapshot and has not restored it yet (it does
+    at its first call) when A, thought lost, saves its stale copy (as its idle
+    sleeper does after a restart). Before, A's new snapshot replaced the one B
+    was to restore, and A deleted it: B's first call failed, WorkspaceUnavailable."""
+    host_a, host_b = hosts
+    sandbox_id = new_id()
+    first = await on(brain, host_a, sandbox_id, 1)
+    await first.write_file("kept", b"from a")
+    assert await first.snapshot() is not None
+    await first.write_file("late", b"after the snapshot")
+    second = await on(brain, host_b, sandbox_id, 2)
+    await second.acquire(wake=False)  # taken (as a mount put does), not restored yet
+
+    assert await (first.snapshot() if save == "snapshot" else first.sleep()) is not None
+    assert await second.read_file("kept", max_bytes=100) == b"from a"
+    listed = (await second.exec("ls", op_key=new_id(), timeout=10)).output.split()
+    assert listed == ["kept"]
+    await destroy(first, second)
+
+
 async def test_a_sandbox_never_snapshotted_starts_empty_on_its_new_host(
     hosts: tuple[HostProcess, HostProcess], brain: HostProvider
 ) -> None:

@@ -39,7 +39,7 @@ from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret
 from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
-from stead.sandbox_host.placements import latest_manifest
+from stead.sandbox_host.placements import claim_placement, latest_manifest
 from stead.sandbox_host.uids import UidRange
 from stead.sandbox_host.workspace import SandboxErased, erase_snapshots
 
@@ -183,6 +183,10 @@ class SandboxManager:
         if sandbox.placement is not None and sandbox.placement > placement:
             raise _moved(sandbox.id, sandbox.placement, placement)
         try:
+            # Claimed before the read: a stale copy that saves after it keeps the
+            # snapshot read here (``SavedWorkspace.checkpoint``), and one that
+            # saved before it is what the read finds.
+            await claim_placement(self._blobs, sandbox.id, placement)
             manifest = await latest_manifest(self._blobs, sandbox.id)
         except BlobError as exc:
             raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None

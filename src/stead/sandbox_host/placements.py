@@ -70,11 +70,39 @@ async def write_manifest(blobs: BlobStore, placement: int, snapshot: SnapshotRow
     await blobs.put_bytes(manifest_key(snapshot.sandbox_id, placement), json.dumps(body).encode())
 
 
+def claim_key(sandbox_id: str, placement: int) -> str:
+    return f"{_prefix(sandbox_id)}/{placement:0{DIGITS}d}.claim"
+
+
+async def claim_placement(blobs: BlobStore, sandbox_id: str, placement: int) -> None:
+    """Marks ``placement`` as taken before the host taking it reads which
+    snapshot is the latest: a host holding a copy of an earlier placement then
+    sees its copy is stale (``newest_placement``) and deletes no snapshot the
+    new placement may be about to restore. A claim names no snapshot (readers
+    of the latest manifest pass it by) and never replaces a manifest. Raises
+    the blob store's errors."""
+    await blobs.put_bytes(claim_key(sandbox_id, placement), b"")
+
+
+async def newest_placement(blobs: BlobStore, sandbox_id: str) -> int | None:
+    """The highest placement any host claimed or snapshotted the sandbox at;
+    None if none did. Raises the blob store's errors."""
+    numbers = [_number(info.key) for info in await blobs.list(_prefix(sandbox_id))]
+    return max((n for n in numbers if n is not None), default=None)
+
+
+def _number(key: str) -> int | None:
+    name, _, kind = key.rpartition("/")[2].partition(".")
+    return int(name) if kind in ("json", "claim") and name.isascii() and name.isdigit() else None
+
+
 async def latest_manifest(blobs: BlobStore, sandbox_id: str) -> Manifest | None:
     """The manifest of the sandbox's highest placement; None if no host ever
     snapshotted it. A manifest that does not parse is skipped for the one
     before it (a torn write on a store without atomic puts)."""
-    listed = sorted(info.key for info in await blobs.list(_prefix(sandbox_id)))
+    listed = sorted(
+        info.key for info in await blobs.list(_prefix(sandbox_id)) if info.key.endswith(".json")
+    )
     for key in reversed(listed):
         try:
             found = _parse(sandbox_id, await blobs.get_bytes(key))

@@ -23,7 +23,12 @@ from stead.blobs import BlobError, BlobStore
 from stead.sandbox import SandboxNotFound, SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
 from stead.sandbox_host.clock import HostClock
-from stead.sandbox_host.placements import erased_key, sandbox_prefix, write_manifest
+from stead.sandbox_host.placements import (
+    erased_key,
+    newest_placement,
+    sandbox_prefix,
+    write_manifest,
+)
 from stead.sandbox_host.snapshots import (
     SnapshotError,
     SnapshotInfo,
@@ -132,12 +137,24 @@ class SavedWorkspace:
         # they were written had put its marker before listing, so it is seen now.
         await self._refuse_if_erased()
         # Only a verified newer snapshot, named in its manifest, makes the older
-        # ones replaceable.
+        # ones replaceable; and only in the current copy: a newer placement
+        # (another host's) may be about to restore one of them. A stale copy's
+        # go when they expire.
+        if not await self._is_current():
+            return row
         for old in await self._catalogue.replaceable_snapshots(self._id, keep=snapshot_id):
             with contextlib.suppress(Exception):
                 await self._blobs.delete(old.blob_key)
             await self._catalogue.mark_snapshot_deleted(old.id, now=now)
         return row
+
+    async def _is_current(self) -> bool:
+        """No host claimed a newer placement of the sandbox than this copy's."""
+        try:
+            newest = await newest_placement(self._blobs, self._id)
+        except BlobError as exc:
+            raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+        return newest is None or newest <= (self.placement or 0)
 
     async def latest(self) -> SnapshotRow | None:
         """The snapshot that holds the workspace; None if there never was one.
