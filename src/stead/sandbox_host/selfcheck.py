@@ -2,12 +2,14 @@
 
 Rule 7 says isolation fails closed and says why, so the probe does what a
 sandbox start does rather than guessing from versions: it runs bubblewrap as an
-unprivileged uid in fresh namespaces, and creates and removes a limited cgroup.
+unprivileged uid in fresh namespaces, creates and removes a limited cgroup, and
+makes, mounts and removes a small disk (``disk.py``) in the work directory.
 Each problem names its fix, for the operator reading the host's log.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -16,9 +18,11 @@ from pathlib import Path
 
 from stead.sandbox import IsolationUnavailable
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, detect_cgroups
+from stead.sandbox_host.loop_mounts import DiskError, make_image, mount_image, unmount
 
 PROBE_SECONDS = 10.0
 PROBE_LIMITS = CgroupLimits(memory_bytes=64 * 1024**2, pids=16, cpus=0.5)
+PROBE_DISK_BYTES = 16 * 1024**2
 SYSCTLS = Path("/proc/sys")
 STDERR_TAIL = 500
 """Characters of bubblewrap's complaint a problem quotes."""
@@ -44,8 +48,9 @@ class IsolationReport:
 
 
 def check_isolation(
-    bwrap: str, *, probe_uid: int, cgroups: Cgroups | None = None
+    bwrap: str, *, probe_uid: int, cgroups: Cgroups | None = None, work_dir: Path | None = None
 ) -> IsolationReport:
+    """``work_dir``: where the disk probe goes (None: no probe)."""
     problems: list[str] = []
     details: list[str] = []
     if os.geteuid() != 0:
@@ -55,6 +60,12 @@ def check_isolation(
         )
     _check_bwrap(bwrap, probe_uid, problems, details)
     _check_cgroups(cgroups, problems, details)
+    if work_dir is not None:
+        problem = check_disk(work_dir)
+        if problem is None:
+            details.append("sandbox disks: ext4 images on loop devices")
+        else:
+            problems.append(problem)
     return IsolationReport(not problems, problems, details)
 
 
@@ -153,3 +164,25 @@ def _check_cgroups(cgroups: Cgroups | None, problems: list[str], details: list[s
         problems.append(f"cannot create a limited cgroup with {found.describe()}: {exc}")
         return
     details.append(found.describe())
+
+
+def check_disk(work_dir: Path) -> str | None:
+    """Makes a small sandbox disk in ``work_dir``, mounts it, writes to it and
+    removes it; what stops it, if anything."""
+    probe = work_dir / f"disk-probe-{os.getpid()}"
+    image, target = probe / "disk.img", probe / "disk"
+    try:
+        target.mkdir(parents=True, mode=0o700, exist_ok=True)
+        make_image(image, PROBE_DISK_BYTES)
+        mount_image(image, target)
+        try:
+            (target / "probe").write_bytes(b"probe")
+        finally:
+            unmount(target)
+    except (DiskError, OSError) as exc:
+        return f"cannot give sandboxes a disk of their own (an ext4 image on a loop device): {exc}"
+    finally:
+        with contextlib.suppress(DiskError):
+            unmount(target, lazy=True)
+        shutil.rmtree(probe, ignore_errors=True)
+    return None

@@ -158,7 +158,9 @@ def _check(
         tls = _egress_tls(options)
         uids = _claim_uids(options, span)
         cgroups = detect_cgroups(parent=f"stead-{options.host_tag}")
-        report = check_isolation(options.bwrap, probe_uid=uids.probe_uid, cgroups=cgroups)
+        report = check_isolation(
+            options.bwrap, probe_uid=uids.probe_uid, cgroups=cgroups, work_dir=options.work_dir
+        )
         report.raise_if_unusable()
     except IsolationUnavailable as exc:
         if cgroups is not None:
