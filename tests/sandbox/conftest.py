@@ -80,7 +80,9 @@ async def sandbox(client: HostClient) -> AsyncIterator[HostSandbox]:
 
 
 def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:
-    return host.work_dir / "sandboxes" / sandbox_id / "workspace"
+    """Where the sandbox's workspace is on its host, while its disk is mounted
+    (awake, or asleep before its workspace was saved)."""
+    return host.work_dir / "sandboxes" / sandbox_id / "disk" / "workspace"
 
 
 def files_holding(words: str, since: float) -> str:

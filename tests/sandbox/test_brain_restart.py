@@ -151,7 +151,7 @@ def test_stead_serve_starts_a_host_that_outlives_it(tmp_path: Path, forker: Serv
             with make_client(server.url, server.first_key) as client:
                 session_id = tool_session(client, "auto")
                 client.beta.sessions.events.send(session_id, events=[message("go")])
-                workspace = work / "sandboxes" / session_id / "workspace"
+                workspace = work / "sandboxes" / session_id / "disk" / "workspace"
                 wait_for(workspace / "started")
                 host_pid = int(lock.read_text())
                 (workspace / "go").touch()

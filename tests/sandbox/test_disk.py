@@ -1,18 +1,211 @@
-"""The sandbox host's self-check of sandbox disks (``loop_mounts.py``): a
-machine that cannot make an ext4 image and mount it through a loop device is
-refused at start with one line naming the fix, not found out at a wake."""
+"""Each sandbox's disk (``sandbox_host/disk.py``): all a sandbox can write to
+(/workspace, /tmp, its writable mounts) is on a disk of its own of
+``STEAD_SANDBOX_DISK_MB``. A sandbox that fills it is told "No space left on
+device" and harms neither another sandbox nor the host; it still sleeps and
+wakes with its files; and its disk leaves no mount, loop device or image behind
+when it is destroyed or its host is killed and restarted."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
+from stead.sandbox import FileError, HostSandbox, WorkspaceUnavailable
 from stead.sandbox_host import loop_mounts
+from stead.sandbox_host.disk import SandboxDisk
 from stead.sandbox_host.selfcheck import check_disk
-from tests.sandbox.conftest import requires_isolation
+from stead.testing import HostProcess, ServeForker
+from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
 
-pytestmark = requires_isolation
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+DISK_MB = 32
+DISK_ENV = {"STEAD_SANDBOX_DISK_MB": str(DISK_MB)}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory, forker: ServeForker) -> Iterator[HostProcess]:
+    """The module's host, with small disks (the conftest's ``client`` and
+    ``sandbox`` use it)."""
+    root = tmp_path_factory.mktemp("host")
+    env = {"STEAD_SANDBOX_IDLE_CHECK_SECONDS": "0.2", **DISK_ENV}
+    process = HostProcess(root / "state", env=env, forker=forker).start()
+    yield process
+    process.stop()
+
+
+def mounts_under(directory: Path) -> list[str]:
+    prefix = f"{directory}/"
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        return [p for line in table if (p := line.split(" ", 5)[4]).startswith(prefix)]
+
+
+def loops_under(directory: Path) -> list[str]:
+    """The loop devices whose image is below ``directory``."""
+    found = []
+    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
+        try:
+            if backing.read_text().startswith(f"{directory}/"):
+                found.append(backing.parent.parent.name)
+        except OSError:
+            continue  # detached meanwhile
+    return found
+
+
+async def nothing_left_under(directory: Path) -> None:
+    """No mount and, once each has cleared itself, no loop device below ``directory``."""
+    assert mounts_under(directory) == []
+    with anyio.fail_after(WAIT):
+        while loops_under(directory):  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+
+
+async def run(sandbox: HostSandbox, command: str) -> str:
+    return (await sandbox.exec(command, op_key=new_id(), timeout=60)).output
+
+
+def sandbox_dir(host: HostProcess, sandbox_id: str) -> Path:
+    return host.work_dir / "sandboxes" / sandbox_id
+
+
+async def test_a_sandbox_that_fills_its_disk_is_told_so_and_harms_nothing_else(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    filled = await run(
+        sandbox,
+        "dd if=/dev/zero of=/workspace/big bs=1M count=64 2>&1; echo dd=$?;"
+        " fallocate -l 1G /tmp/big; echo fallocate=$?; df -m /workspace | tail -1",
+    )
+    assert "No space left on device" in filled and "dd=1" in filled, filled
+    assert "fallocate=1" in filled, filled
+    assert int(filled.split()[-5]) <= DISK_MB  # df's size, in MiB
+    with pytest.raises(FileError, match="no space left on device"):
+        await sandbox.write_file("more", b"x" * 1024**2)
+    image = sandbox_dir(host, sandbox.sandbox_id) / "disk.img"
+    assert image.stat().st_blocks * 512 <= DISK_MB * 1024**2  # all the host's disk gave it
+
+    other = HostSandbox(sandbox.client, new_id(), config())
+    await other.write_file("fine", b"y" * 1024**2)
+    assert await other.read_file("fine", max_bytes=2 * 1024**2) == b"y" * 1024**2
+    assert "other ok" in await run(other, "echo other ok")
+    await sandbox.client.destroy(other.sandbox_id)
+
+    # Freed, the full sandbox writes again.
+    assert "freed" in await run(
+        sandbox, "rm /workspace/big && echo freed > /workspace/note; cat note"
+    )
+
+
+async def test_a_full_disk_sleeps_and_wakes_with_its_files_and_an_empty_tmp(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    made = await run(
+        sandbox,
+        "head -c 12M /dev/urandom > keep && sha256sum keep > keep.sum"
+        " && dd if=/dev/zero of=/tmp/filler bs=1M 2>&1 | grep -c 'No space left'",
+    )
+    assert made.strip().endswith("1"), made
+    assert await sandbox.sleep()
+    root = sandbox_dir(host, sandbox.sandbox_id)
+    await nothing_left_under(root)  # asleep: not mounted
+    checked = await run(sandbox, "sha256sum -c keep.sum && ls -A /tmp | wc -l")
+    assert "keep: OK" in checked and checked.strip().endswith("0"), checked
+
+
+async def test_a_destroyed_sandbox_leaves_no_mount_loop_device_or_image(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    await sandbox.write_file("note", b"1")
+    root = sandbox_dir(host, sandbox.sandbox_id)
+    assert mounts_under(root) and loops_under(root)
+    await sandbox.client.destroy(sandbox.sandbox_id)
+    await nothing_left_under(root)
+    assert not root.exists()
+
+
+async def test_a_killed_host_restarts_without_its_mounts_and_keeps_the_files(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    process = HostProcess(tmp_path / "state", env=DISK_ENV, forker=forker).start()
+    sandboxes = process.work_dir / "sandboxes"
+    try:
+        client = client_of(process)
+        first = HostSandbox(client, new_id(), config())
+        await first.write_file("note", b"unsaved")  # awake, warm: in no snapshot
+        await HostSandbox(client, new_id(), config()).write_file("note", b"2")
+        await client.aclose()
+        assert len(mounts_under(sandboxes)) == 2
+        process.kill()
+        assert len(mounts_under(sandboxes)) == 2  # what a killed host leaves
+
+        process.start()
+        await nothing_left_under(sandboxes)
+        client = client_of(process)
+        first = HostSandbox(client, first.sandbox_id, config())
+        assert await first.read_file("note", max_bytes=10) == b"unsaved"
+        for sandbox_id in [p.name for p in sandboxes.iterdir()]:
+            await client.destroy(sandbox_id)
+        await client.aclose()
+        await nothing_left_under(sandboxes)
+        assert list(sandboxes.iterdir()) == []
+    finally:
+        process.stop()
+
+
+async def test_a_snapshot_bigger_than_the_disk_is_refused_on_restore(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """Made on a host of bigger disks, then restored on one of smaller disks."""
+    bigger = HostProcess(tmp_path / "state", env={"STEAD_SANDBOX_DISK_MB": "64"}, forker=forker)
+    bigger.start()
+    client = client_of(bigger)
+    sandbox = HostSandbox(client, new_id(), config())
+    assert "made" in await run(sandbox, "head -c 40M /dev/urandom > big && echo made")
+    await client.destroy(sandbox.sandbox_id)  # its final snapshot
+    await client.aclose()
+    bigger.kill()
+    smaller = HostProcess(
+        bigger.state_dir,
+        blob_url=bigger.blob_url,
+        work_dir=bigger.work_dir,
+        env=DISK_ENV,
+        forker=forker,
+    ).start()
+    try:
+        client = client_of(smaller)
+        again = HostSandbox(client, sandbox.sandbox_id, config())
+        with pytest.raises(WorkspaceUnavailable, match="does not fit its disk"):
+            await run(again, "ls")
+        await nothing_left_under(smaller.work_dir / "sandboxes")
+        assert smaller.call({"op": "ping"}).get("error") is None
+        await client.aclose()
+    finally:
+        smaller.stop()
+
+
+async def test_what_an_earlier_stead_kept_on_the_hosts_disk_moves_onto_the_disk(
+    tmp_path: Path,
+) -> None:
+    """Sandboxes awake when a host of an earlier stead stopped left their
+    workspace (warm: in no snapshot yet) and mount tree beside the image's place."""
+    uid = 2_999_001
+    root = tmp_path / "sandbox"
+    (root / "workspace" / "deep").mkdir(parents=True)
+    (root / "workspace" / "deep" / "f").write_bytes(b"kept")
+    os.chown(root / "workspace" / "deep" / "f", uid, uid)
+    (root / "mnt" / "session").mkdir(parents=True)
+    disk = SandboxDisk(root, DISK_MB * 1024**2, uid)
+    async with disk.held():
+        moved = disk.workspace / "deep" / "f"
+        assert moved.read_bytes() == b"kept" and moved.stat().st_uid == uid
+        assert (disk.mnt / "session").is_dir()
+    assert not (root / "workspace").exists() and not (root / "mnt").exists()
+    await disk.remove()
+    await nothing_left_under(root)
 
 
 def test_the_self_check_names_a_missing_mkfs_and_leaves_nothing(

@@ -187,7 +187,7 @@ async def test_a_host_that_lost_an_erased_sandbox_keeps_nothing_it_saves_later(
     blobs = Path(host_a.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
     kept = [p.relative_to(blobs).as_posix() for p in blobs.rglob("*") if p.is_file()]
     assert kept == ["erased"]
-    assert not workspace_on_host(host_a, sandbox_id).parent.exists()
+    assert not workspace_on_host(host_a, sandbox_id).parent.parent.exists()  # nor its disk
     assert await first.client.sandbox_status(sandbox_id) is None
 
 

@@ -241,7 +241,9 @@ async def test_an_idle_sandbox_sleeps_by_the_hosts_clock_unless_a_process_runs(
         clock.advance(2)
         await manager.sleep_idle_once()
         assert (await sandbox.status())["state"] == "cold"
-        assert not (options.work_dir / "sandboxes" / sandbox.sandbox_id / "workspace").exists()
+        assert not (
+            options.work_dir / "sandboxes" / sandbox.sandbox_id / "disk" / "workspace"
+        ).exists()
         assert await sandbox.read_file("kept", max_bytes=10) == b"yes"
         await client.destroy(sandbox.sandbox_id)
 
@@ -277,7 +279,7 @@ async def test_a_background_process_that_just_ended_keeps_its_output_for_sleep_a
 
 
 def workspace_in(manager: SandboxManager, sandbox: HostSandbox) -> Path:
-    return manager.options.work_dir / "sandboxes" / sandbox.sandbox_id / "workspace"
+    return manager.options.work_dir / "sandboxes" / sandbox.sandbox_id / "disk" / "workspace"
 
 
 @pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])

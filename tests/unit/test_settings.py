@@ -52,6 +52,17 @@ S3 = {"STEAD_BLOB_URL": "s3://bucket/prefix"}
             "STEAD_EGRESS_HOSTS: 'bad name' is",
         ),
         (HOST, {"STEAD_EGRESS_HOSTS": "[1]"}, "STEAD_EGRESS_HOSTS: Input should be a valid"),
+        (
+            HOST,
+            {"STEAD_SANDBOX_DISK_MB": "8"},
+            "STEAD_SANDBOX_DISK_MB: Input should be greater than or equal to 16",
+        ),
+        (
+            HOST,
+            {"STEAD_SANDBOX_DISK_MB": str(10 * 1024**3)},  # bytes, where MiB are meant
+            "STEAD_SANDBOX_DISK_MB: Input should be less than or equal to 16777216",
+        ),
+        (HOST, {"STEAD_SANDBOX_DISK_MB": "10G"}, "STEAD_SANDBOX_DISK_MB: Input should be a valid"),
         (HOST, *EXTRA_CA),
         # The brain's web tools read these too.
         (

@@ -3,7 +3,8 @@
 The body is one ``bwrap`` process running the supervisor (``inside/init.py``)
 as the sandbox's own unprivileged host uid, in new user, pid, mount, ipc, uts
 and net namespaces, inside the sandbox's cgroup. System directories are
-read-only, ``/workspace`` is the sandbox's directory, ``/tmp`` is private, and
+read-only, ``/workspace`` and ``/tmp`` are directories on the sandbox's disk
+(``disk.py``; the only places it can write to, with its writable mounts), and
 the only way out of the empty network namespace is the egress proxy's Unix
 socket under ``/run/stead/egress``.
 
@@ -73,6 +74,8 @@ class BodySpec:
     uid: int
     """The host uid (and gid) the sandbox runs as; owns the workspace."""
     workspace: Path
+    tmp_dir: Path | None = None
+    """Host directory bound at /tmp; None: a tmpfs (the package installer's)."""
     egress_dir: Path | None = None
     """Host directory holding the egress proxy's ``proxy.sock``; None: no network."""
     mounts_dir: Path | None = None
@@ -116,7 +119,7 @@ def bwrap_argv(spec: BodySpec, fds: Mapping[str, int], control_fd: int) -> list[
         "--ro-bind", "/etc", "/etc",
         "--proc", "/proc",
         "--dev", "/dev",
-        "--tmpfs", "/tmp",
+        *(["--bind-fd", str(fds["tmp"]), "/tmp"] if "tmp" in fds else ["--tmpfs", "/tmp"]),
         "--dir", "/var",
         "--symlink", "../tmp", "/var/tmp",
         "--dir", "/home",
@@ -381,6 +384,8 @@ async def _reap(process: Process, cgroup: SandboxCgroup) -> None:
 
 def _open_paths(spec: BodySpec) -> dict[str, int]:
     paths = {"workspace": spec.workspace, "lib": spec.lib_dir}
+    if spec.tmp_dir is not None:
+        paths["tmp"] = spec.tmp_dir
     if spec.egress_dir is not None:
         paths["egress"] = spec.egress_dir
     if spec.mounts_dir is not None:

@@ -9,6 +9,9 @@ from pathlib import Path
 from stead.blobs import BlobConfig
 from stead.sandbox import split_endpoint
 
+DISK_BYTES = 10 * 1024**3
+"""The size of a sandbox's disk unless ``STEAD_SANDBOX_DISK_MB`` says otherwise."""
+
 
 @dataclass(frozen=True, slots=True)
 class HostOptions:
@@ -68,6 +71,9 @@ class HostOptions:
     """More CAs the egress proxy trusts for origins (``STEAD_EGRESS_EXTRA_CA_FILE``)."""
     proxy_connect_timeout: float = 10.0
     proxy_idle_timeout: float = 600.0
+    sandbox_disk_bytes: int = DISK_BYTES
+    """The size of each sandbox's disk (``disk.py``): its workspace, /tmp and
+    writable mounts together (``STEAD_SANDBOX_DISK_MB``)."""
     sandbox_open_files: int | None = None
     """The soft limit on open files of every sandbox's processes: the one the
     host started with, before it raised its own (``server.py``); None: as the

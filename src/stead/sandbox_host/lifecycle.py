@@ -1,13 +1,16 @@
 """One sandbox in the host: cold -> warming -> active -> stopping -> cold (rule 6).
 
-Waking restores the workspace (``workspace.py``; unless the warm marker says
-the directory on disk is current), installs nothing twice (``packages.py``),
-creates the cgroup, starts the egress proxy and the bwrap body under a keeper
-task that owns them. Sleeping stops the body, snapshots the workspace, verifies
-the snapshot, and only then drops the older snapshots, the warm marker and the
-directory; the mount tree (``mounts.py``) stays on disk. A snapshot that cannot
-be taken leaves the directory and marker; one that cannot be restored is
-``WorkspaceUnavailable``, never an empty workspace.
+Waking mounts the sandbox's disk (``disk.py``: its workspace, ``/tmp`` and
+mount tree, of a bounded size), restores the workspace onto it
+(``workspace.py``; unless the warm marker says the directory there is
+current), installs nothing twice (``packages.py``), creates the cgroup, starts
+the egress proxy and the bwrap body under a keeper task that owns them; the
+body holds the disk until it stops. Sleeping stops the body, snapshots the
+workspace, verifies the snapshot, and only then drops the older snapshots, the
+warm marker, the directory and ``/tmp``, and unmounts the disk; the mount tree
+(``mounts.py``) stays on it. A snapshot that cannot be taken leaves the
+directory and marker; one that cannot be restored (or does not fit the disk)
+is ``WorkspaceUnavailable``, never an empty workspace.
 
 Activity (what keeps a sandbox awake): a call in progress, a process the
 agent left running in the sandbox, a background process, an attached
@@ -54,6 +57,7 @@ from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.commands import SandboxCommands
 from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.disk import SandboxDisk
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.host_metrics import HostMetrics
@@ -118,11 +122,15 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         self._packages = packages
         self._tasks = tasks
         self.root = options.work_dir / "sandboxes" / urllib.parse.quote(row.id, safe="")
-        self.workspace = self.root / "workspace"  # SavedWorkspace.directory
+        self.disk = SandboxDisk(self.root, options.sandbox_disk_bytes, row.uid)
+        self._disk_held = False
+        """Whether the body (awake, or waking) holds the disk."""
+        self.workspace = self.disk.workspace  # SavedWorkspace.directory
         self.saved = SavedWorkspace(
             row.id,
             row.uid,
             self.root,
+            self.workspace,
             catalogue=catalogue,
             blobs=blobs,
             snapshot_ttl_seconds=options.snapshot_ttl_seconds,
@@ -133,7 +141,7 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         """Set by ``destroy``: a call that got this object before then (the
         manager has dropped it since) must not start a body for it."""
         self._egress_dir = self.root / "egress"
-        self.mounts = MountTree(self.root / "mnt", row.uid)
+        self.mounts = MountTree(self.disk.mnt, row.uid)
         self.paths = WorkspacePaths(self.workspace, WORKSPACE, uid=self.uid)
         shown = f"{WORKSPACE}/skills"
         self._skills = WorkspacePaths(self.mounts.skills_directory, shown, alias=shown, uid=row.uid)
@@ -237,10 +245,13 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
 
     async def _wake(self) -> None:
         try:
+            await self.disk.acquire()
+            self._disk_held = True  # until _stop_body
             await self.saved.prepare()
         except (WorkspaceUnavailable, SandboxUnavailable) as exc:
             self.last_error = str(exc)
             raise
+        await to_thread.run_sync(self.disk.fresh_tmp)
         await to_thread.run_sync(self.mounts.ensure)
         # ``destroy`` cuts this short, not to wait for an install's end (one
         # stalled on a registry takes its whole timeout); nothing of the
@@ -262,6 +273,7 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         spec = BodySpec(
             uid=self.uid,
             workspace=self.workspace,
+            tmp_dir=self.disk.tmp,
             egress_dir=self._egress_dir,
             mounts_dir=self.mounts.directory,
             skills=self.config.skills,
@@ -338,6 +350,9 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
             cgroup, self._cgroup = self._cgroup, None
             with anyio.CancelScope(shield=True), contextlib.suppress(OSError):
                 await to_thread.run_sync(cgroup.destroy)
+        if self._disk_held:  # after the cgroup: no process of the body is left inside
+            self._disk_held = False
+            await self.disk.release()
         await self.book_active(stopped=True)
 
     async def book_active(self, *, stopped: bool = False) -> None:
@@ -362,8 +377,10 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
                 await self._halt()
             if not await to_thread.run_sync(lambda: self.saved.is_warm):
                 return False
-            with self._metrics.timed("snapshot"):
-                await self.saved.save()
+            async with self.disk.held():
+                with self._metrics.timed("snapshot"):
+                    await self.saved.save()
+                await to_thread.run_sync(self.disk.drop_tmp)
             return True
 
     async def snapshot(self) -> SnapshotRow | None:
@@ -374,8 +391,9 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         workspace expired."""
         async with self.activity(wake=False), self._transition:
             if await to_thread.run_sync(lambda: self.saved.is_warm):
-                with self._metrics.timed("snapshot"):
-                    return await self.saved.checkpoint()
+                async with self.disk.held():
+                    with self._metrics.timed("snapshot"):
+                        return await self.saved.checkpoint()
             return await self.saved.latest()
 
     async def stop(self) -> None:
@@ -402,7 +420,9 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         belongs to ``placement`` from now on."""
         async with self._transition:
             await self._halt()
-            await self.saved.discard()
+            if await to_thread.run_sync(lambda: self.saved.is_warm):
+                async with self.disk.held():
+                    await self.saved.discard()
             self.saved.placement = placement
 
     def placed(self, placement: int) -> None:
@@ -431,12 +451,14 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
             self._destroyed = True
             try:
                 await self._halt()  # a call woke it since the final snapshot, say
+                await self.disk.remove()
                 if erase:
                     await self.saved.erase()
                 else:
                     await to_thread.run_sync(self.saved.remove)
             except BaseException:
                 self._destroyed = False  # still the manager's: usable, destroyed again later
+                self.disk.restore()
                 raise
             await self._catalogue.mark_destroyed(self.id, now=self._clock.time())
 

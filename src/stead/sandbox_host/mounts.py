@@ -1,17 +1,19 @@
 """A sandbox's mount tree: API content put at paths under ``/mnt`` inside it.
 
-The tree is a host directory beside the workspace, bound at ``/mnt`` in the
-body (``bwrap.py``). The host puts files there as root and reads what the
-sandbox wrote, always through descriptors opened relative to their parent's
-with ``O_NOFOLLOW``: a symlink or a rename the sandbox makes inside a writable
-mount can point the host at nothing outside the mount.
+The tree is a directory on the sandbox's disk beside the workspace
+(``disk.py``, so what the sandbox writes to it counts against the disk's
+size), bound at ``/mnt`` in the body (``bwrap.py``). The host puts files there
+as root and reads what the sandbox wrote, always through descriptors opened
+relative to their parent's with ``O_NOFOLLOW``: a symlink or a rename the
+sandbox makes inside a writable mount can point the host at nothing outside
+the mount.
 
 Read-only content is owned by root (files 0444, directories 0755), so the
 sandbox user can read it and neither change nor remove it; writable mounts are
 owned by the sandbox user. Directories above a mount stay root's.
 
-Mount content is not part of the workspace snapshot. It stays on the host's
-disk while the sandbox sleeps, and the brain puts it again (only what differs)
+Mount content is not part of the workspace snapshot. It stays on the disk
+while the sandbox sleeps, and the brain puts it again (only what differs)
 before the sandbox serves a turn: its source of truth is the API (files,
 skills, memory stores), which can change while the sandbox sleeps, and a
 snapshot would bring back content since removed. What the sandbox writes to a
@@ -71,8 +73,8 @@ class MountTree:
 
     def ensure(self) -> None:
         """Makes the tree's root and its ``skills`` directory (root's, 0755) if
-        they are missing."""
-        self.directory.parent.mkdir(mode=0o711, parents=True, exist_ok=True)
+        they are missing. The tree is on the sandbox's disk, which the caller
+        holds mounted (``disk.py``)."""
         for directory in (self.directory, self.skills_directory):
             directory.mkdir(mode=0o755, exist_ok=True)
             os.chown(directory, 0, 0)

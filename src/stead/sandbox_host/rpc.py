@@ -11,6 +11,7 @@ egress proxy and kept in memory only (rule 8).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import logging
 import os
@@ -18,7 +19,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from anyio import to_thread
@@ -26,6 +27,7 @@ from anyio import to_thread
 from stead.egress_policy import InvalidPolicy
 from stead.jsonvalues import Json
 from stead.sandbox import (
+    FileError,
     HostIdentity,
     InvalidArgument,
     SandboxConfig,
@@ -45,6 +47,8 @@ from stead.sandbox_host.processes import Kind
 from stead.sandbox_host.sandbox_egress import egress_policy
 
 log = logging.getLogger("stead.sandbox.host")
+
+T = TypeVar("T")
 
 HELLO_SECONDS = 10.0
 HELLO_MAX_FRAME = 64 * 1024
@@ -267,24 +271,27 @@ class HostRpc:
     async def _put_mount(self, request: ops.PutMount, frames: FrameStream) -> ops.Empty:
         sandbox = await self._sandbox(request)
         async with sandbox.activity(wake=False):
-            await to_thread.run_sync(
-                partial(sandbox.mounts.put, request.mount, request.files, writable=request.writable)
+            put = partial(
+                sandbox.mounts.put, request.mount, request.files, writable=request.writable
             )
+            await _on_mount_tree(sandbox, put, request.mount)
         return ops.Empty()
 
     async def _list_mount(self, request: ops.ListMount, frames: FrameStream) -> ops.MountListing:
         sandbox = await self._sandbox(request)
-        return await to_thread.run_sync(sandbox.mounts.listing, request.mount)
+        listing = partial(sandbox.mounts.listing, request.mount)
+        return await _on_mount_tree(sandbox, listing, request.mount)
 
     async def _read_mount(self, request: ops.ReadMount, frames: FrameStream) -> ops.Data:
         sandbox = await self._sandbox(request)
         read = partial(sandbox.mounts.read, request.mount, request.path, request.max_bytes)
-        return ops.Data(data=await to_thread.run_sync(read))
+        return ops.Data(data=await _on_mount_tree(sandbox, read, request.mount))
 
     async def _put_mount_part(self, request: ops.PutMountPart, frames: FrameStream) -> ops.Empty:
         sandbox = await self._sandbox(request)
         async with sandbox.activity(wake=False):
-            await to_thread.run_sync(sandbox.mounts.put_part, request)
+            put = partial(sandbox.mounts.put_part, request)
+            await _on_mount_tree(sandbox, put, request.mount)
         return ops.Empty()
 
     async def _read_mount_part(
@@ -294,11 +301,12 @@ class HostRpc:
         read = partial(
             sandbox.mounts.read_part, request.mount, request.path, request.offset, request.length
         )
-        return await to_thread.run_sync(read)
+        return await _on_mount_tree(sandbox, read, request.mount)
 
     async def _remove_mount(self, request: ops.RemoveMount, frames: FrameStream) -> ops.Empty:
         sandbox = await self._sandbox(request)
-        await to_thread.run_sync(sandbox.mounts.remove, request.mount, request.paths)
+        remove = partial(sandbox.mounts.remove, request.mount, request.paths)
+        await _on_mount_tree(sandbox, remove, request.mount)
         return ops.Empty()
 
     async def _start_process(self, request: ops.StartProcess, frames: FrameStream) -> Json:
@@ -446,3 +454,18 @@ class OutputForwarder:
                     await self._frames.send({"output": codec.encode(frame)})
                 if self._closed and not self._buffer:
                     return
+
+
+async def _on_mount_tree(sandbox: HostedSandbox, work: Callable[[], T], shown: str) -> T:
+    """Runs ``work`` on the sandbox's mount tree in a worker thread, its disk
+    mounted meanwhile (a sleeping sandbox's too); a tree that fills the disk
+    is a ``FileError`` on ``shown``."""
+    async with sandbox.disk.held():
+        try:
+            return await to_thread.run_sync(work)
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+            raise FileError(
+                shown, f"no space left on the sandbox's disk ({sandbox.disk.size_mib} MiB)"
+            ) from None

@@ -47,6 +47,7 @@ from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import detect_cgroups
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions, check_endpoint
+from stead.sandbox_host.disk import unmount_all
 from stead.sandbox_host.egress import CertificateAuthority, EgressTls, write_sandbox_bundle
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Replayed
 from stead.sandbox_host.manager import Isolation, SandboxManager
@@ -236,6 +237,10 @@ def _prepare_work_dir(options: HostOptions) -> None:
     stale = sum(remove_stale_staging(sandbox) for sandbox in (work / "sandboxes").iterdir())
     if stale:
         log.info("removed %d restores left unfinished by an earlier host", stale)
+    # Nor is any sandbox's disk held yet: one mounted is a killed host's.
+    mounted = unmount_all(work / "sandboxes")
+    if mounted:
+        log.info("unmounted %d sandbox disks left mounted by an earlier host", mounted)
 
 
 def _make_directory(path: Path, mode: int, setting: str) -> None:

@@ -18,13 +18,23 @@ from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
 from stead.log_levels import LogLevel, any_case
 from stead.sandbox import check_token
-from stead.sandbox_host.config import HostOptions, advertised, check_endpoint, default_work_dir
+from stead.sandbox_host.config import (
+    DISK_BYTES,
+    HostOptions,
+    advertised,
+    check_endpoint,
+    default_work_dir,
+)
 from stead.setting_paths import SettingPath, expanded_address
 
 LAST_UID = 2**31 - 2
 """The highest sandbox uid: some tools read uids as signed 32-bit numbers."""
 MAX_UID_COUNT = 2**31 - 1 - 2_000_000
 """The most uids one host may claim: all the registry hands out."""
+MIN_DISK_MB = 16
+"""The smallest sandbox disk: ext4's journal and tables need a few MiB."""
+MAX_DISK_MB = 16 * 1024**2
+"""16 TiB: refuses a size given in bytes by mistake."""
 
 
 def _default_data_dir() -> Path:
@@ -79,6 +89,10 @@ class HostSettings(BlobSettings):
     users and groups."""
     sandbox_uid_registry: SettingPath = Path("/var/lib/stead/uid-ranges.json")
     """Where every sandbox host on the machine records the uid range it holds."""
+    sandbox_disk_mb: int = Field(default=DISK_BYTES // 1024**2, ge=MIN_DISK_MB, le=MAX_DISK_MB)
+    """The size of each sandbox's disk, in MiB: everything it can write to
+    (/workspace, /tmp, its writable mounts) together. A sparse file: what is
+    not written takes nothing on the host's disk."""
     sandbox_idle_check_seconds: Seconds = 5.0
     snapshot_ttl_seconds: Seconds = 7 * 24 * 3600.0
     snapshot_gc_interval_seconds: Seconds = 600.0
@@ -183,6 +197,7 @@ class HostSettings(BlobSettings):
             gc_interval_seconds=self.snapshot_gc_interval_seconds,
             exec_record_seconds=self.sandbox_exec_record_seconds,
             idle_check_seconds=self.sandbox_idle_check_seconds,
+            sandbox_disk_bytes=self.sandbox_disk_mb * 1024**2,
             listen_tcp=self.sandbox_host_listen_tcp,
             advertise=self.sandbox_host_advertise or advertised(self.sandbox_host_listen_tcp),
             token=self.sandbox_host_token,

@@ -1,17 +1,20 @@
 """A sandbox's workspace on disk and in the blob store (rule 6).
 
-The warm marker says the directory on disk is current; without it the
-workspace is restored from the latest snapshot, or made empty for a sandbox
-that never had one. Saving takes a snapshot, verifies it (``snapshots.py``),
+The directory is on the sandbox's disk (``disk.py``), which its caller holds
+mounted; the warm marker, beside the disk, says the directory is current;
+without it the workspace is restored from the latest snapshot, or made empty
+for a sandbox that never had one. Saving takes a snapshot, verifies it (``snapshots.py``),
 records it, and only then drops the older snapshots, the marker and the
 directory. A snapshot that cannot be restored is ``WorkspaceUnavailable``,
-never an empty workspace; a blob store outage is ``SandboxUnavailable``
-(retryable), not a lost workspace.
+never an empty workspace, and so is one that does not fit the disk; a blob
+store outage is ``SandboxUnavailable`` (retryable), not a lost workspace.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 import shutil
 import time
@@ -36,6 +39,8 @@ from stead.sandbox_host.snapshots import (
     take_snapshot,
 )
 
+log = logging.getLogger("stead.sandbox.host")
+
 
 class SandboxErased(SandboxNotFound):
     """The sandbox was erased (its session deleted) while this host held a copy
@@ -49,6 +54,7 @@ class SavedWorkspace:
         sandbox_id: str,
         uid: int,
         root: Path,
+        directory: Path,
         *,
         catalogue: Catalogue,
         blobs: BlobStore,
@@ -59,7 +65,7 @@ class SavedWorkspace:
         self._id = sandbox_id
         self._uid = uid
         self._root = root
-        self.directory = root / "workspace"
+        self.directory = directory
         self._marker = root / "warm"
         self._catalogue = catalogue
         self._blobs = blobs
@@ -76,11 +82,9 @@ class SavedWorkspace:
 
     async def prepare(self) -> None:
         """Makes the directory current: as it is, restored, or new and empty."""
-        if await to_thread.run_sync(self._marker.exists):
+        if await to_thread.run_sync(self._current):
             return
         latest = await self.latest()
-        # A destroyed sandbox comes back without its directory on this machine.
-        await to_thread.run_sync(self._make_root)
         if latest is None:
             await to_thread.run_sync(self._make_empty)
         else:
@@ -95,11 +99,23 @@ class SavedWorkspace:
                 ) from None
             except BlobError as exc:
                 raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                raise WorkspaceUnavailable(
+                    "the sandbox's saved workspace does not fit its disk "
+                    "(STEAD_SANDBOX_DISK_MB on its host)"
+                ) from None
         await to_thread.run_sync(self._marker.touch)
 
-    def _make_root(self) -> None:
-        self._root.mkdir(parents=True, exist_ok=True)
-        os.chmod(self._root, 0o711)
+    def _current(self) -> bool:
+        if not self._marker.exists():
+            return False
+        if self.directory.is_dir():
+            return True
+        log.warning("sandbox %s: warm, but its workspace is not on its disk", self._id)
+        self._marker.unlink()
+        return False
 
     def _make_empty(self) -> None:
         self.directory.mkdir(exist_ok=True)

@@ -123,12 +123,28 @@ class HostProcess:
                 self._process.kill()
                 self._process.wait(timeout=15)
         self._close_log()
+        # A host killed before (``kill``) left its awake sandboxes' disks mounted.
+        unmount_under(self.work_dir)
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
     def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def mounts_under(directory: Path) -> list[Path]:
+    """The mount points below ``directory`` (a sandbox host's disks), deepest first."""
+    prefix = str(directory).rstrip("/") + "/"
+    with open("/proc/self/mountinfo", encoding="utf-8") as table:
+        points = [line.split(" ", 5)[4].replace("\\040", " ") for line in table]
+    found = [Path(p) for p in points if p.startswith(prefix)]
+    return sorted(found, key=lambda p: len(p.parts), reverse=True)
+
+
+def unmount_under(directory: Path) -> None:
+    for point in mounts_under(directory):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, timeout=30, check=False)
 
 
 def _exchange(sock: socket.socket, frame: dict[str, Any]) -> dict[str, Any]:

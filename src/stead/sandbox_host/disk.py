@@ -1,0 +1,207 @@
+"""A sandbox's disk: the only place its processes can write to (``/workspace``,
+``/tmp`` and the writable mounts under ``/mnt``), of a bounded size
+(``HostOptions.sandbox_disk_bytes``, ``STEAD_SANDBOX_DISK_MB``).
+
+It is a sparse ext4 image in the sandbox's directory (``loop_mounts.py``),
+made at its first wake, mounted while anything needs it (the body, a snapshot,
+a mount call: each ``acquire`` it) and unmounted once nothing does, so a
+sleeping sandbox holds no loop device and no mount. A sandbox that fills it
+gets ENOSPC inside; the host's own disk, its catalogue and every other sandbox
+are not touched. The image outlives sleep (the mount tree stays on it,
+``mounts.py``); the workspace on it goes at each sleep once saved
+(``workspace.py``), ``/tmp`` at each sleep and wake. It goes with the sandbox's
+destroy.
+
+The mounted disk (root's, 0711) holds ``workspace`` and ``tmp`` (the sandbox
+user's), ``mnt`` (the mount tree) and a restore's staging directories, which
+must share the workspace's file system (one rename puts them in place).
+
+A disk keeps the size it was made with; a new ``STEAD_SANDBOX_DISK_MB`` applies
+to disks made from then on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+from anyio import to_thread
+
+from stead.sandbox import SandboxNotFound, SandboxUnavailable, WorkspaceUnavailable
+from stead.sandbox_host.loop_mounts import (
+    DiskError,
+    make_image,
+    mount_image,
+    mounts_under,
+    unmount,
+    wait_detached,
+)
+from stead.sandbox_host.snapshots import remove_stale_staging
+
+log = logging.getLogger("stead.sandbox.host")
+
+DETACH_SECONDS = 5.0
+"""How long a mount waits for an earlier mount of the same image to be gone."""
+MOVE_SECONDS = 600.0
+LEGACY = ("workspace", "mnt")
+"""What stead kept on the host's disk, beside the image, before sandboxes had
+disks of their own: moved onto the disk when it is first mounted."""
+
+
+class SandboxDisk:
+    def __init__(self, root: Path, size_bytes: int, uid: int) -> None:
+        self.root = root
+        self.image = root / "disk.img"
+        self.mountpoint = root / "disk"
+        self.workspace = self.mountpoint / "workspace"
+        self.tmp = self.mountpoint / "tmp"
+        self.mnt = self.mountpoint / "mnt"
+        self.size_bytes = size_bytes
+        self._uid = uid
+        self._holders = 0
+        self._lock = anyio.Lock()
+        self._removed = False
+
+    @property
+    def size_mib(self) -> int:
+        return self.size_bytes // 1024**2
+
+    async def acquire(self) -> None:
+        """Mounts the disk, made if new, unless it is mounted already; each
+        call needs its ``release``. ``WorkspaceUnavailable`` if what an earlier
+        stead left on the host's disk does not fit it, ``SandboxUnavailable``
+        if it cannot be made or mounted, ``SandboxNotFound`` once removed."""
+        async with self._lock:
+            if self._removed:
+                raise SandboxNotFound("the sandbox was destroyed")
+            if self._holders == 0:
+                try:
+                    await to_thread.run_sync(self._mount)
+                except DiskError as exc:
+                    if exc.errno == errno.ENOSPC:
+                        raise WorkspaceUnavailable(str(exc)) from None
+                    raise SandboxUnavailable(f"the sandbox's disk: {exc}") from None
+            self._holders += 1
+
+    async def release(self) -> None:
+        """Unmounts the disk when nothing else holds it. One still busy (a host
+        process inside it) stays mounted, and the next ``acquire`` takes it as it is."""
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                self._holders -= 1
+                if self._holders > 0 or self._removed:
+                    return
+                try:
+                    await to_thread.run_sync(unmount, self.mountpoint)
+                except DiskError as exc:
+                    log.warning("sandbox disk %s stays mounted: %s", self.mountpoint, exc)
+
+    @contextlib.asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """The disk, mounted inside the block."""
+        await self.acquire()
+        try:
+            yield
+        finally:
+            await self.release()
+
+    async def remove(self) -> None:
+        """Unmounts the disk (lazily, if something is still inside) and deletes
+        its image; ``acquire`` refuses until ``restore``."""
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                self._removed = True
+                await to_thread.run_sync(self._remove)
+
+    def restore(self) -> None:
+        """The disk may be made again (a destroy that failed after ``remove``)."""
+        self._removed = False
+
+    def fresh_tmp(self) -> None:
+        """An empty ``tmp``, as a new ``/tmp`` is (the disk is held)."""
+        self.drop_tmp()
+        self.tmp.mkdir(mode=0o1777)
+        os.chown(self.tmp, self._uid, self._uid)
+        os.chmod(self.tmp, 0o1777)
+
+    def drop_tmp(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- worker thread ----------------------------------------------------------
+
+    def _mount(self) -> None:
+        if os.path.ismount(self.mountpoint):
+            return  # an earlier unmount found it busy
+        self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)
+        self.mountpoint.mkdir(mode=0o700, exist_ok=True)
+        if not self.image.exists():
+            make_image(self.image, self.size_bytes)
+        # Two file systems on one image would corrupt it.
+        if not wait_detached(self.image, DETACH_SECONDS):
+            raise DiskError(errno.EBUSY, "an earlier mount of it has not gone yet")
+        mount_image(self.image, self.mountpoint)
+        try:
+            os.chmod(self.mountpoint, 0o711)
+            # Nothing restores into a disk nobody holds: any staging is a killed host's.
+            remove_stale_staging(self.mountpoint)
+            self._move_legacy()
+        except BaseException:
+            with contextlib.suppress(DiskError):
+                unmount(self.mountpoint)
+            raise
+
+    def _move_legacy(self) -> None:
+        for name in LEGACY:
+            old = self.root / name
+            if old.is_symlink() or not old.is_dir():
+                continue
+            new = self.mountpoint / name
+            shutil.rmtree(new, ignore_errors=True)
+            argv = ["cp", "-a", "--sparse=always", "--", str(old), str(new)]
+            try:
+                done = subprocess.run(argv, capture_output=True, timeout=MOVE_SECONDS, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                shutil.rmtree(new, ignore_errors=True)
+                raise DiskError(errno.EIO, f"cannot move its {name} onto it: {exc}") from None
+            if done.returncode != 0:
+                shutil.rmtree(new, ignore_errors=True)
+                said = done.stderr.decode(errors="replace")
+                code = errno.ENOSPC if "No space left" in said else errno.EIO
+                raise DiskError(
+                    code,
+                    f"the sandbox's {name} on the host's disk does not fit its disk of "
+                    f"{self.size_mib} MiB (STEAD_SANDBOX_DISK_MB)"
+                    if code == errno.ENOSPC
+                    else f"cannot move its {name} onto its disk: {said.strip()[-300:]}",
+                )
+            shutil.rmtree(old)
+            log.info("sandbox disk %s: moved its %s onto it", self.mountpoint, name)
+
+    def _remove(self) -> None:
+        with contextlib.suppress(DiskError):
+            unmount(self.mountpoint, lazy=True)
+        self.image.unlink(missing_ok=True)
+        self.image.with_name(self.image.name + ".new").unlink(missing_ok=True)
+
+
+def unmount_all(sandboxes: Path) -> int:
+    """Unmounts every disk mounted under ``sandboxes``: a host killed with
+    sandboxes awake left them. Only at start, before any sandbox is held. One
+    still busy (its body not yet gone) is detached lazily; its image is not
+    mounted again before it has gone (``SandboxDisk._mount``). Returns how many."""
+    found = mounts_under(sandboxes)
+    for point in found:
+        try:
+            unmount(point)
+        except DiskError:
+            with contextlib.suppress(DiskError):
+                unmount(point, lazy=True)
+    return len(found)
