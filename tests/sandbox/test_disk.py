@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from stead.sandbox import FileError, HostSandbox, WorkspaceUnavailable
+from stead.sandbox import FileError, HostClient, HostSandbox, WorkspaceUnavailable
 from stead.sandbox_host import loop_mounts
 from stead.sandbox_host.disk import SandboxDisk
 from stead.sandbox_host.selfcheck import check_disk
@@ -185,6 +185,24 @@ async def test_a_snapshot_bigger_than_the_disk_is_refused_on_restore(
         await client.aclose()
     finally:
         smaller.stop()
+
+
+async def test_a_new_sandbox_takes_a_disk_made_ahead_and_another_is_made(
+    client: HostClient, host: HostProcess
+) -> None:
+    spares = host.work_dir / "disks"
+    with anyio.fail_after(WAIT):
+        while len(before := sorted(spares.glob("*.img"))) < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    made_ahead = {p.stat().st_ino for p in before}
+    sandbox = HostSandbox(client, new_id(), config())
+    await sandbox.write_file("note", b"1")
+    image = sandbox_dir(host, sandbox.sandbox_id) / "disk.img"
+    assert image.stat().st_ino in made_ahead  # a spare, renamed: not made by the wake
+    with anyio.fail_after(WAIT):
+        while len(list(spares.glob("*.img"))) < 2:  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    await client.destroy(sandbox.sandbox_id)
 
 
 async def test_what_an_earlier_stead_kept_on_the_hosts_disk_moves_onto_the_disk(

@@ -57,7 +57,7 @@ from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, SandboxCgroup
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.commands import SandboxCommands
 from stead.sandbox_host.config import HostOptions
-from stead.sandbox_host.disk import SandboxDisk
+from stead.sandbox_host.disk import SandboxDisk, SpareDisks
 from stead.sandbox_host.egress import AuditLog, EgressProxy, EgressTls, Secrets
 from stead.sandbox_host.environment import sandbox_environment
 from stead.sandbox_host.host_metrics import HostMetrics
@@ -102,6 +102,7 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         tasks: TaskGroup,
         clock: HostClock,
         metrics: HostMetrics,
+        spares: SpareDisks | None = None,
     ) -> None:
         self._clock = clock
         self._metrics = metrics
@@ -122,7 +123,7 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         self._packages = packages
         self._tasks = tasks
         self.root = options.work_dir / "sandboxes" / urllib.parse.quote(row.id, safe="")
-        self.disk = SandboxDisk(self.root, options.sandbox_disk_bytes, row.uid)
+        self.disk = SandboxDisk(self.root, options.sandbox_disk_bytes, row.uid, spares=spares)
         self._disk_held = False
         """Whether the body (awake, or waking) holds the disk."""
         self.workspace = self.disk.workspace  # SavedWorkspace.directory

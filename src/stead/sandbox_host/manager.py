@@ -35,6 +35,7 @@ from stead.sandbox_host.catalogue import Catalogue
 from stead.sandbox_host.cgroups import Cgroups
 from stead.sandbox_host.clock import HostClock, SystemClock
 from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.disk import SpareDisks
 from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret, Secrets
 from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.lifecycle import HostedSandbox, State
@@ -83,6 +84,8 @@ class SandboxManager:
             if isolation is not None
             else None
         )
+        self.spares = SpareDisks(options.work_dir / "disks", options.sandbox_disk_bytes)
+        """New sandboxes' disks, made ahead (``keep_made`` runs while isolation is available)."""
         self._sandboxes: dict[str, HostedSandbox] = {}
         self._locks: dict[str, anyio.Lock] = {}
         self._metrics = HostMetrics()
@@ -172,6 +175,7 @@ class SandboxManager:
             tasks=self._tasks,
             clock=self._clock,
             metrics=self._metrics,
+            spares=self.spares,
         )
         self._sandboxes[sandbox_id] = sandbox
         return sandbox

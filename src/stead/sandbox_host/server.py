@@ -113,6 +113,8 @@ async def serve_host(
                 await manager.load()
                 tasks.start_soon(manager.sleep_idle, name="idle sleeper")
                 tasks.start_soon(manager.collect_garbage, name="garbage collector")
+                if isolation is not None:
+                    tasks.start_soon(manager.spares.keep_made, name="spare disks")
                 identity = HostIdentity(_host_id(options), options.advertise)
                 rpc = HostRpc(manager, token=options.token, identity=identity)
                 async with _listeners(options) as listeners:
