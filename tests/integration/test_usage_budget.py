@@ -23,7 +23,17 @@ from typing import Any
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn
+from stead.testing import (
+    Delay,
+    FakeModel,
+    FaultRule,
+    ReceivedRequest,
+    ServeForker,
+    ServerProcess,
+    Text,
+    ToolCall,
+    Turn,
+)
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, store_env
 from tests.databases import BACKENDS
@@ -57,9 +67,17 @@ def budget(cents: str) -> Any:
     return {"type": "limit", "max_list_cost": {"amount": cents, "currency": "USD"}}
 
 
+def held_first_answer(request: ReceivedRequest) -> bool:
+    """The first request of a session whose first message says "held": answered
+    late, so a message sent meanwhile waits in the queue."""
+    first = str(request.body["messages"][0]["content"])
+    return "held" in first and assistant_turns(request.body) == 0
+
+
 @pytest.fixture(scope="module")
 def fake() -> Iterator[FakeModel]:
-    with FakeModel(script) as started:
+    faults = [FaultRule(Delay(2.0), times=None, when=held_first_answer)]
+    with FakeModel(script, faults=faults) as started:
         yield started
 
 
@@ -206,6 +224,37 @@ def test_an_interrupt_stops_a_turn_running_past_its_budget(sdk: anthropic.Anthro
     result = next(e for e in events if e.type == "agent.tool_result")
     assert result.is_error
     assert [e.type for e in events[-2:]] == ["session.usage", "session.status_idle"]
+
+
+def queued_at_the_budget(sdk: anthropic.Anthropic) -> tuple[str, str]:
+    """A session paused at its budget with a message (whose id is returned)
+    still queued: sent while the request that crossed the cap was answered."""
+    session_id = new_session(sdk, budget=budget("50"))
+    sdk.beta.sessions.events.send(session_id, events=[message("held spend")])
+    deadline = time.monotonic() + WAIT
+    listed = sdk.beta.sessions.events.list
+    while not any(e.type == "span.model_request_start" for e in listed(session_id)):
+        assert time.monotonic() < deadline, "no model request"
+        time.sleep(0.02)
+    [queued] = sdk.beta.sessions.events.send(session_id, events=[message("waiting")]).data
+    assert queued.processed_at is None
+    wait_for_stop(sdk, session_id, "budget_reached")
+    return session_id, queued.id
+
+
+def test_an_archived_session_logs_what_waited_at_its_budget(sdk: anthropic.Anthropic) -> None:
+    """Archived, it takes no turn again: the message queued at the budget's
+    pause is logged unanswered, not listed for good as still waiting."""
+    session_id, queued_id = queued_at_the_budget(sdk)
+    [waiting] = [e for e in sdk.beta.sessions.events.list(session_id) if e.id == queued_id]
+    assert waiting.processed_at is None
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        sdk.beta.sessions.archive(session_id)
+        events = list(sdk.beta.sessions.events.list(session_id))
+        assert events[-1].id == queued_id
+        assert all(e.processed_at is not None for e in events)
+        streamed = next(iter(stream))  # readers learn of it too
+    assert (streamed.id, streamed.processed_at is not None) == (queued_id, True)
 
 
 def test_budget_rules_on_create_and_update(sdk: anthropic.Anthropic) -> None:

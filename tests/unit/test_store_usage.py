@@ -230,6 +230,26 @@ async def test_a_session_terminated_at_its_budget_logs_what_it_had_queued(
     assert all(e.seq is not None and e.processed_at is not None for e in logged)
 
 
+async def test_a_session_archived_at_its_budget_logs_what_it_had_queued(
+    store: SqlStore,
+) -> None:
+    """Archived, a session takes no turn again: what waits in its queue at the
+    budget's pause is logged unanswered, as a terminated session logs it,
+    instead of listed for good as still waiting (processed_at null)."""
+    workspace_id, session_id = await _session(store, BUDGET)
+    claim = await _claim(store, session_id)
+    await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_waiting")], ACCEPT_ALL
+    )
+    await store.run_write(claim, RunWrite(usage=_used(500_000_000), status=RunStatus.DONE))
+    record, logged = await store.archive_session(workspace_id, session_id)
+    assert record.archived_at is not None
+    assert [(e.id, e.type) for e in logged] == [("sevt_waiting", "user.message")]
+    assert all(e.seq is not None and e.processed_at is not None for e in logged)
+    again, nothing = await store.archive_session(workspace_id, session_id)
+    assert (again.archived_at, nothing) == (record.archived_at, [])
+
+
 async def test_a_deleted_sessions_sandbox_time_stays_in_the_ledger(store: SqlStore) -> None:
     workspace_id, session_id = await _session(store)
     await store.delete_session(workspace_id, session_id)

@@ -120,7 +120,8 @@ async def archive_session(
     request: Request, session_id: SessionId, who: Caller = Depends(caller)
 ) -> JSONResponse:
     app = services(request)
-    record = await app.store.archive_session(who.workspace_id, session_id)
+    record, logged = await app.store.archive_session(who.workspace_id, session_id)
+    app.bus.publish(session_id, logged)
     # Archived, it takes no more turns nor terminals: its sandbox goes as a
     # terminated session's does (its lease ends with the archive).
     await app.sandboxes.session_ended(session_id)

@@ -310,16 +310,21 @@ def check_writable(session: SessionRecord) -> None:
         raise Conflict(f"session {session.id} is terminated")
 
 
-def archive(conn: Connection, now: datetime, workspace_id: str, session_id: str) -> SessionRecord:
+def archive(
+    conn: Connection, now: datetime, workspace_id: str, session_id: str
+) -> tuple[SessionRecord, list[EventRecord]]:
     _locks.session(conn, session_id)
     current = get(conn, workspace_id, session_id)
     if current.archived_at is not None:
-        return current
+        return current, []
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before archiving")
+    # Archived, it takes no turn again: what waits in the queue (at the
+    # budget's pause) is logged unanswered, as a terminated session logs it.
+    logged = _events.drain(conn, now, session_id)
     conn.execute(update(sessions).where(sessions.c.id == session_id).values(archived_at=now))
     _work.session_archived(conn, now, session_id)
-    return get(conn, workspace_id, session_id)
+    return get(conn, workspace_id, session_id), logged
 
 
 def delete_(conn: Connection, workspace_id: str, session_id: str) -> None:

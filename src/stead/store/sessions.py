@@ -73,7 +73,15 @@ class SessionStore(Protocol):
         changed columns merged into its body (they are named like the wire fields)."""
         ...
 
-    async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord: ...
+    async def archive_session(
+        self, workspace_id: str, session_id: str
+    ) -> tuple[SessionRecord, list[EventRecord]]:
+        """Makes an idle session read-only (archiving again changes nothing), and
+        the events it logged: what waited in its queue (at the budget's pause),
+        logged unanswered, as ``terminate_session`` logs it. ``Conflict`` when it
+        is running (interrupt it first)."""
+        ...
+
     async def delete_session(self, workspace_id: str, session_id: str) -> None: ...
     async def list_sessions(
         self, workspace_id: str, page: PageRequest, where: SessionFilter

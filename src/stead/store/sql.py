@@ -469,7 +469,9 @@ class SqlStore(
     ) -> tuple[SessionRecord, EventRecord | None]:
         return await self._write(_sessions.update_, workspace_id, session_id, change, event)
 
-    async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord:
+    async def archive_session(
+        self, workspace_id: str, session_id: str
+    ) -> tuple[SessionRecord, list[EventRecord]]:
         return await self._write(
             _webhooks.raising("session.archived", _sessions.archive, "archived_at"),
             workspace_id,

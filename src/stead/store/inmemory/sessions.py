@@ -160,15 +160,18 @@ def terminate(
     return logged + events.terminate(t, now, session_id)
 
 
-def archive(t: Tables, now: datetime, workspace_id: str, session_id: str) -> SessionRecord:
+def archive(
+    t: Tables, now: datetime, workspace_id: str, session_id: str
+) -> tuple[SessionRecord, list[EventRecord]]:
     current = get(t, workspace_id, session_id)
     if current.archived_at is not None:
-        return current
+        return current, []
     if current.status in ("running", "rescheduling"):
         raise Conflict(f"session {session_id} is {current.status}; interrupt it before archiving")
+    logged = events.drain(t, now, session_id)  # the queue is logged: no turn will answer it
     t.sessions[session_id] = replace(t.sessions[session_id], archived_at=now)
     work.session_archived(t, now, session_id)
-    return get(t, workspace_id, session_id)
+    return get(t, workspace_id, session_id), logged
 
 
 def delete(t: Tables, workspace_id: str, session_id: str) -> None:

@@ -242,7 +242,9 @@ class InMemoryStore(
     ) -> tuple[SessionRecord, EventRecord | None]:
         return await self._write(sessions.update, workspace_id, session_id, change, event)
 
-    async def archive_session(self, workspace_id: str, session_id: str) -> SessionRecord:
+    async def archive_session(
+        self, workspace_id: str, session_id: str
+    ) -> tuple[SessionRecord, list[EventRecord]]:
         return await self._write(
             webhooks.raising("session.archived", sessions.archive, "archived_at"),
             workspace_id,
