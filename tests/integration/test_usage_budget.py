@@ -257,6 +257,30 @@ def test_an_archived_session_logs_what_waited_at_its_budget(sdk: anthropic.Anthr
     assert (streamed.id, streamed.processed_at is not None) == (queued_id, True)
 
 
+def test_a_message_sent_while_a_turn_runs_past_its_budget_is_queued(
+    sdk: anthropic.Anthropic,
+) -> None:
+    """Its model request crossed the cap and its command runs: the session is
+    not paused at its budget yet, so a message is queued as during any turn
+    (before, a 400 budget_reached); it is refused once the turn stopped."""
+    session_id = new_session(sdk, budget=budget("50"))
+    sdk.beta.sessions.events.send(session_id, events=[message("slow spend")])
+    deadline = time.monotonic() + WAIT
+    while not any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)):
+        assert time.monotonic() < deadline, "no tool call"
+        time.sleep(0.02)
+    [queued] = sdk.beta.sessions.events.send(session_id, events=[message("meanwhile")]).data
+    assert (queued.type, queued.processed_at) == ("user.message", None)
+    sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
+    events = wait_for_stop(sdk, session_id, "end_turn")
+    # Queued before the interrupt: logged unanswered, as in any interrupted turn.
+    [logged] = [e for e in events if e.id == queued.id]
+    assert logged.processed_at is not None
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        sdk.beta.sessions.events.send(session_id, events=[message("after")])
+    assert "budget_reached" in str(refused.value.body)
+
+
 def test_budget_rules_on_create_and_update(sdk: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as refused:
         new_session(sdk, model="no-such-priced-model", budget=budget("100"))

@@ -65,7 +65,11 @@ def _check_threads(session: SessionRecord, params: list[Json]) -> None:
 
 
 def _check_budget(session: SessionRecord, params: list[Json]) -> None:
-    if not accounting.at_cap(session.budget, session.usage):
+    """Refuses what a session paused at its budget does not take (spec §3.1).
+    A turn still running at the cap (its last model request crossed it, its
+    tools still run) is not paused yet: a message is queued as during any turn,
+    and stays queued if the turn then stops at the cap."""
+    if session.status != "idle" or not accounting.at_cap(session.budget, session.usage):
         return
     for i, event in enumerate(params):
         if event["type"] not in SETTLE_TYPES and event["type"] != EventType.USER_INTERRUPT:
