@@ -144,7 +144,7 @@ class Runtime:
         (here and wherever the turn runs), the run they queued or claimed."""
         if accepted.started is not None:
             self.take(accepted.started)
-        self._deps.bus.publish(session_id, accepted.echoes)
+        self._deps.bus.publish(session_id, accepted.published)
         if any(e.type == EventType.USER_INTERRUPT for e in accepted.logged):
             # A run this request started is stopped only by an interrupt sent
             # after what started it ("stop, then do this" keeps its new turn).

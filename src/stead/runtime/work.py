@@ -240,7 +240,7 @@ class WorkQueue:
         except (Conflict, NotFound) as exc:
             log.info("session %s: in-doubt answers not recorded: %s", session_id, exc)
             return None
-        self._bus.publish(session_id, accepted.echoes)
+        self._bus.publish(session_id, accepted.published)
         return accepted
 
     async def answer(self, session_id: str, use_id: str, seconds: float) -> Json | None:

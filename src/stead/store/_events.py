@@ -362,3 +362,14 @@ def work_logged_after(conn: Connection, session_id: str, seq: int) -> bool:
         .limit(1)
     )
     return found.first() is not None
+
+
+def last_idle(conn: Connection, session_id: str) -> EventRecord | None:
+    """The session's last ``session.status_idle``, if it logged one."""
+    rows = conn.execute(
+        select(events)
+        .where(events.c.session_id == session_id, events.c.type == EventType.SESSION_STATUS_IDLE)
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    ).all()
+    return _logged(rows[0]) if rows else None

@@ -10,7 +10,7 @@ from sqlalchemy import Connection
 
 from stead import usage as accounting
 from stead.events import EventType
-from stead.store import _answers, _claims, _events, _locks, _runs, _sessions
+from stead.store import _answers, _claims, _events, _locks, _runs, _sessions, _waits
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 from stead.store.runs import STARTS_WORK
@@ -62,6 +62,15 @@ def accept(
     )
     echoes = [*repeated, *echoes]
     starts_work = any(e.type in STARTS_WORK for e in logged)
+    if starts_work and session.status == "idle":
+        waits = _waits.WaitLog(
+            lambda: _events.last_idle(conn, session_id),
+            lambda use_id: _answers.logged_answer(conn, session_id, use_id, _answers.SETTLING_KEYS),
+            lambda batch: _events.append_log(conn, now, session_id, batch),
+        )
+        again = still_waiting(logged, waits)
+        logged += again
+        starts_work = not again
     started = None
     if starts_work:
         run_id = _runs.start(conn, now, session_id)
@@ -71,6 +80,14 @@ def accept(
             # owned by a dead process, which recovery re-queues as for any run.
             started = _claims.claim(conn, now, run_id, claim, session, logged)
     return EventsAccepted(echoes, logged, starts_work, started)
+
+
+def still_waiting(logged: Sequence[EventRecord], waits: _waits.WaitLog) -> list[EventRecord]:
+    """For answers and confirmations ``logged`` to an idle session (no message
+    among them): the idle re-emitted with the calls it still waits on, if any,
+    instead of a run that would only say running and idle again."""
+    work = [e for e in logged if e.type in STARTS_WORK]
+    return _waits.wait_again(waits) if _waits.settles_only(work) else []
 
 
 def check_accepting(session: SessionRecord) -> None:

@@ -135,6 +135,17 @@ class EventsAccepted:
     started: RunStart | None = None
     """The queued run, already claimed on the terms the caller gave."""
 
+    @property
+    def published(self) -> list[EventRecord]:
+        """What readers learn of: the echoes, and what the store logged with them
+        for the session (an idle re-emitted with the calls it still waits on),
+        in the log's order; never in the answer to the request."""
+        echoed = {e.id for e in self.echoes}
+        own = [e for e in self.logged if e.id not in echoed]
+        if not own:
+            return self.echoes
+        return sorted([*self.echoes, *own], key=lambda e: (e.seq is None, e.seq or 0))
+
 
 class EventLog(Protocol):
     async def accept_user_events(

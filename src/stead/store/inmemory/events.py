@@ -159,3 +159,11 @@ def queued_after_interrupt(t: Tables, session_id: str) -> bool:
 def work_logged_after(t: Tables, session_id: str, seq: int) -> bool:
     """``_events.work_logged_after``."""
     return any(e.type in STARTS_WORK for e in after(t, session_id, seq, None))
+
+
+def last_idle(t: Tables, session_id: str) -> EventRecord | None:
+    """``_events.last_idle``."""
+    for event in reversed(t.log.get(session_id, ())):
+        if event.type == EventType.SESSION_STATUS_IDLE:
+            return event.record(session_id)
+    return None

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from stead.store._answers import SETTLING_KEYS, first_answers, first_confirmations
-from stead.store._inbox import Validator, check_accepting, file_in
+from stead.store._inbox import Validator, check_accepting, file_in, still_waiting
+from stead.store._waits import WaitLog
 from stead.store.events import EventsAccepted, NewEvent
 from stead.store.inmemory import events, runs, sessions
 from stead.store.inmemory.tables import Tables
@@ -42,6 +43,15 @@ def accept(
     )
     echoes = [*repeated, *echoes]
     starts_work = any(e.type in STARTS_WORK for e in logged)
+    if starts_work and session.status == "idle":
+        waits = WaitLog(
+            lambda: events.last_idle(t, session_id),
+            lambda use_id: events.logged_answer(t, session_id, use_id, SETTLING_KEYS),
+            lambda batch: events.append_log(t, now, session_id, batch),
+        )
+        again = still_waiting(logged, waits)
+        logged += again
+        starts_work = not again
     started = None
     if starts_work:
         run_id = runs.start(t, now, session_id)

@@ -1,0 +1,61 @@
+"""A session idle on tool calls (``store._waits``) on every backend (SQLite,
+PostgreSQL and the in-memory store): what answers to some of the calls log,
+in the transaction that accepts them."""
+
+from __future__ import annotations
+
+import pytest
+
+from stead.ids import new_id
+from stead.store import ClaimTerms, NewEvent, RunStatus, RunWrite, SqlStore
+from tests.databases import STORES
+from tests.unit.conftest import new_session, user_message
+
+pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
+ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
+TERMS = ClaimTerms(owner="brain", lease_seconds=30.0, opening=lambda _attempts: [])
+
+
+def _result(use_id: str) -> NewEvent:
+    body = {"custom_tool_use_id": use_id, "content": [{"type": "text", "text": "ok"}]}
+    return NewEvent(new_id("event"), "user.custom_tool_result", body)
+
+
+async def _waiting(store: SqlStore) -> tuple[str, str]:
+    """(workspace id, session id) of a session idle on custom calls ``a`` and ``b``."""
+    workspace_id, session_id = await new_session(store)
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [user_message("sevt_hi")], ACCEPT_ALL, claim=TERMS
+    )
+    assert accepted.started is not None
+    uses = [NewEvent(i, "agent.custom_tool_use", {"name": "lookup", "input": {}}) for i in "ab"]
+    idle = {"stop_reason": {"type": "requires_action", "event_ids": ["a", "b"]}}
+    waits = NewEvent(new_id("event"), "session.status_idle", idle)
+    await store.run_write(
+        accepted.started.claim, RunWrite(events=[*uses, waits], status=RunStatus.DONE)
+    )
+    return workspace_id, session_id
+
+
+async def test_an_answer_to_some_of_the_calls_re_emits_the_wait_and_queues_no_run(
+    store: SqlStore,
+) -> None:
+    workspace_id, session_id = await _waiting(store)
+    answer = _result("a")
+    accepted = await store.accept_user_events(
+        workspace_id, session_id, [answer], ACCEPT_ALL, claim=TERMS
+    )
+    assert (accepted.starts_work, accepted.started) == (False, None)
+    assert await store.queued_runs(session_id) == []
+    assert [e.id for e in accepted.echoes] == [answer.id]
+    assert [e.type for e in accepted.published] == [
+        "user.custom_tool_result",
+        "session.status_idle",
+    ]
+    again = accepted.published[-1]
+    assert again.body["stop_reason"] == {"type": "requires_action", "event_ids": ["b"]}
+    last = await store.accept_user_events(
+        workspace_id, session_id, [_result("b")], ACCEPT_ALL, claim=TERMS
+    )
+    assert last.starts_work and last.started is not None
+    assert [e.type for e in last.published] == ["user.custom_tool_result"]
