@@ -157,3 +157,64 @@ def test_a_confirmation_of_one_call_waits_for_the_other_before_it_runs(
     assert ran.tool_use_id == write.id and not ran.is_error
     assert written.read_text() == "approved\n"
     assert rest[-1].stop_reason.type == "end_turn"
+
+
+def test_an_interrupt_closes_the_calls_the_session_waits_on(
+    sdk: anthropic.Anthropic, fake: FakeModel
+) -> None:
+    """The turn a wait leaves open ends as an interrupted running turn does:
+    each call gets an error result and the session goes idle with end_turn,
+    with no model request. Before, the interrupt was logged and changed
+    nothing: the next message found the calls still open and waited again."""
+    session_id = new_session(sdk, [LOOKUP])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        first, second = waiting_on(sdk, session_id, stream, "two lookups")
+        sdk.beta.sessions.events.send(session_id, events=[result(first.id, "A")])  # type: ignore[list-item]
+        until_idle(stream)
+        asked = fake.request_count
+        [sent] = sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}]).data
+        closed = until_idle(stream)
+        assert kinds(closed) == ["user.interrupt", "agent.tool_result", "session.status_idle"]
+        assert closed[0].id == sent.id
+        assert (closed[1].tool_use_id, closed[1].is_error) == (second.id, True)
+        assert closed[-1].stop_reason.type == "end_turn"
+        assert fake.request_count == asked
+        with pytest.raises(anthropic.BadRequestError, match="already has a result"):
+            sdk.beta.sessions.events.send(session_id, events=[result(second.id, "B")])  # type: ignore[list-item]
+        sdk.beta.sessions.events.send(session_id, events=[say("go on")])  # type: ignore[list-item]
+        turn = until_idle(stream)
+    assert turn[-1].stop_reason.type == "end_turn"
+    assert any(e.type == "agent.message" for e in turn)
+    sent_back = fake.requests[-1].body["messages"][-1]["content"]
+    answers = [b for b in sent_back if b["type"] == "tool_result"]
+    assert [(b["tool_use_id"], b.get("is_error", False)) for b in answers] == [
+        (first.id, False),
+        (second.id, True),
+    ]
+
+
+def test_an_interrupt_then_a_message_in_one_request_stops_then_does_this(
+    sdk: anthropic.Anthropic,
+) -> None:
+    """A confirmation the session waits on is closed too; the message after the
+    interrupt starts the next turn, and an answer after it to a closed call is
+    refused with the whole request."""
+    session_id = new_session(sdk, [LOOKUP, ASKS_BEFORE_WRITING])
+    with sdk.beta.sessions.events.stream(session_id) as stream:
+        lookup, write = waiting_on(sdk, session_id, stream, "lookup and write")
+        interrupt = {"type": "user.interrupt"}
+        with pytest.raises(anthropic.BadRequestError, match="closed by the interrupt"):
+            sdk.beta.sessions.events.send(session_id, events=[interrupt, result(lookup.id, "A")])  # type: ignore[list-item]
+        sdk.beta.sessions.events.send(session_id, events=[interrupt, say("instead")])  # type: ignore[list-item]
+        closed = until_idle(stream)
+        turn = until_idle(stream)
+    assert kinds(closed) == [
+        "user.interrupt",
+        "agent.tool_result",
+        "agent.tool_result",
+        "session.status_idle",
+    ]
+    assert {e.tool_use_id for e in closed[1:3]} == {lookup.id, write.id}
+    assert closed[-1].stop_reason.type == "end_turn"
+    assert kinds(turn)[:2] == ["user.message", "session.status_running"]
+    assert turn[-1].stop_reason.type == "end_turn"

@@ -9,7 +9,7 @@ import pytest
 from stead.ids import new_id
 from stead.store import ClaimTerms, NewEvent, RunStatus, RunWrite, SqlStore
 from tests.databases import STORES
-from tests.unit.conftest import new_session, user_message
+from tests.unit.conftest import definition, new_session, user_message
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
 ACCEPT_ALL = lambda _session, _lookup: None  # noqa: E731
@@ -59,3 +59,49 @@ async def test_an_answer_to_some_of_the_calls_re_emits_the_wait_and_queues_no_ru
     )
     assert last.starts_work and last.started is not None
     assert [e.type for e in last.published] == ["user.custom_tool_result"]
+
+
+@pytest.mark.parametrize("environment", ["cloud", "self_hosted"])
+async def test_an_interrupt_answers_each_call_waited_on_by_its_kind(
+    store: SqlStore, environment: str
+) -> None:
+    """A custom call and a built-in one get an ``agent.tool_result`` (a
+    self-hosted environment's worker a ``user.tool_result``, the only answer
+    it takes), an MCP call an ``agent.mcp_tool_result``; then the idle."""
+    workspace = await store.create_workspace("w")
+    agent = await store.create_agent(workspace.id, definition())
+    env = await store.create_environment(workspace.id, "e", None, {"type": environment}, {}, None)
+    session, _ = await store.create_session(
+        workspace.id, (agent.id, None), lambda a: {"id": a.id}, env.id, {}, []
+    )
+    accepted = await store.accept_user_events(
+        workspace.id, session.id, [user_message("sevt_hi")], ACCEPT_ALL, claim=TERMS
+    )
+    assert accepted.started is not None
+    uses = [
+        NewEvent("c", "agent.custom_tool_use", {"name": "lookup", "input": {}}),
+        NewEvent("t", "agent.tool_use", {"name": "write", "evaluated_permission": "ask"}),
+        NewEvent("m", "agent.mcp_tool_use", {"name": "x", "evaluated_permission": "ask"}),
+    ]
+    idle = {"stop_reason": {"type": "requires_action", "event_ids": ["c", "t", "m"]}}
+    waits = NewEvent(new_id("event"), "session.status_idle", idle)
+    await store.run_write(
+        accepted.started.claim, RunWrite(events=[*uses, waits], status=RunStatus.DONE)
+    )
+    interrupt = NewEvent(new_id("event"), "user.interrupt", {})
+    done = await store.accept_user_events(
+        workspace.id, session.id, [interrupt], ACCEPT_ALL, claim=TERMS
+    )
+    assert (done.starts_work, [e.id for e in done.echoes]) == (False, [interrupt.id])
+    built_in = "user.tool_result" if environment == "self_hosted" else "agent.tool_result"
+    assert [(e.type, e.body.get("is_error")) for e in done.published] == [
+        ("user.interrupt", None),
+        ("agent.tool_result", True),
+        (built_in, True),
+        ("agent.mcp_tool_result", True),
+        ("session.status_idle", None),
+    ]
+    assert done.published[-1].body["stop_reason"] == {"type": "end_turn"}
+    another = NewEvent(new_id("event"), "user.interrupt", {})
+    again = await store.accept_user_events(workspace.id, session.id, [another], ACCEPT_ALL)
+    assert [e.type for e in again.published] == ["user.interrupt"]  # nothing left to close

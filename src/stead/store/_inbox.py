@@ -10,7 +10,16 @@ from sqlalchemy import Connection
 
 from stead import usage as accounting
 from stead.events import EventType
-from stead.store import _answers, _claims, _events, _locks, _runs, _sessions, _waits
+from stead.store import (
+    _answers,
+    _claims,
+    _environments,
+    _events,
+    _locks,
+    _runs,
+    _sessions,
+    _waits,
+)
 from stead.store.base import ClaimTerms, EventRecord, EventsAccepted, NewEvent, SessionRecord
 from stead.store.errors import Conflict
 from stead.store.runs import STARTS_WORK
@@ -34,9 +43,10 @@ def accept(
     validate: Validator,
     claim: ClaimTerms | None = None,
 ) -> EventsAccepted:
-    if any(e.type in QUEUED_TYPES for e in new):
+    if any(e.type in QUEUED_TYPES or e.type == EventType.USER_INTERRUPT for e in new):
         # Busy or idle is decided on the session's state as of the lock: a run
-        # that finishes meanwhile drains the queue only after this commits.
+        # that finishes meanwhile drains the queue only after this commits, and
+        # an interrupt closes the calls of an idle session only.
         _locks.session(conn, session_id)
         session = _sessions.get(conn, workspace_id, session_id)
     else:
@@ -52,25 +62,30 @@ def accept(
         new, lambda use_id: _answers.logged_answer(conn, session_id, use_id, _answers.SETTLING_KEYS)
     )
     repeated += confirmed
-    echoes, logged = file_in(
+    waits = _waits.WaitLog(
+        lambda: _events.last_idle(conn, session_id),
+        lambda use_id: _answers.logged_answer(conn, session_id, use_id, _answers.SETTLING_KEYS),
+        lambda event_id: _events.find(conn, session_id, event_id),
+        lambda batch: _events.append_log(conn, now, session_id, batch),
+        lambda: (
+            _environments.get(conn, workspace_id, session.environment_id).config.get("type")
+            == "self_hosted"
+        ),
+        lambda: _sessions.get(conn, workspace_id, session_id).status == "idle",
+    )
+    echoes, logged, work = file_in(
         session,
         new,
         lambda: _events.pending_count(conn, session_id),
         lambda batch: _events.enqueue(conn, now, session_id, batch),
         lambda batch: _events.append_log(conn, now, session_id, batch),
         lambda: _events.mark_interrupt(conn, session_id),
+        lambda: _waits.close(waits),
     )
     echoes = [*repeated, *echoes]
-    starts_work = any(e.type in STARTS_WORK for e in logged)
-    if starts_work and session.status == "idle":
-        waits = _waits.WaitLog(
-            lambda: _events.last_idle(conn, session_id),
-            lambda use_id: _answers.logged_answer(conn, session_id, use_id, _answers.SETTLING_KEYS),
-            lambda batch: _events.append_log(conn, now, session_id, batch),
-        )
-        again = still_waiting(logged, waits)
-        logged += again
-        starts_work = not again
+    again = still_waiting(session, work, waits)
+    logged += again
+    starts_work = bool(work) and not again
     started = None
     if starts_work:
         run_id = _runs.start(conn, now, session_id)
@@ -82,12 +97,16 @@ def accept(
     return EventsAccepted(echoes, logged, starts_work, started)
 
 
-def still_waiting(logged: Sequence[EventRecord], waits: _waits.WaitLog) -> list[EventRecord]:
-    """For answers and confirmations ``logged`` to an idle session (no message
-    among them): the idle re-emitted with the calls it still waits on, if any,
-    instead of a run that would only say running and idle again."""
-    work = [e for e in logged if e.type in STARTS_WORK]
-    return _waits.wait_again(waits) if _waits.settles_only(work) else []
+def still_waiting(
+    session: SessionRecord, work: Sequence[EventRecord], waits: _waits.WaitLog
+) -> list[EventRecord]:
+    """For answers and confirmations to an idle session (``work``, the events
+    that start work the request logged, no message among them): the idle
+    re-emitted with the calls it still waits on, if any, instead of a run that
+    would only say running and idle again."""
+    if not work or session.status != "idle" or not _waits.settles_only(work):
+        return []
+    return _waits.wait_again(waits)
 
 
 def check_accepting(session: SessionRecord) -> None:
@@ -107,15 +126,21 @@ def file_in(
     enqueue: Batch,
     append: Batch,
     mark_interrupt: Callable[[], None],
-) -> tuple[list[EventRecord], list[EventRecord]]:
+    close_waits: Callable[[], list[EventRecord]],
+) -> tuple[list[EventRecord], list[EventRecord], list[EventRecord]]:
     """Files ``new`` into a busy session's queue (what waits for the turn) or its
-    log, in the request's order; returns the echoes and the logged among them.
+    log, in the request's order; returns the echoes, everything logged (the
+    logged echoes and what ``close_waits`` logged after them), and the logged
+    events that start work since the last turn an interrupt closed.
     Paused at the budget (idle at its cap) an interrupt is accepted and ignored,
     not logged (spec §3.1); a turn still running at the cap (its last model
     request crossed it, its tools still run) is stopped by one as any other.
     An interrupt logged marks the queue's tail (``mark_interrupt``, after what
     the request queued before it): the turn it ends answers what was queued past
-    the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``)."""
+    the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``).
+    An interrupt to an idle session closes the calls it waits on
+    (``close_waits``, ``_waits.close``): what the request logged before it is
+    left unanswered, as a running turn's interrupt leaves it."""
     busy = session.status != "idle"
     if not busy and accounting.at_cap(session.budget, session.usage):
         new = [e for e in new if e.type != EventType.USER_INTERRUPT]
@@ -128,15 +153,36 @@ def file_in(
         )
     echoes: list[EventRecord] = []
     logged: list[EventRecord] = []
+    work: list[EventRecord] = []
+    closed: list[EventRecord] = []
     # Keep the request's order: a run of queued events, then a run of logged ones, ...
     for is_queued, group in groupby(new, key=lambda e: busy and e.type in QUEUED_TYPES):
         batch = list(group)
         if is_queued:
             echoes += enqueue(batch)
-        else:
-            records = append(batch)
+            continue
+        for part in _through_interrupts(batch):
+            _waits.refuse_closed(part, closed)
+            records = append(part)
             echoes += records
             logged += records
-            if any(e.type == EventType.USER_INTERRUPT for e in batch):
-                mark_interrupt()  # idle, the queue is empty: the mark is its tail
-    return echoes, logged
+            work += [r for r in records if r.type in STARTS_WORK]
+            if part[-1].type != EventType.USER_INTERRUPT:
+                continue
+            mark_interrupt()  # idle, the queue is empty: the mark is its tail
+            ended = [] if busy else close_waits()
+            if ended:
+                logged += ended
+                closed += ended
+                work = []  # the turn the work was for is over
+    return echoes, logged, work
+
+
+def _through_interrupts(batch: list[NewEvent]) -> list[list[NewEvent]]:
+    """``batch`` cut after each interrupt."""
+    parts: list[list[NewEvent]] = [[]]
+    for event in batch:
+        parts[-1].append(event)
+        if event.type == EventType.USER_INTERRUPT:
+            parts.append([])
+    return [part for part in parts if part]

@@ -138,8 +138,9 @@ class EventsAccepted:
     @property
     def published(self) -> list[EventRecord]:
         """What readers learn of: the echoes, and what the store logged with them
-        for the session (an idle re-emitted with the calls it still waits on),
-        in the log's order; never in the answer to the request."""
+        for the session (an idle re-emitted with the calls it still waits on, an
+        interrupt's answers to them and its idle), in the log's order; never in
+        the answer to the request."""
         echoed = {e.id for e in self.echoes}
         own = [e for e in self.logged if e.id not in echoed]
         if not own:

@@ -9,11 +9,11 @@ from datetime import datetime
 
 from stead.store._answers import SETTLING_KEYS, first_answers, first_confirmations
 from stead.store._inbox import Validator, check_accepting, file_in, still_waiting
-from stead.store._waits import WaitLog
+from stead.store._waits import WaitLog, close
 from stead.store.events import EventsAccepted, NewEvent
-from stead.store.inmemory import events, runs, sessions
+from stead.store.inmemory import agents, events, runs, sessions
 from stead.store.inmemory.tables import Tables
-from stead.store.runs import STARTS_WORK, ClaimTerms
+from stead.store.runs import ClaimTerms
 
 
 def accept(
@@ -33,25 +33,30 @@ def accept(
         new, lambda use_id: events.logged_answer(t, session_id, use_id, SETTLING_KEYS)
     )
     repeated += confirmed
-    echoes, logged = file_in(
+    waits = WaitLog(
+        lambda: events.last_idle(t, session_id),
+        lambda use_id: events.logged_answer(t, session_id, use_id, SETTLING_KEYS),
+        lambda event_id: events.find(t, session_id, event_id),
+        lambda batch: events.append_log(t, now, session_id, batch),
+        lambda: (
+            agents.get_environment(t, workspace_id, session.environment_id).config.get("type")
+            == "self_hosted"
+        ),
+        lambda: sessions.get(t, workspace_id, session_id).status == "idle",
+    )
+    echoes, logged, work = file_in(
         session,
         new,
         lambda: len(t.pending.get(session_id, ())),
         lambda batch: events.enqueue(t, session_id, batch),
         lambda batch: events.append_log(t, now, session_id, batch),
         lambda: events.mark_interrupt(t, session_id),
+        lambda: close(waits),
     )
     echoes = [*repeated, *echoes]
-    starts_work = any(e.type in STARTS_WORK for e in logged)
-    if starts_work and session.status == "idle":
-        waits = WaitLog(
-            lambda: events.last_idle(t, session_id),
-            lambda use_id: events.logged_answer(t, session_id, use_id, SETTLING_KEYS),
-            lambda batch: events.append_log(t, now, session_id, batch),
-        )
-        again = still_waiting(logged, waits)
-        logged += again
-        starts_work = not again
+    again = still_waiting(session, work, waits)
+    logged += again
+    starts_work = bool(work) and not again
     started = None
     if starts_work:
         run_id = runs.start(t, now, session_id)
