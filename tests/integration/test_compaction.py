@@ -225,6 +225,40 @@ def test_an_answer_with_no_summary_ends_the_turn_and_is_counted(
     assert usage.input_tokens == 3 * ANSWER_USAGE["input_tokens"] + SUMMARY_USAGE["input_tokens"]
 
 
+def wordy(body: dict[str, Any]) -> Turn:
+    """Writes a summary longer than the whole 2,000-token window."""
+    if SUMMARY_INSTRUCTION in last_user_text(body):
+        return Turn([Text(f"{SUMMARY} " + "s" * 9000 + " END")], usage=SUMMARY_USAGE)
+    return answer(body)
+
+
+def test_a_summary_longer_than_the_window_is_cut_and_the_session_goes_on(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """Kept whole, the summary alone filled the window: every later request was
+    compacted again, each summary as long, until three compactions in a row
+    ended the turn at the limit; and since no answer came after them, every
+    later message ended at the limit at once, for good."""
+    with FakeModel(wordy) as model:
+        env = loop_env(model, STEAD_CONTEXT_WINDOWS=WINDOWS)
+        server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+        try:
+            with sdk_of(server) as sdk:
+                session_id = new_session(sdk)
+                talk(sdk, session_id, "t", range(6))
+                events = types(sdk, session_id)
+        finally:
+            server.stop()
+        answered = [r for r in model.requests if not summarising(r)]
+    assert [e.error.message for e in events if e.type == "session.error"] == []
+    assert [e.stop_reason.type for e in events if e.type == "session.status_idle"] == [
+        "end_turn"
+    ] * 6
+    summary = first_text(answered[-1])
+    assert summary.startswith(f"<conversation-summary>\n{SUMMARY}")
+    assert "characters left out" in summary and summary.endswith("END\n</conversation-summary>")
+
+
 def test_a_model_on_an_openai_compatible_server_compacts_too(
     tmp_path: Path, fake: FakeModel, forker: ServeForker
 ) -> None:

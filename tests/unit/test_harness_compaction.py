@@ -176,6 +176,43 @@ def test_compactions_in_a_row_without_an_answer_reach_the_limit() -> None:
     assert isinstance(plan(log.events), Compact)
 
 
+def test_a_turn_the_limit_ended_leaves_the_next_message_a_count_of_its_own() -> None:
+    """The compactions of a turn that ended at the limit are not the next
+    turn's: before, they counted until the model answered again, which it
+    never did, so every message from then on ended at the limit at once."""
+    log = conversation(5)
+    for count in range(3):
+        log.compacted(f"summary {count}", 1)
+    assert isinstance(plan(log.events), CompactionLimit)
+    log.add("session.status_idle", stop_reason={"type": "retries_exhausted"})
+    log.user("next")
+    assert isinstance(plan(log.events), Compact)
+    waiting = conversation(5)  # a wait for input ends no turn: its compactions count
+    for count in range(3):
+        waiting.compacted(f"summary {count}", 1)
+    waiting.add("session.status_idle", stop_reason={"type": "requires_action"})
+    assert isinstance(plan(waiting.events), CompactionLimit)
+
+
+def test_a_summary_too_long_for_the_window_is_cut_to_leave_room_for_the_rest() -> None:
+    """A summary longer than the window left (a small window, a model that
+    wrote at length) is recorded with its middle left out, so the request
+    after it fits. Before, it was kept whole: every later request was too
+    large, each compaction wrote another such summary, and after three in a
+    row every message ended at the compaction limit."""
+    log = conversation(4)
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    answer = ModelResponse([{"type": "text", "text": "S" * 20_000 + " the end"}], "end_turn")
+    body = compacted_body(answer, planned)
+    summary = body["_internal"]["summary"]
+    assert "characters left out" in summary and summary.endswith("the end")
+    log.add("agent.thread_context_compacted", **body)
+    assert plan(log.events) is None
+    request = build_request(AGENT, log.events, {}, max_tokens=100)
+    assert estimate_tokens(request.as_params()) <= LIMITS.trigger
+
+
 def test_an_older_part_too_large_for_one_request_is_summarised_in_pieces() -> None:
     log = Log()
     for number in range(14):  # about 1,450 tokens, nearly twice the trigger

@@ -87,6 +87,9 @@ class Compact:
     kept_from: int
     context_tokens: int
     """How large the request it replaces was (``pre_compaction_tokens``)."""
+    summary_tokens: int = MIN_PIECE_TOKENS
+    """The most of the summary the request after it has room for, with the
+    part kept and the agent's own prompt and tools (``compacted_body``)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +175,13 @@ def plan_compaction(
     else:
         messages.append({"role": "user", "content": [instruction]})
     asking = shaped(messages)
-    return Compact(asking, int(live[cut]["_seq"]), tokens)
+    # What the summary may take of the next request: the window as the model
+    # counts it, less what is kept word for word (a longer one would make that
+    # request too large, and every later one, however often it is compacted),
+    # and at most what the next summarising request shows of it.
+    kept = estimate_tokens(shaped(render_messages("", live[cut:])).as_params())
+    room_left = min(int(limits.trigger / scale) - kept, room // 2)
+    return Compact(asking, int(live[cut]["_seq"]), tokens, max(room_left, MIN_PIECE_TOKENS))
 
 
 def _undercount(estimate: int, events: Sequence[Json]) -> float:
@@ -244,21 +253,33 @@ def _last_count(events: Sequence[Json]) -> tuple[int, int] | None:
 
 
 def consecutive_compactions(events: Sequence[Json], tokens: int | None = None) -> int:
-    """Compactions since the model last answered that did not make the context
-    smaller: each is compared with the next one's ``pre_compaction_tokens``, the
-    latest with ``tokens`` (the context now; none: every one counts). An older
-    part summarised in pieces shrinks the context at each piece, however many
-    it takes (after a smaller window is configured, say)."""
+    """Compactions since the model last answered, in this turn, that did not
+    make the context smaller: each is compared with the next one's
+    ``pre_compaction_tokens``, the latest with ``tokens`` (the context now;
+    none: every one counts). An older part summarised in pieces shrinks the
+    context at each piece, however many it takes (after a smaller window is
+    configured, say). A turn that ended (at the limit, say) passes none on to
+    the next: no answer came after them, so they would count for good."""
     sizes: list[int] = []
     for event in reversed(events):
         if event["type"] == EventType.AGENT_THREAD_CONTEXT_COMPACTED:
             sizes.append(int(event.get("pre_compaction_tokens") or 0))
-        elif event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
+        elif _answered(event) or _ended_turn(event):
             break
     if tokens is None:
         return len(sizes)
     after = [tokens, *sizes][: len(sizes)]
     return sum(1 for size, then in zip(sizes, after, strict=True) if then >= size)
+
+
+def _answered(event: Json) -> bool:
+    return event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error")
+
+
+def _ended_turn(event: Json) -> bool:
+    """An idle that ends a turn (one that waits for input does not)."""
+    ended = idle_reason(event)
+    return ended is not None and ended != "requires_action"
 
 
 def choose_cut(
@@ -343,6 +364,10 @@ def _elided(value: Any, chars: int) -> Any:
     return value
 
 
+CUT_MARK_CHARS = 48
+"""At most what ``_shortened`` adds to the head and tail it keeps."""
+
+
 def _shortened(text: str, chars: int) -> str:
     if len(text) <= chars:
         return text
@@ -365,6 +390,9 @@ def compacted_body(response: ModelResponse, plan: Compact) -> Json:
     if not summary:
         message = "the model answered the summarising request with no text"
         raise UpstreamError(message, retryable=False)
+    # Cut as a long older event is cut for the summarising request: its head
+    # and tail, saying how much was left out (which the room takes too).
+    summary = _shortened(summary, plan.summary_tokens * CHARS_PER_TOKEN - CUT_MARK_CHARS)
     return {
         "pre_compaction_tokens": plan.context_tokens,
         "_internal": {"summary": summary, "kept_from": plan.kept_from},
