@@ -1,8 +1,10 @@
 """MCP bearer tokens from vault credentials (``runtime/mcp_auth.py``) on a real
-SQLite store and a real OAuth token endpoint on loopback: concurrent callers
-share one refresh, a caller that waited uses the winner's token, an expiring
-token is refreshed before use, and a refresh by a process whose key is no longer
-the database's fails the call instead of storing tokens under that key."""
+SQLite store and a real OAuth token endpoint on loopback (which rotates refresh
+tokens: each is taken once): concurrent callers share one refresh, a caller
+that waited uses the winner's token, an expiring token is refreshed before use,
+a refresh by a process whose key is no longer the database's fails the call
+without spending the refresh token, and tokens the store did not take are
+stored by the next attempt instead of asked for again."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from stead.config import Settings
 from stead.ids import new_id
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, ServerToken
-from stead.store import SqlStore
+from stead.store import DatabaseBusy, SqlStore, StaleSecretKey
 from stead.testing.mcp_server import MCP_TEST_PIN, FakeMcpServer
 from stead.vault import KEPT_KEY, SecretBox
 from stead.vault.cipher import key_id
@@ -137,22 +139,74 @@ async def test_a_credential_gone_since_the_call_began_is_not_refreshed(
     assert mcp.refreshes == before
 
 
-async def test_a_refresh_under_a_key_the_database_no_longer_keeps_is_not_stored(
+async def test_a_refresh_under_a_key_the_database_no_longer_keeps_spends_nothing(
     store: SqlStore, mcp: FakeMcpServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A rotation moved the database's key while this process ran on the old one:
-    the refreshed tokens are not stored sealed under it (before, they were, and
-    were lost with the old key); the call fails saying why, logged once."""
-    tokens, _, workspace_id, vault_id = await _tokens(store, mcp, None)
+    the call fails saying why, logged once, and the token endpoint is not asked.
+    Before, it was: the endpoint rotated the refresh token, the new one could
+    not be stored, and the stored one was spent, so once a server ran on the
+    right key every refresh of the credential was refused (HTTP 400) until its
+    user authorised stead again."""
+    tokens, box, workspace_id, vault_id = await _tokens(store, mcp, None)
     held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
     assert held.credential is not None and held.token is not None
     await store.replace_installation_value(KEPT_KEY, key_id(new_key()))
+    before = mcp.refreshes
     with caplog.at_level(logging.INFO, "stead.runtime.mcp"), pytest.raises(McpAuthFailed) as failed:
         await tokens.refreshed(held)
     assert "this server's secret key is not the database's" in str(failed.value)
     assert "STEAD_SECRET_KEY" in str(failed.value)
     [logged] = [r.getMessage() for r in caplog.records]
-    assert "were not stored" in logged and "sealed under key" in logged
+    assert "not refreshed" in logged and "sealed under key" in logged
     assert held.token not in str(failed.value) + logged
+    assert mcp.refreshes == before
     stored = await store.get_credential(workspace_id, vault_id, held.credential.id)
     assert stored.sealed == held.credential.sealed
+    await store.replace_installation_value(KEPT_KEY, box.key_id)  # served on the right key
+    renewed = await tokens.refreshed(held)
+    assert renewed.token is not None and renewed.token != held.token
+
+
+class RefusingCredentialWrites:
+    """The store, refusing the next credential write with ``error``: a rotation
+    between the refresh's key check and its write-back, or the database away."""
+
+    def __init__(self, store: SqlStore, error: Exception) -> None:
+        self._store = store
+        self.error: Exception | None = error
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def update_credential(self, *args: object) -> object:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return await self._store.update_credential(*args)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("refusal", ["key rotated", "database busy"])
+async def test_tokens_the_store_refused_are_stored_by_the_next_refresh(
+    store: SqlStore, mcp: FakeMcpServer, refusal: str
+) -> None:
+    """The endpoint rotated the refresh token, and the store refused the new
+    tokens: the next refresh stores them instead of asking again with the
+    stored refresh token, which the endpoint would refuse as spent."""
+    tokens, box, workspace_id, vault_id = await _tokens(store, mcp, None)
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert held.credential is not None
+    error = (
+        StaleSecretKey(box.key_id, b"k" * 8) if refusal == "key rotated" else DatabaseBusy("gone")
+    )
+    refusing = RefusingCredentialWrites(store, error)
+    egress = McpEgress(Settings(egress_hosts=MCP_TEST_PIN))
+    tokens = McpTokens(refusing, box, egress, timeout=10.0)  # type: ignore[arg-type]
+    before = mcp.refreshes
+    with pytest.raises((McpAuthFailed, DatabaseBusy)):
+        await tokens.refreshed(held)
+    assert mcp.refreshes == before + 1
+    renewed = await tokens.refreshed(held)
+    assert mcp.refreshes == before + 1
+    again = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert renewed.token is not None and again.token == renewed.token != held.token

@@ -30,10 +30,10 @@ from stead.harness import (
 )
 from stead.jsonvalues import Json, weight
 from stead.runtime.bounded import Bounded
-from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, load_mcp
+from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, TokenStore, load_mcp
 from stead.runtime.sandboxconfig import session_networking
 from stead.schemas import agents
-from stead.store import EnvironmentStore, SessionRecord, VaultStore
+from stead.store import EnvironmentStore, SessionRecord
 from stead.tools import ToolOutcome
 from stead.vault import SecretBox
 
@@ -86,7 +86,7 @@ _ListKey = tuple[str, str, str]
 """(session id, server name, server URL)."""
 
 
-class McpStore(EnvironmentStore, VaultStore, Protocol):
+class McpStore(EnvironmentStore, TokenStore, Protocol):
     """What MCP calls use: the environment's networking and the vaults' tokens."""
 
 

@@ -6,6 +6,13 @@ URL. An ``mcp_oauth`` token is refreshed shortly before it expires and after a
 401, one refresh at a time per credential (a caller that waited for another's
 refresh uses its token), and the new tokens are written back sealed, so every
 session and the next process use them.
+
+A token endpoint may rotate refresh tokens: once it answers, the stored refresh
+token is spent, and only the answer's can refresh again. So a process that
+could not store the answer (its key is not the database's) does not ask; and
+an answer the store refused (a rotation since that check, the database away)
+is kept in memory and stored by the next refresh of the credential instead of
+asked for again. It is lost only if this process ends first.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
 from anyio import to_thread
@@ -24,9 +31,17 @@ from anyio import to_thread
 from stead.config import Settings
 from stead.egress_policy import EgressPolicy, UpstreamTls
 from stead.jsonvalues import Json
+from stead.runtime.bounded import Bounded
 from stead.runtime.keyed_locks import KeyedLocks
-from stead.store import Conflict, CredentialRecord, NotFound, StaleSecretKey, VaultStore
-from stead.vault import SealError, SecretBox
+from stead.store import (
+    Conflict,
+    CredentialRecord,
+    DatabaseBusy,
+    NotFound,
+    StaleSecretKey,
+    VaultStore,
+)
+from stead.vault import KEPT_KEY, SealError, SecretBox
 
 if TYPE_CHECKING:
     from stead.tools.mcp import EgressRules, TokenGrant
@@ -36,6 +51,8 @@ MCP_MODULE = "stead.tools.mcp"
 MCP_AUTH_TYPES = ("mcp_oauth", "static_bearer")
 REFRESH_AHEAD = timedelta(seconds=60)
 """A token this close to its ``expires_at`` is refreshed before it is used."""
+UNSTORED_KEPT = 1024
+"""Credentials whose refreshed tokens the store refused, held until stored."""
 
 
 async def load_mcp() -> ModuleType:
@@ -82,6 +99,24 @@ class McpAuthFailed(Exception):
     """No usable token: none in the vaults, or a refresh that failed."""
 
 
+class TokenStore(VaultStore, Protocol):
+    """The vaults, and the id of the key the database's secrets are sealed
+    under (``stead.vault.KEPT_KEY``)."""
+
+    async def installation_value(self, name: str, value: bytes) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Unstored:
+    """A refresh's answer the store refused, and the refresh token it replaced."""
+
+    used: str
+    grant: TokenGrant
+
+    def __repr__(self) -> str:
+        return "Unstored(<hidden>)"
+
+
 @dataclass(frozen=True, slots=True)
 class ServerToken:
     credential: CredentialRecord | None
@@ -109,7 +144,7 @@ def _expires_soon(
 
 class McpTokens:
     def __init__(
-        self, store: VaultStore, box: SecretBox, egress: McpEgress, *, timeout: float
+        self, store: TokenStore, box: SecretBox, egress: McpEgress, *, timeout: float
     ) -> None:
         self._store = store
         self._box = box
@@ -117,6 +152,8 @@ class McpTokens:
         self._timeout = timeout
         self._refreshing = KeyedLocks()
         """By credential id: one refresh at a time."""
+        self._unstored: Bounded[str, Unstored] = Bounded(UNSTORED_KEPT)
+        """By credential id: an answer to write back before asking again."""
 
     async def token_for(self, workspace_id: str, vault_ids: list[str], url: str) -> ServerToken:
         """The token for the server at ``url``, refreshed first if it is about to expire."""
@@ -175,34 +212,61 @@ class McpTokens:
             if now.token != held.token and not _expires_soon(current, datetime.now(UTC)):
                 return now  # refreshed by someone else while this call waited
             secret = self._box.open(current.id, current.sealed)
-            if "refresh_token" not in secret:
+            used = secret.get("refresh_token")
+            if not isinstance(used, str):
                 raise McpAuthFailed(f"credential {credential.id} has no refresh token")
-            mcp = await load_mcp()
-            try:
-                rules = self._egress.rules(mcp)
-                grant = await refresh_grant(mcp, current, secret, self._timeout, rules)
-            except mcp.RefreshFailed as exc:
-                message = f"refreshing credential {credential.id} failed: {exc}"
-                raise McpAuthFailed(message) from None
-            updated = await self._write_back(current, secret["refresh_token"], grant)
+            kept = self._unstored.get(current.id)
+            if kept is not None and kept.used == used:
+                grant = kept.grant  # asked for already: the stored refresh token is spent
+            else:
+                grant = await self._asked(current, secret)
+            updated = await self._write_back(current, used, grant)
             log.info("refreshed the access token of credential %s", credential.id)
             return ServerToken(updated, grant.access_token)
+
+    async def _asked(self, current: CredentialRecord, secret: dict[str, object]) -> TokenGrant:
+        """The token endpoint's answer, asked only when this process can store it."""
+        # Kept now, when the database kept none (as ``vault.kept_key_id`` does).
+        kept = await self._store.installation_value(KEPT_KEY, self._box.key_id)
+        if kept != self._box.key_id:  # the key was rotated while this process ran
+            stale = StaleSecretKey(self._box.key_id, kept)
+            log.error("the access token of credential %s was not refreshed: %s", current.id, stale)
+            raise _unstorable(current)
+        mcp = await load_mcp()
+        try:
+            rules = self._egress.rules(mcp)
+            return await refresh_grant(mcp, current, secret, self._timeout, rules)
+        except mcp.RefreshFailed as exc:
+            message = f"refreshing credential {current.id} failed: {exc}"
+            raise McpAuthFailed(message) from None
 
     async def _write_back(
         self, current: CredentialRecord, used: str, grant: TokenGrant
     ) -> CredentialRecord:
-        """``write_back_grant``, or ``McpAuthFailed`` when the credential cannot take it."""
+        """``write_back_grant``, or ``McpAuthFailed`` when the credential cannot take
+        it. A grant the store refused for now is kept for the next refresh."""
         try:
-            return await write_back_grant(self._store, self._box, current, used, grant)
+            updated = await write_back_grant(self._store, self._box, current, used, grant)
         except (NotFound, Conflict):  # deleted or archived while the grant was asked for
+            self._unstored.pop(current.id)
             raise McpAuthFailed(f"credential {current.id} was deleted or archived") from None
-        except StaleSecretKey as exc:  # the key was rotated while this process ran
+        except StaleSecretKey as exc:  # the key was rotated since the check
+            self._unstored.put(current.id, Unstored(used, grant))
             log.error("the refreshed tokens of credential %s were not stored: %s", current.id, exc)
-            raise McpAuthFailed(
-                f"refreshing credential {current.id}: its new tokens cannot be stored, as this "
-                "server's secret key is not the database's (the server must be restarted "
-                "with the current STEAD_SECRET_KEY)"
-            ) from None
+            raise _unstorable(current) from None
+        except DatabaseBusy:
+            self._unstored.put(current.id, Unstored(used, grant))
+            raise
+        self._unstored.pop(current.id)
+        return updated
+
+
+def _unstorable(credential: CredentialRecord) -> McpAuthFailed:
+    return McpAuthFailed(
+        f"refreshing credential {credential.id}: its new tokens cannot be stored, as this "
+        "server's secret key is not the database's (the server must be restarted "
+        "with the current STEAD_SECRET_KEY)"
+    )
 
 
 async def refresh_grant(
