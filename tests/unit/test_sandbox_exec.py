@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import anyio
@@ -22,6 +21,11 @@ def process_gone(pid: int) -> bool:
     except FileNotFoundError:
         return True
     return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")
+
+
+GIVE_UP_SECONDS = 10.0
+"""Bounds a wait that ends in milliseconds, a third of the ``sleep 30`` it
+must not wait for: a loaded machine never makes it fail, a stuck exec does."""
 
 
 async def wait_gone(pid: int, within: float) -> None:
@@ -116,9 +120,11 @@ async def test_timeout_kills_the_shell_group_and_the_next_call_works(
     assert after.output == "ok[]\n"
 
 
-async def test_cancellation_kills_the_group_within_200ms_and_propagates(
+async def test_cancellation_kills_the_group_and_propagates(
     sandbox: UnsafeLocalSandbox, tmp_path: Path
 ) -> None:
+    """The cancelled exec gives up at once, not when its command would end (a
+    background ``sleep 30``), and takes the command's whole group with it."""
     fifo = tmp_path / "pid"
     os.mkfifo(fifo)
     scope = anyio.CancelScope()
@@ -132,16 +138,14 @@ async def test_cancellation_kills_the_group_within_200ms_and_propagates(
                 reraised.append(True)
                 raise
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run)
-        pid = int(await read_fifo(fifo))
-        assert not process_gone(pid)
-        cancelled_at = time.monotonic()
-        scope.cancel()
-    elapsed = time.monotonic() - cancelled_at
+    with anyio.fail_after(GIVE_UP_SECONDS):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            pid = int(await read_fifo(fifo))
+            assert not process_gone(pid)
+            scope.cancel()
     assert reraised == [True]
-    assert elapsed < 0.2, f"exec took {elapsed:.3f} s to give up after cancellation"
-    await wait_gone(pid, max(0.0, 0.2 - elapsed) + 0.001)
+    await wait_gone(pid, GIVE_UP_SECONDS)
     recorded = await sandbox.exec_result("a")
     assert recorded is not None and recorded.interrupted and recorded.exit_code is None
     assert (await sandbox.exec("echo again", op_key="b", timeout=5)).output == "again\n"
