@@ -7,10 +7,15 @@ sockets, a loopback HTTPS origin with a test CA, as in ``test_egress_tls``."""
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import logging
+import os
+import re
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote, quote_plus
 
 import anyio
 import h11
@@ -21,6 +26,7 @@ from anyio.streams.tls import TLSStream
 from stead.egress_policy import HostSet
 from stead.sandbox_host.egress import EgressTls, PlaceholderSecret, Secrets
 from stead.sandbox_host.egress.origin import Bodies
+from stead.sandbox_host.egress.scrub import Scrubber, ScrubRules
 from tests.unit.test_egress_tls import (
     PLACEHOLDER,
     SECRET,
@@ -244,3 +250,91 @@ async def test_the_bodies_a_proxy_holds_at_once_are_bounded(
                     answer += await first.receive()
             assert answer.startswith(b"HTTP/1.1 200") and running.bodies.held == 0
     assert [len(seen["body"]) for seen in origin.seen] == [1000]
+
+
+def echoes(value: bytes) -> dict[str, bytes]:
+    """How origins write ``value`` back (by name): JSON encoders' string escapes
+    (Python's, PHP's with ``\\/``, Go's HTML-safe one, upper-case hex), URL
+    encoders' (upper and lower case hex, ``+`` for a space), base64 of it
+    alone or behind other bytes, and, for a ``Basic`` header value, the
+    credentials, what they decode to and the password alone."""
+    text = value.decode()
+    compact = json.dumps(text, ensure_ascii=False)
+    found = {
+        "literal": text,
+        "json": json.dumps(text),
+        "json, slashes escaped": json.dumps(text).replace("/", "\\/"),
+        "json, utf-8": compact,
+        "json, html-safe": compact.replace("&", "\\u0026").replace("+", "\\u002b"),
+        "json, upper-case hex": re.sub(r"\\u([0-9a-f]{4})", _upper, json.dumps(text)),
+        "percent": quote(text, safe=""),
+        "percent, lower-case hex": re.sub("%[0-9A-F]{2}", lambda m: m[0].lower(), quote(text)),
+        "form": quote_plus(text),
+        "base64": base64.b64encode(value).decode(),
+        "base64 url-safe, after one byte": base64.urlsafe_b64encode(b"x" + value).decode(),
+        "base64, after two bytes": base64.b64encode(b"xy" + value).decode(),
+        "base64 in json": json.dumps(base64.b64encode(b"x" + value).decode()).replace("/", "\\/"),
+    }
+    scheme, _, credentials = text.partition(" ")
+    if scheme == "Basic":
+        decoded = base64.b64decode(credentials).decode()
+        password = decoded.partition(":")[2]
+        found |= {
+            "credentials": credentials,
+            "credentials in json": json.dumps(credentials).replace("/", "\\/"),
+            "credentials percent-encoded": quote(credentials, safe=""),
+            "user and password": decoded,
+            "password": password,
+            "password in json": json.dumps(password),
+            "password percent-encoded": quote(password, safe=""),
+        }
+    return {name: echo.encode() for name, echo in found.items()}
+
+
+def _upper(match: re.Match[str]) -> str:
+    return "\\u" + match[1].upper()
+
+
+def secret_forms(value: bytes) -> list[bytes]:
+    """What must never reach the sandbox: each way ``echoes`` writes ``value``
+    (base64 behind other bytes: the part that depends on ``value`` alone)."""
+    forms = [e for name, e in echoes(value).items() if "base64" not in name]
+    return [*forms, *(base64.b64encode(pad + value)[4:-4] for pad in (b"", b"x", b"xy"))]
+
+
+VAULT = 'v/"é+ &\\ 😀'.encode() + os.urandom(8).hex().encode()
+"""A value whose every encoding differs from it."""
+
+
+def repository_value(token: str) -> bytes:
+    return b"Basic " + base64.b64encode(f"x-access-token:{token}".encode())
+
+
+REPOSITORY = 'ghp_/"+?~?~?~' + os.urandom(8).hex()
+"""A token with characters JSON and URLs escape; after ``x-access-token:``, its
+``?`` and ``~`` put a ``/`` and a ``+`` (escaped too) in its Basic header value."""
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_an_echo_in_any_encoding_is_scrubbed_wherever_a_chunk_ends(split: bool) -> None:
+    """Before, only the literal value was replaced: a JSON-escaped, percent-encoded
+    or base64 echo, or the token out of a Basic header, reached the sandbox."""
+    header = repository_value(REPOSITORY)
+    rules = ScrubRules({VAULT: PLACEHOLDER, header: b"[repo hidden by stead]"})
+    for value in (VAULT, header):
+        for name, echo in echoes(value).items():
+            answer = b"<" + echo + b">"
+            cuts = range(len(answer) + 1) if split else [len(answer)]
+            for cut in cuts:
+                scrubber = Scrubber(rules)
+                got = scrubber.feed(answer[:cut]) + scrubber.feed(answer[cut:]) + scrubber.flush()
+                assert not [f for f in secret_forms(value) if f in got], (name, cut)
+                assert got.startswith(b"<") and got.endswith(b">"), (name, cut)
+
+
+def test_the_rules_for_a_set_of_values_are_made_once() -> None:
+    """A long value makes many forms: each request's scrubber shares them."""
+    secrets = Secrets([], [placeholder_secret("api.test")])
+    first, second = secrets.for_host("api.test"), secrets.for_host("api.test")
+    assert first.rules is not None and first.rules is second.rules
+    assert secrets.for_host("other.test").rules is None

@@ -27,7 +27,8 @@ from stead.egress_policy import EgressError, UpstreamFailed, UpstreamTimeout
 from stead.sandbox_host.egress.audit import Exchange
 from stead.sandbox_host.egress.errors import BadRequest, Crowded, TooLarge, Unsendable
 from stead.sandbox_host.egress.request import MAX_HEAD_BYTES, Target, receive_into
-from stead.sandbox_host.egress.secrets import HostSecrets, Scrubber, credential_ids
+from stead.sandbox_host.egress.scrub import Scrubber
+from stead.sandbox_host.egress.secrets import HostSecrets, credential_ids
 from stead.sandbox_host.egress.splice import splice
 
 Headers = list[tuple[bytes, bytes]]

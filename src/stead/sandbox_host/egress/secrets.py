@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from stead.egress_policy import HostSet, normalize_host
 from stead.sandbox_host.egress.errors import Refused
+from stead.sandbox_host.egress.scrub import Scrubber, ScrubRules
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -93,6 +94,10 @@ class Secrets:
         for secret in headers:
             self._headers.setdefault(secret.host.lower(), []).append(secret)
         self._placeholders = tuple(placeholders)
+        self._rules: dict[frozenset[tuple[bytes, bytes]], ScrubRules] = {}
+        """Scrubbing rules by the values they hide, made once, not per request:
+        as many as the credentials make distinct sets, whatever hosts the
+        sandbox asks for; dropped with the rest when the set is replaced."""
 
     def __repr__(self) -> str:
         count = sum(map(len, self._headers.values())) + len(self._placeholders)
@@ -112,6 +117,12 @@ class Secrets:
                 found.in_headers.append(secret)
             if secret.body:
                 found.in_body.append(secret)
+        hidden = found.hidden()
+        if hidden:
+            key = frozenset(hidden.items())
+            if key not in self._rules:
+                self._rules[key] = ScrubRules(hidden)
+            found.rules = self._rules[key]
         return found
 
 
@@ -124,6 +135,8 @@ class HostSecrets:
     in_body: list[PlaceholderSecret] = field(default_factory=list)
     forbidden: list[PlaceholderSecret] = field(default_factory=list)
     used: set[str] = field(default_factory=set)
+    rules: ScrubRules | None = None
+    """How ``hidden`` shows in an answer; None: nothing to hide."""
 
     @property
     def rewrites_body(self) -> bool:
@@ -180,64 +193,19 @@ class HostSecrets:
             if secret.placeholder in data:
                 raise Refused(host, secret.credential_id)
 
-    def scrubber(self) -> Scrubber | None:
-        """What hides this host's secrets in its answers (an origin that echoes a
-        request back must not carry a value into the sandbox); None: none to hide."""
+    def hidden(self) -> dict[bytes, bytes]:
+        """This host's secret values, each with what the sandbox sees instead."""
         pairs = {s.value: s.placeholder for s in (*self.in_headers, *self.in_body)}
         for header in self.set_headers:
             shown = header.credential_id or "credential"
             pairs.setdefault(header.value, f"[{shown} hidden by stead]".encode())
-        pairs = {value: shown for value, shown in pairs.items() if value}
-        return Scrubber(pairs) if pairs else None
+        return {value: shown for value, shown in pairs.items() if value}
 
-
-class Scrubber:
-    """Replaces secret values with their placeholders in a response's headers and
-    in its body as it streams; holds back only the end of a chunk that could be
-    the start of a value split across two chunks (so a streamed answer, such as
-    server-sent events, is not delayed otherwise)."""
-
-    def __init__(self, pairs: dict[bytes, bytes]) -> None:
-        self._pairs = pairs
-        self._tail = b""
-
-    def __repr__(self) -> str:
-        return f"Scrubber({len(self._pairs)} secrets)"
-
-    def replace(self, data: bytes) -> bytes:
-        for value, shown in self._pairs.items():
-            if value in data:
-                data = data.replace(value, shown)
-        return data
-
-    def headers(self, headers: Headers, *, has_body: bool) -> Headers:
-        """``headers`` scrubbed; a body's length may change, so it loses its
-        ``Content-Length`` (h11 then frames it chunked, or by closing)."""
-        framing = (b"content-length", b"transfer-encoding") if has_body else ()
-        return [(n, self.replace(v)) for n, v in headers if n not in framing]
-
-    def feed(self, data: bytes) -> bytes:
-        window = self.replace(self._tail + data)
-        cut = len(window) - self._partial(window)
-        self._tail = window[cut:]
-        return window[:cut]
-
-    def _partial(self, window: bytes) -> int:
-        """The length of the longest end of ``window`` that begins some value."""
-        longest = 0
-        for value in self._pairs:
-            start = max(0, len(window) - len(value) + 1)
-            at = window.find(value[:1], start)
-            while at >= 0 and len(window) - at > longest:
-                if value.startswith(window[at:]):
-                    longest = len(window) - at
-                    break
-                at = window.find(value[:1], at + 1)
-        return longest
-
-    def flush(self) -> bytes:
-        data, self._tail = self.replace(self._tail), b""
-        return data
+    def scrubber(self) -> Scrubber | None:
+        """What hides this host's secrets in its answers (an origin that echoes a
+        request back must not carry a value into the sandbox, ``scrub.py``);
+        None: none to hide."""
+        return Scrubber(self.rules) if self.rules is not None else None
 
 
 def credential_ids(used: Iterable[str]) -> tuple[str, ...]:

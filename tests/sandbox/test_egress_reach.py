@@ -1,0 +1,163 @@
+"""Where a credential the egress proxy injects may go, end to end: a real
+sandbox host and bubblewrap sandbox whose curl reaches a loopback HTTPS origin
+(a test CA trusted through STEAD_EGRESS_EXTRA_CA_FILE, names pinned through
+STEAD_EGRESS_HOSTS). The origin echoes what it got back in the encodings
+origins use; none of them may reach the sandbox."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import trustme
+
+from stead.sandbox import (
+    EgressCredential,
+    EgressSecret,
+    EnvironmentCredential,
+    HostAddress,
+    HostSandbox,
+)
+from stead.sandbox.providers.host import HostProvider
+from stead.testing import HostProcess, ServeForker
+from tests.sandbox.conftest import config, new_id, requires_isolation
+from tests.unit.test_egress_scrub import REPOSITORY, VAULT, echoes, repository_value, secret_forms
+from tests.web_origins import serving
+
+pytestmark = [pytest.mark.anyio, requires_isolation]
+
+API = "api.reach.test"
+
+
+@dataclass
+class Seen:
+    port: int = 0
+    requests: list[dict[str, bytes]] = field(default_factory=list)
+
+
+def _handler(seen: Seen) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        """Records each request; ``/echo`` answers, in 7-byte chunks, each way
+        of writing back the body's ``token=`` value and the Authorization header."""
+
+        protocol_version = "HTTP/1.1"
+
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            authorization = self.headers.get("Authorization", "").encode("latin-1")
+            seen.requests.append(
+                {"path": self.path.encode(), "authorization": authorization, "body": body}
+            )
+            answer = b""
+            if self.path.endswith("/echo"):
+                given = [body.removeprefix(b"token="), authorization]
+                for value in filter(None, given):
+                    lines = (b"%s: %s\n" % (n.encode(), e) for n, e in echoes(value).items())
+                    answer += b"".join(lines)
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for at in range(0, len(answer), 7):
+                piece = answer[at : at + 7]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Seen, Path]]:
+    ca = trustme.CA()
+    bundle = tmp_path_factory.mktemp("reach-ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(bundle))
+    seen = Seen()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(seen))
+    with serving(server, ca, (API,)) as port:
+        seen.port = port
+        yield seen, bundle
+
+
+@pytest.fixture(scope="module")
+def host(
+    origin: tuple[Seen, Path], tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
+) -> Iterator[HostProcess]:
+    env = {
+        "STEAD_EGRESS_HOSTS": json.dumps({API: "127.0.0.1"}),
+        "STEAD_EGRESS_EXTRA_CA_FILE": str(origin[1]),
+    }
+    state = tmp_path_factory.mktemp("reach-host") / "state"
+    started = HostProcess(state, env=env, forker=forker).start()
+    yield started
+    started.stop()
+    log = started.log_text()
+    assert VAULT.decode() not in log and REPOSITORY not in log
+
+
+@dataclass
+class Shell:
+    sandbox: HostSandbox
+    provider: HostProvider
+
+    async def run(self, command: str) -> bytes:
+        result = await self.sandbox.exec(command, op_key=new_id(), timeout=60)
+        return result.output.encode()
+
+    async def holding(self, secrets: list[EgressSecret]) -> None:
+        wanted = self.sandbox.config
+        await self.provider.set_secrets(self.sandbox.sandbox_id, wanted, secrets)
+
+
+@pytest.fixture
+async def sandbox(host: HostProcess) -> AsyncIterator[Shell]:
+    provider = HostProvider(HostAddress(unix_path=host.socket_path))
+    networking = {
+        "type": "limited",
+        "allowed_hosts": [API],
+        "allow_mcp_servers": False,
+        "allow_package_managers": False,
+    }
+    sandbox_id = new_id()
+    try:
+        opened = await provider.acquire(sandbox_id, config(networking=networking))
+        assert isinstance(opened, HostSandbox)
+        yield Shell(opened, provider)
+        await provider.release(sandbox_id)
+    finally:
+        await provider.aclose()
+
+
+async def test_an_echoed_credential_reaches_the_sandbox_in_no_encoding(
+    sandbox: Shell, origin: tuple[Seen, Path]
+) -> None:
+    """Before, only the literal value was scrubbed: the origin's JSON-escaped,
+    percent-encoded and base64 echoes, and the token out of the Basic header,
+    reached the sandbox as they were."""
+    seen, _ = origin
+    header = repository_value(REPOSITORY)
+    await sandbox.holding(
+        [
+            EnvironmentCredential("vcrd_env", "API_TOKEN", VAULT.decode(), (API,), header=False),
+            EgressCredential(API, "authorization", header.decode(), credential_id="res_repo"),
+        ]
+    )
+    got = await sandbox.run(
+        f'curl -sS --data-binary "token=$API_TOKEN" https://{API}:{seen.port}/echo'
+    )
+    assert seen.requests[-1]["body"] == b"token=" + VAULT  # both injected
+    assert seen.requests[-1]["authorization"] == header
+    names = [*echoes(VAULT), *echoes(header)]
+    assert [line.partition(b": ")[0].decode() for line in got.splitlines()] == names
+    leaked = [f for f in (*secret_forms(VAULT), *secret_forms(header)) if f in got]
+    assert leaked == []
+    assert b"[res_repo hidden by stead]" in got
