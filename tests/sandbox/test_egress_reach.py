@@ -2,15 +2,19 @@
 sandbox host and bubblewrap sandbox whose curl reaches a loopback HTTPS origin
 (a test CA trusted through STEAD_EGRESS_EXTRA_CA_FILE, names pinned through
 STEAD_EGRESS_HOSTS). The origin echoes what it got back in the encodings
-origins use; none of them may reach the sandbox."""
+origins use, none of which may reach the sandbox, and reads request paths as
+lenient servers do, so a repository's token must not reach a path that such a
+server takes for another repository."""
 
 from __future__ import annotations
 
 import json
+import posixpath
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 import trustme
@@ -51,7 +55,12 @@ def _handler(seen: Seen) -> type[BaseHTTPRequestHandler]:
             body = self.rfile.read(length) if length else b""
             authorization = self.headers.get("Authorization", "").encode("latin-1")
             seen.requests.append(
-                {"path": self.path.encode(), "authorization": authorization, "body": body}
+                {
+                    "path": self.path.encode(),
+                    "routed": routed(self.path).encode(),
+                    "authorization": authorization,
+                    "body": body,
+                }
             )
             answer = b""
             if self.path.endswith("/echo"):
@@ -74,6 +83,15 @@ def _handler(seen: Seen) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def routed(target: str) -> str:
+    """The path a lenient server serves for ``target``: ``;`` parameters dropped
+    from each segment (Tomcat), ``\\`` a separator (IIS), escapes decoded, ``#``
+    a character of the path, dot segments resolved."""
+    path = unquote(target.partition("?")[0]).replace("\\", "/")
+    segments = [segment.partition(";")[0] for segment in path.split("/")]
+    return posixpath.normpath("/".join(segments))
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +172,48 @@ async def test_an_echoed_credential_reaches_the_sandbox_in_no_encoding(
     got = await sandbox.run(
         f'curl -sS --data-binary "token=$API_TOKEN" https://{API}:{seen.port}/echo'
     )
-    assert seen.requests[-1]["body"] == b"token=" + VAULT  # both injected
-    assert seen.requests[-1]["authorization"] == header
+    injected = seen.requests[-1]["body"] == b"token=" + VAULT
+    injected &= seen.requests[-1]["authorization"] == header
+    assert injected  # a failure names no value
     names = [*echoes(VAULT), *echoes(header)]
     assert [line.partition(b": ")[0].decode() for line in got.splitlines()] == names
     leaked = [f for f in (*secret_forms(VAULT), *secret_forms(header)) if f in got]
     assert leaked == []
     assert b"[res_repo hidden by stead]" in got
+
+
+ELSEWHERE = [
+    "/owner/repo/..;/other/secret",
+    "/owner/repo/.;/..;/other/secret",
+    "/owner/repo;/../other/secret",
+    "/owner/repo/x\\..\\..\\other\\secret",
+    "/owner/repo/x#/../../other/secret",
+    "/owner/repo/%2e%2e/other/secret",
+    "/owner/repo/x/..%2f..%2fother/secret",
+    "/owner/repo/x%5c..%5c..%5cother/secret",
+    "/owner/repo/;/../other/secret",
+]
+"""Targets under ``/owner/repo`` as written that a lenient server takes for
+another repository's path."""
+
+
+async def test_a_repository_token_reaches_no_path_a_server_reads_as_another(
+    sandbox: Shell, origin: tuple[Seen, Path]
+) -> None:
+    """Before, a target with ``..;`` (Tomcat's path parameters), backslashes or a
+    ``#`` got the token for ``/owner/repo``, and the server served
+    ``/owner/other``."""
+    seen, _ = origin
+    header = repository_value(REPOSITORY)
+    scope = ("/owner/repo", "/owner/repo.git")
+    credential = EgressCredential(API, "authorization", header.decode(), "res_repo", scope)
+    await sandbox.holding([credential])
+    base = f"https://{API}:{seen.port}"
+    for target in ["/owner/repo/info/refs", *ELSEWHERE, "/owner/repo.git/x;p=1/info"]:
+        quoted = "'" + target + "'"
+        await sandbox.run(f"curl -sS --path-as-is --request-target {quoted} {base}/")
+    got = {r["path"].decode(): r for r in seen.requests[-len(ELSEWHERE) - 2 :]}
+    assert list(got) == ["/owner/repo/info/refs", *ELSEWHERE, "/owner/repo.git/x;p=1/info"]
+    assert [got[t]["routed"] for t in ELSEWHERE] == [b"/owner/other/secret"] * len(ELSEWHERE)
+    tokened = [target for target, request in got.items() if request["authorization"] == header]
+    assert tokened == ["/owner/repo/info/refs", "/owner/repo.git/x;p=1/info"]

@@ -59,11 +59,16 @@ def test_a_malformed_frame_names_its_field() -> None:
 
 def test_a_header_scoped_to_paths_goes_only_to_them() -> None:
     """A repository's token reaches that repository's paths, never its neighbours'
-    nor a path that dot segments or escapes could turn into another one."""
+    nor a path that dot segments or escapes could turn into another one, as
+    some origin reads it (``..;``: Tomcat's path parameters; ``\\``: a
+    separator; ``#``: a character of the path)."""
     token = HeaderSecret("git.test", b"authorization", b"s3cret", "rsc_1", (b"/o/r", b"/o/r.git"))
     secrets = Secrets([token])
     mine = [b"/o/r", b"/o/r/info/refs?service=git-upload-pack", b"/o/r.git/git-upload-pack"]
+    mine += [b"/o/r/", b"/o/r/a;p=1/b", b"/o/r/.hidden/a?x=/../.."]
     others = [b"/o/rx/info/refs", b"/o/r/../x/info/refs", b"/o/r/%2e%2e/x", b"/o//r/a", b"/"]
+    others += [b"/o/r/..;/x", b"/o/r/.;/..;/x", b"/o/r/a/..;p", b"/o/r/;/../x", b"/o/r/.../x"]
+    others += [b"/o/r/a\\..\\..\\x", b"/o/r/a#/../../x", b"/o/r/a%5c..%5c..%5cx", b"/o/r/a/..%2f"]
     others += [b"https://git.test?x=/o/r", b"https://git.test:8443#/o/r"]
     for target in [*mine, b"https://git.test:8443/o/r/info/refs"]:
         found = secrets.for_host("git.test")

@@ -45,10 +45,12 @@ class HeaderSecret:
         """Whether a request for ``target`` (origin or absolute form) gets it."""
         if not self.paths:
             return True
+        # A target never holds a fragment, so some origins read a ``#`` as a
+        # character of the path (or, absolute-form, of the authority).
+        if b"#" in target.split(b"?", 1)[0]:
+            return False
         path = _path(target)
-        # The origin resolves dot segments and escapes: a path that holds any
-        # could name another repository than its prefix says, so it gets nothing.
-        if b"%" in path or b"//" in path or any(s in (b".", b"..") for s in path.split(b"/")):
+        if not _plain_path(path):
             return False
         return any(path == p or path.startswith(p.rstrip(b"/") + b"/") for p in self.paths)
 
@@ -57,12 +59,25 @@ def _path(target: bytes) -> bytes:
     """The path of a request target, without its query (an absolute-form
     target, ``https://host/path``, loses its scheme and authority)."""
     # The query goes first: in ``https://host?x=/o/r`` the path is ``/``, not ``/o/r``.
-    target = target.split(b"?", 1)[0].split(b"#", 1)[0]
+    target = target.split(b"?", 1)[0]
     if not target.startswith(b"/"):
         scheme = target.find(b"://")
         slash = target.find(b"/", scheme + 3) if scheme >= 0 else -1
         target = target[slash:] if slash >= 0 else b"/"
     return target
+
+
+def _plain_path(path: bytes) -> bool:
+    """Whether every origin reads ``path`` as the segments it shows. Origins
+    differ in what they resolve before routing, so a path that one of them
+    could read as another place gets no scoped credential: escapes (``%2e%2e``,
+    ``%2f``, ``%5c``), a backslash (a separator to some), an empty segment
+    (``//``) and a segment that is only dots (``..``), once its ``;``
+    parameters are dropped (``..;``, which Tomcat resolves as ``..``)."""
+    if b"%" in path or b"\\" in path:
+        return False
+    *inner, last = (segment.split(b";", 1)[0] for segment in path.split(b"/")[1:])
+    return all(s.strip(b".") for s in inner) and (not last or bool(last.strip(b".")))
 
 
 @dataclass(frozen=True, slots=True, repr=False)
