@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,7 +41,12 @@ API = "api.reach.test"
 @dataclass
 class Seen:
     port: int = 0
+    ipv6_port: int = 0
     requests: list[dict[str, bytes]] = field(default_factory=list)
+
+
+class Ipv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
 
 
 def _handler(seen: Seen) -> type[BaseHTTPRequestHandler]:
@@ -56,9 +62,11 @@ def _handler(seen: Seen) -> type[BaseHTTPRequestHandler]:
             authorization = self.headers.get("Authorization", "").encode("latin-1")
             seen.requests.append(
                 {
+                    "host": self.headers.get("Host", "").encode(),
                     "path": self.path.encode(),
                     "routed": routed(self.path).encode(),
                     "authorization": authorization,
+                    "key": self.headers.get("X-Api-Key", "").encode(),
                     "body": body,
                 }
             )
@@ -101,8 +109,9 @@ def origin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Seen, Pat
     ca.cert_pem.write_to_path(str(bundle))
     seen = Seen()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(seen))
-    with serving(server, ca, (API,)) as port:
-        seen.port = port
+    ipv6 = Ipv6Server(("::1", 0), _handler(seen))
+    with serving(server, ca, (API,)) as port, serving(ipv6, ca, ("::1",)) as ipv6_port:
+        seen.port, seen.ipv6_port = port, ipv6_port
         yield seen, bundle
 
 
@@ -141,7 +150,7 @@ async def sandbox(host: HostProcess) -> AsyncIterator[Shell]:
     provider = HostProvider(HostAddress(unix_path=host.socket_path))
     networking = {
         "type": "limited",
-        "allowed_hosts": [API],
+        "allowed_hosts": [API, "::1"],
         "allow_mcp_servers": False,
         "allow_package_managers": False,
     }
@@ -217,3 +226,30 @@ async def test_a_repository_token_reaches_no_path_a_server_reads_as_another(
     assert [got[t]["routed"] for t in ELSEWHERE] == [b"/owner/other/secret"] * len(ELSEWHERE)
     tokened = [target for target, request in got.items() if request["authorization"] == header]
     assert tokened == ["/owner/repo/info/refs", "/owner/repo.git/x;p=1/info"]
+
+
+async def test_a_header_credential_reaches_its_host_however_the_host_is_spelled(
+    sandbox: Shell, origin: tuple[Seen, Path]
+) -> None:
+    """A host's name with a trailing dot, as the credential or the request spells
+    it, names that host; an IPv6 address, in brackets or not, that address.
+    Before, a request to ``api.reach.test.`` was a 502: the proxy checked the
+    origin's certificate against the name with its dot, which none holds."""
+    seen, _ = origin
+    credentials = [
+        EgressCredential(API + ".", "x-api-key", "named-value", "named"),
+        EgressCredential("[::1]", "x-api-key", "address-value", "address"),
+    ]
+    await sandbox.holding(credentials)
+    urls = [f"https://{API}.:{seen.port}/", f"https://{API}:{seen.port}/"]
+    urls += [f"https://[::1]:{seen.ipv6_port}/", f"https://[0:0::1]:{seen.ipv6_port}/"]
+    for url in urls:
+        got = await sandbox.run(f"curl -sS -w ' %{{http_code}}' -H 'Host: other.test' {url}")
+        assert got.endswith(b" 200"), got
+    hosts = [(r["host"], r["key"]) for r in seen.requests[-len(urls) :]]
+    assert hosts == [
+        (f"{API}.:{seen.port}".encode(), b"named-value"),
+        (f"{API}:{seen.port}".encode(), b"named-value"),
+        (f"[::1]:{seen.ipv6_port}".encode(), b"address-value"),
+        (f"[::1]:{seen.ipv6_port}".encode(), b"address-value"),  # curl writes [::1]
+    ]  # Host: the authority of the CONNECT, never the one the sandbox sent inside

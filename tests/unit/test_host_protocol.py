@@ -79,3 +79,19 @@ def test_a_header_scoped_to_paths_goes_only_to_them() -> None:
         found = secrets.for_host("git.test")
         assert found.head(target, sent, "git.test") == sent, target
         assert found.used == set()
+
+
+def test_a_header_matches_its_host_however_either_side_spells_it() -> None:
+    """One host spelled two ways (case, a trailing dot, an IPv6 address in
+    brackets or not canonical) is one host to the proxy's credentials, as to
+    its policy; any other host gets nothing. Before, the set was keyed by the
+    host lower-cased only, so ``example.com.`` or ``[::1]`` matched no request."""
+    named = HeaderSecret("API.Test.", b"x-api-key", b"s3cret", "named")
+    address = HeaderSecret("[0:0::1]", b"x-api-key", b"s3cret", "address")
+    secrets = Secrets([named, address])
+    for host, wanted in [("api.test", named), ("API.TEST.", named), ("::1", address)]:
+        assert list(secrets.for_host(host).set_headers) == [wanted], host
+    for host in ["[::1]", "0::1"]:
+        assert list(secrets.for_host(host).set_headers) == [address], host
+    for host in ["api.test..", "xapi.test", "api.test.evil", "test", "::2", "::ffff:0:1"]:
+        assert list(secrets.for_host(host).set_headers) == [], host

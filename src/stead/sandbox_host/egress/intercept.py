@@ -131,9 +131,11 @@ class Interception:
         where = f"{target.host}:{target.port}"
         try:
             with anyio.fail_after(self.connect_timeout):
+                # The name the credentials matched (``normalize_host``): a
+                # trailing dot is no part of a certificate's names, nor of SNI.
                 return await TLSStream.wrap(
                     upstream,
-                    hostname=target.host,
+                    hostname=normalize_host(target.host),
                     ssl_context=self.tls.upstream,
                     standard_compatible=False,
                 )

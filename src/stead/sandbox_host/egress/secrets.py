@@ -30,7 +30,9 @@ Headers = list[tuple[bytes, bytes]]
 @dataclass(frozen=True, slots=True, repr=False)
 class HeaderSecret:
     host: str
-    """Lower-case host name the header is set for (exact match)."""
+    """The host the header is set for: exactly, once both it and a request's
+    host are spelled as ``normalize_host`` spells them (lower case, no trailing
+    dot, an IP address without brackets in its canonical form)."""
     header: bytes
     """Lower-case header name."""
     value: bytes
@@ -107,7 +109,7 @@ class Secrets:
     ) -> None:
         self._headers: dict[str, list[HeaderSecret]] = {}
         for secret in headers:
-            self._headers.setdefault(secret.host.lower(), []).append(secret)
+            self._headers.setdefault(normalize_host(secret.host), []).append(secret)
         self._placeholders = tuple(placeholders)
         self._rules: dict[frozenset[tuple[bytes, bytes]], ScrubRules] = {}
         """Scrubbing rules by the values they hide, made once, not per request:
