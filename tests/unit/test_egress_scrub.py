@@ -338,3 +338,32 @@ def test_the_rules_for_a_set_of_values_are_made_once() -> None:
     first, second = secrets.for_host("api.test"), secrets.for_host("api.test")
     assert first.rules is not None and first.rules is second.rules
     assert secrets.for_host("other.test").rules is None
+
+
+@pytest.mark.parametrize("status", [b"200 OK", b"101 Switching Protocols"])
+async def test_a_header_named_after_the_secret_is_left_out(
+    workdir: Path, tls: EgressTls, test_ca: trustme.CA, status: bytes
+) -> None:
+    """Before, only header values were scrubbed: an origin that echoed the value
+    as a header's name (in capitals, which h11 lower-cases back into the value)
+    sent it into the sandbox (after a 101 too: an origin may keep what an
+    earlier request of the tunnel carried)."""
+
+    def named(head: bytes) -> bytes:
+        token = SECRET.upper()
+        upgrade = b"upgrade: websocket\r\nconnection: upgrade\r\n" if b"101" in status else b""
+        return (
+            b"HTTP/1.1 "
+            + status
+            + b"\r\n"
+            + upgrade
+            + b"x-"
+            + token
+            + b": 1\r\nx-kept: yes\r\ncontent-length: 0\r\n\r\n"
+        )
+
+    upgrade = b"Upgrade: websocket\r\nConnection: Upgrade\r\n" if b"101" in status else b""
+    sent = b"GET / HTTP/1.1\r\nHost: api.test\r\n" + upgrade + b"Authorization: Bearer "
+    _, got = await exchange(workdir, tls, test_ca, named, sent + PLACEHOLDER + b"\r\n\r\n", _whole)
+    assert got.startswith(b"HTTP/1.1 " + status) and b"x-kept: yes" in got.lower()
+    assert SECRET not in got.lower()

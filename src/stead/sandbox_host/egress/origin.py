@@ -336,7 +336,7 @@ class _Hop:
             headers.append((b"connection", b"upgrade"))
         reason = response.reason
         if scrub is not None:
-            headers = [(name, scrub.replace(value)) for name, value in headers]
+            headers = scrub.headers(headers, has_body=False)
             reason = scrub.replace(reason)
         switched = h11.InformationalResponse(status_code=101, headers=headers, reason=reason)
         await self.to_client(self.conn.send(switched))

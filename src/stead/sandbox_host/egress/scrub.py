@@ -116,6 +116,8 @@ class ScrubRules:
             self.shown.append(shown)
             groups.append(b"(" + b"|".join(f.pattern for f in found) + b")")
         self.pattern = re.compile(b"|".join(groups))
+        self.names = re.compile(b"|".join(groups), re.IGNORECASE)
+        """A header name holding a value: case-blind, as h11 lower-cases names."""
         self.anchors = tuple({f.anchor for f in forms if len(f.anchor) >= MIN_ANCHOR})
         self.everywhere = any(len(f.anchor) < MIN_ANCHOR for f in forms)
         self.by_first: dict[int, list[_Form]] = {}
@@ -155,10 +157,13 @@ class Scrubber:
         return self._rules.shown[match.lastindex - 1]
 
     def headers(self, headers: Headers, *, has_body: bool) -> Headers:
-        """``headers`` scrubbed; a body's length may change, so it loses its
-        ``Content-Length`` (h11 then frames it chunked, or by closing)."""
+        """``headers`` scrubbed: values replaced, and a header whose name holds a
+        value left out (what replaces it is no header name). A body's length
+        may change, so it loses its ``Content-Length`` (h11 then frames it
+        chunked, or by closing)."""
         framing = (b"content-length", b"transfer-encoding") if has_body else ()
-        return [(n, self.replace(v)) for n, v in headers if n not in framing]
+        kept = (h for h in headers if h[0] not in framing and not self._rules.names.search(h[0]))
+        return [(name, self.replace(value)) for name, value in kept]
 
     def feed(self, data: bytes) -> bytes:
         window = self.replace(self._tail + data)
