@@ -4,7 +4,6 @@ to some of the calls it waits on, and what comes of the rest."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall,
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, sdk_of, store_env
 from tests.databases import BACKENDS
+from tests.integration.helpers import message, new_session
 from tests.integration.loop_scenarios import first_user_text
 
 Json = dict[str, Any]
@@ -73,16 +73,6 @@ def sdk(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
         yield client
 
 
-def new_session(sdk: anthropic.Anthropic, tools: list[Json]) -> str:
-    agent = sdk.beta.agents.create(name="waits", model="claude-sonnet-4-6", tools=tools)  # type: ignore[arg-type]
-    env = sdk.beta.environments.create(name=f"waits-{uuid.uuid4().hex[:8]}")
-    return sdk.beta.sessions.create(agent=agent.id, environment_id=env.id).id
-
-
-def say(text: str) -> Json:
-    return {"type": "user.message", "content": [{"type": "text", "text": text}]}
-
-
 def result(use_id: str, text: str) -> Json:
     content = [{"type": "text", "text": text}]
     return {"type": "user.custom_tool_result", "custom_tool_use_id": use_id, "content": content}
@@ -104,7 +94,7 @@ def kinds(events: list[Any]) -> list[str]:
 def waiting_on(sdk: anthropic.Anthropic, session_id: str, stream: Any, text: str) -> list[Any]:
     """Sends ``text`` and reads ``stream`` up to the idle that waits on its
     calls; returns those calls."""
-    sdk.beta.sessions.events.send(session_id, events=[say(text)])  # type: ignore[list-item]
+    sdk.beta.sessions.events.send(session_id, events=[message(text)])  # type: ignore[list-item]
     first = until_idle(stream)
     uses = [e for e in first if e.type in ("agent.custom_tool_use", "agent.tool_use")]
     assert first[-1].stop_reason.type == "requires_action"
@@ -181,7 +171,7 @@ def test_an_interrupt_closes_the_calls_the_session_waits_on(
         assert fake.request_count == asked
         with pytest.raises(anthropic.BadRequestError, match="already has a result"):
             sdk.beta.sessions.events.send(session_id, events=[result(second.id, "B")])  # type: ignore[list-item]
-        sdk.beta.sessions.events.send(session_id, events=[say("go on")])  # type: ignore[list-item]
+        sdk.beta.sessions.events.send(session_id, events=[message("go on")])  # type: ignore[list-item]
         turn = until_idle(stream)
     assert turn[-1].stop_reason.type == "end_turn"
     assert any(e.type == "agent.message" for e in turn)
@@ -205,7 +195,7 @@ def test_an_interrupt_then_a_message_in_one_request_stops_then_does_this(
         interrupt = {"type": "user.interrupt"}
         with pytest.raises(anthropic.BadRequestError, match="closed by the interrupt"):
             sdk.beta.sessions.events.send(session_id, events=[interrupt, result(lookup.id, "A")])  # type: ignore[list-item]
-        sdk.beta.sessions.events.send(session_id, events=[interrupt, say("instead")])  # type: ignore[list-item]
+        sdk.beta.sessions.events.send(session_id, events=[interrupt, message("instead")])  # type: ignore[list-item]
         closed = until_idle(stream)
         turn = until_idle(stream)
     assert kinds(closed) == [
