@@ -115,7 +115,9 @@ async def test_clients_in_the_sandbox_reach_https_with_the_secret_they_never_see
             wanted,
             [
                 EnvironmentCredential("vcrd_env", "API_TOKEN", secret, ("api.test",)),
-                EgressCredential("api.test", "X-Static", static, credential_id="vcrd_static"),
+                EgressCredential(
+                    "api.test", "X-Static", static, credential_id="vcrd_static", port=good.port
+                ),
             ],
         )
         placeholder = (await run("echo $API_TOKEN")).strip()

@@ -175,7 +175,9 @@ async def test_an_echoed_credential_reaches_the_sandbox_in_no_encoding(
     await sandbox.holding(
         [
             EnvironmentCredential("vcrd_env", "API_TOKEN", VAULT.decode(), (API,), header=False),
-            EgressCredential(API, "authorization", header.decode(), credential_id="res_repo"),
+            EgressCredential(
+                API, "authorization", header.decode(), credential_id="res_repo", port=seen.port
+            ),
         ]
     )
     got = await sandbox.run(
@@ -215,7 +217,9 @@ async def test_a_repository_token_reaches_no_path_a_server_reads_as_another(
     seen, _ = origin
     header = repository_value(REPOSITORY)
     scope = ("/owner/repo", "/owner/repo.git")
-    credential = EgressCredential(API, "authorization", header.decode(), "res_repo", scope)
+    credential = EgressCredential(
+        API, "authorization", header.decode(), "res_repo", scope, port=seen.port
+    )
     await sandbox.holding([credential])
     base = f"https://{API}:{seen.port}"
     for target in ["/owner/repo/info/refs", *ELSEWHERE, "/owner/repo.git/x;p=1/info"]:
@@ -237,8 +241,8 @@ async def test_a_header_credential_reaches_its_host_however_the_host_is_spelled(
     origin's certificate against the name with its dot, which none holds."""
     seen, _ = origin
     credentials = [
-        EgressCredential(API + ".", "x-api-key", "named-value", "named"),
-        EgressCredential("[::1]", "x-api-key", "address-value", "address"),
+        EgressCredential(API + ".", "x-api-key", "named-value", "named", port=seen.port),
+        EgressCredential("[::1]", "x-api-key", "address-value", "address", port=seen.ipv6_port),
     ]
     await sandbox.holding(credentials)
     urls = [f"https://{API}.:{seen.port}/", f"https://{API}:{seen.port}/"]

@@ -87,7 +87,7 @@ async def test_a_credential_is_injected_by_the_proxy_and_written_nowhere(
     try:
         sandbox = await provider.acquire(sandbox_id, wanted)
         assert isinstance(sandbox, HostSandbox)
-        credential = EgressCredential(ORIGIN, "Authorization", f"Bearer {secret}")
+        credential = EgressCredential(ORIGIN, "Authorization", f"Bearer {secret}", port=echo.port)
         await provider.set_secrets(sandbox_id, wanted, [credential])
 
         # The sandbox's own placeholder header is replaced, never passed on.

@@ -98,7 +98,6 @@ async def test_a_request_with_both_framings_cannot_smuggle_another(
     and the proxy's next request, credential and all, as that one's body, for
     the origin to keep where the sandbox could read it."""
     origin_app = LenientOrigin()
-    secrets = Secrets([HeaderSecret("api.test", b"authorization", b"Bearer " + SECRET, "repo")])
     path = workdir / "proxy.sock"
     smuggled = b"POST /store HTTP/1.1\r\nHost: api.test\r\nContent-Length: 4096\r\n\r\n"
     size = f"{len(smuggled):x}\r\n".encode()
@@ -112,21 +111,25 @@ async def test_a_request_with_both_framings_cannot_smuggle_another(
     )
     async with (
         https_origin(test_ca, handler=origin_app.serve) as origin,
-        proxy(path, tls, secrets, "api.test"),
-        await open_tunnel(path, "api.test", origin.port, tls) as stream,
+        proxy(path, tls, Secrets(), "api.test") as running,
     ):
-        await stream.send(first)
-        got = b""
-        with anyio.fail_after(WAIT):
-            while not got.endswith(b"0\r\n\r\n"):
-                got += await stream.receive()
-        await stream.send(b"GET /b HTTP/1.1\r\nHost: api.test\r\n\r\n")
-        await eventually(
-            lambda: (
-                any(SECRET in seen.body for seen in origin_app.seen)
-                or any(s.line.startswith(b"GET /b ") and s.answered for s in origin_app.seen)
-            )
+        bearer = b"Bearer " + SECRET
+        running.secrets = Secrets(
+            [HeaderSecret("api.test", b"authorization", bearer, "repo", port=origin.port)]
         )
+        async with await open_tunnel(path, "api.test", origin.port, tls) as stream:
+            await stream.send(first)
+            got = b""
+            with anyio.fail_after(WAIT):
+                while not got.endswith(b"0\r\n\r\n"):
+                    got += await stream.receive()
+            await stream.send(b"GET /b HTTP/1.1\r\nHost: api.test\r\n\r\n")
+            await eventually(
+                lambda: (
+                    any(SECRET in seen.body for seen in origin_app.seen)
+                    or any(s.line.startswith(b"GET /b ") and s.answered for s in origin_app.seen)
+                )
+            )
     assert not any(SECRET in seen.body for seen in origin_app.seen)
     assert [(s.line.split(b" ")[1], s.body) for s in origin_app.seen] == [
         (b"/a", smuggled),

@@ -335,9 +335,9 @@ def test_an_echo_in_any_encoding_is_scrubbed_wherever_a_chunk_ends(split: bool) 
 def test_the_rules_for_a_set_of_values_are_made_once() -> None:
     """A long value makes many forms: each request's scrubber shares them."""
     secrets = Secrets([], [placeholder_secret("api.test")])
-    first, second = secrets.for_host("api.test"), secrets.for_host("api.test")
+    first, second = secrets.for_host("api.test", 443), secrets.for_host("api.test", 443)
     assert first.rules is not None and first.rules is second.rules
-    assert secrets.for_host("other.test").rules is None
+    assert secrets.for_host("other.test", 443).rules is None
 
 
 @pytest.mark.parametrize("status", [b"200 OK", b"101 Switching Protocols"])

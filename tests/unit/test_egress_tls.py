@@ -187,12 +187,12 @@ async def test_the_ca_is_made_once_with_a_private_key(workdir: Path) -> None:
 async def test_requests_in_a_kept_alive_tunnel_get_their_credentials(
     workdir: Path, tls: EgressTls, test_ca: trustme.CA
 ) -> None:
-    secrets = Secrets(
-        [HeaderSecret("api.test", b"x-api-key", SECRET, "vcrd_header")],
-        [placeholder_secret("api.test")],
-    )
     path = workdir / "proxy.sock"
-    async with https_origin(test_ca) as origin, proxy(path, tls, secrets, "api.test") as running:
+    async with https_origin(test_ca) as origin, proxy(path, tls, Secrets(), "api.test") as running:
+        running.secrets = Secrets(
+            [HeaderSecret("api.test", b"x-api-key", SECRET, "vcrd_header", port=origin.port)],
+            [placeholder_secret("api.test")],
+        )
         stream = await open_tunnel(path, "api.test", origin.port, tls)
         conn = h11.Connection(h11.CLIENT)
         auth = [("authorization", f"Bearer {PLACEHOLDER.decode()}")]
@@ -213,7 +213,7 @@ async def test_requests_in_a_kept_alive_tunnel_get_their_credentials(
         ]
         assert entries[0].credential_ids == ("vcrd_env", "vcrd_header")
         assert all(e.bytes_out > 0 and e.bytes_in > 0 for e in entries)
-        assert SECRET.decode() not in repr(entries) + repr(secrets)
+        assert SECRET.decode() not in repr(entries) + repr(running.secrets)
 
 
 async def test_a_placeholder_headed_for_another_host_is_refused(
@@ -331,9 +331,10 @@ async def test_an_origin_that_echoes_a_secret_returns_only_its_placeholder(
 async def test_credentials_replaced_while_a_tunnel_is_open_apply_to_its_next_request(
     workdir: Path, tls: EgressTls, test_ca: trustme.CA
 ) -> None:
-    secrets = Secrets([HeaderSecret("api.test", b"x-api-key", SECRET, "vcrd_header")])
     path = workdir / "proxy.sock"
-    async with https_origin(test_ca) as origin, proxy(path, tls, secrets, "api.test") as running:
+    async with https_origin(test_ca) as origin, proxy(path, tls, Secrets(), "api.test") as running:
+        secret = HeaderSecret("api.test", b"x-api-key", SECRET, "vcrd_header", port=origin.port)
+        running.secrets = Secrets([secret])
         stream = await open_tunnel(path, "api.test", origin.port, tls)
         async with stream:
             conn = h11.Connection(h11.CLIENT)
@@ -398,7 +399,7 @@ async def test_a_websocket_upgrade_inside_a_tunnel_becomes_a_byte_relay(
 
 
 def test_a_streamed_answer_is_held_back_only_where_a_value_may_begin() -> None:
-    scrubber = Secrets([], [placeholder_secret("api.test")]).for_host("api.test").scrubber()
+    scrubber = Secrets([], [placeholder_secret("api.test")]).for_host("api.test", 443).scrubber()
     assert scrubber is not None
     half = len(SECRET) // 2
     chunks = [b"data: 1\n\n", b"data: " + SECRET[:half], SECRET[half:] + b"\n\n", b"x" + SECRET[:3]]

@@ -48,7 +48,7 @@ def test_a_credential_never_shows_its_value() -> None:
     proxy_side = PlaceholderSecret("vcrd_1", b"p" * 20, b"s3cret", None)
     header = HeaderSecret("api.example", b"authorization", b"s3cret")
     shown = repr(brain_side) + repr(proxy_side) + repr(header)
-    shown += repr(Secrets([header], [proxy_side]).for_host("api.example"))
+    shown += repr(Secrets([header], [proxy_side]).for_host("api.example", 443))
     assert "s3cret" not in shown
 
 
@@ -71,14 +71,26 @@ def test_a_header_scoped_to_paths_goes_only_to_them() -> None:
     others += [b"/o/r/a\\..\\..\\x", b"/o/r/a#/../../x", b"/o/r/a%5c..%5c..%5cx", b"/o/r/a/..%2f"]
     others += [b"https://git.test?x=/o/r", b"https://git.test:8443#/o/r"]
     for target in [*mine, b"https://git.test:8443/o/r/info/refs"]:
-        found = secrets.for_host("git.test")
+        found = secrets.for_host("git.test", 443)
         assert (b"authorization", b"s3cret") in found.head(target, [], "git.test"), target
         assert found.used == {"rsc_1"}
     for target in others:
         sent = [(b"authorization", b"Basic own")]
-        found = secrets.for_host("git.test")
+        found = secrets.for_host("git.test", 443)
         assert found.head(target, sent, "git.test") == sent, target
         assert found.used == set()
+
+
+def test_a_header_goes_only_to_its_port() -> None:
+    """A token for ``https://git.test:8443/o/r`` goes to port 8443 only, and one
+    for ``https://git.test/o/r`` to 443 only. Before, the port was dropped: the
+    token reached whatever other service the host ran, on any port."""
+    default = HeaderSecret("git.test", b"authorization", b"one", "rsc_1")
+    other = HeaderSecret("git.test", b"authorization", b"two", "rsc_2", port=8443)
+    secrets = Secrets([default, other])
+    assert list(secrets.for_host("git.test", 443).set_headers) == [default]
+    assert list(secrets.for_host("git.test", 8443).set_headers) == [other]
+    assert list(secrets.for_host("git.test", 9000).set_headers) == []
 
 
 def test_a_header_matches_its_host_however_either_side_spells_it() -> None:
@@ -90,8 +102,8 @@ def test_a_header_matches_its_host_however_either_side_spells_it() -> None:
     address = HeaderSecret("[0:0::1]", b"x-api-key", b"s3cret", "address")
     secrets = Secrets([named, address])
     for host, wanted in [("api.test", named), ("API.TEST.", named), ("::1", address)]:
-        assert list(secrets.for_host(host).set_headers) == [wanted], host
+        assert list(secrets.for_host(host, 443).set_headers) == [wanted], host
     for host in ["[::1]", "0::1"]:
-        assert list(secrets.for_host(host).set_headers) == [address], host
+        assert list(secrets.for_host(host, 443).set_headers) == [address], host
     for host in ["api.test..", "xapi.test", "api.test.evil", "test", "::2", "::ffff:0:1"]:
-        assert list(secrets.for_host(host).set_headers) == [], host
+        assert list(secrets.for_host(host, 443).set_headers) == [], host

@@ -22,6 +22,7 @@ import posixpath
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from stead.jsonvalues import Json
 from stead.runtime.opkeys import op_key
@@ -65,7 +66,7 @@ def egress_credentials(
         except SealError as exc:
             log.error("repository resource %s: its token is not used: %s", state.resource_id, exc)
             continue
-        _, host, path = repositories.check_url(str(resource["url"]), "url")
+        url, host, path = repositories.check_url(str(resource["url"]), "url")
         bare = path.removesuffix(".git")
         basic = base64.b64encode(f"x-access-token:{token}".encode()).decode()
         found.append(
@@ -75,6 +76,7 @@ def egress_credentials(
                 value=f"Basic {basic}",
                 credential_id=state.resource_id,
                 paths=(bare, bare + ".git"),
+                port=urlsplit(url).port or 443,
             )
         )
     return found

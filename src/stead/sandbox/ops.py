@@ -33,7 +33,7 @@ from stead.sandbox.base import (
     GrepResult,
 )
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 """Raised on any change to a request or reply type."""
 
 
@@ -301,9 +301,11 @@ RequestPath = Annotated[str, StringConstraints(pattern=r"^/[!-~]{0,1023}$")]
 
 
 class Credential(Message):
-    """A header the egress proxy sets on requests for ``host`` (under ``paths``, if any)."""
+    """A header the egress proxy sets on requests for ``host`` and ``port``
+    (under ``paths``, if any)."""
 
     host: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    port: Annotated[int, Field(ge=1, le=65535)] = 443
     header: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")]
     value: SecretValue
     credential_id: CredentialId = ""

@@ -29,7 +29,7 @@ class EgressCredential:
     ``SandboxConfig``, never written to disk by the host."""
 
     host: str
-    """The host name requests must be for (no port; matched exactly, lower case)."""
+    """The host name requests must be for (matched exactly, lower case)."""
     header: str
     """The header the proxy sets, for example ``authorization``."""
     value: str
@@ -38,6 +38,9 @@ class EgressCredential:
     paths: tuple[str, ...] = ()
     """Request paths (each with what lies below it) the header is set on; empty:
     every request for ``host``. A repository's token goes to that repository only."""
+    port: int = 443
+    """The port requests must be for: a token for ``https://git.example.com:8443``
+    is not sent to another service of the same host."""
 
     def __repr__(self) -> str:  # never the value, in any traceback or log line
         return f"EgressCredential(host={self.host!r}, header={self.header!r}, value=<hidden>)"

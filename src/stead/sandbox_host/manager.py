@@ -111,6 +111,7 @@ class SandboxManager:
         headers = [
             HeaderSecret(
                 host=normalize_host(c.host),
+                port=c.port,
                 header=c.header.lower().encode(),
                 value=c.value.encode(),
                 credential_id=c.credential_id,

@@ -298,6 +298,7 @@ class _Secrets:
         headers = [
             ops.Credential(
                 host=s.host.lower(),
+                port=s.port,
                 header=s.header,
                 value=s.value,
                 credential_id=s.credential_id,

@@ -192,7 +192,7 @@ class Interception:
                 _inner(target, request),
                 outside,
                 idle_timeout=self.idle_timeout,
-                secrets=self.secrets().for_host(target.host),
+                secrets=self.secrets().for_host(target.host, target.port),
                 exchange=exchange,
                 bodies=self.bodies,
                 origin=origin,

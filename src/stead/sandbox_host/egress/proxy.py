@@ -243,7 +243,7 @@ class EgressProxy:
                     target,
                     upstream,
                     idle_timeout=self.idle_timeout,
-                    secrets=self.secrets.for_host(target.host, tls=False),
+                    secrets=self.secrets.for_host(target.host, target.port, tls=False),
                     exchange=exchange,
                     bodies=self.bodies,
                 )

@@ -39,6 +39,8 @@ class HeaderSecret:
     credential_id: str = ""
     paths: tuple[bytes, ...] = ()
     """Request paths it is set on, each with what lies below it; empty: all."""
+    port: int = 443
+    """The port a request must be for, as well as the host."""
 
     def __repr__(self) -> str:
         return f"HeaderSecret(host={self.host!r}, header={self.header!r}, value=<hidden>)"
@@ -120,12 +122,14 @@ class Secrets:
         count = sum(map(len, self._headers.values())) + len(self._placeholders)
         return f"Secrets({count} credentials)"
 
-    def for_host(self, host: str, *, tls: bool = True) -> HostSecrets:
-        """What applies to a request for ``host``. A header (a repository's
-        token, for an ``https`` URL) is set only on a request the proxy sends
-        over TLS (``tls``), never on plain HTTP, where it would cross the
-        network in clear text, to whatever listens on the port asked for."""
-        found = HostSecrets(self._headers.get(normalize_host(host), []) if tls else [])
+    def for_host(self, host: str, port: int, *, tls: bool = True) -> HostSecrets:
+        """What applies to a request for ``host`` on ``port``. A header (a
+        repository's token, for an ``https`` URL) is set only on a request for
+        its own port that the proxy sends over TLS (``tls``), never on plain
+        HTTP, where it would cross the network in clear text, to whatever
+        listens on the port asked for."""
+        headers = self._headers.get(normalize_host(host), []) if tls else []
+        found = HostSecrets([s for s in headers if s.port == port])
         for secret in self._placeholders:
             if not secret.allows(host):
                 found.forbidden.append(secret)
