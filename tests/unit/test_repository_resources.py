@@ -37,15 +37,18 @@ def test_a_sealed_token_becomes_a_basic_header_for_the_repository_paths() -> Non
         {"id": "sesrsc_a", "type": "github_repository", "url": "https://g.test/o/r"},
         {"id": "sesrsc_b", "type": "github_repository", "url": "https://g.test/o/s"},
         {"id": "sesrsc_c", "type": "file", "file_id": "file_1"},
+        {"id": "sesrsc_d", "type": "github_repository", "url": "https://g.test:8443/o/t"},
     ]
     states = [
         RepositoryState("sesrsc_a", box.seal("sesrsc_a", {"authorization_token": "tok"}), None),
+        RepositoryState("sesrsc_d", box.seal("sesrsc_d", {"authorization_token": "t2"}), None),
         RepositoryState("sesrsc_b", None, None),  # public: nothing to inject
         RepositoryState("sesrsc_gone", box.seal("sesrsc_gone", {"authorization_token": "x"}), None),
     ]
     # A token sealed for another resource does not open for this one.
     moved = RepositoryState("sesrsc_b", states[0].sealed_token, None)
-    [credential] = egress_credentials(box, held, [*states, moved])
+    [credential, elsewhere] = egress_credentials(box, held, [*states, moved])
+    assert (credential.port, elsewhere.port) == (443, 8443)  # the token's own service only
     expected = "Basic " + base64.b64encode(b"x-access-token:tok").decode()
     assert (credential.host, credential.header, credential.value) == (
         "g.test",
