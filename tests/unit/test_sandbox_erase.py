@@ -24,10 +24,14 @@ SANDBOX = "sesn_erased"
 
 
 def host_copy(root: Path, blobs: BlobStore) -> SavedWorkspace:
+    """A host's copy; its workspace in a plain directory (a host's is on the
+    sandbox's disk, which this test does not need)."""
+    (root / "sandbox").mkdir(parents=True, exist_ok=True)
     return SavedWorkspace(
         SANDBOX,
         os.getuid(),
         root / "sandbox",
+        root / "sandbox" / "workspace",
         catalogue=Catalogue.open(root / "catalogue.db"),
         blobs=blobs,
         snapshot_ttl_seconds=3600,
