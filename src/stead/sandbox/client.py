@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import ssl
@@ -61,6 +62,10 @@ from stead.sandbox.terminals import (
 from stead.sandbox.unix import connect_unix
 
 MAX_IDLE_CONNECTIONS = 8
+OLDER_ANSWER_MAX_FRAME = 64 * 1024
+"""Largest answer read from a host asked in plain frames (a refusal is a line)."""
+OLDER_REFUSAL = re.compile(r"sandbox host version (\d+)")
+"""How a host from before TLS names its version when it refuses a hello."""
 
 
 class HostClient:
@@ -170,6 +175,16 @@ class HostClient:
                     "certificate is not one STEAD_SANDBOX_HOST_TOKEN makes)"
                 ) from None
             if isinstance(exc, ssl.SSLError):
+                # Taken for a host that is away, an older one would have its
+                # sandboxes moved to this brain's host with only their last
+                # snapshot, during a rolling upgrade while it still holds them.
+                older = await _plain_hello(host, port)
+                if older is not None:
+                    raise VersionMismatch(
+                        f"the sandbox host at {self.address} speaks host protocol version "
+                        f"{older}, in plain TCP, and this brain version {ops.PROTOCOL_VERSION}, "
+                        "over TLS: run the same stead version on both"
+                    ) from None
                 raise HostUnreachable(
                     f"the sandbox host at {self.address} does not speak TLS: a host of a stead "
                     f"older than host protocol {ops.PROTOCOL_VERSION}, or no sandbox host "
@@ -253,6 +268,25 @@ def _peer_closed(frames: FrameStream) -> bool:
         return False
     except OSError:
         return True
+
+
+async def _plain_hello(host: str, port: int) -> int | None:
+    """The version of a host of a stead from before TLS (host protocol 8 and
+    older), which reads plain frames: asked in one, without the token, it
+    refuses our version naming its own. None when what answers is no such host."""
+    try:
+        async with await anyio.connect_tcp(host, port) as stream:
+            frames = FrameStream(stream)
+            await frames.send(codec.encode(ops.Hello(version=ops.PROTOCOL_VERSION)))
+            answer = await frames.receive(limit=OLDER_ANSWER_MAX_FRAME)
+    except (OSError, anyio.EndOfStream, anyio.BrokenResourceError, ProtocolError):
+        return None
+    if not isinstance(answer, dict) or answer.get("error") != VersionMismatch.__name__:
+        return None
+    found = OLDER_REFUSAL.search(str(answer.get("message")))
+    version = int(found.group(1)) if found else None
+    # One of this version answers plain frames so only when our TLS failed it.
+    return version if version != ops.PROTOCOL_VERSION else None
 
 
 async def _discard(frames: FrameStream) -> None:
