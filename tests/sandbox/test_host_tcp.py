@@ -150,6 +150,8 @@ async def test_a_brain_of_an_older_stead_is_told_which_versions(tcp_host: str) -
         await frames.aclose()
     assert answer["error"] == VersionMismatch.__name__
     assert f"version {ops.PROTOCOL_VERSION}, over TLS" in answer["message"]
+    assert "version 8, in plain TCP" in answer["message"]
+    assert TOKEN not in answer["message"]
     await still_serves(tcp_host)
 
 

@@ -39,6 +39,7 @@ from stead.sandbox import (
 from stead.sandbox.host_tls import server_context, token_authority
 from stead.sandbox.protocol import (
     FrameStream,
+    ProtocolError,
     error_frame,
 )
 from stead.sandbox.unix import UnixListener, listen_unix
@@ -51,7 +52,7 @@ from stead.sandbox_host.disk import unmount_all
 from stead.sandbox_host.egress import CertificateAuthority, EgressTls, write_sandbox_bundle
 from stead.sandbox_host.egress.intercept import TLS_HANDSHAKE, Replayed
 from stead.sandbox_host.manager import Isolation, SandboxManager
-from stead.sandbox_host.rpc import HELLO_SECONDS, HostRpc
+from stead.sandbox_host.rpc import HELLO_MAX_FRAME, HELLO_SECONDS, HostRpc
 from stead.sandbox_host.selfcheck import check_isolation
 from stead.sandbox_host.snapshots import remove_stale_staging
 from stead.sandbox_host.uids import UidRange, UidRegistry
@@ -373,6 +374,19 @@ async def _serve_listener(
     await listener.serve(handle, task_group=tasks)
 
 
+async def _plain_version(frames: FrameStream) -> str:
+    """The version a brain from before TLS gives in its plain hello (which
+    also carries its token: only the version is read), or "an older one"."""
+    try:
+        hello = await frames.receive(limit=HELLO_MAX_FRAME)
+    except ProtocolError:
+        hello = None
+    version = hello.get("version") if isinstance(hello, dict) else None
+    if isinstance(version, int) and not isinstance(version, bool):
+        return str(version)
+    return "an older one"
+
+
 async def _secured(stream: ByteStream, tls: ssl.SSLContext) -> ByteStream | None:
     """``stream`` after the TLS handshake; None, and closed, if none came in
     time or it failed. A brain of an older stead, which sent its hello in plain
@@ -381,12 +395,13 @@ async def _secured(stream: ByteStream, tls: ssl.SSLContext) -> ByteStream | None
         with anyio.fail_after(HELLO_SECONDS):
             first = await stream.receive()
             if first[0] != TLS_HANDSHAKE:
+                frames = FrameStream(Replayed(stream, first))
                 older = VersionMismatch(
-                    f"this sandbox host speaks host protocol version {ops.PROTOCOL_VERSION}, "
-                    "over TLS, and the brain an older one, in plain TCP: run the same stead "
-                    "version on both"
+                    f"the brain speaks host protocol version {await _plain_version(frames)}, "
+                    f"in plain TCP, and this sandbox host version {ops.PROTOCOL_VERSION}, "
+                    "over TLS: run the same stead version on both"
                 )
-                await FrameStream(stream).send(error_frame(older))
+                await frames.send(error_frame(older))
             else:
                 return await TLSStream.wrap(
                     Replayed(stream, first),
