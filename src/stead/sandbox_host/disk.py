@@ -57,6 +57,8 @@ SPARES = 2
 LEGACY = ("workspace", "mnt")
 """What stead kept on the host's disk, beside the image, before sandboxes had
 disks of their own: moved onto the disk when it is first mounted."""
+MOVED = ".moved"
+"""The suffix of what was moved onto the disk, while it is deleted."""
 
 
 class SpareDisks:
@@ -227,6 +229,10 @@ class SandboxDisk:
     def _move_legacy(self) -> None:
         for name in LEGACY:
             old = self.root / name
+            # Renamed once copied, then deleted: a host killed while deleting it
+            # left a part of it, which must not replace the whole copy on the disk.
+            moved = self.root / f"{name}{MOVED}"
+            shutil.rmtree(moved, ignore_errors=True)
             if old.is_symlink() or not old.is_dir():
                 continue
             new = self.mountpoint / name
@@ -248,7 +254,9 @@ class SandboxDisk:
                     if code == errno.ENOSPC
                     else f"cannot move its {name} onto its disk: {said.strip()[-300:]}",
                 )
-            shutil.rmtree(old)
+            os.sync()  # the copy is on the host's disk before the original goes
+            old.rename(moved)
+            shutil.rmtree(moved)
             log.info("sandbox disk %s: moved its %s onto it", self.mountpoint, name)
 
     def _remove(self) -> None:
