@@ -18,7 +18,7 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, insert, inspect, select, update
+from sqlalchemy import Engine, create_engine, insert, inspect, select, text, update
 
 from stead.store import StoreUnavailable, migrate, open_store
 from stead.store._usage import LEDGER_COUNTERS
@@ -208,3 +208,58 @@ async def test_the_monthly_totals_are_summed_from_the_ledger_on_upgrade(database
         built.dispose()
     assert (march.tokens, march.list_cost_nanos, march.sandbox_seconds) == (20, 1100, 1.0)
     assert (february.tokens, february.list_cost_nanos, february.sandbox_seconds) == (6, 70, 0.5)
+
+
+def _drop(
+    built: Engine,
+    tables: tuple[str, ...],
+    indexes: tuple[str, ...] = (),
+    columns: tuple[tuple[str, str], ...] = (),
+) -> None:
+    """Takes out of ``built`` what a database made by an earlier stead lacked."""
+    with built.begin() as conn:
+        for index in indexes:
+            conn.execute(text(f"DROP INDEX {index}"))
+        for table, column in columns:
+            conn.execute(text(f"ALTER TABLE {table} DROP COLUMN {column}"))
+        for table in tables:
+            conn.execute(text(f"DROP TABLE {table}"))
+
+
+@on_both
+async def test_a_database_stamped_before_the_usage_ledger_was_numbered_0007_upgrades(
+    database_url: str,
+) -> None:
+    """stead numbered the brains table 0008 after the work queue's 0006 while the
+    usage ledger was being made 0007: a database made then is stamped 0008
+    without the ledger, and migration 0019 sums the ledger."""
+    built = _migrated_at(database_url, "0008")
+    _drop(built, ("usage_ledger",))
+    await (await open_store(database_url)).close()
+    with built.connect() as conn:
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    built.dispose()
+
+
+@on_both
+@pytest.mark.parametrize("stamped", ["0019", "0022"])
+async def test_a_database_stamped_0019_before_0016_to_0018_were_put_before_it_upgrades(
+    database_url: str, stamped: str
+) -> None:
+    """For a while stead's 0019 followed 0015 (0016, 0017 and 0018 were put
+    between them after): a database made or migrated then is stamped 0019
+    without their tables and column, and later migrations went on from there."""
+    built = _migrated_at(database_url, stamped)
+    _drop(
+        built,
+        ("memory_mounts", "session_memory_stores", "session_repositories"),
+        indexes=("ix_files_expires",),
+        columns=(("files", "bytes_removed_at"),),
+    )
+    assert migrate.status(built).state is migrate.SchemaState.BEHIND
+    await (await open_store(database_url)).close()
+    with built.connect() as conn:
+        assert migrate.revisions(conn) == {migrate.HEAD}
+        assert compare_metadata(MigrationContext.configure(conn), metadata) == []
+    built.dispose()
