@@ -8,13 +8,16 @@ placement than it holds refuses."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from stead.sandbox import (
     HostAddress,
+    HostClient,
     HostIdentity,
     HostSandbox,
     Placement,
@@ -24,7 +27,7 @@ from stead.sandbox import (
 )
 from stead.sandbox.providers.host import HostProvider
 from stead.testing import HostProcess, ServeForker, free_port
-from tests.sandbox.conftest import config, new_id, requires_isolation, workspace_on_host
+from tests.sandbox.conftest import WAIT, config, new_id, requires_isolation, workspace_on_host
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 TOKEN = "shared-host-token"
@@ -197,3 +200,37 @@ async def test_a_host_with_no_address_cannot_be_reached_by_others(
     brain.place("far-away", Placement(HostIdentity("host_elsewhere", None), 1))
     with pytest.raises(SandboxUnavailable, match="no address"):
         await brain.acquire("far-away", config())
+
+
+async def test_a_snapshot_a_host_took_before_placements_is_found_by_another_host(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """A host of a stead from before placements named no snapshot in a
+    manifest: a sandbox asleep since then was found by no other host, and came
+    back empty on one (as one never snapshotted does). Its own host, once
+    upgraded, names that snapshot at placement 0 when it starts."""
+    host_a, host_b = _host(tmp_path, "a", forker).start(), _host(tmp_path, "b", forker).start()
+    brain = HostProvider(HostAddress(unix_path=host_a.socket_path), token=TOKEN)
+    try:
+        sandbox_id = new_id()
+        unplaced = HostSandbox(
+            HostClient(HostAddress(unix_path=host_a.socket_path)), sandbox_id, config()
+        )
+        await unplaced.write_file("kept", b"from before")
+        assert await unplaced.sleep()
+        await unplaced.client.aclose()
+        blobs = Path(host_a.blob_url.removeprefix("file://")) / "sandboxes" / sandbox_id
+        shutil.rmtree(blobs / "placements")  # as the earlier host left it
+        host_a.kill()
+        host_a.start()
+        with anyio.fail_after(WAIT):
+            while not (blobs / "placements").exists():  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+
+        moved = await on(brain, host_b, sandbox_id, 1)
+        assert await moved.read_file("kept", max_bytes=100) == b"from before"
+        await destroy(moved)
+    finally:
+        await brain.aclose()
+        host_a.stop()
+        host_b.stop()

@@ -40,7 +40,7 @@ from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret
 from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
-from stead.sandbox_host.placements import claim_placement, latest_manifest
+from stead.sandbox_host.placements import claim_placement, latest_manifest, write_manifest
 from stead.sandbox_host.uids import UidRange
 from stead.sandbox_host.workspace import SandboxErased, erase_snapshots
 
@@ -288,9 +288,31 @@ class SandboxManager:
         by the idle sleeper like any idle sandbox."""
         if self._isolation_problem is not None:
             return
-        for row in await self._catalogue.live_sandboxes():
+        rows = await self._catalogue.live_sandboxes()
+        # Before anything can snapshot: a newer manifest is never overwritten.
+        await self._name_earlier_snapshots([row.id for row in rows if row.placement is None])
+        for row in rows:
             with contextlib.suppress(ValueError):
                 await self.acquire(row.id, SandboxConfig.from_json(row.config))
+
+    async def _name_earlier_snapshots(self, unplaced: Sequence[str]) -> None:
+        """Names in a manifest, at placement 0 (a copy never placed), the latest
+        snapshot of each of ``unplaced`` that no manifest names: a host of a
+        stead from before placements took it, and another host taking the
+        sandbox would not find it and start it empty. A blob store that does not
+        answer leaves the rest to the next start."""
+        for sandbox_id in unplaced:
+            # Named even if expired: another host then refuses it as expired,
+            # as this one would, rather than start the sandbox empty.
+            latest = await self._catalogue.latest_snapshot(sandbox_id)
+            if latest is None:
+                continue
+            try:
+                if await latest_manifest(self._blobs, sandbox_id) is None:
+                    await write_manifest(self._blobs, 0, latest)
+            except BlobError as exc:
+                log.warning("snapshots of an earlier stead not named in manifests now: %s", exc)
+                return
 
     # -- background loops -----------------------------------------------------------
 
