@@ -96,6 +96,11 @@ def sandbox_host_status(data_dir: DataDir = None) -> None:
     from stead.sandbox.admin import host_status
 
     found = anyio.run(host_status, _host_address(data_dir))
+    if found.other_version:
+        pid = f" (pid {found.pid})" if found.pid is not None else ""
+        typer.echo(f"a sandbox host of another stead version{pid} at {found.address}")
+        typer.echo(f"{found.problem}; stead sandbox-host stop stops it")
+        raise typer.Exit(1)
     if found.answer is None:
         typer.echo(f"no sandbox host answers at {found.address} ({found.problem})")
         raise typer.Exit(1)
@@ -115,7 +120,8 @@ def sandbox_host_stop(
     wait: Annotated[float, typer.Option(min=0.001, help="Seconds to wait for it to stop.")] = 30.0,
     data_dir: DataDir = None,
 ) -> None:
-    """Stop the sandbox host: its sandboxes' processes and terminals end; their
+    """Stop the sandbox host (of this stead's version or, left running across an
+    upgrade, another): its sandboxes' processes and terminals end; their
     workspaces stay in its work directory, and the next host saves or restores
     them (the next `stead serve` starts one)."""
     from stead.sandbox.admin import stop_host
@@ -129,7 +135,13 @@ def sandbox_host_stop(
     except TimeoutError:
         typer.echo(f"stead: the sandbox host at {address} still answers after {wait:g} s", err=True)
         raise typer.Exit(1) from None
-    if found.answer is None:
+    if found.other_version and found.pid is None:
+        typer.echo(f"stead: {found.problem}; its pid cannot be read at {address}", err=True)
+        raise typer.Exit(1)
+    if found.pid is None:
         typer.echo(f"no sandbox host answers at {address}; nothing to stop")
         return
-    typer.echo(f"stopped the sandbox host (pid {found.answer['pid']}) at {address}")
+    which = (
+        "the sandbox host of another stead version" if found.other_version else "the sandbox host"
+    )
+    typer.echo(f"stopped {which} (pid {found.pid}) at {address}")

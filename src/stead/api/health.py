@@ -109,6 +109,8 @@ async def _host_check(settings: Settings) -> str:
         return f"no answer within {CHECK_SECONDS:g}s"
     if found.answer is not None:
         return "ok"
+    if found.other_version:  # left running across an upgrade: no autostart replaces it
+        return f"another stead version: {found.problem} (stead sandbox-host stop stops it)"
     if settings.sandbox_host_autostart and address.unix_path is not None:
         # This server starts its local host at the first tool call or terminal.
         return "ok: not started yet; starts on first use"
