@@ -3,12 +3,15 @@ older version recorded, and old exec records are pruned, running ones never."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from stead.sandbox_host.catalogue import SCHEMA_VERSION, Catalogue
+from stead.sandbox_host.catalogue import SCHEMA_VERSION, Catalogue, CatalogueTooNew
 
 pytestmark = pytest.mark.anyio
 
@@ -49,8 +52,40 @@ async def test_a_catalogue_from_a_newer_stead_is_refused(tmp_path: Path) -> None
     Catalogue.open(path).close()
     with sqlite3.connect(path) as db:
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
-    with pytest.raises(RuntimeError, match="newer than this stead"):
+    with pytest.raises(CatalogueTooNew, match="newer than this stead"):
         Catalogue.open(path)
+
+
+def test_a_host_on_the_catalogue_of_a_newer_stead_stops_with_one_line(tmp_path: Path) -> None:
+    """As ``stead serve`` refuses a database of a newer stead: one line, no
+    traceback, before anything is written (a host downgraded, say)."""
+    state = tmp_path / "state"
+    Catalogue.open(state / "catalogue.sqlite3").close()
+    with sqlite3.connect(state / "catalogue.sqlite3") as db:
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = (state / "catalogue.sqlite3").read_bytes()
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("STEAD_")}
+    env = {
+        **inherited,
+        "STEAD_DATA_DIR": str(tmp_path),
+        "STEAD_SANDBOX_HOST_STATE_DIR": str(state),
+        "STEAD_SANDBOX_WORK_DIR": str(tmp_path / "work"),
+    }
+    ran = subprocess.run(
+        [sys.executable, "-m", "stead", "sandbox-host"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 2
+    assert ran.stderr == (
+        f"stead: the sandbox catalogue is at version {SCHEMA_VERSION + 1}, newer than this "
+        f"stead ({SCHEMA_VERSION}): upgrade stead or use another STEAD_SANDBOX_HOST_STATE_DIR\n"
+    )
+    assert (state / "catalogue.sqlite3").read_bytes() == before
 
 
 async def test_old_exec_records_are_pruned_except_those_still_running(tmp_path: Path) -> None:

@@ -76,6 +76,10 @@ MIGRATIONS = {
 }
 
 
+class CatalogueTooNew(Exception):
+    """The catalogue was made by a newer stead: this host refuses it, writing nothing."""
+
+
 @dataclass(frozen=True, slots=True)
 class SandboxRow:
     id: str
@@ -394,7 +398,7 @@ def _migrate(db: sqlite3.Connection) -> None:
     version = db.execute("PRAGMA user_version").fetchone()[0]
     fresh = not db.execute("SELECT 1 FROM sqlite_master WHERE name='sandboxes'").fetchone()
     if version > SCHEMA_VERSION:
-        raise RuntimeError(
+        raise CatalogueTooNew(
             f"the sandbox catalogue is at version {version}, newer than this stead "
             f"({SCHEMA_VERSION}): upgrade stead or use another STEAD_SANDBOX_HOST_STATE_DIR"
         )

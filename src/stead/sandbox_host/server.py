@@ -44,7 +44,7 @@ from stead.sandbox.protocol import (
 )
 from stead.sandbox.unix import UnixListener, listen_unix
 from stead.sandbox_host.bwrap import install_supervisor
-from stead.sandbox_host.catalogue import Catalogue
+from stead.sandbox_host.catalogue import Catalogue, CatalogueTooNew
 from stead.sandbox_host.cgroups import detect_cgroups
 from stead.sandbox_host.clock import HostClock
 from stead.sandbox_host.config import HostOptions, check_endpoint
@@ -94,7 +94,7 @@ async def serve_host(
     options = _raise_open_files(options)
     with (
         _single_instance(options),
-        contextlib.closing(Catalogue.open(options.state_dir / "catalogue.sqlite3")) as catalogue,
+        contextlib.closing(_catalogue(options)) as catalogue,
     ):
         blobs = open_blob_store(options.blobs)
         span = await catalogue.uid_span()
@@ -134,6 +134,13 @@ async def serve_host(
                 tasks.cancel_scope.cancel()
                 if cgroups is not None:
                     cgroups.release()
+
+
+def _catalogue(options: HostOptions) -> Catalogue:
+    try:
+        return Catalogue.open(options.state_dir / "catalogue.sqlite3")
+    except CatalogueTooNew as exc:  # a host downgraded, say: as a newer database is refused
+        raise HostCannotStart(str(exc)) from None
 
 
 def _host_id(options: HostOptions) -> str:
