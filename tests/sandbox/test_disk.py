@@ -118,6 +118,22 @@ async def test_a_full_disk_sleeps_and_wakes_with_its_files_and_an_empty_tmp(
     assert "keep: OK" in checked and checked.strip().endswith("0"), checked
 
 
+async def test_a_sandbox_whose_body_died_sleeps_with_its_disk_unmounted(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    """Its code can kill its own supervisor: the body stops on its own, and
+    its sleep must still let go of what the body held (disk, cgroup)."""
+    await sandbox.write_file("note", b"kept")
+    root = sandbox_dir(host, sandbox.sandbox_id)
+    await run(sandbox, "kill -9 -1")
+    with anyio.fail_after(WAIT):
+        while (await sandbox.status())["state"] != "cold":  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    assert await sandbox.sleep()
+    await nothing_left_under(root)
+    assert await sandbox.read_file("note", max_bytes=10) == b"kept"
+
+
 async def test_a_destroyed_sandbox_leaves_no_mount_loop_device_or_image(
     sandbox: HostSandbox, host: HostProcess
 ) -> None:

@@ -374,8 +374,9 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         async with self._transition:
             if not force and self.idle_seconds() is None:
                 return False
-            if self.state is State.ACTIVE or self._body is not None:
-                await self._halt()
+            # Always: a body that stopped on its own (``_keep``) still holds
+            # its disk and cgroup, and its awake time is not booked yet.
+            await self._halt()
             if not await to_thread.run_sync(lambda: self.saved.is_warm):
                 return False
             async with self.disk.held():
