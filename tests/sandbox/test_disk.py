@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,6 +222,21 @@ async def test_a_new_sandbox_takes_a_disk_made_ahead_and_another_is_made(
         while len(list(spares.glob("*.img"))) < 2:  # noqa: ASYNC110
             await anyio.sleep(0.02)
     await client.destroy(sandbox.sandbox_id)
+
+
+async def test_only_root_can_read_a_sandboxs_disk_image(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    """The image holds every file of the sandbox whatever its mode (and what it
+    deleted, until discarded): a host user who can name it must not read it."""
+    await sandbox.write_file("note", b"1")
+    spares = host.work_dir / "disks"
+    with anyio.fail_after(WAIT):
+        while not any(spares.glob("*.img")):  # noqa: ASYNC110
+            await anyio.sleep(0.02)
+    images = [sandbox_dir(host, sandbox.sandbox_id) / "disk.img", *spares.glob("*.img")]
+    for image in images:
+        assert stat.S_IMODE(image.stat().st_mode) == 0o600, image
 
 
 async def test_what_an_earlier_stead_kept_on_the_hosts_disk_moves_onto_the_disk(

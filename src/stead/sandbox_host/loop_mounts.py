@@ -64,14 +64,19 @@ def mkfs_path() -> str | None:
 
 def make_image(image: Path, size_bytes: int) -> None:
     """Makes ``image``: a sparse file of ``size_bytes`` formatted ext4, every
-    block usable by any user (no reserve for root). Written beside it and
-    renamed into place, so an image is whole or not there."""
+    block usable by any user (no reserve for root), readable by root only.
+    Written beside it and renamed into place, so an image is whole or not there."""
     mkfs = mkfs_path()
     if mkfs is None:
         raise DiskError(errno.ENOENT, "mkfs.ext4 not found (apt-get install e2fsprogs)")
     partial = image.with_name(image.name + ".new")
-    with open(partial, "wb") as handle:
-        handle.truncate(size_bytes)
+    # Root's alone: the image holds every file of the sandbox, whatever its mode.
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # one an earlier host left half made
+        os.ftruncate(fd, size_bytes)
+    finally:
+        os.close(fd)
     argv = [mkfs, "-q", "-F", "-b", str(_BLOCK_SIZE), "-m", "0"]
     argv += ["-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"]
     if size_bytes >= _SMALL_JOURNAL:
