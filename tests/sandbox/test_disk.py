@@ -135,6 +135,21 @@ async def test_a_sandbox_whose_body_died_sleeps_with_its_disk_unmounted(
     assert await sandbox.read_file("note", max_bytes=10) == b"kept"
 
 
+async def test_a_directory_over_a_thousand_levels_deep_stops_no_sleep_wake_or_destroy(
+    client: HostClient, host: HostProcess
+) -> None:
+    """The host empties /tmp at each sleep and wake, and drops the workspace
+    once saved, as root."""
+    sandbox = HostSandbox(client, new_id(), config())
+    nest = "python3 -c \"import os\nfor _ in range(1200): os.mkdir('d'); os.chdir('d')\""
+    assert "made" in await run(sandbox, f"cd /tmp && {nest} && echo made")
+    assert await sandbox.sleep()
+    assert (await run(sandbox, "ls -A /tmp | wc -l")).split()[-1] == "0"
+    assert "made" in await run(sandbox, f"{nest} && echo made")  # in /workspace
+    await client.destroy(sandbox.sandbox_id)  # its final sleep saves and drops it
+    await nothing_left_under(sandbox_dir(host, sandbox.sandbox_id))
+
+
 async def test_a_destroyed_sandbox_leaves_no_mount_loop_device_or_image(
     sandbox: HostSandbox, host: HostProcess
 ) -> None:

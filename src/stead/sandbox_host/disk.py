@@ -27,7 +27,6 @@ import contextlib
 import errno
 import logging
 import os
-import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator
@@ -46,6 +45,7 @@ from stead.sandbox_host.loop_mounts import (
     wait_detached,
 )
 from stead.sandbox_host.snapshots import remove_stale_staging
+from stead.sandbox_host.trees import remove_tree
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -193,7 +193,7 @@ class SandboxDisk:
         os.chmod(self.tmp, 0o1777)
 
     def drop_tmp(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        remove_tree(self.tmp, ignore_errors=True)
 
     # -- worker thread ----------------------------------------------------------
 
@@ -232,19 +232,19 @@ class SandboxDisk:
             # Renamed once copied, then deleted: a host killed while deleting it
             # left a part of it, which must not replace the whole copy on the disk.
             moved = self.root / f"{name}{MOVED}"
-            shutil.rmtree(moved, ignore_errors=True)
+            remove_tree(moved, ignore_errors=True)
             if old.is_symlink() or not old.is_dir():
                 continue
             new = self.mountpoint / name
-            shutil.rmtree(new, ignore_errors=True)
+            remove_tree(new, ignore_errors=True)
             argv = ["cp", "-a", "--sparse=always", "--", str(old), str(new)]
             try:
                 done = subprocess.run(argv, capture_output=True, timeout=MOVE_SECONDS, check=False)
             except (OSError, subprocess.TimeoutExpired) as exc:
-                shutil.rmtree(new, ignore_errors=True)
+                remove_tree(new, ignore_errors=True)
                 raise DiskError(errno.EIO, f"cannot move its {name} onto it: {exc}") from None
             if done.returncode != 0:
-                shutil.rmtree(new, ignore_errors=True)
+                remove_tree(new, ignore_errors=True)
                 said = done.stderr.decode(errors="replace")
                 code = errno.ENOSPC if "No space left" in said else errno.EIO
                 raise DiskError(
@@ -256,7 +256,7 @@ class SandboxDisk:
                 )
             os.sync()  # the copy is on the host's disk before the original goes
             old.rename(moved)
-            shutil.rmtree(moved)
+            remove_tree(moved)
             log.info("sandbox disk %s: moved its %s onto it", self.mountpoint, name)
 
     def _remove(self) -> None:

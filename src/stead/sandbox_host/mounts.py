@@ -26,7 +26,6 @@ import contextlib
 import errno
 import hashlib
 import os
-import shutil
 import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import BinaryIO
 
 from stead.mount_paths import LISTED_ENTRIES, MAX_DEPTH, NAME_MAX, part_name, put_name
 from stead.sandbox import FileNotFound, FileTooLarge, InvalidArgument, NotARegularFile, ops
+from stead.sandbox_host.trees import remove_tree
 
 MOUNT_ROOT = "/mnt"
 """Where the tree appears inside the sandbox."""
@@ -360,6 +360,6 @@ def _describe(parent: int, name: str, path: str) -> ops.MountedFile | None:
 def _remove(parent: int, name: str) -> None:
     info = os.stat(name, dir_fd=parent, follow_symlinks=False)
     if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(name, dir_fd=parent)
+        remove_tree(name, dir_fd=parent)
     else:
         os.unlink(name, dir_fd=parent)

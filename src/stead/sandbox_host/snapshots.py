@@ -24,7 +24,6 @@ import ctypes
 import errno
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from stead.blobs import BlobError, BlobNotFound, BlobStore
 from stead.sandbox import SandboxError
 from stead.sandbox_host.archive import ArchiveError, extract_archive, write_archive
+from stead.sandbox_host.trees import remove_tree
 
 QUEUE_CHUNKS = 8
 """Chunks (of about ``CHUNK_BYTES``) waiting between the thread and the loop."""
@@ -293,7 +293,7 @@ def remove_stale_staging(parent: Path) -> int:
     Returns how many there were."""
     removed = 0
     for staging in parent.glob(f"{STAGING_PREFIX}*"):
-        shutil.rmtree(staging, ignore_errors=True)
+        remove_tree(staging, ignore_errors=True)
         removed += 1
     return removed
 
@@ -321,7 +321,4 @@ def _swap_into_place(staging: Path, target: Path) -> None:
 
 
 def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.exists():
-        shutil.rmtree(path)
+    remove_tree(path)

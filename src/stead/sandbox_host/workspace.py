@@ -16,7 +16,6 @@ import contextlib
 import errno
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from stead.sandbox_host.snapshots import (
     restore_snapshot,
     take_snapshot,
 )
+from stead.sandbox_host.trees import remove_tree
 
 log = logging.getLogger("stead.sandbox.host")
 
@@ -201,7 +201,7 @@ class SavedWorkspace:
 
     def _drop(self) -> None:
         self._marker.unlink(missing_ok=True)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        remove_tree(self.directory, ignore_errors=True)
 
     async def discard(self) -> None:
         """Drops the directory on disk unsaved: it is not the current workspace
@@ -210,7 +210,7 @@ class SavedWorkspace:
 
     def remove(self) -> None:
         """Every trace on this machine (after a final save)."""
-        shutil.rmtree(self._root, ignore_errors=True)
+        remove_tree(self._root, ignore_errors=True)
 
     async def erase(self) -> None:
         """Every trace, here and in the blob store, with nothing saved first."""
