@@ -220,6 +220,40 @@ async def test_a_snapshot_bigger_than_the_disk_is_refused_on_restore(
         smaller.stop()
 
 
+async def test_a_workspace_left_by_a_host_killed_mid_sleep_leaves_its_restore_room(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """Killed after the sleep's snapshot, before its drop of the workspace was
+    done: what is left on the disk is not the workspace (the snapshot is), and
+    must not take the room its restore needs."""
+    process = HostProcess(tmp_path / "state", env=DISK_ENV, forker=forker).start()
+    try:
+        client = client_of(process)
+        sandbox = HostSandbox(client, new_id(), config())
+        made = await run(sandbox, "head -c 15M /dev/urandom >big; sha256sum big >sum; echo made")
+        assert "made" in made, made
+        assert await sandbox.sleep()
+        await client.aclose()
+        process.kill()
+        mounted = tmp_path / "mounted"
+        mounted.mkdir()
+        loop_mounts.mount_image(sandbox_dir(process, sandbox.sandbox_id) / "disk.img", mounted)
+        try:  # what the drop had not removed yet
+            (mounted / "workspace").mkdir()
+            (mounted / "workspace" / "big").write_bytes(os.urandom(15 * 1024**2))
+        finally:
+            loop_mounts.unmount(mounted)
+
+        process.start()
+        client = client_of(process)
+        sandbox = HostSandbox(client, sandbox.sandbox_id, config())
+        assert "big: OK" in await run(sandbox, "sha256sum -c sum")
+        await client.destroy(sandbox.sandbox_id)
+        await client.aclose()
+    finally:
+        process.stop()
+
+
 async def test_a_new_sandbox_takes_a_disk_made_ahead_and_another_is_made(
     client: HostClient, host: HostProcess
 ) -> None:

@@ -17,6 +17,7 @@ import errno
 import logging
 import os
 import time
+from functools import partial
 from pathlib import Path
 
 from anyio import to_thread
@@ -85,6 +86,9 @@ class SavedWorkspace:
         if await to_thread.run_sync(self._current):
             return
         latest = await self.latest()
+        # Not current: a directory still there (a host killed mid-drop) only
+        # takes the room on the disk that the restore needs.
+        await to_thread.run_sync(partial(remove_tree, self.directory, ignore_errors=True))
         if latest is None:
             await to_thread.run_sync(self._make_empty)
         else:
