@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -353,3 +355,26 @@ def test_the_self_check_names_a_missing_mkfs_and_leaves_nothing(
     )
     assert "\n" not in problem
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_self_check_names_the_fix_on_a_machine_without_loop_devices(tmp_path: Path) -> None:
+    """Run where /dev/loop-control is not one (a private mount namespace puts
+    a plain file over it), as in a container that was not given it."""
+    plain = tmp_path / "not-loop-control"
+    plain.touch()
+    check = (
+        "import sys; from pathlib import Path; from stead.sandbox_host.selfcheck import check_disk;"
+        " print(check_disk(Path(sys.argv[1])))"
+    )
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount --bind "$0" /dev/loop-control && exec "$1" -c "$2" "$3"',
+         plain, sys.executable, check, tmp_path],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    problem = done.stdout.strip()
+    assert "\n" not in problem
+    assert problem.startswith("cannot give sandboxes a disk of their own"), problem
+    assert "modprobe loop" in problem and "/dev/loop-control" in problem, problem
+    assert list(tmp_path.iterdir()) == [plain]

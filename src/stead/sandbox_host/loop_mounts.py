@@ -48,6 +48,7 @@ _SMALL_JOURNAL = 128 * 1024**2
 to 1 GiB: every block the journal ever used stays taken in the image while the
 sandbox sleeps."""
 _LOOPS = Path("/sys/block")
+LOOP_CONTROL = Path("/dev/loop-control")
 
 
 class DiskError(Exception):
@@ -171,15 +172,18 @@ def _attach(image: Path) -> tuple[str, int]:
     """A free loop device backed by ``image``, and an fd open on it."""
     backing = os.open(image, os.O_RDWR | os.O_CLOEXEC)
     try:
-        control = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+        control = os.open(LOOP_CONTROL, os.O_RDWR | os.O_CLOEXEC)
     except OSError as exc:
         os.close(backing)
-        raise DiskError(exc.errno or errno.ENODEV, f"no loop devices: {exc.strerror}") from None
+        raise _no_loop_devices(exc) from None
     try:
         for _ in range(100):  # another process may take the free device first
-            number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
-            device = f"/dev/loop{number}"
-            fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            try:
+                number = fcntl.ioctl(control, _LOOP_CTL_GET_FREE)
+                device = f"/dev/loop{number}"
+                fd = os.open(device, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as exc:
+                raise _no_loop_devices(exc) from None
             try:
                 fcntl.ioctl(fd, _LOOP_CONFIGURE, _loop_config(backing, image))
             except OSError as exc:
@@ -192,6 +196,15 @@ def _attach(image: Path) -> tuple[str, int]:
     finally:
         os.close(control)
         os.close(backing)
+
+
+def _no_loop_devices(exc: OSError) -> DiskError:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return DiskError(
+        exc.errno or errno.ENODEV,
+        f"no free loop device{where}: {exc.strerror}; load the loop module "
+        f"(modprobe loop) or, in a container, give it {LOOP_CONTROL} and the /dev/loop* devices",
+    )
 
 
 def _loop_config(backing: int, image: Path) -> bytes:
