@@ -244,17 +244,26 @@ class SandboxManager:
         """Final snapshot, then gone; with ``erase``, no snapshot, and every one
         any host saved is deleted (``ops.Destroy``). Returns the sandbox's
         active seconds, None if there was no such sandbox here."""
-        try:
-            sandbox = await self.get(sandbox_id)
-        except SandboxNotFound:
-            if erase:  # what the hosts it lived on before saved of it
-                await erase_snapshots(self._blobs, self._catalogue, sandbox_id)
-            return None
-        async with self._lock(sandbox_id):
-            await sandbox.destroy(erase=erase)
-            self._sandboxes.pop(sandbox_id, None)
-        self._locks.pop(sandbox_id, None)
-        return sandbox.active_seconds
+        while True:
+            try:
+                sandbox = await self.get(sandbox_id)
+            except SandboxNotFound:
+                if erase:  # what the hosts it lived on before saved of it
+                    await erase_snapshots(self._blobs, self._catalogue, sandbox_id)
+                return None
+            lock = self._lock(sandbox_id)
+            async with lock:
+                # A destroy that ran while this one waited has gone with the
+                # object ``get`` gave, and an acquire since may have made the
+                # next: only the current one is destroyed (two objects of one
+                # sandbox own one directory and disk).
+                if self._sandboxes.get(sandbox_id) is not sandbox:
+                    continue
+                await sandbox.destroy(erase=erase)
+                self._sandboxes.pop(sandbox_id, None)
+            if not lock.locked() and self._locks.get(sandbox_id) is lock:  # none queued on it
+                self._locks.pop(sandbox_id, None)
+            return sandbox.active_seconds
 
     @contextlib.asynccontextmanager
     async def saving(self, sandbox: HostedSandbox) -> AsyncIterator[None]:
