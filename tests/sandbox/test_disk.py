@@ -357,6 +357,19 @@ def test_the_self_check_names_a_missing_mkfs_and_leaves_nothing(
     assert list(tmp_path.iterdir()) == []
 
 
+async def test_the_self_check_clears_the_probe_of_a_host_killed_during_it(tmp_path: Path) -> None:
+    """A host killed while its probe disk was mounted left it mounted, on a
+    loop device, in a directory named after its pid; the next start's check
+    (another pid) must not leave it so for good."""
+    left = tmp_path / "disk-probe-1"
+    (left / "disk").mkdir(parents=True)
+    loop_mounts.make_image(left / "disk.img", 16 * 1024**2)
+    loop_mounts.mount_image(left / "disk.img", left / "disk")
+    assert check_disk(tmp_path) is None
+    await nothing_left_under(tmp_path)
+    assert not left.exists()
+
+
 def test_the_self_check_names_the_fix_on_a_machine_without_loop_devices(tmp_path: Path) -> None:
     """Run where /dev/loop-control is not one (a private mount namespace puts
     a plain file over it), as in a container that was not given it."""

@@ -171,6 +171,8 @@ def check_disk(work_dir: Path) -> str | None:
     removes it; what stops it, if anything."""
     probe = work_dir / f"disk-probe-{os.getpid()}"
     image, target = probe / "disk.img", probe / "disk"
+    for left in work_dir.glob("disk-probe-*"):  # a host killed during its check
+        _remove_probe(left)
     try:
         target.mkdir(parents=True, mode=0o700, exist_ok=True)
         make_image(image, PROBE_DISK_BYTES)
@@ -182,7 +184,11 @@ def check_disk(work_dir: Path) -> str | None:
     except (DiskError, OSError) as exc:
         return f"cannot give sandboxes a disk of their own (an ext4 image on a loop device): {exc}"
     finally:
-        with contextlib.suppress(DiskError):
-            unmount(target, lazy=True)
-        shutil.rmtree(probe, ignore_errors=True)
+        _remove_probe(probe)
     return None
+
+
+def _remove_probe(probe: Path) -> None:
+    with contextlib.suppress(DiskError):
+        unmount(probe / "disk", lazy=True)
+    shutil.rmtree(probe, ignore_errors=True)
