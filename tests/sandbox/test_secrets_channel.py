@@ -42,12 +42,15 @@ def echo(ca: trustme.CA) -> Iterator[Origin]:
 
 @pytest.fixture(scope="module")
 def host_env(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The origin's name pinned to loopback, its CA trusted by the proxy."""
+    """The origin's name pinned to loopback, its CA trusted by the proxy; small
+    sandbox disks, as ``_files_holding`` reads every file of the work directory
+    whole, the disk images among them (10 GiB each by default)."""
     bundle = tmp_path_factory.mktemp("ca") / "ca.pem"
     ca.cert_pem.write_to_path(str(bundle))
     return {
         "STEAD_EGRESS_HOSTS": json.dumps({ORIGIN: "127.0.0.1"}),
         "STEAD_EGRESS_EXTRA_CA_FILE": str(bundle),
+        "STEAD_SANDBOX_DISK_MB": "32",
     }
 
 
