@@ -374,12 +374,15 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         async with self._transition:
             if not force and self.idle_seconds() is None:
                 return False
-            # Always: a body that stopped on its own (``_keep``) still holds
-            # its disk and cgroup, and its awake time is not booked yet.
-            await self._halt()
             if not await to_thread.run_sync(lambda: self.saved.is_warm):
+                await self._halt()
                 return False
+            # Held across the stop, so the disk the body let go of stays
+            # mounted for the snapshot (an unmount and a mount fewer).
             async with self.disk.held():
+                # Always: a body that stopped on its own (``_keep``) still holds
+                # its disk and cgroup, and its awake time is not booked yet.
+                await self._halt()
                 with self._metrics.timed("snapshot"):
                     await self.saved.save()
                 await to_thread.run_sync(self.disk.drop_tmp)
