@@ -20,7 +20,7 @@ import pytest
 from stead.sandbox import FileError, HostClient, HostSandbox, WorkspaceUnavailable
 from stead.sandbox_host import disk as disk_module
 from stead.sandbox_host import loop_mounts
-from stead.sandbox_host.disk import SandboxDisk
+from stead.sandbox_host.disk import SandboxDisk, SpareDisks
 from stead.sandbox_host.selfcheck import check_disk
 from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
@@ -287,6 +287,17 @@ async def test_only_root_can_read_a_sandboxs_disk_image(
     images = [sandbox_dir(host, sandbox.sandbox_id) / "disk.img", *spares.glob("*.img")]
     for image in images:
         assert stat.S_IMODE(image.stat().st_mode) == 0o600, image
+
+
+async def test_a_spare_of_an_earlier_size_is_never_taken(tmp_path: Path) -> None:
+    """The host started again with another STEAD_SANDBOX_DISK_MB drops the
+    earlier host's spares, in the background: a wake before that must not get one."""
+    spares = tmp_path / "disks"
+    SpareDisks(spares, DISK_MB * 1024**2, count=1).fill()
+    bigger = SpareDisks(spares, 2 * DISK_MB * 1024**2)
+    (tmp_path / "sandbox").mkdir()
+    assert not await bigger.take(tmp_path / "sandbox" / "disk.img")
+    assert not (tmp_path / "sandbox" / "disk.img").exists()
 
 
 async def test_what_an_earlier_stead_kept_on_the_hosts_disk_moves_onto_the_disk(

@@ -93,6 +93,11 @@ class SpareDisks:
     def _take(self, image: Path) -> bool:
         for spare in sorted(self._directory.glob("*.img")):
             with contextlib.suppress(FileNotFoundError):  # taken by another wake first
+                # One of an earlier host's size that ``_clear`` has not
+                # dropped yet (it runs beside the host's first calls) is not
+                # this host's size: a new disk never keeps the old one.
+                if spare.stat().st_size != self._size:
+                    continue
                 os.rename(spare, image)
                 return True
         return False
