@@ -289,6 +289,23 @@ async def test_only_root_can_read_a_sandboxs_disk_image(
         assert stat.S_IMODE(image.stat().st_mode) == 0o600, image
 
 
+async def test_no_other_user_of_the_host_reaches_a_sandboxs_tmp_or_workspace(
+    sandbox: HostSandbox, host: HostProcess
+) -> None:
+    """/tmp was a private memory file system; on the disk, under directories
+    every user may search, it must stay the sandbox's own (as its workspace)."""
+    await run(sandbox, "echo 1 > /tmp/mine && echo 1 > /workspace/mine")
+    disk = sandbox_dir(host, sandbox.sandbox_id) / "disk"
+    other = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    for command in (["touch", f"{disk}/tmp/planted"], ["cat", f"{disk}/workspace/mine"]):
+        with anyio.fail_after(WAIT):
+            done = await anyio.run_process([*other, *command], check=False)
+        assert done.returncode != 0 and b"Permission denied" in done.stderr, command
+    # The sandbox's own user still reaches both (the file tools act as it).
+    assert await sandbox.read_file("/workspace/mine", max_bytes=10) == b"1\n"
+    assert "/tmp/mine" in await run(sandbox, "ls /tmp/mine")
+
+
 async def test_a_spare_of_an_earlier_size_is_never_taken(tmp_path: Path) -> None:
     """The host started again with another STEAD_SANDBOX_DISK_MB drops the
     earlier host's spares, in the background: a wake before that must not get one."""

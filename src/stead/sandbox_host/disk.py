@@ -13,9 +13,10 @@ are not touched. The image outlives sleep (the mount tree stays on it,
 (``workspace.py``), ``/tmp`` at each sleep and wake. It goes with the sandbox's
 destroy.
 
-The mounted disk (root's, 0711) holds ``workspace`` and ``tmp`` (the sandbox
-user's), ``mnt`` (the mount tree) and a restore's staging directories, which
-must share the workspace's file system (one rename puts them in place).
+The mounted disk (root's, searchable by the sandbox's group alone) holds
+``workspace`` and ``tmp`` (the sandbox user's), ``mnt`` (the mount tree) and a
+restore's staging directories, which must share the workspace's file system
+(one rename puts them in place).
 
 A disk keeps the size it was made with; a new ``STEAD_SANDBOX_DISK_MB`` applies
 to disks made from then on.
@@ -222,7 +223,10 @@ class SandboxDisk:
             raise DiskError(errno.EBUSY, "an earlier mount of it has not gone yet")
         mount_image(self.image, self.mountpoint)
         try:
-            os.chmod(self.mountpoint, 0o711)
+            # Searchable by the sandbox's user alone (its file tools act as
+            # it), not by every user of the host: /tmp here is world-writable.
+            os.chown(self.mountpoint, 0, self._uid)
+            os.chmod(self.mountpoint, 0o710)
             # Nothing restores into a disk nobody holds: any staging is a killed host's.
             remove_stale_staging(self.mountpoint)
             self._move_legacy()
