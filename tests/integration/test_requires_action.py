@@ -13,7 +13,7 @@ import pytest
 
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall, Turn
 from stead.testing.scripts import assistant_turns
-from tests.conftest import loop_env, sdk_of, store_env
+from tests.conftest import loop_env, sdk_of, serving, store_env
 from tests.databases import BACKENDS
 from tests.integration.helpers import message, new_session
 from tests.integration.loop_scenarios import first_user_text
@@ -60,11 +60,7 @@ def server(
     forker: ServeForker,
 ) -> Iterator[ServerProcess]:
     with store_env(request) as extra:
-        env = loop_env(fake, **extra)
-        process = ServerProcess(tmp_path_factory.mktemp("waits"), env=env, forker=forker)
-        process.start()
-        yield process
-        process.stop()
+        yield from serving(tmp_path_factory.mktemp("waits"), loop_env(fake, **extra), forker)
 
 
 @pytest.fixture
