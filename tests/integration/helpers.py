@@ -31,6 +31,22 @@ def new_session(client: anthropic.Anthropic, tools: list[dict[str, Any]] | None 
     return client.beta.sessions.create(agent=agent.id, environment_id=env.id).id
 
 
+def until_idle(stream: Any, idles: int = 1) -> list[Any]:
+    """Events up to the ``idles``-th ``session.status_idle``."""
+    seen: list[Any] = []
+    for event in stream:
+        seen.append(event)
+        if event.type == "session.status_idle":
+            idles -= 1
+            if idles == 0:
+                return seen
+    raise AssertionError("the stream ended before the session went idle")
+
+
+def kinds(events: list[Any]) -> list[str]:
+    return [e.type for e in events]
+
+
 def lifespan_failed(line: str) -> bool:
     """A server log line uvicorn writes when the app's lifespan failed: the
     runtime and its background tasks ended while HTTP may still answer."""

@@ -25,6 +25,7 @@ from stead.testing import (
 from tests.conftest import loop_env, sdk_of, store_env
 from tests.databases import BACKENDS
 from tests.databases import engine as engine_of
+from tests.integration.helpers import kinds, until_idle
 from tests.integration.loop_scenarios import scripted, slow_first_answer
 
 Json = dict[str, Any]
@@ -66,22 +67,6 @@ def slow_turn_started(sdk: anthropic.Anthropic, session_id: str, stream: Any) ->
         if event.type == "span.model_request_start":
             return
     raise AssertionError("the stream ended before the model request")
-
-
-def until_idle(stream: Any, idles: int = 1) -> list[Any]:
-    """Events up to the ``idles``-th ``session.status_idle``."""
-    seen: list[Any] = []
-    for event in stream:
-        seen.append(event)
-        if event.type == "session.status_idle":
-            idles -= 1
-            if idles == 0:
-                return seen
-    raise AssertionError("the stream ended before the session went idle")
-
-
-def kinds(events: list[Any]) -> list[str]:
-    return [e.type for e in events]
 
 
 TOOLSET = {"type": "agent_toolset_20260401"}

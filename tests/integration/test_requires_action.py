@@ -15,7 +15,7 @@ from stead.testing import FakeModel, ServeForker, ServerProcess, Text, ToolCall,
 from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, sdk_of, serving, store_env
 from tests.databases import BACKENDS
-from tests.integration.helpers import message, new_session
+from tests.integration.helpers import kinds, message, new_session, until_idle
 from tests.integration.loop_scenarios import first_user_text
 
 Json = dict[str, Any]
@@ -72,19 +72,6 @@ def sdk(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
 def result(use_id: str, text: str) -> Json:
     content = [{"type": "text", "text": text}]
     return {"type": "user.custom_tool_result", "custom_tool_use_id": use_id, "content": content}
-
-
-def until_idle(stream: Any) -> list[Any]:
-    seen: list[Any] = []
-    for event in stream:
-        seen.append(event)
-        if event.type == "session.status_idle":
-            return seen
-    raise AssertionError("the stream ended before the session went idle")
-
-
-def kinds(events: list[Any]) -> list[str]:
-    return [e.type for e in events]
 
 
 def waiting_on(sdk: anthropic.Anthropic, session_id: str, stream: Any, text: str) -> list[Any]:

@@ -22,8 +22,9 @@ from stead.testing.scripts import assistant_turns
 from tests.conftest import loop_env, make_client, sdk_of, store_env
 from tests.databases import BACKENDS, PostgresRun
 from tests.integration.brains import Brains
+from tests.integration.helpers import kinds, until_idle
 from tests.integration.loop_scenarios import SCENARIOS, first_user_text
-from tests.integration.test_agent_loop import kinds, say, until_idle
+from tests.integration.test_agent_loop import say
 
 Json = dict[str, Any]
 WAIT = 40.0

@@ -123,6 +123,14 @@ def wait_for_stop(sdk: anthropic.Anthropic, session_id: str, reason: str) -> lis
         time.sleep(0.02)
 
 
+def wait_until_listed(sdk: anthropic.Anthropic, session_id: str, event_type: str) -> None:
+    """Returns once the session's log holds an event of ``event_type`` (bounded)."""
+    deadline = time.monotonic() + WAIT
+    while not any(e.type == event_type for e in sdk.beta.sessions.events.list(session_id)):
+        assert time.monotonic() < deadline, f"no {event_type}"
+        time.sleep(0.02)
+
+
 def span_totals(events: list[Any]) -> dict[str, int]:
     ends = [e.model_usage for e in events if e.type == "span.model_request_end"]
     return {key: sum(getattr(u, key) for u in ends) for key in FIRST}
@@ -214,10 +222,7 @@ def test_an_interrupt_stops_a_turn_running_past_its_budget(sdk: anthropic.Anthro
     no longer dropped as at the budget's pause, and stops the command."""
     session_id = new_session(sdk, budget=budget("50"))
     sdk.beta.sessions.events.send(session_id, events=[message("slow spend")])
-    deadline = time.monotonic() + WAIT
-    while not any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)):
-        assert time.monotonic() < deadline, "no tool call"
-        time.sleep(0.02)
+    wait_until_listed(sdk, session_id, "agent.tool_use")
     sent = sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])
     assert [e.type for e in sent.data] == ["user.interrupt"]
     events = wait_for_stop(sdk, session_id, "end_turn")
@@ -231,11 +236,7 @@ def queued_at_the_budget(sdk: anthropic.Anthropic) -> tuple[str, str]:
     still queued: sent while the request that crossed the cap was answered."""
     session_id = new_session(sdk, budget=budget("50"))
     sdk.beta.sessions.events.send(session_id, events=[message("held spend")])
-    deadline = time.monotonic() + WAIT
-    listed = sdk.beta.sessions.events.list
-    while not any(e.type == "span.model_request_start" for e in listed(session_id)):
-        assert time.monotonic() < deadline, "no model request"
-        time.sleep(0.02)
+    wait_until_listed(sdk, session_id, "span.model_request_start")
     [queued] = sdk.beta.sessions.events.send(session_id, events=[message("waiting")]).data
     assert queued.processed_at is None
     wait_for_stop(sdk, session_id, "budget_reached")
@@ -265,10 +266,7 @@ def test_a_message_sent_while_a_turn_runs_past_its_budget_is_queued(
     (before, a 400 budget_reached); it is refused once the turn stopped."""
     session_id = new_session(sdk, budget=budget("50"))
     sdk.beta.sessions.events.send(session_id, events=[message("slow spend")])
-    deadline = time.monotonic() + WAIT
-    while not any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)):
-        assert time.monotonic() < deadline, "no tool call"
-        time.sleep(0.02)
+    wait_until_listed(sdk, session_id, "agent.tool_use")
     [queued] = sdk.beta.sessions.events.send(session_id, events=[message("meanwhile")]).data
     assert (queued.type, queued.processed_at) == ("user.message", None)
     sdk.beta.sessions.events.send(session_id, events=[{"type": "user.interrupt"}])

@@ -15,7 +15,8 @@ import pytest
 
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import loop_env, sdk_of
-from tests.integration.test_agent_loop import kinds, say, until_idle
+from tests.integration.helpers import kinds, until_idle
+from tests.integration.test_agent_loop import say
 from tests.integration.test_self_hosted import environment, scripted, session_on
 from tests.sandbox.conftest import requires_isolation, workspace_on_host
 
