@@ -401,8 +401,9 @@ async def _secured(stream: ByteStream, tls: ssl.SSLContext) -> ByteStream | None
     try:
         with anyio.fail_after(HELLO_SECONDS):
             first = await stream.receive()
+            whole = Replayed(stream, first)
             if first[0] != TLS_HANDSHAKE:
-                frames = FrameStream(Replayed(stream, first))
+                frames = FrameStream(whole)
                 older = VersionMismatch(
                     f"the brain speaks host protocol version {await _plain_version(frames)}, "
                     f"in plain TCP, and this sandbox host version {ops.PROTOCOL_VERSION}, "
@@ -411,10 +412,7 @@ async def _secured(stream: ByteStream, tls: ssl.SSLContext) -> ByteStream | None
                 await frames.send(error_frame(older))
             else:
                 return await TLSStream.wrap(
-                    Replayed(stream, first),
-                    server_side=True,
-                    ssl_context=tls,
-                    standard_compatible=False,
+                    whole, server_side=True, ssl_context=tls, standard_compatible=False
                 )
     except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
         # ssl.SSLError is an OSError: a port scan, a wrong token; no traceback.
