@@ -8,7 +8,7 @@ from typing import Any
 import anyio
 import pytest
 
-from stead.runtime import SessionFeed
+from stead.runtime import Embedder, SessionFeed
 from stead.sandbox.local.sandbox import UnsafeLocalSandbox
 from stead.store import EventRecord, NewEvent, SqlStore, Store, open_store
 from stead.store.inmemory import InMemoryStore
@@ -35,6 +35,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """One per test process: each ``Embedder`` loads its own model (0.1 GB) on
+    first use, and a worker's memory does not shrink back when one is dropped."""
+    return Embedder()
 
 
 @pytest.fixture

@@ -55,8 +55,10 @@ def blobs(tmp_path: Path) -> BlobStore:
 
 
 @pytest.fixture
-async def keeper(store: SqlStore, blobs: BlobStore) -> AsyncIterator[MemoryKeeper]:
-    yield MemoryKeeper(store, lambda: blobs, Embedder(), purge_interval=60, upload_grace=60)
+async def keeper(
+    store: SqlStore, blobs: BlobStore, embedder: Embedder
+) -> AsyncIterator[MemoryKeeper]:
+    yield MemoryKeeper(store, lambda: blobs, embedder, purge_interval=60, upload_grace=60)
 
 
 async def _new_memory(store: SqlStore, keeper: MemoryKeeper, content: str) -> tuple[str, str, str]:
@@ -172,9 +174,9 @@ async def test_a_refused_commit_removes_its_blob_at_once(
 
 
 async def test_the_purger_removes_abandoned_redacted_and_deleted_content(
-    store: SqlStore, blobs: BlobStore
+    store: SqlStore, blobs: BlobStore, embedder: Embedder
 ) -> None:
-    keeper = MemoryKeeper(store, lambda: blobs, Embedder(), purge_interval=60, upload_grace=60)
+    keeper = MemoryKeeper(store, lambda: blobs, embedder, purge_interval=60, upload_grace=60)
     workspace, store_id, memory_id = await _new_memory(store, keeper, "one")
     written = await keeper.write(
         workspace,
@@ -195,7 +197,7 @@ async def test_the_purger_removes_abandoned_redacted_and_deleted_content(
     later = MemoryKeeper(
         store,
         lambda: blobs,
-        Embedder(),
+        embedder,
         purge_interval=60,
         upload_grace=60,
         clock=LaterClock(timedelta(hours=1)),

@@ -152,8 +152,10 @@ async def _versions(store: SqlStore, workspace: str, store_id: str) -> int:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("database_url", STORES, indirect=True)
-async def test_a_write_back_commits_once_under_its_claim(store: SqlStore, blobs: BlobStore) -> None:
-    keeper = MemoryKeeper(store, lambda: blobs, Embedder(), purge_interval=60, upload_grace=60)
+async def test_a_write_back_commits_once_under_its_claim(
+    store: SqlStore, blobs: BlobStore, embedder: Embedder
+) -> None:
+    keeper = MemoryKeeper(store, lambda: blobs, embedder, purge_interval=60, upload_grace=60)
     workspace = (await store.create_workspace("w")).id
     store_id = (await store.create_memory_store(workspace, "s", "", {})).id
     made = await keeper.create(workspace, store_id, "/m.md", "v0", API)
