@@ -1,4 +1,4 @@
-"""Schema versions: the migrations build ``tables.py``; a new database is created
+"""Schema versions: the migrations build ``tables/``; a new database is created
 straight from it with the same result; a database at head opens without Alembic;
 one migrated by a newer stead is refused; starts at once migrate once. On SQLite
 and on PostgreSQL where the test is not about SQLite's files."""
@@ -20,7 +20,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, insert, inspect, select, text, update
 
-from stead.store import StoreUnavailable, migrate, open_store
+from stead.store import StoreUnavailable, migrate, open_store, tables
 from stead.store._usage import LEDGER_COUNTERS
 from stead.store.tables import installation_secrets, metadata, usage_ledger, workspaces
 from tests.databases import BACKENDS, engine
@@ -80,6 +80,14 @@ def test_the_migrations_build_the_tables(database_url: str) -> None:
     with built.connect() as conn:
         assert compare_metadata(MigrationContext.configure(conn), metadata) == []
     built.dispose()
+
+
+def test_every_table_is_named_by_the_schema_package() -> None:
+    """A table's module is imported with the package, so it is on ``metadata``;
+    its name is imported from the package, as every query module does."""
+    named = {name: getattr(tables, name) for name in tables.__all__ if name != "metadata"}
+    assert set(named.values()) == set(metadata.tables.values())
+    assert all(name == table.name for name, table in named.items())
 
 
 @on_both

@@ -1,4 +1,4 @@
-"""Column types the schema (``tables.py``) shares: times in UTC and JSON, each as
+"""Column types the schema (``tables/``) shares: times in UTC and JSON, each as
 every backend should hold them."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Alembic is imported only for a database that is behind: a database already at
 ``HEAD`` is recognised by one query, and a brand-new one is created straight
-from ``tables.py`` with what the migrations seed, then stamped ``HEAD`` (a test
+from ``tables/`` with what the migrations seed, then stamped ``HEAD`` (a test
 checks that this gives the very schema the migrations build). Importing Alembic
 costs a fifth of a second and 8 MB that a server would keep for its lifetime.
 
