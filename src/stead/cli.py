@@ -325,6 +325,16 @@ async def _check_store(settings: Settings, repair: bool) -> list[IntegrityFindin
         return await store.check_integrity(repair)
 
 
+def _key_settings(data_dir: DataDir) -> Settings:
+    """The settings of a command on the installation's key, its data directory
+    made; on PostgreSQL without STEAD_SECRET_KEY it stops before a key file is
+    (``shared_secret_key``)."""
+    settings = existing(data_dir)
+    shared_secret_key(settings)
+    made_data_dir(settings)
+    return settings
+
+
 def _secret_box(settings: Settings) -> SecretBox:
     try:
         return load_secret_box(settings)
@@ -347,9 +357,7 @@ def secrets_rotate_key(data_dir: DataDir = None) -> None:
     to the new key and STEAD_SECRET_KEY_PREVIOUS to the old one, run this, then
     drop STEAD_SECRET_KEY_PREVIOUS.
     """
-    settings = existing(data_dir)
-    shared_secret_key(settings)
-    made_data_dir(settings)
+    settings = _key_settings(data_dir)
     # A server left on the old key stores no secret once the key has moved
     # (the store checks every sealed value against the database's key), but on
     # SQLite nothing runs beside the rotation at all.
@@ -421,9 +429,7 @@ def secrets_forget_key(
     sealed under was lost. What the lost key sealed (vault credentials, webhook
     signing secrets, repository tokens) stays unreadable: create those again.
     """
-    settings = existing(data_dir)
-    shared_secret_key(settings)
-    made_data_dir(settings)
+    settings = _key_settings(data_dir)
     box = _secret_box(settings)
     named = lost.strip().lower()
 
