@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import anyio
 import typer
 
-from stead.cli_support import DataDir, made_data_dir, opened, read_settings
+from stead.cli_support import DataDir, database_named, made_data_dir, opened, read_settings
 from stead.config import Settings
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def schema_status(settings: Settings) -> SchemaStatus:
     try:
         return schema_status_sync(settings.resolved_database_url)
     except StoreUnavailable as exc:
-        typer.echo(f"stead: STEAD_DATABASE_URL: {exc}", err=True)
+        typer.echo(f"stead: {database_named(settings)}: {exc}", err=True)
         raise typer.Exit(2) from None
 
 

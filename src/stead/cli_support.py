@@ -126,6 +126,15 @@ def made_data_dir(settings: Settings) -> None:
         raise typer.Exit(2) from None
 
 
+def database_named(settings: Settings) -> str:
+    """How a line about the database names it: by STEAD_DATABASE_URL when that
+    is set, else by the data directory's SQLite file (the data directory may
+    come from --data-dir, STEAD_DATA_DIR or the default)."""
+    if settings.database_url:
+        return "STEAD_DATABASE_URL"
+    return str(settings.embedded_database)
+
+
 @asynccontextmanager
 async def opened(settings: Settings) -> AsyncIterator[Store]:
     """The store ``settings`` name, migrated, for one command; closed on every path.
@@ -138,12 +147,13 @@ async def opened(settings: Settings) -> AsyncIterator[Store]:
     try:
         store = await open_store(settings.resolved_database_url, settings.sqlite_synchronous)
     except StoreUnavailable as exc:
-        typer.echo(f"stead: STEAD_DATABASE_URL: {exc}", err=True)
+        typer.echo(f"stead: {database_named(settings)}: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         yield store
     except DatabaseBusy as exc:  # a lock not granted in time, a connection lost
-        typer.echo(f"stead: STEAD_DATABASE_URL: no answer in time, try again: {exc}", err=True)
+        named = database_named(settings)
+        typer.echo(f"stead: {named}: no answer in time, try again: {exc}", err=True)
         raise typer.Exit(2) from None
     finally:
         await store.close()

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from stead.cli import app
+from stead.store import migrate
 from stead.testing import FakeModel, ServeForker, ServerProcess, free_port
 from tests.conftest import loop_env
 
@@ -115,6 +116,27 @@ def test_a_data_directory_that_is_a_file_or_a_corrupt_database_stops_with_one_li
         assert failed.exit_code == 2, args
         assert failed.stderr.endswith(": file is not a database\n"), args
         assert failed.stderr.count("\n") == 1
+
+
+def test_a_database_of_a_newer_stead_is_named_by_its_file_when_no_url_was_set(
+    tmp_path: Path, fake_model: FakeModel
+) -> None:
+    """Before, the line named STEAD_DATABASE_URL, a setting the user never set."""
+    data = tmp_path / "data"
+    assert _command("db", "migrate", "--data-dir", str(data), env={}).returncode == 0
+    with contextlib.closing(sqlite3.connect(data / "stead.db")) as conn, conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999'")
+    line = (
+        f"stead: {data / 'stead.db'}: the database was migrated by a newer stead (revision "
+        f"9999; this stead knows up to {migrate.HEAD}): run the newer stead, or restore a backup"
+    )
+    by_option = _serve(data, free_port(), fake_model)
+    by_variable = _command("serve", "--port", str(free_port()), env={"STEAD_DATA_DIR": str(data)})
+    for refused in (by_option, by_variable):
+        assert (refused.returncode, refused.stderr) == (2, line + "\n")
+        assert "sk-stead-" not in refused.stdout
+    listed = CliRunner().invoke(app, ["keys", "list", "--data-dir", str(data)])
+    assert (listed.exit_code, listed.stderr) == (2, line + "\n")
 
 
 def test_a_stop_while_the_first_key_is_made_waits_until_it_is_shown(

@@ -43,7 +43,7 @@ def test_a_sqlite_database_locked_by_another_process_is_one_line(
         for args in (["keys", "list"], ["keys", "create"], ["db", "check"]):
             code, out, err = _stead(*args, *data, env={})
             assert (code, out) == (2, ""), (args, err)
-            assert err.startswith("stead: STEAD_DATABASE_URL: cannot open sqlite:///"), args
+            assert err.startswith(f"stead: {tmp_path / 'stead.db'}: cannot open sqlite:///"), args
             assert err.endswith(": database is locked\n") and err.count("\n") == 1, args
         holder.execute("ROLLBACK")
     code, out, _ = _stead("keys", "list", "--json", *data, env={})

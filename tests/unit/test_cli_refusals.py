@@ -188,7 +188,8 @@ def test_a_key_for_a_new_workspace_is_made_with_it_or_not_at_all(
     args = ["keys", "create", "--new-workspace", "team", "--data-dir", str(empty)]
     refused = CliRunner().invoke(app, args)
     assert refused.exit_code == 2, refused.output
-    assert refused.stderr.startswith("stead: STEAD_DATABASE_URL: no answer in time, try again")
+    database = empty / "stead.db"
+    assert refused.stderr.startswith(f"stead: {database}: no answer in time, try again")
     monkeypatch.undo()
     again = CliRunner().invoke(app, [*args, "--json"])
     assert again.exit_code == 0, again.output
