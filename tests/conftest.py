@@ -17,6 +17,10 @@ from tests.databases import PostgresRun, database_url, postgres_run, serve_env
 
 __all__ = ["database_url", "postgres_run"]  # fixtures for every test module
 
+STOPPED_WITHIN = 30.0
+"""Longest a test waits for a server to end after SIGTERM: a hang guard, far
+past uvicorn's graceful limit (3 s), after which it cancels what is left."""
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:

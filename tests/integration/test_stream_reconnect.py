@@ -13,13 +13,10 @@ import httpx2
 import pytest
 
 from stead.testing import ServerProcess, client_tls
-from tests.conftest import make_client
+from tests.conftest import STOPPED_WITHIN, make_client
 from tests.integration.helpers import message, new_session, sse_frames
 
 TOTAL = 500
-STOPPED_WITHIN = 30.0
-"""Longest a test waits for a server to end after SIGTERM: a hang guard, far
-past uvicorn's graceful limit (3 s), after which it cancels what is left."""
 
 
 def _read(

@@ -23,7 +23,7 @@ from stead.client import Output, Terminal, TerminalError
 from stead.client.terminal import EXIT, STDOUT
 from stead.sandbox import HostSandbox
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
-from tests.conftest import loop_env, make_client
+from tests.conftest import STOPPED_WITHIN, loop_env, make_client
 from tests.sandbox.conftest import (
     WAIT,
     client_of,
@@ -34,9 +34,6 @@ from tests.sandbox.conftest import (
 )
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
-STOPPED_WITHIN = 30.0
-"""Longest a test waits for a server to end after SIGTERM: a hang guard, far
-past uvicorn's graceful limit (3 s), after which it cancels what is left."""
 
 
 def terminal(gateway: ServerProcess, session_id: str, **options: Any) -> Terminal:
