@@ -389,6 +389,43 @@ def test_a_stopping_item_keeps_its_session_s_calls_from_a_second_worker(
     assert "may have run" in answer.content[0].text  # type: ignore[union-attr]
 
 
+def test_revoking_a_key_ends_the_claims_it_made(
+    sdk: anthropic.Anthropic, hosted: ServerProcess
+) -> None:
+    """A worker whose key is revoked while it holds a session (a machine taken
+    out of service, or one that is not trusted any more) loses it at once: its
+    sessions token reads and sends nothing more, its heartbeat is refused, and
+    another worker takes the item, the call it may have started answered as in
+    doubt. Before, the token worked on for as long as the worker heartbeat."""
+    env_id, _ = environment(sdk)
+    keys = [sdk.post(f"/v1/environments/{env_id}/keys", cast_to=object, body={}) for _ in "ab"]
+    revoked, kept = [k for k in keys if isinstance(k, dict)]
+    session_id = session_on(sdk, env_id)
+    sdk.beta.sessions.events.send(session_id, events=[say("once")])  # type: ignore[list-item]
+    with make_client(hosted.url, str(revoked["key"])) as worker:
+        item = _hold(worker.beta.environments.work, env_id)
+    eventually(
+        lambda: any(e.type == "agent.tool_use" for e in sdk.beta.sessions.events.list(session_id)),
+        "the bash call",
+    )
+    token = _sessions_token_from_secret(item.secret)
+    assert token is not None
+    sdk.post(f"/v1/environments/{env_id}/keys/{revoked['id']}/revoke", cast_to=object, body={})
+    with make_client(hosted.url, token) as session_client:
+        with pytest.raises(anthropic.AuthenticationError):
+            session_client.beta.sessions.retrieve(session_id)
+        with pytest.raises(anthropic.APIStatusError) as refused:
+            session_client.beta.environments.work.heartbeat(item.id, environment_id=env_id)
+        assert refused.value.status_code == 412
+    with make_client(hosted.url, str(kept["key"])) as other:
+        taken = eventually(
+            lambda: other.beta.environments.work.poll(env_id, block_ms=999), "the item again"
+        )
+    assert taken.id == item.id
+    [answer] = _results(sdk, session_id)
+    assert answer.is_error and "may have run" in answer.content[0].text  # type: ignore[union-attr]
+
+
 def test_archiving_a_session_stops_its_work(
     sdk: anthropic.Anthropic, hosted: ServerProcess
 ) -> None:

@@ -112,6 +112,25 @@ async def test_a_lapsed_claim_is_taken_over_in_doubt(store: SqlStore) -> None:
     assert not (await store.get_work(workspace, env, item.id)).in_doubt
 
 
+async def test_revoking_a_key_ends_the_claims_polled_with_it(store: SqlStore) -> None:
+    """A held item is claimable at once, in doubt; a claim of another key stays."""
+    workspace, env = await _environment(store)
+    revoked, _ = await store.create_environment_key(workspace, env)
+    kept, _ = await store.create_environment_key(workspace, env)
+    held, other = [await store.ensure_work_item(workspace, env, s, TTL) for s in ("sesn_a", "b")]
+    assert held is not None and other is not None
+    first = await store.poll_work(workspace, env, "worker-1", 30.0, revoked.id)
+    second = await store.poll_work(workspace, env, "worker-2", 30.0, kept.id)
+    assert first is not None and second is not None and first.item.id == held.id
+    await store.ack_work(workspace, env, held.id)
+    await store.heartbeat_work(workspace, env, held.id, None, 3600.0, 1)
+    await store.revoke_environment_key(workspace, env, revoked.id)
+    assert await store.authenticate_work_token(first.token) is None
+    assert await store.authenticate_work_token(second.token) is not None
+    taken = await store.poll_work(workspace, env, "worker-2", 30.0, kept.id)
+    assert taken is not None and (taken.item.id, taken.item.in_doubt) == (held.id, True)
+
+
 async def test_metadata_merges_and_items_page_in_order(store: SqlStore) -> None:
     workspace, env = await _environment(store)
     made = [await store.ensure_work_item(workspace, env, f"sesn_{n}", TTL) for n in range(3)]

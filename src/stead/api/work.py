@@ -47,6 +47,8 @@ class Worker:
     kind: str
     epoch: int | None = None
     """The claim a sessions token was issued for."""
+    key_id: str | None = None
+    """The environment key it presented."""
 
 
 async def _worker(
@@ -62,7 +64,7 @@ async def _worker(
             raise ApiError(
                 403, f"this environment key is for another environment, not {environment_id}"
             )
-        who = Worker(key.workspace_id, KEY)
+        who = Worker(key.workspace_id, KEY, key_id=key.id)
     elif secret is not None and secret.startswith(TOKEN_PREFIX):
         token = await app.store.authenticate_work_token(secret)
         if token is None:
@@ -128,7 +130,7 @@ async def poll_work(
 
     async def claim() -> Any:
         return await app.store.poll_work(
-            who.workspace_id, environment_id, worker_id, reclaim_older_than_ms / 1000
+            who.workspace_id, environment_id, worker_id, reclaim_older_than_ms / 1000, who.key_id
         )
 
     claimed = await claim()
@@ -253,7 +255,8 @@ async def _stale_aware_worker(request: Request, environment_id: str, work_id: st
         if token is None:
             raise ApiError(
                 412,
-                f"work {work_id} was claimed again or stopped since this token was issued",
+                f"work {work_id} was claimed again or stopped, or the key it was polled with "
+                "revoked, since this token was issued",
                 code="heartbeat_precondition_failed",
             )
     return await _worker(request, environment_id, (KEY, TOKEN), work_id)

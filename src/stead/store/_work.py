@@ -49,6 +49,7 @@ def _item(row: Row[Any]) -> WorkItem:
         metadata=row.metadata,
         epoch=row.epoch,
         worker_id=row.worker_id,
+        key_id=row.key_id,
         last_heartbeat=row.last_heartbeat,
         ttl_seconds=row.ttl_seconds,
         lease_until=row.lease_until,
@@ -117,7 +118,25 @@ def revoke_environment_key(
     row = conn.execute(select(environment_keys).where(where)).first()
     if row is None:
         raise NotFound("environment key", key_id)
+    claims = (
+        select(work_items)
+        .where(work_items.c.key_id == key_id, work_items.c.state != WorkState.STOPPED)
+        .with_for_update()
+    )
+    for claimed in conn.execute(claims).all():
+        item = _item(claimed)
+        _change(conn, item, key_revoked(item, now))
     return _key(row)
+
+
+def key_revoked(item: WorkItem, now: datetime) -> Step:
+    """The step that ends ``item``'s claim when the key it was polled with is
+    revoked: its sessions token goes, and a held item's lease lapses now, so
+    the next poll takes it (its calls in doubt) instead of after the lease."""
+    values: dict[str, Any] = {"token_hash": None}
+    if item.state in HELD_STATES:
+        values["lease_until"] = now
+    return None, values
 
 
 def authenticate_environment_key(conn: Connection, secret: str) -> EnvironmentKey | None:
@@ -131,10 +150,19 @@ def authenticate_environment_key(conn: Connection, secret: str) -> EnvironmentKe
 
 
 def authenticate_work_token(conn: Connection, secret: str) -> WorkToken | None:
+    # A claim polled while its key was being revoked (the poll authenticated
+    # first) is refused here: its key is revoked, though the revoke missed it.
+    revoked = (
+        select(environment_keys.c.id)
+        .where(environment_keys.c.id == work_items.c.key_id)
+        .where(environment_keys.c.revoked_at.is_not(None))
+        .exists()
+    )
     row = conn.execute(
         select(work_items).where(
             work_items.c.token_hash == hash_secret(secret),
             work_items.c.state != WorkState.STOPPED,
+            ~revoked,
         )
     ).first()
     if row is None:
@@ -172,6 +200,7 @@ def new_item(
         metadata={},
         epoch=0,
         worker_id=None,
+        key_id=None,
         last_heartbeat=None,
         ttl_seconds=ttl_seconds,
         lease_until=None,
@@ -268,6 +297,7 @@ def poll_work(
     environment_id: str,
     worker_id: str | None,
     reclaim_after: float,
+    key_id: str | None = None,
 ) -> Claimed | None:
     _environments.get(conn, workspace_id, environment_id)
     unclaimed = and_(
@@ -295,18 +325,22 @@ def poll_work(
     if row is None:
         return None
     item = _item(row)
-    step, token = claim(item, now, worker_id)
+    step, token = claim(item, now, worker_id, key_id)
     return Claimed(_change(conn, item, step), token)
 
 
-def claim(item: WorkItem, now: datetime, worker_id: str | None) -> tuple[Step, str]:
+def claim(
+    item: WorkItem, now: datetime, worker_id: str | None, key_id: str | None = None
+) -> tuple[Step, str]:
     """A poll's claim of ``item`` (a new epoch and sessions token, which revokes
-    the last claim's), and the token; ``token_hash`` is among the step's columns."""
+    the last claim's), and the token; ``token_hash`` is among the step's columns.
+    ``key_id``: the environment key the poll came with."""
     token = f"{TOKEN_PREFIX}{item.id}.{secrets.token_urlsafe(32)}"
     held = item.state != WorkState.QUEUED
     values = {
         "epoch": item.epoch + 1,
         "worker_id": worker_id,
+        "key_id": key_id,
         "token_hash": hash_secret(token),
         "last_heartbeat": None,
         "lease_until": None,

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-HEAD = "0023"
+HEAD = "0024"
 """The newest migration's revision; a test checks it is Alembic's head, so a new
 migration that forgets to move it fails there."""
 CURSOR_SECRET = "page_cursors"

@@ -66,6 +66,8 @@ class WorkItem:
     metadata: dict[str, str]
     epoch: int
     worker_id: str | None
+    key_id: str | None
+    """The environment key the current claim was polled with (revoking it ends the claim)."""
     last_heartbeat: str | None
     ttl_seconds: float
     lease_until: datetime | None
@@ -134,13 +136,17 @@ class WorkStore(Protocol):
 
     async def revoke_environment_key(
         self, workspace_id: str, environment_id: str, key_id: str
-    ) -> EnvironmentKey: ...
+    ) -> EnvironmentKey:
+        """Revokes the key, and with it the claims polled with it: their sessions
+        tokens authenticate nothing more, and an item a worker held is claimable
+        again at once (its calls in doubt, as after a lapsed lease)."""
+        ...
 
     async def authenticate_environment_key(self, secret: str) -> EnvironmentKey | None: ...
 
     async def authenticate_work_token(self, secret: str) -> WorkToken | None:
         """The claim a sessions token belongs to; None once the item stopped or
-        was claimed again."""
+        was claimed again, or the key it was polled with is revoked."""
         ...
 
     async def ensure_work_item(
@@ -153,10 +159,16 @@ class WorkStore(Protocol):
         ...
 
     async def poll_work(
-        self, workspace_id: str, environment_id: str, worker_id: str | None, reclaim_after: float
+        self,
+        workspace_id: str,
+        environment_id: str,
+        worker_id: str | None,
+        reclaim_after: float,
+        key_id: str | None = None,
     ) -> Claimed | None:
         """Claims the oldest claimable item: queued and not polled in the last
-        ``reclaim_after`` seconds, or held by a worker whose lease lapsed."""
+        ``reclaim_after`` seconds, or held by a worker whose lease lapsed.
+        ``key_id``: the environment key the poll came with."""
         ...
 
     async def ack_work(self, workspace_id: str, environment_id: str, work_id: str) -> WorkItem: ...

@@ -51,6 +51,10 @@ def revoke_environment_key(
     if key.revoked_at is None:
         key = replace(key, revoked_at=now)
         t.environment_keys[key_id] = (key, hashed)
+    for claimed in list(t.work_items.values()):
+        item = claimed.record()
+        if item.key_id == key_id and item.state != WorkState.STOPPED:
+            _change(t, item, _work.key_revoked(item, now))
     return key
 
 
@@ -65,7 +69,9 @@ def authenticate_work_token(t: Tables, secret: str) -> WorkToken | None:
     hashed = hash_secret(secret)
     for work_id, token_hash in t.work_tokens.items():
         item = t.work_items[work_id].kept
-        if token_hash == hashed and item.state != WorkState.STOPPED:
+        key = t.environment_keys.get(item.key_id or "")
+        revoked = key is not None and key[0].revoked_at is not None
+        if token_hash == hashed and item.state != WorkState.STOPPED and not revoked:
             return WorkToken(
                 item.workspace_id, item.environment_id, item.id, item.session_id, item.epoch
             )
@@ -127,6 +133,7 @@ def poll_work(
     environment_id: str,
     worker_id: str | None,
     reclaim_after: float,
+    key_id: str | None = None,
 ) -> Claimed | None:
     agents.get_environment(t, workspace_id, environment_id)
     items = [
@@ -138,7 +145,7 @@ def poll_work(
     if not ready:
         return None
     item = min(ready, key=lambda i: (i.created_at, i.id))
-    step, token = _work.claim(item, now, worker_id)
+    step, token = _work.claim(item, now, worker_id, key_id)
     return Claimed(_change(t, item, step), token)
 
 

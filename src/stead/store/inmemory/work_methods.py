@@ -35,10 +35,15 @@ class WorkMethods(Transactions):
         )
 
     async def poll_work(
-        self, workspace_id: str, environment_id: str, worker_id: str | None, reclaim_after: float
+        self,
+        workspace_id: str,
+        environment_id: str,
+        worker_id: str | None,
+        reclaim_after: float,
+        key_id: str | None = None,
     ) -> Claimed | None:
         return await self._write(
-            work.poll_work, workspace_id, environment_id, worker_id, reclaim_after
+            work.poll_work, workspace_id, environment_id, worker_id, reclaim_after, key_id
         )
 
     async def ack_work(self, workspace_id: str, environment_id: str, work_id: str) -> WorkItem:

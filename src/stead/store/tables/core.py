@@ -327,12 +327,14 @@ work_items = Table(
     Column("latest_heartbeat_at", UTCDateTime, nullable=True),
     Column("stop_requested_at", UTCDateTime, nullable=True),
     Column("stopped_at", UTCDateTime, nullable=True),
+    Column("key_id", String(64), nullable=True),
     Index("ix_work_items_environment_state", "environment_id", "state", "created_at"),
     Index("ix_work_items_session", "session_id"),
 )
 """Self-hosted environments' work queue (``_work.py``): one row per time a
 session needed a worker; ``epoch`` fences claims, ``token_hash`` is the current
-claim's sessions token (a new claim revokes the old one)."""
+claim's sessions token (a new claim revokes the old one), ``key_id`` the
+environment key that claim was polled with (revoking the key ends the claim)."""
 
 brains = Table(
     "brains",
