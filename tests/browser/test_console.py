@@ -376,6 +376,26 @@ def test_an_archived_session_s_usage_is_its_agent_s(
     expect(page.locator("#usage-agents")).not_to_contain_text("(deleted session)")
 
 
+def test_usage_names_the_agent_of_a_session_older_than_two_thousand_others(
+    page: Page, stead: ServerProcess
+) -> None:
+    """The usage page named agents from the newest 2,000 sessions only (twenty
+    pages of the list): a workspace's older sessions' tokens went to "(deleted
+    session)"."""
+    key = stead.create_key(new_workspace="console-usage-many")
+    with make_client(stead.url, key) as theirs:
+        agent = theirs.beta.agents.create(name="long-lived", model="claude-sonnet-4-6")
+        turned_session(theirs, agent.id)
+        idle = theirs.beta.agents.create(name="idle", model="claude-sonnet-4-6")
+        env = theirs.beta.environments.create(name="console-usage-many")
+        for _ in range(2000):
+            theirs.beta.sessions.create(agent=idle.id, environment_id=env.id)
+    log_in(page, key)
+    page.goto("/console/#/usage")
+    expect(page.locator("#usage-agents")).to_contain_text("long-lived")
+    expect(page.locator("#usage-agents")).not_to_contain_text("(deleted session)")
+
+
 def test_the_sessions_list_pages_past_its_first_hundred(page: Page, stead: ServerProcess) -> None:
     """The list showed the newest hundred sessions and no way to the others."""
     key = stead.create_key(new_workspace="console-many")

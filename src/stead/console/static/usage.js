@@ -1,6 +1,6 @@
 // Usage per day and per agent, from GET /v1/usage (rows per day, session and
 // model); sessions name their agent. Charts are SVG bars.
-import { dollars, el, get, listAll, tokens } from "./api.js";
+import { ApiError, dollars, el, get, listAll, tokens } from "./api.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const DAYS = 30;
@@ -30,6 +30,23 @@ export function barChart(id, bars) {
   return el("div", { class: "chart" }, chart);
 }
 
+// The list reads at most its first pages (the newest sessions): a session older
+// than those, with usage in the report, is asked for by its id, a few at a time.
+async function nameTheRest(agentOf, rows) {
+  const missing = [...new Set(rows.map((row) => row.session_id))].filter((id) => id && !agentOf.has(id));
+  const ask = async () => {
+    for (let id = missing.pop(); id; id = missing.pop()) {
+      try {
+        const session = await get(`/v1/sessions/${encodeURIComponent(id)}`);
+        agentOf.set(id, session.agent.name || session.agent.id);
+      } catch (error) {
+        if (!(error instanceof ApiError && error.status === 404)) throw error;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: 6 }, ask));
+}
+
 export async function usagePage(main) {
   const to = new Date();
   const from = new Date(to.getTime() - (DAYS - 1) * 86400000);
@@ -38,6 +55,7 @@ export async function usagePage(main) {
   // Archived sessions too: their usage is still their agent's.
   const sessions = await listAll("/v1/sessions?limit=100&include_archived=true");
   const agentOf = new Map(sessions.map((s) => [s.id, s.agent.name || s.agent.id]));
+  await nameTheRest(agentOf, report.data);
   const perDay = new Map();
   for (let t = from.getTime(); t <= to.getTime(); t += 86400000) perDay.set(day(new Date(t)), 0);
   const perAgent = new Map();
