@@ -10,17 +10,25 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import anyio
 import pytest
 
+from stead.blobs import BlobConfig
 from stead.sandbox import HostAddress, HostClient, HostSandbox, SandboxConfig
+from stead.sandbox_host.clock import ManualClock
+from stead.sandbox_host.config import HostOptions
+from stead.sandbox_host.manager import SandboxManager
+from stead.sandbox_host.server import serve_host
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, Text, ToolCall, Turn
 from tests.conftest import loop_env, make_client
 from tests.integration.helpers import message, wait_idle
@@ -77,6 +85,37 @@ async def sandbox(client: HostClient) -> AsyncIterator[HostSandbox]:
     opened = HostSandbox(client, new_id(), config())
     yield opened
     await client.destroy(opened.sandbox_id)
+
+
+@contextlib.asynccontextmanager
+async def host_on_a_manual_clock(
+    tmp_path: Path, **options_given: Any
+) -> AsyncIterator[tuple[SandboxManager, ManualClock, HostClient, HostOptions]]:
+    """A host run in this process on a clock the test moves: idleness is
+    measured, never waited for. Its idle sleeper runs when the test says.
+    Run under uvloop, as ``stead sandbox-host`` is (anyio's asyncio Unix
+    sockets race a cancelled read against readiness: ``stead/sandbox/unix.py``)."""
+    clock = ManualClock()
+    work_dir = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
+    os.chmod(work_dir, 0o711)
+    options = HostOptions(
+        state_dir=tmp_path / "state",
+        work_dir=work_dir,
+        blobs=BlobConfig(url=f"file://{tmp_path / 'blobs'}"),
+        idle_check_seconds=3600,
+        **options_given,
+    )
+    try:
+        async with anyio.create_task_group() as tasks:
+            manager = await tasks.start(partial(serve_host, options, clock=clock))
+            client = HostClient(HostAddress(unix_path=options.socket_path))
+            try:
+                yield manager, clock, client, options
+            finally:
+                await client.aclose()
+                tasks.cancel_scope.cancel()
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def workspace_on_host(host: HostProcess, sandbox_id: str) -> Path:

@@ -12,18 +12,34 @@ import stat
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import anyio
 import pytest
 
-from stead.sandbox import FileError, HostClient, HostSandbox, WorkspaceUnavailable
+from stead.sandbox import (
+    FileError,
+    HostClient,
+    HostSandbox,
+    SandboxNotFound,
+    SandboxUnavailable,
+    WorkspaceUnavailable,
+    ops,
+)
 from stead.sandbox_host import disk as disk_module
 from stead.sandbox_host import loop_mounts
 from stead.sandbox_host.disk import SandboxDisk, SpareDisks
 from stead.sandbox_host.selfcheck import check_disk
 from stead.testing import HostProcess, ServeForker
-from tests.sandbox.conftest import WAIT, client_of, config, new_id, requires_isolation
+from tests.sandbox.conftest import (
+    WAIT,
+    client_of,
+    config,
+    host_on_a_manual_clock,
+    new_id,
+    requires_isolation,
+)
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
 
@@ -46,6 +62,10 @@ def mounts_under(directory: Path) -> list[str]:
     prefix = f"{directory}/"
     with open("/proc/self/mountinfo", encoding="utf-8") as table:
         return [p for line in table if (p := line.split(" ", 5)[4]).startswith(prefix)]
+
+
+def mounted(point: Path) -> bool:
+    return str(point) in mounts_under(point.parent)
 
 
 def loops_under(directory: Path) -> list[str]:
@@ -160,6 +180,70 @@ async def test_a_destroyed_sandbox_leaves_no_mount_loop_device_or_image(
     await sandbox.client.destroy(sandbox.sandbox_id)
     await nothing_left_under(root)
     assert not root.exists()
+
+
+@pytest.mark.parametrize("anyio_backend", [("asyncio", {"use_uvloop": True})])
+async def test_a_destroy_waits_for_a_mount_call_on_the_disk_and_later_ones_are_told_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    """A mount call works on the disk in a worker thread. A destroy meanwhile
+    unmounted it from under the call, which then wrote onto the host's own
+    disk (``disk/mnt`` made again there) or failed with ``[Errno 2]`` once the
+    directory was gone. Here a call in flight holds the disk as a mount call
+    does while the destroy comes, and another mount call comes after it."""
+    async with host_on_a_manual_clock(tmp_path) as (manager, _, client, options):
+        sandbox_id = new_id()
+        put = ops.PutMount(
+            sandbox_id=sandbox_id,
+            config=config().to_json(),
+            mount="/mnt/session/in",
+            files=[ops.MountFile(path="a", data=b"a")],
+            writable=False,
+        )
+        await client.call(put)
+        read = ops.ReadMount(sandbox_id=sandbox_id, mount="/mnt/session/in", path="a", max_bytes=1)
+        in_flight = await manager.get(sandbox_id)
+        disk = in_flight.disk
+        late = [ops.MountFile(path="b", data=b"b")]
+        async with anyio.create_task_group() as tasks, disk.held():
+            tasks.start_soon(client.destroy, sandbox_id)
+            with anyio.fail_after(WAIT):
+                while True:  # refused once the destroy has reached the disk
+                    try:
+                        assert await client.call(read) == ops.Data(data=b"a")
+                    except SandboxNotFound:
+                        break
+                    await anyio.sleep(0.02)
+            # The call in flight still works on the disk, not the host's.
+            assert mounted(disk.mountpoint)
+            await anyio.to_thread.run_sync(
+                partial(in_flight.mounts.put, "/mnt/session/late", late, writable=False)
+            )
+            assert (disk.mnt / "session" / "late" / "b").read_bytes() == b"b"
+            assert mounted(disk.mountpoint)
+        root = options.work_dir / "sandboxes" / sandbox_id
+        await nothing_left_under(options.work_dir / "sandboxes")
+        assert not root.exists()
+        with pytest.raises(SandboxNotFound):
+            await client.call(read)
+
+
+async def test_a_disk_held_past_the_wait_is_not_removed_and_stays_usable(tmp_path: Path) -> None:
+    """A destroy does not wait for good: it fails (and is retried later),
+    never unmounting the disk from under what holds it."""
+    root = tmp_path / "sandbox"
+    disk = SandboxDisk(root, DISK_MB * 1024**2, 2_999_003)
+    async with disk.held():
+        with pytest.raises(SandboxUnavailable, match="still in use"):
+            await disk.remove(wait=0.1)
+        assert mounted(disk.mountpoint) and disk.image.exists()
+        disk.restore()
+        async with disk.held():  # a later call
+            (disk.mountpoint / "still").write_bytes(b"here")
+    assert not mounted(disk.mountpoint) and disk.image.exists()
+    await disk.remove()
+    await nothing_left_under(root)
+    assert not disk.image.exists()
 
 
 async def test_a_killed_host_restarts_without_its_mounts_and_keeps_the_files(

@@ -9,12 +9,9 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import sqlite3
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 
 import anyio
@@ -23,24 +20,21 @@ import pytest
 from stead.blobs import BlobConfig, open_blob_store
 from stead.sandbox import (
     FileNotFound,
-    HostAddress,
     HostClient,
     HostSandbox,
     SandboxNotFound,
     WorkspaceUnavailable,
 )
-from stead.sandbox_host.clock import ManualClock
 from stead.sandbox_host.commands import NEW_SHELL
-from stead.sandbox_host.config import HostOptions
 from stead.sandbox_host.manager import SandboxManager
 from stead.sandbox_host.placements import erased_key
-from stead.sandbox_host.server import serve_host
 from stead.testing import HostProcess, ServeForker
 from stead.testing.seaweed import S3Server, seaweed_s3
 from tests.sandbox.conftest import (
     WAIT,
     client_of,
     config,
+    host_on_a_manual_clock,
     new_id,
     requires_isolation,
     workspace_on_host,
@@ -186,34 +180,6 @@ async def test_a_corrupt_snapshot_is_an_error_not_an_empty_workspace(
             await sandbox.exec("ls", op_key=new_id(), timeout=10)
     assert not workspace_on_host(host, sandbox.sandbox_id).exists()
     assert "corrupt" in (await sandbox.status())["last_error"]
-
-
-@asynccontextmanager
-async def host_on_a_manual_clock(
-    tmp_path: Path,
-) -> AsyncIterator[tuple[SandboxManager, ManualClock, HostClient, HostOptions]]:
-    """A host run in this process on a clock the test moves: idleness is
-    measured, never waited for. Its idle sleeper runs when the test says."""
-    clock = ManualClock()
-    work_dir = Path(tempfile.mkdtemp(prefix="stead-work-", dir="/tmp"))
-    os.chmod(work_dir, 0o711)
-    options = HostOptions(
-        state_dir=tmp_path / "state",
-        work_dir=work_dir,
-        blobs=BlobConfig(url=f"file://{tmp_path / 'blobs'}"),
-        idle_check_seconds=3600,
-    )
-    try:
-        async with anyio.create_task_group() as tasks:
-            manager = await tasks.start(partial(serve_host, options, clock=clock))
-            client = HostClient(HostAddress(unix_path=options.socket_path))
-            try:
-                yield manager, clock, client, options
-            finally:
-                await client.aclose()
-                tasks.cancel_scope.cancel()
-    finally:
-        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 # uvloop, as `stead sandbox-host` runs: anyio's asyncio Unix sockets race a

@@ -11,7 +11,7 @@ gets ENOSPC inside; the host's own disk, its catalogue and every other sandbox
 are not touched. The image outlives sleep (the mount tree stays on it,
 ``mounts.py``); the workspace on it goes at each sleep once saved
 (``workspace.py``), ``/tmp`` at each sleep and wake. It goes with the sandbox's
-destroy.
+destroy, once no call holds it.
 
 The mounted disk (root's, searchable by the sandbox's group alone) holds
 ``workspace`` and ``tmp`` (the sandbox user's), ``mnt`` (the mount tree) and a
@@ -52,6 +52,8 @@ log = logging.getLogger("stead.sandbox.host")
 
 DETACH_SECONDS = 5.0
 """How long a mount waits for an earlier mount of the same image to be gone."""
+LET_GO_SECONDS = 60.0
+"""How long a removal (a destroy) waits for the calls holding the disk to end."""
 MOVE_SECONDS = 600.0
 SPARES = 2
 """Disks made ahead of need; more are made as they are taken."""
@@ -133,6 +135,8 @@ class SandboxDisk:
         self._holders = 0
         self._lock = anyio.Lock()
         self._removed = False
+        self._unheld: anyio.Event | None = None
+        """Set by the last ``release`` while a ``remove`` waits for it."""
 
     @property
     def size_mib(self) -> int:
@@ -163,7 +167,11 @@ class SandboxDisk:
         with anyio.CancelScope(shield=True):
             async with self._lock:
                 self._holders -= 1
-                if self._holders > 0 or self._removed:
+                if self._holders > 0:
+                    return
+                if self._removed:
+                    if self._unheld is not None:
+                        self._unheld.set()
                     return
                 try:
                     await to_thread.run_sync(unmount, self.mountpoint)
@@ -179,17 +187,32 @@ class SandboxDisk:
         finally:
             await self.release()
 
-    async def remove(self) -> None:
-        """Unmounts the disk (lazily, if something is still inside) and deletes
-        its image; ``acquire`` refuses until ``restore``."""
+    async def remove(self, *, wait: float = LET_GO_SECONDS) -> None:
+        """Unmounts the disk and deletes its image once nothing holds it;
+        ``acquire`` refuses from the start (``SandboxNotFound``) until
+        ``restore``. A holder works on the disk in a worker thread (a mount
+        call): unmounted from under it, it would write onto the host's own
+        disk. ``SandboxUnavailable`` if a holder keeps it past ``wait``
+        seconds; the disk is left as it is."""
+        async with self._lock:
+            self._removed = True
+            unheld = self._unheld = anyio.Event() if self._holders else None
+        if unheld is not None:
+            with anyio.move_on_after(wait):
+                await unheld.wait()
+            if not unheld.is_set():
+                raise SandboxUnavailable(
+                    "the sandbox's disk is still in use by a call; destroy it again later"
+                )
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                self._removed = True
+                # Lazily if a host process is still inside (an unmount found it busy).
                 await to_thread.run_sync(self._remove)
 
     def restore(self) -> None:
         """The disk may be made again (a destroy that failed after ``remove``)."""
         self._removed = False
+        self._unheld = None
 
     def fresh_tmp(self) -> None:
         """An empty ``tmp``, as a new ``/tmp`` is (the disk is held)."""
