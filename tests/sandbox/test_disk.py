@@ -11,6 +11,7 @@ import os
 import stat
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -275,6 +276,45 @@ async def test_a_killed_host_restarts_without_its_mounts_and_keeps_the_files(
         process.stop()
 
 
+SMALL_FILES = """
+import errno, os
+made = 0
+try:
+    while True:
+        if made % 1000 == 0:
+            os.mkdir(f"d{made // 1000}")
+        with open(f"d{made // 1000}/f{made}", "wb") as small:
+            small.write(b"x" * 100)
+        made += 1
+except OSError as exc:
+    print("made", made, errno.errorcode[exc.errno])
+"""
+
+
+async def test_a_disk_holds_small_files_until_its_blocks_are_full(
+    tmp_path: Path, forker: ServeForker
+) -> None:
+    """A workspace of many small files (node_modules, git objects) ran out of
+    inodes long before blocks: mkfs gave a disk of 512 MiB and more one inode
+    per 16 KiB, so this one was full at a quarter of its blocks."""
+    disk_mb = 512  # mkfs itself gives smaller file systems one inode per 4 KiB
+    env = {"STEAD_SANDBOX_DISK_MB": str(disk_mb)}
+    process = HostProcess(tmp_path / "state", env=env, forker=forker).start()
+    try:
+        client = client_of(process)
+        sandbox = HostSandbox(client, new_id(), config())
+        fill = f"python3 -c '{SMALL_FILES}'; df --output=pcent /workspace | tail -1"
+        filled = (await sandbox.exec(fill, op_key=new_id(), timeout=600)).output
+        _, made, error, used = filled.split()
+        assert error == "ENOSPC", filled
+        assert int(made) * 4096 >= 0.8 * disk_mb * 1024**2, filled  # each takes one block
+        assert int(used.rstrip("%")) >= 95, filled
+        await client.destroy(sandbox.sandbox_id, erase=True)  # no snapshot of it all
+        await client.aclose()
+    finally:
+        process.stop()
+
+
 async def test_a_snapshot_bigger_than_the_disk_is_refused_on_restore(
     tmp_path: Path, forker: ServeForker
 ) -> None:
@@ -398,6 +438,22 @@ async def test_a_spare_of_an_earlier_size_is_never_taken(tmp_path: Path) -> None
     bigger = SpareDisks(spares, 2 * DISK_MB * 1024**2)
     (tmp_path / "sandbox").mkdir()
     assert not await bigger.take(tmp_path / "sandbox" / "disk.img")
+    assert not (tmp_path / "sandbox" / "disk.img").exists()
+
+
+async def test_a_spare_of_an_earlier_format_is_never_taken(tmp_path: Path) -> None:
+    """An earlier stead formatted disks otherwise (one inode per 16 KiB, spares
+    named ``<hex>.img``): a new sandbox must get a disk of this one's format."""
+    spares = tmp_path / "disks"
+    spares.mkdir()
+    earlier = spares / f"{uuid.uuid4().hex}.img"
+    with earlier.open("wb") as image:
+        image.truncate(512 * 1024**2)
+    mkfs = [str(loop_mounts.mkfs_path()), "-q", "-F", "-b", "4096", "-m", "0", str(earlier)]
+    with anyio.fail_after(60):
+        await anyio.run_process(mkfs)
+    (tmp_path / "sandbox").mkdir()
+    assert not await SpareDisks(spares, 512 * 1024**2).take(tmp_path / "sandbox" / "disk.img")
     assert not (tmp_path / "sandbox" / "disk.img").exists()
 
 

@@ -39,6 +39,7 @@ from anyio import to_thread
 from stead.sandbox import SandboxNotFound, SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.loop_mounts import (
     DiskError,
+    image_format,
     make_image,
     mount_image,
     mounts_under,
@@ -65,13 +66,15 @@ MOVED = ".moved"
 
 
 class SpareDisks:
-    """Empty disks of the host's size made ahead, in a directory on the
-    sandboxes' file system: a new sandbox's first wake takes one with a rename
-    instead of waiting for mkfs (some 15-40 ms)."""
+    """Empty disks of the host's size and format made ahead, in a directory on
+    the sandboxes' file system: a new sandbox's first wake takes one with a
+    rename instead of waiting for mkfs (some 15-40 ms). A spare's name ends in
+    its format (``loop_mounts.image_format``)."""
 
     def __init__(self, directory: Path, size_bytes: int, count: int = SPARES) -> None:
         self._directory = directory
         self._size = size_bytes
+        self._suffix = f".{image_format(size_bytes)}.img"
         self._count = count
         self._taken = anyio.Event()
 
@@ -94,11 +97,11 @@ class SpareDisks:
             self._taken = anyio.Event()
 
     def _take(self, image: Path) -> bool:
-        for spare in sorted(self._directory.glob("*.img")):
+        for spare in sorted(self._directory.glob(f"*{self._suffix}")):
             with contextlib.suppress(FileNotFoundError):  # taken by another wake first
-                # One of an earlier host's size that ``_clear`` has not
-                # dropped yet (it runs beside the host's first calls) is not
-                # this host's size: a new disk never keeps the old one.
+                # One of an earlier host's size or format that ``_clear`` has
+                # not dropped yet (it runs beside the host's first calls) is
+                # not this host's: a new disk never keeps the old one.
                 if spare.stat().st_size != self._size:
                     continue
                 os.rename(spare, image)
@@ -106,17 +109,18 @@ class SpareDisks:
         return False
 
     def _clear(self) -> None:
-        """Drops what an earlier host left: a spare half made, or of another size."""
+        """Drops what an earlier host left: a spare half made, or of another
+        size or format."""
         self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         for path in self._directory.iterdir():
-            if path.suffix != ".img" or path.stat().st_size != self._size:
+            if not path.name.endswith(self._suffix) or path.stat().st_size != self._size:
                 path.unlink()
 
     def fill(self) -> None:
         """Makes spares up to ``count`` (blocking)."""
         self._directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        while len(list(self._directory.glob("*.img"))) < self._count:
-            make_image(self._directory / f"{uuid.uuid4().hex}.img", self._size)
+        while len(list(self._directory.glob(f"*{self._suffix}"))) < self._count:
+            make_image(self._directory / f"{uuid.uuid4().hex}{self._suffix}", self._size)
 
 
 class SandboxDisk:

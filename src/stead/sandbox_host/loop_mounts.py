@@ -20,6 +20,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import os
 import shutil
 import struct
@@ -43,6 +44,15 @@ _MOUNT_OPTIONS = b"discard,noinit_itable"
 """``discard``: what is deleted inside is given back to the host's disk (the
 loop device punches holes in the image). ``noinit_itable``: the kernel leaves
 the inode tables unwritten, as they read as zeros in a sparse image anyway."""
+_INODE_RATIO = _BLOCK_SIZE
+"""Bytes per inode: one per block, so a disk of small files (node_modules, git
+objects; most take one block) fills its blocks before it runs out of inodes.
+mkfs's default for file systems of 512 MiB and more is one per 16 KiB (a 10
+GiB disk held 655,360 files). The inode tables take a sixteenth of the disk's
+size, none of it on the host's disk: a sparse image, tables never written
+(``lazy_itable_init``, ``noinit_itable``); mkfs takes no longer."""
+_INODE_SIZE = 256
+"""mkfs's default, named since ``_INODE_RATIO`` is: room for nanosecond times."""
 _SMALL_JOURNAL = 128 * 1024**2
 """Images of this size and more get a 16 MiB journal, not mkfs's default of up
 to 1 GiB: every block the journal ever used stays taken in the image while the
@@ -65,7 +75,8 @@ def mkfs_path() -> str | None:
 
 def make_image(image: Path, size_bytes: int) -> None:
     """Makes ``image``: a sparse file of ``size_bytes`` formatted ext4, every
-    block usable by any user (no reserve for root), readable by root only.
+    block usable by any user (no reserve for root), an inode for each block,
+    readable by root only.
     Written beside it and renamed into place, so an image is whole or not there."""
     mkfs = mkfs_path()
     if mkfs is None:
@@ -78,13 +89,9 @@ def make_image(image: Path, size_bytes: int) -> None:
         os.ftruncate(fd, size_bytes)
     finally:
         os.close(fd)
-    argv = [mkfs, "-q", "-F", "-b", str(_BLOCK_SIZE), "-m", "0"]
-    argv += ["-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"]
-    if size_bytes >= _SMALL_JOURNAL:
-        argv += ["-J", "size=16"]
     try:
         done = subprocess.run(
-            [*argv, str(partial)],
+            [mkfs, "-q", "-F", *_mkfs_options(size_bytes), str(partial)],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             timeout=MKFS_SECONDS,
@@ -98,6 +105,24 @@ def make_image(image: Path, size_bytes: int) -> None:
         said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
         raise DiskError(errno.EIO, f"mkfs.ext4 failed (exit {done.returncode}): {said}")
     os.rename(partial, image)
+
+
+def image_format(size_bytes: int) -> str:
+    """A short name of how ``make_image`` formats an image of ``size_bytes``:
+    another (an earlier stead's) names another format."""
+    options = " ".join(_mkfs_options(size_bytes))
+    return hashlib.sha256(options.encode()).hexdigest()[:8]
+
+
+def _mkfs_options(size_bytes: int) -> list[str]:
+    """Block size, reserve, inodes and journal given, not left to the machine's
+    mke2fs.conf (whose inode ratio depends on the size)."""
+    options = ["-b", str(_BLOCK_SIZE), "-m", "0"]
+    options += ["-i", str(_INODE_RATIO), "-I", str(_INODE_SIZE)]
+    options += ["-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1"]
+    if size_bytes >= _SMALL_JOURNAL:
+        options += ["-J", "size=16"]
+    return options
 
 
 def mount_image(image: Path, target: Path) -> None:
