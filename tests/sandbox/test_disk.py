@@ -11,7 +11,6 @@ import os
 import stat
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
@@ -25,12 +24,11 @@ from stead.sandbox import (
     HostSandbox,
     SandboxNotFound,
     SandboxUnavailable,
-    WorkspaceUnavailable,
     ops,
 )
 from stead.sandbox_host import disk as disk_module
 from stead.sandbox_host import loop_mounts
-from stead.sandbox_host.disk import SandboxDisk, SpareDisks
+from stead.sandbox_host.disk import SandboxDisk
 from stead.sandbox_host.selfcheck import check_disk
 from stead.testing import HostProcess, ServeForker
 from tests.sandbox.conftest import (
@@ -41,11 +39,18 @@ from tests.sandbox.conftest import (
     new_id,
     requires_isolation,
 )
+from tests.sandbox.disks import (
+    DISK_ENV,
+    DISK_MB,
+    loops_under,
+    mounted,
+    mounts_under,
+    nothing_left_under,
+    run,
+    sandbox_dir,
+)
 
 pytestmark = [pytest.mark.anyio, requires_isolation]
-
-DISK_MB = 32
-DISK_ENV = {"STEAD_SANDBOX_DISK_MB": str(DISK_MB)}
 
 
 @pytest.fixture(scope="module")
@@ -57,44 +62,6 @@ def host(tmp_path_factory: pytest.TempPathFactory, forker: ServeForker) -> Itera
     process = HostProcess(root / "state", env=env, forker=forker).start()
     yield process
     process.stop()
-
-
-def mounts_under(directory: Path) -> list[str]:
-    prefix = f"{directory}/"
-    with open("/proc/self/mountinfo", encoding="utf-8") as table:
-        return [p for line in table if (p := line.split(" ", 5)[4]).startswith(prefix)]
-
-
-def mounted(point: Path) -> bool:
-    return str(point) in mounts_under(point.parent)
-
-
-def loops_under(directory: Path) -> list[str]:
-    """The loop devices whose image is below ``directory``."""
-    found = []
-    for backing in Path("/sys/block").glob("loop*/loop/backing_file"):
-        try:
-            if backing.read_text().startswith(f"{directory}/"):
-                found.append(backing.parent.parent.name)
-        except OSError:
-            continue  # detached meanwhile
-    return found
-
-
-async def nothing_left_under(directory: Path) -> None:
-    """No mount and, once each has cleared itself, no loop device below ``directory``."""
-    assert mounts_under(directory) == []
-    with anyio.fail_after(WAIT):
-        while loops_under(directory):  # noqa: ASYNC110
-            await anyio.sleep(0.02)
-
-
-async def run(sandbox: HostSandbox, command: str) -> str:
-    return (await sandbox.exec(command, op_key=new_id(), timeout=60)).output
-
-
-def sandbox_dir(host: HostProcess, sandbox_id: str) -> Path:
-    return host.work_dir / "sandboxes" / sandbox_id
 
 
 async def test_a_sandbox_that_fills_its_disk_is_told_so_and_harms_nothing_else(
@@ -276,76 +243,6 @@ async def test_a_killed_host_restarts_without_its_mounts_and_keeps_the_files(
         process.stop()
 
 
-SMALL_FILES = """
-import errno, os
-made = 0
-try:
-    while True:
-        if made % 1000 == 0:
-            os.mkdir(f"d{made // 1000}")
-        with open(f"d{made // 1000}/f{made}", "wb") as small:
-            small.write(b"x" * 100)
-        made += 1
-except OSError as exc:
-    print("made", made, errno.errorcode[exc.errno])
-"""
-
-
-async def test_a_disk_holds_small_files_until_its_blocks_are_full(
-    tmp_path: Path, forker: ServeForker
-) -> None:
-    """A workspace of many small files (node_modules, git objects) ran out of
-    inodes long before blocks: mkfs gave a disk of 512 MiB and more one inode
-    per 16 KiB, so this one was full at a quarter of its blocks."""
-    disk_mb = 512  # mkfs itself gives smaller file systems one inode per 4 KiB
-    env = {"STEAD_SANDBOX_DISK_MB": str(disk_mb)}
-    process = HostProcess(tmp_path / "state", env=env, forker=forker).start()
-    try:
-        client = client_of(process)
-        sandbox = HostSandbox(client, new_id(), config())
-        fill = f"python3 -c '{SMALL_FILES}'; df --output=pcent /workspace | tail -1"
-        filled = (await sandbox.exec(fill, op_key=new_id(), timeout=600)).output
-        _, made, error, used = filled.split()
-        assert error == "ENOSPC", filled
-        assert int(made) * 4096 >= 0.8 * disk_mb * 1024**2, filled  # each takes one block
-        assert int(used.rstrip("%")) >= 95, filled
-        await client.destroy(sandbox.sandbox_id, erase=True)  # no snapshot of it all
-        await client.aclose()
-    finally:
-        process.stop()
-
-
-async def test_a_snapshot_bigger_than_the_disk_is_refused_on_restore(
-    tmp_path: Path, forker: ServeForker
-) -> None:
-    """Made on a host of bigger disks, then restored on one of smaller disks."""
-    bigger = HostProcess(tmp_path / "state", env={"STEAD_SANDBOX_DISK_MB": "64"}, forker=forker)
-    bigger.start()
-    client = client_of(bigger)
-    sandbox = HostSandbox(client, new_id(), config())
-    assert "made" in await run(sandbox, "head -c 40M /dev/urandom > big && echo made")
-    await client.destroy(sandbox.sandbox_id)  # its final snapshot
-    await client.aclose()
-    bigger.kill()
-    smaller = HostProcess(
-        bigger.state_dir,
-        blob_url=bigger.blob_url,
-        work_dir=bigger.work_dir,
-        env=DISK_ENV,
-        forker=forker,
-    ).start()
-    try:
-        client = client_of(smaller)
-        again = HostSandbox(client, sandbox.sandbox_id, config())
-        with pytest.raises(WorkspaceUnavailable, match="does not fit its disk"):
-            await run(again, "ls")
-        await nothing_left_under(smaller.work_dir / "sandboxes")
-        assert smaller.call({"op": "ping"}).get("error") is None
-        await client.aclose()
-    finally:
-        smaller.stop()
-
-
 async def test_a_workspace_left_by_a_host_killed_mid_sleep_leaves_its_restore_room(
     tmp_path: Path, forker: ServeForker
 ) -> None:
@@ -430,33 +327,6 @@ async def test_no_other_user_of_the_host_reaches_a_sandboxs_tmp_or_workspace(
     assert "/tmp/mine" in await run(sandbox, "ls /tmp/mine")
 
 
-async def test_a_spare_of_an_earlier_size_is_never_taken(tmp_path: Path) -> None:
-    """The host started again with another STEAD_SANDBOX_DISK_MB drops the
-    earlier host's spares, in the background: a wake before that must not get one."""
-    spares = tmp_path / "disks"
-    SpareDisks(spares, DISK_MB * 1024**2, count=1).fill()
-    bigger = SpareDisks(spares, 2 * DISK_MB * 1024**2)
-    (tmp_path / "sandbox").mkdir()
-    assert not await bigger.take(tmp_path / "sandbox" / "disk.img")
-    assert not (tmp_path / "sandbox" / "disk.img").exists()
-
-
-async def test_a_spare_of_an_earlier_format_is_never_taken(tmp_path: Path) -> None:
-    """An earlier stead formatted disks otherwise (one inode per 16 KiB, spares
-    named ``<hex>.img``): a new sandbox must get a disk of this one's format."""
-    spares = tmp_path / "disks"
-    spares.mkdir()
-    earlier = spares / f"{uuid.uuid4().hex}.img"
-    with earlier.open("wb") as image:
-        image.truncate(512 * 1024**2)
-    mkfs = [str(loop_mounts.mkfs_path()), "-q", "-F", "-b", "4096", "-m", "0", str(earlier)]
-    with anyio.fail_after(60):
-        await anyio.run_process(mkfs)
-    (tmp_path / "sandbox").mkdir()
-    assert not await SpareDisks(spares, 512 * 1024**2).take(tmp_path / "sandbox" / "disk.img")
-    assert not (tmp_path / "sandbox" / "disk.img").exists()
-
-
 async def test_what_an_earlier_stead_kept_on_the_hosts_disk_moves_onto_the_disk(
     tmp_path: Path,
 ) -> None:
@@ -512,7 +382,7 @@ async def test_a_host_killed_while_it_removes_what_it_moved_onto_the_disk_loses_
     await nothing_left_under(root)
 
 
-def test_the_self_check_names_a_missing_mkfs_and_leaves_nothing(
+def test_the_self_check_names_a_missing_mkfs_or_resize2fs_and_leaves_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert check_disk(tmp_path) is None
@@ -522,6 +392,18 @@ def test_the_self_check_names_a_missing_mkfs_and_leaves_nothing(
         "mkfs.ext4 not found (apt-get install e2fsprogs)"
     )
     assert "\n" not in problem
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+
+    # A disk grows at a wake when the host's size was raised: the check grows one.
+    found = loop_mounts._tool
+    monkeypatch.setattr(
+        loop_mounts, "_tool", lambda name: None if name == "resize2fs" else found(name)
+    )
+    problem = check_disk(tmp_path)
+    assert problem is not None and problem.endswith(
+        "resize2fs not found (apt-get install e2fsprogs)"
+    )
     assert list(tmp_path.iterdir()) == []
 
 

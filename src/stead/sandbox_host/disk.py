@@ -18,8 +18,9 @@ The mounted disk (root's, searchable by the sandbox's group alone) holds
 restore's staging directories, which must share the workspace's file system
 (one rename puts them in place).
 
-A disk keeps the size it was made with; a new ``STEAD_SANDBOX_DISK_MB`` applies
-to disks made from then on.
+A disk grows to a larger ``STEAD_SANDBOX_DISK_MB`` when it is next mounted
+(a sandbox that filled it can write more once its host starts with the new
+setting); it never shrinks to a smaller one, which applies to new disks alone.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from anyio import to_thread
 from stead.sandbox import SandboxNotFound, SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.loop_mounts import (
     DiskError,
+    fs_bytes,
+    grow_image,
     image_format,
     make_image,
     mount_image,
@@ -134,6 +137,9 @@ class SandboxDisk:
         self.tmp = self.mountpoint / "tmp"
         self.mnt = self.mountpoint / "mnt"
         self.size_bytes = size_bytes
+        """The host's size at first; the disk's own once mounted (which may be
+        bigger: it never shrinks)."""
+        self._wanted = size_bytes
         self._uid = uid
         self._spares = spares
         self._holders = 0
@@ -244,10 +250,11 @@ class SandboxDisk:
         self._made()
         self.mountpoint.mkdir(mode=0o700, exist_ok=True)
         if not self.image.exists():
-            make_image(self.image, self.size_bytes)
+            make_image(self.image, self._wanted)
         # Two file systems on one image would corrupt it.
         if not wait_detached(self.image, DETACH_SECONDS):
             raise DiskError(errno.EBUSY, "an earlier mount of it has not gone yet")
+        self._grow()
         mount_image(self.image, self.mountpoint)
         try:
             # Searchable by the sandbox's user alone (its file tools act as
@@ -261,6 +268,19 @@ class SandboxDisk:
             with contextlib.suppress(DiskError):
                 unmount(self.mountpoint)
             raise
+
+    def _grow(self) -> None:
+        """To the host's size, if it is bigger (``STEAD_SANDBOX_DISK_MB`` was
+        raised since the disk was made). One that cannot grow is mounted at
+        its own size: the sandbox still has its files and its disk."""
+        try:
+            grown = grow_image(self.image, self._wanted)
+        except (DiskError, OSError) as exc:
+            grown = False
+            log.warning("sandbox disk %s keeps its size: %s", self.image, exc)
+        self.size_bytes = fs_bytes(self.image)
+        if grown:
+            log.info("sandbox disk %s: grown to %d MiB", self.image, self.size_mib)
 
     def _move_legacy(self) -> None:
         for name in LEGACY:

@@ -9,6 +9,9 @@ system on it is unmounted, or once its last user closes it, so a host killed at
 any point never leaves one attached to nothing; and to read and write the
 image directly (``LO_FLAGS_DIRECT_IO``), so its pages are not cached twice.
 
+An image grows (``grow_image``: the file extended, then ``resize2fs``) while
+it is not mounted; it never shrinks.
+
 An image must never be mounted twice at once (two file systems writing one
 image corrupt it): ``attached`` says whether a loop device still holds one, as
 an earlier mount lazily detached may, until its last user goes.
@@ -29,6 +32,9 @@ import time
 from pathlib import Path
 
 MKFS_SECONDS = 30.0
+GROW_SECONDS = 600.0
+"""How long each of e2fsck and resize2fs may take to grow an image (e2fsck
+reads every inode in use: under a second for 100,000 files)."""
 SBIN = "/usr/sbin:/sbin"
 """Where ``mkfs.ext4`` is, whatever the host's PATH."""
 _LOOP_CTL_GET_FREE = 0x4C82
@@ -57,6 +63,10 @@ _SMALL_JOURNAL = 128 * 1024**2
 """Images of this size and more get a 16 MiB journal, not mkfs's default of up
 to 1 GiB: every block the journal ever used stays taken in the image while the
 sandbox sleeps."""
+_SUPERBLOCK_AT = 1024
+_SUPERBLOCK_BYTES = 1024
+_INCOMPAT_64BIT = 0x80
+"""The superblock holds the high half of the block count (``s_blocks_count_hi``)."""
 _LOOPS = Path("/sys/block")
 LOOP_CONTROL = Path("/dev/loop-control")
 
@@ -70,7 +80,11 @@ class DiskError(Exception):
 
 
 def mkfs_path() -> str | None:
-    return shutil.which("mkfs.ext4", path=f"{os.environ.get('PATH', '')}:{SBIN}")
+    return _tool("mkfs.ext4")
+
+
+def _tool(name: str) -> str | None:
+    return shutil.which(name, path=f"{os.environ.get('PATH', '')}:{SBIN}")
 
 
 def make_image(image: Path, size_bytes: int) -> None:
@@ -105,6 +119,58 @@ def make_image(image: Path, size_bytes: int) -> None:
         said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
         raise DiskError(errno.EIO, f"mkfs.ext4 failed (exit {done.returncode}): {said}")
     os.rename(partial, image)
+
+
+def grow_image(image: Path, size_bytes: int) -> bool:
+    """Grows ``image`` and its file system to ``size_bytes`` if smaller (the
+    image sparse: nothing more taken on the host's disk); never shrinks one.
+    The image is not mounted: growing offline needs no CAP_SYS_RESOURCE, which
+    a container may not give. e2fsck first, as resize2fs requires (it also
+    replays the journal of a host killed with the image mounted). Whether it
+    grew; ``DiskError`` if it could not (the image's file may be bigger than
+    its file system then, which mounts as it is and grows at the next call)."""
+    size = os.stat(image).st_size
+    target = max(size, size_bytes) // _BLOCK_SIZE * _BLOCK_SIZE
+    if fs_bytes(image) >= target:
+        return False
+    if size < target:
+        os.truncate(image, target)
+    _run("e2fsck", ["-f", "-p", str(image)], ok=(0, 1))  # 1: errors it corrected
+    _run("resize2fs", [str(image), str(target // _BLOCK_SIZE)], ok=(0,))
+    return True
+
+
+def fs_bytes(image: Path) -> int:
+    """The size of the ext4 file system on ``image``, from its superblock."""
+    with open(image, "rb") as file:
+        block = os.pread(file.fileno(), _SUPERBLOCK_BYTES, _SUPERBLOCK_AT)
+    if len(block) < _SUPERBLOCK_BYTES or struct.unpack_from("<H", block, 0x38)[0] != 0xEF53:
+        raise DiskError(errno.EINVAL, f"{image.name} holds no ext4 file system")
+    count, block_bits, incompat = (
+        int(struct.unpack_from("<I", block, offset)[0]) for offset in (0x04, 0x18, 0x60)
+    )
+    if incompat & _INCOMPAT_64BIT:
+        count |= int(struct.unpack_from("<I", block, 0x150)[0]) << 32
+    return count * (1024 << block_bits)
+
+
+def _run(name: str, args: list[str], *, ok: tuple[int, ...]) -> None:
+    tool = _tool(name)
+    if tool is None:
+        raise DiskError(errno.ENOENT, f"{name} not found (apt-get install e2fsprogs)")
+    try:
+        done = subprocess.run(
+            [tool, *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=GROW_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise DiskError(errno.EIO, f"{name} failed: {exc}") from None
+    if done.returncode not in ok:
+        said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
+        raise DiskError(errno.EIO, f"{name} failed (exit {done.returncode}): {said}")
 
 
 def image_format(size_bytes: int) -> str:

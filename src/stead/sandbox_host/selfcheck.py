@@ -3,13 +3,15 @@
 Rule 7 says isolation fails closed and says why, so the probe does what a
 sandbox start does rather than guessing from versions: it runs bubblewrap as an
 unprivileged uid in fresh namespaces, creates and removes a limited cgroup, and
-makes, mounts and removes a small disk (``disk.py``) in the work directory.
+makes, grows, mounts and removes a small disk (``disk.py``) in the work
+directory.
 Each problem names its fix, for the operator reading the host's log.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import subprocess
@@ -18,11 +20,18 @@ from pathlib import Path
 
 from stead.sandbox import IsolationUnavailable
 from stead.sandbox_host.cgroups import CgroupLimits, Cgroups, detect_cgroups
-from stead.sandbox_host.loop_mounts import DiskError, make_image, mount_image, unmount
+from stead.sandbox_host.loop_mounts import (
+    DiskError,
+    grow_image,
+    make_image,
+    mount_image,
+    unmount,
+)
 
 PROBE_SECONDS = 10.0
 PROBE_LIMITS = CgroupLimits(memory_bytes=64 * 1024**2, pids=16, cpus=0.5)
 PROBE_DISK_BYTES = 16 * 1024**2
+PROBE_GROWN_BYTES = 20 * 1024**2
 SYSCTLS = Path("/proc/sys")
 STDERR_TAIL = 500
 """Characters of bubblewrap's complaint a problem quotes."""
@@ -167,8 +176,9 @@ def _check_cgroups(cgroups: Cgroups | None, problems: list[str], details: list[s
 
 
 def check_disk(work_dir: Path) -> str | None:
-    """Makes a small sandbox disk in ``work_dir``, mounts it, writes to it and
-    removes it; what stops it, if anything."""
+    """Makes a small sandbox disk in ``work_dir``, grows it (as a disk made
+    before the host's size was raised is), mounts it, writes to it and removes
+    it; what stops it, if anything."""
     probe = work_dir / f"disk-probe-{os.getpid()}"
     image, target = probe / "disk.img", probe / "disk"
     for left in work_dir.glob("disk-probe-*"):  # a host killed during its check
@@ -176,6 +186,8 @@ def check_disk(work_dir: Path) -> str | None:
     try:
         target.mkdir(parents=True, mode=0o700, exist_ok=True)
         make_image(image, PROBE_DISK_BYTES)
+        if not grow_image(image, PROBE_GROWN_BYTES):
+            raise DiskError(errno.EIO, "resize2fs did not grow it")
         mount_image(image, target)
         try:
             (target / "probe").write_bytes(b"probe")

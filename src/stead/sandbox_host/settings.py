@@ -92,7 +92,8 @@ class HostSettings(BlobSettings):
     sandbox_disk_mb: int = Field(default=DISK_BYTES // 1024**2, ge=MIN_DISK_MB, le=MAX_DISK_MB)
     """The size of each sandbox's disk, in MiB: everything it can write to
     (/workspace, /tmp, its writable mounts) together. A sparse file: what is
-    not written takes nothing on the host's disk."""
+    not written takes nothing on the host's disk. Raised, it grows existing
+    disks at their next mount; lowered, it shrinks none."""
     sandbox_idle_check_seconds: Seconds = 5.0
     snapshot_ttl_seconds: Seconds = 7 * 24 * 3600.0
     snapshot_gc_interval_seconds: Seconds = 600.0
