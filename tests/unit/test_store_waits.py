@@ -105,3 +105,56 @@ async def test_an_interrupt_answers_each_call_waited_on_by_its_kind(
     another = NewEvent(new_id("event"), "user.interrupt", {})
     again = await store.accept_user_events(workspace.id, session.id, [another], ACCEPT_ALL)
     assert [e.type for e in again.published] == ["user.interrupt"]  # nothing left to close
+
+
+async def test_a_message_waits_in_the_queue_with_the_calls_and_after_them(
+    store: SqlStore,
+) -> None:
+    """Sent while the session waits, a message is queued and starts nothing; one
+    sent with the answers that end the wait joins it behind, and the run those
+    answers queued logs both, in order, once its turn ends."""
+    workspace_id, session_id = await _waiting(store)
+    meanwhile = user_message(new_id("event"), "meanwhile")
+    queued = await store.accept_user_events(
+        workspace_id, session_id, [meanwhile], ACCEPT_ALL, claim=TERMS
+    )
+    assert (queued.starts_work, queued.logged) == (False, [])
+    assert [(e.id, e.seq) for e in queued.published] == [(meanwhile.id, None)]
+    assert await store.queued_runs(session_id) == []
+    then = user_message(new_id("event"), "then")
+    answered = await store.accept_user_events(
+        workspace_id, session_id, [_result("a"), _result("b"), then], ACCEPT_ALL, claim=TERMS
+    )
+    assert answered.started is not None
+    assert [e.type for e in answered.logged] == ["user.custom_tool_result"] * 2
+    assert [(e.id, e.seq) for e in answered.echoes[2:]] == [(then.id, None)]
+    ended = await store.run_write(
+        answered.started.claim,
+        RunWrite(status=RunStatus.DONE, drain_pending=True, since=0),
+    )
+    assert [e.id for e in ended.logged] == [meanwhile.id, then.id]
+    assert ended.next_run is not None
+
+
+async def test_an_interrupt_logs_what_was_queued_while_the_calls_waited(
+    store: SqlStore,
+) -> None:
+    """Queued before the interrupt in the same request, the message is logged
+    after the idle that ends the turn, unanswered, and echoed as logged."""
+    workspace_id, session_id = await _waiting(store)
+    meanwhile = user_message(new_id("event"), "meanwhile")
+    interrupt = NewEvent(new_id("event"), "user.interrupt", {})
+    done = await store.accept_user_events(
+        workspace_id, session_id, [meanwhile, interrupt], ACCEPT_ALL, claim=TERMS
+    )
+    assert (done.starts_work, await store.queued_runs(session_id)) == (False, [])
+    assert [e.type for e in done.published] == [
+        "user.interrupt",
+        "agent.tool_result",
+        "agent.tool_result",
+        "session.status_idle",
+        "user.message",
+    ]
+    echoed = done.echoes[0]
+    assert (echoed.id, echoed.seq) == (meanwhile.id, done.published[-1].seq)
+    assert await store.drain_pending(session_id) == []

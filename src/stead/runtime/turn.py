@@ -257,7 +257,9 @@ class TurnRunner(ToolSteps):
                 stop = {"type": "requires_action", "event_ids": step.event_ids}
                 # Input logged after the log it stepped on came too late for it.
                 seen = int(events[-1]["_seq"]) if events else 0
-                await self._end([], stop, RunStatus.DONE, answer_drained=False, requeue_after=seen)
+                # The turn is not over while its calls wait (spec §3.4): what
+                # was queued meanwhile stays queued for the run that ends it.
+                await self._end([], stop, RunStatus.DONE, drain=False, requeue_after=seen)
             else:
                 assert isinstance(step, EndTurn)
                 await self._end([], {"type": "end_turn"}, RunStatus.DONE)

@@ -1,4 +1,5 @@
-"""Accepting user events: into the log when the session is idle, else into the queue."""
+"""Accepting user events: into the log when the session is idle, else into the
+queue; a message also waits in the queue while the session waits on tool calls."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from stead.store.errors import Conflict
 from stead.store.runs import STARTS_WORK
 
 QUEUED_TYPES = frozenset({EventType.USER_MESSAGE, "system.message"})
-"""Types that wait for the running turn to end. Everything else (interrupts, tool
-results, confirmations, outcomes) is processed on receipt (spec §3.0)."""
+"""Types that wait for the running turn (or one idle on tool calls) to end.
+Everything else (interrupts, tool results, confirmations, outcomes) is processed
+on receipt (spec §3.0)."""
 
 
 MAX_PENDING = 1000
@@ -72,6 +74,7 @@ def accept(
             == "self_hosted"
         ),
         lambda: _sessions.get(conn, workspace_id, session_id).status == "idle",
+        lambda: _events.drain(conn, now, session_id),
     )
     echoes, logged, work = file_in(
         session,
@@ -80,7 +83,7 @@ def accept(
         lambda batch: _events.enqueue(conn, now, session_id, batch),
         lambda batch: _events.append_log(conn, now, session_id, batch),
         lambda: _events.mark_interrupt(conn, session_id),
-        lambda: _waits.close(waits),
+        waits,
     )
     echoes = [*repeated, *echoes]
     again = still_waiting(session, work, waits)
@@ -126,12 +129,15 @@ def file_in(
     enqueue: Batch,
     append: Batch,
     mark_interrupt: Callable[[], None],
-    close_waits: Callable[[], list[EventRecord]],
+    waits: _waits.WaitLog,
 ) -> tuple[list[EventRecord], list[EventRecord], list[EventRecord]]:
-    """Files ``new`` into a busy session's queue (what waits for the turn) or its
+    """Files ``new`` into the session's queue (what waits for the turn) or its
     log, in the request's order; returns the echoes, everything logged (the
-    logged echoes and what ``close_waits`` logged after them), and the logged
+    logged echoes and what closing a wait logged after them), and the logged
     events that start work since the last turn an interrupt closed.
+    A message waits for a running turn, and for a turn idle on tool calls
+    (``_waits_too``): that turn is not over (spec §3.4) until its calls are
+    answered and it ends, and the run that ends it answers the queue.
     Paused at the budget (idle at its cap) an interrupt is accepted and ignored,
     not logged (spec §3.1); a turn still running at the cap (its last model
     request crossed it, its tools still run) is stopped by one as any other.
@@ -139,26 +145,27 @@ def file_in(
     the request queued before it): the turn it ends answers what was queued past
     the mark, sent after the interrupt (``RunWrite.answer_after_interrupt``).
     An interrupt to an idle session closes the calls it waits on
-    (``close_waits``, ``_waits.close``): what the request logged before it is
-    left unanswered, as a running turn's interrupt leaves it."""
+    (``_waits.close``), which logs the queue unanswered: what the request logged
+    before it is left unanswered, as a running turn's interrupt leaves it."""
     busy = session.status != "idle"
     if not busy and accounting.at_cap(session.budget, session.usage):
         new = [e for e in new if e.type != EventType.USER_INTERRUPT]
-    queued = [e for e in new if busy and e.type in QUEUED_TYPES]
-    if queued and pending_count() + len(queued) > MAX_PENDING:
-        raise Conflict(
-            f"session {session.id} already has {MAX_PENDING} queued events; "
-            "wait for the running turn to drain them",
-            status=429,
-        )
     echoes: list[EventRecord] = []
     logged: list[EventRecord] = []
     work: list[EventRecord] = []
     closed: list[EventRecord] = []
-    # Keep the request's order: a run of queued events, then a run of logged ones, ...
-    for is_queued, group in groupby(new, key=lambda e: busy and e.type in QUEUED_TYPES):
+    # Keep the request's order: a run of queued events, then a run of logged
+    # ones, ...; whether a run of messages is queued is decided when it is
+    # reached, on the log the events before it left.
+    for may_queue, group in groupby(new, key=lambda e: e.type in QUEUED_TYPES):
         batch = list(group)
-        if is_queued:
+        if may_queue and (busy or _waits_too(batch, waits, bool(work), pending_count)):
+            if pending_count() + len(batch) > MAX_PENDING:
+                raise Conflict(
+                    f"session {session.id} already has {MAX_PENDING} queued events; "
+                    "wait for the running turn to drain them",
+                    status=429,
+                )
             echoes += enqueue(batch)
             continue
         for part in _through_interrupts(batch):
@@ -169,13 +176,33 @@ def file_in(
             work += [r for r in records if r.type in STARTS_WORK]
             if part[-1].type != EventType.USER_INTERRUPT:
                 continue
-            mark_interrupt()  # idle, the queue is empty: the mark is its tail
-            ended = [] if busy else close_waits()
+            mark_interrupt()
+            ended = [] if busy else _waits.close(waits)
             if ended:
                 logged += ended
                 closed += ended
                 work = []  # the turn the work was for is over
+                # A message this request queued is echoed as the close logged it.
+                flushed = {e.id: e for e in ended}
+                echoes = [flushed.get(e.id, e) for e in echoes]
     return echoes, logged, work
+
+
+def _waits_too(
+    batch: Sequence[NewEvent],
+    waits: _waits.WaitLog,
+    resumed: bool,
+    pending_count: Callable[[], int],
+) -> bool:
+    """Whether ``batch`` (messages, perhaps a trailing ``system.message``) sent
+    to an idle session waits in the queue: for the turn whose calls the session
+    waits on, or (``resumed``: answers before it in the request resumed that
+    turn) behind the messages that waited for it, first in, first answered.
+    A ``system.message`` alone follows the answer it accompanies into the log
+    (spec §3.1: during ``requires_action`` it trails a tool result)."""
+    if batch[0].type != EventType.USER_MESSAGE:
+        return False
+    return (resumed and pending_count() > 0) or bool(_waits.waiting(waits))
 
 
 def _through_interrupts(batch: list[NewEvent]) -> list[list[NewEvent]]:

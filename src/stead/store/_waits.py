@@ -1,5 +1,6 @@
 """A session idle on tool calls (``requires_action``, spec §3.4): which of them
-its users' answers leave waiting, and what an interrupt closes.
+its users' answers leave waiting, and what an interrupt closes. A message sent
+meanwhile waits in the queue for the turn to end (``_inbox.file_in``).
 
 Both are decided in the transaction that accepts the answers or the interrupt,
 from the log, with no run: answering some of the calls re-emits the idle with
@@ -41,6 +42,8 @@ class WaitLog:
     idle: Callable[[], bool]
     """The session has no live run, as of its lock (a status read before the
     lock may be stale: ``_sessions.locked``)."""
+    drain: Callable[[], list[EventRecord]]
+    """Logs what the session's queue holds (unanswered) and empties it."""
 
 
 def waiting(log: WaitLog) -> list[str]:
@@ -66,13 +69,15 @@ def wait_again(log: WaitLog) -> list[EventRecord]:
 
 def close(log: WaitLog) -> list[EventRecord]:
     """After an interrupt: each call the session waits on answered as
-    interrupted, then the idle that ends the turn; nothing when it waits on none."""
+    interrupted, the idle that ends the turn, then what was queued for after
+    the turn, logged unanswered as a running turn's interrupt logs it (no run
+    is left to answer it); nothing when it waits on none."""
     uses = [use for i in waiting(log) if (use := log.find(i)) is not None]
     if not uses:
         return []
     on_workers = log.on_workers()
     answers = [_interrupted(use, on_workers) for use in uses]
-    return log.append([*answers, _idle({"type": "end_turn"})])
+    return [*log.append([*answers, _idle({"type": "end_turn"})]), *log.drain()]
 
 
 def refuse_closed(new: Sequence[NewEvent], closed: Sequence[EventRecord]) -> None:

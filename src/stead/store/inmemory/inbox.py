@@ -1,6 +1,6 @@
 """Accepting user events in memory (``_inbox.py``'s rules): into the log when the
-session is idle, else into the queue; a logged message queues a run, claimed at
-once when the caller gives terms."""
+session is idle (and waits on no tool call, for a message), else into the queue;
+a logged message queues a run, claimed at once when the caller gives terms."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from datetime import datetime
 
 from stead.store._answers import SETTLING_KEYS, first_answers, first_confirmations
 from stead.store._inbox import Validator, check_accepting, file_in, still_waiting
-from stead.store._waits import WaitLog, close
+from stead.store._waits import WaitLog
 from stead.store.events import EventsAccepted, NewEvent
 from stead.store.inmemory import agents, events, runs, sessions
 from stead.store.inmemory.tables import Tables
@@ -43,6 +43,7 @@ def accept(
             == "self_hosted"
         ),
         lambda: sessions.get(t, workspace_id, session_id).status == "idle",
+        lambda: events.drain(t, now, session_id),
     )
     echoes, logged, work = file_in(
         session,
@@ -51,7 +52,7 @@ def accept(
         lambda batch: events.enqueue(t, session_id, batch),
         lambda batch: events.append_log(t, now, session_id, batch),
         lambda: events.mark_interrupt(t, session_id),
-        lambda: close(waits),
+        waits,
     )
     echoes = [*repeated, *echoes]
     again = still_waiting(session, work, waits)
