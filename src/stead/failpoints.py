@@ -22,6 +22,7 @@ SITES = frozenset(
         "tool.after_run",
         "mcp.before_call",
         "mcp.after_call",
+        "mcp.after_refresh",
         "turn.before_start",
         "turn.before_idle",
         "store.before_commit",

@@ -3,8 +3,9 @@ SQLite store and a real OAuth token endpoint on loopback (which rotates refresh
 tokens: each is taken once): concurrent callers share one refresh, a caller
 that waited uses the winner's token, an expiring token is refreshed before use,
 a refresh by a process whose key is no longer the database's fails the call
-without spending the refresh token, and tokens the store did not take are
-stored by the next attempt instead of asked for again."""
+without spending the refresh token, tokens the store did not take are
+stored by the next attempt instead of asked for again, and a refresh token
+whose exchange a process's end cut off is not presented again."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ import pytest
 from stead.config import Settings
 from stead.ids import new_id
 from stead.runtime.mcp_auth import McpAuthFailed, McpEgress, McpTokens, ServerToken
-from stead.store import DatabaseBusy, SqlStore, StaleSecretKey
+from stead.runtime.refresh_intents import RefreshIntents
+from stead.store import CredentialRecord, DatabaseBusy, SqlStore, StaleSecretKey
 from stead.testing.mcp_server import MCP_TEST_PIN, FakeMcpServer
 from stead.vault import KEPT_KEY, SecretBox
 from stead.vault.cipher import key_id
@@ -169,18 +171,23 @@ async def test_a_refresh_under_a_key_the_database_no_longer_keeps_spends_nothing
 
 
 class RefusingCredentialWrites:
-    """The store, refusing the next credential write with ``error``: a rotation
-    between the refresh's key check and its write-back, or the database away."""
+    """The store, refusing the next credential write but one with ``error`` (the
+    refresh's record of its exchange goes through, its write-back does not): a
+    rotation between the refresh's key check and its write-back, or the
+    database away."""
 
     def __init__(self, store: SqlStore, error: Exception) -> None:
         self._store = store
         self.error: Exception | None = error
+        self._let_through = 1
 
     def __getattr__(self, name: str) -> object:
         return getattr(self._store, name)
 
     async def update_credential(self, *args: object) -> object:
-        if self.error is not None:
+        if self._let_through:
+            self._let_through -= 1
+        elif self.error is not None:
             error, self.error = self.error, None
             raise error
         return await self._store.update_credential(*args)  # type: ignore[arg-type]
@@ -210,3 +217,57 @@ async def test_tokens_the_store_refused_are_stored_by_the_next_refresh(
     assert mcp.refreshes == before + 1
     again = await tokens.token_for(workspace_id, [vault_id], mcp.url)
     assert renewed.token is not None and again.token == renewed.token != held.token
+
+
+async def test_a_refresh_token_whose_exchange_a_process_s_end_cut_off_is_not_presented(
+    store: SqlStore, mcp: FakeMcpServer
+) -> None:
+    """Another process recorded its exchange and ended before storing an answer
+    (the endpoint may have rotated the token): the refresh fails saying the
+    credential needs re-authorising, and the endpoint is not asked. Before, the
+    stored refresh token was presented again, spent or not. A new one ends it."""
+    tokens, box, workspace_id, vault_id = await _tokens(store, mcp, None)
+    held = await tokens.token_for(workspace_id, [vault_id], mcp.url)
+    assert held.credential is not None
+    used = box.open(held.credential.id, held.credential.sealed)["refresh_token"]
+    await RefreshIntents(store, box, timedelta(seconds=20)).begin(held.credential, used)
+    egress = McpEgress(Settings(egress_hosts=MCP_TEST_PIN))
+    alone = McpTokens(store, box, egress, timeout=10.0, exclusive=True)
+    given = len(mcp.refresh_tokens_given)
+    with pytest.raises(McpAuthFailed, match="needs re-authorising"):
+        await alone.refreshed(held)
+    assert len(mcp.refresh_tokens_given) == given
+    new = mcp.issue_refresh_token()
+
+    def reauthorised(current: CredentialRecord) -> dict[str, object]:
+        secret = box.open(current.id, current.sealed)
+        return {"sealed": box.seal(current.id, {**secret, "refresh_token": new})}
+
+    await store.update_credential(workspace_id, vault_id, held.credential.id, reauthorised)
+    renewed = await alone.refreshed(held)
+    assert renewed.token is not None and renewed.token != held.token
+    assert mcp.refresh_tokens_given[given:] == [new]
+
+
+async def test_an_exchange_that_timed_out_is_asked_again_with_the_same_token(
+    store: SqlStore,
+) -> None:
+    """The process saw its exchange end (here, cut at the timeout): its record
+    goes with it, and the next refresh asks again, as it did before records."""
+    stalled = FakeMcpServer().start()
+    try:
+        tokens, box, workspace_id, vault_id = await _tokens(store, stalled, None)
+        held = await tokens.token_for(workspace_id, [vault_id], stalled.url)
+        assert held.credential is not None
+        used = box.open(held.credential.id, held.credential.sealed)["refresh_token"]
+        egress = McpEgress(Settings(egress_hosts=MCP_TEST_PIN))
+        quick = McpTokens(store, box, egress, timeout=0.5)
+        stalled.stall_token_endpoint = True
+        with pytest.raises(McpAuthFailed, match="did not answer within"):
+            await quick.refreshed(held)
+        stalled.stall_token_endpoint = False
+        renewed = await quick.refreshed(held)
+        assert renewed.token is not None and renewed.token != held.token
+        assert stalled.refresh_tokens_given == [used]  # the stall answered none
+    finally:
+        stalled.stop()

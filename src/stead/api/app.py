@@ -180,7 +180,7 @@ def create_app(
                 memories=memory_keeper,
                 failpoints=failpoints,
             )
-            mcp = McpGateway(settings, opened, box)
+            mcp = McpGateway(settings, opened, box, exclusive=exclusive, failpoints=failpoints)
             deps = build_loop(settings, opened, bus, toolbox, mcp, failpoints, observed)
             runtime = Runtime(deps, exclusive=exclusive)
             sweeper = None

@@ -6,6 +6,10 @@ A refresh that succeeds is written back (sealed), so the next session uses the
 new token; the refresh token it used must still be the stored one, or another
 refresh won meanwhile and its tokens are kept. The write-back never claims the
 request's ``Idempotency-Key``: a retry replaying an earlier answer keeps it too.
+The exchange is the sessions' own (``McpTokens.checked_exchange``): recorded as
+under way first, so an answer lost with this process is known for one, and a
+refresh token that may have been spent so is not presented (``invalid``, no
+refresh attempted: the credential needs new tokens).
 """
 
 from __future__ import annotations
@@ -21,7 +25,13 @@ from stead.api.deps import Caller, Services, caller, services
 from stead.api.params import CredentialId, VaultId
 from stead.api.wire import JSONResponse, ts
 from stead.jsonvalues import Json
-from stead.runtime import load_mcp, refresh_grant, write_back_grant
+from stead.runtime import (
+    RefreshInDoubt,
+    RefreshMoved,
+    RefreshUnderWay,
+    load_mcp,
+    write_back_grant,
+)
 from stead.schemas import RequestError
 from stead.store import CredentialRecord, not_claiming
 
@@ -103,7 +113,14 @@ async def _refresh_and_retry(
         return {"status": "invalid", "refresh": {"status": "no_refresh_token"}}
     timeout = app.settings.mcp_timeout_seconds
     try:
-        grant = await refresh_grant(mcp, credential, secret, timeout, rules)
+        # Its record of the exchange is no write of the request's either: a
+        # retry replaying an earlier answer must not undo it.
+        with not_claiming():
+            grant = await app.runtime.mcp.tokens.checked_exchange(mcp, credential, secret)
+    except RefreshInDoubt:
+        return {"status": "invalid", "refresh": None}
+    except (RefreshUnderWay, RefreshMoved):  # another refresh's tokens come (or came)
+        return {"status": "unknown", "refresh": None}
     except mcp.RefreshFailed as failed:
         verdict = "invalid" if failed.status == "failed" else "unknown"
         return {

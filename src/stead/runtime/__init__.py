@@ -13,10 +13,11 @@ from stead.runtime.files import FileExpired, FileKeeper
 from stead.runtime.leases import LeaseSweeper, SweepRound
 from stead.runtime.logcache import LogCache
 from stead.runtime.mcp import McpGateway
-from stead.runtime.mcp_auth import McpEgress, load_mcp, refresh_grant, write_back_grant
+from stead.runtime.mcp_auth import McpEgress, load_mcp, write_back_grant
 from stead.runtime.memories import MemoryKeeper, SearchHit
 from stead.runtime.models import ModelRouter
 from stead.runtime.mounts import SessionMounts
+from stead.runtime.refresh_intents import RefreshInDoubt, RefreshMoved, RefreshUnderWay
 from stead.runtime.sandboxconfig import sandbox_config
 from stead.runtime.served import SandboxView
 from stead.runtime.service import Runtime
@@ -50,6 +51,9 @@ __all__ = [
     "Notice",
     "Peers",
     "Preview",
+    "RefreshInDoubt",
+    "RefreshMoved",
+    "RefreshUnderWay",
     "ResolvedSkills",
     "Runtime",
     "SandboxToolbox",
@@ -75,7 +79,6 @@ __all__ = [
     "keep_renewing",
     "load_mcp",
     "open_bus",
-    "refresh_grant",
     "resealed",
     "resolve_skills",
     "sandbox_config",

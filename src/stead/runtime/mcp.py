@@ -21,6 +21,7 @@ import anyio
 
 from stead.config import Settings
 from stead.egress_policy import InvalidPolicy
+from stead.failpoints import FailPoints
 from stead.harness import (
     McpTool,
     custom_tools,
@@ -91,17 +92,38 @@ class McpStore(EnvironmentStore, TokenStore, Protocol):
 
 
 class McpGateway:
-    def __init__(self, settings: Settings, store: McpStore, box: SecretBox) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: McpStore,
+        box: SecretBox,
+        *,
+        exclusive: bool = False,
+        failpoints: FailPoints | None = None,
+    ) -> None:
+        """``exclusive``: this process is the store's only brain (SQLite)."""
         self._store = store
         self._timeout = settings.mcp_timeout_seconds
         self._egress = McpEgress(settings)
-        self._tokens = McpTokens(store, box, self._egress, timeout=self._timeout)
+        self._tokens = McpTokens(
+            store,
+            box,
+            self._egress,
+            timeout=self._timeout,
+            exclusive=exclusive,
+            failpoints=failpoints,
+        )
         self._lists: Bounded[_ListKey, tuple[McpTool, ...]] = Bounded(LISTS_KEPT, LISTS_MAX_BYTES)
 
     @property
     def egress(self) -> McpEgress:
         """The rules the brain's MCP and OAuth traffic keeps (built once: TLS trust)."""
         return self._egress
+
+    @property
+    def tokens(self) -> McpTokens:
+        """The vaults' tokens, refreshed one exchange per credential at a time."""
+        return self._tokens
 
     def cached(self, session_id: str, agent: Json) -> tuple[McpTool, ...] | None:
         """The tools of every server the agent uses if all are listed already;

@@ -12,7 +12,10 @@ token is spent, and only the answer's can refresh again. So a process that
 could not store the answer (its key is not the database's) does not ask; and
 an answer the store refused (a rotation since that check, the database away)
 is kept in memory and stored by the next refresh of the credential instead of
-asked for again. It is lost only if this process ends first.
+asked for again. Each exchange is recorded as under way before it is asked
+(``refresh_intents.py``): an answer lost with its process leaves that record,
+and the next refresh reports the credential as needing re-authorisation
+instead of presenting a refresh token that may be spent.
 """
 
 from __future__ import annotations
@@ -26,13 +29,21 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlsplit
 
-from anyio import to_thread
+from anyio import CancelScope, to_thread
 
 from stead.config import Settings
 from stead.egress_policy import EgressPolicy, UpstreamTls
+from stead.failpoints import FailPoints
 from stead.jsonvalues import Json
 from stead.runtime.bounded import Bounded
 from stead.runtime.keyed_locks import KeyedLocks
+from stead.runtime.refresh_intents import (
+    RefreshInDoubt,
+    RefreshIntents,
+    RefreshMoved,
+    RefreshUnderWay,
+    settled,
+)
 from stead.store import (
     Conflict,
     CredentialRecord,
@@ -144,12 +155,25 @@ def _expires_soon(
 
 class McpTokens:
     def __init__(
-        self, store: TokenStore, box: SecretBox, egress: McpEgress, *, timeout: float
+        self,
+        store: TokenStore,
+        box: SecretBox,
+        egress: McpEgress,
+        *,
+        timeout: float,
+        exclusive: bool = False,
+        failpoints: FailPoints | None = None,
     ) -> None:
+        """``exclusive``: this process is the store's only brain (SQLite)."""
         self._store = store
         self._box = box
         self._egress = egress
         self._timeout = timeout
+        # Another brain's exchange is bounded by the timeout: twice that leaves
+        # its write-back the time the database may take.
+        under_way = timedelta(seconds=2 * timeout)
+        self._intents = RefreshIntents(store, box, under_way, exclusive)
+        self._failpoints = failpoints or FailPoints(None)
         self._refreshing = KeyedLocks()
         """By credential id: one refresh at a time."""
         self._unstored: Bounded[str, Unstored] = Bounded(UNSTORED_KEPT)
@@ -219,13 +243,28 @@ class McpTokens:
             if kept is not None and kept.used == used:
                 grant = kept.grant  # asked for already: the stored refresh token is spent
             else:
-                grant = await self._asked(current, secret)
+                try:
+                    grant = await self._asked(current, secret, used)
+                except RefreshMoved:  # another brain's refresh (or an update) stored it
+                    return await self._current(current)
             updated = await self._write_back(current, used, grant)
             log.info("refreshed the access token of credential %s", credential.id)
             return ServerToken(updated, grant.access_token)
 
-    async def _asked(self, current: CredentialRecord, secret: dict[str, object]) -> TokenGrant:
-        """The token endpoint's answer, asked only when this process can store it."""
+    async def _current(self, credential: CredentialRecord) -> ServerToken:
+        active = await self._store.active_credentials(
+            credential.workspace_id, [credential.vault_id]
+        )
+        current = next((c for c in active if c.id == credential.id), None)
+        if current is None:
+            raise McpAuthFailed(f"credential {credential.id} was deleted or archived")
+        return self._open(current)
+
+    async def _asked(
+        self, current: CredentialRecord, secret: dict[str, object], used: str
+    ) -> TokenGrant:
+        """The token endpoint's answer, asked only when this process can store it
+        (``_exchange``); ``RefreshMoved`` when ``used`` is no longer stored."""
         # Kept now, when the database kept none (as ``vault.kept_key_id`` does).
         kept = await self._store.installation_value(KEPT_KEY, self._box.key_id)
         if kept != self._box.key_id:  # the key was rotated while this process ran
@@ -234,11 +273,58 @@ class McpTokens:
             raise _unstorable(current)
         mcp = await load_mcp()
         try:
-            rules = self._egress.rules(mcp)
-            return await refresh_grant(mcp, current, secret, self._timeout, rules)
+            return await self._exchange(mcp, current, secret, used)
+        except (RefreshInDoubt, RefreshUnderWay) as exc:
+            raise McpAuthFailed(str(exc)) from None
         except mcp.RefreshFailed as exc:
             message = f"refreshing credential {current.id} failed: {exc}"
             raise McpAuthFailed(message) from None
+        except (NotFound, Conflict):  # deleted or archived since it was read
+            raise McpAuthFailed(f"credential {current.id} was deleted or archived") from None
+        except StaleSecretKey:  # the key was rotated since the check
+            raise _unstorable(current) from None
+
+    async def checked_exchange(
+        self, mcp: ModuleType, credential: CredentialRecord, secret: dict[str, object]
+    ) -> TokenGrant:
+        """``_exchange`` of the credential's stored refresh token, one refresh of
+        the credential at a time, for a caller that stores the answer itself
+        (``write_back_grant``, which ends the intent) and reports the endpoint's
+        ``mcp.RefreshFailed``: the credentials' validation."""
+        async with self._refreshing.hold(credential.id):
+            return await self._exchange(mcp, credential, secret, str(secret["refresh_token"]))
+
+    async def _exchange(
+        self, mcp: ModuleType, current: CredentialRecord, secret: dict[str, object], used: str
+    ) -> TokenGrant:
+        """The token endpoint's answer for ``used``, asked once its intent is
+        committed; an exchange that ends with no answer ends the intent (shielded:
+        a cancelled call is one this process saw end). Raises ``RefreshInDoubt``,
+        ``RefreshUnderWay`` or ``RefreshMoved`` (nothing asked),
+        ``mcp.RefreshFailed``, and the store's errors (``update_credential``'s);
+        the caller holds the credential's refresh lock."""
+        await self._intents.begin(current, used)
+        try:
+            grant: TokenGrant = await refresh_grant(
+                mcp, current, secret, self._timeout, self._egress.rules(mcp)
+            )
+        except BaseException:
+            with CancelScope(shield=True):
+                await self._end(current, used)
+            raise
+        self._failpoints.hit("mcp.after_refresh")
+        return grant
+
+    async def _end(self, current: CredentialRecord, used: str) -> None:
+        try:
+            await self._intents.end(current, used)
+        except (DatabaseBusy, NotFound, Conflict, StaleSecretKey) as exc:
+            log.warning(
+                "credential %s: the record of its refresh was not cleared (%s); its next "
+                "refresh will ask for re-authorisation",
+                current.id,
+                exc,
+            )
 
     async def _write_back(
         self, current: CredentialRecord, used: str, grant: TokenGrant
@@ -307,6 +393,7 @@ async def write_back_grant(
         stored["access_token"] = grant.access_token
         if grant.refresh_token is not None:
             stored["refresh_token"] = grant.refresh_token
+        settled(stored)  # in the commit that stores the answer
         expires = None if grant.expires_at is None else _ts(grant.expires_at)
         auth = {**current.auth, "expires_at": expires}
         return {"sealed": box.seal(current.id, stored), "auth": auth}

@@ -60,6 +60,7 @@ class _Book:
     seen_tokens: list[str] = field(default_factory=list)
     tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     refreshes: int = 0
+    refresh_tokens_given: list[str] = field(default_factory=list)
 
 
 class _RequireBearer:
@@ -294,6 +295,12 @@ class FakeMcpServer:
         with self._book.lock:
             return self._book.refreshes
 
+    @property
+    def refresh_tokens_given(self) -> list[str]:
+        """Every refresh token a ``refresh_token`` grant presented, taken or not."""
+        with self._book.lock:
+            return list(self._book.refresh_tokens_given)
+
     async def _token(self, request: Request) -> Response:
         if self.stall_token_endpoint:
             return StreamingResponse(_trickle(), media_type="application/json")
@@ -317,6 +324,7 @@ class FakeMcpServer:
             return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
         given_refresh = str(form.get("refresh_token", ""))
         with self._book.lock:
+            self._book.refresh_tokens_given.append(given_refresh)
             if given_refresh not in self._book.refresh:
                 # Echoes what it was sent, as careless servers do: what stead
                 # shows of this answer must not carry the client's secrets.
