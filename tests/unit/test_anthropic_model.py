@@ -117,6 +117,29 @@ async def test_an_error_answer_is_placed_by_its_status_and_type(
         assert error.retry_after == 7
 
 
+async def test_a_request_longer_than_the_window_is_told_apart_with_the_models_count() -> None:
+    """Only the model's refusal of a prompt over its window says compacting may
+    help; its count, where it gives one, is the size of the context."""
+    async with FakeModel([TURN, TURN], context_window=5) as fake:
+        refused = await failure(fake)
+        client = OpenAICompatibleModel(
+            base_url=fake.openai_url, api_key="k", read_timeout=10.0, total_timeout=30.0
+        )
+        with pytest.raises(UpstreamError) as chat:
+            await client.complete(REQUEST, op_key="op-1")
+        await client.aclose()
+    for error in (refused, chat.value):
+        assert error.too_long and (error.status, error.retryable) == (400, False)
+        assert error.counted is not None and error.counted > 5
+    assert "prompt is too long" in str(refused)
+    unsaid = HttpError(400, message="prompt is too long")
+    other = HttpError(400, message="max_tokens: too large")
+    async with FakeModel([TURN], faults=[FaultRule(unsaid), FaultRule(other)]) as fake:
+        without_count, not_long = await failure(fake), await failure(fake)
+    assert without_count.too_long and without_count.counted is None
+    assert not not_long.too_long and not_long.counted is None
+
+
 async def test_an_error_that_echoes_the_api_key_does_not_carry_it_on() -> None:
     """The session's events and the log show the error's message: an upstream
     that repeats the key it was sent must not put the key there."""

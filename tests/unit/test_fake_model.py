@@ -276,6 +276,27 @@ async def test_a_server_error_has_the_api_error_body() -> None:
     assert failed.value.response.headers["request-id"] == "req_fake_000000"
 
 
+async def test_a_prompt_over_the_window_gets_the_apis_too_long_answer() -> None:
+    long = [{"role": "user", "content": "x" * 4000}]
+    async with (
+        FakeModel([Turn([Text("ok")])], context_window=500) as fake,
+        sdk(fake) as client,
+        httpx2.AsyncClient(verify=client_tls()) as http,
+    ):
+        counted = (await client.messages.count_tokens(model="m", messages=USER)).input_tokens
+        assert (await create(client)).content[0].type == "text"
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            await create(client, messages=long)
+        url = f"{fake.openai_url}/chat/completions"
+        chat = await http.post(url, json={"model": "g", "messages": long})
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("prompt is too long: 10")
+    assert error["message"].endswith(" tokens > 500 maximum") and counted < 500
+    assert chat.status_code == 400 and chat.json()["error"]["code"] == "context_length_exceeded"
+    assert "maximum context length is 500 tokens" in chat.json()["error"]["message"]
+
+
 async def test_an_error_event_inside_a_stream() -> None:
     faults = [FaultRule(StreamError(after_chunks=3), times=2)]
     async with FakeModel(faults=faults) as fake, sdk(fake) as client:

@@ -155,6 +155,53 @@ def test_the_count_of_a_refused_turns_request_does_not_count() -> None:
     assert isinstance(plan(log.events), Compact)
 
 
+def refused_as_too_long(log: Log, counted: int) -> None:
+    """The model refused the log's request as longer than its window (``counted``
+    tokens by its count, 0 when it did not say), as the runtime records it."""
+    start = log.add("span.model_request_start")
+    log.add(
+        "span.model_request_end",
+        model_request_start_id=start["id"],
+        model_usage={},
+        is_error=True,
+        _internal={"too_long": counted},
+    )
+    error = {"type": "model_request_failed_error", "retry_status": {"type": "retrying"}}
+    log.add("session.error", error=error)
+
+
+@pytest.mark.parametrize("counted", [1800, 0])
+def test_a_request_the_model_refused_as_too_long_is_compacted_whatever_the_estimate(
+    counted: int,
+) -> None:
+    """By the estimate the request fits (some 500 tokens of 800); the model
+    counted it past its window, and the next request is the same context."""
+    log = conversation(2)
+    assert plan(log.events) is None
+    refused_as_too_long(log, counted)
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    assert planned.context_tokens == max(counted, LIMITS.window + 1)
+    # Counted at 1,800, the part kept is chosen as the model counts it: the
+    # last question alone (more would be some 700 of a keep of 250).
+    kept = [e for e in log.events if e["_seq"] >= planned.kept_from]
+    assert [e["type"] for e in kept if "content" in e] == ["user.message"]
+    log.compacted("summary", planned.kept_from)
+    assert plan(log.events) is None  # the compaction's own size counts from here
+
+
+def test_refusals_as_too_long_that_compacting_does_not_help_reach_the_limit() -> None:
+    log = conversation(2)  # which fits by the estimate
+    for count in range(3):
+        refused_as_too_long(log, 1800)
+        assert isinstance(plan(log.events), Compact)
+        log.compacted(f"summary {count}", 1)  # keeping everything: it never helps
+    refused_as_too_long(log, 1800)
+    planned = plan(log.events)
+    assert isinstance(planned, CompactionLimit)
+    assert "3 times in a row" in planned.message
+
+
 def test_a_recent_part_that_alone_does_not_fit_reaches_the_limit() -> None:
     log = Log()
     log.user("w" * 4000)  # 1,000 tokens in one message: nothing older to summarise

@@ -19,6 +19,11 @@ The summarising request is the agent's own request cut at the boundary, with
 the instruction after it, so it reads its prefix from the prompt cache: at a
 new answer's boundary that prefix is exactly what the request made there
 cached (its last-block breakpoint).
+
+A request the model refused as longer than its window (``prompt is too
+long``; the estimate fell short of its count) is recorded on its span's end
+with the model's count, and counts as more than the window: the next step
+compacts by it, within the same limit of compactions in a row.
 """
 
 from __future__ import annotations
@@ -130,16 +135,17 @@ def plan_compaction(
 
     if request is None:
         request = shaped(render_messages(*live_context(events)))
+    window = limits.window
     # Nearly every step fits, and a bound of the estimate shows it: the request
     # is not walked for its size, nor the log split into summary and live part.
-    if _with_model_count(tokens_at_most(request.canonical_params), events) <= limits.trigger:
+    bound = tokens_at_most(request.canonical_params)
+    if _with_model_count(bound, events, window) <= limits.trigger:
         return None
     estimate = estimate_tokens(request.as_params())
-    tokens = _with_model_count(estimate, events)
+    tokens = _with_model_count(estimate, events, window)
     if tokens <= limits.trigger:
         return None
     summary, live = live_context(events)
-    window = limits.window
     in_a_row = consecutive_compactions(events, tokens)
     if in_a_row >= limits.max_consecutive:
         return CompactionLimit(
@@ -160,7 +166,7 @@ def plan_compaction(
     # few characters a token), the part kept word for word is chosen to fit as
     # the model counts it, or it alone filled the window again: every step
     # compacted, and the request the model counted passed the window.
-    scale = max(_undercount(estimate, events), 1.0)
+    scale = max(_undercount(estimate, events, window), 1.0)
     sizes = [_tokens(e) for e in older]
     cut = choose_cut(live, overhead, limits, summary_tokens, sizes, kept_scale=scale)
     if cut is None:
@@ -184,12 +190,12 @@ def plan_compaction(
     return Compact(asking, int(live[cut]["_seq"]), tokens, max(room_left, MIN_PIECE_TOKENS))
 
 
-def _undercount(estimate: int, events: Sequence[Json]) -> float:
+def _undercount(estimate: int, events: Sequence[Json], window: int) -> float:
     """How many times the estimate the model counted, by its count of the last
-    request it answered since the latest compaction (1 with none): ``estimate``
-    of the request ``events`` make, less the estimate of what came after that
-    answer, is that request's estimate."""
-    found = _last_count(events)
+    request it answered (or refused as too long) since the latest compaction
+    (1 with none): ``estimate`` of the request ``events`` make, less the
+    estimate of what came after that request, is that request's estimate."""
+    found = _last_count(events, window)
     if found is None:
         return 1.0
     index, counted = found
@@ -197,16 +203,12 @@ def _undercount(estimate: int, events: Sequence[Json]) -> float:
     return counted / max(before, 1)
 
 
-def context_tokens(request: ModelRequest, events: Sequence[Json]) -> int:
-    """The request's size: the estimate, or the model's count of the last answer
-    since the latest compaction plus the estimate of what came after, if larger."""
-    return _with_model_count(estimate_tokens(request.as_params()), events)
-
-
-def _with_model_count(estimate: int, events: Sequence[Json]) -> int:
-    """``estimate`` of the request ``events`` make, or the model's count as
-    ``context_tokens`` takes it, if larger."""
-    found = _last_count(events)
+def _with_model_count(estimate: int, events: Sequence[Json], window: int) -> int:
+    """The size of the request ``events`` make, of which ``estimate`` is the
+    estimate: the model's count of the last request it answered (or refused as
+    too long) since the latest compaction, plus the estimate of what came
+    after, if that is larger."""
+    found = _last_count(events, window)
     if found is None:
         return estimate
     index, counted = found
@@ -219,11 +221,16 @@ def _tail_tokens(events: Sequence[Json], index: int) -> int:
     return estimate_tokens(render_messages(None, without_refused_turns(events[index:])))
 
 
-def _last_count(events: Sequence[Json]) -> tuple[int, int] | None:
+def _last_count(events: Sequence[Json], window: int) -> tuple[int, int] | None:
     """The index of the last answered request's span end since the latest
     compaction, and the tokens the model counted for it (its answer's included).
     A request of a turn that ended in a refusal does not count: its count holds
-    the refused turn, which later requests no longer carry (``live_context``)."""
+    the refused turn, which later requests no longer carry (``live_context``).
+
+    A request the model refused as longer than its ``window`` counts as the
+    model said, and as more than the window whatever it said: the request
+    after it is the same context, so it must be compacted first, however the
+    estimate counts it."""
     refused = False
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
@@ -237,7 +244,12 @@ def _last_count(events: Sequence[Json]) -> tuple[int, int] | None:
             continue
         if refused:
             continue
-        if event["type"] == EventType.SPAN_MODEL_REQUEST_END and not event.get("is_error"):
+        if event["type"] != EventType.SPAN_MODEL_REQUEST_END:
+            continue
+        too_long = (event.get("_internal") or {}).get("too_long")
+        if too_long is not None:
+            return index, max(int(too_long), window + 1)
+        if not event.get("is_error"):
             used = event.get("model_usage") or {}
             counted = sum(
                 int(used.get(key, 0))

@@ -2,7 +2,9 @@
 
 UpstreamError          the provider failed; ``retryable`` says whether to back off
                        and try again, ``error_type`` names the ``session.error``
-                       type the spec uses for it.
+                       type the spec uses for it, ``too_long`` says the model
+                       refused the request as longer than its context window
+                       (compacting the context may make it fit).
 """
 
 from __future__ import annotations
@@ -101,11 +103,16 @@ class UpstreamError(Exception):
         retryable: bool,
         retry_after: float | None = None,
         error_type: str = "model_request_failed_error",
+        too_long: bool = False,
+        counted: int | None = None,
     ) -> None:
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
         self.error_type = error_type
+        self.too_long = too_long
+        self.counted = counted
+        """With ``too_long``: the tokens the model counted in the request, when it said."""
         super().__init__(message)
 
     def without(self, secrets: Iterable[str]) -> UpstreamError:
@@ -124,6 +131,8 @@ class UpstreamError(Exception):
             retryable=self.retryable,
             retry_after=self.retry_after,
             error_type=self.error_type,
+            too_long=self.too_long,
+            counted=self.counted,
         )
 
 

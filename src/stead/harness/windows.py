@@ -3,7 +3,8 @@
 The count of a request is an estimate made from the request alone (about four
 characters a token; a fixed size for each image or PDF), so the same log gives
 the same count in every process. The model's own count of the last request it
-answered, which the log records, takes over when it is larger.
+answered, or refused as longer than its window, which the log records, takes
+over when it is larger (``compaction.py``).
 """
 
 from __future__ import annotations

@@ -405,6 +405,12 @@ class TurnRunner(ToolSteps):
         try:
             response = await self._ask(agent["model"]["id"], request, key, previews)
         except UpstreamError as exc:
+            if exc.too_long:
+                # The model counts more than the estimate did: by the count the
+                # span's end records, the next step compacts and asks again.
+                error = ev.session_error(exc.error_type, f"{exc}; compacting", "retrying")
+                await self._write([ev.span_end(opened, {}, too_long=exc.counted or 0), error])
+                return
             failed = [
                 ev.span_end(opened, {}, is_error=True),
                 ev.session_error(exc.error_type, str(exc), "exhausted"),
@@ -496,7 +502,9 @@ class TurnRunner(ToolSteps):
             done = {"usage": RequestUsage(model, counters), "ops_completed": [(key, {})]}
             body = compacted_body(response, planned)
         except UpstreamError as exc:  # an answer with no summary is counted all the same
-            error = ev.session_error(exc.error_type, str(exc), "exhausted")
+            # A summarising request too long for the model: compacting is what failed.
+            kind = "compaction_limit_reached_error" if exc.too_long else exc.error_type
+            error = ev.session_error(kind, str(exc), "exhausted")
             return await self._end(
                 [error], exhausted, RunStatus.FAILED, answer_drained=False, **done
             )

@@ -50,8 +50,15 @@ class AnthropicDialect:
         return JsonReply(message)
 
     def count_tokens(self, body: dict[str, Any]) -> JsonReply:
+        return JsonReply({"input_tokens": self.prompt_tokens(body)})
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
         total = sum(tokens_for(text) for _, text in _segments(body, self._texts))
-        return JsonReply({"input_tokens": total + _FRAMING_TOKENS})
+        return total + _FRAMING_TOKENS
+
+    def too_long(self, counted: int, window: int, request_id: str) -> JsonReply:
+        message = f"prompt is too long: {counted} tokens > {window} maximum"
+        return JsonReply(self.error_body("invalid_request_error", message, request_id), 400)
 
     def message(self, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
         digest = self._texts.request_digest(body)

@@ -47,8 +47,10 @@ class FakeModelApp:
         log: RequestLog,
         chunk_chars: int,
         on_ready: Callable[[], None],
+        context_window: int | None = None,
     ) -> None:
         self._script = script
+        self._window = context_window
         self._faults = faults
         self._log = log
         self._on_ready = on_ready
@@ -107,6 +109,10 @@ class FakeModelApp:
         problem = "the body is not a JSON object" if bad_json else dialect.invalid(request.body)
         if problem:
             return JsonReply(dialect.error_body("invalid_request_error", problem, rid), 400)
+        if self._window is not None:
+            counted = dialect.prompt_tokens(request.body)
+            if counted > self._window:
+                return dialect.too_long(counted, self._window, rid)
         try:
             turn = choose_turn(self._script, request.body)
         except Exception as exc:  # the test that wrote the script sees it in script_errors

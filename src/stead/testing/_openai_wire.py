@@ -53,7 +53,7 @@ class OpenAIDialect:
     def completion(self, turn: Turn, body: dict[str, Any]) -> dict[str, Any]:
         digest = self._texts.request_digest(body)
         message = _message(turn, digest)
-        prompt = tokens_for([body.get("messages"), body.get("tools")])
+        prompt = self.prompt_tokens(body)
         completion = tokens_for(_generated_text(message))
         if turn.usage:
             prompt = turn.usage.get("input_tokens", prompt)
@@ -82,6 +82,23 @@ class OpenAIDialect:
 
     def error_chunk(self, error_type: str, message: str, request_id: str) -> bytes:
         return sse_frame(self.error_body(error_type, message, request_id))
+
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        return tokens_for([body.get("messages"), body.get("tools")])
+
+    def too_long(self, counted: int, window: int, request_id: str) -> JsonReply:
+        # OpenAI's own wording and code; vLLM and others answer much the same.
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your "
+            f"messages resulted in {counted} tokens. Please reduce the length of the messages."
+        )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+        return JsonReply({"error": error}, 400)
 
 
 def _message(turn: Turn, digest: str) -> dict[str, Any]:

@@ -59,6 +59,12 @@ class Dialect(Protocol):
     def error_chunk(self, error_type: str, message: str, request_id: str) -> bytes:
         """The frame that reports an error inside a stream."""
 
+    def prompt_tokens(self, body: dict[str, Any]) -> int:
+        """What the fake counts of the request's prompt (its usage says as much)."""
+
+    def too_long(self, counted: int, window: int, request_id: str) -> JsonReply:
+        """The error the dialect's API answers a prompt longer than its window with."""
+
 
 class Texts:
     """Canonical texts of the parts of requests, kept by exact value.

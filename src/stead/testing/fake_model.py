@@ -48,7 +48,11 @@ class FakeModel:
     number of assistant messages it carries; ``Text("done")`` past the end) or
     a rule from request body to turn. A rule runs on the server's loop: it must
     be quick and must not block. ``chunk_chars`` is the size of streamed text
-    pieces. Start it once; after ``stop`` it cannot be started again.
+    pieces. ``context_window``: the most tokens of a prompt it takes, counted
+    as its usage counts them (about four characters of JSON a token, media
+    bytes included); a longer one gets the 400 the dialect's API answers one
+    with (``prompt is too long: N tokens > W maximum``). Start it once; after
+    ``stop`` it cannot be started again.
     """
 
     def __init__(
@@ -57,13 +61,18 @@ class FakeModel:
         *,
         faults: Sequence[FaultRule] = (),
         chunk_chars: int = 16,
+        context_window: int | None = None,
     ) -> None:
         if chunk_chars < 1:
             raise ValueError("chunk_chars must be at least 1")
+        if context_window is not None and context_window < 1:
+            raise ValueError("context_window must be at least 1")
         self._faults = FaultBook(faults)
         self._log = RequestLog()
         self._settled = threading.Event()  # the server is up, or its thread ended
-        self._app = FakeModelApp(script, self._faults, self._log, chunk_chars, self._settled.set)
+        self._app = FakeModelApp(
+            script, self._faults, self._log, chunk_chars, self._settled.set, context_window
+        )
         self._state = _State.NEW
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None

@@ -23,6 +23,7 @@ Errors become ``UpstreamError`` here and nowhere else.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import NoReturn
 
@@ -68,6 +69,9 @@ MAX_EVENT_BYTES = 64 * 1024 * 1024
 """One streamed event's bound: a server tool's result arrives whole in its
 ``content_block_start`` and may pass a mebibyte."""
 MESSAGES_PATH = "/v1/messages"
+TOO_LONG = re.compile(r"prompt is too long(?:: (\d+) tokens)?")
+"""How the API refuses a request longer than the model's window (a 400
+``invalid_request_error``): ``prompt is too long: 208310 tokens > 200000 maximum``."""
 
 
 def _error_of(body: object) -> tuple[str | None, str | None]:
@@ -93,12 +97,15 @@ def status_error(
     if status < 400:
         status = KIND_STATUS.get(kind or "", 500)
     detail = message if message is not None else json.dumps(body)[:500]
+    too_long = TOO_LONG.search(message or "") if status == 400 else None
     return UpstreamError(
         f"upstream answered {status}" + (f" ({kind})" if kind else "") + f": {detail}",
         status=status,
         retryable=status in RETRYABLE_STATUS or status >= 500,
         retry_after=retry_after(headers) if headers is not None else None,
         error_type=ERROR_TYPES.get(status, "model_request_failed_error"),
+        too_long=too_long is not None,
+        counted=int(too_long[1]) if too_long is not None and too_long[1] else None,
     )
 
 

@@ -9,6 +9,7 @@ streams show no previews of these models' messages.
 from __future__ import annotations
 
 import json
+import re
 
 import anyio
 
@@ -31,6 +32,16 @@ MAX_ANSWER_BYTES = 64 * 1024 * 1024
 _STOP_REASONS = {"tool_calls": "tool_use", "content_filter": "refusal", "length": "max_tokens"}
 """Messages API stop reasons of the finish reasons that say more than "the turn ended";
 "length" is max_tokens, so a tool call it cut is dropped (``ModelResponse.cut_call``)."""
+TOO_LONG = re.compile(
+    r"context_length_exceeded|maximum context length|exceeds the available context size"
+)
+"""How servers refuse a request longer than the model's window, in a 400's body:
+OpenAI's and vLLM's ``code`` and ``This model's maximum context length is N
+tokens``, llama.cpp's ``the request exceeds the available context size``."""
+COUNTED = re.compile(r"resulted in (\d+) tokens|(\d+) in the messages|has (\d+) input tokens")
+"""The request's tokens in such a refusal: OpenAI's ``your messages resulted
+in N tokens``, vLLM's ``you requested M tokens (N in the messages, ...)`` and
+``your request has N input tokens``."""
 
 
 def _text(blocks: list[Json]) -> str:
@@ -272,14 +283,19 @@ class OpenAICompatibleModel:
         except UpstreamBroken as exc:
             raise UpstreamError(f"upstream connection failed: {exc}", retryable=True) from None
         if status >= 400:
+            shown = text[:500].decode(errors="replace")
+            too_long = status == 400 and TOO_LONG.search(shown) is not None
+            counted = COUNTED.search(shown) if too_long else None
             raise UpstreamError(
-                f"upstream answered {status}: {text[:500].decode(errors='replace')}",
+                f"upstream answered {status}: {shown}",
                 status=status,
                 retryable=status in RETRYABLE_STATUS or status >= 500,
                 retry_after=retry_after(answered),
                 error_type="model_rate_limited_error"
                 if status == 429
                 else "model_request_failed_error",
+                too_long=too_long,
+                counted=int(next(filter(None, counted.groups()))) if counted else None,
             )
         try:
             return checked(from_chat(json.loads(text)))

@@ -1,0 +1,159 @@
+"""A request the model refuses as longer than its window, through the SDK
+against a real server and a fake model that counts every request and refuses
+one over its 20,000-token window, as the API does (``prompt is too long``).
+
+stead's estimate of a request can fall short of the model's count (a PDF's
+bytes, text of few characters a token): the request it sends then does not
+fit. The loop compacts the context and asks again, as it does when its own
+estimate says the request does not fit, within the same limit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from stead.harness import SUMMARY_INSTRUCTION
+from stead.testing import FakeModel, ServeForker, ServerProcess, Text, Turn, when_asked
+from stead.testing.scripts import last_user_text
+from tests.conftest import loop_env, sdk_of
+from tests.integration.helpers import message, new_session, wait_idle
+from tests.pdfs import pdf_base64
+
+MODEL = "claude-sonnet-4-6"
+WINDOW = 20_000
+SUMMARY = "SUMMARY: the user sent long numbered messages and a document."
+
+
+def answer(body: dict[str, Any]) -> Turn:
+    return Turn([Text(f"re {last_user_text(body)[:30]}")])
+
+
+class Answering:
+    """The script, keeping each request it answers: the fake refuses the others
+    before it asks the script."""
+
+    def __init__(self) -> None:
+        self.answered: list[dict[str, Any]] = []
+        self._script = when_asked(SUMMARY_INSTRUCTION, Turn([Text(SUMMARY)]), answer)
+
+    def __call__(self, body: dict[str, Any]) -> Turn:
+        self.answered.append(body)
+        return self._script(body)
+
+
+@pytest.fixture
+def script() -> Answering:
+    return Answering()
+
+
+@pytest.fixture
+def fake(script: Answering) -> Iterator[FakeModel]:
+    with FakeModel(script, context_window=WINDOW) as started:
+        yield started
+
+
+@pytest.fixture
+def client(tmp_path: Path, fake: FakeModel, forker: ServeForker) -> Iterator[anthropic.Anthropic]:
+    windows = json.dumps({MODEL: WINDOW, "local": WINDOW})
+    models = json.dumps({"local": fake.openai_url})
+    env = loop_env(fake, STEAD_CONTEXT_WINDOWS=windows, STEAD_OPENAI_MODELS=models)
+    server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
+    try:
+        with sdk_of(server) as sdk:
+            yield sdk
+    finally:
+        server.stop()
+
+
+def with_document(text: str, data: str) -> dict[str, Any]:
+    source = {"type": "base64", "media_type": "application/pdf", "data": data}
+    content = [{"type": "text", "text": text}, {"type": "document", "source": source}]
+    return {"type": "user.message", "content": content}
+
+
+def send(client: anthropic.Anthropic, session_id: str, event: dict[str, Any]) -> None:
+    client.beta.sessions.events.send(session_id, events=[event])
+    wait_idle(client, session_id)
+
+
+def refused(fake: FakeModel, script: Answering) -> list[int]:
+    """The ordinals of the requests the fake refused as too long."""
+    return [r.ordinal for r in fake.requests if r.body not in script.answered]
+
+
+def summarising(fake: FakeModel) -> list[int]:
+    return [r.ordinal for r in fake.requests if SUMMARY_INSTRUCTION in json.dumps(r.body)]
+
+
+def session_on(client: anthropic.Anthropic, model: str) -> str:
+    if model == MODEL:
+        return new_session(client)
+    agent = client.beta.agents.create(name="local", model=model)
+    environment = client.beta.environments.create(name=f"local-{uuid.uuid4().hex[:10]}")
+    return client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+
+
+@pytest.mark.parametrize("model", [MODEL, "local"])
+def test_a_request_the_model_counts_over_its_window_is_compacted_and_asked_again(
+    client: anthropic.Anthropic, fake: FakeModel, script: Answering, model: str
+) -> None:
+    """Three long messages (some 12,000 tokens), then a one-page PDF whose
+    bytes the model counts at some 10,000 tokens: stead's estimate of that
+    request fits (a page counts 3,000), the model's count does not. The turn
+    used to end there with ``model_request_failed_error``, and so did every
+    later one: no answer ever told stead how large the context was."""
+    session_id = session_on(client, model)
+    for number in range(3):
+        send(client, session_id, message(f"message {number} " + "u" * 16_000))
+    document = pdf_base64(1, filler=29_500)
+    send(client, session_id, with_document("message 3, with a document", document))
+    send(client, session_id, message("message 4"))
+    events = list(client.beta.sessions.events.list(session_id))
+
+    errors = [e.error for e in events if e.type == "session.error"]
+    assert len(errors) == 1
+    assert errors[0].retry_status.type == "retrying"
+    too_long = "prompt is too long" if model == MODEL else "maximum context length"
+    assert too_long in errors[0].message
+    idles = [e.stop_reason.type for e in events if e.type == "session.status_idle"]
+    assert idles == ["end_turn"] * 5
+    answers = [e.content[0].text for e in events if e.type == "agent.message"]
+    assert answers[-2:] == ["re message 3, with a document", "re message 4"]
+    assert any(e.type == "agent.thread_context_compacted" for e in events)
+    # One request was refused; the summary came next, then the request again.
+    assert len(refused(fake, script)) == 1
+    assert summarising(fake)[0] == refused(fake, script)[0] + 1
+
+
+def test_a_message_the_model_counts_over_the_window_alone_ends_at_the_compaction_limit(
+    client: anthropic.Anthropic, fake: FakeModel, script: Answering
+) -> None:
+    """The summarising request, which shows the document as it is, is too
+    long as well: the turn ends with ``compaction_limit_reached_error`` after
+    that one try, and so does the next (its context does not fit either)."""
+    session_id = new_session(client)
+    send(client, session_id, message("hello"))
+    send(client, session_id, with_document("a large one", pdf_base64(1, filler=90_000)))
+    send(client, session_id, message("and now?"))
+    events = list(client.beta.sessions.events.list(session_id))
+
+    errors = [
+        (e.error.type, e.error.retry_status.type) for e in events if e.type == "session.error"
+    ]
+    assert errors == [
+        ("model_request_failed_error", "retrying"),
+        ("compaction_limit_reached_error", "exhausted"),
+        ("compaction_limit_reached_error", "exhausted"),
+    ]
+    idles = [e.stop_reason.type for e in events if e.type == "session.status_idle"]
+    assert idles == ["end_turn", "retries_exhausted", "retries_exhausted"]
+    asked = summarising(fake)
+    assert len(asked) == 2
+    assert refused(fake, script) == [asked[0] - 1, *asked]
