@@ -48,7 +48,7 @@ from stead.harness.steps import (
     next_step,
     unresolved_tool_uses,
 )
-from stead.harness.windows import context_window
+from stead.harness.windows import MediaTokens, context_window
 
 __all__ = [
     "MEMORY_SEARCH",
@@ -64,6 +64,7 @@ __all__ = [
     "ContextLimits",
     "EndTurn",
     "McpTool",
+    "MediaTokens",
     "MemoryPrompt",
     "ModelClient",
     "ModelRequest",

@@ -47,7 +47,12 @@ from stead.harness.memory import MemoryPrompt
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.skills import SkillPrompt
 from stead.harness.steps import RESULT_KEYS, TOOL_USE_TYPES
-from stead.harness.windows import CHARS_PER_TOKEN, estimate_tokens, tokens_at_most
+from stead.harness.windows import (
+    CHARS_PER_TOKEN,
+    MediaTokens,
+    estimate_tokens,
+    tokens_at_most,
+)
 from stead.jsonvalues import Json
 
 SUMMARY_INSTRUCTION = (
@@ -115,11 +120,13 @@ def plan_compaction(
     skills: Sequence[SkillPrompt] = (),
     memory: Sequence[MemoryPrompt] = (),
     request: ModelRequest | None = None,
+    media: MediaTokens | None = None,
 ) -> Compact | CompactionLimit | None:
     """What to do before the model request the log calls for: nothing (None:
     it fits), compact, or give up. ``request``: that request, when the caller
     has built it already (``build_request`` of the same log and arguments), so
-    the context is not rendered a second time."""
+    the context is not rendered a second time; ``media``: the PDFs counted so
+    far (``windows.MediaTokens``), so that each is counted once."""
 
     def shaped(messages: list[Json]) -> ModelRequest:
         """The agent's own request (system prompt, skills, tools) with ``messages``."""
@@ -138,11 +145,12 @@ def plan_compaction(
     window = limits.window
     # Nearly every step fits, and a bound of the estimate shows it: the request
     # is not walked for its size, nor the log split into summary and live part.
+    # A request that holds a PDF has no such bound (its pages are ``media``'s).
     bound = tokens_at_most(request.canonical_params)
-    if _with_model_count(bound, events, window) <= limits.trigger:
+    if bound is not None and _with_model_count(bound, events, window, media) <= limits.trigger:
         return None
-    estimate = estimate_tokens(request.as_params())
-    tokens = _with_model_count(estimate, events, window)
+    estimate = estimate_tokens(request.as_params(), media)
+    tokens = _with_model_count(estimate, events, window, media)
     if tokens <= limits.trigger:
         return None
     summary, live = live_context(events)
@@ -166,9 +174,9 @@ def plan_compaction(
     # few characters a token), the part kept word for word is chosen to fit as
     # the model counts it, or it alone filled the window again: every step
     # compacted, and the request the model counted passed the window.
-    scale = max(_undercount(estimate, events, window), 1.0)
-    sizes = [_tokens(e) for e in older]
-    cut = choose_cut(live, overhead, limits, summary_tokens, sizes, kept_scale=scale)
+    scale = max(_undercount(estimate, events, window, media), 1.0)
+    sizes = [_tokens(e, media) for e in older]
+    cut = choose_cut(live, overhead, limits, summary_tokens, sizes, kept_scale=scale, media=media)
     if cut is None:
         return CompactionLimit(
             f"the context (about {tokens} tokens) does not fit the model's context window "
@@ -185,12 +193,14 @@ def plan_compaction(
     # counts it, less what is kept word for word (a longer one would make that
     # request too large, and every later one, however often it is compacted),
     # and at most what the next summarising request shows of it.
-    kept = estimate_tokens(shaped(render_messages("", live[cut:])).as_params())
+    kept = estimate_tokens(shaped(render_messages("", live[cut:])).as_params(), media)
     room_left = min(int(limits.trigger / scale) - kept, room // 2)
     return Compact(asking, int(live[cut]["_seq"]), tokens, max(room_left, MIN_PIECE_TOKENS))
 
 
-def _undercount(estimate: int, events: Sequence[Json], window: int) -> float:
+def _undercount(
+    estimate: int, events: Sequence[Json], window: int, media: MediaTokens | None
+) -> float:
     """How many times the estimate the model counted, by its count of the last
     request it answered (or refused as too long) since the latest compaction
     (1 with none): ``estimate`` of the request ``events`` make, less the
@@ -199,11 +209,13 @@ def _undercount(estimate: int, events: Sequence[Json], window: int) -> float:
     if found is None:
         return 1.0
     index, counted = found
-    before = estimate - _tail_tokens(events, index)
+    before = estimate - _tail_tokens(events, index, media)
     return counted / max(before, 1)
 
 
-def _with_model_count(estimate: int, events: Sequence[Json], window: int) -> int:
+def _with_model_count(
+    estimate: int, events: Sequence[Json], window: int, media: MediaTokens | None
+) -> int:
     """The size of the request ``events`` make, of which ``estimate`` is the
     estimate: the model's count of the last request it answered (or refused as
     too long) since the latest compaction, plus the estimate of what came
@@ -212,13 +224,13 @@ def _with_model_count(estimate: int, events: Sequence[Json], window: int) -> int
     if found is None:
         return estimate
     index, counted = found
-    return max(estimate, counted + _tail_tokens(events, index))
+    return max(estimate, counted + _tail_tokens(events, index, media))
 
 
-def _tail_tokens(events: Sequence[Json], index: int) -> int:
+def _tail_tokens(events: Sequence[Json], index: int, media: MediaTokens | None) -> int:
     """The estimate of what the model sees of the events from ``index`` on
     (a refused turn among them is never sent again)."""
-    return estimate_tokens(render_messages(None, without_refused_turns(events[index:])))
+    return estimate_tokens(render_messages(None, without_refused_turns(events[index:])), media)
 
 
 def _last_count(events: Sequence[Json], window: int) -> tuple[int, int] | None:
@@ -302,6 +314,7 @@ def choose_cut(
     summarised_sizes: Sequence[int] | None = None,
     *,
     kept_scale: float = 1.0,
+    media: MediaTokens | None = None,
 ) -> int | None:
     """Index in ``live`` of the first event kept word for word: the earliest
     boundary whose kept part fits ``limits.keep``, else the latest one whose kept
@@ -312,8 +325,9 @@ def choose_cut(
     ``overhead``: the system prompt and tools; ``summary_tokens``: the summary
     the older part starts with; ``summarised_sizes``: each event's size as the
     summarising request shows it (``_elided``), if not its own; ``kept_scale``:
-    how many times its estimate the model counts the part kept."""
-    sizes = [_tokens(event) for event in live]
+    how many times its estimate the model counts the part kept; ``media``: the
+    PDFs counted so far."""
+    sizes = [_tokens(event, media) for event in live]
     total = sum(sizes)
     kept = [total]
     for size in sizes:
@@ -352,9 +366,9 @@ def _boundaries(live: Sequence[Json]) -> list[int]:
     return found
 
 
-def _tokens(event: Json) -> int:
+def _tokens(event: Json, media: MediaTokens | None) -> int:
     found = event_blocks(event)
-    return 0 if found is None else estimate_tokens(found[1])
+    return 0 if found is None else estimate_tokens(found[1], media)
 
 
 def _elided(value: Any, chars: int) -> Any:

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from stead.config import Settings
 from stead.failpoints import FailPoints
+from stead.harness import MediaTokens
 from stead.ids import new_id
 from stead.jsonvalues import Json
 from stead.prices import PriceTable, price_table
@@ -172,6 +173,8 @@ class LoopDeps:
     """First requests the claims planned, until their runners send them."""
     renderings: Renderings = field(default_factory=Renderings)
     """Each busy session's log as last rendered for the model (``renderings.py``)."""
+    media: MediaTokens = field(default_factory=MediaTokens)
+    """What each PDF in a request counts, worked out once (``harness.windows``)."""
 
 
 def build_loop(

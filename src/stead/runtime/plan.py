@@ -104,6 +104,7 @@ def compaction(
         skills=skills,
         memory=memory,
         request=request,
+        media=deps.media,
     )
 
 
