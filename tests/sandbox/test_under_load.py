@@ -39,6 +39,11 @@ SPINNERS = 2 * (os.cpu_count() or 1)
 SESSIONS = 4
 """More sessions than cores: their sandboxes start, run, sleep and wake at once."""
 TURNS = 2
+SLEEP_AFTER = "3"
+"""Idle seconds before a sandbox sleeps: short, so each session sleeps between
+its turns, yet longer than the brain's pause between two calls of one model
+answer on an overloaded machine (0.5 s was not: a sandbox slept between them,
+and the second call found a new shell)."""
 WAIT = 240.0
 """Longest a turn or a sandbox's sleep may take here: generous, as the test is
 about whether things finish, not how fast; reaching it is a failure."""
@@ -114,7 +119,9 @@ def loaded_server(
     loaded_host: HostProcess, tmp_path: Path, forker: ServeForker
 ) -> Iterator[ServerProcess]:
     with FakeModel(busy_turn) as fake:
-        env = loop_env(fake, STEAD_SANDBOX_SLEEP_AFTER_SECONDS="0.5", **loaded_host.settings_env)
+        env = loop_env(
+            fake, STEAD_SANDBOX_SLEEP_AFTER_SECONDS=SLEEP_AFTER, **loaded_host.settings_env
+        )
         process = ServerProcess(tmp_path / "data", env=env, forker=forker)
         try:
             yield process.start()
