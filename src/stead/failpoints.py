@@ -26,6 +26,7 @@ SITES = frozenset(
         "turn.before_start",
         "turn.before_idle",
         "store.before_commit",
+        "files.blob_chunk",
         "outputs.after_begin",
         "outputs.after_capture",
         "memories.before_writeback",

@@ -151,6 +151,7 @@ def create_app(
                 purge_interval=settings.file_purge_interval_seconds,
                 upload_grace=settings.file_upload_grace_seconds,
                 quota_bytes=settings.files_quota_bytes,
+                failpoints=failpoints,
             )
             skill_keeper = SkillKeeper(
                 opened,

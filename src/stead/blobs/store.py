@@ -13,6 +13,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
@@ -216,8 +217,14 @@ class BlobStore:
             return None
 
     async def delete(self, key: str) -> None:
-        """Removes the object; a missing one is not an error."""
+        """Removes the object; a missing one is not an error. On the local
+        backend what an upload to ``key`` left when its process was killed
+        goes too: no listing shows it, so nothing else would remove it."""
         _check_key(key)
+        if isinstance(self._store, LocalStore) and self._store.prefix is not None:
+            staged = self._store.prefix / key
+            with map_store_errors(key), anyio.fail_after(self._timeout):
+                await anyio.to_thread.run_sync(_remove_staged, staged)
         try:
             with map_store_errors(key), anyio.fail_after(self._timeout):
                 await obstore.delete_async(self._store, key)
@@ -313,6 +320,20 @@ def map_store_errors(key: str) -> Iterator[None]:
         raise BlobUnavailable(f"blob store failed on {key!r}: {_first_line(exc)}") from exc
     except BaseError as exc:
         raise BlobError(f"blob store error on {key!r}: {_first_line(exc)}") from exc
+
+
+def _remove_staged(path: Path) -> None:
+    """Removes ``<path>#1``, ``#2`` … up to the first that is missing. The local
+    backend writes an upload there and renames it to ``path`` when it is whole,
+    taking the lowest number no other upload holds, so a killed upload's part
+    is among the first numbers."""
+    number = 1
+    while True:
+        try:
+            path.with_name(f"{path.name}#{number}").unlink()
+        except FileNotFoundError:
+            return
+        number += 1
 
 
 def _first_line(exc: BaseException) -> str:

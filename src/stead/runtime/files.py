@@ -33,6 +33,7 @@ from anyio.abc import TaskStatus
 
 import stead.blobs as blob_room
 from stead.blobs import BlobConfig, BlobError
+from stead.failpoints import FailPoints
 from stead.ids import new_id
 from stead.runtime.clock import Clock
 from stead.runtime.purging import PurgeTerms, purge_every, purge_in_batches
@@ -64,8 +65,10 @@ class FileKeeper:
         upload_grace: float,
         quota_bytes: int = 0,
         clock: Clock | None = None,
+        failpoints: FailPoints | None = None,
     ) -> None:
         self._store = store
+        self._failpoints = failpoints or FailPoints(None)
         self.quota_bytes = quota_bytes
         """Each workspace's byte quota unless its ``file_storage_bytes`` limit
         says otherwise; 0: none."""
@@ -165,9 +168,17 @@ class FileKeeper:
             raise
 
     async def _write_blob(self, key: str, size_bytes: int, chunks: AsyncIterable[bytes]) -> None:
+        if self._failpoints.armed:
+            chunks = self._watched(chunks)
         written = await self.blob_store().put_stream(key, chunks)
         if written.size != size_bytes:  # the caller counted what it sent; never expected
             raise BlobError(f"blob {key!r} holds {written.size} bytes, not {size_bytes}")
+
+    async def _watched(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        """``chunks``, hitting ``files.blob_chunk`` once the blob store took each."""
+        async for chunk in chunks:
+            yield chunk
+            self._failpoints.hit("files.blob_chunk")
 
     async def abandon(self, staged: NewFile | FileRecord) -> None:
         """Removes the blob of a staged file whose row the purger already took
