@@ -283,6 +283,28 @@ def test_a_file_whose_name_is_not_utf_8_is_no_memory_and_the_others_are_saved(
     assert bash_turn(client, session_id, f"cat {mount}/plan.md") == "final"
 
 
+def test_a_change_the_store_refuses_is_told_once_in_each_result(
+    client: anthropic.Anthropic,
+) -> None:
+    """Each write-back finds a change it cannot save again (at a turn's end, at
+    the next turn's staging, after the call): a later call's result said so
+    once for each, the same note three times, and more after turns without a
+    sandbox call."""
+    store_id = new_store(client, f"Refusing {uuid.uuid4().hex[:6]}")
+    session_id = new_session(client, {"type": "memory_store", "memory_store_id": store_id})
+    [resource] = client.beta.sessions.retrieve(session_id).resources
+    big = f"{resource.mount_path}/big.md"  # type: ignore[union-attr]
+    bash_turn(client, session_id, f"head -c 200000 /dev/zero | tr '\\0' a > {big}")
+    for _ in range(2):
+        bash_turn(client, session_id, "true")
+        [*_, result] = [
+            e for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"
+        ]
+        note = result.content[-1].text  # type: ignore[union-attr]
+        assert note == f"Memory not saved: {big}: a memory holds at most 102400 bytes.", note
+    assert memories_of(client, store_id) == {}
+
+
 def test_a_read_only_store_cannot_be_changed(client: anthropic.Anthropic) -> None:
     store_id = new_store(client, "Shared Facts", **{"/fact.md": "water is wet"})
     session_id = new_session(

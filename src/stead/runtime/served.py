@@ -104,7 +104,14 @@ class HeldSandboxes:
         next use (only those: any other is staged when it is first served)."""
         self.notes: dict[str, list[str]] = {}
         """What the agent must hear of its memories (a staging's write-back found
-        a conflict), said at the end of its next call's result."""
+        a conflict), said at the end of its next call's result (``tell``)."""
+
+    def tell(self, session_id: str, notes: list[str]) -> None:
+        """Keeps ``notes`` for the session's next call, each once: every
+        write-back (a turn's end, a staging, a call's) finds a change it cannot
+        save again and says so again."""
+        waiting = self.notes.setdefault(session_id, [])
+        waiting += [note for note in dict.fromkeys(notes) if note not in waiting]
 
     def restage(self, session_id: str) -> None:
         """Stages the session's sandbox before its next use, if served here."""

@@ -235,8 +235,7 @@ class SandboxToolbox:
         await self._mounts.stage(session_id, config)
         memory = self._held.served[session_id].memory
         if self._memory is not None and memory.mounts:
-            notes = await self._memory.stage(memory, config)
-            self._held.notes.setdefault(session_id, []).extend(notes)
+            self._held.tell(session_id, await self._memory.stage(memory, config))
         self._held.stale_mounts.discard(session_id)
 
     async def _write_back(self, memory: MemorySession, config: SandboxConfig) -> list[str]:
@@ -300,8 +299,7 @@ class SandboxToolbox:
             if not memory.writable:
                 return refusal
             config = await self._config(session)
-        notes = await self._write_back(memory, config)
-        self._held.notes.setdefault(session_id, []).extend(notes)
+        self._held.tell(session_id, await self._write_back(memory, config))
         return refusal
 
     async def _config(self, session: SessionRecord) -> SandboxConfig:
@@ -435,11 +433,11 @@ class SandboxToolbox:
                 reached = not isinstance(exc, (HostUnreachable, SandboxMoved))
                 raise sandbox_unavailable(exc, reached=reached) from exc
             return sandbox_broken(name, exc)
-        notes = self._held.notes.pop(session_id, [])
         served = self._held.served.get(session_id)
         if served is not None and name not in tools.IDEMPOTENT_TOOLS:
             self._failpoints.hit("memories.before_writeback")
-            notes += await self._write_back(served.memory, served.config)
+            self._held.tell(session_id, await self._write_back(served.memory, served.config))
+        notes = self._held.notes.pop(session_id, [])
         if not notes:
             return outcome
         said: Json = {"type": "text", "text": "\n".join(notes)}
