@@ -2,17 +2,19 @@
 stored filename and MIME type.
 
 The body is parsed by Starlette's multipart parser into a spooled temporary
-file (in memory up to 1 MiB, then on disk), counted as it arrives so a body past
-the limit stops at the limit. Only the file part (``file`` for the Files API,
-``files`` for skills) and the route's named text fields are accepted; anything
-else is a 400 naming it. A file part needs no ``filename``: the SDK sends bytes
-or a file object without a name so, and the Files API stores it as ``unnamed``
-plus the extension of its type.
+file (in memory up to 1 MiB, then on disk in ``TMPDIR``; a full one is a 503),
+counted as it arrives so a body past the limit stops at the limit. Only the
+file part (``file`` for the Files API, ``files`` for skills) and the route's
+named text fields are accepted; anything else is a 400 naming it. A file part
+needs no ``filename``: the SDK sends bytes or a file object without a name so,
+and the Files API stores it as ``unnamed`` plus the extension of its type.
 """
 
 from __future__ import annotations
 
 import codecs
+import errno
+import logging
 import mimetypes
 import re
 import urllib.parse
@@ -29,6 +31,8 @@ from starlette.requests import ClientDisconnect
 from stead.api.errors import ApiError
 from stead.media_types import by_signature
 from stead.schemas import RequestError
+
+log = logging.getLogger("stead.api.uploads")
 
 FORM_OVERHEAD = 1024 * 1024
 """Bytes a body may carry beyond the file: part headers, boundaries, text fields."""
@@ -176,6 +180,14 @@ async def _parse(
     )
     try:
         return await parser.parse()
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # The operator's to fix; the client may retry once there is room again.
+        log.warning("an upload found no room in the temporary directory (TMPDIR): %s", exc)
+        raise ApiError(
+            503, "body: this server has no room to receive the upload now; retry later"
+        ) from None
     except MultiPartException as exc:
         if str(exc).startswith("Too many files"):
             if max_files == 1:
