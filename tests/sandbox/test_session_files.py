@@ -284,3 +284,40 @@ def test_an_agents_skills_are_where_the_prompt_says_and_read_only(
     assert "no skills" in bash_turn(
         client, plain, "ls /workspace/skills 2>/dev/null || echo no skills"
     )
+
+
+def test_a_skill_the_agent_no_longer_has_leaves_no_directory(
+    client: anthropic.Anthropic,
+) -> None:
+    """Only a skill's files were removed: its directory (and a directory a new
+    version dropped) stayed, empty, where the agent looks for its skills."""
+    kept, gone = f"kept-{uuid.uuid4().hex[:8]}", f"gone-{uuid.uuid4().hex[:8]}"
+    kept_skill = client.beta.skills.create(files=skill_files(kept))
+    gone_skill = client.beta.skills.create(files=skill_files(gone))
+    agent = client.beta.agents.create(
+        name="skilled",
+        model="claude-sonnet-4-6",
+        tools=[{"type": "agent_toolset_20260401"}],
+        skills=[
+            {"type": "custom", "skill_id": kept_skill.id},
+            {"type": "custom", "skill_id": gone_skill.id},
+        ],
+    )
+    environment = client.beta.environments.create(name=f"skills-{agent.id[-8:]}")
+    session_id = client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+    listed = "cd /workspace/skills && find . -mindepth 1 | sort"
+    assert bash_turn(client, session_id, listed).split() == [
+        f"./{gone}",
+        f"./{gone}/SKILL.md",
+        f"./{gone}/scripts",
+        f"./{gone}/scripts/fill.py",
+        f"./{kept}",
+        f"./{kept}/SKILL.md",
+        f"./{kept}/scripts",
+        f"./{kept}/scripts/fill.py",
+    ]
+    client.beta.skills.delete(gone_skill.id)
+    client.beta.skills.versions.create(
+        kept_skill.id, files=[(f"{kept}/SKILL.md", skill_files(kept)[0][1])]
+    )
+    assert bash_turn(client, session_id, listed).split() == [f"./{kept}", f"./{kept}/SKILL.md"]

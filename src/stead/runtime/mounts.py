@@ -24,12 +24,13 @@ import hashlib
 import logging
 import mimetypes
 import posixpath
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from stead.blobs import BlobError, BlobNotFound
 from stead.failpoints import FailPoints
+from stead.mount_paths import directories_of
 from stead.runtime.bounded import Bounded
 from stead.runtime.files import FileExpired, FileKeeper, new_file
 from stead.runtime.together import together
@@ -175,9 +176,9 @@ class SessionMounts:
             for path, data in wanted.items()
             if held.get(path) != hashlib.sha256(data).hexdigest()
         ]
-        # Stale files go first: a skill's new version may hold a file where the
-        # old one had a directory, or the other way round.
-        stale = [path for path in held if path not in wanted]
+        # What is stale goes first: a skill's new version may hold a file where
+        # the old one had a directory, or the other way round.
+        stale = _stale(held, wanted)
         if stale:
             await self._mounts.remove(session.id, SKILLS, stale)
         if changed:
@@ -268,6 +269,17 @@ class SessionMounts:
             return None
         self._failpoints.hit("outputs.after_capture")
         return record.id
+
+
+def _stale(held: Collection[str], wanted: Collection[str]) -> list[str]:
+    """What to remove for a mount holding the files ``held`` to hold ``wanted``:
+    each directory no wanted file needs, whole (its files alone would leave it
+    there, empty: a skill the agent no longer has would still show), and each
+    other held file that is not wanted."""
+    unneeded = directories_of(held) - directories_of(wanted)
+    tops = sorted(d for d in unneeded if posixpath.dirname(d) not in unneeded)
+    inside = tuple(f"{top}/" for top in tops)
+    return tops + [path for path in held if path not in wanted and not path.startswith(inside)]
 
 
 def _relative(mount_path: str) -> str:
