@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from stead import tools
 from stead.sandbox import (
     FileError,
     HostClient,
@@ -89,6 +90,36 @@ async def test_a_sandbox_that_fills_its_disk_is_told_so_and_harms_nothing_else(
     # Freed, the full sandbox writes again.
     assert "freed" in await run(
         sandbox, "rm /workspace/big && echo freed > /workspace/note; cat note"
+    )
+
+
+async def test_an_edit_or_write_the_full_disk_refuses_leaves_the_file_as_it_was(
+    sandbox: HostSandbox,
+) -> None:
+    """The file tools (``run_tool``, as the agent loop calls them) on a full
+    disk: the call is an error, and the file it would have grown keeps every
+    byte it had, not a file cut to nothing."""
+    kept = b"".join(b"line %d\n" % i for i in range(20_000))
+    await sandbox.write_file("notes.txt", kept)
+    filled = await run(sandbox, "dd if=/dev/zero of=/workspace/big bs=1M 2>&1; df -k . | tail -1")
+    assert "No space left on device" in filled, filled
+
+    grown = "line 19999\n" + "x" * 200_000 + "\n"
+    edit = {"file_path": "notes.txt", "old_string": "line 19999\n", "new_string": grown}
+    edited = await tools.run_tool("edit", edit, sandbox, op_key=new_id())
+    assert edited.is_error and "no space left on device" in edited.content[0]["text"]
+    assert await sandbox.read_file("notes.txt", max_bytes=4 * len(kept)) == kept
+
+    write = {"file_path": "notes.txt", "content": "y" * (len(kept) + 200_000)}
+    written = await tools.run_tool("write", write, sandbox, op_key=new_id())
+    assert written.is_error and "no space left on device" in written.content[0]["text"]
+    assert await sandbox.read_file("notes.txt", max_bytes=4 * len(kept)) == kept
+
+    # With room again, the same edit goes through.
+    await run(sandbox, "rm /workspace/big")
+    assert not (await tools.run_tool("edit", edit, sandbox, op_key=new_id())).is_error
+    assert await sandbox.read_file("notes.txt", max_bytes=2 * len(kept)) == kept.replace(
+        b"line 19999\n", grown.encode()
     )
 
 

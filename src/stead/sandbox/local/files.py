@@ -10,6 +10,7 @@ descriptor, and every descriptor is closed on every path.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -161,17 +162,38 @@ def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
             raise NotARegularFile(path) from None
         raise file_error(path, exc) from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise NotARegularFile(path)
-        os.ftruncate(fd, 0)
         os.set_blocking(fd, True)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        _reserve(fd, st.st_size, len(data))
+        # Over the old bytes, then cut to length: the blocks reserved above
+        # stay the file's, where a truncation first would give them back.
+        view, written = memoryview(data), 0
+        while written < len(data):
+            written += os.pwrite(fd, view[written:], written)
+        os.ftruncate(fd, len(data))
     except OSError as exc:
         raise file_error(path, exc) from None
     finally:
         os.close(fd)
+
+
+def _reserve(fd: int, size: int, length: int) -> None:
+    """Allocates the blocks ``length`` bytes need before any old byte is
+    overwritten, so a full disk (or quota) refuses the write with the file as
+    it was; written first, it left the file cut short, the agent's file lost
+    to a call that failed."""
+    if length == 0:
+        return
+    try:
+        os.posix_fallocate(fd, 0, length)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            return  # a file system that cannot say ahead: the write finds out
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)  # a partial allocation may have grown it
+        raise
 
 
 @contextmanager
