@@ -5,12 +5,14 @@ official SDK parses them. Knows nothing of HTTP serving or faults.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from stead.media_types import image_size
 from stead.testing._wire import (
     JsonReply,
     Reply,
@@ -181,12 +183,38 @@ def _content_block(block: Block, digest: str, position: int) -> dict[str, Any]:
     return {"type": "tool_use", "id": tool_id, "name": block.name, "input": block.sent_input()}
 
 
+IMAGE_MAX_PIXELS = 8000
+"""The largest image side the hosted API takes; it refuses a request with a larger one."""
+
+
 def _invalid_message(message: Any) -> str | None:
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
         return "messages: each message needs a role, user or assistant"
     if not isinstance(message.get("content"), str | list):
         return "messages: each message needs content, a string or a list of blocks"
+    if any(_too_large(image) for image in _images(message["content"])):
+        return f"image dimensions exceed max allowed size: {IMAGE_MAX_PIXELS} pixels"
     return None
+
+
+def _images(content: Any) -> Iterator[dict[str, Any]]:
+    """The image blocks of a message's content, tool results' included."""
+    for block in content if isinstance(content, list) else ():
+        if isinstance(block, dict) and block.get("type") == "image":
+            yield block
+        elif isinstance(block, dict) and block.get("type") == "tool_result":
+            yield from _images(block.get("content"))
+
+
+def _too_large(image: dict[str, Any]) -> bool:
+    source = image.get("source")
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        return False
+    try:
+        size = image_size(base64.b64decode(str(source.get("data"))))
+    except ValueError:
+        return False
+    return size is not None and max(size) > IMAGE_MAX_PIXELS
 
 
 def _visible(block: dict[str, Any]) -> Any:

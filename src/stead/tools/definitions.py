@@ -23,6 +23,8 @@ READ_MAX_BYTES = 256 * 1024
 """Largest text file ``read`` returns whole, and largest ``view_range`` slice."""
 EDIT_MAX_BYTES = 256 * 1024
 IMAGE_MAX_BASE64_BYTES = 5 * 1024 * 1024
+IMAGE_MAX_PIXELS = 8000
+"""The longest side of an image the Messages API takes."""
 PDF_MAX_BYTES = 20 * 1024 * 1024
 MEDIA_TYPES = {
     ".png": "image/png",
@@ -82,7 +84,8 @@ TOOL_DEFINITIONS: tuple[dict[str, Any], ...] = (
         "description": (
             "Read a file in the workspace. Text files up to "
             f"{READ_MAX_BYTES // 1024} KiB are returned whole; for larger ones pass "
-            "view_range. PNG, JPEG, GIF, WebP images and PDFs are returned as images "
+            "view_range. PNG, JPEG, GIF, WebP images (at most "
+            f"{IMAGE_MAX_PIXELS} pixels on a side) and PDFs are returned as images "
             "and documents."
         ),
         "input_schema": {

@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from stead.media_types import by_signature
+from stead.media_types import by_signature, image_size
 from stead.sandbox import (
     EXEC_OUTPUT_LIMIT,
     GREP_OUTPUT_LIMIT,
@@ -34,6 +34,7 @@ from stead.tools.definitions import (
     BASH_MAX_TIMEOUT,
     EDIT_MAX_BYTES,
     IMAGE_MAX_BASE64_BYTES,
+    IMAGE_MAX_PIXELS,
     MEDIA_TYPES,
     PDF_MAX_BYTES,
     READ_MAX_BYTES,
@@ -174,6 +175,14 @@ async def _read_media(call: ReadInput, sandbox: Sandbox, media_type: str) -> Too
         return ToolOutcome.error(
             f"read: {call.file_path} is an image of {len(data)} bytes, "
             f"exceeds {image_limit}-byte limit for image files."
+        )
+    size = image_size(data) if kind == "image" else None
+    if size is not None and max(size) > IMAGE_MAX_PIXELS:
+        # The same: the Messages API refuses the request, and the next ones.
+        return ToolOutcome.error(
+            f"read: {call.file_path} is {size[0]}x{size[1]} pixels, exceeds the "
+            f"{IMAGE_MAX_PIXELS}-pixel limit on a side for images. Read a scaled-down "
+            "copy, or crop it into parts."
         )
     source = {
         "type": "base64",
