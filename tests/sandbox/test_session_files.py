@@ -109,6 +109,39 @@ def test_a_resource_may_take_the_place_of_a_deleted_ones_directory_or_file(
         assert bash_turn(client, session_id, f"cat {new}") == "second"
 
 
+def test_a_deleted_resource_leaves_no_directory_behind(client: anthropic.Anthropic) -> None:
+    """Only a resource's file was removed: the directories made for it stayed,
+    empty, in /mnt/session/uploads, where the agent saw a folder of a file it
+    no longer had. A directory another resource still needs stays."""
+    first, second = upload(client, "first.txt", b"first"), upload(client, "second.txt", b"second")
+    session_id = new_session(client)
+    resources = client.beta.sessions.resources
+    deep = resources.add(
+        session_id, type="file", file_id=first, mount_path=f"{UPLOADS}/data/2026/q1.csv"
+    )
+    shared = resources.add(
+        session_id, type="file", file_id=second, mount_path=f"{UPLOADS}/shared/a.txt"
+    )
+    beside = resources.add(
+        session_id, type="file", file_id=first, mount_path=f"{UPLOADS}/shared/sub/b.txt"
+    )
+    listed = f"cd {UPLOADS} && find . -mindepth 1 | sort"
+    assert bash_turn(client, session_id, listed).split() == [
+        "./data",
+        "./data/2026",
+        "./data/2026/q1.csv",
+        "./shared",
+        "./shared/a.txt",
+        "./shared/sub",
+        "./shared/sub/b.txt",
+    ]
+    resources.delete(deep.id, session_id=session_id)
+    resources.delete(beside.id, session_id=session_id)
+    assert bash_turn(client, session_id, listed).split() == ["./shared", "./shared/a.txt"]
+    resources.delete(shared.id, session_id=session_id)
+    assert bash_turn(client, session_id, f"{listed}; echo listed") == "listed"
+
+
 def test_a_deleted_file_leaves_its_mount(client: anthropic.Anthropic) -> None:
     file_id = upload(client, "brief.txt", b"brief")
     session_id = new_session(client, resources=[{"type": "file", "file_id": file_id}])

@@ -141,10 +141,10 @@ class SessionMounts:
         )
         live = {f.id for f in files if f.expires_at is None or f.expires_at > now}
         gone = {path for path, file_id in wanted.items() if file_id not in live}
-        # Stale files go first: a new resource may be mounted where an earlier
-        # one's directory was (``a`` after ``a/b``), or below its file.
-        stale = [path for path in held if path not in wanted or path in gone]
-        if stale:
+        # What is stale goes first: a new resource may be mounted where an
+        # earlier one's directory was (``a`` after ``a/b``), or below its file.
+        kept = [path for path in wanted if path not in gone]
+        if stale := _stale(held, kept):
             await self._mounts.remove(session_id, UPLOADS, stale)
         failed: list[str] = []
         for path, file_id in wanted.items():
@@ -156,7 +156,8 @@ class SessionMounts:
             if not await self._put_file(session_id, config, session.workspace_id, path, file_id):
                 failed.append(path)
         if held_failed := [path for path in failed if path in held]:
-            await self._mounts.remove(session_id, UPLOADS, held_failed)
+            mounted = [path for path in kept if path not in failed]
+            await self._mounts.remove(session_id, UPLOADS, _stale(held_failed, mounted))
         if self._skills is not None and session.agent.get("skills"):
             await self._stage_skills(self._skills, session, config)
 
@@ -274,8 +275,9 @@ class SessionMounts:
 def _stale(held: Collection[str], wanted: Collection[str]) -> list[str]:
     """What to remove for a mount holding the files ``held`` to hold ``wanted``:
     each directory no wanted file needs, whole (its files alone would leave it
-    there, empty: a skill the agent no longer has would still show), and each
-    other held file that is not wanted."""
+    there, empty: a skill the agent no longer has, or the folder of a file
+    resource deleted, would still show), and each other held file that is not
+    wanted."""
     unneeded = directories_of(held) - directories_of(wanted)
     tops = sorted(d for d in unneeded if posixpath.dirname(d) not in unneeded)
     inside = tuple(f"{top}/" for top in tops)
