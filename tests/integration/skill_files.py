@@ -29,16 +29,34 @@ def skill_files(
     ]
 
 
-def zipped(entries: list[tuple[str, bytes]], symlinks: dict[str, str] | None = None) -> bytes:
+def zipped(
+    entries: list[tuple[str, bytes]],
+    symlinks: dict[str, str] | None = None,
+    modes: dict[str, int] | None = None,
+) -> bytes:
+    """A zip of ``entries``; ``modes`` gives some their permission bits, as a
+    zip made on Unix records them (``zip``, Python's ``zipfile``)."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path, data in entries:
-            archive.writestr(path, data)
+            if modes is not None and path in modes:
+                info = zipfile.ZipInfo(path)
+                info.external_attr = (stat.S_IFREG | modes[path]) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, data)
+            else:
+                archive.writestr(path, data)
         for path, target in (symlinks or {}).items():
             info = zipfile.ZipInfo(path)
             info.external_attr = (stat.S_IFLNK | 0o777) << 16
             archive.writestr(info, target)
     return out.getvalue()
+
+
+def modes_of(data: bytes) -> dict[str, int]:
+    """The permission bits each entry of a zip records."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {info.filename: (info.external_attr >> 16) & 0o7777 for info in archive.infolist()}
 
 
 def unzipped(data: bytes) -> dict[str, bytes]:

@@ -15,7 +15,14 @@ import pytest
 from stead.testing import ServerProcess
 from tests.conftest import make_client
 from tests.databases import BACKENDS
-from tests.integration.skill_files import DESCRIPTION, skill_files, skill_md, unzipped, zipped
+from tests.integration.skill_files import (
+    DESCRIPTION,
+    modes_of,
+    skill_files,
+    skill_md,
+    unzipped,
+    zipped,
+)
 
 MAX_BYTES = 256 * 1024
 MAX_FILE_BYTES = 64 * 1024
@@ -70,13 +77,16 @@ def test_create_from_files_retrieve_and_download(client: anthropic.Anthropic) ->
 
 def test_create_from_a_zip_with_a_display_name(client: anthropic.Anthropic) -> None:
     name = _name()
-    archive = zipped([*skill_files(name), (f"{name}/docs/", b"")])
+    script = f"{name}/scripts/fill.py"
+    archive = zipped([*skill_files(name), (f"{name}/docs/", b"")], modes={script: 0o755})
     skill = client.beta.skills.create(
         files=[("skill.zip", archive, "application/zip")], display_name="PDF tools"
     )
     assert skill.display_name == "PDF tools"
     download = client.beta.skills.versions.download("latest", skill_id=skill.id).read()
-    assert set(unzipped(download)) == {f"{name}/SKILL.md", f"{name}/scripts/fill.py"}
+    assert set(unzipped(download)) == {f"{name}/SKILL.md", script}
+    # The execute bit is kept, and served (the sandbox mounts the script 0555).
+    assert modes_of(download) == {f"{name}/SKILL.md": 0o644, script: 0o755}
 
 
 def test_the_name_comes_from_the_directory_when_the_frontmatter_has_none(

@@ -19,7 +19,7 @@ import pytest
 
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import make_client, sdk_of
-from tests.integration.skill_files import skill_files
+from tests.integration.skill_files import skill_files, zipped
 from tests.sandbox.conftest import bash_turn, requires_isolation, shell, sweepless_server
 
 pytestmark = requires_isolation
@@ -354,3 +354,46 @@ def test_a_skill_the_agent_no_longer_has_leaves_no_directory(
         kept_skill.id, files=[(f"{kept}/SKILL.md", skill_files(kept)[0][1])]
     )
     assert bash_turn(client, session_id, listed).split() == [f"./{kept}", f"./{kept}/SKILL.md"]
+
+
+def test_a_skills_executable_script_runs_and_nothing_in_it_is_writable(
+    client: anthropic.Anthropic,
+) -> None:
+    """Every skill file was mounted 0444, so a script zipped executable failed
+    with 'Permission denied' when the agent ran it as the skill says."""
+    name = f"run-{uuid.uuid4().hex[:8]}"
+    script = f"{name}/scripts/run.sh"
+    entries = [
+        *skill_files(name),
+        (script, b"#!/bin/sh\necho ran-$((6*7))\n"),
+        (f"{name}/scripts/plain.sh", b"#!/bin/sh\necho plain\n"),
+    ]
+    archive = zipped(entries, modes={script: 0o755, f"{name}/scripts/plain.sh": 0o644})
+    skill = client.beta.skills.create(files=[("skill.zip", archive, "application/zip")])
+    agent = client.beta.agents.create(
+        name="skilled",
+        model="claude-sonnet-4-6",
+        tools=[{"type": "agent_toolset_20260401"}],
+        skills=[{"type": "custom", "skill_id": skill.id}],
+    )
+    environment = client.beta.environments.create(name=f"skills-{agent.id[-8:]}")
+    session_id = client.beta.sessions.create(agent=agent.id, environment_id=environment.id).id
+    here = f"/workspace/skills/{name}"
+    assert bash_turn(client, session_id, f"cd {here} && ./scripts/run.sh") == "ran-42"
+    modes = f"cd {here} && stat -c '%a %n' SKILL.md scripts/*"
+    assert bash_turn(client, session_id, modes).splitlines() == [
+        "444 SKILL.md",
+        "444 scripts/fill.py",
+        "444 scripts/plain.sh",
+        "555 scripts/run.sh",
+    ]
+    tried = f"cd {here} && ./scripts/plain.sh; echo x >> scripts/run.sh; tail -1 scripts/run.sh"
+    refused = bash_turn(client, session_id, tried).splitlines()
+    assert refused[0].endswith("./scripts/plain.sh: Permission denied")
+    assert refused[1].endswith("scripts/run.sh: Permission denied")
+    assert refused[2] == "echo ran-$((6*7))"
+    # A new version with the same bytes and the bit gone: the mode follows it.
+    client.beta.skills.versions.create(
+        skill.id, files=[("skill.zip", zipped(entries), "application/zip")]
+    )
+    assert bash_turn(client, session_id, f"stat -c %a {here}/scripts/run.sh") == "444"

@@ -13,9 +13,11 @@ import pytest
 from stead.blobs import BlobConfig
 from stead.ids import new_id
 from stead.runtime import FileKeeper, SkillKeeper, resolve_skills
+from stead.sandbox import MountFile
 from stead.schemas import SkillLimits
 from stead.store import Conflict, NewSkillVersion, SessionRecord, SqlStore
 from tests.databases import STORES
+from tests.integration.skill_files import zipped
 from tests.unit.conftest import ManualClock, definition
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("database_url", STORES, indirect=True)]
@@ -68,7 +70,8 @@ async def test_mount_files_are_each_skill_at_the_version_its_agent_names(
     workspace = (await store.create_workspace("w")).id
     alpha, _ = await keeper.create(workspace, new_id("skill"), _files("alpha", b"a1"), None)
     beta, beta_first = await keeper.create(workspace, new_id("skill"), _files("beta", b"b1"), None)
-    await keeper.add_version(workspace, alpha.id, _files("alpha", b"a2"))
+    zipped_executable = zipped(_files("alpha", b"a2"), modes={"alpha/bin/run.sh": 0o755})
+    await keeper.add_version(workspace, alpha.id, [("alpha.zip", zipped_executable)])
     await keeper.add_version(workspace, beta.id, _files("beta", b"b2"))
     session = await _session(
         store,
@@ -79,8 +82,8 @@ async def test_mount_files_are_each_skill_at_the_version_its_agent_names(
         ],
     )
     assert await keeper.mount_files(session) == {
-        "alpha": {"SKILL.md": _md("alpha"), "bin/run.sh": b"a2"},
-        "beta": {"SKILL.md": _md("beta"), "bin/run.sh": b"b1"},
+        "alpha": [MountFile("SKILL.md", _md("alpha")), MountFile("bin/run.sh", b"a2", True)],
+        "beta": [MountFile("SKILL.md", _md("beta")), MountFile("bin/run.sh", b"b1")],
     }
 
     await keeper.delete(workspace, beta.id)

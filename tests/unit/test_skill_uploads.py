@@ -79,6 +79,28 @@ def test_a_zip_is_unpacked_with_its_directories_skipped() -> None:
     assert bundle([("s.zip", data)], LIMITS).files == {"SKILL.md": MD, "x.txt": b"hello"}
 
 
+def test_a_zipped_files_execute_bit_is_kept_and_nothing_else_of_its_mode() -> None:
+    script = zipfile.ZipInfo("s/run.sh")
+    script.external_attr = (stat.S_IFREG | 0o4777) << 16
+    group = zipfile.ZipInfo("s/group.sh")
+    group.external_attr = (stat.S_IFREG | 0o650) << 16
+    made_elsewhere = zipfile.ZipInfo("s/dos.bat")
+    made_elsewhere.external_attr = 0x20  # MS-DOS attributes only: no mode
+    data = _zip([("s/SKILL.md", MD), (script, b"1"), (group, b"2"), (made_elsewhere, b"3")])
+    found = bundle([("s.zip", data)], LIMITS)
+    assert found.executables == {"run.sh", "group.sh"}
+    with zipfile.ZipFile(io.BytesIO(found.archive())) as archive:
+        modes = {i.filename: i.external_attr >> 16 for i in archive.infolist()}
+    regular = stat.S_IFREG
+    assert modes == {
+        "pdf-tools/SKILL.md": regular | 0o644,
+        "pdf-tools/dos.bat": regular | 0o644,
+        "pdf-tools/group.sh": regular | 0o755,
+        "pdf-tools/run.sh": regular | 0o755,
+    }
+    assert bundle([("s/SKILL.md", MD), ("s/run.sh", b"1")], LIMITS).executables == set()
+
+
 def test_a_zip_made_by_finder_leaves_its_metadata_out() -> None:
     """macOS's Compress adds ``__MACOSX/`` resource forks and ``.DS_Store``;
     before, such a zip was refused for its second top-level folder."""

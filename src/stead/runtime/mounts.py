@@ -54,8 +54,8 @@ from stead.store import (
 
 log = logging.getLogger("stead.runtime.mounts")
 
-SkillFiles = Callable[[SessionRecord], Awaitable[dict[str, dict[str, bytes]]]]
-"""Skill name -> (path inside the skill -> bytes) for a session (``SkillKeeper.mount_files``)."""
+SkillFiles = Callable[[SessionRecord], Awaitable[dict[str, list[MountFile]]]]
+"""Skill name -> its files (paths inside the skill) for a session (``SkillKeeper.mount_files``)."""
 
 SKILLS = "/mnt/skills"
 UPLOADS = "/mnt/session/uploads"
@@ -166,16 +166,16 @@ class SessionMounts:
     ) -> None:
         """Makes ``/mnt/skills`` hold exactly the agent's skills as they resolve now."""
         wanted = {
-            f"{name}/{path}": data
+            f"{name}/{file.path}": file
             for name, files in (await skills(session)).items()
-            for path, data in files.items()
+            for file in files
         }
         listed = await self._mounts.listing(session.id, SKILLS)
-        held = {f.path: f.sha256 for f in listed.files}
+        held = {f.path: (f.sha256, f.executable) for f in listed.files}
         changed = [
-            MountFile(path, data)
-            for path, data in wanted.items()
-            if held.get(path) != hashlib.sha256(data).hexdigest()
+            MountFile(path, file.data, executable=file.executable)
+            for path, file in wanted.items()
+            if held.get(path) != (hashlib.sha256(file.data).hexdigest(), file.executable)
         ]
         # What is stale goes first: a skill's new version may hold a file where
         # the old one had a directory, or the other way round.

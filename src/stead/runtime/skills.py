@@ -10,9 +10,7 @@ whose agent asks for ``latest``.
 
 from __future__ import annotations
 
-import io
 import logging
-import zipfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -22,6 +20,7 @@ import anyio
 from stead.failpoints import FailPoints
 from stead.jsonvalues import Json
 from stead.runtime.files import FileKeeper
+from stead.sandbox import MountFile
 from stead.schemas import RequestError, SkillLimits, skills
 from stead.store import (
     SKILL_SCOPE,
@@ -183,14 +182,14 @@ class SkillKeeper:
         await self._files.remove([tombstone])
         return record
 
-    async def mount_files(self, session: SessionRecord) -> dict[str, dict[str, bytes]]:
+    async def mount_files(self, session: SessionRecord) -> dict[str, list[MountFile]]:
         """What the session's sandbox shows under ``/workspace/skills``: skill
-        name -> (path inside the skill -> bytes), for each skill of the
-        session's agent as it resolves now. A skill deleted since the agent
-        named it is left out (the turn reports it)."""
+        name -> its files (paths inside the skill; executable as zipped), for
+        each skill of the session's agent as it resolves now. A skill deleted
+        since the agent named it is left out (the turn reports it)."""
         refs = session.agent.get("skills") or []
         resolved = await resolve_skills(self._store, session.workspace_id, refs)
-        mounts: dict[str, dict[str, bytes]] = {}
+        mounts: dict[str, list[MountFile]] = {}
         for version in resolved.versions:
             chunks = await self._files.blob(version.blob_key)
             archive = b"".join([chunk async for chunk in chunks])
@@ -198,12 +197,6 @@ class SkillKeeper:
         return mounts
 
 
-def _unpack(name: str, archive: bytes) -> dict[str, bytes]:
-    """The files of a zip stead wrote (``SkillBundle.archive``), without ``<name>/``."""
-    prefix = f"{name}/"
-    with zipfile.ZipFile(io.BytesIO(archive)) as opened:
-        return {
-            info.filename.removeprefix(prefix): opened.read(info)
-            for info in opened.infolist()
-            if not info.is_dir()
-        }
+def _unpack(name: str, archive: bytes) -> list[MountFile]:
+    unpacked = skills.unpack(name, archive)
+    return [MountFile(e.path, e.data, executable=e.executable) for e in unpacked]

@@ -49,13 +49,21 @@ class HostMounts:
                 config=config.to_json(),
                 placement=placement,
                 mount=mount,
-                files=[ops.MountFile(path=f.path, data=f.data) for f in batch],
+                files=[
+                    ops.MountFile(path=f.path, data=f.data, executable=f.executable) for f in batch
+                ],
                 writable=writable,
             )
             await client.call(request)
         for file in large:
             await self.put_stream(
-                sandbox_id, config, mount, file.path, _once(file.data), writable=writable
+                sandbox_id,
+                config,
+                mount,
+                file.path,
+                _once(file.data),
+                writable=writable,
+                executable=file.executable,
             )
 
     async def listing(self, sandbox_id: str, mount: str) -> MountListing:
@@ -68,7 +76,7 @@ class HostMounts:
             )
         except SandboxNotFound:
             return MountListing([])
-        files = [MountedFile(f.path, f.size, f.sha256) for f in reply.files]
+        files = [MountedFile(f.path, f.size, f.sha256, f.executable) for f in reply.files]
         return MountListing(files, reply.truncated)
 
     async def read(self, sandbox_id: str, mount: str, path: str, *, max_bytes: int) -> bytes:
@@ -94,6 +102,7 @@ class HostMounts:
         chunks: AsyncIterable[bytes],
         *,
         writable: bool,
+        executable: bool = False,
     ) -> None:
         from stead.sandbox import ops
 
@@ -110,6 +119,7 @@ class HostMounts:
                 data=data,
                 last=last,
                 writable=writable,
+                executable=executable,
             )
             await client.call(request)
             offset += len(data)

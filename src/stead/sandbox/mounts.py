@@ -29,6 +29,8 @@ class MountFile:
 
     path: str
     data: bytes
+    executable: bool = False
+    """Read-only, it is 0555 rather than 0444 (a skill's script zipped so)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,8 @@ class MountedFile:
     path: str
     size: int
     sha256: str
+    executable: bool = False
+    """Its mode has an execute bit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class SandboxMounts(Protocol):
         chunks: AsyncIterable[bytes],
         *,
         writable: bool,
+        executable: bool = False,
     ) -> None:
         """``put`` of one file of any size, its bytes in ``chunks``: it appears at
         ``path`` whole once the last chunk is in. A source that fails leaves

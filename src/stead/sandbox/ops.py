@@ -33,7 +33,7 @@ from stead.sandbox.base import (
     GrepResult,
 )
 
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 """Raised on any change to a request or reply type."""
 
 
@@ -388,6 +388,8 @@ class MountFile(Message):
     path: RelativePath
     """Relative to the mount."""
     data: Bytes
+    executable: bool = False
+    """Its mode gets the execute bits (a read-only file: 0555, not 0444)."""
 
 
 class MountedFile(Message):
@@ -396,6 +398,8 @@ class MountedFile(Message):
     path: str
     size: int
     sha256: str
+    executable: bool = False
+    """Its mode has an execute bit."""
 
 
 class PutMount(SandboxRequest):
@@ -449,6 +453,7 @@ class PutMountPart(SandboxRequest):
     data: Bytes
     last: bool
     writable: bool = False
+    executable: bool = False
 
 
 class MountPart(Message):

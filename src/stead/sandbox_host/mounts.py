@@ -8,9 +8,10 @@ relative to their parent's with ``O_NOFOLLOW``: a symlink or a rename the
 sandbox makes inside a writable mount can point the host at nothing outside
 the mount.
 
-Read-only content is owned by root (files 0444, directories 0755), so the
-sandbox user can read it and neither change nor remove it; writable mounts are
-owned by the sandbox user. Directories above a mount stay root's.
+Read-only content is owned by root (files 0444, or 0555 when put executable,
+directories 0755), so the sandbox user can read it and neither change nor
+remove it; writable mounts are owned by the sandbox user. Directories above a
+mount stay root's.
 
 Mount content is not part of the workspace snapshot. It stays on the disk
 while the sandbox sleeps, and the brain puts it again (only what differs)
@@ -87,14 +88,14 @@ class MountTree:
 
     def put(self, mount: str, files: Sequence[ops.MountFile], *, writable: bool) -> None:
         parts = mount_parts(mount)
-        checked = [(relative_parts(f.path), f.data) for f in files]
+        checked = [(relative_parts(f.path), f) for f in files]
         self.ensure()
         owner = self._uid if writable else 0
         with self._directory(parts, create=True) as mount_fd:
             os.fchown(mount_fd, owner, owner)
-            for path, data in checked:
+            for path, file in checked:
                 with _walk(mount_fd, path[:-1], create=True, owner=owner) as parent:
-                    _write(parent, path[-1], data, owner=owner, writable=writable)
+                    _write(parent, path[-1], file.data, owner=owner, mode=_mode(writable, file))
 
     def put_part(self, request: ops.PutMountPart) -> None:
         """One part of a file put in parts (``ops.PutMountPart``)."""
@@ -201,7 +202,12 @@ def _walk(start: int, parts: list[str], *, create: bool = False, owner: int = 0)
         os.close(fd)
 
 
-def _write(parent: int, name: str, data: bytes, *, owner: int, writable: bool) -> None:
+def _mode(writable: bool, file: ops.MountFile | ops.PutMountPart) -> int:
+    """Read-only content is never writable, whatever else it is."""
+    return (0o644 if writable else 0o444) | (0o111 if file.executable else 0)
+
+
+def _write(parent: int, name: str, data: bytes, *, owner: int, mode: int) -> None:
     # Written aside and renamed over: a reader never sees half a file, and a
     # link the sandbox left at ``name`` is replaced, never written through.
     temporary = put_name()
@@ -211,7 +217,7 @@ def _write(parent: int, name: str, data: bytes, *, owner: int, writable: bool) -
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             os.fchown(handle.fileno(), owner, owner)
-            os.fchmod(handle.fileno(), 0o644 if writable else 0o444)
+            os.fchmod(handle.fileno(), mode)
         _rename_over(parent, temporary, name)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -282,7 +288,7 @@ def _write_part(parent: int, name: str, part: ops.PutMountPart, *, owner: int) -
         _pwrite(fd, part.data, part.offset)
         if part.last:
             os.fchown(fd, owner, owner)
-            os.fchmod(fd, 0o644 if part.writable else 0o444)
+            os.fchmod(fd, _mode(part.writable, part))
     finally:
         os.close(fd)
     if part.last:
@@ -349,12 +355,14 @@ def _describe(parent: int, name: str, path: str) -> ops.MountedFile | None:
     digest = hashlib.sha256()
     size = 0
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):
             return None
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
             size += len(chunk)
-    return ops.MountedFile(path=path, size=size, sha256=digest.hexdigest())
+    executable = bool(mode & 0o111)
+    return ops.MountedFile(path=path, size=size, sha256=digest.hexdigest(), executable=executable)
 
 
 def _remove(parent: int, name: str) -> None:

@@ -4,7 +4,9 @@ Paths are relative, ``/``-separated and stay inside the skill: no absolute
 paths, no ``..`` or ``.`` components, no backslashes or control characters. A
 zip is read entry by entry with every byte counted as it inflates (a header's
 sizes are never trusted), so a zip bomb stops at the limit; symlinks,
-encrypted entries and special files are refused. Nothing here touches a disk.
+encrypted entries and special files are refused. Of an entry's mode only
+whether it may be executed is kept (a script zipped on Unix with its ``x``
+bit); nothing of a skill is ever writable. Nothing here touches a disk.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import io
 import re
 import stat
 import zipfile
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from stead.mount_paths import MAX_DEPTH, name_problem
@@ -22,6 +25,8 @@ MAX_PATH_BYTES = 1024
 READ_BYTES = 64 * 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
+EXECUTABLE = 0o111
+"""Any of the mode's execute bits."""
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 """Every entry of a zip stead writes has this time, so equal files give equal zips."""
 
@@ -98,13 +103,22 @@ def is_zip(filename: str, head: bytes) -> bool:
     return filename.lower().endswith(".zip") or head.startswith(b"PK\x03\x04")
 
 
-def read_zip(field: str, data: bytes, budget: Budget) -> list[tuple[str, bytes]]:
-    """The regular files of the zip ``data``, each path checked, each byte counted."""
+@dataclass(frozen=True, slots=True)
+class ZipEntry:
+    path: str
+    data: bytes
+    executable: bool = False
+
+
+def read_zip(field: str, data: bytes, budget: Budget) -> list[ZipEntry]:
+    """The regular files of the zip ``data``, each path checked, each byte
+    counted, each executable if its mode has an ``x`` bit (a zip made on Unix
+    records its files' modes; one made elsewhere none, so nothing there is)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except (zipfile.BadZipFile, ValueError, EOFError) as exc:
         raise RequestError(f"{field}: not a readable zip archive ({exc})") from None
-    entries: list[tuple[str, bytes]] = []
+    entries: list[ZipEntry] = []
     with archive:
         for info in archive.infolist():
             where = f"{field}: entry {info.filename!r}"
@@ -115,10 +129,16 @@ def read_zip(field: str, data: bytes, budget: Budget) -> list[tuple[str, bytes]]
                 continue
             _check_entry(where, info)
             budget.add_file(field)
-            entries.append(
-                (check_path(field, info.filename), _inflate(field, archive, info, budget))
-            )
+            path = check_path(field, info.filename)
+            inflated = _inflate(field, archive, info, budget)
+            entries.append(ZipEntry(path, inflated, bool(_mode(info) & EXECUTABLE)))
     return entries
+
+
+def _mode(info: zipfile.ZipInfo) -> int:
+    """The Unix mode an entry records: the high half of its external attributes
+    (0 from a zip made where there are none, as on Windows)."""
+    return info.external_attr >> 16
 
 
 def _finder_metadata(name: str) -> bool:
@@ -131,7 +151,7 @@ def _finder_metadata(name: str) -> bool:
 def _check_entry(where: str, info: zipfile.ZipInfo) -> None:
     if info.flag_bits & 0x1:
         raise RequestError(f"{where} is encrypted")
-    mode = info.external_attr >> 16
+    mode = _mode(info)
     if stat.S_ISLNK(mode):
         raise RequestError(f"{where} is a symbolic link; a skill holds regular files only")
     if mode and stat.S_IFMT(mode) and not stat.S_ISREG(mode):
@@ -152,14 +172,27 @@ def _inflate(field: str, archive: zipfile.ZipFile, info: zipfile.ZipInfo, budget
     return b"".join(chunks)
 
 
-def write_zip(files: dict[str, bytes]) -> bytes:
-    """A deflated zip of ``files`` in path order, read-only regular files with a
-    fixed time: the same files always give the same bytes."""
+def write_zip(files: dict[str, bytes], executables: Collection[str] = ()) -> bytes:
+    """A deflated zip of ``files`` in path order, regular files (0755 those in
+    ``executables``, 0644 the others) with a fixed time: the same files always
+    give the same bytes."""
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(files):
             info = zipfile.ZipInfo(path, date_time=_ZIP_TIME)
-            info.external_attr = (stat.S_IFREG | 0o644) << 16
+            mode = 0o755 if path in executables else 0o644
+            info.external_attr = (stat.S_IFREG | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             archive.writestr(info, files[path])
     return out.getvalue()
+
+
+def read_written(data: bytes) -> list[ZipEntry]:
+    """The files of a zip ``write_zip`` made: stead's own, so read whole,
+    without the checks and counts an upload gets."""
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return [
+            ZipEntry(info.filename, archive.read(info), bool(_mode(info) & EXECUTABLE))
+            for info in archive.infolist()
+            if not info.is_dir()
+        ]

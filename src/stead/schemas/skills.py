@@ -17,7 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from stead.mount_paths import directories_of
-from stead.schemas.skill_archive import Budget, SkillLimits, check_path, is_zip, read_zip
+from stead.schemas.skill_archive import (
+    Budget,
+    SkillLimits,
+    ZipEntry,
+    check_path,
+    is_zip,
+    read_written,
+    read_zip,
+)
 from stead.schemas.skill_archive import write_zip as _write_zip
 from stead.schemas.validation import RequestError
 
@@ -42,10 +50,26 @@ class SkillBundle:
     description: str
     files: dict[str, bytes]
     """Path inside the skill's directory -> bytes (``SKILL.md`` among them)."""
+    executables: frozenset[str] = frozenset()
+    """The paths of ``files`` zipped executable (a zip upload's mode bits)."""
 
     def archive(self) -> bytes:
-        """The zip stead keeps and serves: every file under ``<name>/``."""
-        return _write_zip({f"{self.name}/{path}": data for path, data in self.files.items()})
+        """The zip stead keeps and serves: every file under ``<name>/``, the
+        executables 0755."""
+        return _write_zip(
+            {f"{self.name}/{path}": data for path, data in self.files.items()},
+            {f"{self.name}/{path}" for path in self.executables},
+        )
+
+
+def unpack(name: str, archive: bytes) -> list[ZipEntry]:
+    """The files of a zip stead wrote (``SkillBundle.archive``), without
+    ``<name>/``; executable those it wrote so."""
+    prefix = f"{name}/"
+    return [
+        ZipEntry(entry.path.removeprefix(prefix), entry.data, entry.executable)
+        for entry in read_written(archive)
+    ]
 
 
 def bundle(parts: Sequence[tuple[str, bytes]], limits: SkillLimits) -> SkillBundle:
@@ -55,12 +79,12 @@ def bundle(parts: Sequence[tuple[str, bytes]], limits: SkillLimits) -> SkillBund
     budget = Budget(limits)
     if len(parts) == 1 and is_zip(parts[0][0], parts[0][1][:4]):
         entries = read_zip(f"{FIELD}.0", parts[0][1], budget)
-    else:
+    else:  # files sent one by one carry no mode: none is executable
         entries = []
         for i, (filename, data) in enumerate(parts):
             budget.add_file(FIELD)
             budget.add_bytes(FIELD, filename, len(data), len(data))
-            entries.append((check_path(f"{FIELD}.{i}", filename), data))
+            entries.append(ZipEntry(check_path(f"{FIELD}.{i}", filename), data))
     directory, files = _one_directory(entries)
     skill_md = files.get(SKILL_FILE)
     if skill_md is None:
@@ -68,13 +92,15 @@ def bundle(parts: Sequence[tuple[str, bytes]], limits: SkillLimits) -> SkillBund
             f"{FIELD}: no {SKILL_FILE} at the root of the skill's directory {directory!r}"
         )
     name, description = frontmatter(skill_md)
-    return SkillBundle(check_name(name or directory), description, files)
+    executables = frozenset(e.path.partition("/")[2] for e in entries if e.executable)
+    return SkillBundle(check_name(name or directory), description, files, executables)
 
 
-def _one_directory(entries: Sequence[tuple[str, bytes]]) -> tuple[str, dict[str, bytes]]:
+def _one_directory(entries: Sequence[ZipEntry]) -> tuple[str, dict[str, bytes]]:
     directories = set()
     files: dict[str, bytes] = {}
-    for path, data in entries:
+    for entry in entries:
+        path, data = entry.path, entry.data
         top, slash, inner = path.partition("/")
         if not slash:
             raise RequestError(
