@@ -7,10 +7,12 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import struct
 import urllib.parse
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ import anyio
 import anyio.abc
 import pytest
 import websockets
+from anyio.streams.memory import MemoryObjectSendStream
 
 from stead.client import Output, Terminal, TerminalError
 from stead.client.terminal import EXIT, STDOUT
@@ -372,39 +375,131 @@ async def test_bad_control_messages_are_answered_and_the_terminal_goes_on(
     assert "Traceback" not in gateway.log_text()[before:]
 
 
-async def test_an_attached_terminal_renews_its_sandbox_lease(
+LEASE_TTL = 1.5
+"""A sandbox lease's TTL in the lease tests: renewed every half second."""
+
+
+@contextlib.contextmanager
+def short_lease_server(
     host: HostProcess, tmp_path: Path, forker: ServeForker
-) -> None:
-    """A terminal renewed the lease only when it attached: one left open
-    longer than the TTL had its sandbox destroyed under it by the sweeper."""
-    ttl = 1.5
+) -> Iterator[ServerProcess]:
+    """A server whose sandbox leases last ``LEASE_TTL`` and whose sweeper
+    destroys an expired one's sandbox within a tenth of a second."""
     with FakeModel(quiet) as fake:
         env = loop_env(
             fake,
-            STEAD_SANDBOX_LEASE_SECONDS=str(ttl),
+            STEAD_SANDBOX_LEASE_SECONDS=str(LEASE_TTL),
             STEAD_SANDBOX_SWEEP_INTERVAL_SECONDS="0.1",
             **host.settings_env,
         )
         server = ServerProcess(tmp_path / "data", env=env, forker=forker).start()
         try:
-            assert server.first_key
-            session_id = plain_session(server)
-            async with terminal(server, session_id, flap_limit=0) as term:
-                outputs = term.output()
-                await term.send(b"echo pid=$$-$((2*3))\n")
-                pid = (await read_until(outputs, b"-6\r\n")).split(b"pid=")[-1].split(b"-")[0]
-                with make_client(server.url, server.first_key) as client:
-                    path = f"/v1/sessions/{session_id}/sandbox"
-                    with anyio.fail_after(WAIT):
-                        while True:  # until the sandbox outlived its TTL twice over
-                            view: Any = client.get(path, cast_to=object)
-                            assert view["lease"]["status"] == "active", view["lease"]
-                            if view["active_seconds"] > 2 * ttl:
-                                break
-                            await anyio.sleep(0.1)
-                await term.send(b"echo again=$$-$((3*3))\n")
-                seen = await read_until(outputs, b"-9\r\n")
-            assert f"again={pid.decode()}-9".encode() in seen
-            assert term.redial_count == 0
+            yield server
         finally:
             server.stop()
+
+
+async def test_an_attached_terminal_renews_its_sandbox_lease(
+    host: HostProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """A terminal renewed the lease only when it attached: one left open
+    longer than the TTL had its sandbox destroyed under it by the sweeper."""
+    with short_lease_server(host, tmp_path, forker) as server:
+        assert server.first_key
+        session_id = plain_session(server)
+        async with terminal(server, session_id, flap_limit=0) as term:
+            outputs = term.output()
+            await term.send(b"echo pid=$$-$((2*3))\n")
+            pid = (await read_until(outputs, b"-6\r\n")).split(b"pid=")[-1].split(b"-")[0]
+            with make_client(server.url, server.first_key) as client:
+                path = f"/v1/sessions/{session_id}/sandbox"
+                with anyio.fail_after(WAIT):
+                    while True:  # until the sandbox outlived its TTL twice over
+                        view: Any = client.get(path, cast_to=object)
+                        assert view["lease"]["status"] == "active", view["lease"]
+                        if view["active_seconds"] > 2 * LEASE_TTL:
+                            break
+                        await anyio.sleep(0.1)
+            await term.send(b"echo again=$$-$((3*3))\n")
+            seen = await read_until(outputs, b"-9\r\n")
+        assert f"again={pid.decode()}-9".encode() in seen
+        assert term.redial_count == 0
+
+
+async def test_a_terminal_keeps_its_sandbox_lease_while_it_opens(
+    host: HostProcess, tmp_path: Path, forker: ServeForker
+) -> None:
+    """A terminal's open renewed the lease once, as it began: staging and the
+    wake that took longer than the TTL (a loaded host) had the sweeper destroy
+    the sandbox under it, and the terminal failed ('sandbox is being
+    destroyed'). Here the host is stopped (SIGSTOP) while a terminal opens,
+    until its lease was renewed past two TTLs, or expired."""
+    with short_lease_server(host, tmp_path, forker) as server:
+        assert server.first_key
+        opened_first, opening = plain_session(server), plain_session(server)
+        # A terminal kept open in another session leaves the server's host
+        # connections pooled: the stopped host holds the open's calls on them,
+        # rather than on a new connection's hello, which would time out.
+        async with terminal(server, opened_first, flap_limit=0) as kept:
+            await kept.send(b"echo $((4*5))-up\n")
+            await read_until(kept.output(), b"20-up")
+            os.kill(host.pid, signal.SIGSTOP)
+            try:
+                async with anyio.create_task_group() as tasks:
+                    send, attached = anyio.create_memory_object_stream[bytes](1)
+                    tasks.start_soon(open_pty, server, opening, send)
+                    with attached:
+                        await held_open(server, opening)
+                        os.kill(host.pid, signal.SIGCONT)
+                        with anyio.fail_after(WAIT):
+                            assert b"pid=" in await attached.receive()
+            finally:
+                os.kill(host.pid, signal.SIGCONT)
+
+
+async def held_open(server: ServerProcess, session_id: str) -> None:
+    """Returns once the session's lease was renewed past two TTLs after the
+    one its terminal's open took; fails if it ended instead."""
+    with anyio.fail_after(WAIT):
+        while (lease := lease_of(server, session_id)) is None:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+        taken_until = lease[1]
+        while lease[1] < taken_until + 2 * LEASE_TTL:
+            assert lease[0] == "active", f"the lease ended while the terminal opened: {lease}"
+            await anyio.sleep(0.05)
+            lease = lease_of(server, session_id) or ("gone", 0.0)
+
+
+async def open_pty(
+    server: ServerProcess, session_id: str, send: MemoryObjectSendStream[bytes]
+) -> None:
+    """Opens a pty of the session (its WebSocket, without the client's own
+    attach timeout), runs one command in it and sends what it printed."""
+    assert server.first_key
+    url = server.url.replace("http", "ws", 1) + f"/v1/sessions/{session_id}/sandbox/pty"
+    headers = {"x-api-key": server.first_key}
+    with send:
+        async with websockets.connect(url, additional_headers=headers) as socket:
+            hello = json.loads(await socket.recv())
+            assert hello["type"] == "attached", hello
+            await socket.send(b"\x00echo pid=$$-$((7*8))\n")
+            seen = b""
+            while b"-56" not in seen:
+                message = await socket.recv()
+                if isinstance(message, bytes) and message[:1] == bytes([STDOUT]):
+                    seen += message[1:]
+        await send.send(seen)
+
+
+def lease_of(server: ServerProcess, session_id: str) -> tuple[str, float] | None:
+    """The session's sandbox lease as the server's database holds it: its
+    status and when it expires (seconds since the epoch)."""
+    path = server.data_dir / "stead.db"
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+        row = db.execute(
+            "SELECT status, expires_at FROM sandbox_leases WHERE sandbox_id=?", (session_id,)
+        ).fetchone()
+    if row is None:
+        return None
+    # SQLite holds the time as naive UTC text.
+    return str(row[0]), datetime.fromisoformat(row[1]).replace(tzinfo=UTC).timestamp()

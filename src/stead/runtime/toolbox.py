@@ -192,7 +192,12 @@ class SandboxToolbox:
 
     async def terminal(self, session_id: str, request: TerminalRequest) -> Terminal:
         """Attaches to a terminal in the session's sandbox; ``NoSandbox`` when
-        this server's provider has none."""
+        this server's provider has none. The lease is renewed until attached,
+        as while a tool call runs: staging and a wake may outlast its TTL."""
+        attach = partial(self._attach, session_id, request)
+        return await renewing(attach, partial(self.renew, session_id), self.lease_renewal_seconds)
+
+    async def _attach(self, session_id: str, request: TerminalRequest) -> Terminal:
         await self.renew(session_id)
         async with self._sandbox_locks.hold(session_id):
             config = await self._serve(session_id)
