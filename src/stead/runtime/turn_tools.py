@@ -45,7 +45,8 @@ MAY_HAVE_RUN = (
 
 
 class ToolSteps:
-    """Mixed into ``TurnRunner``, which provides the state and the writes below."""
+    """Mixed into ``TurnRunner`` (under ``ModelSteps``), which provides the state
+    and the writes below."""
 
     deps: LoopDeps
     start: RunStart
@@ -305,7 +306,7 @@ class ToolSteps:
 
     async def _started(self, key: str, kind: str, name: str) -> WriteResult:
         """The write that recorded the call as started: the answer's, when it did
-        (``TurnRunner._tool_start_ahead``), else one commit of its own, which also
+        (``ModelSteps._tool_start_ahead``), else one commit of its own, which also
         renews the sandbox's lease as the call would (unless the ledger has it: it
         says what it had)."""
         ahead, self._ahead = self._ahead, None
