@@ -94,18 +94,57 @@ def test_a_pdf_that_does_not_fit_beside_the_conversation_is_compacted_before_it_
     assert idles == ["end_turn"] * 4
 
 
-def test_a_pdf_of_more_pages_than_the_window_holds_is_never_sent(
-    client: anthropic.Anthropic, fake: FakeModel
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGMAAQAABQABpfZFQAAAAABJRU5ErkJggg=="
+"""A one-pixel image: 1,600 tokens by the estimate, as any image."""
+
+
+def with_images(text: str, count: int) -> dict[str, Any]:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    return {"type": "user.message", "content": [{"type": "text", "text": text}] + [image] * count}
+
+
+def summarising(fake: FakeModel) -> list[str]:
+    return [json.dumps(r.body) for r in fake.requests if SUMMARY_INSTRUCTION in json.dumps(r.body)]
+
+
+@pytest.mark.parametrize("media", ["pdf", "images"])
+def test_media_too_large_for_the_window_are_never_sent_and_the_session_goes_on(
+    client: anthropic.Anthropic, fake: FakeModel, media: str
 ) -> None:
+    """An eight-page PDF (24,000 tokens, in some 3 KB), or eleven images
+    (17,600): the turn that brings it cannot send it. The summarising requests
+    of the turns after it carried it whole, so every later turn ended at the
+    compaction limit too; now it shows a note of what was there instead."""
     session_id = new_session(client)
     send(client, session_id, message("hello"))
-    document = pdf_base64(8)  # 24,000 tokens, in some 3 KB
-    send(client, session_id, with_document("too long", document))
+    document = pdf_base64(8)
+    sent = with_document("too long", document) if media == "pdf" else with_images("too long", 11)
+    send(client, session_id, sent)
     events = list(client.beta.sessions.events.list(session_id))
-
     errors = [e.error for e in events if e.type == "session.error"]
     assert [e.type for e in errors] == ["compaction_limit_reached_error"]
     assert "does not fit" in errors[0].message
     assert events[-1].type == "session.status_idle"
     assert events[-1].stop_reason.type == "retries_exhausted"
     assert carrying(fake, document) == []
+
+    asked_before = len(summarising(fake))
+    send(client, session_id, message("what was in it?"))
+    send(client, session_id, message("and then?"))
+    events = list(client.beta.sessions.events.list(session_id))
+
+    assert [e.error.type for e in events if e.type == "session.error"] == [errors[0].type]
+    idles = [e.stop_reason.type for e in events if e.type == "session.status_idle"]
+    assert idles == ["end_turn", "retries_exhausted", "end_turn", "end_turn"]
+    answers = [e.content[0].text for e in events if e.type == "agent.message"]
+    assert answers[-1] == "re and then?"
+    [asked] = summarising(fake)[asked_before:]
+    [brought] = [e for e in events if e.type == "user.message" and len(e.content) > 1]
+    # The summarising request names what it leaves out, and where it was.
+    assert brought.id in asked
+    if media == "pdf":
+        assert carrying(fake, document) == []
+        assert "application/pdf, 8 pages" in asked
+        assert brought.content[1].source.data == document  # the log keeps it whole
+    else:
+        assert "image/png" in asked and asked.count(PNG) < 11

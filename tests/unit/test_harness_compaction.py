@@ -12,6 +12,7 @@ from stead.harness import (
     Compact,
     CompactionLimit,
     ContextLimits,
+    ModelRequest,
     ModelResponse,
     UpstreamError,
     build_request,
@@ -20,6 +21,7 @@ from stead.harness import (
     plan_compaction,
 )
 from stead.harness.windows import estimate_tokens
+from tests.pdfs import pdf_base64
 
 Json = dict[str, Any]
 AGENT: Json = {"model": {"id": "claude-test"}, "system": "Be brief.", "tools": []}
@@ -289,6 +291,78 @@ def test_an_older_message_too_large_for_any_summarising_request_is_cut_for_it() 
     asked = texts(planned.request.messages)
     assert "characters left out" in asked and "the end" in asked
     assert log.events[0]["content"][0]["text"].endswith("the end")  # the log keeps it whole
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGMAAQAABQABpfZFQAAAAABJRU5ErkJggg=="
+
+
+def image(data: str = PNG) -> Json:
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+
+
+def document(data: str, **more: Any) -> Json:
+    source = {"type": "base64", "media_type": "application/pdf", "data": data}
+    return {"type": "document", "source": source, **more}
+
+
+def blocks(request: ModelRequest) -> list[Json]:
+    """Every content block of a request, those in tool results too."""
+    found = []
+    for message in request.messages:
+        for block in message["content"]:
+            found.append(block)
+            if block.get("type") == "tool_result":
+                found.extend(block["content"])
+    return found
+
+
+def test_an_older_pdf_too_large_for_the_summarising_request_is_a_note_of_it() -> None:
+    """Before, the summarising request carried it whole, and no boundary after
+    it could be summarised: every later turn ended at the compaction limit."""
+    log = Log()
+    log.user("hello")
+    log.answer("hi")
+    sent = log.add(
+        "user.message",
+        content=[{"type": "text", "text": "read this"}, document(pdf_base64(8), title="Q3")],
+    )
+    assert isinstance(plan(log.events), CompactionLimit)  # it cannot be sent at all
+    log.add("session.status_idle", stop_reason={"type": "retries_exhausted"})
+    log.user("what was in it?")
+    planned = plan(log.events)
+    assert isinstance(planned, Compact)
+    assert estimate_tokens(planned.request.as_params()) <= LIMITS.trigger
+    assert not [b for b in blocks(planned.request) if b["type"] == "document"]
+    [note] = [b["text"] for b in blocks(planned.request) if "left out" in b.get("text", "")]
+    assert "document (application/pdf, 8 pages, 2 KB)" in note
+    assert 'titled "Q3"' in note and sent["id"] in note
+    assert sent["content"][1] == document(pdf_base64(8), title="Q3")  # the log keeps it
+
+
+def test_media_are_shown_while_they_fit_an_events_room_and_noted_past_it() -> None:
+    """A message with an image, then eleven images (17,600 tokens) in one tool
+    result: each event's media take at most a quarter of a summarising
+    request's room (some 4,000 tokens of a 20,000-token window)."""
+    limits = ContextLimits(window=20_000, threshold=0.8, keep_ratio=0.25, max_consecutive=3)
+    log = Log()
+    log.add("user.message", content=[{"type": "text", "text": "look"}, image()])
+    start = log.add("span.model_request_start")
+    use = log.add("agent.tool_use", name="read", input={"file_path": "shots"})
+    log.add("span.model_request_end", model_request_start_id=start["id"], model_usage={})
+    shots = [image(PNG[:-4] + f"{n:02d}==") for n in range(11)]
+    log.add("agent.tool_result", tool_use_id=use["id"], content=shots)
+    log.answer("seen")
+    log.user("next")
+    planned = plan(log.events, limits)
+    assert isinstance(planned, Compact)
+    shown = blocks(planned.request)
+    kept = [b for b in shown if b["type"] == "image"]
+    notes = [b["text"] for b in shown if "left out" in b.get("text", "")]
+    assert kept == [image(), *shots[:2]]  # two of 1,600 tokens fit the room
+    assert len(notes) == 9
+    where = f"image (image/png, 67 B), in the result of tool call {use['id']}"
+    assert all(note.startswith(f"[{where}: ") for note in notes)
+    assert estimate_tokens(planned.request.as_params()) <= limits.trigger
 
 
 def test_thinking_reaches_the_summarising_request_exactly_as_written() -> None:

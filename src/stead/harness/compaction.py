@@ -13,7 +13,8 @@ never between a tool use and its result. The most recent part is kept word for
 word, as much of it as fits ``keep_ratio`` of the window. An older part too
 large for one summarising request is summarised in pieces, one compaction each;
 in that request a text too long for it (and the summary before it) shows its
-head and tail only, so one huge event never makes compaction impossible.
+head and tail only, and a medium (an image, a PDF) that does not fit a note of
+what it was (``media.py``), so one huge event never makes compaction impossible.
 
 The summarising request is the agent's own request cut at the boundary, with
 the instruction after it, so it reads its prefix from the prompt cache: at a
@@ -43,6 +44,7 @@ from stead.harness.context import (
     without_refused_turns,
 )
 from stead.harness.mcp import McpTool
+from stead.harness.media import MediaRoom, left_out, media_source, media_tokens, origin
 from stead.harness.memory import MemoryPrompt
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.skills import SkillPrompt
@@ -169,7 +171,7 @@ def plan_compaction(
         summary = _shortened(summary, max(room // 2, 0) * CHARS_PER_TOKEN)
     summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
     piece = max((room - summary_tokens) // 4, MIN_PIECE_TOKENS) * CHARS_PER_TOKEN
-    older = [_elided(event, piece) for event in live]
+    older = [_shown(event, piece, piece // CHARS_PER_TOKEN, media) for event in live]
     # Events are sized by the estimate; where the model counted more (text of
     # few characters a token), the part kept word for word is chosen to fit as
     # the model counts it, or it alone filled the window again: every step
@@ -324,7 +326,7 @@ def choose_cut(
 
     ``overhead``: the system prompt and tools; ``summary_tokens``: the summary
     the older part starts with; ``summarised_sizes``: each event's size as the
-    summarising request shows it (``_elided``), if not its own; ``kept_scale``:
+    summarising request shows it (``_shown``), if not its own; ``kept_scale``:
     how many times its estimate the model counts the part kept; ``media``: the
     PDFs counted so far."""
     sizes = [_tokens(event, media) for event in live]
@@ -371,21 +373,37 @@ def _tokens(event: Json, media: MediaTokens | None) -> int:
     return 0 if found is None else estimate_tokens(found[1], media)
 
 
-def _elided(value: Any, chars: int) -> Any:
-    """``value`` (an event, or part of one) with every text longer than ``chars``
-    cut to its head and tail, for the summarising request only (the log keeps
-    it whole). Media sources and thinking are left as they are."""
+def _shown(event: Json, chars: int, media_room: int | None, media: MediaTokens | None) -> Json:
+    """``event`` as a summarising request shows it (the log keeps it whole):
+    every text longer than ``chars`` cut to its head and tail, and its media
+    shown while they fit ``media_room`` tokens in all, each of the others
+    replaced by a note of what it was (``media.py``; None: every one)."""
+    shown: Json = _elided(event, chars, MediaRoom(media_room), origin(event), media)
+    return shown
+
+
+def _elided(value: Any, chars: int, room: MediaRoom, where: str, media: MediaTokens | None) -> Any:
+    """``value`` (part of an event from ``where``) as ``_shown`` shows it.
+    Thinking is left as it is."""
     if isinstance(value, str):
         return _shortened(value, chars)
     if isinstance(value, list):
-        return [_elided(item, chars) for item in value]
+        return [_elided(item, chars, room, where, media) for item in value]
     if isinstance(value, dict):
+        source = media_source(value)
+        if source is not None:
+            tokens = media_tokens(source, media)
+            if not room.takes(tokens):
+                return left_out(value, where, tokens)
         if value.get("type") == "base64":
             return value
         # ``_internal`` holds thinking and its signature, which go back to the
-        # model exactly as it wrote them or not at all.
+        # model exactly as it wrote them or not at all; a medium shown keeps
+        # its source.
+        whole = ("_internal", "source") if source is not None else ("_internal",)
         return {
-            key: item if key == "_internal" else _elided(item, chars) for key, item in value.items()
+            key: item if key in whole else _elided(item, chars, room, where, media)
+            for key, item in value.items()
         }
     return value
 
