@@ -294,6 +294,7 @@ def test_an_older_message_too_large_for_any_summarising_request_is_cut_for_it() 
 
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGMAAQAABQABpfZFQAAAAABJRU5ErkJggg=="
+SMALL = pdf_base64(1)
 
 
 def image(data: str = PNG) -> Json:
@@ -363,6 +364,39 @@ def test_media_are_shown_while_they_fit_an_events_room_and_noted_past_it() -> No
     where = f"image (image/png, 67 B), in the result of tool call {use['id']}"
     assert all(note.startswith(f"[{where}: ") for note in notes)
     assert estimate_tokens(planned.request.as_params()) <= limits.trigger
+
+
+def test_media_are_sized_as_the_model_counted_the_request_it_refused() -> None:
+    """A one-page PDF (3,000 tokens by the estimate, a 20,000-token window):
+    it fits the summarising request's room for it, until the model refuses
+    the request it is in as ten times the estimate. The summarising request
+    that showed it whole was refused too, and the turn ended there."""
+    limits = ContextLimits(window=20_000, threshold=0.8, keep_ratio=0.25, max_consecutive=3)
+    log = Log()
+    log.user("hello")
+    log.answer("hi")
+    log.add("user.message", content=[{"type": "text", "text": "a large one"}, document(SMALL)])
+    log.answer("read")
+    log.user("w" * 60_000)  # past the trigger: the older part is summarised
+    log.answer("ok")
+    log.user("next")
+    planned = plan(log.events, limits)
+    assert isinstance(planned, Compact)
+    assert document(SMALL) in blocks(planned.request)  # its estimate fits
+    assert planned.without_media is not None
+    assert document(SMALL) not in blocks(planned.without_media)
+    assert "application/pdf, 1 page" in texts(planned.without_media.messages)
+
+    log = Log()
+    log.user("hello")
+    log.answer("hi")
+    log.add("user.message", content=[{"type": "text", "text": "a large one"}, document(SMALL)])
+    refused_as_too_long(log, 33_000)
+    planned = plan(log.events, limits)
+    assert isinstance(planned, Compact)
+    assert document(SMALL) not in blocks(planned.request)
+    assert "application/pdf, 1 page" in texts(planned.request.messages)
+    assert planned.without_media is None  # it shows no medium
 
 
 def test_thinking_reaches_the_summarising_request_exactly_as_written() -> None:

@@ -24,7 +24,11 @@ cached (its last-block breakpoint).
 A request the model refused as longer than its window (``prompt is too
 long``; the estimate fell short of its count) is recorded on its span's end
 with the model's count, and counts as more than the window: the next step
-compacts by it, within the same limit of compactions in a row.
+compacts by it, within the same limit of compactions in a row. Its summarising
+request sizes media as the model counted that request, so the document that
+made it too long is a note there; should the model refuse a summarising
+request as too long all the same, the runner asks it once more with every
+medium a note (``Compact.without_media``).
 """
 
 from __future__ import annotations
@@ -102,6 +106,9 @@ class Compact:
     summary_tokens: int = MIN_PIECE_TOKENS
     """The most of the summary the request after it has room for, with the
     part kept and the agent's own prompt and tools (``compacted_body``)."""
+    without_media: ModelRequest | None = None
+    """``request`` with every medium it shows a note, to ask should the model
+    refuse ``request`` as too long; None when it shows none."""
 
 
 @dataclass(frozen=True)
@@ -171,12 +178,15 @@ def plan_compaction(
         summary = _shortened(summary, max(room // 2, 0) * CHARS_PER_TOKEN)
     summary_tokens = 0 if summary is None else estimate_tokens(summary_block(summary))
     piece = max((room - summary_tokens) // 4, MIN_PIECE_TOKENS) * CHARS_PER_TOKEN
-    older = [_shown(event, piece, piece // CHARS_PER_TOKEN, media) for event in live]
     # Events are sized by the estimate; where the model counted more (text of
     # few characters a token), the part kept word for word is chosen to fit as
     # the model counts it, or it alone filled the window again: every step
     # compacted, and the request the model counted passed the window.
     scale = max(_undercount(estimate, events, window, media), 1.0)
+    # So are an older event's media: a document the model counted far over its
+    # estimate, which made the request it refused too long, is a note.
+    media_room = piece // CHARS_PER_TOKEN
+    older = [_shown(event, piece, MediaRoom(media_room, scale), media) for event in live]
     sizes = [_tokens(e, media) for e in older]
     cut = choose_cut(live, overhead, limits, summary_tokens, sizes, kept_scale=scale, media=media)
     if cut is None:
@@ -184,20 +194,32 @@ def plan_compaction(
             f"the context (about {tokens} tokens) does not fit the model's context window "
             f"of {window} tokens, and no part of it can be summarised to make it fit"
         )
-    messages = render_messages(summary, older[:cut])
-    instruction: Json = {"type": "text", "text": SUMMARY_INSTRUCTION}
-    if messages and messages[-1]["role"] == "user":
-        messages[-1]["content"].append(instruction)
-    else:
-        messages.append({"role": "user", "content": [instruction]})
-    asking = shaped(messages)
+    asking = shaped(_summarising(summary, older[:cut]))
+    # What to ask should the model refuse that request as too long: the media
+    # it shows are the likely cause (their count is the estimate's weakest).
+    bare = [_shown(event, piece, MediaRoom(None), media) for event in live[:cut]]
+    without_media = shaped(_summarising(summary, bare)) if bare != older[:cut] else None
     # What the summary may take of the next request: the window as the model
     # counts it, less what is kept word for word (a longer one would make that
     # request too large, and every later one, however often it is compacted),
     # and at most what the next summarising request shows of it.
     kept = estimate_tokens(shaped(render_messages("", live[cut:])).as_params(), media)
     room_left = min(int(limits.trigger / scale) - kept, room // 2)
-    return Compact(asking, int(live[cut]["_seq"]), tokens, max(room_left, MIN_PIECE_TOKENS))
+    return Compact(
+        asking, int(live[cut]["_seq"]), tokens, max(room_left, MIN_PIECE_TOKENS), without_media
+    )
+
+
+def _summarising(summary: str | None, older: Sequence[Json]) -> list[Json]:
+    """The messages of a summarising request: ``older`` (after ``summary``),
+    then the instruction."""
+    messages = render_messages(summary, older)
+    instruction: Json = {"type": "text", "text": SUMMARY_INSTRUCTION}
+    if messages and messages[-1]["role"] == "user":
+        messages[-1]["content"].append(instruction)
+    else:
+        messages.append({"role": "user", "content": [instruction]})
+    return messages
 
 
 def _undercount(
@@ -373,12 +395,12 @@ def _tokens(event: Json, media: MediaTokens | None) -> int:
     return 0 if found is None else estimate_tokens(found[1], media)
 
 
-def _shown(event: Json, chars: int, media_room: int | None, media: MediaTokens | None) -> Json:
+def _shown(event: Json, chars: int, room: MediaRoom, media: MediaTokens | None) -> Json:
     """``event`` as a summarising request shows it (the log keeps it whole):
     every text longer than ``chars`` cut to its head and tail, and its media
-    shown while they fit ``media_room`` tokens in all, each of the others
-    replaced by a note of what it was (``media.py``; None: every one)."""
-    shown: Json = _elided(event, chars, MediaRoom(media_room), origin(event), media)
+    shown while they fit ``room``, each of the others replaced by a note of
+    what it was (``media.py``)."""
+    shown: Json = _elided(event, chars, room, origin(event), media)
     return shown
 
 

@@ -30,15 +30,19 @@ content blocks is text, cut as text is; a file source never reaches a request)."
 @dataclass
 class MediaRoom:
     """What is left of the tokens an event's media may take in a summarising
-    request (None: no medium is shown)."""
+    request (None: no medium is shown), each counted as ``scale`` times its
+    estimate (how many times the estimate the model counted)."""
 
-    left: int | None
+    left: float | None
+    scale: float = 1.0
 
     def takes(self, tokens: int) -> bool:
-        """Whether a medium of ``tokens`` still fits, and if so it is taken."""
-        if self.left is None or tokens > self.left:
+        """Whether a medium of ``tokens`` by the estimate still fits, and if so
+        it is taken."""
+        counted = tokens * self.scale
+        if self.left is None or counted > self.left:
             return False
-        self.left -= tokens
+        self.left -= counted
         return True
 
 

@@ -189,19 +189,26 @@ class ModelSteps(ToolSteps):
     async def _compact(self, model: str, planned: Compact | CompactionLimit) -> None:
         """Has the model summarise the older context and records the summary
         (``agent.thread_context_compacted``) with its usage, in one commit. A
-        crash before that commit plans the same request again and re-asks."""
+        crash before that commit plans the same request again and re-asks. A
+        summarising request the model refuses as too long is asked once more
+        with each medium it showed a note (``Compact.without_media``)."""
         exhausted = {"type": "retries_exhausted"}
         if isinstance(planned, CompactionLimit):
             error = ev.session_error("compaction_limit_reached_error", planned.message, "exhausted")
             return await self._end([error], exhausted, RunStatus.FAILED, answer_drained=False)
-        params, kept_from = planned.request.as_params(), planned.kept_from
-        key = op_key("compaction", params, self.claim.run_id, kept_from)
-        await self._start_model_op([], key, "compaction")
-        self.deps.failpoints.hit("compaction.before_request")
         done: dict[str, Any] = {}
         try:
-            response = await self._ask(model, planned.request, key)
-            self.deps.failpoints.hit("compaction.after_answer")
+            try:
+                response, key = await self._summarised(model, planned.request, planned.kept_from)
+            except UpstreamError as exc:
+                if not exc.too_long or planned.without_media is None:
+                    raise
+                # The model counts its media past their estimate (a dense PDF):
+                # the summary can still name them, and the rest fits.
+                message = f"{exc}; summarising: asking again with no media"
+                await self._write([ev.session_error(exc.error_type, message, "retrying")])
+                asked = planned.without_media
+                response, key = await self._summarised(model, asked, planned.kept_from)
             counters = accounting.request_usage(response.usage, self.deps.prices.price(model))
             self._usage = accounting.added(self._usage, counters)
             done = {"usage": RequestUsage(model, counters), "ops_completed": [(key, {})]}
@@ -214,6 +221,17 @@ class ModelSteps(ToolSteps):
                 [error], exhausted, RunStatus.FAILED, answer_drained=False, **done
             )
         await self._write([ev.new(EventType.AGENT_THREAD_CONTEXT_COMPACTED, body)], **done)
+
+    async def _summarised(
+        self, model: str, request: ModelRequest, kept_from: int
+    ) -> tuple[ModelResponse, str]:
+        """The model's answer to the summarising ``request``, and its op key."""
+        key = op_key("compaction", request.as_params(), self.claim.run_id, kept_from)
+        await self._start_model_op([], key, "compaction")
+        self.deps.failpoints.hit("compaction.before_request")
+        response = await self._ask(model, request, key)
+        self.deps.failpoints.hit("compaction.after_answer")
+        return response, key
 
     async def _offered_mcp_tools(self) -> tuple[McpTool, ...]:
         """The MCP tools this run offers the model: listed on its first request;
