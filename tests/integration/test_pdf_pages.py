@@ -3,7 +3,9 @@ server and the fake model: a session compacts before a request whose PDF
 would not fit beside the conversation, and never sends one that cannot fit
 at all. A PDF's pages cost the model some 1,500 to 3,000 tokens each; counted
 as one image (1,600 tokens), a long PDF went out in a request far over the
-model's window, which the model refused.
+model's window, which the model refused. Images and PDFs by URL count at
+least as an image: counted as their URLs' characters, many went out with a
+conversation that left no room for them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import anthropic
 import pytest
 
 from stead.harness import SUMMARY_INSTRUCTION
-from stead.harness.windows import PDF_PAGE_TOKENS
+from stead.harness.windows import MEDIA_TOKENS, PDF_PAGE_TOKENS
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, Turn, when_asked
 from stead.testing.scripts import last_user_text
 from tests.conftest import loop_env, sdk_of
@@ -92,6 +94,40 @@ def test_a_pdf_that_does_not_fit_beside_the_conversation_is_compacted_before_it_
     assert SUMMARY in json.dumps(sent[0])
     idles = [e.stop_reason.type for e in events if e.type == "session.status_idle"]
     assert idles == ["end_turn"] * 4
+
+
+def test_media_by_url_count_at_least_as_an_image_and_are_compacted_before_they_are_sent(
+    client: anthropic.Anthropic, fake: FakeModel
+) -> None:
+    """Three messages of some 3,000 tokens, then three images and two PDFs by
+    URL: 8,000 tokens at least (an image is up to 1,600, a PDF 3,000 a page).
+    Counted as their URLs' characters (some 15 tokens each), they seemed to
+    fit, and went out with all of the messages."""
+    session_id = new_session(client)
+    for number in range(3):
+        send(client, session_id, message(f"message {number} " + "u" * 12_000))
+    images = [
+        {"type": "image", "source": {"type": "url", "url": f"https://example.com/{n}.png"}}
+        for n in range(3)
+    ]
+    documents = [
+        {"type": "document", "source": {"type": "url", "url": f"https://example.com/{n}.pdf"}}
+        for n in range(2)
+    ]
+    text = {"type": "text", "text": "message 3, with pictures"}
+    send(client, session_id, {"type": "user.message", "content": [text, *images, *documents]})
+    events = list(client.beta.sessions.events.list(session_id))
+
+    assert [e.type for e in events if e.type == "session.error"] == []
+    compacted = [e for e in events if e.type == "agent.thread_context_compacted"]
+    assert len(compacted) == 1
+    assert (compacted[0].model_extra or {})["pre_compaction_tokens"] > 5 * MEDIA_TOKENS + 9_000
+    sent = [
+        body
+        for body in carrying(fake, "https://example.com/1.pdf")
+        if SUMMARY_INSTRUCTION not in json.dumps(body)
+    ]
+    assert len(sent) == 1 and "message 0" not in json.dumps(sent[0])
 
 
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGMAAQAABQABpfZFQAAAAABJRU5ErkJggg=="

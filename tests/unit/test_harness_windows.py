@@ -60,6 +60,21 @@ def test_an_image_counts_a_fixed_size_whatever_its_bytes() -> None:
     assert estimate_tokens(Frozen(**image)) == MEDIA_TOKENS
 
 
+@pytest.mark.parametrize("block", ["image", "document"])
+def test_a_source_by_url_counts_at_least_as_an_image(block: str) -> None:
+    """stead never fetches it, so an image's size and a PDF's pages are unknown:
+    counted as the URL's characters, some 10 tokens, a request of many went
+    out far over the window (an image costs up to 1,600, a PDF 3,000 a page)."""
+    source = {"type": "url", "url": "https://example.com/a"}
+    request = {"messages": [{"role": "user", "content": [{"type": block, "source": source}]}]}
+    assert estimate_tokens(source) == MEDIA_TOKENS
+    assert MEDIA_TOKENS < estimate_tokens(request) < MEDIA_TOKENS + 20
+    long = {"type": "url", "url": "https://example.com/" + "a" * 8_000}
+    assert estimate_tokens(long) == (len("typeurlurl") + 8_020) // CHARS_PER_TOKEN
+    bound = tokens_at_most(canonical(request))
+    assert bound is not None and estimate_tokens(request) <= bound < estimate_tokens(request) + 20
+
+
 def document(data: str, **more: str) -> dict[str, Any]:
     return {"type": "base64", "media_type": "application/pdf", "data": data, **more}
 
@@ -141,7 +156,10 @@ def _counted(value: Any) -> int:
             if pdf_source and isinstance(value["data"], str):
                 return pdf_tokens(value["data"]) * CHARS_PER_TOKEN
             return MEDIA_TOKENS * CHARS_PER_TOKEN
-        return sum(len(str(k)) + _counted(v) for k, v in value.items())
+        held = sum(len(str(k)) + _counted(v) for k, v in value.items())
+        if value.get("type") == "url" and "url" in value:
+            return max(held, MEDIA_TOKENS * CHARS_PER_TOKEN)
+        return held
     if isinstance(value, list | tuple):
         return sum(_counted(v) for v in value)
     return len(str(value))
@@ -156,14 +174,17 @@ _sources = st.fixed_dictionaries(
         "data": st.sampled_from([SMALL_PDF, "AAAA", "no base64!", 'a"b', "a\\b"]) | st.integers(),
     }
 )
+_urls = st.fixed_dictionaries(
+    {"type": st.just("url"), "url": st.sampled_from(["https://e.com/a.png", "u" * 7000, 'a"b'])}
+)
 _leaves = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20)
 _json = st.recursive(
-    _leaves | st.just("base64") | st.just("application/pdf") | _sources,
+    _leaves | st.just("base64") | st.just("url") | st.just("application/pdf") | _sources | _urls,
     lambda inner: (
         st.lists(inner, max_size=5)
         | st.tuples(inner, inner)
         | st.dictionaries(
-            st.sampled_from(["type", "data", "text", "content", "n", "media_type"]),
+            st.sampled_from(["type", "data", "text", "content", "n", "media_type", "url"]),
             inner,
             max_size=5,
         )

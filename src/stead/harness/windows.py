@@ -10,9 +10,11 @@ Media sent as bytes (a ``base64`` source): an image counts ``MEDIA_TOKENS``
 whatever its bytes; a PDF ``PDF_PAGE_TOKENS`` a page, its bytes decoded and
 its pages counted once (``pdfpages.py``), then kept per PDF by ``MediaTokens``;
 a PDF whose pages cannot be counted is estimated by its size. A source by URL
-counts as its characters: stead never fetches what it names (the model's API
-does), so the image or the pages behind it are unknown here, and the model's
-count corrects the estimate. A source by file id never reaches a request:
+(an image's or a PDF's) counts ``MEDIA_TOKENS``, or its characters if more:
+stead never fetches what it names (the model's API does), so an image's size
+and a PDF's pages are unknown here; an image costs the model up to that, a PDF
+``PDF_PAGE_TOKENS`` a page, so a PDF by URL counts as a page or so short, and
+the model's count corrects the estimate. A source by file id never reaches a request:
 stead's API refuses one in an event (``schemas/events.py``), as it passes
 none on to the model; a file stead holds reaches the model as base64 (the
 read tool's, from the sandbox it is mounted in), counted as such.
@@ -21,6 +23,7 @@ read tool's, from the sandbox it is mounted in), counted as such.
 from __future__ import annotations
 
 import binascii
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -35,8 +38,9 @@ OPENAI_COMPATIBLE_WINDOW = 128_000
 """A model an OpenAI-compatible server answers, unless configured."""
 CHARS_PER_TOKEN = 4
 MEDIA_TOKENS = 1_600
-"""An image sent as bytes: about what a full-size image costs (the API scales
-a larger one down to about 1.15 megapixels, some 1,600 tokens)."""
+"""An image sent as bytes or by URL, and a PDF by URL: about what a full-size
+image costs (the API scales a larger one down to about 1.15 megapixels, some
+1,600 tokens)."""
 PDF = "application/pdf"
 PDF_PAGE_TOKENS = 3_000
 """A page of a PDF sent as bytes. Anthropic's PDF support documentation: each
@@ -118,6 +122,10 @@ def estimate_tokens(value: Any, media: MediaTokens | None = None) -> int:
 
 MEDIA_MARK = '"type":"base64"'
 """How a media source's mapping shows in canonical JSON (sorted keys, no spaces)."""
+URL_MARK = '"type":"url"'
+"""How a source by URL shows there (``{"type":"url","url":"…"}``)."""
+MARKS = re.compile('"type":"(?:base64|url)"')
+"""Either mark: one scan of a request's text finds both."""
 MEDIA_TYPE_KEY = '"media_type":"'
 DATA_KEY = '{"data":"'
 
@@ -128,23 +136,23 @@ def tokens_at_most(canonical_json: str) -> int | None:
     least as long as it is counted (quotes, escapes and punctuation only add).
     A media source is found by its mark: one in the form the API takes
     (``data``, ``media_type`` and ``type`` alone) counts its fixed size in place
-    of its data, any other its fixed size on top of all it holds. A long
-    session's request is megabytes of nodes to walk; this is a length and one
-    scan of the text, which is made for the op key anyway.
+    of its data, any other (a source by URL too) its fixed size on top of all
+    it holds. A long session's request is megabytes of nodes to walk; this is
+    a length and one scan of the text, which is made for the op key anyway.
 
     None when the value may hold a PDF: its pages are counted from its bytes,
     which the walk finds without reading them again (``MediaTokens``)."""
     chars = len(canonical_json)
     media = 0
-    at = canonical_json.find(MEDIA_MARK)
-    while at != -1:
-        kind = _media_type_before(canonical_json, at)
+    for mark in MARKS.finditer(canonical_json):
+        media += 1
+        if mark[0] == URL_MARK:
+            continue
+        kind = _media_type_before(canonical_json, mark.start())
         if kind is not None and kind[1] == PDF:
             return None
         if kind is not None:
             chars -= _data_before(canonical_json, kind[0])
-        media += 1
-        at = canonical_json.find(MEDIA_MARK, at + len(MEDIA_MARK))
     return (chars + media * MEDIA_TOKENS * CHARS_PER_TOKEN) // CHARS_PER_TOKEN
 
 
@@ -206,8 +214,12 @@ def _chars(value: Any, media: MediaTokens | None) -> int:
 def _mapping_chars(value: Mapping[Any, Any], pending: list[Any], media: MediaTokens | None) -> int:
     """The characters of ``value``'s keys (its values go on ``pending``), or a
     media source's tokens' worth."""
-    if value.get("type") == "base64" and "data" in value:
+    kind = value.get("type")
+    if kind == "base64" and "data" in value:
         return _media_tokens(value, media) * CHARS_PER_TOKEN
+    if kind == "url" and "url" in value:
+        held = sum(len(str(key)) for key in value) + _chars(list(value.values()), media)
+        return max(held, MEDIA_TOKENS * CHARS_PER_TOKEN)
     keys = 0
     for key, item in value.items():
         keys += len(key) if type(key) is str else len(str(key))
