@@ -21,6 +21,7 @@ from stead.harness import (
     OpenAICompatibleModel,
     UpstreamError,
 )
+from stead.harness.providers.anthropic import status_error
 from stead.runtime.models import ModelRouter
 from stead.runtime.opkeys import op_key, op_key_of
 from stead.testing import (
@@ -138,6 +139,25 @@ async def test_a_request_longer_than_the_window_is_told_apart_with_the_models_co
         without_count, not_long = await failure(fake), await failure(fake)
     assert without_count.too_long and without_count.counted is None
     assert not not_long.too_long and not_long.counted is None
+
+
+async def test_a_request_over_the_apis_byte_limit_is_told_apart() -> None:
+    """A 413 (``request_too_large``, the Messages API's 32 MB) says compacting
+    may help where the request's media make it so; so does one whose body is
+    Cloudflare's page rather than the API's JSON, as it comes before the API."""
+    async with FakeModel([TURN], max_request_bytes=50) as fake:
+        refused = await failure(fake)
+        client = OpenAICompatibleModel(
+            base_url=fake.openai_url, api_key="k", read_timeout=10.0, total_timeout=30.0
+        )
+        with pytest.raises(UpstreamError) as chat:
+            await client.complete(REQUEST, op_key="op-1")
+        await client.aclose()
+    page = status_error(413, "<html><center><h1>413 Request Entity Too Large</h1></center>")
+    for error in (refused, chat.value, page):
+        assert error.too_large and not error.too_long
+        assert (error.status, error.retryable) == (413, False)
+    assert "request_too_large" in str(refused)
 
 
 async def test_an_error_that_echoes_the_api_key_does_not_carry_it_on() -> None:

@@ -297,6 +297,21 @@ async def test_a_prompt_over_the_window_gets_the_apis_too_long_answer() -> None:
     assert "maximum context length is 500 tokens" in chat.json()["error"]["message"]
 
 
+async def test_a_body_over_the_byte_limit_gets_the_apis_request_too_large() -> None:
+    large = [{"role": "user", "content": "x" * 4000}]
+    async with (
+        FakeModel([Turn([Text("ok")])], max_request_bytes=2000) as fake,
+        sdk(fake) as client,
+    ):
+        assert (await create(client)).content[0].type == "text"
+        with pytest.raises(anthropic.ContentTooLargeError) as refused:
+            await create(client, messages=large)
+    assert refused.value.status_code == 413
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "request_too_large"
+    assert error["message"] == "Request exceeds the maximum allowed number of bytes."
+
+
 async def test_an_error_event_inside_a_stream() -> None:
     faults = [FaultRule(StreamError(after_chunks=3), times=2)]
     async with FakeModel(faults=faults) as fake, sdk(fake) as client:

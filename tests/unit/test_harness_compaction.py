@@ -3,6 +3,8 @@ context that follows the summary."""
 
 from __future__ import annotations
 
+import random
+from base64 import b64encode
 from typing import Any
 
 import pytest
@@ -397,6 +399,72 @@ def test_media_are_sized_as_the_model_counted_the_request_it_refused() -> None:
     assert document(SMALL) not in blocks(planned.request)
     assert "application/pdf, 1 page" in texts(planned.request.messages)
     assert planned.without_media is None  # it shows no medium
+
+
+def refused_as_too_large(log: Log, size: int) -> None:
+    """The model's API refused the log's request, of ``size`` bytes, as larger
+    than it takes (413), as the runtime records it."""
+    start = log.add("span.model_request_start")
+    log.add(
+        "span.model_request_end",
+        model_request_start_id=start["id"],
+        model_usage={},
+        is_error=True,
+        _internal={"too_large": size},
+    )
+    error = {"type": "model_request_failed_error", "retry_status": {"type": "retrying"}}
+    log.add("session.error", error=error)
+
+
+def pictures(log: Log, count: int) -> None:
+    for number in range(count):
+        picture = image(b64encode(random.Random(number).randbytes(30_000)).decode())
+        text = {"type": "text", "text": f"picture {number}"}
+        log.add("user.message", content=[text, picture])
+        log.answer(f"seen {number}")
+
+
+def test_after_a_request_refused_for_its_bytes_the_part_kept_holds_half_as_many() -> None:
+    """Five pictures of 40 KB in base64, 8,000 tokens: far under the window,
+    over the API's bytes. The summarising request shows none of them, and the
+    part kept word for word holds at most half the refused request's bytes:
+    by its tokens alone it would keep three."""
+    limits = ContextLimits(window=20_000, threshold=0.8, keep_ratio=0.25, max_consecutive=3)
+    log = Log()
+    pictures(log, 5)
+    log.user("and now?")
+    assert plan(log.events, limits) is None
+    refused_as_too_large(log, 201_000)
+    planned = plan(log.events, limits)
+    assert isinstance(planned, Compact)
+    assert planned.context_tokens > limits.window
+    assert not [b for b in blocks(planned.request) if b["type"] == "image"]
+    notes = [b["text"] for b in blocks(planned.request) if "left out" in b.get("text", "")]
+    assert len(notes) == 3 and planned.without_media is None
+    kept = [e for e in log.events if e["_seq"] >= planned.kept_from]
+    assert [e["content"][0]["text"] for e in kept if e["type"] == "user.message"] == [
+        "picture 3",
+        "picture 4",
+        "and now?",
+    ]
+    log.compacted("summary", planned.kept_from)
+    assert plan(log.events, limits) is None  # the limit held for that compaction only
+
+
+def test_a_recent_message_with_more_bytes_than_half_a_refused_request_reaches_the_limit() -> None:
+    """Refused for its bytes, then the turn ended before it compacted (an
+    interrupt, say): a message that alone holds more than half as many cannot
+    be kept, and the turn ends saying why."""
+    limits = ContextLimits(window=20_000, threshold=0.8, keep_ratio=0.25, max_consecutive=3)
+    log = Log()
+    pictures(log, 2)
+    refused_as_too_large(log, 81_000)
+    log.add("session.status_idle", stop_reason={"type": "end_turn"})
+    two = [b for e in log.events if e["type"] == "user.message" for b in e["content"][1:]]
+    log.add("user.message", content=[{"type": "text", "text": "two more"}, *two])
+    planned = plan(log.events, limits)
+    assert isinstance(planned, CompactionLimit)
+    assert "refused a request of 0.1 MB as larger than it takes" in planned.message
 
 
 def test_thinking_reaches_the_summarising_request_exactly_as_written() -> None:

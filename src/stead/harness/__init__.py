@@ -22,6 +22,7 @@ from stead.harness.context import (
     request_with,
 )
 from stead.harness.mcp import McpTool, servers_in_use, within_room
+from stead.harness.media import media_bytes, megabytes
 from stead.harness.memory import (
     MEMORY_SEARCH,
     MemoryPrompt,
@@ -81,6 +82,8 @@ __all__ = [
     "context_window",
     "custom_tools",
     "enabled_builtin_tools",
+    "media_bytes",
+    "megabytes",
     "memory_prompts",
     "memory_search_offered",
     "next_step",

@@ -28,7 +28,10 @@ compacts by it, within the same limit of compactions in a row. Its summarising
 request sizes media as the model counted that request, so the document that
 made it too long is a note there; should the model refuse a summarising
 request as too long all the same, the runner asks it once more with every
-medium a note (``Compact.without_media``).
+medium a note (``Compact.without_media``). A request the model's API refused
+as more bytes than it takes (413; the runner records only one whose media are
+most of its bytes) counts the same, and its summarising request shows no
+medium, the part kept holding at most half the refused request's bytes of them.
 """
 
 from __future__ import annotations
@@ -48,7 +51,15 @@ from stead.harness.context import (
     without_refused_turns,
 )
 from stead.harness.mcp import McpTool
-from stead.harness.media import MediaRoom, left_out, media_source, media_tokens, origin
+from stead.harness.media import (
+    MediaRoom,
+    left_out,
+    media_bytes,
+    media_source,
+    media_tokens,
+    megabytes,
+    origin,
+)
 from stead.harness.memory import MemoryPrompt
 from stead.harness.model import ModelRequest, ModelResponse, UpstreamError
 from stead.harness.skills import SkillPrompt
@@ -184,11 +195,29 @@ def plan_compaction(
     # compacted, and the request the model counted passed the window.
     scale = max(_undercount(estimate, events, window, media), 1.0)
     # So are an older event's media: a document the model counted far over its
-    # estimate, which made the request it refused too long, is a note.
-    media_room = piece // CHARS_PER_TOKEN
+    # estimate, which made the request it refused too long, is a note. After a
+    # request refused as too many bytes every one is, and the part kept holds
+    # at most half as many.
+    byte_room = _byte_room(events)
+    media_room = piece // CHARS_PER_TOKEN if byte_room is None else None
     older = [_shown(event, piece, MediaRoom(media_room, scale), media) for event in live]
     sizes = [_tokens(e, media) for e in older]
-    cut = choose_cut(live, overhead, limits, summary_tokens, sizes, kept_scale=scale, media=media)
+    cut = choose_cut(
+        live,
+        overhead,
+        limits,
+        summary_tokens,
+        sizes,
+        kept_scale=scale,
+        media=media,
+        byte_room=byte_room,
+    )
+    if cut is None and byte_room is not None:
+        return CompactionLimit(
+            f"the model's API refused a request of {megabytes(2 * byte_room)} as larger than "
+            "it takes, and the images and PDFs of the most recent part of the context, which "
+            "cannot be summarised, are more than half of that"
+        )
     if cut is None:
         return CompactionLimit(
             f"the context (about {tokens} tokens) does not fit the model's context window "
@@ -233,6 +262,8 @@ def _undercount(
     if found is None:
         return 1.0
     index, counted = found
+    if "too_large" in (events[index].get("_internal") or {}):
+        return 1.0  # refused for its bytes: the model counted nothing
     before = estimate - _tail_tokens(events, index, media)
     return counted / max(before, 1)
 
@@ -263,10 +294,33 @@ def _last_count(events: Sequence[Json], window: int) -> tuple[int, int] | None:
     A request of a turn that ended in a refusal does not count: its count holds
     the refused turn, which later requests no longer carry (``live_context``).
 
-    A request the model refused as longer than its ``window`` counts as the
-    model said, and as more than the window whatever it said: the request
-    after it is the same context, so it must be compacted first, however the
-    estimate counts it."""
+    A request the model refused as longer than its ``window``, or its API as
+    larger than it takes, counts as the model said, and as more than the window
+    whatever it said: the request after it is the same context, so it must be
+    compacted first, however the estimate counts it."""
+    index = _last_end(events)
+    if index is None:
+        return None
+    event = events[index]
+    internal = event.get("_internal") or {}
+    if "too_long" in internal or "too_large" in internal:
+        return index, max(int(internal.get("too_long") or 0), window + 1)
+    used = event.get("model_usage") or {}
+    counted = sum(
+        int(used.get(key, 0))
+        for key in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        )
+    )
+    return index, counted
+
+
+def _last_end(events: Sequence[Json]) -> int | None:
+    """The index of the span end ``_last_count`` counts: an answered request's,
+    or one refused as too long or too large, since the latest compaction."""
     refused = False
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
@@ -278,26 +332,23 @@ def _last_count(events: Sequence[Json], window: int) -> tuple[int, int] | None:
             # of the turn before it closes it (``without_refused_turns``).
             refused = ended == "refusal"
             continue
-        if refused:
+        if refused or event["type"] != EventType.SPAN_MODEL_REQUEST_END:
             continue
-        if event["type"] != EventType.SPAN_MODEL_REQUEST_END:
-            continue
-        too_long = (event.get("_internal") or {}).get("too_long")
-        if too_long is not None:
-            return index, max(int(too_long), window + 1)
-        if not event.get("is_error"):
-            used = event.get("model_usage") or {}
-            counted = sum(
-                int(used.get(key, 0))
-                for key in (
-                    "input_tokens",
-                    "output_tokens",
-                    "cache_read_input_tokens",
-                    "cache_creation_input_tokens",
-                )
-            )
-            return index, counted
+        internal = event.get("_internal") or {}
+        if "too_long" in internal or "too_large" in internal or not event.get("is_error"):
+            return index
     return None
+
+
+def _byte_room(events: Sequence[Json]) -> int | None:
+    """The most bytes of media the part kept word for word may hold, when the
+    last request (since the latest compaction) was refused as larger than the
+    model's API takes: half that request's. None otherwise: no limit."""
+    index = _last_end(events)
+    if index is None:
+        return None
+    refused = (events[index].get("_internal") or {}).get("too_large")
+    return None if refused is None else int(refused) // 2
 
 
 def consecutive_compactions(events: Sequence[Json], tokens: int | None = None) -> int:
@@ -339,6 +390,7 @@ def choose_cut(
     *,
     kept_scale: float = 1.0,
     media: MediaTokens | None = None,
+    byte_room: int | None = None,
 ) -> int | None:
     """Index in ``live`` of the first event kept word for word: the earliest
     boundary whose kept part fits ``limits.keep``, else the latest one whose kept
@@ -350,7 +402,8 @@ def choose_cut(
     the older part starts with; ``summarised_sizes``: each event's size as the
     summarising request shows it (``_shown``), if not its own; ``kept_scale``:
     how many times its estimate the model counts the part kept; ``media``: the
-    PDFs counted so far."""
+    PDFs counted so far; ``byte_room``: the most base64 the kept part's media
+    may hold (``_byte_room``)."""
     sizes = [_tokens(event, media) for event in live]
     total = sum(sizes)
     kept = [total]
@@ -361,15 +414,25 @@ def choose_cut(
         prefix.append(prefix[-1] + size)
     boundaries = _boundaries(live)
     counted = [(overhead + size) * kept_scale for size in kept]
-    preferred = next((cut for cut in boundaries if counted[cut] <= limits.keep), None)
-    if preferred is None and boundaries and counted[boundaries[-1]] <= limits.trigger:
-        preferred = boundaries[-1]
+    kept_parts = boundaries if byte_room is None else _within(live, boundaries, byte_room)
+    preferred = next((cut for cut in kept_parts if counted[cut] <= limits.keep), None)
+    if preferred is None and kept_parts and counted[kept_parts[-1]] <= limits.trigger:
+        preferred = kept_parts[-1]
     if preferred is None:
         return None
     asking = overhead + summary_tokens + INSTRUCTION_TOKENS
     room = limits.trigger - asking
     fitting = [cut for cut in boundaries if cut <= preferred and prefix[cut] <= room]
     return fitting[-1] if fitting else None
+
+
+def _within(live: Sequence[Json], boundaries: Sequence[int], byte_room: int) -> list[int]:
+    """The ``boundaries`` whose kept part's media hold at most ``byte_room``."""
+    after = [0]
+    for event in reversed(live):
+        found = event_blocks(event)
+        after.append(after[-1] + (0 if found is None else media_bytes(found[1])))
+    return [cut for cut in boundaries if after[len(live) - cut] <= byte_room]
 
 
 def _boundaries(live: Sequence[Json]) -> list[int]:

@@ -8,6 +8,8 @@ message of many images): every later turn ended at the compaction limit. An
 event's media are shown while they fit the room given to it; each of the others
 becomes a short text naming what it was and where it came from, so the summary
 can still say so. Only the request is changed: the log keeps every medium.
+What the media's base64 adds to a request's bytes (``media_bytes``) says
+whether compacting can make a request its API refused as too large fit.
 """
 
 from __future__ import annotations
@@ -62,6 +64,24 @@ def media_tokens(source: Mapping[str, Any], media: MediaTokens | None) -> int:
     return estimate_tokens(source, media)
 
 
+def media_bytes(value: Any) -> int:
+    """The characters of the base64 data of every medium under ``value`` (an
+    event, a request's messages): what its media add to a request's bytes."""
+    total = 0
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping):
+            data = item.get("data")
+            if item.get("type") == "base64" and isinstance(data, str):
+                total += len(data)
+            else:
+                pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+    return total
+
+
 def origin(event: Json) -> str:
     """Where an event's media came from, as a left-out note names it."""
     kind = event.get("type")
@@ -102,4 +122,9 @@ def _size(count: int) -> str:
         return f"{count} B"
     if count < 1024 * 1024:
         return f"{count / 1024:.0f} KB"
+    return megabytes(count)
+
+
+def megabytes(count: int) -> str:
+    """``count`` bytes as a person reads them."""
     return f"{count / (1024 * 1024):.1f} MB"

@@ -4,7 +4,9 @@ UpstreamError          the provider failed; ``retryable`` says whether to back o
                        and try again, ``error_type`` names the ``session.error``
                        type the spec uses for it, ``too_long`` says the model
                        refused the request as longer than its context window
-                       (compacting the context may make it fit).
+                       (compacting the context may make it fit), ``too_large``
+                       that its API refused it as more bytes than it takes
+                       (413; compacting may leave out the media that make it so).
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ class UpstreamError(Exception):
         error_type: str = "model_request_failed_error",
         too_long: bool = False,
         counted: int | None = None,
+        too_large: bool = False,
     ) -> None:
         self.status = status
         self.retryable = retryable
@@ -113,6 +116,7 @@ class UpstreamError(Exception):
         self.too_long = too_long
         self.counted = counted
         """With ``too_long``: the tokens the model counted in the request, when it said."""
+        self.too_large = too_large
         super().__init__(message)
 
     def without(self, secrets: Iterable[str]) -> UpstreamError:
@@ -133,6 +137,7 @@ class UpstreamError(Exception):
             error_type=self.error_type,
             too_long=self.too_long,
             counted=self.counted,
+            too_large=self.too_large,
         )
 
 

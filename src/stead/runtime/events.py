@@ -60,16 +60,24 @@ def model_usage(usage: dict[str, int]) -> dict[str, int]:
 
 
 def span_end(
-    start_id: str, usage: dict[str, int], *, is_error: bool = False, too_long: int | None = None
+    start_id: str,
+    usage: dict[str, int],
+    *,
+    is_error: bool = False,
+    too_long: int | None = None,
+    too_large: int | None = None,
 ) -> NewEvent:
     """``too_long``: the model refused the request as longer than its window,
-    counting these tokens in it (0: it did not say); the next step compacts
-    (``harness.compaction``)."""
+    counting these tokens in it (0: it did not say); ``too_large``: its API
+    refused the request, of these bytes, as larger than it takes. The next
+    step compacts (``harness.compaction``)."""
     body: Json = {"model_request_start_id": start_id, "model_usage": model_usage(usage)}
-    if is_error or too_long is not None:
+    if is_error or too_long is not None or too_large is not None:
         body["is_error"] = True
     if too_long is not None:
         body["_internal"] = {"too_long": too_long}
+    if too_large is not None:
+        body["_internal"] = {"too_large": too_large}
     return new(EventType.SPAN_MODEL_REQUEST_END, body)
 
 

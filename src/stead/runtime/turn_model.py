@@ -23,6 +23,8 @@ from stead.harness import (
     SkillPrompt,
     UpstreamError,
     compacted_body,
+    media_bytes,
+    megabytes,
     memory_search_offered,
     next_step,
     response_events,
@@ -110,15 +112,17 @@ class ModelSteps(ToolSteps):
         try:
             response = await self._ask(agent["model"]["id"], request, key, previews)
         except UpstreamError as exc:
-            if exc.too_long:
-                # The model counts more than the estimate did: by the count the
-                # span's end records, the next step compacts and asks again.
+            overflowed = _overflowed(exc, request, opened)
+            if overflowed is not None:
+                # The model counts more than the estimate did, or its API takes
+                # fewer bytes than the media hold: by what the span's end
+                # records, the next step compacts and asks again.
                 error = ev.session_error(exc.error_type, f"{exc}; compacting", "retrying")
-                await self._write([ev.span_end(opened, {}, too_long=exc.counted or 0), error])
+                await self._write([overflowed, error])
                 return
             failed = [
                 ev.span_end(opened, {}, is_error=True),
-                ev.session_error(exc.error_type, str(exc), "exhausted"),
+                ev.session_error(exc.error_type, _failure(exc, request), "exhausted"),
             ]
             await self._end(
                 failed, {"type": "retries_exhausted"}, RunStatus.FAILED, answer_drained=False
@@ -301,3 +305,29 @@ class ModelSteps(ToolSteps):
         )
         await self.deps.clock.sleep(delay)
         await self._write([ev.new(EventType.SESSION_STATUS_RUNNING)], status=RunStatus.RUNNING)
+
+
+def _overflowed(exc: UpstreamError, request: ModelRequest, opened: str) -> NewEvent | None:
+    """The end of the span ``opened`` of a request refused so that compacting
+    may cure it: too long for the model's window, or more bytes than its API
+    takes (413) where its images and PDFs are the most of them (a summarising
+    request shows none, and the part it keeps holds half as many)."""
+    if exc.too_long:
+        return ev.span_end(opened, {}, too_long=exc.counted or 0)
+    if exc.too_large:
+        size = len(request.canonical_params.encode())
+        if 2 * media_bytes(request.messages) > size:
+            return ev.span_end(opened, {}, too_large=size)
+    return None
+
+
+def _failure(exc: UpstreamError, request: ModelRequest) -> str:
+    """What the session says of a refusal that ends the turn."""
+    if not exc.too_large:
+        return str(exc)
+    size = megabytes(len(request.canonical_params.encode()))
+    return (
+        f"{exc}: the request ({size}) is larger than the model's API takes, and not for its "
+        "images or PDFs, which compacting could leave out: its text, tools and system prompt "
+        "make it so"
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeGuard
@@ -48,9 +49,11 @@ class FakeModelApp:
         chunk_chars: int,
         on_ready: Callable[[], None],
         context_window: int | None = None,
+        max_request_bytes: int | None = None,
     ) -> None:
         self._script = script
         self._window = context_window
+        self._most_bytes = max_request_bytes
         self._faults = faults
         self._log = log
         self._on_ready = on_ready
@@ -93,10 +96,20 @@ class FakeModelApp:
         assert self._stopping is not None  # set at startup, before any request
         delivery = _Delivery(send, receive, self._stopping, dialect, _request_id(request))
         # The reply is made only if a fault does not replace it, after any delay.
-        await delivery.run(lambda: self._reply(request, dialect, bad_json=body is None), plan)
+        reply = functools.partial(
+            self._reply, request, dialect, bad_json=body is None, size=len(raw)
+        )
+        await delivery.run(reply, plan)
 
-    def _reply(self, request: ReceivedRequest, dialect: Dialect, *, bad_json: bool) -> Reply:
+    def _reply(
+        self, request: ReceivedRequest, dialect: Dialect, *, bad_json: bool, size: int
+    ) -> Reply:
         route = (request.method, request.path)
+        if self._most_bytes is not None and size > self._most_bytes:
+            # Before anything reads the body, as the API's edge refuses it.
+            message = "Request exceeds the maximum allowed number of bytes."
+            body = dialect.error_body("request_too_large", message, _request_id(request))
+            return JsonReply(body, 413)
         if route in {("POST", "/v1/chat/completions"), ("POST", "/v1/messages")}:
             return self._answer(dialect, request, bad_json)
         if route == ("POST", "/v1/messages/count_tokens") and not bad_json:

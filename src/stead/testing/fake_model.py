@@ -51,8 +51,10 @@ class FakeModel:
     pieces. ``context_window``: the most tokens of a prompt it takes, counted
     as its usage counts them (about four characters of JSON a token, media
     bytes included); a longer one gets the 400 the dialect's API answers one
-    with (``prompt is too long: N tokens > W maximum``). Start it once; after
-    ``stop`` it cannot be started again.
+    with (``prompt is too long: N tokens > W maximum``). ``max_request_bytes``:
+    the largest body it takes (the Messages API's is 32 MB); a larger one gets
+    the API's 413 ``request_too_large``. Start it once; after ``stop`` it
+    cannot be started again.
     """
 
     def __init__(
@@ -62,16 +64,25 @@ class FakeModel:
         faults: Sequence[FaultRule] = (),
         chunk_chars: int = 16,
         context_window: int | None = None,
+        max_request_bytes: int | None = None,
     ) -> None:
         if chunk_chars < 1:
             raise ValueError("chunk_chars must be at least 1")
         if context_window is not None and context_window < 1:
             raise ValueError("context_window must be at least 1")
+        if max_request_bytes is not None and max_request_bytes < 1:
+            raise ValueError("max_request_bytes must be at least 1")
         self._faults = FaultBook(faults)
         self._log = RequestLog()
         self._settled = threading.Event()  # the server is up, or its thread ended
         self._app = FakeModelApp(
-            script, self._faults, self._log, chunk_chars, self._settled.set, context_window
+            script,
+            self._faults,
+            self._log,
+            chunk_chars,
+            self._settled.set,
+            context_window,
+            max_request_bytes,
         )
         self._state = _State.NEW
         self._server: uvicorn.Server | None = None

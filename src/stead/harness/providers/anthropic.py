@@ -106,6 +106,9 @@ def status_error(
         error_type=ERROR_TYPES.get(status, "model_request_failed_error"),
         too_long=too_long is not None,
         counted=int(too_long[1]) if too_long is not None and too_long[1] else None,
+        # ``request_too_large``, over 32 MB: from the API's edge (Cloudflare),
+        # before the API reads it, so its body may be no JSON at all.
+        too_large=status == 413,
     )
 
 

@@ -296,6 +296,7 @@ class OpenAICompatibleModel:
                 else "model_request_failed_error",
                 too_long=too_long,
                 counted=int(next(filter(None, counted.groups()))) if counted else None,
+                too_large=status == 413,  # a server's, or a proxy's before it
             )
         try:
             return checked(from_chat(json.loads(text)))
