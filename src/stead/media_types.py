@@ -5,6 +5,10 @@ Messages API refuses when its bytes are not what its type says."""
 
 from __future__ import annotations
 
+IMAGE_MAX_PIXELS = 8000
+"""The longest side of an image the Messages API takes: a request holding a
+larger one is refused, and so is every later request of its session."""
+
 SIGNATURES = (
     (b"%PDF-", "application/pdf"),
     (b"\x89PNG\r\n\x1a\n", "image/png"),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import zlib
+
 import anthropic
 import pytest
 
@@ -124,3 +127,40 @@ def test_a_message_of_only_redacted_blocks_is_refused(client: anthropic.Anthropi
     sent = client.beta.sessions.events.send(session_id, events=[mixed])
     assert [b.type for b in sent.data[0].content] == ["redacted", "text"]
     wait_idle(client, session_id)
+
+
+def _png(width: int, height: int) -> str:
+    """A PNG's signature and header chunk (all that its size is read from), as base64."""
+    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    chunk = (
+        len(header).to_bytes(4, "big")
+        + b"IHDR"
+        + header
+        + zlib.crc32(b"IHDR" + header).to_bytes(4, "big")
+    )
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
+
+
+def test_an_image_larger_than_the_model_takes_is_refused(client: anthropic.Anthropic) -> None:
+    """The Messages API refuses a request holding an image over 8000 pixels on a
+    side, and every later request of the session would hold it: it was accepted,
+    then failed that turn and each one after."""
+    session_id = new_session(client)
+
+    def image(width: int, height: int) -> dict[str, object]:
+        source = {"type": "base64", "media_type": "image/png", "data": _png(width, height)}
+        return {"type": "image", "source": source}
+
+    big = {"type": "user.message", "content": [*message("look")["content"], image(8001, 20)]}
+    with pytest.raises(
+        anthropic.BadRequestError, match=r"events\.0\.content\.1\.source\.data: .*8001x20 pixels"
+    ):
+        client.beta.sessions.events.send(session_id, events=[big])  # type: ignore[list-item]
+    agent = client.beta.sessions.retrieve(session_id).agent.id
+    env = client.beta.sessions.retrieve(session_id).environment_id
+    with pytest.raises(anthropic.BadRequestError, match=r"initial_events\.0\.content\.1"):
+        client.beta.sessions.create(agent=agent, environment_id=env, initial_events=[big])  # type: ignore[list-item]
+    assert list(client.beta.sessions.events.list(session_id)) == []
+    fits = {"type": "user.message", "content": [*message("look")["content"], image(8000, 20)]}
+    sent = client.beta.sessions.events.send(session_id, events=[fits])  # type: ignore[list-item]
+    assert [b.type for b in sent.data[0].content] == ["text", "image"]

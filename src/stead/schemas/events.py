@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Callable
 from typing import Any
 
 from stead.events import EventType
 from stead.jsonvalues import Json
+from stead.media_types import IMAGE_MAX_PIXELS, image_size
 from stead.schemas.validation import RequestError, StrictParams
 
 SEND = StrictParams("event_send")
@@ -104,19 +107,38 @@ def _check_text_blocks(content: Any, where: str, *, blank: bool) -> None:
 
 
 def _check_sources(content: Any, where: str) -> None:
-    """No image or document names a file by ``file_id``: stead would send it to
-    the model as it came, where no such file is (nor the Files API's beta), so
-    the model API would refuse the request, and every later one of the session,
-    which carries the event too."""
+    """No image or document names a file by ``file_id``, and no image sent as
+    base64 is larger than the model takes: the model API would refuse the
+    request, and every later one of the session, which carries the event too
+    (stead sends a file source on as it came, where no such file is, nor the
+    Files API's beta)."""
     if not isinstance(content, list):
         return
     for j, block in enumerate(content):
         source = block.get("source") if isinstance(block, dict) else None
-        if isinstance(source, dict) and source.get("type") == "file":
+        if not isinstance(source, dict):
+            continue
+        if source.get("type") == "file":
             raise RequestError(
                 f"{where}.{j}.source.type: stead does not pass a file source on to the "
                 "model; send the content as base64 (or a url)"
             )
+        if block.get("type") == "image" and source.get("type") == "base64":
+            _check_image_size(source.get("data"), f"{where}.{j}.source.data")
+
+
+def _check_image_size(data: Any, where: str) -> None:
+    if not isinstance(data, str):
+        return
+    try:
+        size = image_size(base64.b64decode(data))
+    except (binascii.Error, ValueError):
+        return  # the model API names what is wrong with it
+    if size is not None and max(size) > IMAGE_MAX_PIXELS:
+        raise RequestError(
+            f"{where}: the image is {size[0]}x{size[1]} pixels; the model takes at most "
+            f"{IMAGE_MAX_PIXELS} pixels on a side: send a scaled-down copy"
+        )
 
 
 def _check_system_message(events: list[Json], i: int, where: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
+from stead.media_types import IMAGE_MAX_PIXELS
 from stead.sandbox import EXEC_OUTPUT_LIMIT, GLOB_RESULT_LIMIT, GREP_OUTPUT_LIMIT
 from stead.tools.web.page import DEFAULT_MAX_CONTENT_TOKENS
 
@@ -23,8 +24,6 @@ READ_MAX_BYTES = 256 * 1024
 """Largest text file ``read`` returns whole, and largest ``view_range`` slice."""
 EDIT_MAX_BYTES = 256 * 1024
 IMAGE_MAX_BASE64_BYTES = 5 * 1024 * 1024
-IMAGE_MAX_PIXELS = 8000
-"""The longest side of an image the Messages API takes."""
 PDF_MAX_BYTES = 20 * 1024 * 1024
 MEDIA_TYPES = {
     ".png": "image/png",

@@ -15,7 +15,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from stead.media_types import by_signature, image_size
+from stead.media_types import IMAGE_MAX_PIXELS, by_signature, image_size
 from stead.sandbox import (
     EXEC_OUTPUT_LIMIT,
     GREP_OUTPUT_LIMIT,
@@ -34,7 +34,6 @@ from stead.tools.definitions import (
     BASH_MAX_TIMEOUT,
     EDIT_MAX_BYTES,
     IMAGE_MAX_BASE64_BYTES,
-    IMAGE_MAX_PIXELS,
     MEDIA_TYPES,
     PDF_MAX_BYTES,
     READ_MAX_BYTES,
