@@ -35,6 +35,7 @@ SITES = frozenset(
         "webhook.before_send",
         "webhook.after_send",
         "work.after_stop",
+        "snapshot.mid_upload",
     }
 )
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,9 +27,9 @@ from stead.blobs import (
     InvalidBlobKey,
     open_blob_store,
 )
-from stead.blobs.store import STREAM_CHUNK_BYTES
+from stead.blobs.store import PART_BYTES, STREAM_CHUNK_BYTES
 from stead.testing import free_port
-from stead.testing.seaweed import S3Server
+from stead.testing.seaweed import S3Server, multipart_uploads
 from tests.conftest import s3_config
 
 pytestmark = pytest.mark.anyio
@@ -126,6 +130,57 @@ async def test_a_cancelled_upload_leaves_no_object(blobs: BlobStore) -> None:
         tg.cancel_scope.cancel()
     assert await blobs.head("cancelled") is None
     assert [info.key for info in await blobs.list()] == []
+
+
+@pytest.mark.parametrize("cut", ["failed", "cancelled"])
+@pytest.mark.parametrize("kind", ["file", "s3"])
+async def test_an_upload_in_parts_cut_short_leaves_none_of_its_parts(
+    kind: str, cut: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """S3 keeps the parts of a multipart upload that was neither completed nor
+    aborted, billed and shown by no listing; the local backend keeps
+    ``<key>#1``. An upload whose source fails, or whose caller is cancelled,
+    once its upload in parts has begun aborts it. Before, S3 kept it."""
+    if kind == "file":
+        root = tmp_path / "blobs"
+        blobs = open_blob_store(BlobConfig(url=f"file://{root}"))
+
+        def parts() -> list[str]:
+            return sorted(path.relative_to(root).as_posix() for path in root.rglob("*#*"))
+
+        begun = ["a/k#1"]
+    else:
+        server: S3Server = request.getfixturevalue("s3_server")
+        prefix = f"test-{uuid.uuid4().hex}"
+        blobs = open_blob_store(s3_config(server, server.url(prefix)))
+
+        def parts() -> list[str]:
+            return multipart_uploads(server, f"{prefix}/")
+
+        begun = [f"{prefix}/a/k"]
+    seen = anyio.Event()
+
+    async def cut_short() -> AsyncIterator[bytes]:
+        yield os.urandom(PART_BYTES + 1)
+        # Writing more than a part's bytes began the upload in parts.
+        assert await anyio.to_thread.run_sync(parts) == begun
+        seen.set()
+        if cut == "failed":
+            raise Boom
+        await anyio.sleep_forever()
+
+    if cut == "failed":
+        with pytest.raises(Boom):
+            await blobs.put_stream("a/k", cut_short())
+    else:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(blobs.put_stream, "a/k", cut_short())
+            with anyio.fail_after(WAIT):
+                await seen.wait()
+            tg.cancel_scope.cancel()
+    assert seen.is_set()
+    assert await anyio.to_thread.run_sync(parts) == []
+    assert await blobs.head("a/k") is None
 
 
 async def test_missing_key(blobs: BlobStore) -> None:
@@ -264,3 +319,53 @@ async def test_file_url_path_is_percent_decoded(tmp_path: Path) -> None:
     blobs = open_blob_store(BlobConfig(url=f"file://{tmp_path}/my%20blobs"))
     await blobs.put_bytes("k", b"v")
     assert (tmp_path / "my blobs" / "k").read_bytes() == b"v"
+
+
+KILLED_UPLOAD = """
+import asyncio, os, signal, sys
+from stead.blobs import BlobConfig, open_blob_store
+from stead.blobs.store import PART_BYTES
+
+async def chunks():
+    yield os.urandom(PART_BYTES + 1)
+    # The write of the bytes above began the upload in parts: killed in it.
+    os.kill(os.getpid(), signal.SIGKILL)
+    yield b""
+
+config = BlobConfig(**__import__("json").loads(sys.argv[1]))
+asyncio.run(open_blob_store(config).put_stream(sys.argv[2], chunks()))
+"""
+
+
+def kill_during_upload(config: BlobConfig, key: str) -> None:
+    """Uploads to ``key`` in a process SIGKILLed once the upload has begun."""
+    given = json.dumps(dataclasses.asdict(config))
+    argv = [sys.executable, "-c", KILLED_UPLOAD, given, key]
+    done = subprocess.run(argv, capture_output=True, timeout=60, check=False)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+
+
+async def test_an_upload_killed_midway_is_found_and_freed(tmp_path: Path) -> None:
+    """The local backend's part (``<key>#1``) stays when the uploading process
+    is killed, and no listing shows it."""
+    config = BlobConfig(url=f"file://{tmp_path / 'blobs'}")
+    blobs = open_blob_store(config)
+    await blobs.put_bytes("sandboxes/sx/kept", b"kept")
+    kill_during_upload(config, "sandboxes/s/snap.tar.zst")
+    kill_during_upload(config, "sandboxes/sx/snap.tar.zst")
+    assert sorted(info.key for info in await blobs.list()) == ["sandboxes/sx/kept"]
+    found = await blobs.unfinished_uploads("sandboxes")
+    assert sorted(u.key for u in found) == ["sandboxes/s/snap.tar.zst", "sandboxes/sx/snap.tar.zst"]
+    [upload] = await blobs.unfinished_uploads("sandboxes/s")
+    assert (upload.key, upload.part) == ("sandboxes/s/snap.tar.zst", "sandboxes/s/snap.tar.zst#1")
+    assert (tmp_path / "blobs" / upload.part).is_file()
+    await blobs.abort_upload(upload)
+    await blobs.abort_upload(upload)  # gone already: no error
+    assert [u.key for u in await blobs.unfinished_uploads()] == ["sandboxes/sx/snap.tar.zst"]
+    assert not (tmp_path / "blobs" / upload.part).exists()
+    assert await blobs.get_bytes("sandboxes/sx/kept") == b"kept"
+
+
+async def test_a_store_without_parts_has_no_unfinished_uploads() -> None:
+    blobs = open_blob_store(BlobConfig(url="memory://"))
+    assert await blobs.unfinished_uploads("sandboxes") == []

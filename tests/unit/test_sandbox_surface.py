@@ -26,6 +26,7 @@ ALLOWED = {
         "durations",  # a leaf too, shared with the brain's settings
         "setting_paths",  # a leaf too, shared with the brain's settings
         "blob_settings",  # the blob store's settings, shared with the brain's
+        "failpoints",  # a leaf too: test-only crash injection, as in the brain
     },
     # telemetry: the trace context an MCP request carries (a leaf: it imports only config).
     "tools": {"tools", "sandbox", "jsonvalues", "egress_policy", "telemetry", "media_types"},

@@ -19,11 +19,13 @@ from stead.blobs.errors import (
 )
 
 if TYPE_CHECKING:
-    from stead.blobs.store import BlobInfo, BlobStore, open_blob_store
+    from stead.blobs.store import PART_BYTES, BlobInfo, BlobStore, open_blob_store
+    from stead.blobs.unfinished import UnfinishedUpload
 
-_STORE = ("BlobInfo", "BlobStore", "open_blob_store")
+_STORE = ("PART_BYTES", "BlobInfo", "BlobStore", "UnfinishedUpload", "open_blob_store")
 
 __all__ = [
+    "PART_BYTES",
     "BlobAccessDenied",
     "BlobConfig",
     "BlobError",
@@ -32,6 +34,7 @@ __all__ = [
     "BlobStore",
     "BlobUnavailable",
     "InvalidBlobKey",
+    "UnfinishedUpload",
     "check_blob_url",
     "check_s3_endpoint",
     "check_s3_keys",

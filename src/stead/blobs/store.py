@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterable, AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -37,9 +37,10 @@ from stead.blobs.errors import (
     BlobUnavailable,
     InvalidBlobKey,
 )
+from stead.blobs.unfinished import UnfinishedUpload, local_parts, remove_local_part
 
 if TYPE_CHECKING:
-    from obstore import BytesStream, ObjectMeta
+    from obstore import AsyncWritableFile, BytesStream, ObjectMeta
     from obstore.store import ClientConfig, ObjectStore, RetryConfig, S3Config
 
 PART_BYTES = 8 * 1024 * 1024
@@ -56,6 +57,8 @@ REQUEST_CEILING = timedelta(hours=1)
 included; progress within it is bounded by ``timeout_seconds``."""
 MAX_RETRIES = 2
 """Retries of a failed request (transient errors only) inside one call."""
+WALK_TIMEOUTS = 4
+"""Timeouts a search of the local directory for unfinished uploads may take."""
 MAX_KEY_LENGTH = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The local backend keeps an upload in progress at ``<key>#<n>`` and refuses
@@ -153,12 +156,25 @@ class BlobStore:
         """Uploads the chunks as one object (multipart for large ones), holding at
         most ``UPLOAD_CONCURRENCY`` parts in memory. The store must move one part
         (``PART_BYTES``) per timeout, however many share the link; producing the
-        chunks is the caller's time. If ``chunks`` raises, the upload is
-        abandoned and the error propagates unchanged."""
+        chunks is the caller's time. If ``chunks`` raises, or the call fails or
+        is cancelled, the upload is aborted (what it wrote is freed, as far as
+        the store answers within the timeout) and the error propagates
+        unchanged. A process killed mid-upload leaves its parts: see
+        ``unfinished_uploads``."""
         _check_key(key)
         writer = obstore.open_writer_async(
             self._store, key, buffer_size=PART_BYTES, max_concurrency=UPLOAD_CONCURRENCY
         )
+        try:
+            await self._write(writer, key, chunks)
+        except BaseException as exc:
+            await self._abort(writer, exc)
+            raise
+        return await self._head_required(key)
+
+    async def _write(
+        self, writer: AsyncWritableFile, key: str, chunks: AsyncIterable[bytes]
+    ) -> None:
         # A write waits, while UPLOAD_CONCURRENCY parts are in flight, for the
         # first of them to land; closing waits for them, the last part and the
         # request that completes the upload. The parts share the link, so each
@@ -172,11 +188,23 @@ class BlobStore:
             for start in range(0, len(view), PART_BYTES):
                 with map_store_errors(key), anyio.fail_after(write_bound):
                     await writer.write(view[start : start + PART_BYTES])
-        # Only a closed writer commits the object; on any error above it is
-        # dropped unclosed, which abandons the upload.
+        # Only a closed writer commits the object.
         with map_store_errors(key), anyio.fail_after(close_bound):
             await writer.close()
-        return await self._head_required(key)
+
+    async def _abort(self, writer: AsyncWritableFile, cause: BaseException) -> None:
+        """Aborts the writer's upload in parts, if it began one: S3 keeps the
+        parts of an upload neither completed nor aborted, and the local backend
+        removes its part only once the writer is freed, which a traceback can
+        put off. obstore aborts only as it leaves an ``async with`` on an
+        error, so that exit is made here: the close above needs its own
+        timeout, which that block's exit would not give. A writer whose close
+        failed refuses (the upload aborted itself, or the close timed out); an
+        abort that fails leaves the upload to the bucket's lifecycle rule
+        (README)."""
+        shielded = anyio.CancelScope(shield=True)
+        with shielded, anyio.move_on_after(self._timeout), suppress(BaseError, OSError):
+            await writer.__aexit__(type(cause), cause, cause.__traceback__)
 
     async def get_stream(self, key: str) -> AsyncIterator[bytes]:
         """The object's bytes in chunks of at least ``STREAM_CHUNK_BYTES``. Raises
@@ -221,8 +249,8 @@ class BlobStore:
         backend what an upload to ``key`` left when its process was killed
         goes too: no listing shows it, so nothing else would remove it."""
         _check_key(key)
-        if isinstance(self._store, LocalStore) and self._store.prefix is not None:
-            staged = self._store.prefix / key
+        if self._local_root is not None:
+            staged = self._local_root / key
             with map_store_errors(key), anyio.fail_after(self._timeout):
                 await anyio.to_thread.run_sync(_remove_staged, staged)
         try:
@@ -230,6 +258,39 @@ class BlobStore:
                 await obstore.delete_async(self._store, key)
         except BlobNotFound:
             pass
+
+    async def unfinished_uploads(self, prefix: str = "") -> list[UnfinishedUpload]:
+        """The local backend's uploads under ``prefix`` (as ``list`` matches it)
+        that began and never finished (their process was killed): it keeps what
+        they wrote, and no listing shows it. One still under way is among them:
+        abort only what no process can be writing. Only the local backend's are
+        found; on S3 this is always empty: obstore cannot list multipart uploads,
+        and the bucket's lifecycle rule ``AbortIncompleteMultipartUpload``
+        frees those (README)."""
+        if prefix:
+            _check_key(prefix)
+        root = self._local_root
+        if root is None:
+            return []
+        with map_store_errors(prefix), anyio.fail_after(self._timeout * WALK_TIMEOUTS):
+            return await anyio.to_thread.run_sync(local_parts, root, prefix, abandon_on_cancel=True)
+
+    async def abort_upload(self, upload: UnfinishedUpload) -> None:
+        """Frees what the upload wrote (``unfinished_uploads`` found it); one
+        gone already is no error. Only the local backend finds any: on another
+        there is nothing to free."""
+        _check_key(upload.key)
+        root = self._local_root
+        if root is None:
+            return
+        with map_store_errors(upload.key), anyio.fail_after(self._timeout):
+            await anyio.to_thread.run_sync(remove_local_part, root, upload, abandon_on_cancel=True)
+
+    @property
+    def _local_root(self) -> Path | None:
+        if isinstance(self._store, LocalStore):
+            return self._store.prefix
+        return None
 
     async def list(self, prefix: str = "") -> list[BlobInfo]:
         """Every object under ``prefix``, matched segment by segment: ``a/b`` holds

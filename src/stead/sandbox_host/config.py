@@ -78,6 +78,8 @@ class HostOptions:
     """The soft limit on open files of every sandbox's processes: the one the
     host started with, before it raised its own (``server.py``); None: as the
     host's."""
+    failpoints: str | None = None
+    """Test-only crash injection (``STEAD_FAILPOINTS``, ``stead.failpoints``)."""
 
     @property
     def socket_path(self) -> Path:

@@ -37,6 +37,7 @@ from anyio import to_thread
 from anyio.abc import TaskGroup, TaskStatus
 
 from stead.blobs import BlobStore
+from stead.failpoints import FailPoints
 from stead.sandbox import (
     WORKSPACE,
     InvalidArgument,
@@ -103,6 +104,7 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
         clock: HostClock,
         metrics: HostMetrics,
         spares: SpareDisks | None = None,
+        failpoints: FailPoints | None = None,
     ) -> None:
         self._clock = clock
         self._metrics = metrics
@@ -136,6 +138,7 @@ class HostedSandbox(SandboxCommands, SandboxFiles):
             blobs=blobs,
             snapshot_ttl_seconds=options.snapshot_ttl_seconds,
             clock=clock,
+            failpoints=failpoints,
         )
         self.saved.placement = row.placement
         self._destroyed = False

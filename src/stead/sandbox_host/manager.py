@@ -13,15 +13,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
-from stead.blobs import BlobError, BlobNotFound, BlobStore
+from stead.blobs import BlobError, BlobNotFound, BlobStore, UnfinishedUpload
 from stead.egress_policy import HostSet, InvalidPolicy, host_entry, normalize_host
+from stead.failpoints import FailPoints
 from stead.sandbox import (
     InvalidArgument,
     IsolationUnavailable,
@@ -40,7 +41,14 @@ from stead.sandbox_host.egress import EgressTls, HeaderSecret, PlaceholderSecret
 from stead.sandbox_host.host_metrics import HostMetrics
 from stead.sandbox_host.lifecycle import HostedSandbox, State
 from stead.sandbox_host.packages import PackageCache
-from stead.sandbox_host.placements import claim_placement, latest_manifest, write_manifest
+from stead.sandbox_host.placements import (
+    SANDBOXES,
+    claim_placement,
+    latest_manifest,
+    newest_placement,
+    sandbox_prefix,
+    write_manifest,
+)
 from stead.sandbox_host.uids import UidRange
 from stead.sandbox_host.workspace import SandboxErased, erase_snapshots
 
@@ -70,8 +78,10 @@ class SandboxManager:
         isolation_problem: str | None,
         tasks: TaskGroup,
         clock: HostClock | None = None,
+        failpoints: FailPoints | None = None,
     ) -> None:
         self._clock: HostClock = clock or SystemClock()
+        self._failpoints = failpoints or FailPoints(None)
         self._options = options
         self._catalogue = catalogue
         self._blobs = blobs
@@ -177,6 +187,7 @@ class SandboxManager:
             clock=self._clock,
             metrics=self._metrics,
             spares=self.spares,
+            failpoints=self._failpoints,
         )
         self._sandboxes[sandbox_id] = sandbox
         return sandbox
@@ -298,8 +309,10 @@ class SandboxManager:
         if self._isolation_problem is not None:
             return
         rows = await self._catalogue.live_sandboxes()
-        # Before anything can snapshot: a newer manifest is never overwritten.
+        # Before anything can snapshot: a newer manifest is never overwritten,
+        # and no upload of this host's is under way.
         await self._name_earlier_snapshots([row.id for row in rows if row.placement is None])
+        await self._reclaim_unfinished({row.id: row.placement or 0 for row in rows})
         for row in rows:
             with contextlib.suppress(ValueError):
                 await self.acquire(row.id, SandboxConfig.from_json(row.config))
@@ -322,6 +335,30 @@ class SandboxManager:
             except BlobError as exc:
                 log.warning("snapshots of an earlier stead not named in manifests now: %s", exc)
                 return
+
+    async def _reclaim_unfinished(self, placements: Mapping[str, int]) -> None:
+        """Frees what snapshot uploads of ``placements``' sandboxes left
+        unfinished (a previous host killed mid-upload: the local store's part),
+        which nothing names and no listing shows. Only where this host's copy
+        is the current one: a host that took a sandbox since may be uploading a
+        snapshot of it now. A blob store that does not answer leaves them to
+        the next start. On S3 none are found: the bucket's lifecycle rule frees
+        such uploads there."""
+        by_prefix = {sandbox_prefix(sandbox_id): sandbox_id for sandbox_id in placements}
+        try:
+            found = await self._blobs.unfinished_uploads(SANDBOXES)
+            for prefix, uploads in _grouped(found).items():
+                sandbox_id = by_prefix.get(prefix)
+                if sandbox_id is None:
+                    continue  # another host's sandbox
+                newest = await newest_placement(self._blobs, sandbox_id)
+                if newest is not None and newest > placements[sandbox_id]:
+                    continue
+                for upload in uploads:
+                    await self._blobs.abort_upload(upload)
+                log.info("sandbox %s: %d unfinished uploads freed", sandbox_id, len(uploads))
+        except BlobError as exc:
+            log.warning("unfinished snapshot uploads not freed now: %s", exc)
 
     # -- background loops -----------------------------------------------------------
 
@@ -392,6 +429,14 @@ class SandboxManager:
             for sandbox in list(self._sandboxes.values()):
                 with contextlib.suppress(Exception):
                     await sandbox.stop()
+
+
+def _grouped(uploads: Sequence[UnfinishedUpload]) -> dict[str, list[UnfinishedUpload]]:
+    """``uploads`` by the sandbox prefix (``sandboxes/<id>``) their keys are under."""
+    grouped: dict[str, list[UnfinishedUpload]] = {}
+    for upload in uploads:
+        grouped.setdefault("/".join(upload.key.split("/")[:2]), []).append(upload)
+    return grouped
 
 
 def _moved(sandbox_id: str, held: int, asked: int) -> SandboxMoved:

@@ -26,6 +26,8 @@ from stead.sandbox_host.catalogue import SnapshotRow
 
 DIGITS = 20
 """Placement numbers are zero-padded so that names sort as numbers."""
+SANDBOXES = "sandboxes"
+"""Where every sandbox's blobs live, each under its own ``sandbox_prefix``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,7 @@ class Manifest:
 
 def sandbox_prefix(sandbox_id: str) -> str:
     """Where every blob of the sandbox lives: its snapshots and their manifests."""
-    return f"sandboxes/{urllib.parse.quote(sandbox_id, safe='')}"
+    return f"{SANDBOXES}/{urllib.parse.quote(sandbox_id, safe='')}"
 
 
 def erased_key(sandbox_id: str) -> str:

@@ -30,6 +30,7 @@ from anyio.streams.tls import TLSStream
 
 from stead.blobs import open_blob_store
 from stead.egress_policy import upstream_context
+from stead.failpoints import FailPoints
 from stead.sandbox import (
     HostIdentity,
     IsolationUnavailable,
@@ -109,6 +110,7 @@ async def serve_host(
                 isolation_problem=problem,
                 tasks=tasks,
                 clock=clock,
+                failpoints=FailPoints(options.failpoints),
             )
             try:
                 await manager.load()

@@ -16,6 +16,7 @@ from pydantic_settings import SettingsConfigDict
 from stead.blob_settings import BlobSettings
 from stead.durations import Seconds
 from stead.egress_policy import ExtraCaFile, PinnedHosts
+from stead.failpoints import FailPoints
 from stead.log_levels import LogLevel, any_case
 from stead.sandbox import check_token
 from stead.sandbox_host.config import (
@@ -129,9 +130,17 @@ class HostSettings(BlobSettings):
     log_level: LogLevel = "info"
     """The brain's levels (``stead.log_levels``; a host it starts is passed
     its own), in any case."""
+    failpoints: str | None = None
+    """Test-only crash injection, see ``stead.failpoints``."""
 
     _any_case = field_validator("log_level", mode="before")(any_case)
     _home_address = field_validator("sandbox_host", mode="before")(expanded_address)
+
+    @field_validator("failpoints")
+    @classmethod
+    def _failpoints(cls, spec: str | None) -> str | None:
+        FailPoints(spec)  # ValueError naming an unknown one
+        return spec
 
     @field_validator("sandbox_host_state_dir", "sandbox_work_dir")
     @classmethod
@@ -213,4 +222,5 @@ class HostSettings(BlobSettings):
             terminal_send_seconds=self.terminal_send_timeout_seconds,
             egress_hosts=tuple(self.egress_hosts.items()),
             egress_extra_ca_file=self.egress_extra_ca_file,
+            failpoints=self.failpoints,
         )

@@ -35,7 +35,8 @@ import anyio
 from anyio import from_thread, to_thread
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from stead.blobs import BlobError, BlobNotFound, BlobStore
+from stead.blobs import PART_BYTES, BlobError, BlobNotFound, BlobStore
+from stead.failpoints import FailPoints
 from stead.sandbox import SandboxError
 from stead.sandbox_host.archive import ArchiveError, extract_archive, write_archive
 from stead.sandbox_host.trees import remove_tree
@@ -81,7 +82,9 @@ class SnapshotInfo:
     """Hex digest of the compressed bytes."""
 
 
-async def take_snapshot(workspace: Path, blobs: BlobStore, key: str) -> SnapshotInfo:
+async def take_snapshot(
+    workspace: Path, blobs: BlobStore, key: str, *, failpoints: FailPoints | None = None
+) -> SnapshotInfo:
     """Archives ``workspace`` (regular files, directories, symlinks as symlinks,
     modes and mtimes; sockets, FIFOs and devices are skipped, hard links kept
     as links) to ``key``, then reads the object back to verify its size
@@ -91,7 +94,7 @@ async def take_snapshot(workspace: Path, blobs: BlobStore, key: str) -> Snapshot
     send, receive = anyio.create_memory_object_stream[Chunk](QUEUE_CHUNKS)
 
     async def upload() -> None:
-        async with contextlib.aclosing(_until_done(receive)) as chunks:
+        async with contextlib.aclosing(_until_done(receive, failpoints)) as chunks:
             await blobs.put_stream(key, chunks)
 
     (size, sha256), _ = await _beside_thread(
@@ -182,10 +185,17 @@ async def _beside_thread(
     return worked[0], awaited[0]
 
 
-async def _until_done(receive: MemoryObjectReceiveStream[Chunk]) -> AsyncGenerator[bytes, None]:
+async def _until_done(
+    receive: MemoryObjectReceiveStream[Chunk], failpoints: FailPoints | None
+) -> AsyncGenerator[bytes, None]:
+    sent = 0
     async for chunk in receive:
         if chunk is None:
             return
+        if failpoints is not None and sent > PART_BYTES:
+            # The writer took a part's worth: the upload in parts has begun.
+            failpoints.hit("snapshot.mid_upload")
+        sent += len(chunk)
         yield chunk
     # The archiver failed; its own error is raised by ``_beside_thread``. Raising
     # here makes sure the upload is abandoned, never committed short.

@@ -23,6 +23,7 @@ from pathlib import Path
 from anyio import to_thread
 
 from stead.blobs import BlobError, BlobStore
+from stead.failpoints import FailPoints
 from stead.sandbox import SandboxNotFound, SandboxUnavailable, WorkspaceUnavailable
 from stead.sandbox_host.catalogue import Catalogue, SnapshotRow
 from stead.sandbox_host.clock import HostClock
@@ -61,8 +62,10 @@ class SavedWorkspace:
         blobs: BlobStore,
         snapshot_ttl_seconds: float,
         clock: HostClock,
+        failpoints: FailPoints | None = None,
     ) -> None:
         self._clock = clock
+        self._failpoints = failpoints
         self._id = sandbox_id
         self._uid = uid
         self._root = root
@@ -140,7 +143,9 @@ class SavedWorkspace:
         snapshot_id = f"snap_{time.time_ns():x}"
         key = f"{sandbox_prefix(self._id)}/{snapshot_id}.tar.zst"
         try:
-            info = await take_snapshot(self.directory, self._blobs, key)
+            info = await take_snapshot(
+                self.directory, self._blobs, key, failpoints=self._failpoints
+            )
         except SnapshotError:
             await self._refuse_if_erased()  # an erase deleted the upload under it
             raise
@@ -224,16 +229,22 @@ class SavedWorkspace:
 
 async def erase_snapshots(blobs: BlobStore, catalogue: Catalogue, sandbox_id: str) -> None:
     """Deletes every snapshot and manifest of the sandbox in the blob store (any
-    host's), then this host's rows of them. Blobs first: a failure between
-    leaves rows whose blobs are gone (the workspace reads as expired), never a
-    blob that no row names and so nothing would ever delete. The erased marker
-    goes in before the listing, and stays (``checkpoint`` reads it)."""
+    host's), and what uploads of them left unfinished on the local store (a
+    host killed mid-snapshot: no listing shows it; on S3 the bucket's
+    lifecycle rule frees those), then this host's rows of them. Blobs
+    first: a failure between leaves rows whose blobs are gone (the workspace
+    reads as expired), never a blob that no row names and so nothing would
+    ever delete. The erased marker goes in before the listing, and stays
+    (``checkpoint`` reads it)."""
     marker = erased_key(sandbox_id)
+    prefix = sandbox_prefix(sandbox_id)
     try:
         await blobs.put_bytes(marker, b"")
-        for info in await blobs.list(sandbox_prefix(sandbox_id)):
+        for info in await blobs.list(prefix):
             if info.key != marker:
                 await blobs.delete(info.key)
+        for upload in await blobs.unfinished_uploads(prefix):
+            await blobs.abort_upload(upload)
     except BlobError as exc:
         raise SandboxUnavailable(f"the blob store is unavailable: {exc}") from None
     await catalogue.drop_snapshots(sandbox_id)

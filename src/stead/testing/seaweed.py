@@ -6,10 +6,14 @@ benchmarks that need an object store with S3's wire behaviour.
 127.0.0.1 ports with telemetry off, waits until the bucket answers a signed
 request, and on exit kills the process group and removes what it created.
 Start it once per test session: it takes about a second.
+``multipart_uploads`` reads, from the server's filer, the multipart uploads it
+keeps that were never completed nor aborted, which no S3 listing stead makes
+can show.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -20,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,6 +42,8 @@ STOP_TIMEOUT = 10.0
 PROBE_SECONDS = 2.0
 """Timeout of one readiness probe."""
 LOG_TAIL_LINES = 40
+UPLOADS_LISTED = 1000
+"""Most unfinished uploads ``multipart_uploads`` reads (one page of the filer's)."""
 ACCESS_KEY_ID = "stead-test-access"
 SECRET_ACCESS_KEY = "stead-test-secret-key"
 REGION = "us-east-1"
@@ -63,6 +71,8 @@ class S3Server:
     access_key_id: str = ACCESS_KEY_ID
     secret_access_key: str = SECRET_ACCESS_KEY
     region: str = REGION
+    filer: str | None = None
+    """The server's filer, ``http://127.0.0.1:<port>`` (None: not one of ours)."""
 
     def url(self, prefix: str = "") -> str:
         """An ``s3://`` URL of the bucket, under ``prefix`` when given."""
@@ -94,7 +104,11 @@ def seaweed_s3(
     try:
         log_path = root / "weed.log"
         process = _launch(root, ports, bucket, log_path)
-        server = S3Server(endpoint=f"http://127.0.0.1:{ports['s3.port']}", bucket=bucket)
+        server = S3Server(
+            endpoint=f"http://127.0.0.1:{ports['s3.port']}",
+            bucket=bucket,
+            filer=f"http://127.0.0.1:{ports['filer.port']}",
+        )
         _wait_ready(process, server, log_path, start_timeout)
         yield server
     finally:
@@ -102,6 +116,34 @@ def seaweed_s3(
             _kill(process)
         _remove_grpc_sockets(ports)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def multipart_uploads(server: S3Server, prefix: str = "") -> list[str]:
+    """The keys (with the store's prefix, as in the bucket) under ``prefix`` of
+    the multipart uploads the server keeps unfinished. SeaweedFS keeps each in
+    its filer at ``/buckets/<bucket>/.uploads/<sha1 of key>_<id>``, the key in
+    the entry's extended attribute ``key``; read through the filer's own HTTP
+    listing (unsigned, loopback only)."""
+    if server.filer is None:
+        raise ValueError("not a server seaweed_s3 started: its filer is unknown")
+    request = urllib.request.Request(
+        f"{server.filer}/buckets/{server.bucket}/.uploads/?limit={UPLOADS_LISTED}",
+        headers={"Accept": "application/json"},
+    )
+    # No proxy of the caller's environment: the filer is on loopback.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=PROBE_SECONDS) as answer:
+            listing = json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:  # no upload was ever begun in the bucket
+            return []
+        raise
+    entries = listing.get("Entries") or []
+    if len(entries) >= UPLOADS_LISTED:
+        raise RuntimeError(f"more than {UPLOADS_LISTED} unfinished uploads: not all listed")
+    keys = [base64.b64decode(entry["Extended"]["key"]).decode() for entry in entries]
+    return sorted(key for key in keys if key.startswith(prefix))
 
 
 def _launch(
