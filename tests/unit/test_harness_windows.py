@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import zlib
 from base64 import b64encode
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -106,6 +106,41 @@ def test_a_pdf_whose_pages_cannot_be_counted_counts_by_its_size() -> None:
         pages = -(-len(file) // PDF_BYTES_PER_PAGE)
         assert pdf_tokens(b64encode(file).decode()) == pages * PDF_PAGE_TOKENS
     assert pdf_tokens(b64encode(damaged).decode()) == 3 * PDF_PAGE_TOKENS
+
+
+def _many_object_streams_then_pages() -> bytes:
+    streams = b"%d 0 obj <</Type/ObjStm/First 0>>stream\nX\nendstream endobj\n"
+    pages = b"%d 0 obj <</Type/Page>> endobj\n"
+    return (
+        HEADER
+        + b"".join(streams % i for i in range(20_000))
+        + b"".join(pages % (20_000 + i) for i in range(200_000))
+    )
+
+
+def _one_dictionary_of_object_stream_types() -> bytes:
+    marks = b"/Type/ObjStm " * 60_000
+    return HEADER + b"1 0 obj <<" + marks + b"/First 0>>stream\nX\nendstream endobj\n"
+
+
+@pytest.mark.timeout(60)  # a hang guard: each took the count many minutes
+@pytest.mark.parametrize(
+    ("made", "pages"),
+    [
+        (_many_object_streams_then_pages, 200_000),
+        (_one_dictionary_of_object_stream_types, None),
+        (lambda: HEADER + b"/Type/Page " * 300_000, 300_000),
+    ],
+    ids=["streams-then-pages", "one-dictionary", "no-object-headers"],
+)
+def test_a_pdf_made_to_be_slow_to_count_is_counted_in_one_pass(
+    made: Callable[[], bytes], pages: int | None
+) -> None:
+    """A PDF comes from the session's users and is counted on the brain's event
+    loop: no shape of it makes the count scan the file once per page or per
+    object stream (a 4 MB one held the loop for a minute; every session of the
+    server waited)."""
+    assert count_pages(made()) == pages
 
 
 def test_a_source_that_is_no_pdf_as_the_api_takes_it_counts_as_an_image() -> None:
