@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import random
 import zlib
+from typing import Any
 
 HEADER = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"
 
@@ -139,3 +140,10 @@ def _updated(written: bytes, pages: int, size: int) -> bytes:
     out += b"trailer\n<< /Size %d /Root 1 0 R /Prev %d >>\n" % (size, previous)
     out += b"startxref\n%d\n%%%%EOF\n" % xref
     return bytes(out)
+
+
+def pdf_message(text: str, data: str) -> dict[str, Any]:
+    """A ``user.message`` of ``text`` and the PDF ``data`` (base64) as a document."""
+    source = {"type": "base64", "media_type": "application/pdf", "data": data}
+    content = [{"type": "text", "text": text}, {"type": "document", "source": source}]
+    return {"type": "user.message", "content": content}

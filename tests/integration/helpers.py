@@ -86,6 +86,12 @@ def wait_idle(client: anthropic.Anthropic, session_id: str, timeout: float = 30.
     _wait_until_idle(lambda: client.beta.sessions.retrieve(session_id).status, session_id, timeout)
 
 
+def send_and_wait(client: anthropic.Anthropic, session_id: str, event: dict[str, Any]) -> None:
+    """Sends ``event`` and waits for the turn it starts to end."""
+    client.beta.sessions.events.send(session_id, events=[event])  # type: ignore[list-item]
+    wait_idle(client, session_id)
+
+
 def wait_idle_http(http: httpx2.Client, key: str, session_id: str, timeout: float = 30.0) -> None:
     url = f"/v1/sessions/{session_id}"
     headers = {"x-api-key": key}

@@ -23,8 +23,8 @@ from stead.harness import SUMMARY_INSTRUCTION
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, Turn, when_asked
 from stead.testing.scripts import last_user_text
 from tests.conftest import loop_env, sdk_of
-from tests.integration.helpers import message, new_session, wait_idle
-from tests.pdfs import pdf_base64
+from tests.integration.helpers import message, new_session, send_and_wait
+from tests.pdfs import pdf_base64, pdf_message
 
 MODEL = "claude-sonnet-4-6"
 WINDOW = 20_000
@@ -80,17 +80,6 @@ def client(
         server.stop()
 
 
-def with_document(text: str, data: str) -> dict[str, Any]:
-    source = {"type": "base64", "media_type": "application/pdf", "data": data}
-    content = [{"type": "text", "text": text}, {"type": "document", "source": source}]
-    return {"type": "user.message", "content": content}
-
-
-def send(client: anthropic.Anthropic, session_id: str, event: dict[str, Any]) -> None:
-    client.beta.sessions.events.send(session_id, events=[event])
-    wait_idle(client, session_id)
-
-
 def refused(fake: FakeModel, script: Answering) -> list[int]:
     """The ordinals of the requests the fake refused as too long."""
     return [r.ordinal for r in fake.requests if r.body not in script.answered]
@@ -119,10 +108,10 @@ def test_a_request_the_model_counts_over_its_window_is_compacted_and_asked_again
     later one: no answer ever told stead how large the context was."""
     session_id = session_on(client, model)
     for number in range(3):
-        send(client, session_id, message(f"message {number} " + "u" * 16_000))
+        send_and_wait(client, session_id, message(f"message {number} " + "u" * 16_000))
     document = pdf_base64(1, filler=29_500)
-    send(client, session_id, with_document("message 3, with a document", document))
-    send(client, session_id, message("message 4"))
+    send_and_wait(client, session_id, pdf_message("message 3, with a document", document))
+    send_and_wait(client, session_id, message("message 4"))
     events = list(client.beta.sessions.events.list(session_id))
 
     errors = [e.error for e in events if e.type == "session.error"]
@@ -151,10 +140,10 @@ def test_a_document_the_model_counts_over_the_window_alone_is_summarised_as_a_no
     not fit either). Now the document is sized as the model counted the
     request, and too large for the summarising request it is a note there."""
     session_id = new_session(client)
-    send(client, session_id, message("hello"))
+    send_and_wait(client, session_id, message("hello"))
     document = pdf_base64(1, filler=90_000)
-    send(client, session_id, with_document("a large one", document))
-    send(client, session_id, message("and now?"))
+    send_and_wait(client, session_id, pdf_message("a large one", document))
+    send_and_wait(client, session_id, message("and now?"))
     events = list(client.beta.sessions.events.list(session_id))
 
     errors = [
@@ -187,10 +176,10 @@ def test_a_summarising_request_refused_for_its_media_is_asked_again_without_them
     summary again with every medium a note, and goes on."""
     session_id = new_session(client)
     for number in range(3):
-        send(client, session_id, message(f"message {number} " + "u" * 64_000))
+        send_and_wait(client, session_id, message(f"message {number} " + "u" * 64_000))
     document = pdf_base64(1, filler=120_000)
-    send(client, session_id, with_document("message 3 " + "d" * 80_000, document))
-    send(client, session_id, message("message 4"))
+    send_and_wait(client, session_id, pdf_message("message 3 " + "d" * 80_000, document))
+    send_and_wait(client, session_id, message("message 4"))
     events = list(client.beta.sessions.events.list(session_id))
 
     errors = [e.error for e in events if e.type == "session.error"]

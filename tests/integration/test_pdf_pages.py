@@ -22,8 +22,8 @@ from stead.harness.windows import MEDIA_TOKENS, PDF_PAGE_TOKENS
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, Turn, when_asked
 from stead.testing.scripts import last_user_text
 from tests.conftest import loop_env, sdk_of
-from tests.integration.helpers import message, new_session, wait_idle
-from tests.pdfs import pdf_base64
+from tests.integration.helpers import message, new_session, send_and_wait
+from tests.pdfs import pdf_base64, pdf_message
 
 MODEL = "claude-sonnet-4-6"
 WINDOW = 20_000
@@ -54,17 +54,6 @@ def client(
         server.stop()
 
 
-def with_document(text: str, data: str) -> dict[str, Any]:
-    source = {"type": "base64", "media_type": "application/pdf", "data": data}
-    content = [{"type": "text", "text": text}, {"type": "document", "source": source}]
-    return {"type": "user.message", "content": content}
-
-
-def send(client: anthropic.Anthropic, session_id: str, event: dict[str, Any]) -> None:
-    client.beta.sessions.events.send(session_id, events=[event])
-    wait_idle(client, session_id)
-
-
 def carrying(fake: FakeModel, data: str) -> list[dict[str, Any]]:
     return [r.body for r in fake.requests if data in json.dumps(r.body)]
 
@@ -77,9 +66,9 @@ def test_a_pdf_that_does_not_fit_beside_the_conversation_is_compacted_before_it_
     Counted as an image it seemed to fit, and went out with all of them."""
     session_id = new_session(client)
     for number in range(3):
-        send(client, session_id, message(f"message {number} " + "u" * 12_000))
+        send_and_wait(client, session_id, message(f"message {number} " + "u" * 12_000))
     document = pdf_base64(4, object_streams=object_streams)
-    send(client, session_id, with_document("message 3, with a document", document))
+    send_and_wait(client, session_id, pdf_message("message 3, with a document", document))
     events = list(client.beta.sessions.events.list(session_id))
 
     assert [e.type for e in events if e.type == "session.error"] == []
@@ -105,7 +94,7 @@ def test_media_by_url_count_at_least_as_an_image_and_are_compacted_before_they_a
     fit, and went out with all of the messages."""
     session_id = new_session(client)
     for number in range(3):
-        send(client, session_id, message(f"message {number} " + "u" * 12_000))
+        send_and_wait(client, session_id, message(f"message {number} " + "u" * 12_000))
     images = [
         {"type": "image", "source": {"type": "url", "url": f"https://example.com/{n}.png"}}
         for n in range(3)
@@ -115,7 +104,9 @@ def test_media_by_url_count_at_least_as_an_image_and_are_compacted_before_they_a
         for n in range(2)
     ]
     text = {"type": "text", "text": "message 3, with pictures"}
-    send(client, session_id, {"type": "user.message", "content": [text, *images, *documents]})
+    send_and_wait(
+        client, session_id, {"type": "user.message", "content": [text, *images, *documents]}
+    )
     events = list(client.beta.sessions.events.list(session_id))
 
     assert [e.type for e in events if e.type == "session.error"] == []
@@ -152,10 +143,10 @@ def test_media_too_large_for_the_window_are_never_sent_and_the_session_goes_on(
     of the turns after it carried it whole, so every later turn ended at the
     compaction limit too; now it shows a note of what was there instead."""
     session_id = new_session(client)
-    send(client, session_id, message("hello"))
+    send_and_wait(client, session_id, message("hello"))
     document = pdf_base64(8)
-    sent = with_document("too long", document) if media == "pdf" else with_images("too long", 11)
-    send(client, session_id, sent)
+    sent = pdf_message("too long", document) if media == "pdf" else with_images("too long", 11)
+    send_and_wait(client, session_id, sent)
     events = list(client.beta.sessions.events.list(session_id))
     errors = [e.error for e in events if e.type == "session.error"]
     assert [e.type for e in errors] == ["compaction_limit_reached_error"]
@@ -165,8 +156,8 @@ def test_media_too_large_for_the_window_are_never_sent_and_the_session_goes_on(
     assert carrying(fake, document) == []
 
     asked_before = len(summarising(fake))
-    send(client, session_id, message("what was in it?"))
-    send(client, session_id, message("and then?"))
+    send_and_wait(client, session_id, message("what was in it?"))
+    send_and_wait(client, session_id, message("and then?"))
     events = list(client.beta.sessions.events.list(session_id))
 
     assert [e.error.type for e in events if e.type == "session.error"] == [errors[0].type]

@@ -24,7 +24,7 @@ from stead.harness import SUMMARY_INSTRUCTION
 from stead.testing import FakeModel, ServeForker, ServerProcess, Text, Turn, when_asked
 from stead.testing.scripts import last_user_text
 from tests.conftest import loop_env, sdk_of
-from tests.integration.helpers import message, new_session, wait_idle
+from tests.integration.helpers import message, new_session, send_and_wait
 
 MOST_BYTES = 200_000
 SUMMARY = "SUMMARY: the user sent pictures."
@@ -60,11 +60,6 @@ def picture(seed: int) -> dict[str, Any]:
     return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
 
 
-def send(client: anthropic.Anthropic, session_id: str, event: dict[str, Any]) -> None:
-    client.beta.sessions.events.send(session_id, events=[event])
-    wait_idle(client, session_id)
-
-
 def test_a_request_too_large_for_its_media_is_compacted_and_asked_again(
     client: anthropic.Anthropic, fake: FakeModel
 ) -> None:
@@ -74,8 +69,10 @@ def test_a_request_too_large_for_its_media_is_compacted_and_asked_again(
     session_id = new_session(client)
     for number in range(5):
         text = {"type": "text", "text": f"picture {number}"}
-        send(client, session_id, {"type": "user.message", "content": [text, picture(number)]})
-    send(client, session_id, message("and now?"))
+        send_and_wait(
+            client, session_id, {"type": "user.message", "content": [text, picture(number)]}
+        )
+    send_and_wait(client, session_id, message("and now?"))
     events = list(client.beta.sessions.events.list(session_id))
 
     errors = [e.error for e in events if e.type == "session.error"]
@@ -105,7 +102,7 @@ def test_a_request_too_large_for_its_text_ends_the_turn_saying_so(
     """Some 60,000 tokens of text, far under the window: no image or PDF for
     compacting to leave out."""
     session_id = new_session(client)
-    send(client, session_id, message("long " + "x" * 240_000))
+    send_and_wait(client, session_id, message("long " + "x" * 240_000))
     events = list(client.beta.sessions.events.list(session_id))
 
     errors = [e.error for e in events if e.type == "session.error"]

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from stead.media_types import image_size
+from stead.media_types import IMAGE_MAX_PIXELS, image_size
 from stead.testing._wire import (
     JsonReply,
     Reply,
@@ -181,10 +181,6 @@ def _content_block(block: Block, digest: str, position: int) -> dict[str, Any]:
         return {"type": "thinking", "thinking": block.thinking, "signature": signature}
     tool_id = block.id or derived_id("toolu_", digest, position)
     return {"type": "tool_use", "id": tool_id, "name": block.name, "input": block.sent_input()}
-
-
-IMAGE_MAX_PIXELS = 8000
-"""The largest image side the hosted API takes; it refuses a request with a larger one."""
 
 
 def _invalid_message(message: Any) -> str | None:
