@@ -8,6 +8,7 @@ create cgroups and start sandboxes under their own uids.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -174,6 +175,24 @@ def shell(body: dict[str, Any]) -> Turn:
     if text.startswith("web_search "):
         return Turn([ToolCall("web_search", {"query": text.removeprefix("web_search ")})])
     return Turn([Text("ok")])
+
+
+def calling(body: dict[str, Any]) -> Turn:
+    """``shell``, and a user message ``call <name> <json input>`` as that one call."""
+    last = body["messages"][-1]
+    text = "".join(b.get("text", "") for b in last["content"] if b.get("type") == "text")
+    if last["role"] == "user" and "tool_result" not in str(last) and text.startswith("call "):
+        name, tool_input = text.removeprefix("call ").split(" ", 1)
+        return Turn([ToolCall(name, json.loads(tool_input))])
+    return shell(body)
+
+
+def turn_events(client: anthropic.Anthropic, session_id: str, text: str) -> list[Any]:
+    """Sends the user message ``text``; the events it added, once the session is idle."""
+    before = len(list(client.beta.sessions.events.list(session_id, limit=1000)))
+    client.beta.sessions.events.send(session_id, events=[message(text)])
+    wait_idle(client, session_id, timeout=WAIT)
+    return list(client.beta.sessions.events.list(session_id, limit=1000))[before:]
 
 
 @contextlib.contextmanager

@@ -5,38 +5,31 @@ acceptable to the model API."""
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Any
 
 import anthropic
 import pytest
 
-from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess, ToolCall, Turn
+from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import sdk_of
-from tests.integration.helpers import message, wait_idle
-from tests.sandbox.conftest import WAIT, requires_isolation, shell, sweepless_server, tool_session
+from tests.sandbox.conftest import (
+    calling,
+    requires_isolation,
+    sweepless_server,
+    tool_session,
+    turn_events,
+)
 
 pytestmark = requires_isolation
-
-
-def script(body: dict[str, Any]) -> Turn:
-    """``shell``, and a user message ``call <name> <json input>`` as that one call."""
-    last = body["messages"][-1]
-    text = "".join(b.get("text", "") for b in last["content"] if b.get("type") == "text")
-    if last["role"] == "user" and "tool_result" not in str(last) and text.startswith("call "):
-        name, tool_input = text.removeprefix("call ").split(" ", 1)
-        return Turn([ToolCall(name, json.loads(tool_input))])
-    return shell(body)
 
 
 @pytest.fixture(scope="module")
 def server(
     host: HostProcess, tmp_path_factory: pytest.TempPathFactory, forker: ServeForker
 ) -> Iterator[ServerProcess]:
-    with FakeModel(script) as fake:
+    with FakeModel(calling) as fake:
         data = tmp_path_factory.mktemp("file-tools") / "data"
         with sweepless_server(host, fake, data, forker) as started:
             yield started
@@ -46,14 +39,6 @@ def server(
 def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
     with sdk_of(server) as opened:
         yield opened
-
-
-def turn(client: anthropic.Anthropic, session_id: str, text: str) -> list[Any]:
-    """Sends ``text``; the events it added, once the session is idle."""
-    before = len(list(client.beta.sessions.events.list(session_id, limit=1000)))
-    client.beta.sessions.events.send(session_id, events=[message(text)])
-    wait_idle(client, session_id, timeout=WAIT)
-    return list(client.beta.sessions.events.list(session_id, limit=1000))[before:]
 
 
 def png(width: int, height: int) -> bytes:
@@ -76,7 +61,7 @@ def png(width: int, height: int) -> bytes:
 def put(client: anthropic.Anthropic, session_id: str, name: str, data: bytes) -> None:
     """Puts ``data`` at ``name`` in the workspace (a bash call printing it)."""
     printed = "".join(f"\\x{b:02x}" for b in data)
-    events = turn(client, session_id, f"$ printf '{printed}' > {name} && echo put")
+    events = turn_events(client, session_id, f"$ printf '{printed}' > {name} && echo put")
     assert [e.content[0].text for e in events if e.type == "agent.tool_result"] == ["put"]
 
 
@@ -90,14 +75,14 @@ def test_an_image_larger_than_the_model_takes_is_refused_and_the_session_goes_on
     put(client, session_id, "tall.png", png(64, 9000))
     put(client, session_id, "fine.png", png(64, 64))
 
-    events = turn(client, session_id, 'call read {"file_path": "tall.png"}')
+    events = turn_events(client, session_id, 'call read {"file_path": "tall.png"}')
     [result] = [e for e in events if e.type == "agent.tool_result"]
     assert result.is_error
     assert "64x9000 pixels" in result.content[0].text
     assert not [e for e in events if e.type == "session.error"]
     assert events[-1].stop_reason.type == "end_turn"
 
-    events = turn(client, session_id, 'call read {"file_path": "fine.png"}')
+    events = turn_events(client, session_id, 'call read {"file_path": "fine.png"}')
     [result] = [e for e in events if e.type == "agent.tool_result"]
     assert not result.is_error and result.content[0].type == "image"
     assert events[-1].stop_reason.type == "end_turn"

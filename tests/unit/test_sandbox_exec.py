@@ -60,6 +60,22 @@ async def test_exit_ends_the_shell_and_the_next_call_gets_a_fresh_one(
 
 
 @pytest.mark.parametrize(
+    ("command", "code"), [("echo bye; exit 3", 3), ("echo bye; kill -9 $$", 128 + 9)]
+)
+async def test_a_shell_that_ends_with_a_job_in_the_background_ends_the_call(
+    sandbox: UnsafeLocalSandbox, tmp_path: Path, command: str, code: int
+) -> None:
+    """The job holds the shell's output open: the call still ends when the
+    shell does, however it ends, and the job goes with it."""
+    pid_file = tmp_path / "pid"
+    await sandbox.exec(f"sleep 30 & echo $! > {pid_file}", op_key="a", timeout=5)
+    ended = await sandbox.exec(command, op_key="b", timeout=GIVE_UP_SECONDS)
+    assert (ended.output, ended.exit_code, ended.shell_exited) == ("bye\n", code, True)
+    await wait_gone(int(pid_file.read_text()), GIVE_UP_SECONDS)
+    assert (await sandbox.exec("echo fresh", op_key="c", timeout=5)).output == "fresh\n"
+
+
+@pytest.mark.parametrize(
     ("command", "output", "code"),
     [
         ("printf '%s\\n' 'it'\"'\"'s' \"a\\\\b\"", "it's\na\\b\n", 0),

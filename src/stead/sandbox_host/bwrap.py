@@ -28,7 +28,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,8 +218,16 @@ class SandboxedProcess:
     async def wait(self) -> int | None:
         return await self._body.channel.wait_exit(self.pid)
 
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        self._body.channel.on_exit(self.pid, callback)
+
     async def signal(self, signum: int) -> None:
         await self._body.signal(self.pid, signum)
+
+    async def kill(self) -> None:
+        """SIGKILLs the process group, its fds left open; never raises."""
+        with contextlib.suppress(SandboxUnavailable):
+            await self._body.signal(self.pid, signal.SIGKILL)
 
     async def dispose(self) -> None:
         """SIGKILLs the process group, closes the fds, waits for the exit

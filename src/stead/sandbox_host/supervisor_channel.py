@@ -16,6 +16,7 @@ import marshal
 import os
 import signal
 import socket
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import anyio
@@ -41,6 +42,7 @@ class SupervisorChannel:
         """Pids the supervisor said it spawned and has not reported gone."""
         self._exits: dict[int, int] = {}
         self._exit_events: dict[int, anyio.Event] = {}
+        self._exit_hooks: dict[int, Callable[[], None]] = {}
         self.ready = anyio.Event()
         self.closed = anyio.Event()
 
@@ -76,6 +78,15 @@ class SupervisorChannel:
         await first_of(event.wait, self.closed.wait)
         return self._exits.get(pid)
 
+    def on_exit(self, pid: int, hook: Callable[[], None]) -> None:
+        """Calls ``hook`` once the child has exited or the sandbox stopped (at
+        once if so already), from the channel's reader: it must not block nor
+        raise. One per pid, for the child's whole life."""
+        if pid in self._exits or self.closed.is_set():
+            hook()
+        else:
+            self._exit_hooks[pid] = hook
+
     def exit_code(self, pid: int) -> int | None:
         return self._exits.get(pid)
 
@@ -109,6 +120,9 @@ class SupervisorChannel:
             self.closed.set()
             for event in self._exit_events.values():
                 event.set()
+            hooks, self._exit_hooks = self._exit_hooks, {}
+            for hook in hooks.values():
+                hook()
 
     def _dispatch(self, data: bytes, fds: list[int]) -> None:
         # The supervisor runs as the sandbox user, which may have taken it over:
@@ -130,6 +144,8 @@ class SupervisorChannel:
             self._exits[pid] = code if isinstance(code, int) else -signal.SIGKILL
             if (waiter := self._exit_events.pop(pid, None)) is not None:
                 waiter.set()
+            if (hook := self._exit_hooks.pop(pid, None)) is not None:
+                hook()
         elif isinstance(ident := message.get("id"), int) and ident in self._replies:
             if _is_int(pid := message.get("pid")) and "error" not in message:
                 # A pid the sandbox reuses after many processes starts afresh:

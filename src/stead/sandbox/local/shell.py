@@ -9,13 +9,17 @@ split by quotes in what bash reads, so echoing the input (``set -v``) cannot
 fake it, and it only counts when printed as ``\\n<marker><digits>\\n``.
 
 The shell leads its own session; a timeout, a cancellation or the shell's own
-exit kills the whole group, and the owner starts a fresh shell next time.
+exit kills the whole group, and the owner starts a fresh shell next time. Its
+exit is watched for its whole life (``ShellProcess.on_exit``), not only as the
+end of its output, which a job it started in the background may hold open.
 Not safe for concurrent use: the owner runs one command at a time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import re
 import secrets
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +31,13 @@ from anyio.abc import Process
 
 from stead.sandbox.base import ExecResult
 from stead.sandbox.errors import InvalidArgument, SandboxUnavailable
-from stead.sandbox.local.processes import dispose, spawn
+from stead.sandbox.local.processes import dispose, kill_group, spawn
 
 BASH = ("/bin/bash", "--noprofile", "--norc")
 READ_CHUNK = 64 * 1024
+EXITED_DRAIN_SECONDS = 2.0
+"""How long the output of a shell that exited is still read while something it
+started, outside its group, holds the output open."""
 
 
 class OutputTail:
@@ -99,16 +106,32 @@ class ShellProcess(Protocol):
         """Reads stdout (stderr merged); ``anyio.EndOfStream`` at its end."""
         ...
 
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        """Calls ``callback`` once, from the event loop, when the process has
+        exited (at once if it has); it must not block nor raise. One watch for
+        the process's whole life: a call costs nothing more."""
+        ...
+
+    async def kill(self) -> None:
+        """SIGKILLs the process group (what the shell left running), its
+        streams left open; never raises."""
+        ...
+
     async def dispose(self) -> None:
         """Kills the process group and reaps; never raises, survives cancellation."""
         ...
 
 
 class LocalShellProcess:
-    """A shell that is a plain child of this process (``unsafe_local``)."""
+    """A shell that is a plain child of this process (``unsafe_local``).
+
+    Its exit is watched through a pidfd the event loop polls: a reader
+    callback, not a task, since nothing that owns the shell owns a task group
+    to run one in for the shell's life."""
 
     def __init__(self, process: Process) -> None:
         self._process = process
+        self._watch: tuple[asyncio.AbstractEventLoop, int] | None = None
 
     @property
     def pid(self) -> int:
@@ -126,13 +149,47 @@ class LocalShellProcess:
         assert self._process.stdout is not None
         return await self._process.stdout.receive(max_bytes)
 
+    def on_exit(self, callback: Callable[[], None]) -> None:
+        try:
+            # Just spawned, so this pid is still the shell's (a reaped one raises).
+            pidfd = os.pidfd_open(self.pid)
+        except ProcessLookupError:
+            callback()
+            return
+        except OSError:  # no pidfds (Linux before 5.3): the exit shows as the output's end
+            return
+        loop = asyncio.get_running_loop()
+
+        def exited() -> None:
+            self._unwatch()
+            callback()
+
+        self._watch = (loop, pidfd)
+        loop.add_reader(pidfd, exited)
+
+    async def kill(self) -> None:
+        kill_group(self._process)
+
     async def dispose(self) -> None:
-        await dispose(self._process)
+        try:
+            await dispose(self._process)
+        finally:
+            self._unwatch()
+
+    def _unwatch(self) -> None:
+        if self._watch is not None:
+            (loop, pidfd), self._watch = self._watch, None
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
 
 
 class Shell:
     def __init__(self, process: ShellProcess) -> None:
         self._process = process
+        self._exited = False
+        self._call: anyio.CancelScope | None = None
+        """The running call's scope, which the shell's exit cancels."""
+        process.on_exit(self._on_exit)
 
     @classmethod
     async def start(cls, cwd: Path, env: Mapping[str, str], argv: Sequence[str] = BASH) -> Shell:
@@ -159,34 +216,60 @@ class Shell:
         """
         marker = f"__STEAD_{secrets.token_hex(12)}__"
         framed = _frame(command, marker)
+        code: tuple[int, int] | None = None
         try:
             with anyio.move_on_after(time_limit) as deadline:
+                self._call = deadline
+                if self._exited:  # it exited since the owner looked at ``alive``
+                    deadline.cancel()
                 await self._send(framed)
                 code = await self._read_until(marker.encode(), tail)
+            self._call = None
+            # Before any await: disposing of the shell below is an exit too.
+            timed_out = deadline.cancelled_caught and not self._exited
+            if deadline.cancelled_caught and not timed_out:
+                code = await self._read_exited(marker.encode(), tail)
         except BaseException:
+            self._call = None
             await self._process.dispose()
             raise
-        if deadline.cancelled_caught:
-            await self._process.dispose()
-            output, truncated = tail.text()
+        if code is not None:
+            end, exit_code = code
+            output, truncated = tail.text(end)
+            return ExecResult(output, exit_code, truncated)
+        await self._process.dispose()
+        output, truncated = tail.text()
+        if timed_out:
             return ExecResult(output, None, truncated, timed_out=True)
-        if code is None:  # the shell ended before the marker
-            await self._process.dispose()
-            output, truncated = tail.text()
-            status = self._process.returncode
-            exit_code = status if status is None or status >= 0 else 128 - status
-            return ExecResult(output, exit_code, truncated, shell_exited=True)
-        end, exit_code = code
-        output, truncated = tail.text(end)
-        return ExecResult(output, exit_code, truncated)
+        status = self._process.returncode  # the shell ended before the marker
+        shell_code = status if status is None or status >= 0 else 128 - status
+        return ExecResult(output, shell_code, truncated, shell_exited=True)
 
     async def close(self) -> None:
         await self._process.dispose()
+
+    def _on_exit(self) -> None:
+        self._exited = True
+        if self._call is not None:
+            self._call.cancel()
 
     async def _send(self, data: bytes) -> None:
         # If the shell is gone, reading finds EOF and reports it.
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             await self._process.send(data)
+
+    async def _read_exited(self, marker: bytes, tail: OutputTail) -> tuple[int, int] | None:
+        """The rest of the output of a shell that exited during a call: the end
+        of its output does not say so when a job it started in the background
+        holds the output open, and the call waited out its whole timeout and
+        said the command timed out. Its group (those jobs) is killed, and its
+        output read until it ends, for ``EXITED_DRAIN_SECONDS`` at most if
+        something that left the group (``setsid``) still holds it. The marker,
+        if the command ended before the shell did."""
+        await self._process.kill()
+        with anyio.move_on_after(EXITED_DRAIN_SECONDS):
+            return await self._read_until(marker, tail)
+        return None
 
     async def _read_until(self, marker: bytes, tail: OutputTail) -> tuple[int, int] | None:
         """(end of the command's output in ``tail.buffer``, exit code), or None at EOF."""
