@@ -83,3 +83,21 @@ def test_a_shell_that_exits_with_a_job_outside_its_group_ends_the_call(
         "[the shell exited with code 4; the next command starts a new shell]"
     )
     assert bash(client, session_id, "echo fresh").content[0].text == "fresh"
+
+
+def test_a_command_that_redirects_the_shells_output_ends_and_the_next_call_shows_its_output(
+    client: anthropic.Anthropic,
+) -> None:
+    """``exec >file`` and ``exec 2>/dev/null`` change the persistent shell's
+    own output: the call still ends when its command does, and the next call's
+    output and errors reach the model again."""
+    session_id = tool_session(client)
+    logged = bash(client, session_id, "echo shown; exec > log.txt; echo logged; export KEPT=1")
+    assert (logged.is_error, logged.content[0].text) == (False, "shown")
+    after = bash(client, session_id, 'cat log.txt; echo "kept=$KEPT"')
+    assert after.content[0].text == "logged\nkept=1"
+
+    quiet = bash(client, session_id, "exec 2>/dev/null; ls /nowhere")
+    assert quiet.is_error and quiet.content[0].text == "[exit code 2]"
+    failed = bash(client, session_id, "ls /nowhere")
+    assert "No such file or directory" in failed.content[0].text

@@ -75,6 +75,21 @@ async def test_a_shell_that_ends_with_a_job_in_the_background_ends_the_call(
     assert (await sandbox.exec("echo fresh", op_key="c", timeout=5)).output == "fresh\n"
 
 
+async def test_a_command_that_redirects_the_shells_output_ends_and_later_calls_show_theirs(
+    sandbox: UnsafeLocalSandbox,
+) -> None:
+    """A redirect of the shell's own output, or a function named ``printf``,
+    holds for the rest of the command's call; the call ends when its command
+    does, and the next one shows its output and errors."""
+    logged = await sandbox.exec("echo shown; exec >log; echo logged", op_key="a", timeout=5)
+    assert (logged.output, logged.exit_code, logged.timed_out) == ("shown\n", 0, False)
+    quiet = await sandbox.exec("exec 2>/dev/null; ls /nowhere", op_key="b", timeout=5)
+    assert (quiet.output, quiet.exit_code) == ("", 2)
+    named = await sandbox.exec("printf() { :; }; cat log; ls /nowhere", op_key="c", timeout=5)
+    assert named.output.startswith("logged\nls: ") and named.exit_code == 2
+    assert (await sandbox.exec("echo next", op_key="d", timeout=5)).output == "next\n"
+
+
 @pytest.mark.parametrize(
     ("command", "output", "code"),
     [

@@ -1,12 +1,20 @@
 """A persistent bash process that runs one command at a time.
 
-Framing: each command goes to bash's stdin as ``eval $'<command>' </dev/null``
-followed by a ``printf`` of a per-call marker and ``$?``. The command is quoted
-as one ANSI-C string, so a syntax error in it (an unbalanced quote) is reported
-by ``eval`` instead of swallowing the framing; stdin is ``/dev/null`` so a
-command that reads input gets EOF instead of the next command. The marker is
-split by quotes in what bash reads, so echoing the input (``set -v``) cannot
-fake it, and it only counts when printed as ``\\n<marker><digits>\\n``.
+Framing: each command goes to bash's stdin as ``eval $'<command>' </dev/null
+>&2 2>&1`` followed by a ``printf`` of a per-call marker and ``$?``. The command
+is quoted as one ANSI-C string, so a syntax error in it (an unbalanced quote)
+is reported by ``eval`` instead of swallowing the framing; stdin is
+``/dev/null`` so a command that reads input gets EOF instead of the next
+command. The marker is split by quotes in what bash reads, so echoing the input
+(``set -v``) cannot fake it, and it only counts when printed as
+``\\n<marker><digits>\\n``.
+
+stdout and stderr are the same pipe, so ``>&2 2>&1`` changes neither, but bash
+restores what a builtin's redirections replace when the builtin returns: a
+command that redirects the shell's own output (``exec >log``, ``exec
+2>/dev/null``) does so for the rest of its call, not for the marker nor for the
+calls after it. Bash reads a pipe one byte per system call, so each byte of
+framing costs one: keep it short.
 
 The shell leads its own session; a timeout, a cancellation or the shell's own
 exit kills the whole group, and the owner starts a fresh shell next time. Its
@@ -293,5 +301,6 @@ def _frame(command: str, marker: str) -> bytes:
         raise InvalidArgument("the command contains a NUL byte")
     quoted = command.replace("\\", "\\\\").replace("'", "\\'")
     split = f"{marker[:6]}''{marker[6:]}"
-    line = f"eval $'{quoted}' </dev/null\nprintf '\\n%s%d\\n' '{split}' \"$?\"\n"
+    # ``builtin``: a function the agent named printf does not end the framing.
+    line = f"eval $'{quoted}' </dev/null >&2 2>&1\nbuiltin printf '\\n%s%d\\n' '{split}' \"$?\"\n"
     return line.encode("utf-8", errors="replace")
