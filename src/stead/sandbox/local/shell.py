@@ -46,6 +46,9 @@ READ_CHUNK = 64 * 1024
 EXITED_DRAIN_SECONDS = 2.0
 """How long the output of a shell that exited is still read while something it
 started, outside its group, holds the output open."""
+END_CODE = re.compile(rb"(\d{1,3})\n")
+"""What follows the marker at the end of a command: its exit code. Compiled
+once, where a pattern of each call's marker cost some 60 µs of CPU a call."""
 
 
 class OutputTail:
@@ -281,7 +284,7 @@ class Shell:
 
     async def _read_until(self, marker: bytes, tail: OutputTail) -> tuple[int, int] | None:
         """(end of the command's output in ``tail.buffer``, exit code), or None at EOF."""
-        pattern = re.compile(rb"\n" + re.escape(marker) + rb"(\d{1,3})\n")
+        needle = b"\n" + marker
         searched = 0  # absolute offset (including dropped bytes) already searched
         while True:
             try:
@@ -289,10 +292,13 @@ class Shell:
             except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 return None
             tail.feed(chunk)
-            start = max(0, searched - tail.dropped - len(marker) - 8)
-            found = pattern.search(tail.buffer, start)
-            if found is not None:
-                return found.start(), int(found.group(1))
+            # Back over what a marker cut by the chunk's end may have begun with.
+            found = tail.buffer.find(needle, max(0, searched - tail.dropped - len(needle) - 4))
+            while found >= 0:
+                code = END_CODE.match(tail.buffer, found + len(needle))
+                if code is not None:
+                    return found, int(code.group(1))
+                found = tail.buffer.find(needle, found + 1)
             searched = tail.dropped + len(tail.buffer)
 
 
