@@ -364,12 +364,23 @@ def work_logged_after(conn: Connection, session_id: str, seq: int) -> bool:
     return found.first() is not None
 
 
-def last_idle(conn: Connection, session_id: str) -> EventRecord | None:
-    """The session's last ``session.status_idle``, if it logged one."""
-    rows = conn.execute(
+def _last_idle_statement() -> Any:
+    return (
         select(events)
-        .where(events.c.session_id == session_id, events.c.type == EventType.SESSION_STATUS_IDLE)
+        .where(
+            events.c.session_id == bindparam("session_id"),
+            events.c.type == EventType.SESSION_STATUS_IDLE,
+        )
         .order_by(events.c.seq.desc())
         .limit(1)
-    ).all()
+    )
+
+
+def last_idle(conn: Connection, session_id: str) -> EventRecord | None:
+    """The session's last ``session.status_idle``, if it logged one. Compiled
+    once per connection: every message to an idle session asks it (whether the
+    session waits on tool calls), and through ``conn.execute`` it cost a third
+    of a millisecond, half the transaction's own work."""
+    statement = compiled(conn, "events.last_idle", _last_idle_statement)
+    rows = statement.fetch(conn, {"session_id": session_id})
     return _logged(rows[0]) if rows else None
