@@ -98,7 +98,8 @@ async def test_an_edit_or_write_the_full_disk_refuses_leaves_the_file_as_it_was(
 ) -> None:
     """The file tools (``run_tool``, as the agent loop calls them) on a full
     disk: the call is an error, and the file it would have grown keeps every
-    byte it had, not a file cut to nothing."""
+    byte it had, not a file cut to nothing; a file it would have made is not
+    left empty."""
     kept = b"".join(b"line %d\n" % i for i in range(20_000))
     await sandbox.write_file("notes.txt", kept)
     filled = await run(sandbox, "dd if=/dev/zero of=/workspace/big bs=1M 2>&1; df -k . | tail -1")
@@ -114,6 +115,12 @@ async def test_an_edit_or_write_the_full_disk_refuses_leaves_the_file_as_it_was(
     written = await tools.run_tool("write", write, sandbox, op_key=new_id())
     assert written.is_error and "no space left on device" in written.content[0]["text"]
     assert await sandbox.read_file("notes.txt", max_bytes=4 * len(kept)) == kept
+
+    # A file the refused write would have made is not left behind, empty.
+    fresh = {"file_path": "fresh.txt", "content": "z" * 200_000}
+    made = await tools.run_tool("write", fresh, sandbox, op_key=new_id())
+    assert made.is_error and "no space left on device" in made.content[0]["text"]
+    assert "fresh.txt" not in await run(sandbox, "ls /workspace")
 
     # With room again, the same edit goes through.
     await run(sandbox, "rm /workspace/big")

@@ -154,7 +154,7 @@ def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
         raise FileError(path, "is a directory")
     try:
         make_parents_beneath(paths.root, target)
-        fd = open_beneath(paths.root, target, _WRITE_FLAGS, 0o666)
+        fd, created = _open_for_write(paths.root, target)
     except IsADirectoryError:
         raise FileError(path, "is a directory") from None
     except OSError as exc:
@@ -174,9 +174,33 @@ def write_file(paths: WorkspacePaths, path: str, data: bytes) -> None:
             written += os.pwrite(fd, view[written:], written)
         os.ftruncate(fd, len(data))
     except OSError as exc:
+        if created:
+            # A refused write leaves no trace: not an empty file the agent
+            # never had, which a later read or glob would take for its work.
+            _unlink_beneath(paths.root, target)
         raise file_error(path, exc) from None
     finally:
         os.close(fd)
+
+
+def _open_for_write(root: Path, target: Path) -> tuple[int, bool]:
+    """The file at ``target`` opened for writing, made if missing, and whether
+    this call made it."""
+    try:
+        return open_beneath(root, target, _WRITE_FLAGS | os.O_EXCL, 0o666), True
+    except FileExistsError:
+        return open_beneath(root, target, _WRITE_FLAGS, 0o666), False
+
+
+def _unlink_beneath(root: Path, target: Path) -> None:
+    """Removes the file ``target`` by its name in its directory, found with
+    ``open_beneath``'s rules; never raises (the write's own error is the news)."""
+    with contextlib.suppress(OSError):
+        parent = open_beneath(root, target.parent, os.O_PATH | os.O_DIRECTORY)
+        try:
+            os.unlink(target.name, dir_fd=parent)
+        finally:
+            os.close(parent)
 
 
 def _reserve(fd: int, size: int, length: int) -> None:
