@@ -37,7 +37,13 @@ from stead.blobs.errors import (
     BlobUnavailable,
     InvalidBlobKey,
 )
-from stead.blobs.unfinished import UnfinishedUpload, local_parts, remove_local_part
+from stead.blobs.unfinished import (
+    UPLOAD_SUFFIX,
+    UnfinishedUpload,
+    local_parts,
+    remove_local_part,
+    remove_parts,
+)
 
 if TYPE_CHECKING:
     from obstore import AsyncWritableFile, BytesStream, ObjectMeta
@@ -62,9 +68,8 @@ WALK_TIMEOUTS = 4
 MAX_KEY_LENGTH = 1024
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The local backend keeps an upload in progress at ``<key>#<n>`` and refuses
-# such names, while S3 accepts them: banned everywhere so a key means the same
-# on every backend.
-_UPLOAD_SUFFIX = re.compile(r"#\d+$")
+# such names, while S3 accepts them: banned everywhere (``UPLOAD_SUFFIX``) so a
+# key means the same on every backend.
 REFUSED = re.compile(r"status code: 40[13]\b")
 """How obstore's generic error (a listing's, a streamed upload's) says the
 server answered 401 or 403: the only sign of a refusal it gives there."""
@@ -252,7 +257,7 @@ class BlobStore:
         if self._local_root is not None:
             staged = self._local_root / key
             with map_store_errors(key), anyio.fail_after(self._timeout):
-                await anyio.to_thread.run_sync(_remove_staged, staged)
+                await anyio.to_thread.run_sync(remove_parts, staged)
         try:
             with map_store_errors(key), anyio.fail_after(self._timeout):
                 await obstore.delete_async(self._store, key)
@@ -383,20 +388,6 @@ def map_store_errors(key: str) -> Iterator[None]:
         raise BlobError(f"blob store error on {key!r}: {_first_line(exc)}") from exc
 
 
-def _remove_staged(path: Path) -> None:
-    """Removes ``<path>#1``, ``#2`` … up to the first that is missing. The local
-    backend writes an upload there and renames it to ``path`` when it is whole,
-    taking the lowest number no other upload holds, so a killed upload's part
-    is among the first numbers."""
-    number = 1
-    while True:
-        try:
-            path.with_name(f"{path.name}#{number}").unlink()
-        except FileNotFoundError:
-            return
-        number += 1
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -415,7 +406,7 @@ def _check_key(key: str) -> None:
     segments = key.split("/")
     if any(segment in ("", ".", "..") for segment in segments):
         raise InvalidBlobKey(key, "empty, '.' or '..' segment (or a leading or trailing '/')")
-    if any(_UPLOAD_SUFFIX.search(segment) for segment in segments):
+    if any(UPLOAD_SUFFIX.search(segment) for segment in segments):
         raise InvalidBlobKey(key, "a segment ends in '#' and digits")
 
 

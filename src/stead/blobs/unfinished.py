@@ -18,8 +18,9 @@ from pathlib import Path
 
 from stead.blobs.errors import InvalidBlobKey
 
-PART = re.compile(r"^(?P<name>.+)#\d+$")
-"""A local upload's part: the name it becomes, then ``#`` and digits."""
+UPLOAD_SUFFIX = re.compile(r"#\d+$")
+"""What ends a local upload's part: the name it becomes, then ``#`` and digits
+(``BlobStore`` refuses keys so named, on every backend)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,11 +37,11 @@ def local_parts(root: Path, prefix: str) -> list[UnfinishedUpload]:
     found: list[UnfinishedUpload] = []
     for directory, _, names in os.walk(root / prefix if prefix else root):
         for name in names:
-            match = PART.match(name)
-            if match is None:
+            suffix = UPLOAD_SUFFIX.search(name)
+            if suffix is None or suffix.start() == 0:
                 continue
             relative = Path(directory, name).relative_to(root)
-            key = (relative.parent / match["name"]).as_posix()
+            key = (relative.parent / name[: suffix.start()]).as_posix()
             found.append(UnfinishedUpload(key, relative.as_posix()))
     return found
 
@@ -52,3 +53,17 @@ def remove_local_part(root: Path, upload: UnfinishedUpload) -> None:
         raise InvalidBlobKey(upload.part, f"not a part of an upload to {upload.key!r}")
     with contextlib.suppress(FileNotFoundError):
         (root / upload.part).unlink()
+
+
+def remove_parts(path: Path) -> None:
+    """Removes ``<path>#1``, ``#2`` … up to the first that is missing. The local
+    backend writes an upload there and renames it to ``path`` when it is whole,
+    taking the lowest number no other upload holds, so a killed upload's part
+    is among the first numbers. Blocking."""
+    number = 1
+    while True:
+        try:
+            path.with_name(f"{path.name}#{number}").unlink()
+        except FileNotFoundError:
+            return
+        number += 1
