@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import base64
-import zlib
 
 import anthropic
 import pytest
 
+from tests.images import png
 from tests.integration.helpers import message, new_session, wait_idle
 from tests.integration.on_each_store import ON_EACH_STORE, client
 
@@ -129,18 +129,6 @@ def test_a_message_of_only_redacted_blocks_is_refused(client: anthropic.Anthropi
     wait_idle(client, session_id)
 
 
-def _png(width: int, height: int) -> str:
-    """A PNG's signature and header chunk (all that its size is read from), as base64."""
-    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
-    chunk = (
-        len(header).to_bytes(4, "big")
-        + b"IHDR"
-        + header
-        + zlib.crc32(b"IHDR" + header).to_bytes(4, "big")
-    )
-    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
-
-
 def test_an_image_larger_than_the_model_takes_is_refused(client: anthropic.Anthropic) -> None:
     """The Messages API refuses a request holding an image over 8000 pixels on a
     side, and every later request of the session would hold it: it was accepted,
@@ -148,7 +136,11 @@ def test_an_image_larger_than_the_model_takes_is_refused(client: anthropic.Anthr
     session_id = new_session(client)
 
     def image(width: int, height: int) -> dict[str, object]:
-        source = {"type": "base64", "media_type": "image/png", "data": _png(width, height)}
+        source = {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(png(width, height)).decode(),
+        }
         return {"type": "image", "source": source}
 
     big = {"type": "user.message", "content": [*message("look")["content"], image(8001, 20)]}

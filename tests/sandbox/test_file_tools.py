@@ -5,8 +5,6 @@ acceptable to the model API."""
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Iterator
 
 import anthropic
@@ -14,6 +12,7 @@ import pytest
 
 from stead.testing import FakeModel, HostProcess, ServeForker, ServerProcess
 from tests.conftest import sdk_of
+from tests.images import png
 from tests.sandbox.conftest import (
     calling,
     requires_isolation,
@@ -39,23 +38,6 @@ def server(
 def client(server: ServerProcess) -> Iterator[anthropic.Anthropic]:
     with sdk_of(server) as opened:
         yield opened
-
-
-def png(width: int, height: int) -> bytes:
-    """A valid black-and-white PNG of that size."""
-
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        check = struct.pack(">I", zlib.crc32(kind + body))
-        return struct.pack(">I", len(body)) + kind + body + check
-
-    rows = (b"\x00" + bytes((width + 7) // 8)) * height
-    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
 
 
 def put(client: anthropic.Anthropic, session_id: str, name: str, data: bytes) -> None:
